@@ -1,0 +1,145 @@
+//! Agent backends: one trait, one module per backend. A backend describes *what* to run
+//! ([`SpawnSpec`]) and how to read its output ([`OutputParser`]); [`crate::process`] runs it.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::cli::AgentKind;
+use crate::process::{OutputLine, SpawnSpec};
+
+pub mod claude;
+pub mod exec;
+
+/// Settings a backend needs to build its command line.
+#[derive(Debug, Clone, Default)]
+pub struct AgentSettings {
+    /// Repository root; the agent's working directory.
+    pub repo: PathBuf,
+    /// `--model`, passed through when set.
+    pub model: Option<String>,
+    /// `--agent-cmd` for the exec backend (a command line split into words without a shell).
+    pub agent_cmd: Option<String>,
+    /// Program to run for CLI backends, overriding the default name (e.g. a path to `claude`).
+    pub program: Option<PathBuf>,
+}
+
+/// Token counts for one iteration (tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Usage {
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_creation_tokens: u64,
+}
+
+/// Failure classes an agent's output can be sorted into (issue 4 extends this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// Bad or expired credentials: stop the run, a human must log in.
+    Auth,
+    /// A deterministic setup problem (root without IS_SANDBOX, nested session, bad flag).
+    Config,
+    /// A subscription or API usage limit.
+    UsageLimit,
+    /// Overload, 5xx, network trouble: worth retrying later.
+    Transient,
+    /// The prompt or context was too long.
+    Context,
+}
+
+/// A normalized event parsed from an agent's output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// The agent announced its session (claude `system/init`).
+    Session {
+        /// Session id, when given.
+        session_id: Option<String>,
+        /// Model name, when given.
+        model: Option<String>,
+        /// Agent version, when given.
+        version: Option<String>,
+    },
+    /// Text written by the assistant (top-level turns only).
+    AssistantText {
+        /// The text.
+        text: String,
+    },
+    /// A tool call the agent made.
+    ToolCall {
+        /// Tool name, e.g. `Bash`.
+        name: String,
+        /// A one-line summary of the input (command, path), at most ~200 chars.
+        summary: String,
+    },
+    /// A tool result.
+    ToolResult {
+        /// Whether the tool reported an error.
+        is_error: bool,
+    },
+    /// An error the agent reported.
+    Error {
+        /// The message, ANSI stripped.
+        message: String,
+    },
+    /// The terminal event: the agent's run is over.
+    Final {
+        /// The final text (claude `result.result`), when present.
+        text: Option<String>,
+        /// Whether the agent ended in error (claude `is_error`).
+        is_error: bool,
+    },
+}
+
+/// What a parser concluded once the process ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AgentReport {
+    /// The final assistant text: where the completion promise is looked for.
+    pub final_text: Option<String>,
+    /// Whether a terminal event was seen.
+    pub saw_final: bool,
+    /// Whether the agent reported an error (claude: `is_error`).
+    pub is_error: bool,
+    /// The agent's error message, when it gave one.
+    pub error_message: Option<String>,
+    /// The failure class, when the output matched one.
+    pub failure: Option<FailureClass>,
+    /// Cost reported by the agent, in USD.
+    pub cost_usd: Option<f64>,
+    /// Token usage reported by the agent.
+    pub usage: Usage,
+    /// The agent's session id.
+    pub session_id: Option<String>,
+    /// The model the agent reported.
+    pub model: Option<String>,
+    /// The agent's version, when it reported one.
+    pub agent_version: Option<String>,
+}
+
+/// Reads one agent's output, line by line, into events and a final report.
+pub trait OutputParser: Send {
+    /// Parses one line (stdout or stderr). Never fails: unknown or non-JSON lines yield no event.
+    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent>;
+    /// Called once after the process ended, with its exit code (None when killed by a signal).
+    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport;
+}
+
+/// A backend: how to start one fresh agent process for a prompt and how to read it.
+pub trait Backend: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> AgentKind;
+    /// The process to start for `prompt`.
+    ///
+    /// # Errors
+    /// A user-fixable configuration problem (e.g. exec without `--agent-cmd`, an unparsable
+    /// command line).
+    fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec>;
+    /// A fresh parser for one run of `prompt` (exec uses the prompt to drop an echo of it).
+    fn parser(&self, prompt: &str) -> Box<dyn OutputParser>;
+}

@@ -1,0 +1,120 @@
+//! Command-line surface (clap derive). Raw values only: defaults that may also come from
+//! `RALPH_*` variables or `ralph.toml` are `Option`s here and are resolved in [`crate::config`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `ralph`: run a coding agent in a loop over a prd.json until every story passes.
+#[derive(Debug, Parser)]
+#[command(name = "ralph", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a starter prd.json, progress.txt, ralph.toml and .ralph/.gitignore.
+    Init(InitArgs),
+    /// Check a prd.json against the schema and the semantic rules; exit 0 (valid) or 1.
+    Validate(ValidateArgs),
+    /// Run the agent loop until every story passes or a limit is hit.
+    Run(RunArgs),
+    /// Show the stories, the next story and the latest run's iterations.
+    Status(StatusArgs),
+}
+
+/// Arguments of `ralph init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Overwrite files that already exist.
+    #[arg(long)]
+    pub force: bool,
+    /// Directory to initialise (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Arguments of `ralph validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The prd.json to check (default: ./prd.json).
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `ralph status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The prd.json to read (default: ./prd.json).
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Print the status as one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which agent backend drives each iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Claude Code (`claude -p --output-format stream-json`).
+    Claude,
+    /// Any command: the prompt on stdin, plain-text output.
+    Exec,
+}
+
+impl AgentKind {
+    /// The name used in the ledger, the terminal and `ralph.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Exec => "exec",
+        }
+    }
+}
+
+/// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over the
+/// environment, which wins over `ralph.toml`, which wins over the built-in defaults.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// The PRD file (default: ./prd.json). Its directory must be inside a git repository.
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Agent backend (default: claude).
+    #[arg(long, value_enum, env = "RALPH_AGENT")]
+    pub agent: Option<AgentKind>,
+    /// Command line for `--agent exec`, split into words without a shell (e.g. "my-agent --flag").
+    #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")]
+    pub agent_cmd: Option<String>,
+    /// Model name passed to the agent (e.g. `sonnet`).
+    #[arg(long, env = "RALPH_MODEL")]
+    pub model: Option<String>,
+    /// Maximum number of iterations in this run (default 10; 0 is refused).
+    #[arg(long, value_name = "N", env = "RALPH_MAX_ITER")]
+    pub max_iter: Option<u32>,
+    /// Wall-clock limit per iteration, e.g. `30m`, `90s` (default 30m).
+    #[arg(long, value_name = "DUR", env = "RALPH_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Kill the agent after this long without any output, e.g. `10m` (default 10m).
+    #[arg(long, value_name = "DUR", env = "RALPH_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Start even when the working tree has uncommitted changes.
+    #[arg(long, env = "RALPH_ALLOW_DIRTY")]
+    pub allow_dirty: bool,
+    /// Print machine-readable events (JSONL) on stdout instead of the live display.
+    #[arg(long, env = "RALPH_JSON")]
+    pub json: bool,
+    /// Print only warnings, errors and the final summary.
+    #[arg(long, short, env = "RALPH_QUIET", conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Stream the agent's text and tool calls to the terminal.
+    #[arg(long, short, env = "RALPH_VERBOSE")]
+    pub verbose: bool,
+}

@@ -1,0 +1,6 @@
+//! One module per subcommand; each exposes `run(args) -> anyhow::Result<ExitStatus>`.
+
+pub mod init;
+pub mod run;
+pub mod status;
+pub mod validate;

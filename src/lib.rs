@@ -1,0 +1,26 @@
+//! ralph: a trustworthy orchestrator for long, unattended coding-agent runs.
+//!
+//! The outer loop ([`driver`]) picks a story from `prd.json`, renders a prompt ([`prompt`]), runs a
+//! fresh agent process ([`agent`], [`process`]), classifies what happened, checkpoints in git
+//! ([`git`]), appends to `progress.txt` ([`progress`]) and records one ledger line per iteration
+//! ([`ledger`]). Long-term memory lives in files: prd.json, progress.txt, git history, and
+//! `.ralph/` (state, ledger, transcripts).
+
+pub mod agent;
+pub mod cli;
+pub mod commands;
+pub mod completion;
+pub mod config;
+pub mod driver;
+pub mod exit;
+pub mod git;
+pub mod ledger;
+pub mod lock;
+pub mod prd;
+pub mod process;
+pub mod progress;
+pub mod prompt;
+pub mod signals;
+pub mod state;
+pub mod transcript;
+pub mod ui;

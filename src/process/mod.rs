@@ -1,0 +1,161 @@
+//! Spawning and killing agent processes. The only module that starts or signals a child.
+//!
+//! CONTRACT (implemented by the process helper; bodies below are the agreed signatures):
+//! - the child runs in its own process group (`process_group(0)`), stdin is the prompt bytes
+//!   (written in full, then closed) or `/dev/null`, stdout and stderr are drained concurrently;
+//! - lines are read as bytes, split on `\n`, decoded lossily, a trailing `\r` trimmed; a line longer
+//!   than `max_line_bytes` is cut there and `OutputLine::truncated_from` holds its full length;
+//! - `timeout` / `idle_timeout` / `stop.stop` → SIGTERM to the group, `kill_grace`, then SIGKILL;
+//!   `stop.kill_now` → SIGKILL at once;
+//! - after the direct child exits: drain for at most `exit_drain`, then SIGKILL what is left of the
+//!   group and stop reading (a grandchild holding the pipe must not hang us);
+//! - when `on_line` returns [`LineVerdict::Final`], a child that has not exited within
+//!   `final_grace` is killed and the run ends with [`EndReason::KilledAfterFinal`];
+//! - the child gets `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// What to run: built by an agent backend, executed here.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnSpec {
+    /// Program path or name (looked up on PATH).
+    pub program: PathBuf,
+    /// Arguments, passed as-is (no shell).
+    pub args: Vec<String>,
+    /// Working directory (the repository root).
+    pub cwd: PathBuf,
+    /// Variables removed from the inherited environment.
+    pub env_remove: Vec<String>,
+    /// Variables set (after removal).
+    pub env_set: Vec<(String, String)>,
+    /// Bytes written to stdin, which is then closed; `None` means stdin is `/dev/null`.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// Time and size limits for one agent process.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall-clock limit for the whole process.
+    pub timeout: Duration,
+    /// Kill after this long without a line on stdout or stderr.
+    pub idle_timeout: Duration,
+    /// Wait between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// How long to keep reading after the direct child exited.
+    pub exit_drain: Duration,
+    /// How long a child may live after its terminal event before it is killed.
+    pub final_grace: Duration,
+    /// Longest line kept, in bytes; longer lines are cut.
+    pub max_line_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(30 * 60),
+            idle_timeout: Duration::from_secs(10 * 60),
+            kill_grace: Duration::from_secs(5),
+            exit_drain: Duration::from_secs(2),
+            final_grace: Duration::from_secs(10),
+            max_line_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Cancellation from outside: a graceful stop (first Ctrl-C) and an immediate kill (second).
+#[derive(Debug, Clone, Default)]
+pub struct StopSignals {
+    /// SIGTERM the group, wait `kill_grace`, SIGKILL.
+    pub stop: CancellationToken,
+    /// SIGKILL the group at once.
+    pub kill_now: CancellationToken,
+}
+
+/// Which pipe a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKind {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One line of agent output.
+#[derive(Debug, Clone)]
+pub struct OutputLine {
+    /// The pipe it came from.
+    pub stream: StreamKind,
+    /// Lossy UTF-8, trailing `\r` removed, ANSI codes kept (strip with [`strip_ansi`] before matching).
+    pub text: String,
+    /// `Some(full length in bytes)` when the line was longer than `max_line_bytes` and was cut.
+    pub truncated_from: Option<usize>,
+}
+
+/// Returned by the line callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineVerdict {
+    /// Keep going.
+    Continue,
+    /// The agent's terminal event was seen: start the `final_grace` timer.
+    Final,
+}
+
+/// Why the process run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The direct child exited by itself.
+    Exited,
+    /// The wall-clock `timeout` fired.
+    TimedOut,
+    /// No output for `idle_timeout`.
+    Idle,
+    /// `StopSignals` asked to stop.
+    Cancelled,
+    /// The terminal event was seen but the child did not exit within `final_grace`.
+    KilledAfterFinal,
+}
+
+/// Result of [`run`].
+#[derive(Debug, Clone)]
+pub struct ProcessOutcome {
+    /// Why it ended.
+    pub end: EndReason,
+    /// Exit code, when the child exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number, when the child was killed by a signal.
+    pub signal: Option<i32>,
+    /// Process id (= process group id) of the child.
+    pub pid: u32,
+    /// Wall time from spawn to the end of reading.
+    pub elapsed: Duration,
+}
+
+/// Errors starting a process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program was not found.
+    #[error("`{program}` was not found on PATH")]
+    NotFound {
+        /// The program that was looked up.
+        program: String,
+    },
+    /// Any other spawn failure (permissions, E2BIG, ...).
+    #[error("could not start `{program}`: {source}")]
+    Spawn {
+        /// The program that failed to start.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Removes ANSI escape sequences (colours, cursor moves) from `text`.
+pub fn strip_ansi(text: &str) -> String {
+    String::from_utf8_lossy(&strip_ansi_escapes::strip(text.as_bytes())).into_owned()
+}
