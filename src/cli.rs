@@ -117,4 +117,13 @@ pub struct RunArgs {
     /// Stream the agent's text and tool calls to the terminal.
     #[arg(long, short, env = "RALPH_VERBOSE")]
     pub verbose: bool,
+    /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
+    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
+    pub agent_program: Option<PathBuf>,
+    /// Prompt template that replaces the built-in `templates/prompt.md`.
+    #[arg(long, value_name = "PATH", env = "RALPH_TEMPLATE")]
+    pub template: Option<PathBuf>,
+    /// The configuration file (default: ./ralph.toml when it exists).
+    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
+    pub config: Option<PathBuf>,
 }

@@ -1,1 +1,328 @@
-//! (in progress)
+//! Settings for `ralph run`, resolved once from four layers, highest first:
+//! command-line flags, `RALPH_*` environment variables (both through clap), `ralph.toml`, and the
+//! built-in defaults. Everything below `commands::run` takes the resolved [`RunConfig`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cli::{AgentKind, RunArgs};
+
+/// Default `--max-iter`.
+pub const DEFAULT_MAX_ITER: u32 = 10;
+/// Default per-iteration wall-clock limit (30 minutes).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Default idle limit: no agent output for this long (10 minutes).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Default wait between SIGTERM and SIGKILL (5 seconds).
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+/// Default size of the progress.txt excerpt put in the prompt (16 KiB).
+pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
+/// The configuration file looked for in the current directory.
+pub const CONFIG_FILE_NAME: &str = "ralph.toml";
+
+/// `ralph.toml`, as written by the user. Every key is optional; unknown keys are an error so that
+/// a typo does not silently fall back to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `claude` or `exec`.
+    pub agent: Option<AgentKind>,
+    /// Command line for the exec backend.
+    pub agent_cmd: Option<String>,
+    /// Path to the agent CLI.
+    pub agent_program: Option<PathBuf>,
+    /// Model passed to the agent.
+    pub model: Option<String>,
+    /// Iteration budget per run.
+    pub max_iter: Option<u32>,
+    /// Per-iteration wall-clock limit, humantime syntax (`30m`).
+    pub timeout: Option<String>,
+    /// Idle limit, humantime syntax (`10m`).
+    pub idle_timeout: Option<String>,
+    /// Start with a dirty working tree.
+    pub allow_dirty: Option<bool>,
+    /// Path of prd.json, relative to the directory holding ralph.toml.
+    pub prd: Option<PathBuf>,
+    /// Prompt template replacing the built-in one, relative to the directory holding ralph.toml.
+    pub template: Option<PathBuf>,
+    /// Bytes of progress.txt shown in the prompt.
+    pub progress_tail_bytes: Option<usize>,
+    /// Wait between SIGTERM and SIGKILL, humantime syntax (`5s`).
+    pub kill_grace: Option<String>,
+}
+
+/// How ralph talks to the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Live status line on stderr, one line per iteration, a final summary.
+    Human,
+    /// Only warnings, errors and the final summary.
+    Quiet,
+    /// JSONL events on stdout; diagnostics on stderr.
+    Json,
+}
+
+/// Fully resolved settings of one `ralph run`.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Absolute path of prd.json.
+    pub prd_path: PathBuf,
+    /// The backend.
+    pub agent: AgentKind,
+    /// Command line for the exec backend.
+    pub agent_cmd: Option<String>,
+    /// Path to the agent CLI, when overridden.
+    pub agent_program: Option<PathBuf>,
+    /// Model passed to the agent.
+    pub model: Option<String>,
+    /// Iteration budget of this run (≥ 1).
+    pub max_iter: u32,
+    /// Per-iteration wall-clock limit.
+    pub timeout: Duration,
+    /// Kill the agent after this long without output.
+    pub idle_timeout: Duration,
+    /// Wait between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Start even when the tree is dirty.
+    pub allow_dirty: bool,
+    /// Terminal mode.
+    pub output: OutputMode,
+    /// Stream the agent's text to the terminal.
+    pub verbose: bool,
+    /// Absolute path of a prompt template replacing the built-in one.
+    pub template: Option<PathBuf>,
+    /// Bytes of progress.txt shown in the prompt.
+    pub progress_tail_bytes: usize,
+    /// The ralph.toml that was read, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+/// Errors while resolving settings. Each names the source (flag or file and key) and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `--max-iter 0` (or `max_iter = 0`).
+    #[error("--max-iter must be at least 1 (got 0)\nhint: pass --max-iter N with N ≥ 1, or leave it out for the default of {DEFAULT_MAX_ITER}")]
+    ZeroIterations,
+    /// ralph.toml could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// ralph.toml is not valid TOML or has a wrong key or type.
+    #[error("{path} is not a valid ralph configuration: {message}\nhint: see the commented defaults written by `ralph init`, or README.md (Configuration)")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's message, which names the key and line.
+        message: String,
+    },
+    /// A duration in ralph.toml could not be parsed.
+    #[error("{path}: `{key} = \"{value}\"` is not a duration: {message}\nhint: write durations like \"30m\", \"90s\" or \"1h 30m\"")]
+    Duration {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// The raw value.
+        value: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// `--agent exec` without a command line.
+    #[error("--agent exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set agent_cmd in ralph.toml")]
+    MissingAgentCmd,
+}
+
+impl RunConfig {
+    /// Resolves flags and environment (already merged by clap into `args`), then `ralph.toml`
+    /// (`args.config`, else `<cwd>/ralph.toml` when it exists), then defaults. Relative paths in
+    /// the file are taken relative to the file's directory; flag paths relative to `cwd`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unreadable or invalid file, a bad duration, `max_iter` 0, or exec
+    /// without a command.
+    pub fn resolve(args: &RunArgs, cwd: &Path) -> Result<RunConfig, ConfigError> {
+        let config_path = match &args.config {
+            Some(p) => Some(absolute(cwd, p)),
+            None => Some(cwd.join(CONFIG_FILE_NAME)).filter(|p| p.is_file()),
+        };
+        let (file, file_dir) = match &config_path {
+            Some(path) => (load_file(path)?, path.parent().unwrap_or(cwd).to_path_buf()),
+            None => (FileConfig::default(), cwd.to_path_buf()),
+        };
+        let file_path = config_path.clone().unwrap_or_default();
+        let duration = |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+            raw.as_ref()
+                .map(|value| {
+                    humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
+                        path: file_path.clone(),
+                        key,
+                        value: value.clone(),
+                        message: e.to_string(),
+                    })
+                })
+                .transpose()
+        };
+
+        let max_iter = args.max_iter.or(file.max_iter).unwrap_or(DEFAULT_MAX_ITER);
+        if max_iter == 0 {
+            return Err(ConfigError::ZeroIterations);
+        }
+        let agent = args.agent.or(file.agent).unwrap_or(AgentKind::Claude);
+        let agent_cmd = args.agent_cmd.clone().or(file.agent_cmd.clone());
+        if agent == AgentKind::Exec && agent_cmd.as_deref().is_none_or(|c| c.trim().is_empty()) {
+            return Err(ConfigError::MissingAgentCmd);
+        }
+        let output = if args.json {
+            OutputMode::Json
+        } else if args.quiet {
+            OutputMode::Quiet
+        } else {
+            OutputMode::Human
+        };
+        let prd_path = match (&args.prd, &file.prd) {
+            (Some(p), _) => absolute(cwd, p),
+            (None, Some(p)) => absolute(&file_dir, p),
+            (None, None) => cwd.join("prd.json"),
+        };
+        let template = match (&args.template, &file.template) {
+            (Some(p), _) => Some(absolute(cwd, p)),
+            (None, Some(p)) => Some(absolute(&file_dir, p)),
+            (None, None) => None,
+        };
+        let agent_program = match (&args.agent_program, &file.agent_program) {
+            (Some(p), _) => Some(program_path(cwd, p)),
+            (None, Some(p)) => Some(program_path(&file_dir, p)),
+            (None, None) => None,
+        };
+        Ok(RunConfig {
+            prd_path,
+            agent,
+            agent_cmd,
+            agent_program,
+            model: args.model.clone().or(file.model.clone()),
+            max_iter,
+            timeout: args
+                .timeout
+                .or(duration("timeout", &file.timeout)?)
+                .unwrap_or(DEFAULT_TIMEOUT),
+            idle_timeout: args
+                .idle_timeout
+                .or(duration("idle_timeout", &file.idle_timeout)?)
+                .unwrap_or(DEFAULT_IDLE_TIMEOUT),
+            kill_grace: duration("kill_grace", &file.kill_grace)?.unwrap_or(DEFAULT_KILL_GRACE),
+            allow_dirty: args.allow_dirty || file.allow_dirty.unwrap_or(false),
+            output,
+            verbose: args.verbose,
+            template,
+            progress_tail_bytes: file
+                .progress_tail_bytes
+                .unwrap_or(DEFAULT_PROGRESS_TAIL_BYTES),
+            config_file: config_path,
+        })
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// A bare program name (`claude`) stays a name to look up on PATH; anything with a slash is a path.
+fn program_path(base: &Path, p: &Path) -> PathBuf {
+    if p.components().count() == 1 && !p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        absolute(base, p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> RunArgs {
+        RunArgs::default()
+    }
+
+    #[test]
+    fn defaults_apply_without_flags_or_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RunConfig::resolve(&args(), dir.path()).unwrap();
+        assert_eq!(cfg.max_iter, 10);
+        assert_eq!(cfg.agent, AgentKind::Claude);
+        assert_eq!(cfg.timeout, Duration::from_secs(1800));
+        assert_eq!(cfg.idle_timeout, Duration::from_secs(600));
+        assert_eq!(cfg.prd_path, dir.path().join("prd.json"));
+        assert!(cfg.config_file.is_none());
+    }
+
+    #[test]
+    fn flags_win_over_file_and_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ralph.toml"),
+            "max_iter = 4\ntimeout = \"2m\"\nmodel = \"haiku\"\nprd = \"docs/prd.json\"\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.max_iter = Some(7);
+        let cfg = RunConfig::resolve(&a, dir.path()).unwrap();
+        assert_eq!(cfg.max_iter, 7);
+        assert_eq!(cfg.timeout, Duration::from_secs(120));
+        assert_eq!(cfg.model.as_deref(), Some("haiku"));
+        assert_eq!(cfg.prd_path, dir.path().join("docs/prd.json"));
+    }
+
+    #[test]
+    fn zero_iterations_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args();
+        a.max_iter = Some(0);
+        let err = RunConfig::resolve(&a, dir.path()).unwrap_err();
+        assert!(err.to_string().contains("--max-iter must be at least 1"));
+    }
+
+    #[test]
+    fn unknown_key_and_bad_duration_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ralph.toml");
+        std::fs::write(&path, "max_iters = 3\n").unwrap();
+        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err().to_string();
+        assert!(err.contains("ralph.toml") && err.contains("max_iters"), "{err}");
+        std::fs::write(&path, "timeout = \"soon\"\n").unwrap();
+        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err().to_string();
+        assert!(err.contains("timeout = \"soon\""), "{err}");
+    }
+
+    #[test]
+    fn exec_needs_a_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args();
+        a.agent = Some(AgentKind::Exec);
+        assert!(matches!(
+            RunConfig::resolve(&a, dir.path()),
+            Err(ConfigError::MissingAgentCmd)
+        ));
+    }
+}

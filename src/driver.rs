@@ -1,1 +1,890 @@
-//! (in progress)
+//! The outer loop of `ralph run`: preflight, then one iteration at a time — pick the story,
+//! snapshot, render the prompt, run a fresh agent, classify, checkpoint, record, decide — until
+//! every story passes or a stop condition is hit. The driver knows the *sequence*; building argv
+//! and parsing output belong to [`crate::agent`], spawning and killing to [`crate::process`],
+//! git to [`crate::git`].
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use chrono::{Local, Utc};
+
+use crate::agent::{self, AgentReport, AgentSettings, FailureClass};
+use crate::completion::promise_in_final_text;
+use crate::config::RunConfig;
+use crate::exit::ExitStatus;
+use crate::git::Repo;
+use crate::ledger::{self, LedgerRecord, Outcome};
+use crate::lock::RunLock;
+use crate::prd::model::Prd;
+use crate::prd::store::{self, LoadedPrd};
+use crate::process::{self, EndReason, LineVerdict, Limits, StopSignals, StreamKind};
+use crate::progress;
+use crate::prompt::{PromptContext, PromptTemplate};
+use crate::state::{InFlight, State};
+use crate::transcript::{Transcript, TranscriptMeta};
+use crate::ui::{Summary, Ui};
+
+/// How long the agent may live after its terminal event before it is killed (seconds).
+const FINAL_GRACE: Duration = Duration::from_secs(5);
+/// How long output is still read after the agent exited, before its group is killed.
+const EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// Longest agent output line kept in memory for parsing (16 MiB).
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// The `.ralph` directory name, at the repository root.
+pub const RALPH_DIR: &str = ".ralph";
+
+/// Paths a run works with, all absolute.
+#[derive(Debug, Clone)]
+pub struct RunPaths {
+    /// Repository root.
+    pub repo_root: PathBuf,
+    /// prd.json.
+    pub prd: PathBuf,
+    /// progress.txt, beside prd.json.
+    pub progress: PathBuf,
+    /// `.ralph/` at the repository root.
+    pub ralph_dir: PathBuf,
+    /// `.ralph/ledger.jsonl`.
+    pub ledger: PathBuf,
+}
+
+impl RunPaths {
+    /// Derives every path from the repository root and prd.json.
+    pub fn new(repo_root: &Path, prd: &Path) -> RunPaths {
+        let ralph_dir = repo_root.join(RALPH_DIR);
+        RunPaths {
+            repo_root: repo_root.to_path_buf(),
+            prd: prd.to_path_buf(),
+            progress: prd
+                .parent()
+                .unwrap_or(repo_root)
+                .join("progress.txt"),
+            ledger: ralph_dir.join("ledger.jsonl"),
+            ralph_dir,
+        }
+    }
+}
+
+/// Makes sure `.ralph/` exists and ignores itself in git (transcripts can hold secrets).
+///
+/// # Errors
+/// I/O errors creating the directory or its `.gitignore`.
+pub fn ensure_ralph_dir(ralph_dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(ralph_dir)
+        .with_context(|| format!("cannot create {}", ralph_dir.display()))?;
+    let ignore = ralph_dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(&ignore, "*\n")
+            .with_context(|| format!("cannot write {}", ignore.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs the whole loop with `cfg`, returning the exit status to report.
+///
+/// # Errors
+/// Preflight failures (invalid prd.json, not a git repo, dirty tree, lock held, agent missing,
+/// bad template) and I/O errors on ralph's own files. Agent failures are not errors: they are
+/// iteration outcomes.
+pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Result<ExitStatus> {
+    let started = Instant::now();
+
+    // Preflight: every check that can fail happens before any agent starts.
+    let loaded = store::load(&cfg.prd_path)?;
+    let prd_dir = loaded.path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let repo = Repo::discover(&prd_dir)?;
+    let paths = RunPaths::new(repo.root(), &loaded.path);
+    let template = PromptTemplate::load(cfg.template.as_deref())?;
+    let settings = AgentSettings {
+        repo: paths.repo_root.clone(),
+        model: cfg.model.clone(),
+        agent_cmd: cfg.agent_cmd.clone(),
+        program: cfg.agent_program.clone(),
+    };
+    let backend = agent::backend(cfg.agent, settings)?;
+    let probe = backend.command("")?;
+    if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
+        bail!(
+            "the agent program `{}` was not found on PATH\nhint: install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
+            probe.program.display()
+        );
+    }
+
+    ensure_ralph_dir(&paths.ralph_dir)?;
+    let acquired = RunLock::acquire(&paths.ralph_dir)?;
+    let _lock = acquired.lock;
+    if let Some(stale) = acquired.stale {
+        ui.warn(&format!(
+            "taking over a stale lock from pid {} on {} (that ralph is no longer running)",
+            stale.pid, stale.host
+        ));
+    }
+
+    let mut state = State::load(&paths.ralph_dir)?.unwrap_or_default();
+    let run_id = new_run_id();
+    let mut feedback = recover_interrupted(&repo, &paths, &mut state, &cfg, ui).await?;
+
+    let dirty = repo.dirty_paths()?;
+    if !dirty.is_empty() && !cfg.allow_dirty {
+        let shown: Vec<_> = dirty.iter().take(10).map(|p| format!("  {p}")).collect();
+        bail!(
+            "the working tree has uncommitted changes ({} path{}):\n{}{}\nhint: commit or stash them first (ralph commits after every iteration and must not mix your work into its checkpoints), or pass --allow-dirty to include them",
+            dirty.len(),
+            if dirty.len() == 1 { "" } else { "s" },
+            shown.join("\n"),
+            if dirty.len() > 10 { "\n  …" } else { "" }
+        );
+    }
+    if let Some(branch) = &loaded.prd.branch_name {
+        let action = repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())?;
+        ui.info(&format!("branch       {branch} ({action})"));
+    }
+    if progress::ensure_exists(&paths.progress, Local::now())? {
+        ui.info(&format!("created      {}", paths.progress.display()));
+    }
+
+    ui.json_event(
+        "run_started",
+        serde_json::json!({"run_id": run_id, "prd": paths.prd, "agent": cfg.agent.as_str(), "max_iter": cfg.max_iter}),
+    );
+    ui.info(&format!("ralph run {run_id}"));
+    ui.settings(&[
+        ("prd", paths.prd.display().to_string()),
+        ("agent", format!("{} ({})", cfg.agent.as_str(), shell_words(&probe))),
+        ("model", cfg.model.clone().unwrap_or_else(|| "agent default".into())),
+        ("max-iter", cfg.max_iter.to_string()),
+        (
+            "timeouts",
+            format!(
+                "{} per iteration, {} idle",
+                humantime::format_duration(cfg.timeout),
+                humantime::format_duration(cfg.idle_timeout)
+            ),
+        ),
+        ("ledger", display_rel(&paths.ledger, &paths.repo_root)),
+    ]);
+
+    let limits = Limits {
+        timeout: cfg.timeout,
+        idle_timeout: cfg.idle_timeout,
+        kill_grace: cfg.kill_grace,
+        exit_drain: EXIT_DRAIN,
+        final_grace: FINAL_GRACE,
+        max_line_bytes: MAX_LINE_BYTES,
+    };
+    let mut records: Vec<LedgerRecord> = Vec::new();
+    let mut slot = 0u32;
+    let status = loop {
+        let current = store::load(&paths.prd)?;
+        if current.prd.all_pass() {
+            break ExitStatus::Success;
+        }
+        if stop.stop.is_cancelled() {
+            break ExitStatus::Interrupted;
+        }
+        if slot >= cfg.max_iter {
+            break ExitStatus::MaxIterations;
+        }
+        let Some(story) = current.prd.next_story(&state.blocked).cloned() else {
+            ui.warn("no open story can be worked on: every open story is blocked or waits for a dependency");
+            break ExitStatus::OtherLimit;
+        };
+        slot += 1;
+        let iteration = state.iteration + 1;
+        let input = IterationInput {
+            run_id: &run_id,
+            iteration,
+            slot,
+            story_id: &story.id,
+            feedback: std::mem::take(&mut feedback),
+        };
+        let done = run_iteration(
+            &cfg, &paths, &repo, &*backend, &template, &limits, &stop, &mut state, &current, input, ui,
+        )
+        .await?;
+        feedback = done.feedback;
+        let outcome = done.record.outcome;
+        records.push(done.record);
+        match outcome {
+            Outcome::Interrupted => break ExitStatus::Interrupted,
+            Outcome::AuthError | Outcome::ConfigError => break ExitStatus::Failure,
+            Outcome::UsageLimit => {
+                ui.warn("the agent hit a usage limit; stopping (waiting for the reset is not supported yet)");
+                break ExitStatus::OtherLimit;
+            }
+            _ => {}
+        }
+    };
+
+    let final_prd = store::load(&paths.prd).map(|l| l.prd).unwrap_or(loaded.prd);
+    ui.summary(&summarize(status, &final_prd, &records, started.elapsed(), &paths, &cfg));
+    Ok(status)
+}
+
+/// Per-iteration inputs that change every time.
+struct IterationInput<'a> {
+    run_id: &'a str,
+    iteration: u32,
+    slot: u32,
+    story_id: &'a str,
+    feedback: Vec<String>,
+}
+
+/// What one iteration produced.
+struct IterationDone {
+    record: LedgerRecord,
+    feedback: Vec<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_iteration(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    repo: &Repo,
+    backend: &dyn agent::Backend,
+    template: &PromptTemplate,
+    limits: &Limits,
+    stop: &StopSignals,
+    state: &mut State,
+    snapshot: &LoadedPrd,
+    input: IterationInput<'_>,
+    ui: &mut Ui,
+) -> anyhow::Result<IterationDone> {
+    let IterationInput { run_id, iteration, slot, story_id, feedback } = input;
+    let story = snapshot
+        .prd
+        .story(story_id)
+        .cloned()
+        .context("the picked story vanished from prd.json")?;
+    let started_at = Utc::now();
+    let started = Instant::now();
+    let head_before = repo.head_sha()?;
+    if let Some(head) = &head_before {
+        repo.set_ref(&format!("refs/ralph/{run_id}/{iteration}/start"), head)?;
+    }
+
+    let excerpt = progress::excerpt(&paths.progress, cfg.progress_tail_bytes)?;
+    let ctx = PromptContext::new(
+        &snapshot.prd,
+        &story,
+        iteration,
+        iteration - slot + cfg.max_iter,
+        &paths.repo_root,
+        &paths.prd,
+        &paths.progress,
+        excerpt,
+        feedback,
+    );
+    let prompt = template.render(&ctx)?;
+    let spec = backend.command(&prompt)?;
+    let mut parser = backend.parser(&prompt);
+
+    state.run_id = Some(run_id.to_string());
+    state.iteration = iteration;
+    state.in_flight = Some(InFlight {
+        run_id: run_id.to_string(),
+        iteration,
+        story_id: story.id.clone(),
+        pid: 0,
+        started_at,
+        start_sha: head_before.clone(),
+    });
+    state.save(&paths.ralph_dir)?;
+
+    let meta = TranscriptMeta {
+        run_id: run_id.to_string(),
+        iteration,
+        story_id: story.id.clone(),
+        backend: backend.kind().as_str().to_string(),
+        command: shell_words(&spec),
+        head: head_before.clone(),
+        ralph_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: started_at.to_rfc3339(),
+        prompt_bytes: prompt.len(),
+    };
+    let mut transcript = Transcript::create(&paths.ralph_dir, &meta)
+        .with_context(|| format!("cannot write a transcript under {}", paths.ralph_dir.display()))?;
+    ui.iteration_started(iteration, slot, cfg.max_iter, &format!("{} {}", story.id, story.title), backend.kind().as_str());
+
+    let ralph_dir = paths.ralph_dir.clone();
+    let mut stderr_tail: Vec<String> = Vec::new();
+    let run_result = {
+        let state_ref = &mut *state;
+        let transcript_ref = &mut transcript;
+        let parser_ref = &mut parser;
+        let ui_ref = &*ui;
+        let stderr_ref = &mut stderr_tail;
+        process::run(
+            spec,
+            limits,
+            stop,
+            |pid| {
+                // Persist the group id at once: a ralph killed now must find it on restart.
+                if let Some(f) = state_ref.in_flight.as_mut() {
+                    f.pid = pid;
+                }
+                let _ = state_ref.save(&ralph_dir);
+            },
+            |line| {
+                transcript_ref.line(&line);
+                if line.stream == StreamKind::Stderr && !line.text.trim().is_empty() {
+                    if stderr_ref.len() == 5 {
+                        stderr_ref.remove(0);
+                    }
+                    stderr_ref.push(process::strip_ansi(&line.text));
+                }
+                let mut verdict = LineVerdict::Continue;
+                for event in parser_ref.on_line(&line) {
+                    if matches!(event, agent::AgentEvent::Final { .. }) {
+                        verdict = LineVerdict::Final;
+                    }
+                    ui_ref.agent_event(&event);
+                    transcript_ref.event(&event);
+                }
+                verdict
+            },
+        )
+        .await
+    };
+    let outcome_of_process = match run_result {
+        Ok(o) => o,
+        Err(e) => {
+            // The agent could not even start: nothing ran, so nothing to record as an iteration.
+            state.in_flight = None;
+            state.iteration = iteration - 1;
+            state.save(&paths.ralph_dir)?;
+            return Err(e.into());
+        }
+    };
+    let report = parser.finish(outcome_of_process.exit_code);
+    transcript.note(
+        "end",
+        serde_json::json!({"end": outcome_of_process.end, "exit_code": outcome_of_process.exit_code,
+            "signal": outcome_of_process.signal, "report": &report}),
+    );
+    let transcript_path = match transcript.finish() {
+        Ok(p) => p,
+        Err(e) => {
+            ui.warn(&format!("transcript of iteration {iteration} is incomplete: {e}"));
+            paths.ralph_dir.join(Transcript::relative_path(run_id, iteration))
+        }
+    };
+
+    // What changed on disk.
+    let mut feedback_next = Vec::new();
+    let mut corrupted: Option<String> = None;
+    let after = match std::fs::read(&paths.prd) {
+        Ok(bytes) => match store::parse_bytes(&paths.prd, &bytes) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                corrupted = Some(e.to_string());
+                None
+            }
+        },
+        Err(e) => {
+            corrupted = Some(format!("prd.json could not be read: {e}"));
+            None
+        }
+    };
+    if corrupted.is_some() {
+        restore_prd(&paths.prd, &snapshot.raw)?;
+    }
+    let after_prd = after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd);
+    let flipped = flipped_ids(&snapshot.prd, after_prd, true);
+    let reverted = flipped_ids(&snapshot.prd, after_prd, false);
+    let head_mid = repo.head_sha()?;
+    let agent_commits = match &head_mid {
+        Some(h) => repo.commits_between(head_before.as_deref(), h)?,
+        None => Vec::new(),
+    };
+    let files_changed = match &head_before {
+        Some(h) => repo.changed_files(h)?,
+        None => repo.dirty_paths()?,
+    };
+    let promise_seen = report
+        .final_text
+        .as_deref()
+        .is_some_and(promise_in_final_text);
+    let open_after: Vec<String> = after_prd
+        .user_stories
+        .iter()
+        .filter(|s| !s.passes)
+        .map(|s| s.id.clone())
+        .collect();
+
+    let outcome = classify(Classify {
+        end: outcome_of_process.end,
+        exit_code: outcome_of_process.exit_code,
+        report: &report,
+        corrupted: corrupted.is_some(),
+        promise_seen,
+        all_pass: open_after.is_empty(),
+        story_passed: flipped.iter().any(|id| id == &story.id),
+        changed: !agent_commits.is_empty() || !files_changed.is_empty(),
+        backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
+    });
+    let message = outcome_message(outcome, &report, &stderr_tail, corrupted.as_deref(), &open_after, cfg);
+    if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
+        feedback_next.push(m);
+    }
+    if !reverted.is_empty() {
+        feedback_next.push(format!(
+            "Stories were set back to passes=false during the previous iteration: {}. Do not change other stories' passes.",
+            reverted.join(", ")
+        ));
+    }
+    let other_flips: Vec<&String> = flipped.iter().filter(|id| *id != &story.id).collect();
+    if !other_flips.is_empty() {
+        ui.warn(&format!(
+            "iteration {iteration} set passes=true on stories other than {}: {}",
+            story.id,
+            other_flips.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+
+    // Checkpoint: the progress entry first, so that the ralph commit carries it.
+    let agent_last = agent_commits.last().cloned();
+    progress::append_entry(
+        &paths.progress,
+        &progress::Entry {
+            at: Local::now(),
+            iteration,
+            story_id: story.id.clone(),
+            story_title: story.title.clone(),
+            outcome,
+            commit: agent_last.clone(),
+            summary: entry_summary(&agent_commits, &files_changed, &flipped, promise_seen, message.as_deref()),
+        },
+    )?;
+    let trailers = [
+        ("Ralph-Run", run_id.to_string()),
+        ("Ralph-Iteration", iteration.to_string()),
+        ("Ralph-Story", story.id.clone()),
+        ("Ralph-Outcome", outcome.as_str().to_string()),
+    ];
+    let checkpoint = repo.commit_all(
+        &format!("ralph: iteration {iteration} ({})", story.id),
+        &format!("Outcome: {}.", outcome.as_str()),
+        &trailers,
+    )?;
+    let head_after = repo.head_sha()?;
+
+    let ended_at = Utc::now();
+    let record = LedgerRecord {
+        run_id: run_id.to_string(),
+        iteration,
+        story_id: story.id.clone(),
+        story_title: story.title.clone(),
+        backend: backend.kind().as_str().to_string(),
+        model: report.model.clone().or(cfg.model.clone()),
+        agent_version: report.agent_version.clone(),
+        started_at,
+        ended_at,
+        duration_s: started.elapsed().as_secs_f64(),
+        outcome,
+        exit_code: outcome_of_process.exit_code,
+        signal: outcome_of_process.signal,
+        tokens_in: report.usage.input_tokens,
+        tokens_out: report.usage.output_tokens,
+        cache_read_tokens: report.usage.cache_read_tokens,
+        cache_creation_tokens: report.usage.cache_creation_tokens,
+        cost_usd: report.cost_usd,
+        head_before,
+        head_after,
+        commits: agent_commits,
+        checkpoint_commit: checkpoint,
+        files_changed,
+        promise_seen,
+        passes_flipped: flipped,
+        passes_reverted: reverted,
+        session_id: report.session_id.clone(),
+        transcript: display_rel(&transcript_path, &paths.ralph_dir),
+        message,
+    };
+    ledger::append(&paths.ledger, &record)?;
+
+    *state.attempts.entry(story.id.clone()).or_insert(0) += 1;
+    state.last_outcome = Some(outcome.as_str().to_string());
+    state.in_flight = None;
+    state.save(&paths.ralph_dir)?;
+    ui.iteration_finished(&record, slot, cfg.max_iter);
+    Ok(IterationDone { record, feedback: feedback_next })
+}
+
+/// Inputs of [`classify`].
+struct Classify<'a> {
+    end: EndReason,
+    exit_code: Option<i32>,
+    report: &'a AgentReport,
+    corrupted: bool,
+    promise_seen: bool,
+    all_pass: bool,
+    story_passed: bool,
+    changed: bool,
+    backend_has_final_event: bool,
+}
+
+/// Decides an iteration's outcome. Order matters: how the process ended first (ralph's own
+/// kills), then what the agent reported about itself, then what the files say.
+fn classify(c: Classify<'_>) -> Outcome {
+    match c.end {
+        EndReason::Cancelled => return Outcome::Interrupted,
+        EndReason::TimedOut => return Outcome::Timeout,
+        EndReason::Idle => return Outcome::Stalled,
+        EndReason::Exited | EndReason::KilledAfterFinal => {}
+    }
+    match c.report.failure {
+        Some(FailureClass::Auth) => return Outcome::AuthError,
+        Some(FailureClass::Config) => return Outcome::ConfigError,
+        Some(FailureClass::UsageLimit) => return Outcome::UsageLimit,
+        Some(FailureClass::Transient) => return Outcome::Transient,
+        Some(FailureClass::Context) | None => {}
+    }
+    if c.corrupted {
+        return Outcome::PrdCorrupted;
+    }
+    if c.promise_seen && !c.all_pass {
+        return Outcome::PrematureClaim;
+    }
+    if c.story_passed {
+        return Outcome::StoryPassed;
+    }
+    let failed_exit = c.end == EndReason::Exited && c.exit_code != Some(0);
+    let no_final = c.backend_has_final_event && !c.report.saw_final;
+    if c.report.is_error || failed_exit || (no_final && c.end == EndReason::Exited && !c.changed) {
+        return Outcome::AgentError;
+    }
+    if c.changed {
+        Outcome::Progress
+    } else {
+        Outcome::NoProgress
+    }
+}
+
+fn outcome_message(
+    outcome: Outcome,
+    report: &AgentReport,
+    stderr_tail: &[String],
+    corrupted: Option<&str>,
+    open_after: &[String],
+    cfg: &RunConfig,
+) -> Option<String> {
+    let agent_said = || {
+        report
+            .error_message
+            .clone()
+            .or_else(|| stderr_tail.last().cloned())
+            .map(|m| truncate_chars(&m, 300))
+    };
+    match outcome {
+        Outcome::PrematureClaim => Some(format!(
+            "completion promise printed while {} still ha{} passes=false",
+            open_after.join(", "),
+            if open_after.len() == 1 { "s" } else { "ve" }
+        )),
+        Outcome::PrdCorrupted => corrupted.map(|e| {
+            format!("prd.json was invalid after the iteration and was restored: {}", truncate_chars(e, 300))
+        }),
+        Outcome::Timeout => Some(format!(
+            "killed after the iteration time limit of {}",
+            humantime::format_duration(cfg.timeout)
+        )),
+        Outcome::Stalled => Some(format!(
+            "killed after {} without output (idle limit)",
+            humantime::format_duration(cfg.idle_timeout)
+        )),
+        Outcome::Interrupted => Some("interrupted by the user; changes kept in a checkpoint commit".into()),
+        Outcome::AgentError | Outcome::AuthError | Outcome::ConfigError | Outcome::UsageLimit | Outcome::Transient => {
+            agent_said()
+        }
+        _ => None,
+    }
+}
+
+fn feedback_for(outcome: Outcome, story: &str, open: &[String], message: Option<&str>) -> Option<String> {
+    let msg = message.unwrap_or("");
+    match outcome {
+        Outcome::PrematureClaim => Some(format!(
+            "Your completion claim was premature: {} still ha{} passes=false in prd.json. Print the promise only when every story passes.",
+            open.join(", "),
+            if open.len() == 1 { "s" } else { "ve" }
+        )),
+        Outcome::PrdCorrupted => Some(format!(
+            "prd.json was not valid after the previous iteration, so ralph restored the earlier version ({msg}). Edit only the `passes` and `notes` fields, and keep it valid JSON."
+        )),
+        Outcome::Timeout => Some(format!("The previous iteration was {msg}. Work in smaller steps and commit as you go.")),
+        Outcome::Stalled => Some(format!("The previous iteration was {msg}. Avoid commands that wait for input or run forever.")),
+        Outcome::AgentError => Some(format!("The previous iteration ended with an agent error: {msg}")),
+        Outcome::NoProgress => Some(format!(
+            "The previous iteration changed nothing (no commit, no file change). Make concrete progress on {story}."
+        )),
+        Outcome::Progress => Some(format!(
+            "The previous iteration made changes but {story} does not pass yet: finish it, run the checks, commit, and set passes to true."
+        )),
+        _ => None,
+    }
+}
+
+fn entry_summary(
+    commits: &[String],
+    files: &[String],
+    flipped: &[String],
+    promise: bool,
+    message: Option<&str>,
+) -> String {
+    let mut parts = Vec::new();
+    parts.push(format!(
+        "{} agent commit{}, {} file{} changed",
+        commits.len(),
+        if commits.len() == 1 { "" } else { "s" },
+        files.len(),
+        if files.len() == 1 { "" } else { "s" }
+    ));
+    if !flipped.is_empty() {
+        parts.push(format!("passes set: {}", flipped.join(", ")));
+    }
+    if promise {
+        parts.push("completion promise printed".into());
+    }
+    if let Some(m) = message {
+        parts.push(m.to_string());
+    }
+    parts.join("; ")
+}
+
+/// Story ids whose `passes` went from `!to` to `to` between `before` and `after`.
+fn flipped_ids(before: &Prd, after: &Prd, to: bool) -> Vec<String> {
+    after
+        .user_stories
+        .iter()
+        .filter(|s| s.passes == to)
+        .filter(|s| before.story(&s.id).is_some_and(|b| b.passes != to))
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+/// Writes the snapshot back atomically.
+fn restore_prd(path: &Path, raw: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, raw)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot restore {}", path.display()))?;
+    Ok(())
+}
+
+/// Handles an iteration that a previous ralph left in flight (it was killed): kills the agent's
+/// orphaned process group, checkpoints its changes and records it as `interrupted`.
+async fn recover_interrupted(
+    repo: &Repo,
+    paths: &RunPaths,
+    state: &mut State,
+    cfg: &RunConfig,
+    ui: &Ui,
+) -> anyhow::Result<Vec<String>> {
+    let Some(flight) = state.in_flight.clone() else {
+        return Ok(Vec::new());
+    };
+    if flight.pid > 0 {
+        if let Ok(pgid) = i32::try_from(flight.pid) {
+            if process::group_alive(pgid) {
+                process::kill_group(pgid, cfg.kill_grace).await;
+                ui.warn(&format!(
+                    "killed the agent process group {pgid} left running by the previous ralph"
+                ));
+            }
+        }
+    }
+    let already_recorded = ledger::read_all(&paths.ledger)
+        .map(|r| {
+            r.records
+                .iter()
+                .any(|x| x.run_id == flight.run_id && x.iteration == flight.iteration)
+        })
+        .unwrap_or(false);
+    let mut feedback = Vec::new();
+    if !already_recorded {
+        let started = Instant::now();
+        let head_mid = repo.head_sha()?;
+        let agent_commits = match &head_mid {
+            Some(h) => repo.commits_between(flight.start_sha.as_deref(), h)?,
+            None => Vec::new(),
+        };
+        let files_changed = match &flight.start_sha {
+            Some(h) => repo.changed_files(h)?,
+            None => repo.dirty_paths()?,
+        };
+        // A prd.json left broken by the killed agent would stop the whole run; restore it from git.
+        let message = "ralph was stopped during this iteration; its changes were checkpointed when ralph restarted".to_string();
+        let title = store::load(&paths.prd)
+            .ok()
+            .and_then(|l| l.prd.story(&flight.story_id).map(|s| s.title.clone()))
+            .unwrap_or_default();
+        progress::ensure_exists(&paths.progress, Local::now())?;
+        progress::append_entry(
+            &paths.progress,
+            &progress::Entry {
+                at: Local::now(),
+                iteration: flight.iteration,
+                story_id: flight.story_id.clone(),
+                story_title: title.clone(),
+                outcome: Outcome::Interrupted,
+                commit: agent_commits.last().cloned(),
+                summary: message.clone(),
+            },
+        )?;
+        let checkpoint = repo.commit_all(
+            &format!("ralph: iteration {} ({}) checkpoint after restart", flight.iteration, flight.story_id),
+            "Outcome: interrupted (ralph was killed during this iteration).",
+            &[
+                ("Ralph-Run", flight.run_id.clone()),
+                ("Ralph-Iteration", flight.iteration.to_string()),
+                ("Ralph-Story", flight.story_id.clone()),
+                ("Ralph-Outcome", Outcome::Interrupted.as_str().to_string()),
+            ],
+        )?;
+        let record = LedgerRecord {
+            run_id: flight.run_id.clone(),
+            iteration: flight.iteration,
+            story_id: flight.story_id.clone(),
+            story_title: title,
+            backend: cfg.agent.as_str().to_string(),
+            model: cfg.model.clone(),
+            agent_version: None,
+            started_at: flight.started_at,
+            ended_at: Utc::now(),
+            duration_s: started.elapsed().as_secs_f64(),
+            outcome: Outcome::Interrupted,
+            exit_code: None,
+            signal: None,
+            tokens_in: 0,
+            tokens_out: 0,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            cost_usd: None,
+            head_before: flight.start_sha.clone(),
+            head_after: repo.head_sha()?,
+            commits: agent_commits,
+            checkpoint_commit: checkpoint.clone(),
+            files_changed,
+            promise_seen: false,
+            passes_flipped: Vec::new(),
+            passes_reverted: Vec::new(),
+            session_id: None,
+            transcript: display_rel(
+                &paths.ralph_dir.join(Transcript::relative_path(&flight.run_id, flight.iteration)),
+                &paths.ralph_dir,
+            ),
+            message: Some(message),
+        };
+        ledger::append(&paths.ledger, &record)?;
+        ui.warn(&format!(
+            "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
+            flight.iteration,
+            flight.story_id,
+            checkpoint.as_deref().map(short_sha).unwrap_or("the existing commits")
+        ));
+        feedback.push(format!(
+            "The previous iteration ({}) was interrupted; its partial changes were committed as a checkpoint. Check `git log` and `git diff HEAD~1` and continue from there.",
+            flight.story_id
+        ));
+        *state.attempts.entry(flight.story_id.clone()).or_insert(0) += 1;
+        state.last_outcome = Some(Outcome::Interrupted.as_str().to_string());
+    }
+    state.iteration = state.iteration.max(flight.iteration);
+    state.in_flight = None;
+    state.save(&paths.ralph_dir)?;
+    Ok(feedback)
+}
+
+fn summarize(
+    status: ExitStatus,
+    prd: &Prd,
+    records: &[LedgerRecord],
+    elapsed: Duration,
+    paths: &RunPaths,
+    cfg: &RunConfig,
+) -> Summary {
+    let open: Vec<String> = prd
+        .user_stories
+        .iter()
+        .filter(|s| !s.passes)
+        .map(|s| s.id.clone())
+        .collect();
+    let passed = prd.user_stories.len() - open.len();
+    let total = prd.user_stories.len();
+    let headline = match status {
+        ExitStatus::Success => format!("complete: all {total} stories pass"),
+        ExitStatus::MaxIterations => format!(
+            "stopped: --max-iter {} reached with {} of {total} stories open",
+            cfg.max_iter,
+            open.len()
+        ),
+        ExitStatus::Interrupted => "interrupted: the current iteration was stopped and checkpointed".into(),
+        ExitStatus::OtherLimit => "stopped by a limit before every story passed".into(),
+        ExitStatus::Failure | ExitStatus::Usage => match records.last() {
+            Some(r) => format!("stopped: iteration {} ended with {}", r.iteration, r.outcome.as_str()),
+            None => "stopped by an error".into(),
+        },
+    };
+    let next = match status {
+        ExitStatus::Success => "review the commits (git log) and merge the branch".to_string(),
+        ExitStatus::Interrupted => "run `ralph run` again to resume where it stopped".to_string(),
+        ExitStatus::Failure => match records.last().map(|r| r.outcome) {
+            Some(Outcome::AuthError) => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
+            Some(Outcome::ConfigError) => "fix the agent's setup shown above (see `.ralph/runs/` for the transcript), then `ralph run`".into(),
+            _ => "fix the error above, then `ralph run`".into(),
+        },
+        _ => "check `ralph status` and the transcripts in .ralph/runs/, then `ralph run` to continue".to_string(),
+    };
+    let costs: Vec<f64> = records.iter().filter_map(|r| r.cost_usd).collect();
+    Summary {
+        headline,
+        success: status == ExitStatus::Success,
+        passed,
+        open,
+        iterations: u32::try_from(records.len()).unwrap_or(u32::MAX),
+        iteration_range: records.first().zip(records.last()).map(|(a, b)| (a.iteration, b.iteration)),
+        elapsed,
+        cost_usd: if costs.is_empty() { None } else { Some(costs.iter().sum()) },
+        tokens: (
+            records.iter().map(|r| r.tokens_in + r.cache_read_tokens + r.cache_creation_tokens).sum(),
+            records.iter().map(|r| r.tokens_out).sum(),
+        ),
+        ledger: display_rel(&paths.ledger, &paths.repo_root),
+        next,
+    }
+}
+
+fn new_run_id() -> String {
+    format!("{}-{:04x}", Utc::now().format("%Y%m%dT%H%M%S"), std::process::id() & 0xffff)
+}
+
+/// The argv of `spec`, quoted so that it can be pasted into a shell.
+pub fn shell_words(spec: &process::SpawnSpec) -> String {
+    let mut words = vec![spec.program.display().to_string()];
+    words.extend(spec.args.iter().cloned());
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+fn display_rel(path: &Path, base: &Path) -> String {
+    path.strip_prefix(base)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}
+
+fn short_sha(sha: &str) -> &str {
+    sha.get(..8).unwrap_or(sha)
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}

@@ -1,1 +1,280 @@
-//! (in progress)
+//! The per-iteration prompt: `templates/prompt.md` (embedded) or a user template, rendered with
+//! minijinja in strict mode so that a misspelt variable is an error, never an empty string.
+
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde::Serialize;
+
+use crate::completion::PROMISE;
+use crate::prd::model::{Prd, Story};
+
+/// The built-in template, `templates/prompt.md`.
+pub const BUILTIN_TEMPLATE: &str = include_str!("../templates/prompt.md");
+
+/// Errors loading or rendering a template.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    /// The user's template file could not be read.
+    #[error("cannot read the prompt template {path}: {source}\nhint: fix `template` in ralph.toml (or --template), or remove it to use the built-in prompt")]
+    Read {
+        /// The template path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The template has a syntax error or uses an undefined variable.
+    #[error("prompt template {name}: {message}\nhint: the variables available are listed in README.md (Prompt template)")]
+    Render {
+        /// The template's name or path.
+        name: String,
+        /// minijinja's message, with line number.
+        message: String,
+    },
+}
+
+/// A story as the template sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoryView {
+    /// Story id (`US-001`).
+    pub id: String,
+    /// Title.
+    pub title: String,
+    /// Description (may be empty).
+    pub description: String,
+    /// Acceptance criteria.
+    pub acceptance_criteria: Vec<String>,
+    /// Priority (1 = first).
+    pub priority: i64,
+    /// Whether it passes.
+    pub passes: bool,
+    /// Notes (may be empty).
+    pub notes: String,
+}
+
+impl From<&Story> for StoryView {
+    fn from(s: &Story) -> Self {
+        StoryView {
+            id: s.id.clone(),
+            title: s.title.clone(),
+            description: s.description.clone(),
+            acceptance_criteria: s.acceptance_criteria.clone(),
+            priority: s.priority,
+            passes: s.passes,
+            notes: s.notes.clone(),
+        }
+    }
+}
+
+/// Everything a template can use. Field names are the template variable names.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptContext {
+    /// Iteration number (continues across runs).
+    pub iteration: u32,
+    /// Last iteration number this run may reach.
+    pub max_iter: u32,
+    /// Absolute repository root.
+    pub repo_root: String,
+    /// `project` from prd.json.
+    pub project: String,
+    /// `description` from prd.json.
+    pub description: String,
+    /// `branchName` from prd.json, or empty.
+    pub branch_name: String,
+    /// Absolute path of prd.json.
+    pub prd_path: String,
+    /// Absolute path of progress.txt.
+    pub progress_path: String,
+    /// The current story.
+    pub story: StoryView,
+    /// Every other story, in file order.
+    pub other_stories: Vec<StoryView>,
+    /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
+    pub progress_excerpt: String,
+    /// Feedback lines from the previous iteration (may be empty).
+    pub feedback: Vec<String>,
+    /// The completion promise, `<promise>COMPLETE</promise>`.
+    pub promise: String,
+}
+
+impl PromptContext {
+    /// Builds the context for `story` of `prd`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        prd: &Prd,
+        story: &Story,
+        iteration: u32,
+        max_iter: u32,
+        repo_root: &Path,
+        prd_path: &Path,
+        progress_path: &Path,
+        progress_excerpt: String,
+        feedback: Vec<String>,
+    ) -> Self {
+        PromptContext {
+            iteration,
+            max_iter,
+            repo_root: repo_root.display().to_string(),
+            project: prd.project.clone(),
+            description: prd.description.clone(),
+            branch_name: prd.branch_name.clone().unwrap_or_default(),
+            prd_path: prd_path.display().to_string(),
+            progress_path: progress_path.display().to_string(),
+            story: StoryView::from(story),
+            other_stories: prd
+                .user_stories
+                .iter()
+                .filter(|s| s.id != story.id)
+                .map(StoryView::from)
+                .collect(),
+            progress_excerpt,
+            feedback,
+            promise: PROMISE.to_string(),
+        }
+    }
+}
+
+/// A loaded template, ready to render.
+#[derive(Debug)]
+pub struct PromptTemplate {
+    name: String,
+    source: String,
+}
+
+impl PromptTemplate {
+    /// Loads `path`, or the built-in template when `None`, and checks that it parses.
+    ///
+    /// # Errors
+    /// [`PromptError::Read`] when the file cannot be read, [`PromptError::Render`] on a syntax error.
+    pub fn load(path: Option<&Path>) -> Result<PromptTemplate, PromptError> {
+        let (name, source) = match path {
+            Some(p) => (
+                p.display().to_string(),
+                std::fs::read_to_string(p).map_err(|source| PromptError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?,
+            ),
+            None => ("templates/prompt.md".to_string(), BUILTIN_TEMPLATE.to_string()),
+        };
+        let template = PromptTemplate { name, source };
+        template.environment()?;
+        Ok(template)
+    }
+
+    fn environment(&self) -> Result<Environment<'_>, PromptError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(true);
+        env.add_template(&self.name, &self.source)
+            .map_err(|e| self.error(&e))?;
+        Ok(env)
+    }
+
+    fn error(&self, e: &minijinja::Error) -> PromptError {
+        let mut message = e.to_string();
+        if let Some(line) = e.line() {
+            message = format!("line {line}: {message}");
+        }
+        PromptError::Render {
+            name: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Renders the template with `ctx`.
+    ///
+    /// # Errors
+    /// [`PromptError::Render`] when the template uses a variable that `ctx` lacks.
+    pub fn render(&self, ctx: &PromptContext) -> Result<String, PromptError> {
+        let env = self.environment()?;
+        let template = env.get_template(&self.name).map_err(|e| self.error(&e))?;
+        template.render(ctx).map_err(|e| self.error(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prd() -> Prd {
+        serde_json::from_value(serde_json::json!({
+            "project": "Demo",
+            "branchName": "ralph/demo",
+            "description": "A demo",
+            "userStories": [
+                {"id": "US-001", "title": "First", "description": "Do one", "acceptanceCriteria": ["a", "b"], "priority": 1, "passes": true, "notes": ""},
+                {"id": "US-002", "title": "Second \"quoted\" $(rm -rf ~)", "description": "", "acceptanceCriteria": ["c"], "priority": 2, "passes": false, "notes": "careful"}
+            ]
+        }))
+        .unwrap()
+    }
+
+    fn ctx(feedback: Vec<String>) -> PromptContext {
+        let prd = prd();
+        let story = prd.user_stories[1].clone();
+        PromptContext::new(
+            &prd,
+            &story,
+            3,
+            10,
+            Path::new("/repo"),
+            Path::new("/repo/prd.json"),
+            Path::new("/repo/progress.txt"),
+            "## Codebase Patterns\n- use x\n".into(),
+            feedback,
+        )
+    }
+
+    #[test]
+    fn builtin_prompt_has_story_paths_rules_and_feedback() {
+        let t = PromptTemplate::load(None).unwrap();
+        let out = t
+            .render(&ctx(vec!["your completion claim was premature: US-002 still has passes=false".into()]))
+            .unwrap();
+        for needle in [
+            "Story ID: US-002",
+            "Title: Second \"quoted\" $(rm -rf ~)",
+            "- c",
+            "Notes: careful",
+            "US-001 [passes] (priority 1) First",
+            "PRD file: `/repo/prd.json`",
+            "Progress log: `/repo/progress.txt`",
+            "## Codebase Patterns\n- use x",
+            "premature: US-002 still has passes=false",
+            "<promise>COMPLETE</promise>",
+            "Implement the current story (US-002) only",
+        ] {
+            assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+        }
+        // The prompt must never end on the promise: an agent that echoes it must not complete.
+        assert!(!out.trim_end().ends_with(PROMISE));
+    }
+
+    #[test]
+    fn no_feedback_section_without_feedback() {
+        let out = PromptTemplate::load(None).unwrap().render(&ctx(vec![])).unwrap();
+        assert!(!out.contains("Feedback from the previous iteration"));
+    }
+
+    #[test]
+    fn undefined_variable_is_an_error_naming_the_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.md");
+        std::fs::write(&path, "Story {{ story.id }} {{ no_such_thing }}\n").unwrap();
+        let t = PromptTemplate::load(Some(&path)).unwrap();
+        let err = t.render(&ctx(vec![])).unwrap_err().to_string();
+        assert!(err.contains("p.md") && err.contains("undefined"), "{err}");
+    }
+
+    #[test]
+    fn missing_template_file_is_a_clear_error() {
+        let err = PromptTemplate::load(Some(Path::new("/nonexistent/prompt.md")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/prompt.md"), "{err}");
+    }
+}

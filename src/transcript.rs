@@ -1,1 +1,191 @@
-//! (in progress)
+//! Per-iteration transcripts: `.ralph/runs/<run-id>/iter-NNN.jsonl`.
+//!
+//! Line 1 is a meta record; then every raw line the agent printed (`"type":"line"`) and every
+//! normalized event ralph parsed from it (`"type":"event"`), in order; the last line is an `end`
+//! record. Lines are written through a buffer as they arrive, so memory stays flat however much
+//! the agent prints; lines longer than [`MAX_TRANSCRIPT_LINE_BYTES`] are cut with a note.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::agent::AgentEvent;
+use crate::process::OutputLine;
+
+/// Longest agent line kept verbatim in a transcript (64 KiB); longer ones are cut with a note.
+pub const MAX_TRANSCRIPT_LINE_BYTES: usize = 64 * 1024;
+
+/// Metadata written as the first line of a transcript.
+#[derive(Debug, Clone, Serialize)]
+pub struct TranscriptMeta {
+    /// Run id.
+    pub run_id: String,
+    /// Iteration number.
+    pub iteration: u32,
+    /// Story id.
+    pub story_id: String,
+    /// Backend name.
+    pub backend: String,
+    /// The agent's argv, shell-quoted so it can be pasted into a shell.
+    pub command: String,
+    /// Git HEAD at the start, when there is one.
+    pub head: Option<String>,
+    /// ralph's version.
+    pub ralph_version: String,
+    /// RFC 3339 UTC start time.
+    pub started_at: String,
+    /// Size of the prompt in bytes.
+    pub prompt_bytes: usize,
+}
+
+/// Writes one iteration's transcript. Write errors are remembered, not raised per line, so a full
+/// disk cannot kill an iteration; [`Transcript::finish`] reports the first one.
+pub struct Transcript {
+    path: PathBuf,
+    out: BufWriter<File>,
+    started: Instant,
+    error: Option<std::io::Error>,
+}
+
+impl Transcript {
+    /// The transcript path of `iteration` in `run_id`, relative to the `.ralph` directory.
+    pub fn relative_path(run_id: &str, iteration: u32) -> PathBuf {
+        Path::new("runs")
+            .join(run_id)
+            .join(format!("iter-{iteration:03}.jsonl"))
+    }
+
+    /// Creates the file (and its directory) under `ralph_dir` and writes the meta line.
+    ///
+    /// # Errors
+    /// I/O errors creating the directory or the file.
+    pub fn create(ralph_dir: &Path, meta: &TranscriptMeta) -> std::io::Result<Transcript> {
+        let path = ralph_dir.join(Self::relative_path(&meta.run_id, meta.iteration));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = File::create(&path)?;
+        let mut t = Transcript {
+            path,
+            out: BufWriter::new(file),
+            started: Instant::now(),
+            error: None,
+        };
+        t.write(&json!({"type": "meta", "meta": meta}));
+        Ok(t)
+    }
+
+    /// The absolute path of this transcript.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&mut self, value: &serde_json::Value) {
+        if self.error.is_some() {
+            return;
+        }
+        let result = serde_json::to_writer(&mut self.out, value)
+            .map_err(std::io::Error::other)
+            .and_then(|_| self.out.write_all(b"\n"));
+        if let Err(e) = result {
+            self.error = Some(e);
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Records one raw agent line, cutting it at [`MAX_TRANSCRIPT_LINE_BYTES`].
+    pub fn line(&mut self, line: &OutputLine) {
+        let full_len = line.truncated_from.unwrap_or(line.text.len());
+        let mut text = line.text.as_str();
+        if text.len() > MAX_TRANSCRIPT_LINE_BYTES {
+            let mut cut = MAX_TRANSCRIPT_LINE_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text = &text[..cut];
+        }
+        let mut record = json!({
+            "type": "line",
+            "t_ms": self.elapsed_ms(),
+            "stream": line.stream,
+            "text": text,
+        });
+        if full_len > text.len() {
+            record["note"] = json!(format!(
+                "line truncated: kept {} of {} bytes",
+                text.len(),
+                full_len
+            ));
+        }
+        self.write(&record);
+    }
+
+    /// Records one normalized event.
+    pub fn event(&mut self, event: &AgentEvent) {
+        let record = json!({"type": "event", "t_ms": self.elapsed_ms(), "event": event});
+        self.write(&record);
+    }
+
+    /// Writes a free-form record (e.g. the process outcome, ralph's own notes).
+    pub fn note(&mut self, kind: &str, data: serde_json::Value) {
+        let record = json!({"type": kind, "t_ms": self.elapsed_ms(), "data": data});
+        self.write(&record);
+    }
+
+    /// Flushes the file.
+    ///
+    /// # Errors
+    /// The first write error seen, or the flush error.
+    pub fn finish(mut self) -> std::io::Result<PathBuf> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::StreamKind;
+
+    #[test]
+    fn oversized_lines_are_cut_with_a_note_and_meta_comes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = TranscriptMeta {
+            run_id: "r1".into(),
+            iteration: 7,
+            story_id: "US-001".into(),
+            backend: "claude".into(),
+            command: "claude -p".into(),
+            head: None,
+            ralph_version: "0".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            prompt_bytes: 10,
+        };
+        let mut t = Transcript::create(dir.path(), &meta).unwrap();
+        t.line(&OutputLine {
+            stream: StreamKind::Stdout,
+            text: "é".repeat(MAX_TRANSCRIPT_LINE_BYTES),
+            truncated_from: Some(6_000_000),
+        });
+        t.event(&AgentEvent::AssistantText { text: "hi".into() });
+        let path = t.finish().unwrap();
+        assert!(path.ends_with("runs/r1/iter-007.jsonl"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0]["type"], "meta");
+        assert_eq!(lines[1]["note"], format!("line truncated: kept {} of 6000000 bytes", MAX_TRANSCRIPT_LINE_BYTES));
+        assert!(lines[1]["text"].as_str().unwrap().len() <= MAX_TRANSCRIPT_LINE_BYTES);
+        assert_eq!(lines[2]["event"]["kind"], "assistant_text");
+    }
+}

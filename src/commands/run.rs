@@ -1,1 +1,29 @@
-//! (in progress)
+//! `ralph run`: resolve the settings, install the signal handlers, and drive the loop.
+
+use crate::cli::RunArgs;
+use crate::config::RunConfig;
+use crate::exit::ExitStatus;
+use crate::process::StopSignals;
+use crate::ui::Ui;
+
+/// Runs the loop described by `args` (see [`crate::driver::run`]).
+///
+/// # Errors
+/// Invalid settings and every preflight failure of the driver; the caller prints them and exits 1.
+pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let cfg = RunConfig::resolve(args, &cwd)?;
+    // Two worker threads: the agent's pipes and timers on one, signals on the other. Agent
+    // processes are spawned from worker threads, which live as long as the runtime, so their
+    // parent-death signal does not fire early.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let stop = StopSignals::default();
+        let _signals = crate::signals::install(stop.clone())?;
+        let mut ui = Ui::new(cfg.output, cfg.verbose);
+        crate::driver::run(cfg, &mut ui, stop).await
+    })
+}

@@ -1,1 +1,136 @@
-//! (in progress)
+//! `ralph status`: the stories, the next story, and the latest run's iterations from the ledger.
+
+use std::path::Path;
+
+use console::style;
+use serde_json::json;
+
+use crate::cli::StatusArgs;
+use crate::driver::RunPaths;
+use crate::exit::ExitStatus;
+use crate::git::Repo;
+use crate::ledger::{self, LedgerRecord};
+use crate::prd::store;
+use crate::state::State;
+
+/// Prints the status of the PRD at `args.prd` (default `./prd.json`); `--json` prints one JSON
+/// document on stdout instead.
+///
+/// # Errors
+/// An unreadable or invalid prd.json, an unreadable ledger or state file.
+pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let prd_path = args
+        .prd
+        .as_ref()
+        .map(|p| if p.is_absolute() { p.clone() } else { cwd.join(p) })
+        .unwrap_or_else(|| cwd.join("prd.json"));
+    let loaded = store::load(&prd_path)?;
+    let prd_dir = loaded.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let root = Repo::discover(&prd_dir)
+        .map(|r| r.root().to_path_buf())
+        .unwrap_or(prd_dir);
+    let paths = RunPaths::new(&root, &loaded.path);
+    let ledger = if paths.ledger.exists() {
+        ledger::read_all(&paths.ledger)?.records
+    } else {
+        Vec::new()
+    };
+    let state = State::load(&paths.ralph_dir).ok().flatten().unwrap_or_default();
+    let latest_run = ledger.last().map(|r| r.run_id.clone());
+    let latest: Vec<&LedgerRecord> = ledger
+        .iter()
+        .filter(|r| Some(&r.run_id) == latest_run.as_ref())
+        .collect();
+    let next = loaded.prd.next_story(&state.blocked);
+    let total_cost: f64 = ledger.iter().filter_map(|r| r.cost_usd).sum();
+    let total_in: u64 = ledger.iter().map(|r| r.tokens_in).sum();
+    let total_out: u64 = ledger.iter().map(|r| r.tokens_out).sum();
+
+    if args.json {
+        let doc = json!({
+            "prd": loaded.path,
+            "project": loaded.prd.project,
+            "stories": loaded.prd.user_stories.iter().map(|s| json!({
+                "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
+                "attempts": state.attempts.get(&s.id).copied().unwrap_or(0),
+                "blocked": state.blocked.contains(&s.id),
+            })).collect::<Vec<_>>(),
+            "next_story": next.map(|s| s.id.clone()),
+            "complete": loaded.prd.all_pass(),
+            "latest_run": latest_run,
+            "iterations": latest,
+            "total_iterations": ledger.len(),
+            "total_cost_usd": total_cost,
+            "total_tokens_in": total_in,
+            "total_tokens_out": total_out,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitStatus::Success);
+    }
+
+    let passed = loaded.prd.user_stories.iter().filter(|s| s.passes).count();
+    println!(
+        "{} — {passed}/{} stories pass ({})",
+        style(&loaded.prd.project).bold(),
+        loaded.prd.user_stories.len(),
+        loaded.path.display()
+    );
+    println!();
+    println!("  {:<10} {:<8} {:>4}  {:>8}  TITLE", "ID", "STATUS", "PRIO", "ATTEMPTS");
+    for s in &loaded.prd.user_stories {
+        let status = if s.passes {
+            style("passes").green()
+        } else if state.blocked.contains(&s.id) {
+            style("blocked").red()
+        } else {
+            style("open").yellow()
+        };
+        println!(
+            "  {:<10} {:<8} {:>4}  {:>8}  {}",
+            s.id,
+            status,
+            s.priority,
+            state.attempts.get(&s.id).copied().unwrap_or(0),
+            s.title
+        );
+    }
+    println!();
+    match next {
+        Some(s) => println!("next story: {} {}", s.id, s.title),
+        None if loaded.prd.all_pass() => println!("next story: none — every story passes"),
+        None => println!("next story: none — every open story is blocked or waits for a dependency"),
+    }
+    println!();
+    match &latest_run {
+        None => println!("no runs yet: start one with `ralph run`"),
+        Some(run) => {
+            println!("latest run {run}: {} iteration(s)", latest.len());
+            for r in &latest {
+                let cost = r.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into());
+                println!(
+                    "  #{:<4} {:<8} {:<16} {:>7.0}s  {:>7}  {}",
+                    r.iteration,
+                    r.story_id,
+                    r.outcome.as_str(),
+                    r.duration_s,
+                    cost,
+                    r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
+                );
+            }
+            println!(
+                "all runs: {} iteration(s), ${total_cost:.2}, {total_in} tokens in, {total_out} out",
+                ledger.len()
+            );
+        }
+    }
+    println!(
+        "ledger: {}",
+        paths
+            .ledger
+            .strip_prefix(&root)
+            .unwrap_or(&paths.ledger)
+            .display()
+    );
+    Ok(ExitStatus::Success)
+}
