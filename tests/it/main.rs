@@ -1,1 +1,4 @@
+//! ralph's integration tests: one test binary (built with `--features test-fakes`).
 
+mod common;
+mod run_cases;

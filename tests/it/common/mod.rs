@@ -1,0 +1,200 @@
+//! Hermetic test environment for driving the `ralph` binary end to end: a temp HOME and TMPDIR,
+//! `GIT_CONFIG_GLOBAL=/dev/null`, a fixed git identity and dates, a fresh git repository with a
+//! prd.json, and the scripted fake agent on PATH under the name `claude`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+/// A temp directory tree for one test.
+pub struct TestEnv {
+    /// Keeps the tree alive.
+    pub root: tempfile::TempDir,
+    /// The git repository ralph runs in.
+    pub repo: PathBuf,
+    /// HOME for every child.
+    pub home: PathBuf,
+    /// TMPDIR for every child.
+    pub tmp: PathBuf,
+    /// Directory put first on PATH (holds the fake `claude`).
+    pub bin: PathBuf,
+    /// The fake agent's script.
+    pub script: PathBuf,
+}
+
+/// The built ralph binary.
+pub fn ralph_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ralph")
+}
+
+/// The built fake agent.
+pub fn fake_agent_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ralph-fake-agent")
+}
+
+/// A prd.json with `n` open stories `US-001`..: priority = index.
+pub fn prd_with_stories(n: usize) -> Value {
+    let stories: Vec<Value> = (1..=n)
+        .map(|i| {
+            json!({
+                "id": format!("US-{i:03}"),
+                "title": format!("Story {i}"),
+                "description": format!("As a user I want feature {i}"),
+                "acceptanceCriteria": [format!("file-{i}.txt exists")],
+                "priority": i,
+                "passes": false,
+                "notes": ""
+            })
+        })
+        .collect();
+    json!({
+        "project": "Demo",
+        "branchName": "ralph/demo",
+        "description": "A demo project",
+        "userStories": stories
+    })
+}
+
+impl TestEnv {
+    /// A fresh repo with `prd` committed on `main`, and the fake agent installed as `claude`.
+    pub fn new(prd: &Value) -> TestEnv {
+        let root = tempfile::tempdir().expect("tempdir");
+        let repo = root.path().join("repo");
+        let home = root.path().join("home");
+        let tmp = root.path().join("tmp");
+        let bin = root.path().join("bin");
+        for d in [&repo, &home, &tmp, &bin] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(fake_agent_bin(), bin.join("claude")).expect("symlink claude");
+        let script = root.path().join("script.json");
+        let env = TestEnv { root, repo, home, tmp, bin, script };
+        env.git(&["init", "-q", "-b", "main"]);
+        env.write("prd.json", &format!("{}\n", serde_json::to_string_pretty(prd).expect("json")));
+        env.write("README.md", "demo\n");
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-q", "-m", "initial"]);
+        env
+    }
+
+    /// Writes `content` to `rel` inside the repo.
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.repo.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(p, content).expect("write");
+    }
+
+    /// Reads `rel` inside the repo.
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.repo.join(rel)).unwrap_or_default()
+    }
+
+    /// Environment every child gets: nothing inherited but PATH's system part.
+    pub fn envs(&self) -> Vec<(String, String)> {
+        vec![
+            ("PATH".into(), format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin.display())),
+            ("HOME".into(), self.home.display().to_string()),
+            ("TMPDIR".into(), self.tmp.display().to_string()),
+            ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ("GIT_AUTHOR_NAME".into(), "Test Author".into()),
+            ("GIT_AUTHOR_EMAIL".into(), "author@example.com".into()),
+            ("GIT_COMMITTER_NAME".into(), "Test Author".into()),
+            ("GIT_COMMITTER_EMAIL".into(), "author@example.com".into()),
+            ("GIT_AUTHOR_DATE".into(), "2026-01-01T00:00:00Z".into()),
+            ("GIT_COMMITTER_DATE".into(), "2026-01-01T00:00:00Z".into()),
+            ("NO_COLOR".into(), "1".into()),
+            ("COLUMNS".into(), "100".into()),
+            ("RALPH_FAKE_SCRIPT".into(), self.script.display().to_string()),
+        ]
+    }
+
+    /// Runs `git` in the repo, panicking on failure; returns stdout.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&self.repo)
+            .env_clear()
+            .envs(self.envs())
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A `ralph` command in the repo with the hermetic environment.
+    pub fn ralph_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(ralph_bin());
+        cmd.args(args).current_dir(&self.repo).env_clear().envs(self.envs());
+        cmd
+    }
+
+    /// Runs `ralph` to completion.
+    pub fn ralph(&self, args: &[&str]) -> Output {
+        self.ralph_cmd(args).output().expect("run ralph")
+    }
+
+    /// Writes the fake agent's script (see testing/README.md).
+    pub fn script(&self, script: &Value) {
+        std::fs::write(&self.script, serde_json::to_vec_pretty(script).expect("json")).expect("write script");
+    }
+
+    /// Ledger records, parsed.
+    pub fn ledger(&self) -> Vec<Value> {
+        self.read(".ralph/ledger.jsonl")
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("ledger line"))
+            .collect()
+    }
+
+    /// The current prd.json, parsed.
+    pub fn prd(&self) -> Value {
+        serde_json::from_str(&self.read("prd.json")).expect("prd.json")
+    }
+
+    /// How many times the fake agent was started.
+    pub fn agent_calls(&self) -> usize {
+        let p = PathBuf::from(format!("{}.calls.jsonl", self.script.display()));
+        std::fs::read_to_string(p).map(|s| s.lines().count()).unwrap_or(0)
+    }
+
+    /// Path relative to the repo.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.repo.join(rel)
+    }
+}
+
+/// stdout + stderr of an output, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Whether any process in group `pgid` is still alive (zombies excluded).
+pub fn group_has_live_members(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")) else {
+            continue;
+        };
+        // Fields after the command name: state ppid pgrp ...
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<i32>().ok() == Some(pgid) {
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,441 @@
+//! `ralph run` end to end with the scripted fake agent: the field cases of shared/cases.md that
+//! belong to the loop (1–10, 17, 19, 22, 23, 26–28), plus Ctrl-C and the git trailers.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{group_has_live_members, prd_with_stories, text, TestEnv};
+
+const PROMISE: &str = "<promise>COMPLETE</promise>";
+
+/// One claude-dialect invocation that implements `id`: writes a file, flips passes, commits, and
+/// ends with `final_text`.
+fn claude_story(id: &str, n: usize, final_text: &str) -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_tool": {"name": "Write", "input": {"file_path": format!("file-{n}.txt")}}},
+        {"write_file": {"path": format!("file-{n}.txt"), "content": format!("story {n}\n")}},
+        {"set_passes": {"id": id, "passes": true}},
+        {"git_commit": format!("feat: {id}")},
+        {"claude_result": {"text": final_text, "is_error": false, "cost_usd": 0.01}}
+    ])
+}
+
+fn outcomes(env: &TestEnv) -> Vec<String> {
+    env.ledger()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn stdin_of(env: &TestEnv, n: usize) -> String {
+    env.read(&format!("../stdin-{n}.txt"))
+}
+
+#[test]
+fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [
+        claude_story("US-001", 1, "Implemented US-001."),
+        claude_story("US-002", 2, &format!("Implemented US-002.\n{PROMISE}")),
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["story_passed", "story_passed"]);
+    let ledger = env.ledger();
+    assert_eq!(ledger[0]["iteration"], 1);
+    assert_eq!(ledger[1]["iteration"], 2);
+    assert_eq!(ledger[1]["promise_seen"], true);
+    assert_eq!(ledger[0]["passes_flipped"], json!(["US-001"]));
+    assert!((ledger[0]["cost_usd"].as_f64().unwrap() - 0.01).abs() < 1e-9);
+    // Every ralph commit carries the four trailers.
+    let log = env.git(&["log", "--format=%s%n%(trailers:only,unfold)%n--END--"]);
+    let ralph_commits: Vec<&str> = log.split("--END--").filter(|c| c.trim().starts_with("ralph:")).collect();
+    assert_eq!(ralph_commits.len(), 2, "{log}");
+    for c in ralph_commits {
+        for t in ["Ralph-Run:", "Ralph-Iteration:", "Ralph-Story:", "Ralph-Outcome: story_passed"] {
+            assert!(c.contains(t), "missing {t} in {c}");
+        }
+    }
+    assert_eq!(env.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "ralph/demo");
+    let progress = env.read("progress.txt");
+    assert!(progress.starts_with("# Ralph Progress Log"), "{progress}");
+    assert!(progress.contains("(ralph, iteration 1)") && progress.contains("(ralph, iteration 2)"), "{progress}");
+    // The start refs protect each iteration's starting point.
+    let refs = env.git(&["for-each-ref", "--format=%(refname)", "refs/ralph/"]);
+    assert_eq!(refs.lines().count(), 2, "{refs}");
+    // Status reads it back.
+    let status = env.ralph(&["status", "--json"]);
+    let doc: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn case_01_echoed_prompt_is_not_a_completion() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[{"echo_stdin": true}]]}));
+    let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "claude", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let ledger = env.ledger();
+    assert_eq!(ledger[0]["promise_seen"], false);
+    assert_eq!(ledger[0]["outcome"], "no_progress");
+}
+
+#[test]
+fn case_02_promise_inside_a_sentence_is_not_a_completion() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let said = format!("I will not print {PROMISE} until every story passes.");
+    env.script(&json!({"invocations": [[{"claude_init": {}}, {"claude_text": said}, {"claude_result": {"text": said}}]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.ledger()[0]["promise_seen"], false);
+    assert_eq!(outcomes(&env), ["no_progress"]);
+}
+
+#[test]
+fn case_03_premature_claim_is_recorded_shown_and_fed_back() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"claude_result": {"text": format!("All done!\n{PROMISE}")}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"claude_result": {"text": "ok"}}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["premature_claim", "no_progress"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("premature_claim"), "{stderr}");
+    let prompt2 = stdin_of(&env, 2);
+    assert!(
+        prompt2.contains("Your completion claim was premature: US-001, US-002, US-003 still have passes=false"),
+        "{prompt2}"
+    );
+}
+
+#[test]
+fn case_04_all_passing_without_promise_completes() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "Implemented it.")]}));
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 1);
+    assert_eq!(env.ledger()[0]["promise_seen"], false);
+}
+
+#[test]
+fn case_05_promise_in_tool_output_is_not_a_completion() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_tool": {"name": "Read", "input": {"file_path": "notes.md"}}},
+        {"json": {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": format!("notes: {PROMISE}")}]}, "parent_tool_use_id": null}},
+        {"claude_result": {"text": "I read the notes."}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.ledger()[0]["promise_seen"], false);
+}
+
+#[test]
+fn case_06_promise_as_last_line_without_newline_is_seen() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"read_stdin": true},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"stdout": format!("Finished the work.\n{PROMISE}")}
+    ]]}));
+    let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "claude --plain", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.ledger()[0]["promise_seen"], true);
+    assert_eq!(outcomes(&env), ["story_passed"]);
+}
+
+#[test]
+fn case_07_silent_agent_is_killed_as_stalled_and_the_next_iteration_runs() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [
+        [{"sleep_ms": 3_600_000}],
+        claude_story("US-001", 1, "done")
+    ]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-iter", "2", "--idle-timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["stalled", "story_passed"]);
+    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn case_08_grandchild_holding_stdout_does_not_hang_and_is_killed() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"spawn_grandchild": {"ignore_term": true, "hold_stdout": true, "sleep_s": 120}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"claude_result": {"text": "done"}},
+        {"exit": 0}
+    ]]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(t.elapsed() < Duration::from_secs(30), "ralph waited for EOF: {:?}", t.elapsed());
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    let _ = state;
+    // The grandchild (sleep 120) must be gone: no process of any fake-agent group survives.
+    let calls = env.read("../script.json.calls.jsonl");
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    let pid = call["pid"].as_i64().unwrap() as i32;
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!group_has_live_members(pid), "group {pid} still has live members");
+}
+
+#[test]
+fn case_09_agent_that_never_exits_after_its_result_is_finished_after_a_grace() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"claude_result": {"text": "done"}},
+        {"sleep_ms": 3_600_000}
+    ]]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["story_passed"]);
+    assert!(t.elapsed() < Duration::from_secs(40), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn case_10_agent_reading_stdin_to_eof_gets_the_prompt() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"save_stdin": "../stdin-1.txt"},
+        {"claude_result": {"text": "read it"}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(stdin_of(&env, 1).contains("Story ID: US-001"));
+}
+
+#[test]
+fn case_17_corrupted_prd_is_restored_and_reported_to_the_next_prompt() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let before = env.read("prd.json");
+    env.script(&json!({"invocations": [
+        [{"corrupt_prd": true}, {"claude_result": {"text": "oops"}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"claude_result": {"text": "ok"}}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env)[0], "prd_corrupted");
+    assert_eq!(env.read("prd.json"), before, "prd.json must be restored byte for byte");
+    assert!(stdin_of(&env, 2).contains("prd.json was not valid after the previous iteration"));
+}
+
+#[test]
+fn case_19_dirty_tree_is_refused_with_a_hint_and_nothing_is_lost() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("README.md", "my unsaved edit\n");
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("uncommitted changes") && stderr.contains("--allow-dirty"), "{stderr}");
+    assert!(stderr.contains("README.md"), "{stderr}");
+    assert_eq!(env.read("README.md"), "my unsaved edit\n");
+    assert_eq!(env.agent_calls(), 0);
+    // With --allow-dirty it proceeds.
+    let out = env.ralph(&["run", "--allow-dirty", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn case_22_sigkill_mid_iteration_then_resume() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [
+        claude_story("US-001", 1, "done 1"),
+        claude_story("US-002", 2, "done 2"),
+        [{"write_file": {"path": "partial.txt", "content": "half done\n"}},
+         {"spawn_grandchild": {"ignore_term": true, "hold_stdout": false, "sleep_s": 300}},
+         {"stdout": "{\"type\":\"system\",\"subtype\":\"init\"}"},
+         {"sleep_ms": 3_600_000}],
+        claude_story("US-003", 3, "done 3")
+    ]}));
+    let mut prd = prd_with_stories(3);
+    prd["userStories"][2]["id"] = json!("US-003");
+    env.write("prd.json", &serde_json::to_string_pretty(&prd).unwrap());
+    env.git(&["commit", "-qam", "three stories"]);
+
+    let mut child = env.ralph_cmd(&["run", "--max-iter", "5"]).spawn().unwrap();
+    // Wait until iteration 3 is in flight with its agent running.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pgid = loop {
+        assert!(Instant::now() < deadline, "iteration 3 never started");
+        if let Ok(s) = std::fs::read_to_string(env.path(".ralph/state.json")) {
+            let v: Value = serde_json::from_str(&s).unwrap_or(Value::Null);
+            if v["in_flight"]["iteration"] == 3 && v["in_flight"]["pid"].as_u64().unwrap_or(0) > 0
+                && env.path("partial.txt").exists()
+            {
+                break v["in_flight"]["pid"].as_i64().unwrap() as i32;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+
+    let out = env.ralph(&["run", "--max-iter", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("stale lock"), "{stderr}");
+    assert!(!group_has_live_members(pgid), "the orphaned agent group {pgid} survived");
+    let ledger = env.ledger();
+    let its: Vec<(u64, &str)> = ledger
+        .iter()
+        .map(|r| (r["iteration"].as_u64().unwrap(), r["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(its, [(1, "story_passed"), (2, "story_passed"), (3, "interrupted"), (4, "story_passed")]);
+    // The interrupted iteration's work is in a checkpoint commit.
+    let log = env.git(&["log", "--format=%s", "--", "partial.txt"]);
+    assert!(log.contains("ralph: iteration 3 (US-003)"), "{log}");
+    assert_eq!(env.read("partial.txt"), "half done\n");
+}
+
+#[test]
+fn case_23_second_run_refuses_and_names_the_pid() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[{"claude_init": {}}, {"sleep_ms": 3_600_000}]]}));
+    let mut first = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.agent_calls() == 0 {
+        assert!(Instant::now() < deadline, "first run never started its agent");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("pid {}", first.id())), "{stderr}");
+    assert_eq!(env.agent_calls(), 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = first.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+}
+
+#[test]
+fn ctrl_c_interrupts_checkpoints_and_resume_continues_numbering() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"write_file": {"path": "wip.txt", "content": "wip\n"}},
+         {"spawn_grandchild": {"ignore_term": true, "hold_stdout": true, "sleep_s": 300}},
+         {"sleep_ms": 3_600_000}],
+        claude_story("US-001", 1, "done")
+    ]}));
+    let mut child = env.ralph_cmd(&["run", "--max-iter", "3"]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.path("wip.txt").exists() {
+        assert!(Instant::now() < deadline, "agent never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    let pgid = state["in_flight"]["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(!group_has_live_members(pgid), "agent group survived Ctrl-C");
+    assert_eq!(outcomes(&env), ["interrupted"]);
+    assert!(env.git(&["log", "--format=%s", "--", "wip.txt"]).contains("ralph: iteration 1"));
+    assert!(env.git(&["status", "--porcelain"]).trim().is_empty());
+
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let its: Vec<u64> = env.ledger().iter().map(|r| r["iteration"].as_u64().unwrap()).collect();
+    assert_eq!(its, [1, 2]);
+}
+
+#[test]
+fn case_26_invalid_prd_refuses_before_any_agent_starts() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("prd.json", "{\"project\": \"x\", \"userStories\": [{\"title\": \"t\", \"priority\": \"high\", \"acceptanceCriteria\": []}]}");
+    env.git(&["commit", "-qam", "bad prd"]);
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("prd.json") && stderr.contains("userStories[0]"), "{stderr}");
+    assert_eq!(env.agent_calls(), 0);
+}
+
+#[test]
+fn case_27_hostile_title_and_200kb_prompt_arrive_byte_for_byte() {
+    let mut prd = prd_with_stories(1);
+    let title = "Quote \"it\" and 'this' $(touch pwned) `touch pwned2` — ünïcødé ✓";
+    prd["userStories"][0]["title"] = json!(title);
+    let big = "x".repeat(200 * 1024);
+    prd["userStories"][0]["description"] = json!(big);
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [[{"save_stdin": "../stdin-1.txt"}, {"claude_result": {"text": "ok"}}]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let got = stdin_of(&env, 1);
+    assert!(got.contains(&format!("Title: {title}")), "title not received verbatim");
+    assert!(got.contains(&big));
+    assert!(!env.path("pwned").exists() && !env.path("pwned2").exists());
+    assert!(!env.root.path().join("pwned").exists());
+}
+
+#[test]
+fn case_28_bad_invocations_fail_clearly_before_any_agent() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["run", "--max-iter", "0"], 1, "--max-iter must be at least 1"),
+        (vec!["run", "--no-such-flag"], 2, "--no-such-flag"),
+        (vec!["run", "--template", "missing.md"], 1, "missing.md"),
+        (vec!["run", "--agent-program", "no-such-agent-binary"], 1, "no-such-agent-binary"),
+    ];
+    for (args, code, needle) in cases {
+        let out = env.ralph(&args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    assert_eq!(env.agent_calls(), 0);
+}
+
+#[test]
+fn auth_error_stops_the_run_with_exit_1() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_result": {"text": "Invalid API key · Please run /login", "is_error": true}},
+        {"exit": 1}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "5"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["auth_error"]);
+    assert_eq!(env.agent_calls(), 1);
+}
+
+#[test]
+fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "1"])
+        .env("CLAUDECODE", "1")
+        .env("CLAUDE_CODE_ENTRYPOINT", "cli")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let calls = env.read("../script.json.calls.jsonl");
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert!(call["env"]["CLAUDECODE"].is_null(), "{call}");
+    assert_eq!(call["env"]["NO_COLOR"], "1");
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(call["env"]["IS_SANDBOX"], "1");
+    }
+    let argv: Vec<&str> = call["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for flag in ["-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"] {
+        assert!(argv.contains(&flag), "{argv:?}");
+    }
+}
