@@ -465,7 +465,12 @@ fn semantic_violations(value: &Value) -> Vec<(Option<usize>, Violation)> {
                 ));
             }
         }
-        let Some(id) = story.get("id").and_then(Value::as_str) else {
+        // Blank ids are reported by the schema; they name nothing a dependency could point at.
+        let Some(id) = story
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.trim().is_empty())
+        else {
             continue;
         };
         match first.get(id) {
