@@ -1,1 +1,233 @@
-//! (in progress)
+//! The prd.json data model: the single source of truth for the file's shape.
+//!
+//! The format is the original Ralph's (snarktank/ralph `prd.json.example`): `project`,
+//! `branchName`, `description` and `userStories[]` with `id`, `title`, `description`,
+//! `acceptanceCriteria`, `priority`, `passes` and `notes`. ralph adds three optional fields:
+//! `$schema` (for editors), `baseBranch` (where a new `branchName` is created from) and per-story
+//! `dependsOn` (ids of stories that must pass first).
+//!
+//! `prd.schema.json` is generated from these types (see [`crate::prd::schema`]), so the doc
+//! comments on the fields below double as the schema's descriptions. Unknown fields are kept in
+//! `extra` (in file order) so that tools which add their own fields do not lose them; ralph itself
+//! never re-serializes prd.json (see [`crate::prd::store::set_passes`]).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A product requirements document: the whole content of a `prd.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(title = "prd.json")]
+pub struct Prd {
+    /// Path or URL of the JSON Schema this file follows (used by editors; ralph ignores it).
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Project name.
+    pub project: String,
+    /// Git branch the work happens on, e.g. "ralph/my-feature". ralph checks it out (creating it
+    /// if needed) before the first iteration; when it changes, the previous run is archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_name: Option<String>,
+    /// Branch (or any commit-ish) that a missing `branchName` branch is created from; default:
+    /// the current HEAD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_branch: Option<String>,
+    /// What the feature is about.
+    #[serde(default)]
+    pub description: String,
+    /// The stories, in document order. Each must be small enough for one agent iteration.
+    pub user_stories: Vec<Story>,
+    /// Fields ralph does not know, kept as they were (in file order).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One user story: a unit of work that a single agent iteration should finish.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Story {
+    /// Unique, non-blank identifier, e.g. "US-001".
+    #[schemars(regex(pattern = r"\S"))]
+    pub id: String,
+    /// Short name, used in commit messages.
+    pub title: String,
+    /// "As a [user], I want [feature] so that [benefit]".
+    #[serde(default)]
+    pub description: String,
+    /// Verifiable checks that must hold before `passes` may be set to true.
+    pub acceptance_criteria: Vec<String>,
+    /// Order of work: the open story with the lowest number runs first (1 = first); ties go to
+    /// the story that comes first in the file.
+    pub priority: i64,
+    /// Whether the story is done. `false` at creation; the agent sets it to `true`.
+    pub passes: bool,
+    /// Free-form notes, "" at creation.
+    #[serde(default)]
+    pub notes: String,
+    /// Ids of stories that must pass before this one is picked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// Fields ralph does not know, kept as they were (in file order).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Prd {
+    /// The first story whose `id` is `id`, if any.
+    pub fn story(&self, id: &str) -> Option<&Story> {
+        self.user_stories.iter().find(|story| story.id == id)
+    }
+
+    /// True when every story has `passes: true` (vacuously true for an empty list): the only
+    /// condition under which a run is complete.
+    pub fn all_pass(&self) -> bool {
+        self.user_stories.iter().all(|story| story.passes)
+    }
+
+    /// Stories with `passes: false`, in document order.
+    pub fn open_stories(&self) -> Vec<&Story> {
+        self.user_stories
+            .iter()
+            .filter(|story| !story.passes)
+            .collect()
+    }
+
+    /// Number of stories with `passes: true`.
+    pub fn passing_count(&self) -> usize {
+        self.user_stories
+            .iter()
+            .filter(|story| story.passes)
+            .count()
+    }
+
+    /// The story the next iteration should work on: among stories with `passes: false` whose id
+    /// is not in `blocked` and whose every `dependsOn` id names a passing story, the one with the
+    /// lowest `priority` number; ties go to the earlier story in the file. `None` when no story
+    /// qualifies (all pass, or every open story is blocked or waiting on a dependency). A
+    /// `dependsOn` id that names no story counts as unmet (validation rejects such files).
+    pub fn next_story(&self, blocked: &[String]) -> Option<&Story> {
+        self.user_stories
+            .iter()
+            .filter(|story| !story.passes)
+            .filter(|story| !blocked.contains(&story.id))
+            .filter(|story| {
+                story
+                    .depends_on
+                    .iter()
+                    .all(|dep| self.story(dep).is_some_and(|d| d.passes))
+            })
+            // `min_by_key` returns the first of equal minima, which gives document order on ties.
+            .min_by_key(|story| story.priority)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn story(id: &str, priority: i64, passes: bool, depends_on: &[&str]) -> Value {
+        let mut s = json!({
+            "id": id,
+            "title": format!("title of {id}"),
+            "acceptanceCriteria": ["Typecheck passes"],
+            "priority": priority,
+            "passes": passes,
+        });
+        if !depends_on.is_empty() {
+            s["dependsOn"] = json!(depends_on);
+        }
+        s
+    }
+
+    fn prd(stories: Vec<Value>) -> Prd {
+        serde_json::from_value(json!({"project": "demo", "userStories": stories})).unwrap()
+    }
+
+    #[test]
+    fn next_story_picks_lowest_priority_number_then_document_order() {
+        let p = prd(vec![
+            story("US-003", 2, false, &[]),
+            story("US-001", 1, true, &[]),
+            story("US-002", 2, false, &[]),
+        ]);
+        assert_eq!(p.next_story(&[]).unwrap().id, "US-003");
+        let p = prd(vec![
+            story("US-003", 3, false, &[]),
+            story("US-002", 2, false, &[]),
+        ]);
+        assert_eq!(p.next_story(&[]).unwrap().id, "US-002");
+    }
+
+    #[test]
+    fn next_story_skips_blocked_and_unmet_dependencies() {
+        let p = prd(vec![
+            story("US-001", 1, false, &[]),
+            story("US-002", 2, false, &["US-001"]),
+            story("US-003", 3, false, &[]),
+        ]);
+        assert_eq!(p.next_story(&[]).unwrap().id, "US-001");
+        // US-001 blocked: US-002 waits on it, so US-003 is next.
+        assert_eq!(p.next_story(&["US-001".into()]).unwrap().id, "US-003");
+        assert!(p.next_story(&["US-001".into(), "US-003".into()]).is_none());
+
+        let p = prd(vec![
+            story("US-001", 1, true, &[]),
+            story("US-002", 2, false, &["US-001"]),
+        ]);
+        assert_eq!(p.next_story(&[]).unwrap().id, "US-002");
+
+        let p = prd(vec![story("US-002", 1, false, &["US-404"])]);
+        assert!(p.next_story(&[]).is_none(), "unknown dependency is unmet");
+    }
+
+    #[test]
+    fn all_pass_open_and_passing_counts() {
+        let p = prd(vec![
+            story("US-001", 1, true, &[]),
+            story("US-002", 2, false, &[]),
+        ]);
+        assert!(!p.all_pass());
+        assert_eq!(p.passing_count(), 1);
+        let open: Vec<&str> = p.open_stories().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(open, ["US-002"]);
+        assert_eq!(p.story("US-001").unwrap().priority, 1);
+        assert!(p.story("US-999").is_none());
+
+        let done = prd(vec![story("US-001", 1, true, &[])]);
+        assert!(done.all_pass());
+        assert!(done.next_story(&[]).is_none());
+    }
+
+    #[test]
+    fn defaults_and_unknown_fields_are_kept() {
+        let p: Prd = serde_json::from_value(json!({
+            "$schema": "./prd.schema.json",
+            "project": "demo",
+            "owner": "team-a",
+            "userStories": [{
+                "id": "US-001", "title": "t", "acceptanceCriteria": [],
+                "priority": 1, "passes": false, "estimate": 3
+            }],
+            "zzz": [1, 2]
+        }))
+        .unwrap();
+        assert_eq!(p.schema.as_deref(), Some("./prd.schema.json"));
+        assert_eq!(p.description, "");
+        assert_eq!(p.branch_name, None);
+        let keys: Vec<&str> = p.extra.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["owner", "zzz"]);
+        let s = &p.user_stories[0];
+        assert_eq!(s.notes, "");
+        assert!(s.depends_on.is_empty());
+        assert_eq!(s.extra["estimate"], json!(3));
+
+        // camelCase on the wire, unknown fields written back, empty dependsOn omitted.
+        let back = serde_json::to_value(&p).unwrap();
+        assert_eq!(back["owner"], json!("team-a"));
+        assert_eq!(back["userStories"][0]["acceptanceCriteria"], json!([]));
+        assert_eq!(back["userStories"][0]["estimate"], json!(3));
+        assert!(back["userStories"][0].get("dependsOn").is_none());
+    }
+}

@@ -1,1 +1,1044 @@
-//! (in progress)
+//! Reading, validating and minimally editing prd.json.
+//!
+//! Validation runs the generated JSON Schema ([`crate::prd::schema`]) *and* the rules a schema
+//! cannot express (unique ids, `dependsOn` naming existing stories, no dependency cycles, whole
+//! number priorities), and reports every violation at once with a JSON path (`$.userStories[1].id`)
+//! and a hint saying how to fix it, so a user fixes the file in one pass.
+//!
+//! prd.json belongs to the user and the agent: ralph never re-serializes it. The one edit ralph
+//! makes, [`set_passes`], replaces the bytes of a single `passes` value and keeps every other byte
+//! (formatting, key order, unknown fields, BOM, CRLF line endings).
+//!
+//! Accepted input: UTF-8 with or without a byte order mark, LF or CRLF line endings.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::ValidationError;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::prd::model::Prd;
+use crate::prd::schema;
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// A prd.json that was read, parsed and validated.
+#[derive(Debug, Clone)]
+pub struct LoadedPrd {
+    /// Absolute path of the file (made absolute lexically; symlinks are not resolved).
+    pub path: PathBuf,
+    /// The exact bytes read, BOM included: the snapshot used to restore a file an agent broke.
+    pub raw: Vec<u8>,
+    /// The parsed document, unknown fields and key order included.
+    pub value: Value,
+    /// The typed model.
+    pub prd: Prd,
+}
+
+/// One problem in a prd.json.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    /// Where the problem is, as a JSONPath: `$` for the document, `$.userStories[1].id` for a
+    /// field (for a missing field, the path it should have).
+    pub json_path: String,
+    /// What is wrong, e.g. `expected an integer, got "high"`.
+    pub message: String,
+    /// How to fix it.
+    pub hint: String,
+}
+
+/// Why a prd.json could not be used. `Display` names the file, every problem's JSON path and the
+/// fix (a `hint:` line).
+#[derive(Debug, thiserror::Error)]
+pub enum PrdError {
+    /// The file could not be read (missing, unreadable).
+    #[error("cannot read {}: {source}\n  hint: {}", path.display(), io_hint(source))]
+    Io {
+        /// The file, as given.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not JSON at all. `line` and `column` are 1-based (from serde_json).
+    #[error(
+        "{}:{line}:{column}: not valid JSON: {message}\n  hint: fix the JSON syntax at line {line}, \
+         column {column} (often a missing comma or quote, or a trailing comma), then run `ralph \
+         validate`",
+        path.display()
+    )]
+    NotJson {
+        /// The file, as given.
+        path: PathBuf,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's description, without its position.
+        message: String,
+    },
+    /// The file is JSON but breaks the schema or the semantic rules.
+    #[error("{}", render_invalid(path, violations))]
+    Invalid {
+        /// The file, as given.
+        path: PathBuf,
+        /// Every problem found, in document order of the stories.
+        violations: Vec<Violation>,
+    },
+    /// [`set_passes`] could not locate the value to rewrite.
+    #[error(
+        "cannot set `passes` of story {story_id:?} in prd.json: {reason}\n  hint: run `ralph \
+         validate` and fix the file"
+    )]
+    Rewrite {
+        /// The story whose `passes` was to be set.
+        story_id: String,
+        /// What was missing.
+        reason: String,
+    },
+}
+
+impl PrdError {
+    /// The problems as [`Violation`]s: the list for `Invalid`, one entry at `$` for the others
+    /// (used by `ralph validate --json`).
+    pub fn violations(&self) -> Vec<Violation> {
+        match self {
+            PrdError::Invalid { violations, .. } => violations.clone(),
+            PrdError::Io { source, .. } => vec![Violation {
+                json_path: "$".into(),
+                message: format!("cannot read the file: {source}"),
+                hint: io_hint(source).into(),
+            }],
+            PrdError::NotJson {
+                line,
+                column,
+                message,
+                ..
+            } => vec![Violation {
+                json_path: "$".into(),
+                message: format!("not valid JSON at line {line}, column {column}: {message}"),
+                hint: "fix the JSON syntax there (often a missing comma or quote, or a trailing \
+                       comma)"
+                    .into(),
+            }],
+            PrdError::Rewrite { reason, .. } => vec![Violation {
+                json_path: "$".into(),
+                message: reason.clone(),
+                hint: "run `ralph validate` and fix the file".into(),
+            }],
+        }
+    }
+}
+
+fn io_hint(err: &std::io::Error) -> &'static str {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => {
+            "create one with `ralph init`, or pass the path of your prd.json"
+        }
+        std::io::ErrorKind::PermissionDenied => "make the file readable by this user",
+        _ => "check that the path names a readable file",
+    }
+}
+
+fn render_invalid(path: &Path, violations: &[Violation]) -> String {
+    let file = path.display();
+    let count = violations.len();
+    let noun = if count == 1 { "problem" } else { "problems" };
+    let mut out = format!("{file} is not a valid PRD ({count} {noun}):");
+    for v in violations {
+        // Writing into a String cannot fail.
+        let _ = write!(
+            out,
+            "\n{file}: {}: {}\n  hint: {}",
+            v.json_path, v.message, v.hint
+        );
+    }
+    out
+}
+
+/// Read and validate the prd.json at `path`.
+///
+/// # Errors
+/// [`PrdError::Io`] if it cannot be read, [`PrdError::NotJson`] if it is not JSON,
+/// [`PrdError::Invalid`] (with every violation) if it breaks the schema or the semantic rules.
+pub fn load(path: &Path) -> Result<LoadedPrd, PrdError> {
+    let bytes = std::fs::read(path).map_err(|source| PrdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_bytes(path, &bytes)
+}
+
+/// Parse and validate prd.json content that was read from `path` (used in messages and made
+/// absolute for [`LoadedPrd::path`]). A leading UTF-8 BOM is skipped; CRLF is plain whitespace.
+///
+/// # Errors
+/// [`PrdError::NotJson`] if the bytes are not JSON (including invalid UTF-8),
+/// [`PrdError::Invalid`] with every violation otherwise, [`PrdError::Io`] only if the current
+/// directory is needed to make `path` absolute and cannot be read.
+pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedPrd, PrdError> {
+    let body = bytes.strip_prefix(BOM).unwrap_or(bytes);
+    let value: Value = serde_json::from_slice(body).map_err(|err| PrdError::NotJson {
+        path: path.to_path_buf(),
+        line: err.line(),
+        column: err.column(),
+        message: strip_position(&err.to_string()),
+    })?;
+    let violations = validate_value(&value);
+    if !violations.is_empty() {
+        return Err(PrdError::Invalid {
+            path: path.to_path_buf(),
+            violations,
+        });
+    }
+    // The schema and the checks above cover every way the model can fail to deserialize; this
+    // only guards against the two drifting apart.
+    let prd: Prd = serde_json::from_value(value.clone()).map_err(|err| PrdError::Invalid {
+        path: path.to_path_buf(),
+        violations: vec![Violation {
+            json_path: "$".into(),
+            message: err.to_string(),
+            hint: "fix the field named in the message (see prd.schema.json)".into(),
+        }],
+    })?;
+    let abs = std::path::absolute(path).map_err(|source| PrdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(LoadedPrd {
+        path: abs,
+        raw: bytes.to_vec(),
+        value,
+        prd,
+    })
+}
+
+/// serde_json appends " at line L column C" to its messages; the position is reported separately.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Every problem in a parsed prd.json document: JSON Schema violations first, then the semantic
+/// rules (unique non-blank ids, `dependsOn` ids that exist, no dependency cycles, priorities that
+/// fit a 64-bit integer), ordered by story. Empty when the document is valid.
+pub fn validate_value(value: &Value) -> Vec<Violation> {
+    let mut found: Vec<(Option<usize>, Violation)> = Vec::new();
+    match schema::validator() {
+        Ok(validator) => {
+            for err in validator.iter_errors(value) {
+                let segments = segments_of(value, err.instance_path.as_str());
+                found.push((story_index(&segments), schema_violation(&err, segments)));
+            }
+        }
+        Err(err) => found.push((
+            None,
+            Violation {
+                json_path: "$".into(),
+                message: err.to_string(),
+                hint: "report this bug; validation is impossible until it is fixed".into(),
+            },
+        )),
+    }
+    found.extend(semantic_violations(value));
+    // Stable: keeps the validator's order within one story.
+    found.sort_by_key(|(story, _)| story.map_or(0, |i| i + 1));
+    found.into_iter().map(|(_, v)| v).collect()
+}
+
+/// A step in a JSON path.
+#[derive(Debug, Clone, PartialEq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn render_path(segments: &[Seg]) -> String {
+    let mut out = String::from("$");
+    for seg in segments {
+        match seg {
+            Seg::Index(i) => {
+                let _ = write!(out, "[{i}]");
+            }
+            Seg::Key(k) if is_identifier(k) => {
+                let _ = write!(out, ".{k}");
+            }
+            Seg::Key(k) => {
+                let quoted = serde_json::to_string(k).unwrap_or_else(|_| format!("{k:?}"));
+                let _ = write!(out, "[{quoted}]");
+            }
+        }
+    }
+    out
+}
+
+fn is_identifier(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Turn a JSON Pointer into path segments, using the document to tell array indices from object
+/// keys that look like numbers.
+fn segments_of(root: &Value, pointer: &str) -> Vec<Seg> {
+    let mut segments = Vec::new();
+    let mut current = Some(root);
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        match (current, token.parse::<usize>()) {
+            (Some(Value::Array(items)), Ok(i)) => {
+                current = items.get(i);
+                segments.push(Seg::Index(i));
+            }
+            (Some(Value::Object(map)), _) => {
+                current = map.get(&token);
+                segments.push(Seg::Key(token));
+            }
+            _ => {
+                current = None;
+                segments.push(Seg::Key(token));
+            }
+        }
+    }
+    segments
+}
+
+/// `Some(i)` when the path is inside `userStories[i]`.
+fn story_index(segments: &[Seg]) -> Option<usize> {
+    match segments {
+        [Seg::Key(k), Seg::Index(i), ..] if k == "userStories" => Some(*i),
+        _ => None,
+    }
+}
+
+fn schema_violation(err: &ValidationError<'_>, mut segments: Vec<Seg>) -> Violation {
+    let message = match &err.kind {
+        ValidationErrorKind::Required { property } => {
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_string);
+            segments.push(Seg::Key(name.clone()));
+            format!("required field `{name}` is missing")
+        }
+        ValidationErrorKind::Type { kind } => {
+            let expected = match kind {
+                TypeKind::Single(t) => article(&t.to_string()),
+                TypeKind::Multiple(set) => set
+                    .iter()
+                    .map(|t| article(&t.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            };
+            format!("expected {expected}, got {}", describe(&err.instance))
+        }
+        ValidationErrorKind::Pattern { .. } if last_key(&segments) == Some("id") => {
+            format!("id is empty or blank ({})", describe(&err.instance))
+        }
+        _ => err.to_string(),
+    };
+    let hint = hint_for(&segments);
+    Violation {
+        json_path: render_path(&segments),
+        message,
+        hint,
+    }
+}
+
+fn article(json_type: &str) -> String {
+    match json_type {
+        "integer" | "array" | "object" => format!("an {json_type}"),
+        "null" => "null".to_string(),
+        other => format!("a {other}"),
+    }
+}
+
+/// A short description of a JSON value for messages: scalars verbatim, containers by kind.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+        Value::String(s) if s.chars().count() > 40 => {
+            let head: String = s.chars().take(40).collect();
+            format!("{}…", serde_json::Value::String(head))
+        }
+        scalar => scalar.to_string(),
+    }
+}
+
+fn last_key(segments: &[Seg]) -> Option<&str> {
+    segments.iter().rev().find_map(|seg| match seg {
+        Seg::Key(k) => Some(k.as_str()),
+        Seg::Index(_) => None,
+    })
+}
+
+/// How to fix a problem at `segments`, by the field it concerns.
+fn hint_for(segments: &[Seg]) -> String {
+    let in_story = story_index(segments).is_some();
+    let hint = match segments {
+        [] => {
+            "a prd.json is one JSON object with `project` and `userStories` (see prd.schema.json)"
+        }
+        [Seg::Key(k), Seg::Index(_)] if k == "userStories" => {
+            "each story is an object with `id`, `title`, `acceptanceCriteria`, `priority` and \
+             `passes`"
+        }
+        _ => match (in_story, last_key(segments)) {
+            (false, Some("project")) => "set `project` to the project's name, e.g. \"My App\"",
+            (false, Some("userStories")) => {
+                "set `userStories` to an array of story objects ([] when there are none yet)"
+            }
+            (false, Some("branchName" | "baseBranch")) => {
+                "use a branch name string such as \"ralph/my-feature\", or remove the field"
+            }
+            (false, Some("$schema")) => {
+                "use the path or URL of prd.schema.json, or remove the field"
+            }
+            (_, Some("description" | "notes")) => {
+                "use a string (\"\" when there is nothing to say)"
+            }
+            (true, Some("id")) => {
+                "give every story a unique, non-blank string id such as \"US-001\""
+            }
+            (true, Some("title")) => "give the story a short `title` string",
+            (true, Some("acceptanceCriteria")) => {
+                "list verifiable checks as an array of strings, e.g. [\"Typecheck passes\"]"
+            }
+            (true, Some("priority")) => {
+                "set `priority` to a whole number without quotes; 1 runs first"
+            }
+            (true, Some("passes")) => {
+                "set `passes` to false (without quotes) until the story is done"
+            }
+            (true, Some("dependsOn")) => {
+                "list the ids of stories that must pass first as strings, e.g. [\"US-001\"]"
+            }
+            _ => "see prd.schema.json for the expected shape",
+        },
+    };
+    hint.to_string()
+}
+
+/// The rules the schema cannot express, checked on the raw document so they are reported even
+/// when other fields are broken.
+fn semantic_violations(value: &Value) -> Vec<(Option<usize>, Violation)> {
+    let mut out = Vec::new();
+    let Some(stories) = value.get("userStories").and_then(Value::as_array) else {
+        return out;
+    };
+    let path = |i: usize, rest: &[Seg]| {
+        let mut segs = vec![Seg::Key("userStories".into()), Seg::Index(i)];
+        segs.extend_from_slice(rest);
+        render_path(&segs)
+    };
+
+    // First occurrence of each id; later ones are duplicates.
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for (i, story) in stories.iter().enumerate() {
+        if let Some(p) = story.get("priority") {
+            // JSON Schema counts 1.0 and 2^63 as integers; the model needs an i64. Fractions are
+            // already reported by the schema.
+            let integral = p.is_u64() || p.as_f64().is_some_and(|f| f.fract() == 0.0);
+            if p.as_i64().is_none() && integral {
+                out.push((
+                    Some(i),
+                    Violation {
+                        json_path: path(i, &[Seg::Key("priority".into())]),
+                        message: format!(
+                            "expected a whole number without a decimal point that fits in 64 \
+                             bits, got {p}"
+                        ),
+                        hint: hint_for(&[
+                            Seg::Key("userStories".into()),
+                            Seg::Index(i),
+                            Seg::Key("priority".into()),
+                        ]),
+                    },
+                ));
+            }
+        }
+        // Blank ids are reported by the schema; they name nothing a dependency could point at.
+        let Some(id) = story
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.trim().is_empty())
+        else {
+            continue;
+        };
+        match first.get(id) {
+            Some(&earlier) => out.push((
+                Some(i),
+                Violation {
+                    json_path: path(i, &[Seg::Key("id".into())]),
+                    message: format!(
+                        "duplicate id {:?}, already used by {}",
+                        id,
+                        path(earlier, &[])
+                    ),
+                    hint: "give every story a unique id, e.g. the next free US-NNN number".into(),
+                },
+            )),
+            None => {
+                first.insert(id, i);
+            }
+        }
+    }
+
+    let known: Vec<&str> = {
+        let mut ids: Vec<(&str, usize)> = first.iter().map(|(k, v)| (*k, *v)).collect();
+        ids.sort_by_key(|(_, i)| *i);
+        ids.into_iter().map(|(k, _)| k).collect()
+    };
+    // Edges from a story (by index) to the stories it depends on (by index of first occurrence).
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); stories.len()];
+    for (i, story) in stories.iter().enumerate() {
+        let Some(deps) = story.get("dependsOn").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, dep) in deps.iter().enumerate() {
+            let Some(dep) = dep.as_str() else { continue };
+            match first.get(dep) {
+                Some(&target) => edges[i].push(target),
+                None => out.push((
+                    Some(i),
+                    Violation {
+                        json_path: path(i, &[Seg::Key("dependsOn".into()), Seg::Index(j)]),
+                        message: format!("unknown story id {dep:?}"),
+                        hint: format!("use the id of a story in this file ({})", list_ids(&known)),
+                    },
+                )),
+            }
+        }
+    }
+
+    for cycle in find_cycles(&edges) {
+        let start = cycle.iter().copied().min().unwrap_or(0);
+        let ids: Vec<String> = cycle
+            .iter()
+            .chain(cycle.first())
+            .map(|&i| {
+                stories[i]
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("#{i}"), str::to_string)
+            })
+            .collect();
+        out.push((
+            Some(start),
+            Violation {
+                json_path: path(start, &[Seg::Key("dependsOn".into())]),
+                message: format!("dependency cycle: {}", ids.join(" → ")),
+                hint: "remove one of these dependsOn entries so the stories can run in some order"
+                    .into(),
+            },
+        ));
+    }
+    out
+}
+
+fn list_ids(ids: &[&str]) -> String {
+    const SHOWN: usize = 10;
+    if ids.is_empty() {
+        return "there are none yet".into();
+    }
+    let mut out = format!("known ids: {}", ids[..ids.len().min(SHOWN)].join(", "));
+    if ids.len() > SHOWN {
+        let _ = write!(out, ", … ({} in all)", ids.len());
+    }
+    out
+}
+
+/// Every elementary cycle that a depth-first search meets, each once, rotated to start at its
+/// lowest index and listed in dependency order. Nodes in a cycle are not revisited, so a tangle
+/// of overlapping cycles is reported through at least one cycle per strongly connected part.
+fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnStack,
+        Done,
+    }
+    fn visit(
+        node: usize,
+        edges: &[Vec<usize>],
+        marks: &mut [Mark],
+        stack: &mut Vec<usize>,
+        cycles: &mut Vec<Vec<usize>>,
+        seen: &mut HashSet<Vec<usize>>,
+    ) {
+        marks[node] = Mark::OnStack;
+        stack.push(node);
+        for &next in &edges[node] {
+            match marks[next] {
+                Mark::New => visit(next, edges, marks, stack, cycles, seen),
+                Mark::OnStack => {
+                    if let Some(pos) = stack.iter().position(|&n| n == next) {
+                        let mut cycle = stack[pos..].to_vec();
+                        if let Some(min_at) = cycle
+                            .iter()
+                            .enumerate()
+                            .min_by_key(|&(_, n)| *n)
+                            .map(|(at, _)| at)
+                        {
+                            cycle.rotate_left(min_at);
+                        }
+                        if seen.insert(cycle.clone()) {
+                            cycles.push(cycle);
+                        }
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks[node] = Mark::Done;
+    }
+
+    let mut marks = vec![Mark::New; edges.len()];
+    let mut cycles = Vec::new();
+    let mut seen = HashSet::new();
+    for node in 0..edges.len() {
+        if marks[node] == Mark::New {
+            visit(
+                node,
+                edges,
+                &mut marks,
+                &mut Vec::new(),
+                &mut cycles,
+                &mut seen,
+            );
+        }
+    }
+    cycles
+}
+
+/// Return `raw` with the `passes` value of the first story whose `id` is `story_id` replaced by
+/// `true` or `false`, every other byte unchanged (BOM, whitespace, CRLF, key order, unknown
+/// fields). The document is parsed to find the story's index; the bytes of its `passes` value are
+/// then located by scanning the original text, since re-serializing would reformat the file.
+/// When a key appears twice in one object, the last occurrence is the one edited, matching what
+/// the parser keeps.
+///
+/// # Errors
+/// [`PrdError::NotJson`] (path `prd.json`) if `raw` is not JSON; [`PrdError::Rewrite`] if there is
+/// no such story or the story has no `passes` field.
+pub fn set_passes(raw: &[u8], story_id: &str, passes: bool) -> Result<Vec<u8>, PrdError> {
+    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
+    let body = &raw[offset..];
+    let not_json = |err: serde_json::Error| PrdError::NotJson {
+        path: PathBuf::from("prd.json"),
+        line: err.line(),
+        column: err.column(),
+        message: strip_position(&err.to_string()),
+    };
+    let rewrite = |reason: &str| PrdError::Rewrite {
+        story_id: story_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let value: Value = serde_json::from_slice(body).map_err(not_json)?;
+    let index = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .and_then(|stories| {
+            stories
+                .iter()
+                .position(|s| s.get("id").and_then(Value::as_str) == Some(story_id))
+        })
+        .ok_or_else(|| rewrite("no story has this id"))?;
+
+    // The text is valid JSON (checked above), so the scan below only fails on a logic error.
+    let scan_failed = |_: ScanError| rewrite("the file could not be scanned");
+    let stories_span = Scanner::at(body, 0)
+        .object_member("userStories")
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("`userStories` not found"))?;
+    let story_span = Scanner::at(body, stories_span.start)
+        .array_element(index)
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("the story was not found in the text"))?;
+    let passes_span = Scanner::at(body, story_span.start)
+        .object_member("passes")
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("the story has no `passes` field"))?;
+
+    let literal: &[u8] = if passes { b"true" } else { b"false" };
+    let mut out = Vec::with_capacity(raw.len() + 1);
+    out.extend_from_slice(&raw[..offset + passes_span.start]);
+    out.extend_from_slice(literal);
+    out.extend_from_slice(&raw[offset + passes_span.end..]);
+    Ok(out)
+}
+
+/// The scanner met something that is not JSON where it expected JSON.
+#[derive(Debug)]
+struct ScanError;
+
+/// A minimal JSON scanner over bytes that finds the byte range of values without building them.
+struct Scanner<'a> {
+    text: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn at(text: &'a [u8], pos: usize) -> Self {
+        Scanner { text, pos }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Result<(), ScanError> {
+        self.skip_ws();
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(ScanError)
+        }
+    }
+
+    /// Skip a string starting at the current `"`; returns its span, quotes included.
+    fn string(&mut self) -> Result<Range<usize>, ScanError> {
+        self.skip_ws();
+        let start = self.pos;
+        self.eat(b'"')?;
+        loop {
+            match self.peek().ok_or(ScanError)? {
+                b'\\' => self.pos += 2,
+                b'"' => {
+                    self.pos += 1;
+                    return Ok(start..self.pos);
+                }
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    /// Skip any value; returns its span.
+    fn value(&mut self) -> Result<Range<usize>, ScanError> {
+        self.skip_ws();
+        let start = self.pos;
+        match self.peek().ok_or(ScanError)? {
+            b'"' => return self.string(),
+            b'{' => {
+                self.members(|_, _| {})?;
+            }
+            b'[' => {
+                self.elements(|_, _| {})?;
+            }
+            _ => {
+                // Number or literal: runs until a structural character or whitespace.
+                while let Some(b) = self.peek() {
+                    if matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                if self.pos == start {
+                    return Err(ScanError);
+                }
+            }
+        }
+        Ok(start..self.pos)
+    }
+
+    /// Walk an object, calling `each(key_span, value_span)` per member.
+    fn members(
+        &mut self,
+        mut each: impl FnMut(Range<usize>, Range<usize>),
+    ) -> Result<(), ScanError> {
+        self.eat(b'{')?;
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            let value = self.value()?;
+            each(key, value);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return Err(ScanError),
+            }
+        }
+    }
+
+    /// Walk an array, calling `each(index, value_span)` per element.
+    fn elements(&mut self, mut each: impl FnMut(usize, Range<usize>)) -> Result<(), ScanError> {
+        self.eat(b'[')?;
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(());
+        }
+        let mut index = 0;
+        loop {
+            let value = self.value()?;
+            each(index, value);
+            index += 1;
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return Err(ScanError),
+            }
+        }
+    }
+
+    /// Span of the value of the last member named `name` of the object here. Keys are decoded
+    /// (escapes included) before comparing.
+    fn object_member(mut self, name: &str) -> Result<Option<Range<usize>>, ScanError> {
+        let text = self.text;
+        let mut found = None;
+        self.members(|key, value| {
+            if serde_json::from_slice::<String>(&text[key]).is_ok_and(|k| k == name) {
+                found = Some(value);
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// Span of element `index` of the array here.
+    fn array_element(mut self, index: usize) -> Result<Option<Range<usize>>, ScanError> {
+        let mut found = None;
+        self.elements(|i, value| {
+            if i == index {
+                found = Some(value);
+            }
+        })?;
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid_doc() -> Value {
+        json!({
+            "project": "demo",
+            "userStories": [
+                {"id": "US-001", "title": "a", "acceptanceCriteria": [], "priority": 1, "passes": false},
+                {"id": "US-002", "title": "b", "acceptanceCriteria": [], "priority": 2, "passes": false,
+                 "dependsOn": ["US-001"]}
+            ]
+        })
+    }
+
+    fn paths(violations: &[Violation]) -> Vec<&str> {
+        violations.iter().map(|v| v.json_path.as_str()).collect()
+    }
+
+    #[test]
+    fn a_valid_document_has_no_violations() {
+        assert_eq!(validate_value(&valid_doc()), []);
+    }
+
+    #[test]
+    fn every_violation_is_reported_with_its_path() {
+        let mut doc = valid_doc();
+        doc["userStories"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("passes");
+        doc["userStories"][1]["priority"] = json!("high");
+        doc["userStories"][1]["id"] = json!("US-001");
+        doc.as_object_mut().unwrap().remove("project");
+        let v = validate_value(&doc);
+        assert_eq!(
+            paths(&v),
+            [
+                "$.project",
+                "$.userStories[0].passes",
+                "$.userStories[1].priority",
+                "$.userStories[1].id"
+            ]
+        );
+        assert_eq!(v[0].message, "required field `project` is missing");
+        assert_eq!(v[2].message, "expected an integer, got \"high\"");
+        assert!(v[2].hint.contains("whole number"), "{}", v[2].hint);
+        assert!(
+            v[3].message.contains("duplicate id \"US-001\"")
+                && v[3].message.contains("$.userStories[0]"),
+            "{}",
+            v[3].message
+        );
+    }
+
+    #[test]
+    fn top_level_array_and_blank_id_and_fractional_priority() {
+        let v = validate_value(&json!([1, 2]));
+        assert_eq!(paths(&v), ["$"]);
+        assert_eq!(v[0].message, "expected an object, got an array");
+
+        let mut doc = valid_doc();
+        doc["userStories"][0]["id"] = json!("  ");
+        doc["userStories"][1]["priority"] = json!(1.5);
+        doc["userStories"][1]["dependsOn"] = json!([]);
+        let v = validate_value(&doc);
+        assert_eq!(
+            paths(&v),
+            ["$.userStories[0].id", "$.userStories[1].priority"],
+            "{v:#?}"
+        );
+        assert!(v[0].message.contains("empty or blank"));
+
+        // 1.0 is an integer to JSON Schema but not to the model: reported once, by the rules.
+        doc["userStories"][0]["id"] = json!("US-001");
+        doc["userStories"][1]["priority"] = json!(1.0);
+        let v = validate_value(&doc);
+        assert_eq!(paths(&v), ["$.userStories[1].priority"], "{v:#?}");
+        assert!(v[0].message.contains("got 1.0"), "{}", v[0].message);
+    }
+
+    #[test]
+    fn unknown_dependencies_and_cycles_are_reported() {
+        let mut doc = valid_doc();
+        doc["userStories"][1]["dependsOn"] = json!(["US-001", "US-404"]);
+        let v = validate_value(&doc);
+        assert_eq!(paths(&v), ["$.userStories[1].dependsOn[1]"]);
+        assert_eq!(v[0].message, "unknown story id \"US-404\"");
+        assert!(v[0].hint.contains("US-001, US-002"), "{}", v[0].hint);
+
+        doc["userStories"][0]["dependsOn"] = json!(["US-002"]);
+        doc["userStories"][1]["dependsOn"] = json!(["US-001"]);
+        let v = validate_value(&doc);
+        assert_eq!(paths(&v), ["$.userStories[0].dependsOn"]);
+        assert_eq!(v[0].message, "dependency cycle: US-001 → US-002 → US-001");
+
+        doc["userStories"][0]["dependsOn"] = json!(["US-001"]);
+        doc["userStories"][1]["dependsOn"] = json!([]);
+        let v = validate_value(&doc);
+        assert_eq!(v[0].message, "dependency cycle: US-001 → US-001");
+    }
+
+    #[test]
+    fn parse_bytes_accepts_bom_and_crlf_and_keeps_raw() {
+        let text = "{\r\n  \"project\": \"demo\",\r\n  \"userStories\": []\r\n}\r\n";
+        let mut bytes = BOM.to_vec();
+        bytes.extend_from_slice(text.as_bytes());
+        let loaded = parse_bytes(Path::new("prd.json"), &bytes).unwrap();
+        assert_eq!(loaded.raw, bytes);
+        assert!(loaded.path.is_absolute());
+        assert!(loaded.path.ends_with("prd.json"));
+        assert_eq!(loaded.prd.project, "demo");
+    }
+
+    #[test]
+    fn errors_name_the_file_path_and_fix() {
+        let err = parse_bytes(Path::new("dir/prd.json"), b"{\"project\": }").unwrap_err();
+        let PrdError::NotJson { line, column, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((*line, *column), (1, 13));
+        let shown = err.to_string();
+        assert!(shown.starts_with("dir/prd.json:1:13: not valid JSON: expected value"));
+        assert!(shown.contains("\n  hint: "));
+
+        let bad = br#"{"project": "p", "userStories": [{"id": "US-1", "title": "t",
+            "acceptanceCriteria": [], "priority": "high", "passes": false}]}"#;
+        let shown = parse_bytes(Path::new("prd.json"), bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            shown.contains(
+                "prd.json: $.userStories[0].priority: expected an integer, got \"high\"\n  hint: "
+            ),
+            "{shown}"
+        );
+
+        let err = load(Path::new("/nonexistent/prd.json")).unwrap_err();
+        assert!(matches!(err, PrdError::Io { .. }));
+        assert!(err.to_string().contains("/nonexistent/prd.json"));
+        assert!(err.to_string().contains("ralph init"));
+    }
+
+    #[test]
+    fn odd_keys_are_quoted_in_paths() {
+        assert_eq!(
+            render_path(&[Seg::Key("$schema".into()), Seg::Key("a b".into())]),
+            "$[\"$schema\"][\"a b\"]"
+        );
+        let doc = json!({"$schema": 3, "project": "p", "userStories": []});
+        assert_eq!(paths(&validate_value(&doc)), ["$[\"$schema\"]"]);
+    }
+
+    const MESSY: &str = "\u{FEFF}{\r\n  \"project\" : \"demo\",  \"extra\": {\"passes\": true},\r\n\
+        \t\"userStories\": [\r\n    { \"id\": \"US-001\", \"title\": \"a \\\"passes\\\": false\",\r\n\
+        \"acceptanceCriteria\": [\"x\"], \"priority\": 1,\"passes\":false , \"notes\": \"\" },\r\n\
+        {\"passes\"  :  false,\"id\":\"US-002\",\"title\":\"b\",\"acceptanceCriteria\":[],\"priority\":2,\
+        \"custom\": [1, {\"passes\": false}]}\r\n  ]\r\n}\r\n";
+
+    #[test]
+    fn set_passes_changes_only_that_value() {
+        let out = set_passes(MESSY.as_bytes(), "US-002", true).unwrap();
+        let expected = MESSY.replacen("{\"passes\"  :  false", "{\"passes\"  :  true", 1);
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+
+        let out = set_passes(MESSY.as_bytes(), "US-001", true).unwrap();
+        let expected = MESSY.replacen("\"passes\":false ,", "\"passes\":true ,", 1);
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), expected);
+
+        // And back, byte for byte.
+        let back = set_passes(&out, "US-001", false).unwrap();
+        assert_eq!(back, MESSY.as_bytes());
+        // Setting the value it already has changes nothing.
+        assert_eq!(
+            set_passes(MESSY.as_bytes(), "US-001", false).unwrap(),
+            MESSY.as_bytes()
+        );
+    }
+
+    #[test]
+    fn set_passes_uses_decoded_keys_and_the_last_duplicate() {
+        let raw =
+            br#"{"userStories":[{"id":"A","pass\u0065s":false,"passes":false}],"project":"p"}"#;
+        let out = set_passes(raw, "A", true).unwrap();
+        assert_eq!(
+            out,
+            br#"{"userStories":[{"id":"A","pass\u0065s":false,"passes":true}],"project":"p"}"#
+        );
+        let parsed: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(parsed["userStories"][0]["passes"], json!(true));
+    }
+
+    #[test]
+    fn set_passes_refuses_what_it_cannot_find() {
+        let err = set_passes(MESSY.as_bytes(), "US-404", true).unwrap_err();
+        assert!(matches!(err, PrdError::Rewrite { .. }));
+        assert!(err.to_string().contains("US-404"));
+        let raw = br#"{"project":"p","userStories":[{"id":"A"}]}"#;
+        let err = set_passes(raw, "A", true).unwrap_err();
+        assert!(err.to_string().contains("no `passes` field"), "{err}");
+        assert!(matches!(
+            set_passes(b"[", "A", true),
+            Err(PrdError::NotJson { .. })
+        ));
+    }
+}

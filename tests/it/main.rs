@@ -1,4 +1,5 @@
 //! ralph's integration tests: one test binary (built with `--features test-fakes`).
 
 mod common;
+mod prd;
 mod run_cases;
