@@ -1,1 +1,643 @@
-//! (in progress)
+//! Git access for ralph, through libgit2 (`git2`, no git CLI and no network features).
+//!
+//! This module owns everything ralph does to a repository: finding it, checking out the PRD's
+//! `branchName` (created from `baseBranch` or the current HEAD, never from a hard-coded `main`),
+//! detecting a dirty tree before a run, pinning `refs/ralph/<run>/<n>/start` before each
+//! iteration, committing what an agent left behind with `Ralph-*` trailers, and reading those
+//! trailers back from history so that a lost `.ralph/state.json` can be rebuilt.
+//!
+//! Every call blocks and a [`Repo`] is not `Sync`: async callers open it inside
+//! `spawn_blocking` and never hold it across an `.await`.
+//!
+//! Decisions worth knowing:
+//! - Ignored files (`.gitignore`, `.git/info/exclude`, `core.excludesFile`) are never reported as
+//!   dirty and never committed, so `.ralph/` (which ignores itself) stays out of history.
+//! - The commit identity is git's: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` name and email, then
+//!   `user.name`/`user.email` from the repository's configuration, then `ralph <ralph@localhost>`
+//!   so that a fresh container without any git identity can still checkpoint.
+//! - [`Repo::commit_all`] never creates an empty commit, not even as the first commit of an
+//!   unborn branch.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use git2::{
+    build::CheckoutBuilder, BranchType, Commit, DiffOptions, ErrorCode, IndexAddOption, ObjectType,
+    Repository, Signature, Sort, StatusOptions,
+};
+
+use crate::ledger::Outcome;
+
+/// Trailer key naming the run id in every ralph commit.
+pub const TRAILER_RUN: &str = "Ralph-Run";
+/// Trailer key naming the iteration number (a decimal `u32`) in every ralph commit.
+pub const TRAILER_ITERATION: &str = "Ralph-Iteration";
+/// Trailer key naming the story id in every ralph commit.
+pub const TRAILER_STORY: &str = "Ralph-Story";
+/// Trailer key naming the iteration's [`Outcome`] (snake_case) in every ralph commit.
+pub const TRAILER_OUTCOME: &str = "Ralph-Outcome";
+
+/// Identity used when neither the environment nor the git configuration names one.
+const FALLBACK_NAME: &str = "ralph";
+/// Email of the fallback identity.
+const FALLBACK_EMAIL: &str = "ralph@localhost";
+
+/// Errors from git operations. Messages are lowercase fragments; where the user can fix the
+/// problem, a `hint:` line after a newline says how.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// No repository contains the given path.
+    #[error("{} is not inside a git repository\nhint: run `git init` and commit once", path.display())]
+    NotARepo {
+        /// The path that was searched from.
+        path: PathBuf,
+    },
+    /// The repository has no working tree, so there is nothing for an agent to edit.
+    #[error("{} is a bare git repository; ralph needs a working tree\nhint: run ralph inside a clone with a checkout", path.display())]
+    Bare {
+        /// The repository's git directory.
+        path: PathBuf,
+    },
+    /// `baseBranch` (or another base) names neither a branch nor a commit.
+    #[error("base branch `{base}` does not exist, so branch `{branch}` cannot be created from it\nhint: fix `baseBranch` in prd.json, or create `{base}` first (e.g. `git fetch origin {base}:{base}`)")]
+    BaseNotFound {
+        /// The base that was asked for.
+        base: String,
+        /// The branch that was to be created.
+        branch: String,
+    },
+    /// The branch name is not a valid git reference name.
+    #[error("`{name}` is not a valid git branch name\nhint: fix `branchName` in prd.json (e.g. `ralph/my-feature`)")]
+    InvalidBranchName {
+        /// The rejected name.
+        name: String,
+    },
+    /// Switching branches would overwrite uncommitted changes.
+    #[error("cannot check out branch `{branch}`: uncommitted changes in the working tree would be overwritten\nhint: commit or stash your changes, then run ralph again")]
+    CheckoutConflict {
+        /// The branch being checked out.
+        branch: String,
+    },
+    /// A revision given to ralph does not resolve to a commit.
+    #[error("`{rev}` does not name a commit in this repository")]
+    UnknownRevision {
+        /// The revision as given.
+        rev: String,
+    },
+    /// The index holds unresolved merge conflicts, so no tree can be written.
+    #[error("the git index has unresolved conflicts, so ralph cannot commit\nhint: resolve them (`git status`), commit, then run ralph again")]
+    Conflicted,
+    /// Any other libgit2 failure, with the operation that failed.
+    #[error("git {op} failed: {source}")]
+    Git {
+        /// What ralph was doing, e.g. `commit`.
+        op: &'static str,
+        /// The libgit2 error.
+        #[source]
+        source: git2::Error,
+    },
+}
+
+/// Shorthand for wrapping a libgit2 error with the operation that failed.
+fn op(op: &'static str) -> impl FnOnce(git2::Error) -> GitError {
+    move |source| GitError::Git { op, source }
+}
+
+/// What [`Repo::ensure_branch`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BranchAction {
+    /// HEAD was already on the branch; nothing changed.
+    AlreadyOn,
+    /// The branch existed and was checked out.
+    CheckedOut,
+    /// The branch was created at `from` (the base's name, or `HEAD`) and checked out.
+    Created {
+        /// The base it was created from: the given base, or `HEAD`.
+        from: String,
+        /// Full sha of the commit the new branch points at.
+        sha: String,
+    },
+    /// The repository has no commit yet: HEAD now names the (still unborn) branch, so the first
+    /// commit lands on it.
+    Unborn,
+}
+
+/// One ralph commit found in history by [`Repo::trailer_history`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrailerRecord {
+    /// Full sha of the commit.
+    pub sha: String,
+    /// Committer time of the commit (UTC).
+    pub committed_at: DateTime<Utc>,
+    /// Value of `Ralph-Run`.
+    pub run_id: String,
+    /// Value of `Ralph-Iteration`, when present and a valid number.
+    pub iteration: Option<u32>,
+    /// Value of `Ralph-Story`, when present.
+    pub story_id: Option<String>,
+    /// Value of `Ralph-Outcome`, when present and one of the known outcomes (an unknown value,
+    /// e.g. from a newer ralph, reads as `None`).
+    pub outcome: Option<Outcome>,
+}
+
+/// An open git repository with a working tree.
+pub struct Repo {
+    repo: Repository,
+    root: PathBuf,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo").field("root", &self.root).finish()
+    }
+}
+
+impl Repo {
+    /// Finds the repository containing `path` (searching upwards, like git does).
+    ///
+    /// # Errors
+    /// [`GitError::NotARepo`] when no repository contains `path`; [`GitError::Bare`] for a bare
+    /// repository; [`GitError::Git`] for other libgit2 failures (e.g. permissions).
+    pub fn discover(path: &Path) -> Result<Repo, GitError> {
+        let repo = Repository::discover(path).map_err(|err| {
+            if err.code() == ErrorCode::NotFound {
+                GitError::NotARepo {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                GitError::Git {
+                    op: "open repository",
+                    source: err,
+                }
+            }
+        })?;
+        let root = match repo.workdir() {
+            Some(dir) => dir.to_path_buf(),
+            None => {
+                return Err(GitError::Bare {
+                    path: repo.path().to_path_buf(),
+                })
+            }
+        };
+        Ok(Repo { repo, root })
+    }
+
+    /// The working tree's root directory (absolute, as libgit2 reports it; ends without a
+    /// trailing separator only if libgit2 gives none).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Full sha of the commit HEAD points at; `None` on an unborn branch (no commit yet).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when HEAD cannot be read or is broken.
+    pub fn head_sha(&self) -> Result<Option<String>, GitError> {
+        Ok(self.head_commit()?.map(|commit| commit.id().to_string()))
+    }
+
+    /// The branch HEAD is on (short name, e.g. `ralph/feature`), also on an unborn branch;
+    /// `None` when HEAD is detached or unreadable.
+    pub fn current_branch(&self) -> Option<String> {
+        let head = self.repo.find_reference("HEAD").ok()?;
+        let target = head.symbolic_target()?;
+        target.strip_prefix("refs/heads/").map(str::to_owned)
+    }
+
+    /// Puts HEAD on branch `name`. An existing branch is checked out; a missing one is created
+    /// from `base` when given (a branch, tag or commit-ish), else from the current HEAD, and then
+    /// checked out. On a repository with no commit yet (and no base), HEAD is simply pointed at
+    /// `refs/heads/<name>`. Checkout is "safe": uncommitted changes are carried over unless the
+    /// switch would overwrite them, in which case nothing changes.
+    ///
+    /// # Errors
+    /// [`GitError::InvalidBranchName`], [`GitError::BaseNotFound`] (naming `base`),
+    /// [`GitError::CheckoutConflict`], or [`GitError::Git`].
+    pub fn ensure_branch(&self, name: &str, base: Option<&str>) -> Result<BranchAction, GitError> {
+        let refname = format!("refs/heads/{name}");
+        if !git2::Reference::is_valid_name(&refname) || name.starts_with('-') {
+            return Err(GitError::InvalidBranchName {
+                name: name.to_owned(),
+            });
+        }
+        if self.current_branch().as_deref() == Some(name) {
+            return Ok(BranchAction::AlreadyOn);
+        }
+
+        if let Ok(branch) = self.repo.find_branch(name, BranchType::Local) {
+            let commit = branch.get().peel_to_commit().map_err(op("read branch"))?;
+            self.switch_to(name, &refname, &commit)?;
+            return Ok(BranchAction::CheckedOut);
+        }
+
+        let (start, from) = match base {
+            Some(base) => (self.resolve_base(base, name)?, base.to_owned()),
+            None => match self.head_commit()? {
+                Some(commit) => (commit, "HEAD".to_owned()),
+                None => {
+                    self.repo
+                        .set_head(&refname)
+                        .map_err(op("point HEAD at the new branch"))?;
+                    return Ok(BranchAction::Unborn);
+                }
+            },
+        };
+        // Check out first so that a conflict leaves no half-created branch behind.
+        self.checkout_commit(name, &start)?;
+        self.repo
+            .branch(name, &start, false)
+            .map_err(op("create branch"))?;
+        self.repo.set_head(&refname).map_err(op("switch HEAD"))?;
+        Ok(BranchAction::Created {
+            from,
+            sha: start.id().to_string(),
+        })
+    }
+
+    /// Paths with uncommitted changes, as `git status` would list them: modified, staged, deleted,
+    /// renamed, conflicted and untracked files, relative to the root with `/` separators. Ignored
+    /// files are left out, and an untracked directory is listed once as `dir/`. Sorted.
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the status cannot be computed.
+    pub fn dirty_paths(&self) -> Result<Vec<String>, GitError> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(false)
+            .include_ignored(false)
+            .exclude_submodules(false);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+        let mut paths: Vec<String> = statuses
+            .iter()
+            .filter(|entry| {
+                let status = entry.status();
+                !status.is_empty() && !status.is_ignored()
+            })
+            .map(|entry| String::from_utf8_lossy(entry.path_bytes()).into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
+
+    /// Creates or moves reference `name` (a full name such as `refs/ralph/<run>/3/start`) to
+    /// commit `sha`.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `sha` is not a commit; [`GitError::Git`] for an invalid
+    /// reference name or a write failure.
+    pub fn set_ref(&self, name: &str, sha: &str) -> Result<(), GitError> {
+        let commit = self.resolve_commit(sha)?;
+        self.repo
+            .reference(name, commit.id(), true, "ralph: iteration start")
+            .map_err(op("write reference"))?;
+        Ok(())
+    }
+
+    /// Stages every change (new, modified and deleted files; ignored files excluded) and commits
+    /// it on HEAD, but only when the staged tree differs from HEAD's tree (on an unborn branch:
+    /// when it is not empty). Returns the new commit's full sha, or `None` when there was nothing
+    /// to commit.
+    ///
+    /// The message is `subject`, a blank line, `body` (omitted when blank) and a blank line, then
+    /// one `Key: value` line per trailer, in the order given. Line breaks inside the subject or a
+    /// trailer value are replaced by spaces so the trailer block stays parseable.
+    ///
+    /// # Errors
+    /// [`GitError::Conflicted`] when the index has unresolved conflicts; [`GitError::Git`] for
+    /// other failures (unreadable files, a broken HEAD).
+    pub fn commit_all(
+        &self,
+        subject: &str,
+        body: &str,
+        trailers: &[(&str, String)],
+    ) -> Result<Option<String>, GitError> {
+        let mut index = self.repo.index().map_err(op("read index"))?;
+        if index.has_conflicts() {
+            return Err(GitError::Conflicted);
+        }
+        // `add_all` stages new and modified files (honouring ignore rules); `update_all` stages
+        // deletions of tracked files.
+        index
+            .add_all(["*"], IndexAddOption::DEFAULT, None)
+            .map_err(op("stage changes"))?;
+        index
+            .update_all(["*"], None)
+            .map_err(op("stage deletions"))?;
+        index.write().map_err(op("write index"))?;
+        let tree_id = index.write_tree().map_err(op("write tree"))?;
+
+        let parent = self.head_commit()?;
+        let unchanged = match &parent {
+            Some(parent) => parent.tree_id() == tree_id,
+            None => index.is_empty(),
+        };
+        if unchanged {
+            return Ok(None);
+        }
+
+        let tree = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        let config = self.repo.config().map_err(op("read config"))?;
+        let env = |key: &str| std::env::var(key).ok();
+        let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+        let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+        let message = commit_message(subject, body, trailers);
+        let parents: Vec<&Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)
+            .map_err(op("commit"))?;
+        Ok(Some(oid.to_string()))
+    }
+
+    /// Commits reachable from `to` but not from `from` (all of them when `from` is `None`),
+    /// oldest first, as full shas. Both are revisions (sha, branch, `HEAD`, ...).
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when either does not name a commit; [`GitError::Git`].
+    pub fn commits_between(&self, from: Option<&str>, to: &str) -> Result<Vec<String>, GitError> {
+        let to = self.resolve_commit(to)?;
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)
+            .map_err(op("walk history"))?;
+        walk.push(to.id()).map_err(op("walk history"))?;
+        if let Some(from) = from {
+            let from = self.resolve_commit(from)?;
+            walk.hide(from.id()).map_err(op("walk history"))?;
+        }
+        walk.map(|oid| oid.map(|oid| oid.to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(op("walk history"))
+    }
+
+    /// Files that differ between commit `from` and the working tree (staged or not, including
+    /// untracked files inside untracked directories, excluding ignored files), relative to the
+    /// root with `/` separators. A rename shows as its old and new path. Sorted, no duplicates.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `from` is not a commit; [`GitError::Git`].
+    pub fn changed_files(&self, from: &str) -> Result<Vec<String>, GitError> {
+        let tree = self.resolve_commit(from)?.tree().map_err(op("read tree"))?;
+        let mut opts = DiffOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        let diff = self
+            .repo
+            .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+            .map_err(op("diff"))?;
+        let mut paths = Vec::new();
+        for delta in diff.deltas() {
+            for file in [delta.old_file(), delta.new_file()] {
+                if let Some(path) = file.path_bytes() {
+                    paths.push(String::from_utf8_lossy(path).into_owned());
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
+
+    /// Up to `max` ralph commits (those with a `Ralph-Run` trailer), newest first, found by
+    /// walking first parents from HEAD. Commits without the trailer are skipped (the walk goes
+    /// on past them). Empty on an unborn branch.
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when history cannot be read.
+    pub fn trailer_history(&self, max: usize) -> Result<Vec<TrailerRecord>, GitError> {
+        let mut records = Vec::new();
+        let Some(head) = self.head_commit()? else {
+            return Ok(records);
+        };
+        if max == 0 {
+            return Ok(records);
+        }
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.push(head.id()).map_err(op("walk history"))?;
+        walk.simplify_first_parent().map_err(op("walk history"))?;
+        for oid in walk {
+            let oid = oid.map_err(op("walk history"))?;
+            let commit = self.repo.find_commit(oid).map_err(op("read commit"))?;
+            let message = String::from_utf8_lossy(commit.message_bytes());
+            if let Some(record) = parse_trailers(&message, &commit) {
+                records.push(record);
+                if records.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// The commit HEAD points at; `None` on an unborn branch.
+    fn head_commit(&self) -> Result<Option<Commit<'_>>, GitError> {
+        match self.repo.head() {
+            Ok(head) => head.peel_to_commit().map(Some).map_err(op("read HEAD")),
+            Err(err) if matches!(err.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => {
+                Ok(None)
+            }
+            Err(err) => Err(GitError::Git {
+                op: "read HEAD",
+                source: err,
+            }),
+        }
+    }
+
+    /// Resolves a revision to a commit.
+    fn resolve_commit(&self, rev: &str) -> Result<Commit<'_>, GitError> {
+        let unknown = || GitError::UnknownRevision {
+            rev: rev.to_owned(),
+        };
+        let object = self.repo.revparse_single(rev).map_err(|_| unknown())?;
+        object
+            .peel(ObjectType::Commit)
+            .ok()
+            .and_then(|object| object.into_commit().ok())
+            .ok_or_else(unknown)
+    }
+
+    /// Resolves `base` for creating `branch`, preferring a local branch, then a remote-tracking
+    /// `origin/<base>`, then any revision.
+    fn resolve_base(&self, base: &str, branch: &str) -> Result<Commit<'_>, GitError> {
+        let not_found = || GitError::BaseNotFound {
+            base: base.to_owned(),
+            branch: branch.to_owned(),
+        };
+        if let Ok(local) = self.repo.find_branch(base, BranchType::Local) {
+            return local.get().peel_to_commit().map_err(op("read base branch"));
+        }
+        if let Ok(remote) = self
+            .repo
+            .find_branch(&format!("origin/{base}"), BranchType::Remote)
+        {
+            return remote
+                .get()
+                .peel_to_commit()
+                .map_err(op("read base branch"));
+        }
+        self.resolve_commit(base).map_err(|_| not_found())
+    }
+
+    /// Checks out an existing branch's commit and moves HEAD to it.
+    fn switch_to(&self, name: &str, refname: &str, commit: &Commit<'_>) -> Result<(), GitError> {
+        self.checkout_commit(name, commit)?;
+        self.repo.set_head(refname).map_err(op("switch HEAD"))
+    }
+
+    /// Updates the working tree and index to `commit` without overwriting local changes.
+    fn checkout_commit(&self, branch: &str, commit: &Commit<'_>) -> Result<(), GitError> {
+        let tree = commit.tree().map_err(op("read tree"))?;
+        let mut checkout = CheckoutBuilder::new();
+        checkout.safe();
+        self.repo
+            .checkout_tree(tree.as_object(), Some(&mut checkout))
+            .map_err(|err| {
+                if err.code() == ErrorCode::Conflict {
+                    GitError::CheckoutConflict {
+                        branch: branch.to_owned(),
+                    }
+                } else {
+                    GitError::Git {
+                        op: "checkout",
+                        source: err,
+                    }
+                }
+            })
+    }
+}
+
+/// Builds the commit message: subject, blank line, optional body, blank line, trailers.
+fn commit_message(subject: &str, body: &str, trailers: &[(&str, String)]) -> String {
+    let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut message = one_line(subject);
+    message.push('\n');
+    let body = body.trim();
+    if !body.is_empty() {
+        message.push('\n');
+        message.push_str(body);
+        message.push('\n');
+    }
+    if !trailers.is_empty() {
+        message.push('\n');
+        for (key, value) in trailers {
+            message.push_str(&format!("{key}: {}\n", one_line(value)));
+        }
+    }
+    message
+}
+
+/// Extracts a [`TrailerRecord`] from a commit message, if it carries `Ralph-Run`.
+fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
+    let trailers = git2::message_trailers_strs(message).ok()?;
+    let mut run_id = None;
+    let mut iteration = None;
+    let mut story_id = None;
+    let mut outcome = None;
+    for (key, value) in trailers.iter() {
+        let value = value.trim();
+        if key.eq_ignore_ascii_case(TRAILER_RUN) {
+            run_id = Some(value.to_owned());
+        } else if key.eq_ignore_ascii_case(TRAILER_ITERATION) {
+            iteration = value.parse().ok();
+        } else if key.eq_ignore_ascii_case(TRAILER_STORY) {
+            story_id = Some(value.to_owned());
+        } else if key.eq_ignore_ascii_case(TRAILER_OUTCOME) {
+            outcome = value.parse().ok();
+        }
+    }
+    let committed_at = DateTime::from_timestamp(commit.time().seconds(), 0).unwrap_or_default();
+    Some(TrailerRecord {
+        sha: commit.id().to_string(),
+        committed_at,
+        run_id: run_id?,
+        iteration,
+        story_id,
+        outcome,
+    })
+}
+
+/// The identity git would use: the environment variables, then `user.name`/`user.email`, then
+/// the ralph fallback (per field).
+fn identity(
+    config: &git2::Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    name_var: &str,
+    email_var: &str,
+) -> Result<Signature<'static>, GitError> {
+    let pick = |var: &str, key: &str, fallback: &str| {
+        env(var)
+            .or_else(|| config.get_string(key).ok())
+            .map(|value| value.trim().to_owned())
+            .filter(|value| !value.is_empty())
+            .unwrap_or_else(|| fallback.to_owned())
+    };
+    let name = pick(name_var, "user.name", FALLBACK_NAME);
+    let email = pick(email_var, "user.email", FALLBACK_EMAIL);
+    // libgit2 rejects names with angle brackets; fall back rather than fail the checkpoint.
+    Signature::now(&name, &email)
+        .or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))
+        .map_err(op("build commit signature"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config that reads only `path`, so the developer's global config cannot leak in.
+    fn isolated_config(dir: &Path, contents: &str) -> git2::Config {
+        let path = dir.join("config");
+        std::fs::write(&path, contents).unwrap();
+        git2::Config::open(&path).unwrap()
+    }
+
+    #[test]
+    fn identity_falls_back_to_ralph_when_nothing_is_configured() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = isolated_config(dir.path(), "");
+        let sig = identity(&config, &|_| None, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL").unwrap();
+        assert_eq!(sig.name(), Some("ralph"));
+        assert_eq!(sig.email(), Some("ralph@localhost"));
+    }
+
+    #[test]
+    fn identity_prefers_env_then_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = isolated_config(
+            dir.path(),
+            "[user]\n\tname = Ada\n\temail = ada@example.com\n",
+        );
+        let sig = identity(&config, &|_| None, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL").unwrap();
+        assert_eq!(sig.name(), Some("Ada"));
+        assert_eq!(sig.email(), Some("ada@example.com"));
+
+        let env = |key: &str| (key == "GIT_AUTHOR_NAME").then(|| "Bot".to_owned());
+        let sig = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL").unwrap();
+        assert_eq!(sig.name(), Some("Bot"));
+        assert_eq!(sig.email(), Some("ada@example.com"));
+    }
+
+    #[test]
+    fn commit_message_layout_keeps_trailers_parseable() {
+        let msg = commit_message(
+            "ralph: iteration 3\n(US-001)",
+            "",
+            &[
+                ("Ralph-Run", "r1".into()),
+                ("Ralph-Story", "US-001\nx".into()),
+            ],
+        );
+        assert_eq!(
+            msg,
+            "ralph: iteration 3 (US-001)\n\nRalph-Run: r1\nRalph-Story: US-001 x\n"
+        );
+        let msg = commit_message("s", "  body text \n", &[("K", "v".into())]);
+        assert_eq!(msg, "s\n\nbody text\n\nK: v\n");
+        let parsed: Vec<(String, String)> = git2::message_trailers_strs(&msg)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(parsed, vec![("K".to_owned(), "v".to_owned())]);
+    }
+}

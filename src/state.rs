@@ -1,1 +1,229 @@
-//! (in progress)
+//! `.ralph/state.json`: what a restarted `ralph run` needs to carry on where the last one stopped.
+//!
+//! It holds the run id, the iteration counter (which keeps counting across runs), per-story
+//! attempt counts, blocked stories, the last outcome, the iteration in flight (so that a run
+//! killed with SIGKILL can be recognised and its changes checkpointed) and `resume_at` for a
+//! usage-limit wait. Writes are atomic: a temporary file in the same directory is written,
+//! fsynced and renamed over the old one, then the directory is fsynced, so a crash leaves either
+//! the old or the new state, never a mix. If the file is lost or deleted, ralph rebuilds the
+//! counter from the `Ralph-*` trailers in git history ([`crate::git::Repo::trailer_history`]).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::rfc3339;
+
+/// File name of the state inside the `.ralph` directory.
+pub const STATE_FILE: &str = "state.json";
+
+/// The state format this ralph writes and the newest it reads.
+pub const STATE_VERSION: u32 = 1;
+
+/// The persisted run state. Unknown fields in the file are ignored; missing ones take their
+/// defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Format version ([`STATE_VERSION`]).
+    pub version: u32,
+    /// Id of the latest run.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Number of the last iteration started; numbering continues across runs (0: none yet).
+    #[serde(default)]
+    pub iteration: u32,
+    /// Failed attempts per story id (see [`crate::ledger::Outcome::is_failure`]).
+    #[serde(default)]
+    pub attempts: BTreeMap<String, u32>,
+    /// Story ids that hit the attempt limit and are skipped.
+    #[serde(default)]
+    pub blocked: Vec<String>,
+    /// Wire name of the last iteration's outcome (e.g. `story_passed`).
+    #[serde(default)]
+    pub last_outcome: Option<String>,
+    /// The iteration running right now; still set after a crash, which is how a restart knows
+    /// that an iteration was cut short.
+    #[serde(default)]
+    pub in_flight: Option<InFlight>,
+    /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then.
+    #[serde(default, with = "rfc3339::option")]
+    pub resume_at: Option<DateTime<Utc>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            version: STATE_VERSION,
+            run_id: None,
+            iteration: 0,
+            attempts: BTreeMap::new(),
+            blocked: Vec::new(),
+            last_outcome: None,
+            in_flight: None,
+            resume_at: None,
+        }
+    }
+}
+
+/// The iteration that was running when the state was last written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// Run id of that iteration.
+    pub run_id: String,
+    /// Its iteration number.
+    pub iteration: u32,
+    /// The story it worked on.
+    pub story_id: String,
+    /// Pid of the agent process, which is also its process group id (the agent leads its own
+    /// group), so a restart can make sure no leftover of it survives.
+    pub pid: u32,
+    /// When the agent was started (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    pub started_at: DateTime<Utc>,
+    /// Full sha of HEAD before the agent ran (`None` on an unborn branch).
+    #[serde(default)]
+    pub start_sha: Option<String>,
+}
+
+/// Errors loading or saving the state. Each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A filesystem operation failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What ralph was doing, e.g. `read`.
+        action: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid state JSON.
+    #[error("{} is corrupt: {source}\nhint: delete it; ralph rebuilds the iteration count from the Ralph-* trailers in git history", path.display())]
+    Corrupt {
+        /// The state file.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file was written by a newer ralph.
+    #[error("{} has format version {found}, but this ralph understands up to {STATE_VERSION}\nhint: upgrade ralph, or delete the file to rebuild it from git history", path.display())]
+    NewerVersion {
+        /// The state file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+    },
+    /// The state could not be serialized (not expected: every field is plain data).
+    #[error("cannot serialize the state: {0}")]
+    Serialize(#[source] serde_json::Error),
+}
+
+impl State {
+    /// Path of the state file inside `ralph_dir` (normally `<repo>/.ralph`).
+    pub fn path(ralph_dir: &Path) -> PathBuf {
+        ralph_dir.join(STATE_FILE)
+    }
+
+    /// Loads `<ralph_dir>/state.json`; `Ok(None)` when it does not exist.
+    ///
+    /// # Errors
+    /// [`StateError::Corrupt`] (with the fix: delete it), [`StateError::NewerVersion`],
+    /// [`StateError::Io`].
+    pub fn load(ralph_dir: &Path) -> Result<Option<State>, StateError> {
+        let path = State::path(ralph_dir);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateError::Io {
+                    action: "read",
+                    path,
+                    source,
+                })
+            }
+        };
+        let state: State = match serde_json::from_slice(&bytes) {
+            Ok(state) => state,
+            Err(source) => return Err(StateError::Corrupt { path, source }),
+        };
+        if state.version > STATE_VERSION {
+            return Err(StateError::NewerVersion {
+                path,
+                found: state.version,
+            });
+        }
+        Ok(Some(state))
+    }
+
+    /// Writes the state to `<ralph_dir>/state.json` atomically (temporary file in the same
+    /// directory, fsync, rename, directory fsync), creating `ralph_dir` when missing.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] naming the file or directory; [`StateError::Serialize`].
+    pub fn save(&self, ralph_dir: &Path) -> Result<(), StateError> {
+        let path = State::path(ralph_dir);
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        fs::create_dir_all(ralph_dir).map_err(io("create", ralph_dir))?;
+        let mut json = serde_json::to_vec_pretty(self).map_err(StateError::Serialize)?;
+        json.push(b'\n');
+
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".state.json.")
+            .tempfile_in(ralph_dir)
+            .map_err(io("create a temporary file in", ralph_dir))?;
+        tmp.write_all(&json).map_err(io("write", tmp.path()))?;
+        tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
+        tmp.persist(&path).map_err(|err| StateError::Io {
+            action: "replace",
+            path: path.clone(),
+            source: err.error,
+        })?;
+        // The rename is durable only once the directory entry is on disk.
+        File::open(ralph_dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io("sync", ralph_dir))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_file_loads_as_none_and_fields_default() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(State::load(dir.path()).unwrap(), None);
+        fs::write(
+            dir.path().join(STATE_FILE),
+            r#"{"version":1,"iteration":4,"from_the_future":true}"#,
+        )
+        .unwrap();
+        let state = State::load(dir.path()).unwrap().unwrap();
+        assert_eq!(state.iteration, 4);
+        assert!(state.attempts.is_empty());
+        assert_eq!(state.resume_at, None);
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(STATE_FILE), r#"{"version":99}"#).unwrap();
+        let err = State::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("format version 99"), "{err}");
+    }
+}

@@ -3,3 +3,4 @@
 mod common;
 mod prd;
 mod run_cases;
+mod store;
