@@ -157,18 +157,19 @@ impl RunConfig {
             None => (FileConfig::default(), cwd.to_path_buf()),
         };
         let file_path = config_path.clone().unwrap_or_default();
-        let duration = |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
-            raw.as_ref()
-                .map(|value| {
-                    humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
-                        path: file_path.clone(),
-                        key,
-                        value: value.clone(),
-                        message: e.to_string(),
+        let duration =
+            |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+                raw.as_ref()
+                    .map(|value| {
+                        humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
+                            path: file_path.clone(),
+                            key,
+                            value: value.clone(),
+                            message: e.to_string(),
+                        })
                     })
-                })
-                .transpose()
-        };
+                    .transpose()
+            };
 
         let max_iter = args.max_iter.or(file.max_iter).unwrap_or(DEFAULT_MAX_ITER);
         if max_iter == 0 {
@@ -308,10 +309,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ralph.toml");
         std::fs::write(&path, "max_iters = 3\n").unwrap();
-        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err().to_string();
-        assert!(err.contains("ralph.toml") && err.contains("max_iters"), "{err}");
+        let err = RunConfig::resolve(&args(), dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ralph.toml") && err.contains("max_iters"),
+            "{err}"
+        );
         std::fs::write(&path, "timeout = \"soon\"\n").unwrap();
-        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err().to_string();
+        let err = RunConfig::resolve(&args(), dir.path())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("timeout = \"soon\""), "{err}");
     }
 

@@ -14,12 +14,12 @@ use crate::agent::{self, AgentReport, AgentSettings, FailureClass};
 use crate::completion::promise_in_final_text;
 use crate::config::RunConfig;
 use crate::exit::ExitStatus;
-use crate::git::Repo;
+use crate::git::{BranchAction, Repo};
 use crate::ledger::{self, LedgerRecord, Outcome};
 use crate::lock::RunLock;
 use crate::prd::model::Prd;
 use crate::prd::store::{self, LoadedPrd};
-use crate::process::{self, EndReason, LineVerdict, Limits, StopSignals, StreamKind};
+use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals, StreamKind};
 use crate::progress;
 use crate::prompt::{PromptContext, PromptTemplate};
 use crate::state::{InFlight, State};
@@ -57,10 +57,7 @@ impl RunPaths {
         RunPaths {
             repo_root: repo_root.to_path_buf(),
             prd: prd.to_path_buf(),
-            progress: prd
-                .parent()
-                .unwrap_or(repo_root)
-                .join("progress.txt"),
+            progress: prd.parent().unwrap_or(repo_root).join("progress.txt"),
             ledger: ralph_dir.join("ledger.jsonl"),
             ralph_dir,
         }
@@ -93,7 +90,11 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
 
     // Preflight: every check that can fail happens before any agent starts.
     let loaded = store::load(&cfg.prd_path)?;
-    let prd_dir = loaded.path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let prd_dir = loaded
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let repo = Repo::discover(&prd_dir)?;
     let paths = RunPaths::new(repo.root(), &loaded.path);
     let template = PromptTemplate::load(cfg.template.as_deref())?;
@@ -138,7 +139,12 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         );
     }
     if let Some(branch) = &loaded.prd.branch_name {
-        let action = repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())?;
+        let action = match repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())? {
+            BranchAction::AlreadyOn => "already checked out".to_string(),
+            BranchAction::CheckedOut => "checked out".to_string(),
+            BranchAction::Created { from, .. } => format!("created from {from}"),
+            BranchAction::Unborn => "no commit yet; the first commit lands on it".to_string(),
+        };
         ui.info(&format!("branch       {branch} ({action})"));
     }
     if progress::ensure_exists(&paths.progress, Local::now())? {
@@ -152,8 +158,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     ui.info(&format!("ralph run {run_id}"));
     ui.settings(&[
         ("prd", paths.prd.display().to_string()),
-        ("agent", format!("{} ({})", cfg.agent.as_str(), shell_words(&probe))),
-        ("model", cfg.model.clone().unwrap_or_else(|| "agent default".into())),
+        (
+            "agent",
+            format!("{} ({})", cfg.agent.as_str(), shell_words(&probe)),
+        ),
+        (
+            "model",
+            cfg.model.clone().unwrap_or_else(|| "agent default".into()),
+        ),
         ("max-iter", cfg.max_iter.to_string()),
         (
             "timeouts",
@@ -201,7 +213,8 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             feedback: std::mem::take(&mut feedback),
         };
         let done = run_iteration(
-            &cfg, &paths, &repo, &*backend, &template, &limits, &stop, &mut state, &current, input, ui,
+            &cfg, &paths, &repo, &*backend, &template, &limits, &stop, &mut state, &current, input,
+            ui,
         )
         .await?;
         feedback = done.feedback;
@@ -219,7 +232,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     };
 
     let final_prd = store::load(&paths.prd).map(|l| l.prd).unwrap_or(loaded.prd);
-    ui.summary(&summarize(status, &final_prd, &records, started.elapsed(), &paths, &cfg));
+    ui.summary(&summarize(
+        status,
+        &final_prd,
+        &records,
+        started.elapsed(),
+        &paths,
+        &cfg,
+    ));
     Ok(status)
 }
 
@@ -252,7 +272,13 @@ async fn run_iteration(
     input: IterationInput<'_>,
     ui: &mut Ui,
 ) -> anyhow::Result<IterationDone> {
-    let IterationInput { run_id, iteration, slot, story_id, feedback } = input;
+    let IterationInput {
+        run_id,
+        iteration,
+        slot,
+        story_id,
+        feedback,
+    } = input;
     let story = snapshot
         .prd
         .story(story_id)
@@ -304,9 +330,19 @@ async fn run_iteration(
         started_at: started_at.to_rfc3339(),
         prompt_bytes: prompt.len(),
     };
-    let mut transcript = Transcript::create(&paths.ralph_dir, &meta)
-        .with_context(|| format!("cannot write a transcript under {}", paths.ralph_dir.display()))?;
-    ui.iteration_started(iteration, slot, cfg.max_iter, &format!("{} {}", story.id, story.title), backend.kind().as_str());
+    let mut transcript = Transcript::create(&paths.ralph_dir, &meta).with_context(|| {
+        format!(
+            "cannot write a transcript under {}",
+            paths.ralph_dir.display()
+        )
+    })?;
+    ui.iteration_started(
+        iteration,
+        slot,
+        cfg.max_iter,
+        &format!("{} {}", story.id, story.title),
+        backend.kind().as_str(),
+    );
 
     let ralph_dir = paths.ralph_dir.clone();
     let mut stderr_tail: Vec<String> = Vec::new();
@@ -367,8 +403,12 @@ async fn run_iteration(
     let transcript_path = match transcript.finish() {
         Ok(p) => p,
         Err(e) => {
-            ui.warn(&format!("transcript of iteration {iteration} is incomplete: {e}"));
-            paths.ralph_dir.join(Transcript::relative_path(run_id, iteration))
+            ui.warn(&format!(
+                "transcript of iteration {iteration} is incomplete: {e}"
+            ));
+            paths
+                .ralph_dir
+                .join(Transcript::relative_path(run_id, iteration))
         }
     };
 
@@ -425,7 +465,14 @@ async fn run_iteration(
         changed: !agent_commits.is_empty() || !files_changed.is_empty(),
         backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
     });
-    let message = outcome_message(outcome, &report, &stderr_tail, corrupted.as_deref(), &open_after, cfg);
+    let message = outcome_message(
+        outcome,
+        &report,
+        &stderr_tail,
+        corrupted.as_deref(),
+        &open_after,
+        cfg,
+    );
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
     }
@@ -440,7 +487,11 @@ async fn run_iteration(
         ui.warn(&format!(
             "iteration {iteration} set passes=true on stories other than {}: {}",
             story.id,
-            other_flips.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            other_flips
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
 
@@ -455,7 +506,13 @@ async fn run_iteration(
             story_title: story.title.clone(),
             outcome,
             commit: agent_last.clone(),
-            summary: entry_summary(&agent_commits, &files_changed, &flipped, promise_seen, message.as_deref()),
+            summary: entry_summary(
+                &agent_commits,
+                &files_changed,
+                &flipped,
+                promise_seen,
+                message.as_deref(),
+            ),
         },
     )?;
     let trailers = [
@@ -486,10 +543,10 @@ async fn run_iteration(
         outcome,
         exit_code: outcome_of_process.exit_code,
         signal: outcome_of_process.signal,
-        tokens_in: report.usage.input_tokens,
-        tokens_out: report.usage.output_tokens,
-        cache_read_tokens: report.usage.cache_read_tokens,
-        cache_creation_tokens: report.usage.cache_creation_tokens,
+        tokens_in: reported(report.usage.input_tokens),
+        tokens_out: reported(report.usage.output_tokens),
+        cache_read_tokens: reported(report.usage.cache_read_tokens),
+        cache_creation_tokens: reported(report.usage.cache_creation_tokens),
         cost_usd: report.cost_usd,
         head_before,
         head_after,
@@ -500,7 +557,7 @@ async fn run_iteration(
         passes_flipped: flipped,
         passes_reverted: reverted,
         session_id: report.session_id.clone(),
-        transcript: display_rel(&transcript_path, &paths.ralph_dir),
+        transcript: Some(display_rel(&transcript_path, &paths.ralph_dir)),
         message,
     };
     ledger::append(&paths.ledger, &record)?;
@@ -510,7 +567,10 @@ async fn run_iteration(
     state.in_flight = None;
     state.save(&paths.ralph_dir)?;
     ui.iteration_finished(&record, slot, cfg.max_iter);
-    Ok(IterationDone { record, feedback: feedback_next })
+    Ok(IterationDone {
+        record,
+        feedback: feedback_next,
+    })
 }
 
 /// Inputs of [`classify`].
@@ -585,7 +645,10 @@ fn outcome_message(
             if open_after.len() == 1 { "s" } else { "ve" }
         )),
         Outcome::PrdCorrupted => corrupted.map(|e| {
-            format!("prd.json was invalid after the iteration and was restored: {}", truncate_chars(e, 300))
+            format!(
+                "prd.json was invalid after the iteration and was restored: {}",
+                truncate_chars(e, 300)
+            )
         }),
         Outcome::Timeout => Some(format!(
             "killed after the iteration time limit of {}",
@@ -595,15 +658,24 @@ fn outcome_message(
             "killed after {} without output (idle limit)",
             humantime::format_duration(cfg.idle_timeout)
         )),
-        Outcome::Interrupted => Some("interrupted by the user; changes kept in a checkpoint commit".into()),
-        Outcome::AgentError | Outcome::AuthError | Outcome::ConfigError | Outcome::UsageLimit | Outcome::Transient => {
-            agent_said()
+        Outcome::Interrupted => {
+            Some("interrupted by the user; changes kept in a checkpoint commit".into())
         }
+        Outcome::AgentError
+        | Outcome::AuthError
+        | Outcome::ConfigError
+        | Outcome::UsageLimit
+        | Outcome::Transient => agent_said(),
         _ => None,
     }
 }
 
-fn feedback_for(outcome: Outcome, story: &str, open: &[String], message: Option<&str>) -> Option<String> {
+fn feedback_for(
+    outcome: Outcome,
+    story: &str,
+    open: &[String],
+    message: Option<&str>,
+) -> Option<String> {
     let msg = message.unwrap_or("");
     match outcome {
         Outcome::PrematureClaim => Some(format!(
@@ -737,7 +809,10 @@ async fn recover_interrupted(
             },
         )?;
         let checkpoint = repo.commit_all(
-            &format!("ralph: iteration {} ({}) checkpoint after restart", flight.iteration, flight.story_id),
+            &format!(
+                "ralph: iteration {} ({}) checkpoint after restart",
+                flight.iteration, flight.story_id
+            ),
             "Outcome: interrupted (ralph was killed during this iteration).",
             &[
                 ("Ralph-Run", flight.run_id.clone()),
@@ -760,10 +835,10 @@ async fn recover_interrupted(
             outcome: Outcome::Interrupted,
             exit_code: None,
             signal: None,
-            tokens_in: 0,
-            tokens_out: 0,
-            cache_read_tokens: 0,
-            cache_creation_tokens: 0,
+            tokens_in: None,
+            tokens_out: None,
+            cache_read_tokens: None,
+            cache_creation_tokens: None,
             cost_usd: None,
             head_before: flight.start_sha.clone(),
             head_after: repo.head_sha()?,
@@ -774,10 +849,12 @@ async fn recover_interrupted(
             passes_flipped: Vec::new(),
             passes_reverted: Vec::new(),
             session_id: None,
-            transcript: display_rel(
-                &paths.ralph_dir.join(Transcript::relative_path(&flight.run_id, flight.iteration)),
+            transcript: Some(display_rel(
+                &paths
+                    .ralph_dir
+                    .join(Transcript::relative_path(&flight.run_id, flight.iteration)),
                 &paths.ralph_dir,
-            ),
+            )),
             message: Some(message),
         };
         ledger::append(&paths.ledger, &record)?;
@@ -785,7 +862,10 @@ async fn recover_interrupted(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,
             flight.story_id,
-            checkpoint.as_deref().map(short_sha).unwrap_or("the existing commits")
+            checkpoint
+                .as_deref()
+                .map(short_sha)
+                .unwrap_or("the existing commits")
         ));
         feedback.push(format!(
             "The previous iteration ({}) was interrupted; its partial changes were committed as a checkpoint. Check `git log` and `git diff HEAD~1` and continue from there.",
@@ -823,10 +903,16 @@ fn summarize(
             cfg.max_iter,
             open.len()
         ),
-        ExitStatus::Interrupted => "interrupted: the current iteration was stopped and checkpointed".into(),
+        ExitStatus::Interrupted => {
+            "interrupted: the current iteration was stopped and checkpointed".into()
+        }
         ExitStatus::OtherLimit => "stopped by a limit before every story passed".into(),
         ExitStatus::Failure | ExitStatus::Usage => match records.last() {
-            Some(r) => format!("stopped: iteration {} ended with {}", r.iteration, r.outcome.as_str()),
+            Some(r) => format!(
+                "stopped: iteration {} ended with {}",
+                r.iteration,
+                r.outcome.as_str()
+            ),
             None => "stopped by an error".into(),
         },
     };
@@ -847,20 +933,43 @@ fn summarize(
         passed,
         open,
         iterations: u32::try_from(records.len()).unwrap_or(u32::MAX),
-        iteration_range: records.first().zip(records.last()).map(|(a, b)| (a.iteration, b.iteration)),
+        iteration_range: records
+            .first()
+            .zip(records.last())
+            .map(|(a, b)| (a.iteration, b.iteration)),
         elapsed,
-        cost_usd: if costs.is_empty() { None } else { Some(costs.iter().sum()) },
+        cost_usd: if costs.is_empty() {
+            None
+        } else {
+            Some(costs.iter().sum())
+        },
         tokens: (
-            records.iter().map(|r| r.tokens_in + r.cache_read_tokens + r.cache_creation_tokens).sum(),
-            records.iter().map(|r| r.tokens_out).sum(),
+            records
+                .iter()
+                .map(|r| {
+                    r.tokens_in.unwrap_or(0)
+                        + r.cache_read_tokens.unwrap_or(0)
+                        + r.cache_creation_tokens.unwrap_or(0)
+                })
+                .sum(),
+            records.iter().filter_map(|r| r.tokens_out).sum(),
         ),
         ledger: display_rel(&paths.ledger, &paths.repo_root),
         next,
     }
 }
 
+/// A token count of 0 means the agent reported none: recorded as absent, not as zero.
+fn reported(tokens: u64) -> Option<u64> {
+    (tokens > 0).then_some(tokens)
+}
+
 fn new_run_id() -> String {
-    format!("{}-{:04x}", Utc::now().format("%Y%m%dT%H%M%S"), std::process::id() & 0xffff)
+    format!(
+        "{}-{:04x}",
+        Utc::now().format("%Y%m%dT%H%M%S"),
+        std::process::id() & 0xffff
+    )
 }
 
 /// The argv of `spec`, quoted so that it can be pasted into a shell.

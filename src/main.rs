@@ -17,7 +17,10 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => status.into(),
         Err(err) => {
-            eprintln!("{} {err:#}", console::style("error:").red().bold().for_stderr());
+            eprintln!(
+                "{} {err:#}",
+                console::style("error:").red().bold().for_stderr()
+            );
             ExitStatus::Failure.into()
         }
     }

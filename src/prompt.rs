@@ -156,7 +156,10 @@ impl PromptTemplate {
                     source,
                 })?,
             ),
-            None => ("templates/prompt.md".to_string(), BUILTIN_TEMPLATE.to_string()),
+            None => (
+                "templates/prompt.md".to_string(),
+                BUILTIN_TEMPLATE.to_string(),
+            ),
         };
         let template = PromptTemplate { name, source };
         template.environment()?;
@@ -233,7 +236,9 @@ mod tests {
     fn builtin_prompt_has_story_paths_rules_and_feedback() {
         let t = PromptTemplate::load(None).unwrap();
         let out = t
-            .render(&ctx(vec!["your completion claim was premature: US-002 still has passes=false".into()]))
+            .render(&ctx(vec![
+                "your completion claim was premature: US-002 still has passes=false".into(),
+            ]))
             .unwrap();
         for needle in [
             "Story ID: US-002",
@@ -256,7 +261,10 @@ mod tests {
 
     #[test]
     fn no_feedback_section_without_feedback() {
-        let out = PromptTemplate::load(None).unwrap().render(&ctx(vec![])).unwrap();
+        let out = PromptTemplate::load(None)
+            .unwrap()
+            .render(&ctx(vec![]))
+            .unwrap();
         assert!(!out.contains("Feedback from the previous iteration"));
     }
 

@@ -181,10 +181,18 @@ mod tests {
         let path = t.finish().unwrap();
         assert!(path.ends_with("runs/r1/iter-007.jsonl"));
         let text = std::fs::read_to_string(path).unwrap();
-        let lines: Vec<serde_json::Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines[0]["type"], "meta");
-        assert_eq!(lines[1]["note"], format!("line truncated: kept {} of 6000000 bytes", MAX_TRANSCRIPT_LINE_BYTES));
+        assert_eq!(
+            lines[1]["note"],
+            format!(
+                "line truncated: kept {} of 6000000 bytes",
+                MAX_TRANSCRIPT_LINE_BYTES
+            )
+        );
         assert!(lines[1]["text"].as_str().unwrap().len() <= MAX_TRANSCRIPT_LINE_BYTES);
         assert_eq!(lines[2]["event"]["kind"], "assistant_text");
     }

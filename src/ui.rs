@@ -101,7 +101,10 @@ impl Ui {
 
     /// A warning: always shown on stderr, and as an event in JSON mode.
     pub fn warn(&self, msg: &str) {
-        self.eprint(&format!("{} {msg}", style("warning:").yellow().bold().for_stderr()));
+        self.eprint(&format!(
+            "{} {msg}",
+            style("warning:").yellow().bold().for_stderr()
+        ));
         self.json_event("warning", json!({"message": msg}));
     }
 
@@ -116,7 +119,14 @@ impl Ui {
     }
 
     /// Starts the live line for an iteration.
-    pub fn iteration_started(&mut self, iteration: u32, slot: u32, max: u32, story: &str, backend: &str) {
+    pub fn iteration_started(
+        &mut self,
+        iteration: u32,
+        slot: u32,
+        max: u32,
+        story: &str,
+        backend: &str,
+    ) {
         self.live_prefix = format!("iteration {iteration} ({slot}/{max}) · {story} · {backend}");
         self.json_event(
             "iteration_started",
@@ -153,7 +163,10 @@ impl Ui {
                     bar.set_message(format!("{} · {name}: {summary}", self.cost_text(0.0)));
                 }
                 if self.verbose && self.human() {
-                    self.eprint(&format!("  {} {name}: {summary}", style("→").cyan().for_stderr()));
+                    self.eprint(&format!(
+                        "  {} {name}: {summary}",
+                        style("→").cyan().for_stderr()
+                    ));
                 }
             }
             AgentEvent::AssistantText { text } if self.verbose && self.human() => {
@@ -182,15 +195,26 @@ impl Ui {
         let mut parts = vec![
             format!("iteration {} ({slot}/{max})", record.iteration),
             record.story_id.clone(),
-            colour.apply_to(record.outcome.as_str()).for_stderr().to_string(),
-            humantime::format_duration(Duration::from_secs(record.duration_s.round() as u64)).to_string(),
+            colour
+                .apply_to(record.outcome.as_str())
+                .for_stderr()
+                .to_string(),
+            humantime::format_duration(Duration::from_secs(record.duration_s.round() as u64))
+                .to_string(),
         ];
         if let Some(cost) = record.cost_usd {
             parts.push(format!("${cost:.2}"));
         }
         let commits = record.commits.len() + usize::from(record.checkpoint_commit.is_some());
-        parts.push(format!("{commits} commit{}", if commits == 1 { "" } else { "s" }));
-        self.eprint(&format!("{} {}", colour.apply_to(mark).for_stderr(), parts.join(" · ")));
+        parts.push(format!(
+            "{commits} commit{}",
+            if commits == 1 { "" } else { "s" }
+        ));
+        self.eprint(&format!(
+            "{} {}",
+            colour.apply_to(mark).for_stderr(),
+            parts.join(" · ")
+        ));
         if let Some(message) = &record.message {
             self.eprint(&format!("    {}", style(message).dim().for_stderr()));
         }
@@ -229,7 +253,10 @@ impl Ui {
         let secs = Duration::from_secs(s.elapsed.as_secs());
         let cost = match s.cost_usd {
             Some(c) => format!("${c:.2} ({} tokens in, {} out)", s.tokens.0, s.tokens.1),
-            None => format!("not reported ({} tokens in, {} out)", s.tokens.0, s.tokens.1),
+            None => format!(
+                "not reported ({} tokens in, {} out)",
+                s.tokens.0, s.tokens.1
+            ),
         };
         for (k, v) in [
             ("stories", format!("{} passed, {open}", s.passed)),
@@ -257,9 +284,10 @@ fn outcome_style(outcome: Outcome) -> (&'static str, Style) {
         Outcome::StoryPassed => ("✓", Style::new().green()),
         Outcome::Progress => ("•", Style::new().cyan()),
         Outcome::Interrupted => ("■", Style::new().yellow()),
-        Outcome::NoProgress | Outcome::PrematureClaim | Outcome::UsageLimit | Outcome::Transient => {
-            ("!", Style::new().yellow())
-        }
+        Outcome::NoProgress
+        | Outcome::PrematureClaim
+        | Outcome::UsageLimit
+        | Outcome::Transient => ("!", Style::new().yellow()),
         _ => ("✗", Style::new().red()),
     }
 }

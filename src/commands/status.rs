@@ -23,7 +23,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let prd_path = args
         .prd
         .as_ref()
-        .map(|p| if p.is_absolute() { p.clone() } else { cwd.join(p) })
+        .map(|p| {
+            if p.is_absolute() {
+                p.clone()
+            } else {
+                cwd.join(p)
+            }
+        })
         .unwrap_or_else(|| cwd.join("prd.json"));
     let loaded = store::load(&prd_path)?;
     let prd_dir = loaded.path.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -36,7 +42,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     } else {
         Vec::new()
     };
-    let state = State::load(&paths.ralph_dir).ok().flatten().unwrap_or_default();
+    let state = State::load(&paths.ralph_dir)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let latest_run = ledger.last().map(|r| r.run_id.clone());
     let latest: Vec<&LedgerRecord> = ledger
         .iter()
@@ -44,8 +53,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .collect();
     let next = loaded.prd.next_story(&state.blocked);
     let total_cost: f64 = ledger.iter().filter_map(|r| r.cost_usd).sum();
-    let total_in: u64 = ledger.iter().map(|r| r.tokens_in).sum();
-    let total_out: u64 = ledger.iter().map(|r| r.tokens_out).sum();
+    let total_in: u64 = ledger.iter().filter_map(|r| r.tokens_in).sum();
+    let total_out: u64 = ledger.iter().filter_map(|r| r.tokens_out).sum();
 
     if args.json {
         let doc = json!({
@@ -77,7 +86,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         loaded.path.display()
     );
     println!();
-    println!("  {:<10} {:<8} {:>4}  {:>8}  TITLE", "ID", "STATUS", "PRIO", "ATTEMPTS");
+    println!(
+        "  {:<10} {:<8} {:>4}  {:>8}  TITLE",
+        "ID", "STATUS", "PRIO", "ATTEMPTS"
+    );
     for s in &loaded.prd.user_stories {
         let status = if s.passes {
             style("passes").green()
@@ -99,7 +111,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     match next {
         Some(s) => println!("next story: {} {}", s.id, s.title),
         None if loaded.prd.all_pass() => println!("next story: none — every story passes"),
-        None => println!("next story: none — every open story is blocked or waits for a dependency"),
+        None => {
+            println!("next story: none — every open story is blocked or waits for a dependency")
+        }
     }
     println!();
     match &latest_run {
@@ -107,7 +121,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         Some(run) => {
             println!("latest run {run}: {} iteration(s)", latest.len());
             for r in &latest {
-                let cost = r.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into());
+                let cost = r
+                    .cost_usd
+                    .map(|c| format!("${c:.2}"))
+                    .unwrap_or_else(|| "-".into());
                 println!(
                     "  #{:<4} {:<8} {:<16} {:>7.0}s  {:>7}  {}",
                     r.iteration,

@@ -51,17 +51,31 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
     assert!((ledger[0]["cost_usd"].as_f64().unwrap() - 0.01).abs() < 1e-9);
     // Every ralph commit carries the four trailers.
     let log = env.git(&["log", "--format=%s%n%(trailers:only,unfold)%n--END--"]);
-    let ralph_commits: Vec<&str> = log.split("--END--").filter(|c| c.trim().starts_with("ralph:")).collect();
+    let ralph_commits: Vec<&str> = log
+        .split("--END--")
+        .filter(|c| c.trim().starts_with("ralph:"))
+        .collect();
     assert_eq!(ralph_commits.len(), 2, "{log}");
     for c in ralph_commits {
-        for t in ["Ralph-Run:", "Ralph-Iteration:", "Ralph-Story:", "Ralph-Outcome: story_passed"] {
+        for t in [
+            "Ralph-Run:",
+            "Ralph-Iteration:",
+            "Ralph-Story:",
+            "Ralph-Outcome: story_passed",
+        ] {
             assert!(c.contains(t), "missing {t} in {c}");
         }
     }
-    assert_eq!(env.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "ralph/demo");
+    assert_eq!(
+        env.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "ralph/demo"
+    );
     let progress = env.read("progress.txt");
     assert!(progress.starts_with("# Ralph Progress Log"), "{progress}");
-    assert!(progress.contains("(ralph, iteration 1)") && progress.contains("(ralph, iteration 2)"), "{progress}");
+    assert!(
+        progress.contains("(ralph, iteration 1)") && progress.contains("(ralph, iteration 2)"),
+        "{progress}"
+    );
     // The start refs protect each iteration's starting point.
     let refs = env.git(&["for-each-ref", "--format=%(refname)", "refs/ralph/"]);
     assert_eq!(refs.lines().count(), 2, "{refs}");
@@ -76,7 +90,15 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
 fn case_01_echoed_prompt_is_not_a_completion() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"echo_stdin": true}]]}));
-    let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "claude", "--max-iter", "1"]);
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        "claude",
+        "--max-iter",
+        "1",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let ledger = env.ledger();
     assert_eq!(ledger[0]["promise_seen"], false);
@@ -108,7 +130,9 @@ fn case_03_premature_claim_is_recorded_shown_and_fed_back() {
     assert!(stderr.contains("premature_claim"), "{stderr}");
     let prompt2 = stdin_of(&env, 2);
     assert!(
-        prompt2.contains("Your completion claim was premature: US-001, US-002, US-003 still have passes=false"),
+        prompt2.contains(
+            "Your completion claim was premature: US-001, US-002, US-003 still have passes=false"
+        ),
         "{prompt2}"
     );
 }
@@ -145,7 +169,15 @@ fn case_06_promise_as_last_line_without_newline_is_seen() {
         {"set_passes": {"id": "US-001", "passes": true}},
         {"stdout": format!("Finished the work.\n{PROMISE}")}
     ]]}));
-    let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "claude --plain", "--max-iter", "2"]);
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        "claude --plain",
+        "--max-iter",
+        "2",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(env.ledger()[0]["promise_seen"], true);
     assert_eq!(outcomes(&env), ["story_passed"]);
@@ -162,7 +194,11 @@ fn case_07_silent_agent_is_killed_as_stalled_and_the_next_iteration_runs() {
     let out = env.ralph(&["run", "--max-iter", "2", "--idle-timeout", "1s"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(outcomes(&env), ["stalled", "story_passed"]);
-    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -178,7 +214,11 @@ fn case_08_grandchild_holding_stdout_does_not_hang_and_is_killed() {
     let t = Instant::now();
     let out = env.ralph(&["run", "--max-iter", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(t.elapsed() < Duration::from_secs(30), "ralph waited for EOF: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "ralph waited for EOF: {:?}",
+        t.elapsed()
+    );
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     let _ = state;
     // The grandchild (sleep 120) must be gone: no process of any fake-agent group survives.
@@ -186,7 +226,10 @@ fn case_08_grandchild_holding_stdout_does_not_hang_and_is_killed() {
     let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
     let pid = call["pid"].as_i64().unwrap() as i32;
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!group_has_live_members(pid), "group {pid} still has live members");
+    assert!(
+        !group_has_live_members(pid),
+        "group {pid} still has live members"
+    );
 }
 
 #[test]
@@ -202,7 +245,11 @@ fn case_09_agent_that_never_exits_after_its_result_is_finished_after_a_grace() {
     let out = env.ralph(&["run", "--max-iter", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(outcomes(&env), ["story_passed"]);
-    assert!(t.elapsed() < Duration::from_secs(40), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(40),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -228,7 +275,11 @@ fn case_17_corrupted_prd_is_restored_and_reported_to_the_next_prompt() {
     let out = env.ralph(&["run", "--max-iter", "2"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert_eq!(outcomes(&env)[0], "prd_corrupted");
-    assert_eq!(env.read("prd.json"), before, "prd.json must be restored byte for byte");
+    assert_eq!(
+        env.read("prd.json"),
+        before,
+        "prd.json must be restored byte for byte"
+    );
     assert!(stdin_of(&env, 2).contains("prd.json was not valid after the previous iteration"));
 }
 
@@ -240,7 +291,10 @@ fn case_19_dirty_tree_is_refused_with_a_hint_and_nothing_is_lost() {
     let out = env.ralph(&["run"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("uncommitted changes") && stderr.contains("--allow-dirty"), "{stderr}");
+    assert!(
+        stderr.contains("uncommitted changes") && stderr.contains("--allow-dirty"),
+        "{stderr}"
+    );
     assert!(stderr.contains("README.md"), "{stderr}");
     assert_eq!(env.read("README.md"), "my unsaved edit\n");
     assert_eq!(env.agent_calls(), 0);
@@ -273,7 +327,8 @@ fn case_22_sigkill_mid_iteration_then_resume() {
         assert!(Instant::now() < deadline, "iteration 3 never started");
         if let Ok(s) = std::fs::read_to_string(env.path(".ralph/state.json")) {
             let v: Value = serde_json::from_str(&s).unwrap_or(Value::Null);
-            if v["in_flight"]["iteration"] == 3 && v["in_flight"]["pid"].as_u64().unwrap_or(0) > 0
+            if v["in_flight"]["iteration"] == 3
+                && v["in_flight"]["pid"].as_u64().unwrap_or(0) > 0
                 && env.path("partial.txt").exists()
             {
                 break v["in_flight"]["pid"].as_i64().unwrap() as i32;
@@ -281,20 +336,40 @@ fn case_22_sigkill_mid_iteration_then_resume() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     child.wait().unwrap();
 
     let out = env.ralph(&["run", "--max-iter", "5"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("stale lock"), "{stderr}");
-    assert!(!group_has_live_members(pgid), "the orphaned agent group {pgid} survived");
+    assert!(
+        !group_has_live_members(pgid),
+        "the orphaned agent group {pgid} survived"
+    );
     let ledger = env.ledger();
     let its: Vec<(u64, &str)> = ledger
         .iter()
-        .map(|r| (r["iteration"].as_u64().unwrap(), r["outcome"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["iteration"].as_u64().unwrap(),
+                r["outcome"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(its, [(1, "story_passed"), (2, "story_passed"), (3, "interrupted"), (4, "story_passed")]);
+    assert_eq!(
+        its,
+        [
+            (1, "story_passed"),
+            (2, "story_passed"),
+            (3, "interrupted"),
+            (4, "story_passed")
+        ]
+    );
     // The interrupted iteration's work is in a checkpoint commit.
     let log = env.git(&["log", "--format=%s", "--", "partial.txt"]);
     assert!(log.contains("ralph: iteration 3 (US-003)"), "{log}");
@@ -308,7 +383,10 @@ fn case_23_second_run_refuses_and_names_the_pid() {
     let mut first = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while env.agent_calls() == 0 {
-        assert!(Instant::now() < deadline, "first run never started its agent");
+        assert!(
+            Instant::now() < deadline,
+            "first run never started its agent"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = env.ralph(&["run", "--max-iter", "1"]);
@@ -316,7 +394,11 @@ fn case_23_second_run_refuses_and_names_the_pid() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("pid {}", first.id())), "{stderr}");
     assert_eq!(env.agent_calls(), 1);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     let status = first.wait().unwrap();
     assert_eq!(status.code(), Some(130));
 }
@@ -338,17 +420,27 @@ fn ctrl_c_interrupts_checkpoints_and_resume_continues_numbering() {
     }
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     let pgid = state["in_flight"]["pid"].as_i64().unwrap() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     assert!(!group_has_live_members(pgid), "agent group survived Ctrl-C");
     assert_eq!(outcomes(&env), ["interrupted"]);
-    assert!(env.git(&["log", "--format=%s", "--", "wip.txt"]).contains("ralph: iteration 1"));
+    assert!(env
+        .git(&["log", "--format=%s", "--", "wip.txt"])
+        .contains("ralph: iteration 1"));
     assert!(env.git(&["status", "--porcelain"]).trim().is_empty());
 
     let out = env.ralph(&["run", "--max-iter", "3"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let its: Vec<u64> = env.ledger().iter().map(|r| r["iteration"].as_u64().unwrap()).collect();
+    let its: Vec<u64> = env
+        .ledger()
+        .iter()
+        .map(|r| r["iteration"].as_u64().unwrap())
+        .collect();
     assert_eq!(its, [1, 2]);
 }
 
@@ -361,7 +453,10 @@ fn case_26_invalid_prd_refuses_before_any_agent_starts() {
     let out = env.ralph(&["run"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("prd.json") && stderr.contains("userStories[0]"), "{stderr}");
+    assert!(
+        stderr.contains("prd.json") && stderr.contains("userStories[0]"),
+        "{stderr}"
+    );
     assert_eq!(env.agent_calls(), 0);
 }
 
@@ -377,7 +472,10 @@ fn case_27_hostile_title_and_200kb_prompt_arrive_byte_for_byte() {
     let out = env.ralph(&["run", "--max-iter", "1"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let got = stdin_of(&env, 1);
-    assert!(got.contains(&format!("Title: {title}")), "title not received verbatim");
+    assert!(
+        got.contains(&format!("Title: {title}")),
+        "title not received verbatim"
+    );
     assert!(got.contains(&big));
     assert!(!env.path("pwned").exists() && !env.path("pwned2").exists());
     assert!(!env.root.path().join("pwned").exists());
@@ -388,10 +486,18 @@ fn case_28_bad_invocations_fail_clearly_before_any_agent() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
-        (vec!["run", "--max-iter", "0"], 1, "--max-iter must be at least 1"),
+        (
+            vec!["run", "--max-iter", "0"],
+            1,
+            "--max-iter must be at least 1",
+        ),
         (vec!["run", "--no-such-flag"], 2, "--no-such-flag"),
         (vec!["run", "--template", "missing.md"], 1, "missing.md"),
-        (vec!["run", "--agent-program", "no-such-agent-binary"], 1, "no-such-agent-binary"),
+        (
+            vec!["run", "--agent-program", "no-such-agent-binary"],
+            1,
+            "no-such-agent-binary",
+        ),
     ];
     for (args, code, needle) in cases {
         let out = env.ralph(&args);
@@ -434,8 +540,19 @@ fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
     if nix::unistd::geteuid().is_root() {
         assert_eq!(call["env"]["IS_SANDBOX"], "1");
     }
-    let argv: Vec<&str> = call["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    for flag in ["-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"] {
+    let argv: Vec<&str> = call["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for flag in [
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+    ] {
         assert!(argv.contains(&flag), "{argv:?}");
     }
 }

@@ -71,9 +71,19 @@ impl TestEnv {
         }
         std::os::unix::fs::symlink(fake_agent_bin(), bin.join("claude")).expect("symlink claude");
         let script = root.path().join("script.json");
-        let env = TestEnv { root, repo, home, tmp, bin, script };
+        let env = TestEnv {
+            root,
+            repo,
+            home,
+            tmp,
+            bin,
+            script,
+        };
         env.git(&["init", "-q", "-b", "main"]);
-        env.write("prd.json", &format!("{}\n", serde_json::to_string_pretty(prd).expect("json")));
+        env.write(
+            "prd.json",
+            &format!("{}\n", serde_json::to_string_pretty(prd).expect("json")),
+        );
         env.write("README.md", "demo\n");
         env.git(&["add", "-A"]);
         env.git(&["commit", "-q", "-m", "initial"]);
@@ -97,7 +107,10 @@ impl TestEnv {
     /// Environment every child gets: nothing inherited but PATH's system part.
     pub fn envs(&self) -> Vec<(String, String)> {
         vec![
-            ("PATH".into(), format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin.display())),
+            (
+                "PATH".into(),
+                format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin.display()),
+            ),
             ("HOME".into(), self.home.display().to_string()),
             ("TMPDIR".into(), self.tmp.display().to_string()),
             ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
@@ -110,7 +123,10 @@ impl TestEnv {
             ("GIT_COMMITTER_DATE".into(), "2026-01-01T00:00:00Z".into()),
             ("NO_COLOR".into(), "1".into()),
             ("COLUMNS".into(), "100".into()),
-            ("RALPH_FAKE_SCRIPT".into(), self.script.display().to_string()),
+            (
+                "RALPH_FAKE_SCRIPT".into(),
+                self.script.display().to_string(),
+            ),
         ]
     }
 
@@ -123,14 +139,21 @@ impl TestEnv {
             .envs(self.envs())
             .output()
             .expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// A `ralph` command in the repo with the hermetic environment.
     pub fn ralph_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(ralph_bin());
-        cmd.args(args).current_dir(&self.repo).env_clear().envs(self.envs());
+        cmd.args(args)
+            .current_dir(&self.repo)
+            .env_clear()
+            .envs(self.envs());
         cmd
     }
 
@@ -141,7 +164,11 @@ impl TestEnv {
 
     /// Writes the fake agent's script (see testing/README.md).
     pub fn script(&self, script: &Value) {
-        std::fs::write(&self.script, serde_json::to_vec_pretty(script).expect("json")).expect("write script");
+        std::fs::write(
+            &self.script,
+            serde_json::to_vec_pretty(script).expect("json"),
+        )
+        .expect("write script");
     }
 
     /// Ledger records, parsed.
@@ -161,7 +188,9 @@ impl TestEnv {
     /// How many times the fake agent was started.
     pub fn agent_calls(&self) -> usize {
         let p = PathBuf::from(format!("{}.calls.jsonl", self.script.display()));
-        std::fs::read_to_string(p).map(|s| s.lines().count()).unwrap_or(0)
+        std::fs::read_to_string(p)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
     }
 
     /// Path relative to the repo.
@@ -182,15 +211,23 @@ pub fn text(out: &Output) -> String {
 
 /// Whether any process in group `pgid` is still alive (zombies excluded).
 pub fn group_has_live_members(pgid: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")) else {
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) =
+            std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"))
+        else {
             continue;
         };
         // Fields after the command name: state ppid pgrp ...
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<i32>().ok() == Some(pgid) {
             return true;
