@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::cli::AgentKind;
 use crate::process::{OutputLine, SpawnSpec};
 
+pub mod classify;
 pub mod claude;
 pub mod exec;
 
@@ -142,4 +143,16 @@ pub trait Backend: Send + Sync {
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec>;
     /// A fresh parser for one run of `prompt` (exec uses the prompt to drop an echo of it).
     fn parser(&self, prompt: &str) -> Box<dyn OutputParser>;
+}
+
+/// The backend for `kind`, configured from `settings`.
+///
+/// # Errors
+/// Whatever the backend's constructor refuses, e.g. [`exec::ExecError`] when `kind` is
+/// [`AgentKind::Exec`] and `settings.agent_cmd` is missing or cannot be split into words.
+pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
+    Ok(match kind {
+        AgentKind::Claude => Box::new(claude::Claude::new(settings)),
+        AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
+    })
 }
