@@ -156,3 +156,26 @@ pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<d
         AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factory_builds_each_backend_and_reports_exec_misconfiguration() {
+        let claude = backend(AgentKind::Claude, AgentSettings::default());
+        assert!(matches!(claude.map(|b| b.kind()), Ok(AgentKind::Claude)));
+        let exec = backend(
+            AgentKind::Exec,
+            AgentSettings {
+                agent_cmd: Some("my-agent --x".into()),
+                ..AgentSettings::default()
+            },
+        );
+        assert!(matches!(exec.map(|b| b.kind()), Ok(AgentKind::Exec)));
+        match backend(AgentKind::Exec, AgentSettings::default()) {
+            Ok(_) => panic!("exec without --agent-cmd was accepted"),
+            Err(e) => assert!(e.to_string().contains("--agent-cmd"), "{e}"),
+        }
+    }
+}
