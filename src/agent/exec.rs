@@ -1,1 +1,472 @@
-//! (in progress)
+//! The exec backend: any command, the prompt on stdin, plain-text output.
+//!
+//! `--agent-cmd` is split into words like a POSIX shell would (quotes, backslashes; the `shlex`
+//! crate) but never run through one: no expansion, no substitution. The prompt goes to stdin,
+//! byte for byte, so nothing in a story title can reach a command line.
+//!
+//! Reading: every non-blank stdout line is shown as assistant text. The *final text* — the
+//! only place the completion promise counts (design: "Completion: never lie") — is the last
+//! non-empty stdout line after every echo of the prompt has been removed. An echo is the
+//! prompt's lines as a contiguous block (leading and trailing blank lines of the prompt
+//! ignored, trailing whitespace of each line ignored); the block may start at the end of a
+//! line and end at the start of one, so the prompt embedded verbatim in longer output (e.g.
+//! `Prompt: <prompt>`) is found too. Only the part that is the prompt is removed.
+//!
+//! Memory stays bounded whatever the output length: the parser keeps a window of as many
+//! lines as the prompt has, plus the last non-empty line that left the window.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+use crate::agent::classify::{Classifier, Signal};
+use crate::agent::claude::ENV_REMOVED;
+use crate::agent::{AgentEvent, AgentReport, AgentSettings, Backend, OutputParser};
+use crate::cli::AgentKind;
+use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+
+/// How many stderr lines are kept for the error message.
+const STDERR_TAIL_LINES: usize = 8;
+
+/// Why an exec backend could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// `--agent exec` without a command.
+    #[error(
+        "`--agent exec` needs a command to run: pass --agent-cmd \"my-agent --flag\" \
+         (or set RALPH_AGENT_CMD)"
+    )]
+    MissingCommand,
+    /// The command line has an unclosed quote or a trailing backslash.
+    #[error(
+        "--agent-cmd `{cmd}` cannot be split into words: close the quote or remove the \
+         trailing backslash (it is split like a shell command line but never run by a shell)"
+    )]
+    Unsplittable {
+        /// The command line as given.
+        cmd: String,
+    },
+    /// The command line has no words.
+    #[error("--agent-cmd is empty: give the program to run, e.g. --agent-cmd \"my-agent --flag\"")]
+    Empty,
+}
+
+/// The exec backend: runs `--agent-cmd` as `program args...` in the repository.
+#[derive(Debug, Clone)]
+pub struct Exec {
+    program: String,
+    args: Vec<String>,
+    repo: PathBuf,
+}
+
+impl Exec {
+    /// A backend for `settings.agent_cmd`, run in `settings.repo`. `settings.program` and
+    /// `settings.model` are not used: the command line says everything.
+    ///
+    /// # Errors
+    /// [`ExecError::MissingCommand`] when `agent_cmd` is `None`, [`ExecError::Unsplittable`]
+    /// when it has an unclosed quote, [`ExecError::Empty`] when it has no words.
+    pub fn new(settings: AgentSettings) -> anyhow::Result<Self> {
+        let cmd = settings.agent_cmd.ok_or(ExecError::MissingCommand)?;
+        let mut words =
+            shlex::split(&cmd).ok_or_else(|| ExecError::Unsplittable { cmd: cmd.clone() })?;
+        if words.is_empty() {
+            return Err(ExecError::Empty.into());
+        }
+        let program = words.remove(0);
+        Ok(Exec {
+            program,
+            args: words,
+            repo: settings.repo,
+        })
+    }
+
+    /// The program (first word of `--agent-cmd`).
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The arguments (the remaining words of `--agent-cmd`).
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+}
+
+impl Backend for Exec {
+    fn kind(&self) -> AgentKind {
+        AgentKind::Exec
+    }
+
+    /// `program args...` in the repository, the prompt on stdin, `NO_COLOR=1`, and the Claude
+    /// Code session variables removed (a wrapped `claude` would otherwise refuse to start when
+    /// ralph runs inside a Claude Code session). Never fails: the command was checked in
+    /// [`Exec::new`].
+    fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
+        Ok(SpawnSpec {
+            program: PathBuf::from(&self.program),
+            args: self.args.clone(),
+            cwd: self.repo.clone(),
+            env_remove: ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect(),
+            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
+            stdin: Some(prompt.as_bytes().to_vec()),
+        })
+    }
+
+    fn parser(&self, prompt: &str) -> Box<dyn OutputParser> {
+        Box::new(ExecParser::new(prompt, &self.program))
+    }
+}
+
+/// Reads plain-text output, removing echoes of the prompt to find the final text.
+#[derive(Debug)]
+pub struct ExecParser {
+    program: String,
+    /// The prompt's lines, trailing whitespace trimmed, outer blank lines dropped.
+    prompt_lines: Vec<String>,
+    /// The last `max(prompt_lines.len(), 1)` stdout lines, ANSI stripped, trailing whitespace
+    /// trimmed, with any echoed prompt text already cut out.
+    window: VecDeque<String>,
+    /// The last non-empty line that left the window (no echo can cover it any more).
+    last_outside: Option<String>,
+    classifier: Classifier,
+    stderr_tail: VecDeque<String>,
+}
+
+impl ExecParser {
+    /// A parser for one run of `prompt`; `program` names the agent in error messages.
+    pub fn new(prompt: &str, program: &str) -> Self {
+        let lines: Vec<String> = prompt.lines().map(|l| l.trim_end().to_owned()).collect();
+        let first = lines.iter().position(|l| !l.is_empty());
+        let last = lines.iter().rposition(|l| !l.is_empty());
+        let prompt_lines = match (first, last) {
+            (Some(a), Some(b)) => lines[a..=b].to_vec(),
+            _ => Vec::new(),
+        };
+        ExecParser {
+            program: program.to_owned(),
+            window: VecDeque::with_capacity(prompt_lines.len().max(1) + 1),
+            prompt_lines,
+            last_outside: None,
+            classifier: Classifier::new(),
+            stderr_tail: VecDeque::new(),
+        }
+    }
+
+    fn window_size(&self) -> usize {
+        self.prompt_lines.len().max(1)
+    }
+
+    fn push_stdout(&mut self, line: String) {
+        self.window.push_back(line);
+        while self.window.len() > self.window_size() {
+            if let Some(old) = self.window.pop_front() {
+                if !old.trim().is_empty() {
+                    self.last_outside = Some(old);
+                }
+            }
+        }
+        self.cut_echo();
+    }
+
+    /// If the window's lines hold the prompt, cut the prompt's text out of them.
+    fn cut_echo(&mut self) {
+        let p = &self.prompt_lines;
+        let n = p.len();
+        if n == 0 || self.window.len() < n {
+            return;
+        }
+        let w = &mut self.window;
+        if n == 1 {
+            if w[0].contains(p[0].as_str()) {
+                w[0] = w[0].replace(p[0].as_str(), "");
+            }
+            return;
+        }
+        let inner_equal = (1..n - 1).all(|i| w[i] == p[i]);
+        if inner_equal && w[0].ends_with(p[0].as_str()) && w[n - 1].starts_with(p[n - 1].as_str()) {
+            let keep_head = w[0].len() - p[0].len();
+            w[0].truncate(keep_head);
+            for line in w.iter_mut().take(n - 1).skip(1) {
+                line.clear();
+            }
+            w[n - 1] = w[n - 1][p[n - 1].len()..].to_owned();
+        }
+    }
+
+    fn final_text(&self) -> Option<String> {
+        self.window
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .or(self.last_outside.as_ref())
+            .map(|l| l.trim().to_owned())
+    }
+}
+
+impl OutputParser for ExecParser {
+    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
+        let clean = strip_ansi(&line.text).trim_end().to_owned();
+        match line.stream {
+            StreamKind::Stdout => {
+                let events = if clean.trim().is_empty() {
+                    Vec::new()
+                } else {
+                    vec![AgentEvent::AssistantText {
+                        text: clean.clone(),
+                    }]
+                };
+                self.push_stdout(clean);
+                events
+            }
+            StreamKind::Stderr => {
+                let clean = clean.trim();
+                if clean.is_empty() {
+                    return Vec::new();
+                }
+                self.classifier.observe(Signal::Text(clean));
+                if self.stderr_tail.len() == STDERR_TAIL_LINES {
+                    self.stderr_tail.pop_front();
+                }
+                self.stderr_tail.push_back(clean.to_owned());
+                // stderr of an arbitrary command is diagnostics, not necessarily errors.
+                Vec::new()
+            }
+        }
+    }
+
+    /// Report rules: `final_text` is the last non-empty stdout line after removing prompt
+    /// echoes (trimmed); `saw_final` is "the process exited by itself" (plain text has no
+    /// terminal event); `is_error` is "exit code was not 0" (a signal counts as an error);
+    /// `failure` and `error_message` come from stderr and are reported only for a failed run.
+    /// No cost, usage, session or model: plain text does not carry them.
+    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
+        let is_error = exit_code != Some(0);
+        let failure = if is_error {
+            self.classifier.best()
+        } else {
+            None
+        };
+        let error_message = is_error.then(|| {
+            self.classifier
+                .message()
+                .map(str::to_owned)
+                .or_else(|| {
+                    (!self.stderr_tail.is_empty()).then(|| {
+                        self.stderr_tail
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                })
+                .unwrap_or_else(|| match exit_code {
+                    Some(code) => format!("`{}` exited with code {code}", self.program),
+                    None => format!("`{}` was killed by a signal", self.program),
+                })
+        });
+        AgentReport {
+            final_text: self.final_text(),
+            saw_final: exit_code.is_some(),
+            is_error,
+            error_message,
+            failure,
+            ..AgentReport::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::FailureClass;
+    use crate::completion::promise_in_final_text;
+
+    const PROMPT: &str = "# Ralph agent instructions\n\nWork on story US-001.\n\nWhen every story passes, reply with\n<promise>COMPLETE</promise>\n";
+
+    fn run(
+        prompt: &str,
+        stdout: &str,
+        stderr: &[&str],
+        exit: Option<i32>,
+    ) -> (Vec<AgentEvent>, AgentReport) {
+        let mut parser: Box<dyn OutputParser> = Box::new(ExecParser::new(prompt, "my-agent"));
+        let mut events = Vec::new();
+        for l in stdout.split('\n') {
+            let line = OutputLine {
+                stream: StreamKind::Stdout,
+                text: l.to_owned(),
+                truncated_from: None,
+            };
+            events.extend(parser.on_line(&line));
+        }
+        for l in stderr {
+            let line = OutputLine {
+                stream: StreamKind::Stderr,
+                text: (*l).to_owned(),
+                truncated_from: None,
+            };
+            events.extend(parser.on_line(&line));
+        }
+        (events, parser.finish(exit))
+    }
+
+    fn claims(report: &AgentReport) -> bool {
+        promise_in_final_text(report.final_text.as_deref().unwrap_or_default())
+    }
+
+    /// Case 1: the agent echoes its whole prompt (which ends with the promise) and nothing else.
+    #[test]
+    fn case_1_echoed_prompt_only_is_no_completion() {
+        let (events, report) = run(PROMPT, PROMPT, &[], Some(0));
+        assert!(!claims(&report));
+        assert_eq!(report.final_text, None);
+        // The echo is still shown as output.
+        assert!(events.contains(&AgentEvent::AssistantText {
+            text: "<promise>COMPLETE</promise>".into()
+        }));
+    }
+
+    #[test]
+    fn echo_with_text_before_is_removed_and_earlier_text_is_final() {
+        let stdout = format!("Reading prompt...\n{PROMPT}\n\n");
+        let (_, report) = run(PROMPT, &stdout, &[], Some(0));
+        assert_eq!(report.final_text.as_deref(), Some("Reading prompt..."));
+        assert!(!claims(&report));
+    }
+
+    /// The prompt embedded mid-line (`Prompt: <prompt>`) with text glued after it.
+    #[test]
+    fn verbatim_echo_inside_lines_is_removed() {
+        let prompt = PROMPT.trim_end();
+        let stdout = format!("\x1b[2mPrompt: {prompt}\x1b[0m (received)");
+        let (_, report) = run(PROMPT, &stdout, &[], Some(0));
+        assert_eq!(report.final_text.as_deref(), Some("(received)"));
+
+        let one_line = "Reply <promise>COMPLETE</promise>";
+        let (_, report) = run(one_line, &format!("got: {one_line}"), &[], Some(0));
+        assert_eq!(report.final_text.as_deref(), Some("got:"));
+    }
+
+    #[test]
+    fn promise_after_the_echo_counts_as_last_line() {
+        let stdout = format!("{PROMPT}Working...\nAll stories pass.\n<promise>COMPLETE</promise>");
+        let (_, report) = run(PROMPT, &stdout, &[], Some(0));
+        assert!(claims(&report));
+
+        // Echoed twice, then a real claim at the end of a sentence.
+        let stdout = format!("{PROMPT}{PROMPT}Done. <promise>COMPLETE</promise>\n\n");
+        let (_, report) = run(PROMPT, &stdout, &[], Some(0));
+        assert!(claims(&report));
+        assert!(!report.is_error);
+        assert!(report.saw_final);
+    }
+
+    /// Case 2 for plain text, and a promise that is not on the last non-empty line.
+    #[test]
+    fn case_2_and_promise_not_last_do_not_count() {
+        let (_, report) = run(
+            PROMPT,
+            "I will not print <promise>COMPLETE</promise> until every story passes.\n",
+            &[],
+            Some(0),
+        );
+        assert!(!claims(&report));
+        let (_, report) = run(
+            PROMPT,
+            "<promise>COMPLETE</promise>\nUS-002 still fails\n",
+            &[],
+            Some(0),
+        );
+        assert!(!claims(&report));
+    }
+
+    /// Case 6: the promise as the last line, no trailing newline, ANSI colour around it.
+    #[test]
+    fn case_6_last_line_without_newline_counts() {
+        let (_, report) = run(
+            PROMPT,
+            "Done.\n\x1b[32m<promise>COMPLETE</promise>\x1b[0m",
+            &[],
+            Some(0),
+        );
+        assert!(claims(&report));
+    }
+
+    #[test]
+    fn long_output_keeps_only_the_last_line() {
+        let mut stdout = String::new();
+        for i in 0..10_000 {
+            stdout.push_str(&format!("line {i}\n"));
+        }
+        let (events, report) = run(PROMPT, &stdout, &[], Some(0));
+        assert_eq!(events.len(), 10_000);
+        assert_eq!(report.final_text.as_deref(), Some("line 9999"));
+    }
+
+    #[test]
+    fn failure_from_stderr_only_when_the_exit_code_says_so() {
+        let (_, report) = run(
+            PROMPT,
+            "",
+            &["\x1b[31mError: Invalid API key\x1b[0m"],
+            Some(1),
+        );
+        assert!(report.is_error);
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Error: Invalid API key")
+        );
+
+        let (_, report) = run(PROMPT, "ok", &["retrying: Overloaded"], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+        assert_eq!(report.error_message, None);
+
+        let (_, report) = run(PROMPT, "", &[], Some(3));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("`my-agent` exited with code 3")
+        );
+        let (_, report) = run(PROMPT, "", &[], None);
+        assert!(report.is_error && !report.saw_final);
+    }
+
+    #[test]
+    fn command_splits_without_a_shell_and_feeds_stdin() {
+        let exec = Exec::new(AgentSettings {
+            repo: PathBuf::from("/w/repo"),
+            agent_cmd: Some(r#"my-agent --flag "two words" '$(rm -rf ~)' a\ b"#.into()),
+            ..AgentSettings::default()
+        });
+        let exec = match exec {
+            Ok(e) => e,
+            Err(e) => panic!("{e:#}"),
+        };
+        let prompt = "Story \"quoted\" `backticks` $(rm -rf ~) — ünïcode";
+        let spec = match exec.command(prompt) {
+            Ok(s) => s,
+            Err(e) => panic!("{e:#}"),
+        };
+        assert_eq!(spec.program, PathBuf::from("my-agent"));
+        assert_eq!(spec.args, ["--flag", "two words", "$(rm -rf ~)", "a b"]);
+        assert_eq!(spec.cwd, PathBuf::from("/w/repo"));
+        assert_eq!(spec.stdin.as_deref(), Some(prompt.as_bytes()));
+        assert_eq!(spec.env_set, [("NO_COLOR".to_owned(), "1".to_owned())]);
+        assert!(spec.env_remove.iter().any(|v| v == "CLAUDECODE"));
+        assert_eq!(exec.kind(), AgentKind::Exec);
+    }
+
+    #[test]
+    fn bad_agent_cmd_is_a_clear_error() {
+        let err = |cmd: Option<&str>| match Exec::new(AgentSettings {
+            agent_cmd: cmd.map(str::to_owned),
+            ..AgentSettings::default()
+        }) {
+            Ok(_) => panic!("{cmd:?} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err(None).contains("--agent-cmd"));
+        assert!(err(Some("agent 'unclosed")).contains("cannot be split"));
+        assert!(err(Some("   ")).contains("empty"));
+    }
+}

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::cli::AgentKind;
 use crate::process::{OutputLine, SpawnSpec};
 
+pub mod classify;
 pub mod claude;
 pub mod exec;
 
@@ -142,4 +143,39 @@ pub trait Backend: Send + Sync {
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec>;
     /// A fresh parser for one run of `prompt` (exec uses the prompt to drop an echo of it).
     fn parser(&self, prompt: &str) -> Box<dyn OutputParser>;
+}
+
+/// The backend for `kind`, configured from `settings`.
+///
+/// # Errors
+/// Whatever the backend's constructor refuses, e.g. [`exec::ExecError`] when `kind` is
+/// [`AgentKind::Exec`] and `settings.agent_cmd` is missing or cannot be split into words.
+pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
+    Ok(match kind {
+        AgentKind::Claude => Box::new(claude::Claude::new(settings)),
+        AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factory_builds_each_backend_and_reports_exec_misconfiguration() {
+        let claude = backend(AgentKind::Claude, AgentSettings::default());
+        assert!(matches!(claude.map(|b| b.kind()), Ok(AgentKind::Claude)));
+        let exec = backend(
+            AgentKind::Exec,
+            AgentSettings {
+                agent_cmd: Some("my-agent --x".into()),
+                ..AgentSettings::default()
+            },
+        );
+        assert!(matches!(exec.map(|b| b.kind()), Ok(AgentKind::Exec)));
+        match backend(AgentKind::Exec, AgentSettings::default()) {
+            Ok(_) => panic!("exec without --agent-cmd was accepted"),
+            Err(e) => assert!(e.to_string().contains("--agent-cmd"), "{e}"),
+        }
+    }
 }

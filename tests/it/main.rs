@@ -1,5 +1,6 @@
 //! ralph's integration tests: one test binary (built with `--features test-fakes`).
 
+mod agents;
 mod common;
 mod prd;
 mod run_cases;
