@@ -21,7 +21,7 @@
 //! came first. Unknown keys are refused, so a typo in a test script fails loudly (exit 97).
 //!
 //! Each run appends one line to `<script>.calls.jsonl`:
-//! `{"n": 0, "argv": ["-p", ...], "cwd": "/abs", "env": {"CLAUDECODE": null, "IS_SANDBOX": "1", ...}}`
+//! `{"n": 0, "pid": 4242, "argv": ["-p", ...], "cwd": "/abs", "env": {"CLAUDECODE": null, "IS_SANDBOX": "1", ...}}`
 //! where `env` holds `CLAUDECODE`, `CLAUDE_CODE_ENTRYPOINT`, `CLAUDE_CODE_SSE_PORT`,
 //! `IS_SANDBOX`, `NO_COLOR` and every name in `record_env` (`null` when unset).
 //!
@@ -364,7 +364,7 @@ fn record_call(path: &Path, n: u64, extra_env: &[String]) -> anyhow::Result<()> 
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let cwd = std::env::current_dir().context("reading the working directory")?;
-    let line = json!({"n": n, "argv": argv, "cwd": cwd.to_string_lossy(), "env": env});
+    let line = json!({"n": n, "pid": std::process::id(), "argv": argv, "cwd": cwd.to_string_lossy(), "env": env});
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
