@@ -134,7 +134,7 @@ pub(crate) async fn pump<R>(
     let mut line = LineAssembler::new(max_line_bytes);
     loop {
         let chunk = match reader.fill_buf().await {
-            Ok(chunk) if chunk.is_empty() => break,
+            Ok([]) => break, // EOF
             Ok(chunk) => chunk,
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {

@@ -15,7 +15,8 @@
 //! - after the direct child exits: drain for at most `exit_drain`, then SIGKILL what is left of the
 //!   group and stop reading (a grandchild holding the pipe must not hang us);
 //! - when `on_line` returns [`LineVerdict::Final`], a child that has not exited within
-//!   `final_grace` is killed and the run ends with [`EndReason::KilledAfterFinal`];
+//!   `final_grace` is terminated (SIGTERM, `kill_grace`, SIGKILL) and the run ends with
+//!   [`EndReason::KilledAfterFinal`];
 //! - the child gets `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph;
 //! - when ralph decides to end a run, and at the end of every run, descendants that left the
 //!   group with `setsid` are found through `/proc` parent links and signalled too (Linux, best

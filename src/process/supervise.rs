@@ -194,7 +194,8 @@ pub async fn run(
             Ok(Some(line)) => {
                 on_line(line);
             }
-            Ok(None) | Err(_) => break,
+            Ok(None) => state.lines_open = false,
+            Err(_) => break, // a holder we could not kill keeps the pipe open
         }
     }
     let elapsed = started.elapsed();
