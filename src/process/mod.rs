@@ -1,6 +1,11 @@
 //! Spawning and killing agent processes. The only module that starts or signals a child.
 //!
-//! CONTRACT (implemented by the process helper; bodies below are the agreed signatures):
+//! Entry points: [`run`] supervises one agent process; [`group_alive`], [`kill_group`] and
+//! [`group_members`] deal with a group recorded earlier (e.g. by a ralph that was SIGKILLed, so
+//! its agent was orphaned). Files: `supervise.rs` (the run loop), `lines.rs` (bounded line
+//! splitting), `group.rs` (`/proc` scans and group signalling).
+//!
+//! CONTRACT:
 //! - the child runs in its own process group (`process_group(0)`), stdin is the prompt bytes
 //!   (written in full, then closed) or `/dev/null`, stdout and stderr are drained concurrently;
 //! - lines are read as bytes, split on `\n`, decoded lossily, a trailing `\r` trimmed; a line longer
@@ -10,13 +15,24 @@
 //! - after the direct child exits: drain for at most `exit_drain`, then SIGKILL what is left of the
 //!   group and stop reading (a grandchild holding the pipe must not hang us);
 //! - when `on_line` returns [`LineVerdict::Final`], a child that has not exited within
-//!   `final_grace` is killed and the run ends with [`EndReason::KilledAfterFinal`];
-//! - the child gets `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph.
+//!   `final_grace` is terminated (SIGTERM, `kill_grace`, SIGKILL) and the run ends with
+//!   [`EndReason::KilledAfterFinal`];
+//! - the child gets `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph;
+//! - when ralph decides to end a run, and at the end of every run, descendants that left the
+//!   group with `setsid` are found through `/proc` parent links and signalled too (Linux, best
+//!   effort); no live process of the group outlives [`run`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+
+mod group;
+mod lines;
+mod supervise;
+
+pub use group::{group_alive, group_members, kill_group};
+pub use supervise::run;
 
 /// What to run: built by an agent backend, executed here.
 #[derive(Debug, Clone, Default)]

@@ -3,5 +3,6 @@
 mod agents;
 mod common;
 mod prd;
+mod process;
 mod run_cases;
 mod store;
