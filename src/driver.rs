@@ -290,6 +290,9 @@ async fn run_iteration(
     if let Some(head) = &head_before {
         repo.set_ref(&format!("refs/ralph/{run_id}/{iteration}/start"), head)?;
     }
+    // Changes that exist before the agent starts (ralph's new progress.txt, --allow-dirty work)
+    // are not the agent's progress.
+    let dirty_at_start = DirtySnapshot::take(repo, head_before.as_deref(), &paths.repo_root)?;
 
     let excerpt = progress::excerpt(&paths.progress, cfg.progress_tail_bytes)?;
     let ctx = PromptContext::new(
@@ -439,10 +442,8 @@ async fn run_iteration(
         Some(h) => repo.commits_between(head_before.as_deref(), h)?,
         None => Vec::new(),
     };
-    let files_changed = match &head_before {
-        Some(h) => repo.changed_files(h)?,
-        None => repo.dirty_paths()?,
-    };
+    let files_changed =
+        dirty_at_start.changed_since(repo, head_before.as_deref(), &paths.repo_root)?;
     let promise_seen = report
         .final_text
         .as_deref()
@@ -571,6 +572,56 @@ async fn run_iteration(
         record,
         feedback: feedback_next,
     })
+}
+
+/// Files that differ from a commit, with a fingerprint of their content, so that an iteration's
+/// own changes can be told apart from changes that were already there when it started.
+struct DirtySnapshot {
+    files: std::collections::HashMap<String, Option<u64>>,
+}
+
+impl DirtySnapshot {
+    fn changed(repo: &Repo, head: Option<&str>) -> anyhow::Result<Vec<String>> {
+        Ok(match head {
+            Some(h) => repo.changed_files(h)?,
+            None => repo.dirty_paths()?,
+        })
+    }
+
+    fn fingerprint(root: &Path, rel: &str) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let bytes = std::fs::read(root.join(rel)).ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut h);
+        Some(h.finish())
+    }
+
+    fn take(repo: &Repo, head: Option<&str>, root: &Path) -> anyhow::Result<DirtySnapshot> {
+        let files = Self::changed(repo, head)?
+            .into_iter()
+            .map(|p| {
+                let fp = Self::fingerprint(root, &p);
+                (p, fp)
+            })
+            .collect();
+        Ok(DirtySnapshot { files })
+    }
+
+    /// Paths changed since `head` whose content differs from the snapshot.
+    fn changed_since(
+        &self,
+        repo: &Repo,
+        head: Option<&str>,
+        root: &Path,
+    ) -> anyhow::Result<Vec<String>> {
+        Ok(Self::changed(repo, head)?
+            .into_iter()
+            .filter(|p| match self.files.get(p) {
+                Some(before) => *before != Self::fingerprint(root, p),
+                None => true,
+            })
+            .collect())
+    }
 }
 
 /// Inputs of [`classify`].
