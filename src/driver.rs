@@ -138,18 +138,30 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             if dirty.len() > 10 { "\n  …" } else { "" }
         );
     }
-    if let Some(branch) = &loaded.prd.branch_name {
-        let action = match repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())? {
-            BranchAction::AlreadyOn => "already checked out".to_string(),
-            BranchAction::CheckedOut => "checked out".to_string(),
-            BranchAction::Created { from, .. } => format!("created from {from}"),
-            BranchAction::Unborn => "no commit yet; the first commit lands on it".to_string(),
-        };
-        ui.info(&format!("branch       {branch} ({action})"));
-    }
-    if progress::ensure_exists(&paths.progress, Local::now())? {
-        ui.info(&format!("created      {}", paths.progress.display()));
-    }
+    let branch_row = match &loaded.prd.branch_name {
+        Some(branch) => {
+            let action = match repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())? {
+                BranchAction::AlreadyOn => "already checked out".to_string(),
+                BranchAction::CheckedOut => "checked out".to_string(),
+                BranchAction::Created { from, .. } => format!("created from {from}"),
+                BranchAction::Unborn => "no commit yet; the first commit lands on it".to_string(),
+            };
+            format!("{branch} ({action})")
+        }
+        None => format!(
+            "{} (prd.json has no branchName)",
+            repo.current_branch()
+                .unwrap_or_else(|| "detached HEAD".into())
+        ),
+    };
+    let progress_row = if progress::ensure_exists(&paths.progress, Local::now())? {
+        format!(
+            "{} (created)",
+            display_rel(&paths.progress, &paths.repo_root)
+        )
+    } else {
+        display_rel(&paths.progress, &paths.repo_root)
+    };
 
     ui.json_event(
         "run_started",
@@ -158,6 +170,8 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     ui.info(&format!("ralph run {run_id}"));
     ui.settings(&[
         ("prd", paths.prd.display().to_string()),
+        ("branch", branch_row),
+        ("progress", progress_row),
         (
             "agent",
             format!("{} ({})", cfg.agent.as_str(), shell_words(&probe)),

@@ -103,7 +103,7 @@ impl Entry {
     /// ```text
     /// ## 2025-01-31 14:05:09 +01:00 - US-001: Add login (ralph, iteration 3)
     /// - Outcome: story_passed
-    /// - Commit: 1a2b3c4d5e6f
+    /// - Agent commit: 1a2b3c4d5e6f
     /// - Summary: first line
     ///   further lines, indented
     /// ---
@@ -112,7 +112,7 @@ impl Entry {
         let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
         let commit = match &self.commit {
             Some(sha) => sha.chars().take(12).collect(),
-            None => "none".to_owned(),
+            None => "none (ralph checkpoints the changes)".to_owned(),
         };
         // Continuation lines are indented so nothing in a summary can pose as a heading.
         let summary = self
@@ -128,7 +128,7 @@ impl Entry {
             summary
         };
         format!(
-            "## {} - {}: {} (ralph, iteration {})\n- Outcome: {}\n- Commit: {}\n- Summary: {}\n---\n",
+            "## {} - {}: {} (ralph, iteration {})\n- Outcome: {}\n- Agent commit: {}\n- Summary: {}\n---\n",
             self.at.format(TIME_FORMAT),
             one_line(&self.story_id),
             one_line(&self.story_title),
@@ -342,7 +342,7 @@ mod tests {
             "{block}"
         );
         assert!(block.contains("- Outcome: story_passed\n"), "{block}");
-        assert!(block.contains("- Commit: 0123456789ab\n"), "{block}");
+        assert!(block.contains("- Agent commit: 0123456789ab\n"), "{block}");
         assert!(
             block.contains("- Summary: did it\n  ## not a heading\n---\n"),
             "{block}"

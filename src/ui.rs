@@ -253,6 +253,7 @@ impl Ui {
         let secs = Duration::from_secs(s.elapsed.as_secs());
         let cost = match s.cost_usd {
             Some(c) => format!("${c:.2} ({} tokens in, {} out)", s.tokens.0, s.tokens.1),
+            None if s.tokens == (0, 0) => "not reported by the agent".to_string(),
             None => format!(
                 "not reported ({} tokens in, {} out)",
                 s.tokens.0, s.tokens.1

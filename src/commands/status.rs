@@ -52,7 +52,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .filter(|r| Some(&r.run_id) == latest_run.as_ref())
         .collect();
     let next = loaded.prd.next_story(&state.blocked);
-    let total_cost: f64 = ledger.iter().filter_map(|r| r.cost_usd).sum();
+    let costs: Vec<f64> = ledger.iter().filter_map(|r| r.cost_usd).collect();
+    let total_cost: Option<f64> = (!costs.is_empty()).then(|| costs.iter().sum());
     let total_in: u64 = ledger.iter().filter_map(|r| r.tokens_in).sum();
     let total_out: u64 = ledger.iter().filter_map(|r| r.tokens_out).sum();
 
@@ -135,8 +136,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
                 );
             }
+            let cost =
+                total_cost.map_or_else(|| "cost not reported".to_string(), |c| format!("${c:.2}"));
             println!(
-                "all runs: {} iteration(s), ${total_cost:.2}, {total_in} tokens in, {total_out} out",
+                "all runs: {} iteration(s), {cost}, {total_in} tokens in, {total_out} out",
                 ledger.len()
             );
         }
