@@ -962,7 +962,7 @@ fn summarize(
     let passed = prd.user_stories.len() - open.len();
     let total = prd.user_stories.len();
     let headline = match status {
-        ExitStatus::Success => format!("complete: all {total} stories pass"),
+        ExitStatus::Success => format!("complete: every story passes ({total} of {total})"),
         ExitStatus::MaxIterations => format!(
             "stopped: --max-iter {} reached with {} of {total} stories open",
             cfg.max_iter,

@@ -556,3 +556,86 @@ fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
         assert!(argv.contains(&flag), "{argv:?}");
     }
 }
+
+#[test]
+fn settings_come_from_flags_then_env_then_ralph_toml() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.write("prompt.md", "CUSTOM PROMPT for {{ story.id }}\n");
+    env.write("ralph.toml", "max_iter = 1\ntemplate = \"prompt.md\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [[{"save_stdin": "../stdin-1.txt"}, {"claude_result": {"text": "ok"}}]]}));
+    // ralph.toml alone: one iteration, with the user's template.
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.ledger().len(), 1);
+    assert_eq!(stdin_of(&env, 1), "CUSTOM PROMPT for US-001\n");
+    // The environment wins over the file.
+    let out = env
+        .ralph_cmd(&["run"])
+        .env("RALPH_MAX_ITER", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.ledger().len(), 3);
+    // A flag wins over the environment.
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "1"])
+        .env("RALPH_MAX_ITER", "5")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.ledger().len(), 4);
+    // A typo in ralph.toml is an error naming the file and key, before any agent starts.
+    env.write("ralph.toml", "max_iters = 1\n");
+    let calls = env.agent_calls();
+    let out = env.ralph(&["run", "--allow-dirty"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ralph.toml") && stderr.contains("max_iters"),
+        "{stderr}"
+    );
+    assert_eq!(env.agent_calls(), calls);
+}
+
+#[test]
+fn json_mode_prints_one_event_per_line_on_stdout() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "run_started",
+            "iteration_started",
+            "iteration_finished",
+            "run_finished"
+        ]
+    );
+    assert_eq!(events[2]["record"]["outcome"], "story_passed");
+    assert_eq!(events[3]["success"], true);
+}
+
+#[test]
+fn quiet_mode_prints_only_the_summary() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("iteration 1 (1/10)"), "{stderr}");
+    assert!(
+        stderr.contains("complete: every story passes (1 of 1)"),
+        "{stderr}"
+    );
+}
