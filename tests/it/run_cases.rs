@@ -639,3 +639,30 @@ fn quiet_mode_prints_only_the_summary() {
         "{stderr}"
     );
 }
+
+#[test]
+fn timeout_with_a_term_ignoring_grandchild_leaves_no_process_and_does_not_wait_for_eof() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "kill_grace = \"1s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"ignore_sigterm": true},
+        {"spawn_grandchild": {"ignore_term": true, "hold_stdout": true, "sleep_s": 300}},
+        {"sleep_ms": 3_600_000}
+    ]]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-iter", "1", "--timeout", "2s"]);
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["timeout"]);
+    // 2 s timeout + 1 s grace + bookkeeping; waiting for the grandchild's EOF would take 300 s.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let calls = env.read("../script.json.calls.jsonl");
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    let pgid = call["pid"].as_i64().unwrap() as i32;
+    assert!(!group_has_live_members(pgid), "group {pgid} survived the timeout");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("timeout"), "{stderr}");
+}
