@@ -103,10 +103,9 @@ enum ScenarioError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScenarioFile {
-    /// Free text for humans.
-    #[serde(default)]
-    #[allow(dead_code)]
-    description: Option<String>,
+    /// Free text for humans; read only so that it is not refused as unknown.
+    #[serde(default, rename = "description")]
+    _description: Option<String>,
     /// Story id → steps.
     #[serde(default)]
     stories: BTreeMap<String, Vec<StepFile>>,
@@ -119,12 +118,18 @@ struct ScenarioFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepFile {
+    /// Tool name for a `tool_use` turn, e.g. `Write`, `Bash`.
     tool: Option<String>,
+    /// The tool's input object.
     input: Option<Value>,
+    /// Text block sent before the tool call.
     text: Option<String>,
+    /// Final text of an `end_turn` turn.
     #[serde(rename = "final")]
     final_text: Option<String>,
+    /// When the final text gets the promise; default [`Promise::Auto`].
     promise: Option<Promise>,
+    /// An HTTP error instead of a turn.
     error: Option<ErrorFile>,
 }
 
@@ -132,8 +137,11 @@ struct StepFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ErrorFile {
+    /// HTTP status, 400..=599.
     status: u16,
+    /// The API's `error.message`.
     message: String,
+    /// The API's `error.type`; default: the one matching `status`.
     #[serde(rename = "type")]
     error_type: Option<String>,
 }
@@ -707,6 +715,8 @@ impl ServerState {
         }
     }
 
+    /// Answers one request. The log line is written before the reply is sent, so whoever got
+    /// the reply can already read its log line.
     fn handle(&self, mut req: tiny_http::Request) {
         let method = req.method().as_str().to_owned();
         let url = req.url().to_owned();
@@ -716,14 +726,10 @@ impl ServerState {
             path: path.clone(),
             ..LogEntry::default()
         };
-        let result = match (method.as_str(), path.as_str()) {
+        let response = match (method.as_str(), path.as_str()) {
             ("HEAD" | "GET", _) => {
                 entry.reply = "ok";
-                entry.status = 200;
-                req.respond(json_response(
-                    200,
-                    &json!({"ok": true, "server": "ralph-scripted-model"}),
-                ))
+                json_response(200, &json!({"ok": true, "server": "ralph-scripted-model"}))
             }
             ("POST", "/v1/messages" | "/v1/messages/count_tokens") => {
                 let mut raw = Vec::new();
@@ -735,51 +741,41 @@ impl ServerState {
                             .map_err(|e| format!("the request body is not JSON: {e}"))
                     });
                 match parsed {
-                    Err(message) => {
-                        let e = ErrorReply::new(400, format!("ralph-scripted-model: {message}"));
-                        entry.reply = "error";
-                        entry.status = 400;
-                        entry.message = Some(e.message.clone());
-                        req.respond(json_response(400, &e.body()))
-                    }
+                    Err(message) => error_response(
+                        &ErrorReply::new(400, format!("ralph-scripted-model: {message}")),
+                        &mut entry,
+                    ),
                     Ok(_) if path.ends_with("/count_tokens") => {
                         entry.reply = "count_tokens";
-                        entry.status = 200;
-                        req.respond(json_response(
-                            200,
-                            &json!({"input_tokens": raw.len() / 4 + 1}),
-                        ))
+                        json_response(200, &json!({"input_tokens": raw.len() / 4 + 1}))
                     }
-                    Ok(body) => self.messages(req, &body, raw.len(), &mut entry),
+                    Ok(body) => self.messages(&body, raw.len(), &mut entry),
                 }
             }
             _ => {
-                entry.reply = "not_found";
-                entry.status = 404;
-                let e = ErrorReply::new(
-                    404,
-                    format!(
-                        "ralph-scripted-model: no route for {method} {path}; it serves \
-                         POST /v1/messages, POST /v1/messages/count_tokens, and HEAD/GET"
+                let response = error_response(
+                    &ErrorReply::new(
+                        404,
+                        format!(
+                            "ralph-scripted-model: no route for {method} {path}; it serves \
+                             POST /v1/messages, POST /v1/messages/count_tokens, and HEAD/GET"
+                        ),
                     ),
+                    &mut entry,
                 );
-                entry.message = Some(e.message.clone());
-                req.respond(json_response(404, &e.body()))
+                entry.reply = "not_found";
+                response
             }
         };
-        if let Err(e) = result {
+        entry.status = response.status_code().0;
+        self.write_log(entry);
+        if let Err(e) = req.respond(response) {
             eprintln!("ralph-scripted-model: warning: cannot answer {method} {url}: {e}");
         }
-        self.write_log(entry);
     }
 
-    fn messages(
-        &self,
-        req: tiny_http::Request,
-        body: &Value,
-        body_len: usize,
-        entry: &mut LogEntry,
-    ) -> io::Result<()> {
+    /// The reply to a Messages request, and what the log should say about it.
+    fn messages(&self, body: &Value, body_len: usize, entry: &mut LogEntry) -> Response {
         let conv = read_conversation(body);
         entry.story = conv.story.clone();
         entry.step = Some(conv.step);
@@ -787,12 +783,7 @@ impl ServerState {
         entry.last_tool_error = conv.last_tool_error.clone();
         let turn = decide(&self.scenario, &conv);
         match &turn {
-            Turn::Error(e) => {
-                entry.reply = "error";
-                entry.status = e.status;
-                entry.message = Some(e.message.clone());
-                return req.respond(json_response(e.status, &e.body()));
-            }
+            Turn::Error(e) => return error_response(e, entry),
             Turn::Tool { name, .. } => {
                 entry.reply = "tool_use";
                 entry.tool = Some(name.clone());
@@ -802,22 +793,30 @@ impl ServerState {
                 entry.promise = Some(*promise);
             }
         }
-        entry.status = 200;
         let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
         let msg_id = format!("msg_scripted_{n:06}");
         let tool_id = format!("toolu_scripted_{n:06}");
         let model = conv.model.as_deref().unwrap_or("scripted-model");
         let sse = render_sse(&turn, model, &msg_id, &tool_id, body_len as u64 / 4 + 1);
-        let response = with_headers(
+        with_headers(
             tiny_http::Response::from_data(sse.into_bytes()),
             &[
                 ("Content-Type", "text/event-stream; charset=utf-8"),
                 ("Cache-Control", "no-cache"),
                 ("request-id", &format!("req_scripted_{n:06}")),
             ],
-        );
-        req.respond(response)
+        )
     }
+}
+
+/// Every reply is built in memory first.
+type Response = tiny_http::Response<io::Cursor<Vec<u8>>>;
+
+/// An API error reply; records it in `entry`.
+fn error_response(e: &ErrorReply, entry: &mut LogEntry) -> Response {
+    entry.reply = "error";
+    entry.message = Some(e.message.clone());
+    json_response(e.status, &e.body())
 }
 
 /// Adds `headers` to `response`. The names and values are ASCII built in this file, which
@@ -834,7 +833,7 @@ fn with_headers<R: Read>(
     response
 }
 
-fn json_response(status: u16, body: &Value) -> tiny_http::Response<io::Cursor<Vec<u8>>> {
+fn json_response(status: u16, body: &Value) -> Response {
     with_headers(
         tiny_http::Response::from_data(body.to_string().into_bytes()).with_status_code(status),
         &[("Content-Type", "application/json")],

@@ -115,9 +115,9 @@ fn claude_command(claude: &Path, story: &str) -> Command {
 fn result_line(stdout: &str) -> Value {
     stdout
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["type"] == "result")
-        .last()
+        .find(|v| v["type"] == "result")
         .unwrap_or_else(|| panic!("no result line in:\n{stdout}"))
 }
 

@@ -242,39 +242,42 @@ pub fn with_scripted_model(cmd: &Command, scenario: &Path, log: &Path) -> Comman
     )
 }
 
-/// Whether `unshare -n` with a working loopback is available here (probed once per test run;
-/// it needs root or unprivileged user namespaces). `RALPH_TEST_NETNS=0` turns it off, e.g. to
-/// trace a run from outside.
-pub fn netns_available() -> bool {
-    static PROBE: OnceLock<bool> = OnceLock::new();
+/// The `unshare` flag that gives a private network namespace with a working loopback here:
+/// `-n` (root), else `-rn` (an unprivileged user namespace, mapped to root inside), else `None`.
+/// Probed once per test run; `RALPH_TEST_NETNS=0` forces `None`, e.g. to trace a run from
+/// outside.
+pub fn netns_flag() -> Option<&'static str> {
+    static PROBE: OnceLock<Option<&'static str>> = OnceLock::new();
     *PROBE.get_or_init(|| {
         if std::env::var("RALPH_TEST_NETNS").is_ok_and(|v| v == "0") {
-            return false;
+            return None;
         }
-        Command::new("unshare")
-            .args(["-n", "sh", "-c", "ip link set lo up"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        ["-n", "-rn"].into_iter().find(|flag| {
+            Command::new("unshare")
+                .args([flag, "sh", "-c", "ip link set lo up"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
     })
 }
 
 /// `cmd` run in a fresh network namespace holding only a loopback interface
-/// (`unshare -n sh -c 'ip link set lo up && exec "$@"' sh cmd…`) when [`netns_available`],
-/// otherwise `cmd` unchanged (as a copy). Anything that talks to `cmd` over the network must
-/// run inside it too: wrap with [`with_scripted_model`] first.
+/// (`unshare -n sh -c 'ip link set lo up && exec "$@"' sh cmd…`) when [`netns_flag`] finds a
+/// way, otherwise `cmd` unchanged (as a copy run through `env`). Anything that talks to `cmd`
+/// over the network must run inside it too: wrap with [`with_scripted_model`] first.
 pub fn isolated(cmd: &Command) -> Command {
-    if !netns_available() {
-        eprintln!("note: unshare -n is not available here; running without network isolation");
+    let Some(flag) = netns_flag() else {
+        eprintln!("note: unshare is not available here; running without network isolation");
         return prefixed(cmd, OsStr::new("env"), &[]);
-    }
+    };
     prefixed(
         cmd,
         OsStr::new("unshare"),
         &[
-            OsStr::new("-n"),
+            OsStr::new(flag),
             OsStr::new("sh"),
             OsStr::new("-c"),
             OsStr::new(r#"ip link set lo up && exec "$@""#),
