@@ -104,8 +104,9 @@ pub fn claude_bin_or_skip(test: &str) -> Option<PathBuf> {
 /// with its state in `sandbox` (created if needed): `sandbox/home` is HOME and the XDG dirs,
 /// `sandbox/tmp` is TMPDIR.
 ///
-/// Inherited `ANTHROPIC_*`, `CLAUDE*`, `GIT_*` and `RALPH_*` variables are removed first, so
-/// neither a developer's login, nor a git hook's `GIT_DIR`, nor their ralph settings leak in.
+/// Inherited `ANTHROPIC_*`, `CLAUDE*`, `GIT_*` and `RALPH_*` variables are removed first (unless
+/// already set on `cmd`), so neither a developer's login, nor a git hook's `GIT_DIR`, nor their
+/// ralph settings leak in.
 /// `ANTHROPIC_BASE_URL` is left to [`with_scripted_model`] (or set it yourself).
 ///
 /// # Panics
@@ -116,11 +117,14 @@ pub fn hermetic_env(cmd: &mut Command, sandbox: &Path) {
     for dir in [&home, &tmp] {
         fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     }
+    // Variables the caller already set on `cmd` (e.g. RALPH_AGENT_PROGRAM) are kept.
+    let explicit: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
         if ["ANTHROPIC_", "CLAUDE", "GIT_", "RALPH_"]
             .iter()
             .any(|p| k.starts_with(p))
+            && !explicit.contains(&key)
         {
             cmd.env_remove(&key);
         }
