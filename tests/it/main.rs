@@ -4,5 +4,7 @@ mod agents;
 mod common;
 mod prd;
 mod process;
+mod real_claude;
 mod run_cases;
 mod store;
+mod support_model;

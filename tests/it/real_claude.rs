@@ -1,0 +1,317 @@
+//! End-to-end runs of the real Claude Code CLI (pinned by `scripts/install-claude.sh`) against
+//! `ralph-scripted-model`, offline: first the CLI alone, as ralph invokes it, then `ralph run`
+//! over the textkit example. Harness: `testing/README-model.md`.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support_model::{
+    claude_bin_or_skip, example_dir, git, hermetic_env, init_repo_from_example, isolated,
+    read_jsonl, run_with_deadline, with_scripted_model, RunOutput,
+};
+
+/// Generous: a scripted iteration takes about 2 s, but CI machines are slow and shared.
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+    sandbox: PathBuf,
+}
+
+impl Fixture {
+    fn textkit() -> Fixture {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().to_owned();
+        let repo = root.join("textkit");
+        let sandbox = root.join("sandbox");
+        init_repo_from_example(&example_dir("textkit"), &repo, &sandbox);
+        Fixture {
+            _tmp: tmp,
+            root,
+            repo,
+            sandbox,
+        }
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git(&self.repo, &self.sandbox, args)
+    }
+
+    /// Runs `cmd` (cwd = the repo, hermetic env) with the scripted model serving `scenario`,
+    /// both in one network namespace when available.
+    fn run_with_model(&self, mut cmd: Command, scenario: &Path, name: &str) -> RunOutput {
+        cmd.current_dir(&self.repo);
+        hermetic_env(&mut cmd, &self.sandbox);
+        let log = self.root.join(format!("{name}-model-log.jsonl"));
+        let wrapped = isolated(&with_scripted_model(&cmd, scenario, &log));
+        let mut out = run_with_deadline(wrapped, &self.root.join(name), DEADLINE);
+        out.extra_log = Some(log);
+        out
+    }
+
+    fn prd_passes(&self) -> Vec<(String, bool)> {
+        let prd: Value = serde_json::from_str(
+            &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
+        )
+        .expect("prd.json is JSON");
+        prd["userStories"]
+            .as_array()
+            .expect("userStories")
+            .iter()
+            .map(|s| {
+                (
+                    s["id"].as_str().expect("id").to_owned(),
+                    s["passes"].as_bool().expect("passes"),
+                )
+            })
+            .collect()
+    }
+
+    /// Runs the project's own test command; returns its stderr (where unittest reports).
+    fn project_tests(&self) -> String {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "unittest", "discover", "-s", "tests", "-q"])
+            .current_dir(&self.repo);
+        hermetic_env(&mut cmd, &self.sandbox);
+        let out = cmd.output().expect("run python3");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "the project's tests fail:\n{stderr}");
+        stderr
+    }
+}
+
+/// The prompt ralph sends, reduced to what the scripted model reads.
+fn prompt(story: &str) -> String {
+    format!(
+        "You are an autonomous coding agent working on the project in this repository.\n\n\
+         Story ID: {story}\n\nImplement the story, run the tests, set its `passes` to true in \
+         prd.json, and commit. When every story passes, end with <promise>COMPLETE</promise>.\n"
+    )
+}
+
+/// `claude` exactly as ralph runs it: prompt on stdin, stream-json out.
+fn claude_command(claude: &Path, story: &str) -> Command {
+    // The prompt goes through a shell pipe because `run_with_deadline` closes stdin.
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        r#"printf '%s' "$1" | "$2" -p --output-format stream-json --verbose --dangerously-skip-permissions"#,
+        "sh",
+    ])
+    .arg(prompt(story))
+    .arg(claude);
+    cmd
+}
+
+/// The parsed `type == "result"` line of a stream-json transcript.
+fn result_line(stdout: &str) -> Value {
+    stdout
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "result")
+        .unwrap_or_else(|| panic!("no result line in:\n{stdout}"))
+}
+
+#[test]
+fn real_claude_implements_a_story_against_the_scripted_model() {
+    let Some(claude) =
+        claude_bin_or_skip("real_claude_implements_a_story_against_the_scripted_model")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let scenario = example_dir("textkit").join("scenario.json");
+
+    let out = fx.run_with_model(claude_command(&claude, "US-001"), &scenario, "us-001");
+    assert!(out.success(), "{out}");
+    let result = result_line(&out.stdout);
+    assert_eq!(result["is_error"], false, "{out}");
+    let text = result["result"].as_str().expect("result text");
+    assert!(text.starts_with("Implemented US-001"), "{text}");
+    assert!(
+        !text.contains("<promise>"),
+        "two stories are still open: {text}"
+    );
+
+    assert_eq!(
+        fx.prd_passes(),
+        [
+            ("US-001".into(), true),
+            ("US-002".into(), false),
+            ("US-003".into(), false)
+        ]
+    );
+    assert_eq!(
+        fx.git(&["log", "-1", "--format=%s"]).trim(),
+        "feat: US-001 add slugify"
+    );
+    assert_eq!(
+        fx.git(&["status", "--porcelain"]),
+        "",
+        "the agent committed everything"
+    );
+    assert!(fx.project_tests().contains("Ran 6 tests"));
+
+    // The last story's final answer carries the promise, because prd.json then has every story
+    // passing.
+    for story in ["US-002", "US-003"] {
+        let out = fx.run_with_model(claude_command(&claude, story), &scenario, story);
+        assert!(out.success(), "{out}");
+    }
+    let text = result_line(&fs::read_to_string(fx.root.join("US-003/stdout.txt")).expect("out"))
+        ["result"]
+        .as_str()
+        .expect("result text")
+        .to_owned();
+    assert!(text.ends_with("\n<promise>COMPLETE</promise>"), "{text}");
+}
+
+#[test]
+fn real_claude_reports_the_scripted_auth_error() {
+    let Some(claude) = claude_bin_or_skip("real_claude_reports_the_scripted_auth_error") else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let scenario = fx.root.join("auth-error.json");
+    fs::write(
+        &scenario,
+        r#"{"error": {"status": 401, "message": "invalid x-api-key"}}"#,
+    )
+    .expect("write scenario");
+
+    let out = fx.run_with_model(claude_command(&claude, "US-001"), &scenario, "auth");
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{out}");
+    let result = result_line(&out.stdout);
+    assert_eq!(result["is_error"], true, "{out}");
+    assert_eq!(result["api_error_status"], 401, "{out}");
+    assert_eq!(
+        fx.git(&["status", "--porcelain"]),
+        "",
+        "nothing was touched"
+    );
+}
+
+/// `Key: value` trailers of one commit message.
+fn trailers(message: &str) -> Vec<(String, String)> {
+    message
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, _)| k.starts_with("Ralph-"))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+#[test]
+fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
+    let Some(claude) =
+        claude_bin_or_skip("ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let scenario = example_dir("textkit").join("scenario.json");
+    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
+    ralph
+        .args(["run", "--agent", "claude", "--max-iter", "6"])
+        .env("RALPH_AGENT_PROGRAM", &claude);
+    let out = fx.run_with_model(ralph, &scenario, "ralph");
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+
+    // Every story passes, and the project's tests (written by the agent) pass.
+    assert!(
+        fx.prd_passes().iter().all(|(_, passes)| *passes),
+        "{:?}",
+        fx.prd_passes()
+    );
+    assert!(fx.project_tests().contains("Ran 15 tests"));
+
+    // One ledger record per iteration, each a passed story, in priority order.
+    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for (i, (record, story)) in ledger
+        .iter()
+        .zip(["US-001", "US-002", "US-003"])
+        .enumerate()
+    {
+        assert_eq!(record["iteration"], i as u64 + 1, "{record}");
+        assert_eq!(record["outcome"], "story_passed", "{record}");
+        let recorded = record.get("story").or_else(|| record.get("story_id"));
+        assert_eq!(recorded.and_then(Value::as_str), Some(story), "{record}");
+    }
+
+    // ralph worked on the PRD's branch, and left nothing uncommitted.
+    assert_eq!(
+        fx.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "ralph/textkit"
+    );
+    assert_eq!(fx.git(&["status", "--porcelain"]), "");
+
+    // The agent's three commits, plus ralph's own commits with trailers, one per iteration at
+    // least (the progress.txt entry).
+    let log = fx.git(&["log", "--format=%B%x1e"]);
+    let messages: Vec<&str> = log
+        .split('\x1e')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    for story in ["US-001", "US-002", "US-003"] {
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.starts_with(&format!("feat: {story} "))),
+            "no agent commit for {story}:\n{log}"
+        );
+    }
+    let ralph_commits: Vec<&str> = messages
+        .iter()
+        .copied()
+        .filter(|m| m.starts_with("ralph:"))
+        .collect();
+    let mut runs = BTreeSet::new();
+    let mut iterations = BTreeSet::new();
+    for message in &ralph_commits {
+        let t = trailers(message);
+        for key in [
+            "Ralph-Run",
+            "Ralph-Iteration",
+            "Ralph-Story",
+            "Ralph-Outcome",
+        ] {
+            assert!(
+                t.iter().any(|(k, v)| k == key && !v.is_empty()),
+                "ralph commit without {key}:\n{message}"
+            );
+        }
+        for (k, v) in t {
+            match k.as_str() {
+                "Ralph-Run" => runs.insert(v),
+                "Ralph-Iteration" => iterations.insert(v),
+                _ => false,
+            };
+        }
+    }
+    assert_eq!(runs.len(), 1, "one run, one run id: {runs:?}");
+    assert_eq!(
+        iterations,
+        BTreeSet::from(["1".to_owned(), "2".to_owned(), "3".to_owned()]),
+        "a ralph commit per iteration:\n{log}"
+    );
+
+    // progress.txt has ralph's entry for each iteration.
+    let progress = fs::read_to_string(fx.repo.join("progress.txt")).expect("progress.txt");
+    for n in 1..=3 {
+        assert!(
+            progress.contains(&format!("(ralph, iteration {n})")),
+            "no entry for iteration {n}:\n{progress}"
+        );
+    }
+}
