@@ -2,6 +2,7 @@
 
 mod agents;
 mod common;
+mod examples;
 mod prd;
 mod process;
 mod real_claude;
