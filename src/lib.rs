@@ -6,6 +6,8 @@
 //! ([`ledger`]). Long-term memory lives in files: prd.json, progress.txt, git history, and
 //! `.ralph/` (state, ledger, transcripts).
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod cli;
 pub mod commands;
