@@ -19,7 +19,7 @@ use crate::ledger::{self, LedgerRecord, Outcome};
 use crate::lock::RunLock;
 use crate::prd::model::Prd;
 use crate::prd::store::{self, LoadedPrd};
-use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals, StreamKind};
+use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals};
 use crate::progress;
 use crate::prompt::{PromptContext, PromptTemplate};
 use crate::state::{InFlight, State};
@@ -362,13 +362,11 @@ async fn run_iteration(
     );
 
     let ralph_dir = paths.ralph_dir.clone();
-    let mut stderr_tail: Vec<String> = Vec::new();
     let run_result = {
         let state_ref = &mut *state;
         let transcript_ref = &mut transcript;
         let parser_ref = &mut parser;
         let ui_ref = &*ui;
-        let stderr_ref = &mut stderr_tail;
         process::run(
             spec,
             limits,
@@ -382,12 +380,6 @@ async fn run_iteration(
             },
             |line| {
                 transcript_ref.line(&line);
-                if line.stream == StreamKind::Stderr && !line.text.trim().is_empty() {
-                    if stderr_ref.len() == 5 {
-                        stderr_ref.remove(0);
-                    }
-                    stderr_ref.push(process::strip_ansi(&line.text));
-                }
                 let mut verdict = LineVerdict::Continue;
                 for event in parser_ref.on_line(&line) {
                     if matches!(event, agent::AgentEvent::Final { .. }) {
@@ -480,14 +472,7 @@ async fn run_iteration(
         changed: !agent_commits.is_empty() || !files_changed.is_empty(),
         backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
     });
-    let message = outcome_message(
-        outcome,
-        &report,
-        &stderr_tail,
-        corrupted.as_deref(),
-        &open_after,
-        cfg,
-    );
+    let message = outcome_message(outcome, &report, corrupted.as_deref(), &open_after, cfg);
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
     }
@@ -572,7 +557,7 @@ async fn run_iteration(
         passes_flipped: flipped,
         passes_reverted: reverted,
         session_id: report.session_id.clone(),
-        transcript: Some(display_rel(&transcript_path, &paths.ralph_dir)),
+        transcript: Some(display_rel(&transcript_path, &paths.repo_root)),
         message,
     };
     ledger::append(&paths.ledger, &record)?;
@@ -691,7 +676,6 @@ fn classify(c: Classify<'_>) -> Outcome {
 fn outcome_message(
     outcome: Outcome,
     report: &AgentReport,
-    stderr_tail: &[String],
     corrupted: Option<&str>,
     open_after: &[String],
     cfg: &RunConfig,
@@ -699,9 +683,8 @@ fn outcome_message(
     let agent_said = || {
         report
             .error_message
-            .clone()
-            .or_else(|| stderr_tail.last().cloned())
-            .map(|m| truncate_chars(&m, 300))
+            .as_deref()
+            .map(|m| truncate_chars(m.lines().last().unwrap_or(m), 300))
     };
     match outcome {
         Outcome::PrematureClaim => Some(format!(
@@ -918,7 +901,7 @@ async fn recover_interrupted(
                 &paths
                     .ralph_dir
                     .join(Transcript::relative_path(&flight.run_id, flight.iteration)),
-                &paths.ralph_dir,
+                &paths.repo_root,
             )),
             message: Some(message),
         };

@@ -17,13 +17,14 @@
 //! - cost and usage come from the `result` line only; `assistant.message.usage` repeats across
 //!   the blocks of one turn and must not be summed.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
-use crate::agent::{AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, Usage};
+use crate::agent::{
+    AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail, Usage,
+};
 use crate::cli::AgentKind;
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
 
@@ -41,9 +42,6 @@ pub const ENV_REMOVED: &[&str] = &[
 
 /// Longest tool-call summary, in characters.
 const SUMMARY_MAX_CHARS: usize = 200;
-/// How many stderr lines are kept for the error message, and how long each may be (characters).
-const STDERR_TAIL_LINES: usize = 8;
-const STDERR_LINE_MAX_CHARS: usize = 1000;
 
 /// The Claude Code backend. Stateless apart from its settings; each [`Backend::parser`] call
 /// returns a fresh [`ClaudeParser`].
@@ -145,7 +143,7 @@ pub struct ClaudeParser {
     classifier: Classifier,
     /// Text of the last assistant message that carried an `error` field (a synthetic API error).
     assistant_error: Option<String>,
-    stderr_tail: VecDeque<String>,
+    stderr_tail: StderrTail,
 }
 
 impl ClaudeParser {
@@ -335,11 +333,7 @@ impl ClaudeParser {
             return Vec::new();
         }
         self.classifier.observe(Signal::Text(clean));
-        if self.stderr_tail.len() == STDERR_TAIL_LINES {
-            self.stderr_tail.pop_front();
-        }
-        self.stderr_tail
-            .push_back(truncate_chars(clean, STDERR_LINE_MAX_CHARS));
+        self.stderr_tail.push(clean);
         vec![AgentEvent::Error {
             message: clean.to_owned(),
         }]
@@ -363,15 +357,7 @@ impl ClaudeParser {
         from_result
             .or_else(|| self.classifier.message().map(str::to_owned))
             .or_else(|| self.assistant_error.clone())
-            .or_else(|| {
-                (!self.stderr_tail.is_empty()).then(|| {
-                    self.stderr_tail
-                        .iter()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-            })
+            .or_else(|| self.stderr_tail.joined())
             .map(|m| strip_ansi(&m))
     }
 }

@@ -20,12 +20,9 @@ use std::path::PathBuf;
 
 use crate::agent::classify::{Classifier, Signal};
 use crate::agent::claude::ENV_REMOVED;
-use crate::agent::{AgentEvent, AgentReport, AgentSettings, Backend, OutputParser};
+use crate::agent::{AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail};
 use crate::cli::AgentKind;
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
-
-/// How many stderr lines are kept for the error message.
-const STDERR_TAIL_LINES: usize = 8;
 
 /// Why an exec backend could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +125,7 @@ pub struct ExecParser {
     /// The last non-empty line that left the window (no echo can cover it any more).
     last_outside: Option<String>,
     classifier: Classifier,
-    stderr_tail: VecDeque<String>,
+    stderr_tail: StderrTail,
 }
 
 impl ExecParser {
@@ -147,7 +144,7 @@ impl ExecParser {
             prompt_lines,
             last_outside: None,
             classifier: Classifier::new(),
-            stderr_tail: VecDeque::new(),
+            stderr_tail: StderrTail::default(),
         }
     }
 
@@ -223,10 +220,7 @@ impl OutputParser for ExecParser {
                     return Vec::new();
                 }
                 self.classifier.observe(Signal::Text(clean));
-                if self.stderr_tail.len() == STDERR_TAIL_LINES {
-                    self.stderr_tail.pop_front();
-                }
-                self.stderr_tail.push_back(clean.to_owned());
+                self.stderr_tail.push(clean);
                 // stderr of an arbitrary command is diagnostics, not necessarily errors.
                 Vec::new()
             }
@@ -249,15 +243,7 @@ impl OutputParser for ExecParser {
             self.classifier
                 .message()
                 .map(str::to_owned)
-                .or_else(|| {
-                    (!self.stderr_tail.is_empty()).then(|| {
-                        self.stderr_tail
-                            .iter()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                })
+                .or_else(|| self.stderr_tail.joined())
                 .unwrap_or_else(|| match exit_code {
                     Some(code) => format!("`{}` exited with code {code}", self.program),
                     None => format!("`{}` was killed by a signal", self.program),

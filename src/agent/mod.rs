@@ -123,6 +123,34 @@ pub struct AgentReport {
     pub agent_version: Option<String>,
 }
 
+/// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a
+/// failed run can be explained without buffering the whole stream.
+#[derive(Debug, Default, Clone)]
+pub struct StderrTail {
+    lines: std::collections::VecDeque<String>,
+}
+
+impl StderrTail {
+    /// Lines kept.
+    pub const LINES: usize = 8;
+    /// Characters kept per line.
+    pub const LINE_MAX_CHARS: usize = 1000;
+
+    /// Remembers `line` (already ANSI-stripped and trimmed), dropping the oldest beyond [`Self::LINES`].
+    pub fn push(&mut self, line: &str) {
+        if self.lines.len() == Self::LINES {
+            self.lines.pop_front();
+        }
+        self.lines
+            .push_back(line.chars().take(Self::LINE_MAX_CHARS).collect());
+    }
+
+    /// The kept lines joined with newlines, or `None` when nothing was written.
+    pub fn joined(&self) -> Option<String> {
+        (!self.lines.is_empty()).then(|| self.lines.iter().cloned().collect::<Vec<_>>().join("\n"))
+    }
+}
+
 /// Reads one agent's output, line by line, into events and a final report.
 pub trait OutputParser: Send {
     /// Parses one line (stdout or stderr). Never fails: unknown or non-JSON lines yield no event.

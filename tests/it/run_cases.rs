@@ -662,7 +662,10 @@ fn timeout_with_a_term_ignoring_grandchild_leaves_no_process_and_does_not_wait_f
     let calls = env.read("../script.json.calls.jsonl");
     let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
     let pgid = call["pid"].as_i64().unwrap() as i32;
-    assert!(!group_has_live_members(pgid), "group {pgid} survived the timeout");
+    assert!(
+        !group_has_live_members(pgid),
+        "group {pgid} survived the timeout"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("timeout"), "{stderr}");
 }
