@@ -8,6 +8,7 @@ use ralph::exit::ExitStatus;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let result = match &cli.command {
         Command::Init(args) => ralph::commands::init::run(args),
         Command::Validate(args) => ralph::commands::validate::run(args),
@@ -24,4 +25,17 @@ fn main() -> ExitCode {
             ExitStatus::Failure.into()
         }
     }
+}
+
+/// Diagnostics from inside ralph (warnings by default) go to stderr; `RALPH_LOG=debug` (any
+/// tracing filter) shows more, e.g. every process-group signal.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RALPH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
