@@ -1,0 +1,390 @@
+//! ralph's own inner agent: a tool loop over an LLM HTTP API.
+//!
+//! [`run_session`] takes a prompt, a provider, the tools and a cancel token, and runs the model
+//! until it answers without asking for tools, or a limit stops it. It knows nothing about the
+//! outer loop: `ralph run` drives it through a child process (`ralph __native-agent`, see
+//! [`crate::commands::native_agent`]) like any other agent CLI.
+//!
+//! Loop control, as the harness literature describes it:
+//! - continue while the model asks for tools (from the API's tool calls, JSON mode, or — for
+//!   models without tool calling — a call written as JSON in the text);
+//! - `length` / `max_tokens` without a tool call: ask it to continue, at most
+//!   [`SessionConfig::max_continuations`] times;
+//! - `content_filter` / `refusal`: stop with that reason;
+//! - a step limit: the model is told so and asked for a final summary with no tools offered;
+//! - the same call (tool name + canonical arguments) repeated: a warning at
+//!   [`REPEAT_WARN_AT`], a stop as stuck at [`REPEAT_STOP_AT`];
+//! - transient HTTP errors are retried by [`llm::complete_with_retry`]; others end the session;
+//! - close to the context window, old tool results and then old turns are dropped
+//!   ([`context::shrink`]), never the system prompt or the story;
+//! - cancellation drops the in-flight request and the running tool at once.
+
+pub mod context;
+pub mod llm;
+pub mod textcalls;
+pub mod tools;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::AgentEvent;
+use llm::{
+    ChatRequest, ChatResponse, LlmError, Message, Provider, RetryPolicy, Role, StopReason,
+    TokenUsage, ToolMode, ToolSpec,
+};
+use tools::{ToolContext, ToolError, ToolRegistry};
+
+/// Identical calls before the model is warned.
+pub const REPEAT_WARN_AT: u32 = 3;
+/// Identical calls before the session stops as stuck.
+pub const REPEAT_STOP_AT: u32 = 5;
+
+/// Settings of one session.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Model name sent to the API.
+    pub model: String,
+    /// The system prompt (already rendered).
+    pub system_prompt: String,
+    /// Tool-using steps allowed before the final summary is requested.
+    pub max_steps: u32,
+    /// Output tokens per request.
+    pub max_tokens: u32,
+    /// The model's context window, in tokens.
+    pub context_window: u32,
+    /// How many times a reply cut off by the output limit is continued.
+    pub max_continuations: u32,
+    /// Sampling temperature (`None`: the server's default).
+    pub temperature: Option<f32>,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+    /// How tool calls are requested.
+    pub tool_mode: ToolMode,
+    /// Retries of transient HTTP errors.
+    pub retry: RetryPolicy,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum SessionEnd {
+    /// The model answered without asking for tools.
+    Completed,
+    /// The step limit was reached; the final text is the model's summary.
+    StepLimit,
+    /// The model repeated the same call [`REPEAT_STOP_AT`] times.
+    Stuck {
+        /// The repeated tool.
+        tool: String,
+    },
+    /// The provider filtered the reply.
+    ContentFilter,
+    /// The model refused.
+    Refusal,
+    /// The reply was still cut off after every continuation.
+    Length,
+    /// A request failed for good.
+    Error {
+        /// The classified error.
+        error: String,
+        /// `auth`, `quota`, `context`, `bad_request`, `transient` or `decode`.
+        class: String,
+    },
+    /// A tool hit a broken invariant.
+    ToolFatal {
+        /// The message.
+        message: String,
+    },
+    /// Cancelled from outside (Ctrl-C, timeout).
+    Cancelled,
+}
+
+/// What a session produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionResult {
+    /// The model's final text (where the completion promise is looked for).
+    pub final_text: String,
+    /// Why it ended.
+    pub end: SessionEnd,
+    /// Tokens over all requests.
+    pub usage: TokenUsage,
+    /// Tool-using steps taken.
+    pub steps: u32,
+    /// Requests sent (retries not counted).
+    pub requests: u32,
+    /// The model name the server reported.
+    pub model: Option<String>,
+}
+
+/// The tool list in the providers' shape.
+pub fn tool_specs(tools: &ToolRegistry) -> Vec<ToolSpec> {
+    tools
+        .specs()
+        .into_iter()
+        .map(|(name, description, parameters)| ToolSpec {
+            name,
+            description,
+            parameters,
+        })
+        .collect()
+}
+
+/// A stable hash of a call: tool name plus its arguments with object keys sorted.
+pub fn call_key(name: &str, arguments: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    canonical(arguments).hash(&mut h);
+    h.finish()
+}
+
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let inner: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn add_usage(total: &mut TokenUsage, u: &TokenUsage) {
+    total.input += u.input;
+    total.output += u.output;
+    total.cache_read += u.cache_read;
+    total.cache_write += u.cache_write;
+}
+
+fn error_class(e: &LlmError) -> &'static str {
+    match e {
+        LlmError::Auth { .. } => "auth",
+        LlmError::Quota { .. } => "quota",
+        LlmError::ContextLength { .. } => "context",
+        LlmError::BadRequest { .. } => "bad_request",
+        LlmError::Transient { .. } => "transient",
+        LlmError::Decode { .. } => "decode",
+    }
+}
+
+/// Runs one session for `prompt`. Events (assistant text, tool calls and results, errors) go to
+/// `on_event` as they happen.
+///
+/// Never fails: every way a session can end is a [`SessionEnd`].
+pub async fn run_session(
+    provider: &Provider,
+    tools: &ToolRegistry,
+    ctx: &ToolContext,
+    cfg: &SessionConfig,
+    prompt: &str,
+    cancel: &CancellationToken,
+    on_event: &mut (dyn FnMut(AgentEvent) + Send),
+) -> SessionResult {
+    let specs = tool_specs(tools);
+    let names: Vec<&str> = tools.names();
+    let mut messages = vec![
+        Message::text(Role::System, cfg.system_prompt.clone()),
+        Message::text(Role::User, prompt.to_string()),
+    ];
+    let mut result = SessionResult {
+        final_text: String::new(),
+        end: SessionEnd::Completed,
+        usage: TokenUsage::default(),
+        steps: 0,
+        requests: 0,
+        model: None,
+    };
+    let mut repeats: HashMap<u64, u32> = HashMap::new();
+    let mut continuations = 0u32;
+    // Room for the reply and the tool list inside the window.
+    let tools_tokens = serde_json::to_string(&specs).map(|s| s.len() / 4).unwrap_or(0);
+    let budget = (cfg.context_window as usize)
+        .saturating_sub(cfg.max_tokens as usize)
+        .saturating_sub(tools_tokens)
+        .max(256);
+
+    loop {
+        let final_round = result.steps >= cfg.max_steps;
+        if final_round {
+            messages.push(Message::text(
+                Role::User,
+                format!(
+                    "You have reached the limit of {} tool-using steps for this session. Do not call any tool. Reply now with a short summary: what you did, what works, and what is left to do.",
+                    cfg.max_steps
+                ),
+            ));
+        }
+        let shrunk = context::shrink(&mut messages, budget);
+        if shrunk.results_shortened + shrunk.messages_dropped > 0 {
+            on_event(AgentEvent::AssistantText {
+                text: format!(
+                    "[ralph: context near the window; shortened {} old tool results and dropped {} old messages]",
+                    shrunk.results_shortened, shrunk.messages_dropped
+                ),
+            });
+        }
+        let request = ChatRequest {
+            model: cfg.model.clone(),
+            messages: messages.clone(),
+            tools: if final_round { Vec::new() } else { specs.clone() },
+            max_tokens: cfg.max_tokens,
+            temperature: cfg.temperature,
+            seed: cfg.seed,
+            tool_mode: if final_round { ToolMode::Native } else { cfg.tool_mode },
+        };
+        result.requests += 1;
+        let response: ChatResponse = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                result.end = SessionEnd::Cancelled;
+                return result;
+            }
+            r = llm::complete_with_retry(provider, &request, &cfg.retry, |e, attempt, wait| {
+                tracing::warn!(%e, attempt, wait_ms = wait.as_millis() as u64, "retrying the model request");
+            }) => match r {
+                Ok(r) => r,
+                Err(e) => {
+                    on_event(AgentEvent::Error { message: e.to_string() });
+                    result.end = SessionEnd::Error { error: e.to_string(), class: error_class(&e).into() };
+                    return result;
+                }
+            }
+        };
+        add_usage(&mut result.usage, &response.usage);
+        if response.model.is_some() {
+            result.model = response.model.clone();
+        }
+        let mut calls = response.tool_calls.clone();
+        if calls.is_empty() && !final_round {
+            calls = textcalls::parse_text_tool_calls(&response.content, &names);
+        }
+        if !response.content.trim().is_empty() {
+            on_event(AgentEvent::AssistantText {
+                text: response.content.clone(),
+            });
+        }
+        match response.stop {
+            StopReason::ContentFilter => {
+                result.final_text = response.content;
+                result.end = SessionEnd::ContentFilter;
+                return result;
+            }
+            StopReason::Refusal => {
+                result.final_text = response.content;
+                result.end = SessionEnd::Refusal;
+                return result;
+            }
+            StopReason::Length if calls.is_empty() => {
+                if continuations < cfg.max_continuations {
+                    continuations += 1;
+                    messages.push(Message::text(Role::Assistant, response.content));
+                    messages.push(Message::text(
+                        Role::User,
+                        "Your reply was cut off by the output limit. Continue exactly where you stopped.",
+                    ));
+                    continue;
+                }
+                result.final_text = response.content;
+                result.end = SessionEnd::Length;
+                return result;
+            }
+            _ => {}
+        }
+        if calls.is_empty() || final_round {
+            result.final_text = response.content;
+            result.end = if final_round {
+                SessionEnd::StepLimit
+            } else {
+                SessionEnd::Completed
+            };
+            return result;
+        }
+
+        result.steps += 1;
+        let mut assistant = Message::text(Role::Assistant, response.content.clone());
+        assistant.tool_calls = calls.clone();
+        messages.push(assistant);
+        for call in &calls {
+            let count = repeats.entry(call_key(&call.name, &call.arguments)).or_insert(0);
+            *count += 1;
+            let count = *count;
+            if count >= REPEAT_STOP_AT {
+                messages.push(Message::tool_result(
+                    &call.id,
+                    "Not run: you made this exact call too many times.",
+                    true,
+                ));
+                result.final_text = response.content.clone();
+                result.end = SessionEnd::Stuck {
+                    tool: call.name.clone(),
+                };
+                on_event(AgentEvent::Error {
+                    message: format!(
+                        "stopped: the model repeated the same {} call {count} times",
+                        call.name
+                    ),
+                });
+                return result;
+            }
+            let summary_args = crate::agent::claude::summarize_tool_input(&call.arguments);
+            on_event(AgentEvent::ToolCall {
+                name: call.name.clone(),
+                summary: summary_args,
+            });
+            let outcome = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    result.end = SessionEnd::Cancelled;
+                    return result;
+                }
+                o = tools.dispatch(&call.name, &call.arguments, ctx) => o,
+            };
+            let (mut content, is_error) = match outcome {
+                Ok(out) => (out.content, false),
+                Err(ToolError::RespondToModel(msg)) => (format!("Error: {msg}"), true),
+                Err(ToolError::Fatal(msg)) => {
+                    on_event(AgentEvent::Error {
+                        message: msg.clone(),
+                    });
+                    result.end = SessionEnd::ToolFatal { message: msg };
+                    return result;
+                }
+            };
+            on_event(AgentEvent::ToolResult { is_error });
+            if count >= REPEAT_WARN_AT {
+                content.push_str(&format!(
+                    "\n\nWarning: you have made this exact call {count} times. Repeating it will not help; do something different. At {REPEAT_STOP_AT} identical calls the session stops."
+                ));
+            }
+            messages.push(Message::tool_result(&call.id, content, is_error));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn call_key_ignores_key_order_but_not_values() {
+        let a = json!({"path": "a.txt", "content": "x"});
+        let b = json!({"content": "x", "path": "a.txt"});
+        let c = json!({"content": "y", "path": "a.txt"});
+        assert_eq!(call_key("write_file", &a), call_key("write_file", &b));
+        assert_ne!(call_key("write_file", &a), call_key("write_file", &c));
+        assert_ne!(call_key("write_file", &a), call_key("read_file", &a));
+    }
+}
