@@ -34,6 +34,10 @@ const EXIT_DRAIN: Duration = Duration::from_secs(2);
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// The `.ralph` directory name, at the repository root.
 pub const RALPH_DIR: &str = ".ralph";
+/// prd.json as it was when the current iteration started, inside `.ralph/`.
+const PRD_SNAPSHOT: &str = "prd.snapshot.json";
+/// Environment variable marking every process of an agent with `<run id>/<iteration>`.
+pub const AGENT_TAG_VAR: &str = "RALPH_AGENT_TAG";
 
 /// Paths a run works with, all absolute.
 #[derive(Debug, Clone)]
@@ -89,14 +93,19 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let started = Instant::now();
 
     // Preflight: every check that can fail happens before any agent starts.
-    let loaded = store::load(&cfg.prd_path)?;
-    let prd_dir = loaded
-        .path
+    let prd_dir = cfg
+        .prd_path
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
+    if !cfg.prd_path.exists() {
+        bail!(
+            "{} does not exist\nhint: create one with `ralph init`, or point ralph at yours with --prd PATH",
+            cfg.prd_path.display()
+        );
+    }
     let repo = Repo::discover(&prd_dir)?;
-    let paths = RunPaths::new(repo.root(), &loaded.path);
+    let paths = RunPaths::new(repo.root(), &cfg.prd_path);
     let template = PromptTemplate::load(cfg.template.as_deref())?;
     let settings = AgentSettings {
         repo: paths.repo_root.clone(),
@@ -107,8 +116,17 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let backend = agent::backend(cfg.agent, settings)?;
     let probe = backend.command("")?;
     if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
+        let how = match cfg.agent {
+            crate::cli::AgentKind::Exec => "fix --agent-cmd (agent_cmd in ralph.toml)",
+            _ => "install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
+        };
+        let place = if probe.program.components().count() > 1 {
+            "does not exist or is not executable"
+        } else {
+            "was not found on PATH"
+        };
         bail!(
-            "the agent program `{}` was not found on PATH\nhint: install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
+            "the agent program `{}` {place}\nhint: {how}",
             probe.program.display()
         );
     }
@@ -126,6 +144,19 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let mut state = State::load(&paths.ralph_dir)?.unwrap_or_default();
     let run_id = new_run_id();
     let mut feedback = recover_interrupted(&repo, &paths, &mut state, &cfg, ui).await?;
+    // Iteration numbers continue even when state.json was deleted: the ledger and the commit
+    // trailers remember them.
+    state.iteration = state.iteration.max(last_recorded_iteration(&repo, &paths));
+
+    let loaded = store::load(&paths.prd)?;
+    template.check(&loaded.prd, &paths)?;
+    let expected_ids = story_ids(&loaded.prd);
+    if loaded.prd.user_stories.is_empty() {
+        bail!(
+            "{} has no stories\nhint: add at least one story to userStories (see `ralph init` for the format)",
+            paths.prd.display()
+        );
+    }
 
     let dirty = repo.dirty_paths()?;
     if !dirty.is_empty() && !cfg.allow_dirty {
@@ -202,10 +233,25 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     };
     let mut records: Vec<LedgerRecord> = Vec::new();
     let mut slot = 0u32;
+    let mut caveats: Vec<String> = Vec::new();
     let status = loop {
         let current = store::load(&paths.prd)?;
+        let missing: Vec<String> = expected_ids
+            .difference(&story_ids(&current.prd))
+            .cloned()
+            .collect();
         if current.prd.all_pass() {
-            break ExitStatus::Success;
+            if missing.is_empty() {
+                break ExitStatus::Success;
+            }
+            // Never call a run complete because stories vanished from the PRD.
+            caveats.push(format!(
+                "every remaining story passes, but {} w{} deleted from prd.json during the run; restore {} (e.g. `git show refs/ralph/{run_id}/<n>/start:prd.json`) and run again",
+                missing.join(", "),
+                if missing.len() == 1 { "as" } else { "ere" },
+                if missing.len() == 1 { "it" } else { "them" },
+            ));
+            break ExitStatus::OtherLimit;
         }
         if stop.stop.is_cancelled() {
             break ExitStatus::Interrupted;
@@ -232,6 +278,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         )
         .await?;
         feedback = done.feedback;
+        caveats.extend(done.caveats);
         let outcome = done.record.outcome;
         records.push(done.record);
         match outcome {
@@ -246,14 +293,16 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     };
 
     let final_prd = store::load(&paths.prd).map(|l| l.prd).unwrap_or(loaded.prd);
-    ui.summary(&summarize(
+    let mut summary = summarize(
         status,
         &final_prd,
         &records,
         started.elapsed(),
         &paths,
         &cfg,
-    ));
+    );
+    summary.caveats = caveats;
+    ui.summary(&summary);
     Ok(status)
 }
 
@@ -270,6 +319,9 @@ struct IterationInput<'a> {
 struct IterationDone {
     record: LedgerRecord,
     feedback: Vec<String>,
+    /// Things the morning reader must know even if the run completes (e.g. stories marked
+    /// passing during another story's iteration).
+    caveats: Vec<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -321,8 +373,15 @@ async fn run_iteration(
         feedback,
     );
     let prompt = template.render(&ctx)?;
-    let spec = backend.command(&prompt)?;
+    let mut spec = backend.command(&prompt)?;
+    // Marks every process of this agent, so that a restarted ralph only kills a process group
+    // that is really its own (pids are reused).
+    spec.env_set
+        .push((AGENT_TAG_VAR.to_string(), agent_tag(run_id, iteration)));
     let mut parser = backend.parser(&prompt);
+    // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
+    write_atomic(&paths.ralph_dir.join(PRD_SNAPSHOT), &snapshot.raw)?;
+    let branch_before = repo.current_branch();
 
     state.run_id = Some(run_id.to_string());
     state.iteration = iteration;
@@ -476,24 +535,78 @@ async fn run_iteration(
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
     }
+    // What the agent did to the PRD and to history beyond its own story: reported in the
+    // terminal, the ledger and the next prompt.
+    let mut integrity: Vec<String> = Vec::new();
+    let mut caveats: Vec<String> = Vec::new();
+    let other_flips: Vec<String> = flipped
+        .iter()
+        .filter(|id| *id != &story.id)
+        .cloned()
+        .collect();
+    if !other_flips.is_empty() {
+        integrity.push(format!(
+            "passes set to true on {} during {}'s iteration",
+            other_flips.join(", "),
+            story.id
+        ));
+        caveats.push(format!(
+            "{} w{} marked passing during iteration {iteration} ({}), not in {} own iteration: check them",
+            other_flips.join(", "),
+            if other_flips.len() == 1 { "as" } else { "ere" },
+            story.id,
+            if other_flips.len() == 1 { "its" } else { "their" },
+        ));
+    }
     if !reverted.is_empty() {
-        feedback_next.push(format!(
-            "Stories were set back to passes=false during the previous iteration: {}. Do not change other stories' passes.",
+        integrity.push(format!(
+            "passes set back to false on {}",
             reverted.join(", ")
         ));
     }
-    let other_flips: Vec<&String> = flipped.iter().filter(|id| *id != &story.id).collect();
-    if !other_flips.is_empty() {
-        ui.warn(&format!(
-            "iteration {iteration} set passes=true on stories other than {}: {}",
-            story.id,
-            other_flips
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+    let before_ids = story_ids(&snapshot.prd);
+    let after_ids = story_ids(after_prd);
+    let removed: Vec<String> = before_ids.difference(&after_ids).cloned().collect();
+    let added: Vec<String> = after_ids.difference(&before_ids).cloned().collect();
+    if !removed.is_empty() {
+        integrity.push(format!(
+            "stories deleted from prd.json: {}",
+            removed.join(", ")
         ));
     }
+    if !added.is_empty() {
+        integrity.push(format!("stories added to prd.json: {}", added.join(", ")));
+    }
+    if let (Some(before), Some(now)) = (&head_before, &head_mid) {
+        if !repo.is_ancestor(before, now)? {
+            integrity.push(format!(
+                "history was rewritten: HEAD no longer contains the iteration's start {} (kept in refs/ralph/{run_id}/{iteration}/start)",
+                short_sha(before)
+            ));
+        }
+    }
+    let branch_after = repo.current_branch();
+    if branch_after != branch_before {
+        integrity.push(format!(
+            "HEAD moved from {} to {}",
+            branch_before.as_deref().unwrap_or("a detached HEAD"),
+            branch_after.as_deref().unwrap_or("a detached HEAD")
+        ));
+    }
+    for note in &integrity {
+        ui.warn(&format!("iteration {iteration}: {note}"));
+    }
+    if !integrity.is_empty() {
+        feedback_next.push(format!(
+            "ralph noticed changes outside your story in the previous iteration: {}. Work only on the current story, change only its `passes` and `notes` in prd.json, and never rewrite git history or switch branches.",
+            integrity.join("; ")
+        ));
+    }
+    let message = match (message, integrity.is_empty()) {
+        (m, true) => m,
+        (None, false) => Some(integrity.join("; ")),
+        (Some(m), false) => Some(format!("{m}; {}", integrity.join("; "))),
+    };
 
     // Checkpoint: the progress entry first, so that the ralph commit carries it.
     let agent_last = agent_commits.last().cloned();
@@ -527,6 +640,10 @@ async fn run_iteration(
         &trailers,
     )?;
     let head_after = repo.head_sha()?;
+    if let Some(head) = &head_after {
+        // Whatever happens to branches later, this iteration's result stays reachable.
+        repo.set_ref(&format!("refs/ralph/{run_id}/{iteration}/end"), head)?;
+    }
 
     let ended_at = Utc::now();
     let record = LedgerRecord {
@@ -570,6 +687,7 @@ async fn run_iteration(
     Ok(IterationDone {
         record,
         feedback: feedback_next,
+        caveats,
     })
 }
 
@@ -787,13 +905,51 @@ fn flipped_ids(before: &Prd, after: &Prd, to: bool) -> Vec<String> {
 
 /// Writes the snapshot back atomically.
 fn restore_prd(path: &Path, raw: &[u8]) -> anyhow::Result<()> {
+    write_atomic(path, raw).with_context(|| format!("cannot restore {}", path.display()))
+}
+
+/// Replaces `path` with `bytes` through a temp file in the same directory.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, raw)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path)
-        .with_context(|| format!("cannot restore {}", path.display()))?;
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// The value of [`AGENT_TAG_VAR`] for one iteration.
+fn agent_tag(run_id: &str, iteration: u32) -> String {
+    format!("{run_id}/{iteration}")
+}
+
+/// Whether any live process of group `pgid` carries `tag` in its environment, i.e. the group is
+/// still the agent ralph started and not an unrelated group that reuses the id.
+fn group_is_tagged(pgid: i32, tag: &str) -> bool {
+    let needle = format!("{AGENT_TAG_VAR}={tag}");
+    process::group_members(pgid).into_iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
+/// The set of story ids in `prd`.
+fn story_ids(prd: &Prd) -> std::collections::BTreeSet<String> {
+    prd.user_stories.iter().map(|s| s.id.clone()).collect()
+}
+
+/// The highest iteration number in the ledger or in ralph's commit trailers (0 when none).
+fn last_recorded_iteration(repo: &Repo, paths: &RunPaths) -> u32 {
+    let from_ledger = ledger::read_all(&paths.ledger)
+        .map(|l| l.records.iter().map(|r| r.iteration).max().unwrap_or(0))
+        .unwrap_or(0);
+    let from_git = repo
+        .trailer_history(10_000)
+        .map(|h| h.iter().filter_map(|t| t.iteration).max().unwrap_or(0))
+        .unwrap_or(0);
+    from_ledger.max(from_git)
 }
 
 /// Handles an iteration that a previous ralph left in flight (it was killed): kills the agent's
@@ -811,9 +967,31 @@ async fn recover_interrupted(
     if flight.pid > 0 {
         if let Ok(pgid) = i32::try_from(flight.pid) {
             if process::group_alive(pgid) {
-                process::kill_group(pgid, cfg.kill_grace).await;
+                if group_is_tagged(pgid, &agent_tag(&flight.run_id, flight.iteration)) {
+                    process::kill_group(pgid, cfg.kill_grace).await;
+                    ui.warn(&format!(
+                        "killed the agent process group {pgid} left running by the previous ralph"
+                    ));
+                } else {
+                    ui.warn(&format!(
+                        "process group {pgid} recorded in state.json is no longer ralph's agent; left it alone"
+                    ));
+                }
+            }
+        }
+    }
+    // A prd.json the killed agent left broken is restored from the iteration's snapshot, so the
+    // run can go on; the broken text stays in the transcript's history (the checkpoint below
+    // commits the restored file).
+    let mut restored_prd = false;
+    if store::load(&paths.prd).is_err() {
+        if let Ok(raw) = std::fs::read(paths.ralph_dir.join(PRD_SNAPSHOT)) {
+            if store::parse_bytes(&paths.prd, &raw).is_ok() {
+                restore_prd(&paths.prd, &raw)?;
+                restored_prd = true;
                 ui.warn(&format!(
-                    "killed the agent process group {pgid} left running by the previous ralph"
+                    "prd.json was invalid after the interrupted iteration {}; restored it from the iteration's snapshot",
+                    flight.iteration
                 ));
             }
         }
@@ -837,8 +1015,11 @@ async fn recover_interrupted(
             Some(h) => repo.changed_files(h)?,
             None => repo.dirty_paths()?,
         };
-        // A prd.json left broken by the killed agent would stop the whole run; restore it from git.
-        let message = "ralph was stopped during this iteration; its changes were checkpointed when ralph restarted".to_string();
+        let mut message = "ralph was stopped during this iteration; its changes were checkpointed when ralph restarted".to_string();
+        if restored_prd {
+            message
+                .push_str("; prd.json was invalid and was restored from the iteration's snapshot");
+        }
         let title = store::load(&paths.prd)
             .ok()
             .and_then(|l| l.prd.story(&flight.story_id).map(|s| s.title.clone()))
@@ -1004,6 +1185,7 @@ fn summarize(
         ),
         ledger: display_rel(&paths.ledger, &paths.repo_root),
         next,
+        caveats: Vec::new(),
     }
 }
 

@@ -370,6 +370,22 @@ impl Repo {
             .map_err(op("walk history"))
     }
 
+    /// Whether `ancestor` is `descendant` or one of its ancestors (both revisions). False after
+    /// an agent reset or rewrote history past `ancestor`.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when either does not name a commit; [`GitError::Git`].
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+        let a = self.resolve_commit(ancestor)?.id();
+        let d = self.resolve_commit(descendant)?.id();
+        if a == d {
+            return Ok(true);
+        }
+        self.repo
+            .graph_descendant_of(d, a)
+            .map_err(op("compare history"))
+    }
+
     /// Files that differ between commit `from` and the working tree (staged or not, including
     /// untracked files inside untracked directories, excluding ignored files), relative to the
     /// root with `/` separators. A rename shows as its old and new path. Sorted, no duplicates.

@@ -182,10 +182,41 @@ impl PromptTemplate {
         if let Some(line) = e.line() {
             message = format!("line {line}: {message}");
         }
+        // minijinja's "undefined value" does not name the variable; the source line does.
+        let source_line = e
+            .line()
+            .and_then(|line| self.source.lines().nth(line.saturating_sub(1)));
+        if let Some(text) = source_line {
+            message = format!("{message}\n  in: {}", text.trim());
+        }
         PromptError::Render {
             name: self.name.clone(),
             message,
         }
+    }
+
+    /// Renders the template once with a complete sample context for `prd` (its first story, the
+    /// others, a feedback line and a progress excerpt), so that an undefined variable in any
+    /// branch of the template is reported before an agent starts.
+    ///
+    /// # Errors
+    /// [`PromptError::Render`] naming the template, line and variable.
+    pub fn check(&self, prd: &Prd, paths: &crate::driver::RunPaths) -> Result<(), PromptError> {
+        let Some(story) = prd.user_stories.first() else {
+            return Ok(());
+        };
+        let ctx = PromptContext::new(
+            prd,
+            story,
+            1,
+            1,
+            &paths.repo_root,
+            &paths.prd,
+            &paths.progress,
+            "## Codebase Patterns\n- (sample)\n".to_string(),
+            vec!["(sample feedback from a previous iteration)".to_string()],
+        );
+        self.render(&ctx).map(|_| ())
     }
 
     /// Renders the template with `ctx`.

@@ -40,6 +40,9 @@ pub struct Summary {
     pub ledger: String,
     /// What the user should do next.
     pub next: String,
+    /// Things to check even when the run completed (e.g. stories marked passing outside their
+    /// own iteration, stories deleted from the PRD).
+    pub caveats: Vec<String>,
 }
 
 /// The terminal front end of `ralph run`.
@@ -228,7 +231,7 @@ impl Ui {
                 "headline": s.headline, "success": s.success, "passed": s.passed, "open": s.open,
                 "iterations": s.iterations, "elapsed_s": s.elapsed.as_secs_f64(),
                 "cost_usd": s.cost_usd, "tokens_in": s.tokens.0, "tokens_out": s.tokens.1,
-                "ledger": s.ledger,
+                "ledger": s.ledger, "caveats": s.caveats,
             }),
         );
         if self.mode == OutputMode::Json {
@@ -259,6 +262,12 @@ impl Ui {
                 s.tokens.0, s.tokens.1
             ),
         };
+        for caveat in &s.caveats {
+            self.eprint(&format!(
+                "  {} {caveat}",
+                style("check:").yellow().bold().for_stderr()
+            ));
+        }
         for (k, v) in [
             ("stories", format!("{} passed, {open}", s.passed)),
             ("iterations", iterations),

@@ -76,9 +76,11 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
         progress.contains("(ralph, iteration 1)") && progress.contains("(ralph, iteration 2)"),
         "{progress}"
     );
-    // The start refs protect each iteration's starting point.
+    // Start and end refs keep each iteration's starting point and result reachable.
     let refs = env.git(&["for-each-ref", "--format=%(refname)", "refs/ralph/"]);
-    assert_eq!(refs.lines().count(), 2, "{refs}");
+    let starts = refs.lines().filter(|r| r.ends_with("/start")).count();
+    let ends = refs.lines().filter(|r| r.ends_with("/end")).count();
+    assert_eq!((starts, ends), (2, 2), "{refs}");
     // Status reads it back.
     let status = env.ralph(&["status", "--json"]);
     let doc: Value = serde_json::from_slice(&status.stdout).unwrap();
@@ -668,4 +670,171 @@ fn timeout_with_a_term_ignoring_grandchild_leaves_no_process_and_does_not_wait_f
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("timeout"), "{stderr}");
+}
+
+#[test]
+fn a_deleted_story_never_makes_the_run_complete() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let mut only_first = prd_with_stories(2);
+    only_first["userStories"].as_array_mut().unwrap().remove(1);
+    only_first["userStories"][0]["passes"] = json!(true);
+    env.script(&json!({"invocations": [[
+        {"write_file": {"path": "prd.json", "content": serde_json::to_string_pretty(&only_first).unwrap()}},
+        {"claude_result": {"text": format!("done\n{PROMISE}")}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stories deleted from prd.json: US-002"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("US-002 was deleted from prd.json during the run"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("complete: every story passes"), "{stderr}");
+    let ledger = env.ledger();
+    assert!(
+        ledger[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stories deleted"),
+        "{}",
+        ledger[0]
+    );
+}
+
+#[test]
+fn passes_flipped_on_another_story_is_reported_in_the_ledger_feedback_and_summary() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [
+        [{"set_passes": {"id": "US-002", "passes": true}}, {"claude_result": {"text": "did 2"}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "did 1"}}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("passes set to true on US-002 during US-001's iteration"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("check: US-002 was marked passing during iteration 1 (US-001)"),
+        "{stderr}"
+    );
+    assert!(stdin_of(&env, 2).contains("ralph noticed changes outside your story"));
+    assert!(env.ledger()[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("US-002"));
+}
+
+#[test]
+fn restart_leaves_an_unrelated_process_group_alone() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    // A process group that is not ralph's, recorded as if it were the agent of a killed run.
+    let mut victim = std::process::Command::new("setsid")
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = victim.id();
+    std::fs::create_dir_all(env.path(".ralph")).unwrap();
+    env.write(".ralph/.gitignore", "*\n");
+    env.write(
+        ".ralph/state.json",
+        &json!({"version": 1, "run_id": "old", "iteration": 1, "attempts": {}, "blocked": [],
+            "in_flight": {"run_id": "old", "iteration": 1, "story_id": "US-001", "pid": pid,
+                "started_at": "2026-01-01T00:00:00.000Z"}})
+        .to_string(),
+    );
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no longer ralph's agent"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "ralph killed an unrelated process"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+    // The interrupted iteration 1 was recorded; the new one is 2.
+    let its: Vec<u64> = env
+        .ledger()
+        .iter()
+        .map(|r| r["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(its, [1, 2]);
+}
+
+#[test]
+fn sigkill_while_prd_is_broken_restores_it_on_restart() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let before = env.read("prd.json");
+    env.script(&json!({"invocations": [
+        [{"corrupt_prd": true}, {"write_file": {"path": "marker.txt", "content": "x"}}, {"sleep_ms": 3_600_000}],
+        claude_story("US-001", 1, "done")
+    ]}));
+    let mut child = env.ralph_cmd(&["run", "--max-iter", "3"]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.path("marker.txt").exists() {
+        assert!(Instant::now() < deadline, "agent never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    assert_ne!(env.read("prd.json"), before);
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("restored it from the iteration's snapshot")
+    );
+    assert_eq!(outcomes(&env), ["interrupted", "story_passed"]);
+}
+
+#[test]
+fn template_errors_in_any_branch_are_caught_before_an_agent_starts() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "prompt.md",
+        "{{ story.id }}\n{% for item in feedback %}{{ item.missing_field }}{% endfor %}\n",
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "template"]);
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--template", "prompt.md"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("prompt.md") && stderr.contains("missing_field"),
+        "{stderr}"
+    );
+    assert_eq!(env.agent_calls(), 0);
+}
+
+#[test]
+fn numbering_continues_from_git_and_the_ledger_when_state_json_is_gone() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "one"), claude_story("US-002", 2, "two")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    std::fs::remove_file(env.path(".ralph/state.json")).unwrap();
+    std::fs::remove_file(env.path(".ralph/ledger.jsonl")).unwrap();
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let its: Vec<u64> = env
+        .ledger()
+        .iter()
+        .map(|r| r["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(its, [2]);
 }
