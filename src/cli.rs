@@ -106,16 +106,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", env = "RALPH_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
     pub idle_timeout: Option<std::time::Duration>,
     /// Start even when the working tree has uncommitted changes.
-    #[arg(long, env = "RALPH_ALLOW_DIRTY")]
+    #[arg(long, env = "RALPH_ALLOW_DIRTY", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_dirty: bool,
     /// Print machine-readable events (JSONL) on stdout instead of the live display.
-    #[arg(long, env = "RALPH_JSON")]
+    #[arg(long, env = "RALPH_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     pub json: bool,
     /// Print only warnings, errors and the final summary.
-    #[arg(long, short, env = "RALPH_QUIET", conflicts_with = "verbose")]
+    #[arg(long, short, env = "RALPH_QUIET", value_parser = clap::builder::BoolishValueParser::new(), conflicts_with = "verbose")]
     pub quiet: bool,
     /// Stream the agent's text and tool calls to the terminal.
-    #[arg(long, short, env = "RALPH_VERBOSE")]
+    #[arg(long, short, env = "RALPH_VERBOSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub verbose: bool,
     /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
     #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]

@@ -134,6 +134,12 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
+    /// A zero `--timeout` / `--idle-timeout`.
+    #[error("{name} must be longer than 0 seconds\nhint: use a duration like \"30m\" or \"90s\"")]
+    ZeroDuration {
+        /// The setting.
+        name: &'static str,
+    },
     /// `--agent exec` without a command line.
     #[error("--agent exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set agent_cmd in ralph.toml")]
     MissingAgentCmd,
@@ -202,6 +208,22 @@ impl RunConfig {
             (None, Some(p)) => Some(program_path(&file_dir, p)),
             (None, None) => None,
         };
+        let timeout = args
+            .timeout
+            .or(duration("timeout", &file.timeout)?)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let idle_timeout = args
+            .idle_timeout
+            .or(duration("idle_timeout", &file.idle_timeout)?)
+            .unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration { name: "--timeout" });
+        }
+        if idle_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                name: "--idle-timeout",
+            });
+        }
         Ok(RunConfig {
             prd_path,
             agent,
@@ -209,14 +231,8 @@ impl RunConfig {
             agent_program,
             model: args.model.clone().or(file.model.clone()),
             max_iter,
-            timeout: args
-                .timeout
-                .or(duration("timeout", &file.timeout)?)
-                .unwrap_or(DEFAULT_TIMEOUT),
-            idle_timeout: args
-                .idle_timeout
-                .or(duration("idle_timeout", &file.idle_timeout)?)
-                .unwrap_or(DEFAULT_IDLE_TIMEOUT),
+            timeout,
+            idle_timeout,
             kill_grace: duration("kill_grace", &file.kill_grace)?.unwrap_or(DEFAULT_KILL_GRACE),
             allow_dirty: args.allow_dirty || file.allow_dirty.unwrap_or(false),
             output,

@@ -416,7 +416,8 @@ async fn run_iteration(
         iteration,
         slot,
         cfg.max_iter,
-        &format!("{} {}", story.id, story.title),
+        &story.id,
+        &story.title,
         backend.kind().as_str(),
     );
 

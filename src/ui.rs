@@ -127,13 +127,16 @@ impl Ui {
         iteration: u32,
         slot: u32,
         max: u32,
-        story: &str,
+        story_id: &str,
+        story_title: &str,
         backend: &str,
     ) {
-        self.live_prefix = format!("iteration {iteration} ({slot}/{max}) · {story} · {backend}");
+        self.live_prefix =
+            format!("iteration {iteration} ({slot}/{max}) · {story_id} {story_title} · {backend}");
         self.json_event(
             "iteration_started",
-            json!({"iteration": iteration, "slot": slot, "max_iter": max, "story": story, "backend": backend}),
+            json!({"iteration": iteration, "slot": slot, "max_iter": max, "story_id": story_id,
+                "story_title": story_title, "backend": backend}),
         );
         if !self.human() {
             return;
@@ -191,6 +194,19 @@ impl Ui {
         }
         self.run_cost += record.cost_usd.unwrap_or(0.0);
         self.json_event("iteration_finished", json!({"record": record}));
+        if self.mode == OutputMode::Quiet
+            && record.outcome != Outcome::Progress
+            && record.outcome.is_failure()
+        {
+            let detail = record.message.as_deref().unwrap_or("");
+            self.eprint(&format!(
+                "{} iteration {} ({}): {} {detail}",
+                style("warning:").yellow().bold().for_stderr(),
+                record.iteration,
+                record.story_id,
+                record.outcome.as_str()
+            ));
+        }
         if !self.human() {
             return;
         }

@@ -23,6 +23,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
     runtime.block_on(async move {
         let stop = StopSignals::default();
         let _signals = crate::signals::install(stop.clone())?;
+        let notice = stop.clone();
+        let grace = cfg.kill_grace;
+        // Say at once what a Ctrl-C does: the agent may take the whole grace period to exit.
+        tokio::spawn(async move {
+            notice.stop.cancelled().await;
+            eprintln!(
+                "\nralph: stopping — the agent gets up to {} to exit, then its work is checkpointed. Press Ctrl-C again to kill it now.",
+                humantime::format_duration(grace)
+            );
+            notice.kill_now.cancelled().await;
+            eprintln!("ralph: killing the agent now.");
+        });
         let mut ui = Ui::new(cfg.output, cfg.verbose);
         crate::driver::run(cfg, &mut ui, stop).await
     })

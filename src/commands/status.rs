@@ -91,7 +91,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         "  {:<10} {:<8} {:>4}  {:>8}  TITLE",
         "ID", "STATUS", "PRIO", "ATTEMPTS"
     );
-    for s in &loaded.prd.user_stories {
+    let mut stories: Vec<_> = loaded.prd.user_stories.iter().collect();
+    stories.sort_by_key(|s| s.priority);
+    for s in stories {
         let status = if s.passes {
             style("passes").green()
         } else if state.blocked.contains(&s.id) {
@@ -114,6 +116,22 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         None if loaded.prd.all_pass() => println!("next story: none — every story passes"),
         None => {
             println!("next story: none — every open story is blocked or waits for a dependency")
+        }
+    }
+    if let Some(flight) = &state.in_flight {
+        match live_lock_holder(&paths.ralph_dir) {
+            Some(holder) => println!(
+                "running: iteration {} ({}) since {}, ralph pid {} on {}",
+                flight.iteration,
+                flight.story_id,
+                flight.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                holder.pid,
+                holder.host
+            ),
+            None => println!(
+                "interrupted: iteration {} ({}) was in flight when ralph stopped; `ralph run` checkpoints it and continues",
+                flight.iteration, flight.story_id
+            ),
         }
     }
     println!();
@@ -153,4 +171,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             .display()
     );
     Ok(ExitStatus::Success)
+}
+
+/// The ralph run holding `.ralph/lock`, when its process is still alive.
+fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {
+    let text = std::fs::read_to_string(ralph_dir.join(crate::lock::LOCK_FILE)).ok()?;
+    let info: crate::lock::LockInfo = serde_json::from_str(&text).ok()?;
+    Path::new(&format!("/proc/{}", info.pid))
+        .exists()
+        .then_some(info)
 }

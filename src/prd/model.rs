@@ -36,7 +36,9 @@ pub struct Prd {
     /// What the feature is about.
     #[serde(default)]
     pub description: String,
-    /// The stories, in document order. Each must be small enough for one agent iteration.
+    /// The stories, in document order (at least one). Each must be small enough for one agent
+    /// iteration.
+    #[schemars(length(min = 1))]
     pub user_stories: Vec<Story>,
     /// Fields ralph does not know, kept as they were (in file order).
     #[serde(flatten)]

@@ -940,7 +940,7 @@ mod tests {
 
     #[test]
     fn parse_bytes_accepts_bom_and_crlf_and_keeps_raw() {
-        let text = "{\r\n  \"project\": \"demo\",\r\n  \"userStories\": []\r\n}\r\n";
+        let text = "{\r\n  \"project\": \"demo\",\r\n  \"userStories\": [{\"id\": \"A\", \"title\": \"t\", \"acceptanceCriteria\": [], \"priority\": 1, \"passes\": false}]\r\n}\r\n";
         let mut bytes = BOM.to_vec();
         bytes.extend_from_slice(text.as_bytes());
         let loaded = parse_bytes(Path::new("prd.json"), &bytes).unwrap();
@@ -985,7 +985,9 @@ mod tests {
             render_path(&[Seg::Key("$schema".into()), Seg::Key("a b".into())]),
             "$[\"$schema\"][\"a b\"]"
         );
-        let doc = json!({"$schema": 3, "project": "p", "userStories": []});
+        let doc = json!({"$schema": 3, "project": "p", "userStories": [
+            {"id": "A", "title": "t", "acceptanceCriteria": [], "priority": 1, "passes": false}
+        ]});
         assert_eq!(paths(&validate_value(&doc)), ["$[\"$schema\"]"]);
     }
 
