@@ -113,6 +113,9 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         agent_cmd: cfg.agent_cmd.clone(),
         program: cfg.agent_program.clone(),
     };
+    if cfg.agent == crate::cli::AgentKind::Exec && cfg.model.is_some() {
+        ui.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
+    }
     let backend = agent::backend(cfg.agent, settings)?;
     let probe = backend.command("")?;
     if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
@@ -814,7 +817,8 @@ fn outcome_message(
         Outcome::PrdCorrupted => corrupted.map(|e| {
             format!(
                 "prd.json was invalid after the iteration and was restored: {}",
-                truncate_chars(e, 300)
+                // The error's first line names the problem; its hint is for humans editing by hand.
+                truncate_chars(e.lines().next().unwrap_or(e), 300)
             )
         }),
         Outcome::Timeout => Some(format!(
