@@ -25,6 +25,9 @@ pub enum Command {
     Run(RunArgs),
     /// Show the stories, the next story and the latest run's iterations.
     Status(StatusArgs),
+    /// Internal: one session of ralph's own tool loop (started by `ralph run`).
+    #[command(name = "__native-agent", hide = true)]
+    NativeAgent,
 }
 
 /// Arguments of `ralph init`.
@@ -68,6 +71,10 @@ pub enum AgentKind {
     Claude,
     /// Any command: the prompt on stdin, plain-text output.
     Exec,
+    /// ralph's own tool loop over an LLM HTTP API (OpenAI-compatible or Anthropic).
+    Native,
+    /// ralph's own tool loop against a small local model it serves on 127.0.0.1 (no account).
+    Local,
 }
 
 impl AgentKind {
@@ -76,6 +83,8 @@ impl AgentKind {
         match self {
             AgentKind::Claude => "claude",
             AgentKind::Exec => "exec",
+            AgentKind::Native => "native",
+            AgentKind::Local => "local",
         }
     }
 }
@@ -123,6 +132,25 @@ pub struct RunArgs {
     /// Prompt template that replaces the built-in `templates/prompt.md`.
     #[arg(long, value_name = "PATH", env = "RALPH_TEMPLATE")]
     pub template: Option<PathBuf>,
+    /// native: the API's wire format (default openai: Chat Completions).
+    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
+    pub provider: Option<crate::native::llm::ProviderKind>,
+    /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
+    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
+    pub base_url: Option<String>,
+    /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
+    pub api_key_env: Option<String>,
+    /// local: a GGUF model file to serve instead of the built-in Qwen2.5-Coder-0.5B.
+    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
+    pub model_file: Option<PathBuf>,
+    /// native/local: how tool calls are requested (json: response_format json_schema, for models
+    /// without tool calling).
+    #[arg(long, value_enum, env = "RALPH_TOOL_MODE")]
+    pub tool_mode: Option<crate::native::llm::ToolMode>,
+    /// native/local: tool-using steps per iteration before the model must summarize.
+    #[arg(long, value_name = "N", env = "RALPH_MAX_STEPS")]
+    pub max_steps: Option<u32>,
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,

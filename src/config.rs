@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use std::collections::BTreeMap;
+
+use crate::agent::native::Price;
 use crate::cli::{AgentKind, RunArgs};
+use crate::native::llm::{ProviderKind, ToolMode};
 
 /// Default `--max-iter`.
 pub const DEFAULT_MAX_ITER: u32 = 10;
@@ -51,7 +55,60 @@ pub struct FileConfig {
     pub progress_tail_bytes: Option<usize>,
     /// Wait between SIGTERM and SIGKILL, humantime syntax (`5s`).
     pub kill_grace: Option<String>,
+    /// native: `openai` or `anthropic`.
+    pub provider: Option<ProviderKind>,
+    /// native/local: API base URL.
+    pub base_url: Option<String>,
+    /// native: environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// local: GGUF file to serve, relative to the directory holding ralph.toml.
+    pub model_file: Option<PathBuf>,
+    /// native/local: `native` or `json`.
+    pub tool_mode: Option<ToolMode>,
+    /// native/local: tool-using steps per iteration.
+    pub max_steps: Option<u32>,
+    /// native/local: output tokens per request.
+    pub max_tokens: Option<u32>,
+    /// native/local: the model's context window in tokens.
+    pub context_window: Option<u32>,
+    /// native/local: sampling temperature.
+    pub temperature: Option<f32>,
+    /// native/local: sampling seed.
+    pub seed: Option<u64>,
+    /// Model prices in USD per million tokens: `[prices."gpt-4.1"] input = 2.0, output = 8.0`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
 }
+
+/// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeOptions {
+    /// Wire format.
+    pub provider: ProviderKind,
+    /// Base URL; for `local`, `None` means "the server ralph starts".
+    pub base_url: Option<String>,
+    /// Environment variable with the API key (`None`: no key).
+    pub api_key_env: Option<String>,
+    /// local: the GGUF to serve (`None`: the built-in model).
+    pub model_file: Option<PathBuf>,
+    /// How tool calls are requested.
+    pub tool_mode: ToolMode,
+    /// Tool-using steps per iteration.
+    pub max_steps: u32,
+    /// Output tokens per request.
+    pub max_tokens: u32,
+    /// The model's context window, in tokens.
+    pub context_window: u32,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+    /// Price table (USD per million tokens) by model name.
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// The model name ralph uses for the built-in local model.
+pub const LOCAL_MODEL_NAME: &str = "qwen2.5-coder-0.5b-instruct";
 
 /// How ralph talks to the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +154,8 @@ pub struct RunConfig {
     pub progress_tail_bytes: usize,
     /// The ralph.toml that was read, if any.
     pub config_file: Option<PathBuf>,
+    /// Settings of the native and local backends.
+    pub native: NativeOptions,
 }
 
 /// Errors while resolving settings. Each names the source (flag or file and key) and the fix.
@@ -140,6 +199,9 @@ pub enum ConfigError {
         /// The setting.
         name: &'static str,
     },
+    /// `--agent native` without a model.
+    #[error("--agent native needs the model name\nhint: pass --model NAME (e.g. gpt-4.1-mini, claude-sonnet-4-5), or set model in ralph.toml")]
+    MissingModel,
     /// `--agent exec` without a command line.
     #[error("--agent exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set agent_cmd in ralph.toml")]
     MissingAgentCmd,
@@ -224,12 +286,50 @@ impl RunConfig {
                 name: "--idle-timeout",
             });
         }
+        let local = agent == AgentKind::Local;
+        let provider = if local {
+            ProviderKind::Openai
+        } else {
+            args.provider.or(file.provider).unwrap_or(ProviderKind::Openai)
+        };
+        let model = args.model.clone().or(file.model.clone());
+        if agent == AgentKind::Native && model.is_none() {
+            return Err(ConfigError::MissingModel);
+        }
+        let base_url = args.base_url.clone().or(file.base_url.clone()).or_else(|| match (local, provider) {
+            (true, _) => None,
+            (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
+            (false, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
+        });
+        let api_key_env = args.api_key_env.clone().or(file.api_key_env.clone()).or_else(|| match (local, provider) {
+            (true, _) => None,
+            (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
+            (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
+        });
+        let native = NativeOptions {
+            provider,
+            base_url,
+            api_key_env,
+            model_file: match (&args.model_file, &file.model_file) {
+                (Some(p), _) => Some(absolute(cwd, p)),
+                (None, Some(p)) => Some(absolute(&file_dir, p)),
+                (None, None) => None,
+            },
+            tool_mode: args.tool_mode.or(file.tool_mode).unwrap_or(if local { ToolMode::Json } else { ToolMode::Native }),
+            max_steps: args.max_steps.or(file.max_steps).unwrap_or(if local { 8 } else { 40 }),
+            max_tokens: file.max_tokens.unwrap_or(if local { 512 } else { 8192 }),
+            context_window: file.context_window.unwrap_or(if local { 4096 } else { 128_000 }),
+            temperature: file.temperature.or(if local { Some(0.0) } else { None }),
+            seed: file.seed.or(if local { Some(42) } else { None }),
+            prices: file.prices.clone(),
+        };
         Ok(RunConfig {
+            native,
             prd_path,
             agent,
             agent_cmd,
             agent_program,
-            model: args.model.clone().or(file.model.clone()),
+            model,
             max_iter,
             timeout,
             idle_timeout,

@@ -11,6 +11,7 @@ use crate::process::{OutputLine, SpawnSpec};
 pub mod classify;
 pub mod claude;
 pub mod exec;
+pub mod native;
 
 /// Settings a backend needs to build its command line.
 #[derive(Debug, Clone, Default)]
@@ -23,6 +24,8 @@ pub struct AgentSettings {
     pub agent_cmd: Option<String>,
     /// Program to run for CLI backends, overriding the default name (e.g. a path to `claude`).
     pub program: Option<PathBuf>,
+    /// Settings of the native and local backends (required for them).
+    pub native: Option<native::NativeSettings>,
 }
 
 /// Token counts for one iteration (tokens).
@@ -182,6 +185,15 @@ pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<d
     Ok(match kind {
         AgentKind::Claude => Box::new(claude::Claude::new(settings)),
         AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
+        AgentKind::Native | AgentKind::Local => {
+            let native = settings.native.ok_or_else(|| {
+                anyhow::anyhow!("internal error: the {} backend needs its settings", kind.as_str())
+            })?;
+            // The loop runs in a child process: this same binary, hidden subcommand.
+            let program = std::env::current_exe()
+                .map_err(|e| anyhow::anyhow!("cannot find ralph's own executable: {e}"))?;
+            Box::new(native::Native::new(kind, native, program))
+        }
     })
 }
 

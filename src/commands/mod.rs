@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `run(args) -> anyhow::Result<ExitStatus>`.
 
 pub mod init;
+pub mod native_agent;
 pub mod run;
 pub mod status;
 pub mod validate;
