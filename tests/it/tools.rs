@@ -470,7 +470,12 @@ async fn list_files_honours_gitignore_and_skips_git() {
     let out = repo.ok("list_files", json!({"pattern": "src/*.rs"})).await;
     assert_eq!(out.content, "src/main.rs\n[1 files]");
     let out = repo.ok("list_files", json!({"pattern": "*.py"})).await;
-    assert_eq!(out.content, "No files match `*.py`.");
+    assert!(
+        out.content
+            .starts_with("No files match `*.py` (files ignored"),
+        "{}",
+        out.content
+    );
     let message = repo
         .refused("list_files", json!({"pattern": "src/[a"}))
         .await;
@@ -587,6 +592,17 @@ async fn run_command_keeps_head_and_tail_of_long_output_and_notes_the_size() {
         .content
         .contains("9999\n10000\n[exit code 0; output was 48894 bytes; "));
     assert!(out.content.len() < 1100, "{}", out.content.len());
+}
+
+#[tokio::test]
+async fn run_command_hides_the_variables_it_is_told_to_remove() {
+    let mut repo = Repo::new();
+    let show = json!({"command": "echo \"[${CARGO_MANIFEST_DIR:-unset}]\""});
+    let out = repo.ok("run_command", show.clone()).await;
+    assert!(!out.content.starts_with("[unset]"), "{}", out.content);
+    repo.ctx.env_remove = vec!["CARGO_MANIFEST_DIR".into()];
+    let out = repo.ok("run_command", show).await;
+    assert!(out.content.starts_with("[unset]\n"), "{}", out.content);
 }
 
 /// `/proc/<pid>/stat`'s state letter, or `None` when the process is gone.

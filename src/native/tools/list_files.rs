@@ -80,7 +80,9 @@ pub(super) fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     };
     if total == 0 {
         return Ok(ToolOutput {
-            content: format!("No files match `{pattern}`{place}."),
+            content: format!(
+                "No files match `{pattern}`{place} (files ignored by .gitignore are not listed)."
+            ),
             summary: summary(&format!("list_files {pattern}{place}: none")),
         });
     }

@@ -118,16 +118,16 @@ pub(super) fn resolve(ctx: &ToolContext, arg: &str, access: Access) -> Result<Re
         }
     };
     real.extend(missing.iter().rev());
-    let Ok(rel) = real.strip_prefix(&root) else {
+    let Ok(inside) = real.strip_prefix(&root) else {
         return Err(outside(&real));
     };
-    if access == Access::Write && rel.components().any(|c| c.as_os_str() == ".git") {
+    if access == Access::Write && inside.components().any(|c| c.as_os_str() == ".git") {
         return Err(ToolError::RespondToModel(format!(
             "path `{arg}` is inside .git; git's internals cannot be written (use git commands \
              through run_command instead)"
         )));
     }
-    let rel = display_rel(rel);
+    let rel = display_rel(inside);
     Ok(RepoPath { abs: real, rel })
 }
 
@@ -237,7 +237,7 @@ pub(super) fn walk_files(
         .parents(false)
         .require_git(false)
         .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
+        .sort_by_file_name(std::cmp::Ord::cmp)
         .filter_entry(move |entry| {
             let path = entry.path();
             entry.file_name() != ".git"

@@ -5,6 +5,7 @@
 //! the end) survives.
 
 use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -106,7 +107,9 @@ pub(super) async fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, Too
         ProcessError::NotFound { .. } => ToolError::Fatal(
             "run_command needs `bash`, which was not found on PATH; install bash".into(),
         ),
-        other => ToolError::Fatal(format!("run_command could not start bash: {other}")),
+        other @ ProcessError::Spawn { .. } => {
+            ToolError::Fatal(format!("run_command could not start bash: {other}"))
+        }
     })?;
 
     let seconds = outcome.elapsed.as_secs_f64();
@@ -130,7 +133,7 @@ pub(super) async fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, Too
     } else {
         String::new()
     };
-    content.push_str(&format!("[{status}{size}; {seconds:.1} s]"));
+    let _ = write!(content, "[{status}{size}; {seconds:.1} s]");
     let short_status = match outcome.end {
         EndReason::TimedOut => "timed out".to_string(),
         EndReason::Cancelled => "stopped".to_string(),
@@ -207,7 +210,7 @@ impl HeadTail {
         if !out.ends_with('\n') {
             out.push('\n');
         }
-        out.push_str(&format!("[… {omitted} bytes omitted …]\n"));
+        let _ = writeln!(out, "[… {omitted} bytes omitted …]");
         out.push_str(&String::from_utf8_lossy(&tail));
         out
     }
