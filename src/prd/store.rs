@@ -89,6 +89,17 @@ pub enum PrdError {
         /// Every problem found, in document order of the stories.
         violations: Vec<Violation>,
     },
+    /// [`set_notes`] could not locate the story to edit.
+    #[error(
+        "cannot set `notes` of story {story_id:?} in prd.json: {reason}\n  hint: run `ralph \
+         validate` and fix the file"
+    )]
+    RewriteNotes {
+        /// The story whose `notes` was to be set.
+        story_id: String,
+        /// What was missing.
+        reason: String,
+    },
     /// [`set_passes`] could not locate the value to rewrite.
     #[error(
         "cannot set `passes` of story {story_id:?} in prd.json: {reason}\n  hint: run `ralph \
@@ -125,11 +136,13 @@ impl PrdError {
                        comma)"
                     .into(),
             }],
-            PrdError::Rewrite { reason, .. } => vec![Violation {
-                json_path: "$".into(),
-                message: reason.clone(),
-                hint: "run `ralph validate` and fix the file".into(),
-            }],
+            PrdError::Rewrite { reason, .. } | PrdError::RewriteNotes { reason, .. } => {
+                vec![Violation {
+                    json_path: "$".into(),
+                    message: reason.clone(),
+                    hint: "run `ralph validate` and fix the file".into(),
+                }]
+            }
         }
     }
 }
@@ -677,6 +690,80 @@ pub fn set_passes(raw: &[u8], story_id: &str, passes: bool) -> Result<Vec<u8>, P
     Ok(out)
 }
 
+/// Return `raw` with the `notes` of the first story whose `id` is `story_id` set to `notes` (a
+/// JSON string, escaped by serde_json), every other byte unchanged, like [`set_passes`]. A story
+/// without a `notes` field gets one appended as its last member (`, "notes": "…"` right after the
+/// last value, so the closing brace keeps its line); an existing value of any type is replaced.
+///
+/// # Errors
+/// [`PrdError::NotJson`] (path `prd.json`) if `raw` is not JSON; [`PrdError::RewriteNotes`] if
+/// there is no such story or it is not an object.
+pub fn set_notes(raw: &[u8], story_id: &str, notes: &str) -> Result<Vec<u8>, PrdError> {
+    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
+    let body = &raw[offset..];
+    let not_json = |err: serde_json::Error| PrdError::NotJson {
+        path: PathBuf::from("prd.json"),
+        line: err.line(),
+        column: err.column(),
+        message: strip_position(&err.to_string()),
+    };
+    let rewrite = |reason: &str| PrdError::RewriteNotes {
+        story_id: story_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let value: Value = serde_json::from_slice(body).map_err(not_json)?;
+    let index = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .and_then(|stories| {
+            stories
+                .iter()
+                .position(|s| s.get("id").and_then(Value::as_str) == Some(story_id))
+        })
+        .ok_or_else(|| rewrite("no story has this id"))?;
+
+    // The text is valid JSON (checked above), so the scan below only fails on a logic error.
+    let scan_failed = |_: ScanError| rewrite("the file could not be scanned");
+    let stories_span = Scanner::at(body, 0)
+        .object_member("userStories")
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("`userStories` not found"))?;
+    let story_span = Scanner::at(body, stories_span.start)
+        .array_element(index)
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("the story was not found in the text"))?;
+    if body.get(story_span.start) != Some(&b'{') {
+        return Err(rewrite("the story is not a JSON object"));
+    }
+    // Display of a JSON string value is its escaped literal, quotes included.
+    let literal = Value::String(notes.to_string()).to_string();
+    let (at, end, insert) = match Scanner::at(body, story_span.start)
+        .object_member("notes")
+        .map_err(scan_failed)?
+    {
+        Some(span) => (span.start, span.end, literal),
+        None => {
+            // Right after the last non-blank byte before the closing brace.
+            let close = story_span.end - 1;
+            let mut at = close;
+            while at > story_span.start && matches!(body[at - 1], b' ' | b'\t' | b'\n' | b'\r') {
+                at -= 1;
+            }
+            let member = if body[at - 1] == b'{' {
+                format!("\"notes\": {literal}")
+            } else {
+                format!(", \"notes\": {literal}")
+            };
+            (at, at, member)
+        }
+    };
+    let mut out = Vec::with_capacity(raw.len() + insert.len());
+    out.extend_from_slice(&raw[..offset + at]);
+    out.extend_from_slice(insert.as_bytes());
+    out.extend_from_slice(&raw[offset + end..]);
+    Ok(out)
+}
+
 /// The scanner met something that is not JSON where it expected JSON.
 #[derive(Debug)]
 struct ScanError;
@@ -1028,6 +1115,43 @@ mod tests {
         );
         let parsed: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(parsed["userStories"][0]["passes"], json!(true));
+    }
+
+    #[test]
+    fn set_notes_replaces_or_appends_only_that_value() {
+        let out = set_notes(MESSY.as_bytes(), "US-001", "line 1\nsaid \"hi\"").unwrap();
+        let expected = MESSY.replacen(
+            "\"notes\": \"\" }",
+            "\"notes\": \"line 1\\nsaid \\\"hi\\\"\" }",
+            1,
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+
+        // US-002 has no notes: the member is added after its last value.
+        let out = set_notes(MESSY.as_bytes(), "US-002", "n").unwrap();
+        let expected = MESSY.replacen(
+            "{\"passes\": false}]}",
+            "{\"passes\": false}], \"notes\": \"n\"}",
+            1,
+        );
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), expected);
+        let parsed: Value = serde_json::from_slice(&out[BOM.len()..]).unwrap();
+        assert_eq!(parsed["userStories"][1]["notes"], json!("n"));
+
+        let raw = br#"{"project":"p","userStories":[{ }]}"#;
+        assert!(set_notes(raw, "A", "x").is_err());
+        let raw = br#"{"project":"p","userStories":[{"id":"A"}, {"id":"B"}]}"#;
+        assert_eq!(
+            set_notes(raw, "A", "x").unwrap(),
+            br#"{"project":"p","userStories":[{"id":"A", "notes": "x"}, {"id":"B"}]}"#
+        );
+        let err = set_notes(raw, "C", "x").unwrap_err();
+        assert!(matches!(err, PrdError::RewriteNotes { .. }));
+        assert!(
+            err.to_string()
+                .contains("cannot set `notes` of story \"C\""),
+            "{err}"
+        );
     }
 
     #[test]

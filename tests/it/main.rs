@@ -9,3 +9,4 @@ mod real_claude;
 mod run_cases;
 mod store;
 mod support_model;
+mod tools;
