@@ -18,6 +18,7 @@ pub mod exit;
 pub mod git;
 pub mod ledger;
 pub mod lock;
+pub mod native;
 pub mod prd;
 pub mod process;
 pub mod progress;

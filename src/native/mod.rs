@@ -1,0 +1,2 @@
+pub mod llm;
+pub mod textcalls;
