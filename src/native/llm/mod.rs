@@ -20,6 +20,7 @@ use serde_json::Value;
 pub mod anthropic;
 pub mod openai;
 pub mod retry;
+mod sse;
 
 pub use retry::{complete_with_retry, RetryPolicy};
 
@@ -291,7 +292,9 @@ impl Provider {
     pub fn new(config: ProviderConfig) -> Result<Provider, LlmError> {
         Ok(match config.kind {
             ProviderKind::Openai => Provider::Openai(openai::OpenaiClient::new(config)?),
-            ProviderKind::Anthropic => Provider::Anthropic(anthropic::AnthropicClient::new(config)?),
+            ProviderKind::Anthropic => {
+                Provider::Anthropic(anthropic::AnthropicClient::new(config)?)
+            }
         })
     }
 
