@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use chrono::{Local, Utc};
 
+use crate::agent::native::NativeSettings;
 use crate::agent::{self, AgentReport, AgentSettings, FailureClass};
+use crate::cli::AgentKind;
 use crate::completion::promise_in_final_text;
 use crate::config::RunConfig;
 use crate::exit::ExitStatus;
@@ -107,20 +109,15 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let repo = Repo::discover(&prd_dir)?;
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
     let template = PromptTemplate::load(cfg.template.as_deref())?;
-    let settings = AgentSettings {
-        repo: paths.repo_root.clone(),
-        model: cfg.model.clone(),
-        agent_cmd: cfg.agent_cmd.clone(),
-        program: cfg.agent_program.clone(),
-    };
-    if cfg.agent == crate::cli::AgentKind::Exec && cfg.model.is_some() {
+    if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
         ui.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
     }
-    let backend = agent::backend(cfg.agent, settings)?;
+    // The local backend's server starts later (after the lock); its URL is not known yet.
+    let mut backend = build_backend(&cfg, &paths, cfg.native.base_url.clone())?;
     let probe = backend.command("")?;
     if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
         let how = match cfg.agent {
-            crate::cli::AgentKind::Exec => "fix --agent-cmd (agent_cmd in ralph.toml)",
+            AgentKind::Exec => "fix --agent-cmd (agent_cmd in ralph.toml)",
             _ => "install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
         };
         let place = if probe.program.components().count() > 1 {
@@ -187,6 +184,16 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             repo.current_branch()
                 .unwrap_or_else(|| "detached HEAD".into())
         ),
+    };
+    // The local model's server lives exactly as long as this run: stopped below, and killed by
+    // its guard on any early return (and by its parent-death signal if ralph itself dies).
+    let local_server = match (cfg.agent, &cfg.native.base_url) {
+        (AgentKind::Local, None) => {
+            let server = start_local_server(&cfg, ui).await?;
+            backend = build_backend(&cfg, &paths, Some(server.base_url()))?;
+            Some(server)
+        }
+        _ => None,
     };
     let progress_row = if progress::ensure_exists(&paths.progress, Local::now())? {
         format!(
@@ -295,6 +302,9 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         }
     };
 
+    if let Some(server) = local_server {
+        server.stop().await;
+    }
     let final_prd = store::load(&paths.prd).map(|l| l.prd).unwrap_or(loaded.prd);
     let mut summary = summarize(
         status,
@@ -307,6 +317,86 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     summary.caveats = caveats;
     ui.summary(&summary);
     Ok(status)
+}
+
+/// The backend for `cfg`; `base_url` is the native/local API URL (for local: the server ralph
+/// started, or the user's `--base-url`).
+fn build_backend(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    base_url: Option<String>,
+) -> anyhow::Result<Box<dyn agent::Backend>> {
+    let native = matches!(cfg.agent, AgentKind::Native | AgentKind::Local).then(|| {
+        let model = cfg
+            .model
+            .clone()
+            .unwrap_or_else(|| crate::config::LOCAL_MODEL_NAME.to_string());
+        NativeSettings {
+            provider: cfg.native.provider,
+            base_url: base_url.unwrap_or_else(|| "http://127.0.0.1:0/v1".to_string()),
+            api_key_env: cfg.native.api_key_env.clone(),
+            price: cfg.native.prices.get(&model).copied(),
+            model,
+            max_steps: cfg.native.max_steps,
+            max_tokens: cfg.native.max_tokens,
+            context_window: cfg.native.context_window,
+            temperature: cfg.native.temperature,
+            seed: cfg.native.seed,
+            tool_mode: cfg.native.tool_mode,
+            stream: true,
+            command_timeout_s: 120,
+            repo_root: paths.repo_root.clone(),
+            prd_path: paths.prd.clone(),
+            progress_path: paths.progress.clone(),
+        }
+    });
+    agent::backend(
+        cfg.agent,
+        AgentSettings {
+            repo: paths.repo_root.clone(),
+            model: cfg.model.clone(),
+            agent_cmd: cfg.agent_cmd.clone(),
+            program: cfg.agent_program.clone(),
+            native,
+        },
+    )
+}
+
+/// Prepares the local model (once per machine: a virtualenv and the verified GGUF in the cache)
+/// and starts its server on 127.0.0.1.
+async fn start_local_server(
+    cfg: &RunConfig,
+    ui: &Ui,
+) -> anyhow::Result<crate::local::LocalServer> {
+    let mut progress = |msg: &str| ui.info(&format!("local model: {msg}"));
+    let (python, model_file) = match &cfg.native.model_file {
+        Some(file) => {
+            crate::local::verify_model_file(file)?;
+            let python =
+                crate::local::setup::ensure_venv(&crate::local::cache_dir(), &mut progress)?;
+            (python, file.clone())
+        }
+        None => {
+            let model = crate::local::ensure_setup(&mut progress)?;
+            (model.python, model.model_file)
+        }
+    };
+    ui.info(&format!(
+        "local model: starting the server for {} (2 threads, {}-token context)",
+        model_file.display(),
+        cfg.native.context_window
+    ));
+    let server = crate::local::LocalServer::start(
+        &python,
+        &model_file,
+        crate::local::ServerOptions {
+            ctx: cfg.native.context_window,
+            ..crate::local::ServerOptions::default()
+        },
+    )
+    .await?;
+    ui.info(&format!("local model: ready at {}", server.base_url()));
+    Ok(server)
 }
 
 /// Per-iteration inputs that change every time.

@@ -58,7 +58,7 @@ pub enum FailureClass {
 }
 
 /// A normalized event parsed from an agent's output.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AgentEvent {
     /// The agent announced its session (claude `system/init`).

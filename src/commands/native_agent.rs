@@ -20,10 +20,6 @@ use crate::process::StopSignals;
 /// The built-in system prompt of the native loop.
 pub const SYSTEM_TEMPLATE: &str = include_str!("../../templates/native_system.md");
 
-/// How long a running tool gets after SIGTERM: shorter than ralph's own grace for the agent, so
-/// the tool's group is gone before the agent is.
-const TOOL_KILL_GRACE: Duration = Duration::from_secs(1);
-
 fn emit(value: &serde_json::Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{value}");
@@ -75,7 +71,8 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             command_timeout: Duration::from_secs(settings.command_timeout_s),
             max_output_bytes: 16 * 1024,
             stop: StopSignals::default(),
-            kill_grace: TOOL_KILL_GRACE,
+            // The model must not be able to print the API key through a shell command.
+            env_remove: settings.api_key_env.iter().cloned().collect(),
         };
         // A stop for the session also stops the running tool.
         let tool_stop = ctx.stop.clone();
