@@ -138,8 +138,9 @@ impl LocalServer {
     ///
     /// Picks a free port on 127.0.0.1 (bind port 0, read it, release it; when the server then
     /// finds it taken, another port is tried, 3 attempts in all), writes the launcher to
-    /// `llama_server.py` next to `opts.log_file` (by default in the cache folder), and starts it in its own process group with
-    /// `PR_SET_PDEATHSIG(SIGKILL)`, output to `opts.log_file`. The death signal fires when the
+    /// `llama_server.py` next to `opts.log_file` (by default in the cache folder), and starts it
+    /// in its own process group with `PR_SET_PDEATHSIG(SIGKILL)`, output to `opts.log_file`.
+    /// The death signal fires when the
     /// *thread* that spawned the child exits, so await this on a thread that lives as long as the
     /// server should (a tokio worker or the main thread, never `spawn_blocking`).
     /// Loading the 0.5B model takes about 2 s on 2 cores.

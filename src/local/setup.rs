@@ -4,7 +4,7 @@
 //! Everything lives in the cache folder ([`cache_dir`]):
 //!
 //! ```text
-//! <cache>/setup.lock                          held while setting up (two ralphs, or parallel tests)
+//! <cache>/setup.lock                          held while setting up (concurrent ralphs wait)
 //! <cache>/venv/                               `python3 -m venv`, then `pip install xllamacpp==…`
 //! <cache>/models/<MODEL_FILE_NAME>            the verified GGUF (491,400,064 bytes)
 //! <cache>/models/<MODEL_FILE_NAME>.sha256     marker written after the full hash check
