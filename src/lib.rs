@@ -17,6 +17,7 @@ pub mod driver;
 pub mod exit;
 pub mod git;
 pub mod ledger;
+pub mod local;
 pub mod lock;
 pub mod native;
 pub mod prd;

