@@ -3,9 +3,11 @@
 mod agents;
 mod common;
 mod examples;
+mod llm;
 mod prd;
 mod process;
 mod real_claude;
 mod run_cases;
 mod store;
+mod support_llm;
 mod support_model;
