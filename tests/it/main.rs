@@ -3,11 +3,13 @@
 mod agents;
 mod common;
 mod examples;
+mod llm;
 mod local;
 mod prd;
 mod process;
 mod real_claude;
 mod run_cases;
 mod store;
+mod support_llm;
 mod support_model;
 mod tools;

@@ -9,8 +9,9 @@
 //! [`ToolMode::Json`] is for models without tool calling (`shared/notes/local-model.md`): no
 //! `tools` are sent; instead `response_format: json_schema` forces one
 //! `{"name": <tool>, "arguments": {…}}` object (or `final_answer`), the tools are described in
-//! the system prompt, earlier calls and results are replayed as plain text, and the reply is
-//! turned back into one [`ToolCall`] with id `json-<n>`.
+//! the system prompt, earlier calls and results are replayed as plain text (ending on tool
+//! results, with a one-line nudge to move on: without it Qwen2.5-Coder-0.5B repeats its last
+//! call), and the reply is turned back into one [`ToolCall`] with id `json-<n>`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -286,6 +287,19 @@ fn json_mode_messages(request: &ChatRequest) -> Vec<Value> {
     if !guided {
         out.insert(0, ("system", guide));
     }
+    if request
+        .messages
+        .last()
+        .is_some_and(|m| m.role == Role::Tool)
+    {
+        // Small models tend to repeat the call they just made; a nudge after the results
+        // makes them move on.
+        push(
+            &mut out,
+            "user",
+            format!("What is the next action? Reply {FINAL_ANSWER} if the task is done."),
+        );
+    }
     out.into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect()
@@ -304,8 +318,10 @@ fn json_mode_guide(tools: &[ToolSpec]) -> String {
         ));
     }
     text.push_str(&format!(
-        "- {FINAL_ANSWER}: when you are done, {{\"name\": \"{FINAL_ANSWER}\", \
-         \"arguments\": {{\"text\": \"<a short summary>\"}}}}.\n"
+        "- {FINAL_ANSWER}: when the task is done, {{\"name\": \"{FINAL_ANSWER}\", \
+         \"arguments\": {{\"text\": \"<a short summary>\"}}}}.\n\
+         Each tool result comes back as a user message. Do not repeat a call that already \
+         succeeded: call the next tool, or {FINAL_ANSWER} when nothing is left to do.\n"
     ));
     text
 }
@@ -727,6 +743,15 @@ mod tests {
             m[3]["content"],
             json!("Error from read_file:\nno such file\n\ntry again")
         );
+        // A conversation that ends on tool results gets a nudge to move on.
+        let mut ends_on_result = request(ToolMode::Json);
+        ends_on_result.messages.pop();
+        let body = request_body(&ends_on_result, false);
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        assert!(last["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("if the task is done."));
     }
 
     #[test]
