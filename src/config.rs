@@ -75,6 +75,8 @@ pub struct FileConfig {
     pub temperature: Option<f32>,
     /// native/local: sampling seed.
     pub seed: Option<u64>,
+    /// native/local: the tools offered to the model, by name (default: all; local: a short list).
+    pub tools: Option<Vec<String>>,
     /// Model prices in USD per million tokens: `[prices."gpt-4.1"] input = 2.0, output = 8.0`.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
@@ -105,7 +107,18 @@ pub struct NativeOptions {
     pub seed: Option<u64>,
     /// Price table (USD per million tokens) by model name.
     pub prices: BTreeMap<String, Price>,
+    /// Tools offered to the model (`None`: all).
+    pub tools: Option<Vec<String>>,
 }
+
+/// The tools offered to the built-in local model: the few a 0.5B model uses well.
+pub const LOCAL_TOOLS: &[&str] = &[
+    "write_file",
+    "edit_file",
+    "read_file",
+    "run_command",
+    "mark_story",
+];
 
 /// The model name ralph uses for the built-in local model.
 pub const LOCAL_MODEL_NAME: &str = "qwen2.5-coder-0.5b-instruct";
@@ -290,22 +303,34 @@ impl RunConfig {
         let provider = if local {
             ProviderKind::Openai
         } else {
-            args.provider.or(file.provider).unwrap_or(ProviderKind::Openai)
+            args.provider
+                .or(file.provider)
+                .unwrap_or(ProviderKind::Openai)
         };
         let model = args.model.clone().or(file.model.clone());
         if agent == AgentKind::Native && model.is_none() {
             return Err(ConfigError::MissingModel);
         }
-        let base_url = args.base_url.clone().or(file.base_url.clone()).or_else(|| match (local, provider) {
-            (true, _) => None,
-            (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
-            (false, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
-        });
-        let api_key_env = args.api_key_env.clone().or(file.api_key_env.clone()).or_else(|| match (local, provider) {
-            (true, _) => None,
-            (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
-            (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
-        });
+        let base_url =
+            args.base_url
+                .clone()
+                .or(file.base_url.clone())
+                .or_else(|| match (local, provider) {
+                    (true, _) => None,
+                    (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
+                    (false, ProviderKind::Anthropic) => {
+                        Some("https://api.anthropic.com".to_string())
+                    }
+                });
+        let api_key_env = args
+            .api_key_env
+            .clone()
+            .or(file.api_key_env.clone())
+            .or_else(|| match (local, provider) {
+                (true, _) => None,
+                (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
+                (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
+            });
         let native = NativeOptions {
             provider,
             base_url,
@@ -315,13 +340,26 @@ impl RunConfig {
                 (None, Some(p)) => Some(absolute(&file_dir, p)),
                 (None, None) => None,
             },
-            tool_mode: args.tool_mode.or(file.tool_mode).unwrap_or(if local { ToolMode::Json } else { ToolMode::Native }),
-            max_steps: args.max_steps.or(file.max_steps).unwrap_or(if local { 8 } else { 40 }),
-            max_tokens: file.max_tokens.unwrap_or(if local { 512 } else { 8192 }),
-            context_window: file.context_window.unwrap_or(if local { 4096 } else { 128_000 }),
+            tool_mode: args.tool_mode.or(file.tool_mode).unwrap_or(if local {
+                ToolMode::Json
+            } else {
+                ToolMode::Native
+            }),
+            max_steps: args
+                .max_steps
+                .or(file.max_steps)
+                .unwrap_or(if local { 8 } else { 40 }),
+            max_tokens: file.max_tokens.unwrap_or(if local { 256 } else { 8192 }),
+            context_window: file
+                .context_window
+                .unwrap_or(if local { 4096 } else { 128_000 }),
             temperature: file.temperature.or(if local { Some(0.0) } else { None }),
             seed: file.seed.or(if local { Some(42) } else { None }),
             prices: file.prices.clone(),
+            tools: file
+                .tools
+                .clone()
+                .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
         };
         Ok(RunConfig {
             native,

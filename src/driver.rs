@@ -108,7 +108,8 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     }
     let repo = Repo::discover(&prd_dir)?;
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
-    let template = PromptTemplate::load(cfg.template.as_deref())?;
+    let template =
+        PromptTemplate::load_with_default(cfg.template.as_deref(), cfg.agent == AgentKind::Local)?;
     if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
         ui.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
     }
@@ -348,6 +349,7 @@ fn build_backend(
             repo_root: paths.repo_root.clone(),
             prd_path: paths.prd.clone(),
             progress_path: paths.progress.clone(),
+            tools: cfg.native.tools.clone(),
         }
     });
     agent::backend(
@@ -364,10 +366,7 @@ fn build_backend(
 
 /// Prepares the local model (once per machine: a virtualenv and the verified GGUF in the cache)
 /// and starts its server on 127.0.0.1.
-async fn start_local_server(
-    cfg: &RunConfig,
-    ui: &Ui,
-) -> anyhow::Result<crate::local::LocalServer> {
+async fn start_local_server(cfg: &RunConfig, ui: &Ui) -> anyhow::Result<crate::local::LocalServer> {
     let mut progress = |msg: &str| ui.info(&format!("local model: {msg}"));
     let (python, model_file) = match &cfg.native.model_file {
         Some(file) => {
@@ -954,7 +953,7 @@ fn feedback_for(
             "The previous iteration changed nothing (no commit, no file change). Make concrete progress on {story}."
         )),
         Outcome::Progress => Some(format!(
-            "The previous iteration made changes but {story} does not pass yet: finish it, run the checks, commit, and set passes to true."
+            "The previous iteration made changes but {story} does not pass yet: finish it, run the checks, and mark it as passing (set its passes to true in prd.json, or call mark_story if you have that tool)."
         )),
         _ => None,
     }

@@ -11,6 +11,10 @@ use crate::prd::model::{Prd, Story};
 
 /// The built-in template, `templates/prompt.md`.
 pub const BUILTIN_TEMPLATE: &str = include_str!("../templates/prompt.md");
+/// The built-in template for small local models, `templates/prompt_local.md`: only the story,
+/// its criteria and the feedback, because a 0.5B model follows the last instructions it read
+/// and a long prompt costs seconds of prompt processing per request on a CPU.
+pub const BUILTIN_LOCAL_TEMPLATE: &str = include_str!("../templates/prompt_local.md");
 
 /// Errors loading or rendering a template.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +152,26 @@ impl PromptTemplate {
     /// # Errors
     /// [`PromptError::Read`] when the file cannot be read, [`PromptError::Render`] on a syntax error.
     pub fn load(path: Option<&Path>) -> Result<PromptTemplate, PromptError> {
+        Self::load_with_default(path, false)
+    }
+
+    /// Like [`PromptTemplate::load`], with the compact built-in template for small local models
+    /// when `compact` is set and no path is given.
+    ///
+    /// # Errors
+    /// As [`PromptTemplate::load`].
+    pub fn load_with_default(
+        path: Option<&Path>,
+        compact: bool,
+    ) -> Result<PromptTemplate, PromptError> {
+        if path.is_none() && compact {
+            let template = PromptTemplate {
+                name: "templates/prompt_local.md".to_string(),
+                source: BUILTIN_LOCAL_TEMPLATE.to_string(),
+            };
+            template.environment()?;
+            return Ok(template);
+        }
         let (name, source) = match path {
             Some(p) => (
                 p.display().to_string(),

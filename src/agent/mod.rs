@@ -187,7 +187,10 @@ pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<d
         AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
         AgentKind::Native | AgentKind::Local => {
             let native = settings.native.ok_or_else(|| {
-                anyhow::anyhow!("internal error: the {} backend needs its settings", kind.as_str())
+                anyhow::anyhow!(
+                    "internal error: the {} backend needs its settings",
+                    kind.as_str()
+                )
             })?;
             // The loop runs in a child process: this same binary, hidden subcommand.
             let program = std::env::current_exe()

@@ -82,6 +82,9 @@ pub struct NativeSettings {
     pub progress_path: PathBuf,
     /// The model's price, when configured.
     pub price: Option<Price>,
+    /// Tools offered by name (`None`: all).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 /// The backend.
@@ -114,7 +117,10 @@ impl Backend for Native {
             cwd: self.settings.repo_root.clone(),
             env_remove: Vec::new(),
             env_set: vec![
-                (SETTINGS_VAR.to_string(), serde_json::to_string(&self.settings)?),
+                (
+                    SETTINGS_VAR.to_string(),
+                    serde_json::to_string(&self.settings)?,
+                ),
                 ("NO_COLOR".to_string(), "1".to_string()),
             ],
             stdin: Some(prompt.as_bytes().to_vec()),
@@ -153,7 +159,10 @@ impl OutputParser for NativeParser {
                 .into_iter()
                 .collect(),
             Some("result") => {
-                let text = v.get("final_text").and_then(Value::as_str).map(str::to_string);
+                let text = v
+                    .get("final_text")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 let is_error = end_is_error(&v);
                 self.result = Some(v);
                 vec![AgentEvent::Final { text, is_error }]
@@ -185,7 +194,10 @@ impl OutputParser for NativeParser {
         };
         let error_message = match reason {
             "error" => end.get("error").and_then(Value::as_str).map(str::to_string),
-            "tool_fatal" => end.get("message").and_then(Value::as_str).map(str::to_string),
+            "tool_fatal" => end
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             "stuck" => Some(format!(
                 "stuck: the model repeated the same {} call",
                 end.get("tool").and_then(Value::as_str).unwrap_or("tool")
@@ -200,7 +212,10 @@ impl OutputParser for NativeParser {
             .and_then(|u| serde_json::from_value(u).ok())
             .unwrap_or_default();
         AgentReport {
-            final_text: r.get("final_text").and_then(Value::as_str).map(str::to_string),
+            final_text: r
+                .get("final_text")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             saw_final: true,
             is_error: end_is_error(&r),
             error_message,
@@ -245,7 +260,13 @@ mod tests {
         let ev = p.on_line(&line(r#"{"type":"event","event":{"kind":"tool_call","name":"write_file","summary":"a.txt"}}"#));
         assert_eq!(ev.len(), 1);
         let ev = p.on_line(&line(r#"{"type":"result","final_text":"done\n<promise>COMPLETE</promise>","end":{"reason":"completed"},"usage":{"input":10,"output":5,"cache_read":0,"cache_write":0},"cost_usd":0.5,"model":"m"}"#));
-        assert!(matches!(ev[0], AgentEvent::Final { is_error: false, .. }));
+        assert!(matches!(
+            ev[0],
+            AgentEvent::Final {
+                is_error: false,
+                ..
+            }
+        ));
         let r = p.finish(Some(0));
         assert!(r.saw_final && !r.is_error);
         assert_eq!(r.usage.input_tokens, 10);

@@ -96,6 +96,7 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             seed: settings.seed,
             tool_mode: settings.tool_mode,
             retry: RetryPolicy::default(),
+            allowed_tools: settings.tools.clone(),
         };
         let mut on_event = |event: AgentEvent| emit(&json!({"type": "event", "event": event}));
         let result = run_session(

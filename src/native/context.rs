@@ -73,7 +73,8 @@ pub fn shrink(messages: &mut Vec<Message>, budget: usize) -> ShrinkReport {
     }
     // 2. Drop the oldest turns: an assistant message and the tool results that follow it.
     while estimate_tokens(messages) > budget {
-        let Some(start) = (PROTECTED..messages.len()).find(|&i| messages[i].role == Role::Assistant)
+        let Some(start) =
+            (PROTECTED..messages.len()).find(|&i| messages[i].role == Role::Assistant)
         else {
             break;
         };
@@ -96,7 +97,10 @@ pub fn shrink(messages: &mut Vec<Message>, budget: usize) -> ShrinkReport {
         );
         match messages.get_mut(PROTECTED) {
             Some(m) if m.role == Role::User && m.content.starts_with('[') => m.content = note,
-            _ => messages.insert(PROTECTED.min(messages.len()), Message::text(Role::User, note)),
+            _ => messages.insert(
+                PROTECTED.min(messages.len()),
+                Message::text(Role::User, note),
+            ),
         }
     }
     report
@@ -120,7 +124,11 @@ mod tests {
                 arguments: serde_json::json!({"path": "a.txt"}),
             });
             m.push(a);
-            m.push(Message::tool_result(&format!("c{i}"), "x".repeat(result_bytes), false));
+            m.push(Message::tool_result(
+                &format!("c{i}"),
+                "x".repeat(result_bytes),
+                false,
+            ));
         }
         m
     }
@@ -157,8 +165,15 @@ mod tests {
         for (i, msg) in m.iter().enumerate() {
             if msg.role == Role::Tool {
                 let id = msg.tool_call_id.clone().unwrap();
-                let owner = m[..i].iter().rev().find(|x| x.role == Role::Assistant).unwrap();
-                assert!(owner.tool_calls.iter().any(|c| c.id == id), "orphaned result {id}");
+                let owner = m[..i]
+                    .iter()
+                    .rev()
+                    .find(|x| x.role == Role::Assistant)
+                    .unwrap();
+                assert!(
+                    owner.tool_calls.iter().any(|c| c.id == id),
+                    "orphaned result {id}"
+                );
             }
         }
         assert!(estimate_tokens(&m) <= 1200 || m.len() <= 5);

@@ -67,6 +67,9 @@ pub struct SessionConfig {
     pub tool_mode: ToolMode,
     /// Retries of transient HTTP errors.
     pub retry: RetryPolicy,
+    /// The tools offered, by name; `None` offers every tool. Small models choose better from a
+    /// short list.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 /// Why a session ended.
@@ -192,8 +195,16 @@ pub async fn run_session(
     cancel: &CancellationToken,
     on_event: &mut (dyn FnMut(AgentEvent) + Send),
 ) -> SessionResult {
-    let specs = tool_specs(tools);
-    let names: Vec<&str> = tools.names();
+    let allowed = |name: &str| {
+        cfg.allowed_tools
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|t| t == name))
+    };
+    let specs: Vec<ToolSpec> = tool_specs(tools)
+        .into_iter()
+        .filter(|s| allowed(&s.name))
+        .collect();
+    let names: Vec<&str> = tools.names().into_iter().filter(|n| allowed(n)).collect();
     let mut messages = vec![
         Message::text(Role::System, cfg.system_prompt.clone()),
         Message::text(Role::User, prompt.to_string()),
@@ -209,7 +220,9 @@ pub async fn run_session(
     let mut repeats: HashMap<u64, u32> = HashMap::new();
     let mut continuations = 0u32;
     // Room for the reply and the tool list inside the window.
-    let tools_tokens = serde_json::to_string(&specs).map(|s| s.len() / 4).unwrap_or(0);
+    let tools_tokens = serde_json::to_string(&specs)
+        .map(|s| s.len() / 4)
+        .unwrap_or(0);
     let budget = (cfg.context_window as usize)
         .saturating_sub(cfg.max_tokens as usize)
         .saturating_sub(tools_tokens)
@@ -238,11 +251,19 @@ pub async fn run_session(
         let request = ChatRequest {
             model: cfg.model.clone(),
             messages: messages.clone(),
-            tools: if final_round { Vec::new() } else { specs.clone() },
+            tools: if final_round {
+                Vec::new()
+            } else {
+                specs.clone()
+            },
             max_tokens: cfg.max_tokens,
             temperature: cfg.temperature,
             seed: cfg.seed,
-            tool_mode: if final_round { ToolMode::Native } else { cfg.tool_mode },
+            tool_mode: if final_round {
+                ToolMode::Native
+            } else {
+                cfg.tool_mode
+            },
         };
         result.requests += 1;
         let response: ChatResponse = tokio::select! {
@@ -317,7 +338,9 @@ pub async fn run_session(
         assistant.tool_calls = calls.clone();
         messages.push(assistant);
         for call in &calls {
-            let count = repeats.entry(call_key(&call.name, &call.arguments)).or_insert(0);
+            let count = repeats
+                .entry(call_key(&call.name, &call.arguments))
+                .or_insert(0);
             *count += 1;
             let count = *count;
             if count >= REPEAT_STOP_AT {
@@ -349,7 +372,17 @@ pub async fn run_session(
                     result.end = SessionEnd::Cancelled;
                     return result;
                 }
-                o = tools.dispatch(&call.name, &call.arguments, ctx) => o,
+                o = async {
+                    if allowed(&call.name) {
+                        tools.dispatch(&call.name, &call.arguments, ctx).await
+                    } else {
+                        Err(ToolError::RespondToModel(format!(
+                            "there is no tool named `{}`; the tools are: {}",
+                            call.name,
+                            names.join(", ")
+                        )))
+                    }
+                } => o,
             };
             let (mut content, is_error) = match outcome {
                 Ok(out) => (out.content, false),

@@ -297,7 +297,9 @@ fn json_mode_messages(request: &ChatRequest) -> Vec<Value> {
         push(
             &mut out,
             "user",
-            format!("What is the next action? Reply {FINAL_ANSWER} if the task is done."),
+            format!(
+                "What is the next action? Follow the steps of the system prompt in order; reply {FINAL_ANSWER} only when every step is done."
+            ),
         );
     }
     out.into_iter()
