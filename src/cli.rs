@@ -151,6 +151,10 @@ pub struct RunArgs {
     /// native/local: tool-using steps per iteration before the model must summarize.
     #[arg(long, value_name = "N", env = "RALPH_MAX_STEPS")]
     pub max_steps: Option<u32>,
+    /// A shell command that must exit 0 whenever an iteration marks a story passing (run with
+    /// `bash -c` in the repository, with RALPH_STORY_ID set); a story's own `verify` field wins.
+    #[arg(long, value_name = "CMD", env = "RALPH_VERIFY")]
+    pub verify: Option<String>,
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,

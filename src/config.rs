@@ -55,6 +55,10 @@ pub struct FileConfig {
     pub progress_tail_bytes: Option<usize>,
     /// Wait between SIGTERM and SIGKILL, humantime syntax (`5s`).
     pub kill_grace: Option<String>,
+    /// Verify command run when a story is marked passing.
+    pub verify: Option<String>,
+    /// Time limit of one verify command, humantime syntax (`10m`).
+    pub verify_timeout: Option<String>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
     /// native/local: API base URL.
@@ -169,7 +173,14 @@ pub struct RunConfig {
     pub config_file: Option<PathBuf>,
     /// Settings of the native and local backends.
     pub native: NativeOptions,
+    /// Verify command for stories without their own `verify`.
+    pub verify: Option<String>,
+    /// Time limit of one verify command.
+    pub verify_timeout: Duration,
 }
+
+/// Default time limit of a verify command (10 minutes).
+pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Errors while resolving settings. Each names the source (flag or file and key) and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -361,7 +372,11 @@ impl RunConfig {
                 .clone()
                 .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
         };
+        let verify_timeout = duration("verify_timeout", &file.verify_timeout)?
+            .unwrap_or(DEFAULT_VERIFY_TIMEOUT);
         Ok(RunConfig {
+            verify: args.verify.clone().or(file.verify.clone()),
+            verify_timeout,
             native,
             prd_path,
             agent,

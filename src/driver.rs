@@ -592,9 +592,48 @@ async fn run_iteration(
     if corrupted.is_some() {
         restore_prd(&paths.prd, &snapshot.raw)?;
     }
+    let flipped = flipped_ids(
+        &snapshot.prd,
+        after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd),
+        true,
+    );
+    // The verify gate: a story the agent marked passing must pass its check, or its `passes`
+    // goes back to false (the rest of prd.json is left byte for byte as the agent wrote it).
+    let mut verify_failures: Vec<VerifyFailure> = Vec::new();
+    if let Some(current) = &after {
+        for id in &flipped {
+            let command = current
+                .prd
+                .story(id)
+                .and_then(|s| s.verify.clone())
+                .or_else(|| cfg.verify.clone());
+            let Some(command) = command else { continue };
+            if stop.stop.is_cancelled() {
+                break;
+            }
+            ui.info(&format!("  verify {id}: {command}"));
+            if let Some(failure) = run_verify(&command, id, paths, cfg, stop).await? {
+                verify_failures.push(failure);
+            }
+        }
+    }
+    let after = if verify_failures.is_empty() {
+        after
+    } else {
+        let mut raw = std::fs::read(&paths.prd)?;
+        for f in &verify_failures {
+            raw = store::set_passes(&raw, &f.story_id, false)?;
+        }
+        write_atomic(&paths.prd, &raw)?;
+        Some(store::parse_bytes(&paths.prd, &raw)?)
+    };
     let after_prd = after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd);
-    let flipped = flipped_ids(&snapshot.prd, after_prd, true);
     let reverted = flipped_ids(&snapshot.prd, after_prd, false);
+    let verified_flips: Vec<String> = flipped
+        .iter()
+        .filter(|id| !verify_failures.iter().any(|f| &f.story_id == *id))
+        .cloned()
+        .collect();
     let head_mid = repo.head_sha()?;
     let agent_commits = match &head_mid {
         Some(h) => repo.commits_between(head_before.as_deref(), h)?,
@@ -618,15 +657,31 @@ async fn run_iteration(
         exit_code: outcome_of_process.exit_code,
         report: &report,
         corrupted: corrupted.is_some(),
+        verify_failed: !verify_failures.is_empty(),
         promise_seen,
         all_pass: open_after.is_empty(),
-        story_passed: flipped.iter().any(|id| id == &story.id),
+        story_passed: verified_flips.iter().any(|id| id == &story.id),
         changed: !agent_commits.is_empty() || !files_changed.is_empty(),
         backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
     });
-    let message = outcome_message(outcome, &report, corrupted.as_deref(), &open_after, cfg);
+    let mut message = outcome_message(outcome, &report, corrupted.as_deref(), &open_after, cfg);
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
+    }
+    for f in &verify_failures {
+        let what = format!(
+            "verify failed for {}: `{}` {}; passes set back to false",
+            f.story_id, f.command, f.result
+        );
+        ui.warn(&format!("iteration {iteration}: {what}"));
+        feedback_next.push(format!(
+            "ralph ran the check for {} (`{}`) after you marked it passing, and it failed ({}), so its passes was set back to false. The end of its output:\n{}",
+            f.story_id, f.command, f.result, f.tail
+        ));
+        message = Some(match message {
+            Some(m) => format!("{m}; {what}"),
+            None => what,
+        });
     }
     // What the agent did to the PRD and to history beyond its own story: reported in the
     // terminal, the ledger and the next prompt.
@@ -840,6 +895,7 @@ struct Classify<'a> {
     exit_code: Option<i32>,
     report: &'a AgentReport,
     corrupted: bool,
+    verify_failed: bool,
     promise_seen: bool,
     all_pass: bool,
     story_passed: bool,
@@ -865,6 +921,9 @@ fn classify(c: Classify<'_>) -> Outcome {
     }
     if c.corrupted {
         return Outcome::PrdCorrupted;
+    }
+    if c.verify_failed {
+        return Outcome::VerifyFailed;
     }
     if c.promise_seen && !c.all_pass {
         return Outcome::PrematureClaim;
@@ -1000,6 +1059,75 @@ fn flipped_ids(before: &Prd, after: &Prd, to: bool) -> Vec<String> {
 /// Writes the snapshot back atomically.
 fn restore_prd(path: &Path, raw: &[u8]) -> anyhow::Result<()> {
     write_atomic(path, raw).with_context(|| format!("cannot restore {}", path.display()))
+}
+
+/// A verify command that did not pass.
+struct VerifyFailure {
+    story_id: String,
+    command: String,
+    /// "exited with code 1", "timed out after 10m", ...
+    result: String,
+    /// The last lines of its combined output.
+    tail: String,
+}
+
+/// Lines of a failed verify command's output kept for the message and the next prompt.
+const VERIFY_TAIL_LINES: usize = 30;
+
+/// Runs `command` with `bash -c` in the repository for `story_id`, in its own process group
+/// with the verify time limit. `None` when it exits 0.
+async fn run_verify(
+    command: &str,
+    story_id: &str,
+    paths: &RunPaths,
+    cfg: &RunConfig,
+    stop: &StopSignals,
+) -> anyhow::Result<Option<VerifyFailure>> {
+    let spec = process::SpawnSpec {
+        program: "bash".into(),
+        args: vec!["-c".into(), command.to_string()],
+        cwd: paths.repo_root.clone(),
+        env_remove: Vec::new(),
+        env_set: vec![
+            ("RALPH_STORY_ID".into(), story_id.to_string()),
+            ("NO_COLOR".into(), "1".into()),
+        ],
+        stdin: None,
+    };
+    let limits = Limits {
+        timeout: cfg.verify_timeout,
+        idle_timeout: cfg.verify_timeout,
+        kill_grace: cfg.kill_grace,
+        exit_drain: EXIT_DRAIN,
+        final_grace: FINAL_GRACE,
+        max_line_bytes: 64 * 1024,
+    };
+    let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let outcome = process::run(spec, &limits, stop, |_| {}, |line| {
+        if tail.len() == VERIFY_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(process::strip_ansi(&line.text));
+        LineVerdict::Continue
+    })
+    .await
+    .with_context(|| format!("cannot run the verify command `{command}`"))?;
+    let result = match (outcome.end, outcome.exit_code) {
+        (EndReason::Exited, Some(0)) => return Ok(None),
+        (EndReason::Exited, Some(code)) => format!("exited with code {code}"),
+        (EndReason::TimedOut | EndReason::Idle, _) => format!(
+            "timed out after {}",
+            humantime::format_duration(cfg.verify_timeout)
+        ),
+        (EndReason::Cancelled, _) => "was interrupted".to_string(),
+        _ => format!("was killed (signal {:?})", outcome.signal),
+    };
+    Ok(Some(VerifyFailure {
+        story_id: story_id.to_string(),
+        command: command.to_string(),
+        result,
+        tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
+    }))
 }
 
 /// Replaces `path` with `bytes` through a temp file in the same directory.

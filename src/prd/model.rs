@@ -70,6 +70,10 @@ pub struct Story {
     /// Ids of stories that must pass before this one is picked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// A shell command (run with `bash -c` in the repository root) that must exit 0 for this
+    /// story to count as passing; it replaces the run's `--verify` command for this story.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
     /// Fields ralph does not know, kept as they were (in file order).
     #[serde(flatten)]
     pub extra: Map<String, Value>,

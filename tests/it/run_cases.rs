@@ -838,3 +838,38 @@ fn numbering_continues_from_git_and_the_ledger_when_state_json_is_gone() {
         .collect();
     assert_eq!(its, [2]);
 }
+
+#[test]
+fn verify_gate_sets_a_failing_story_back_and_keeps_prd_bytes() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [
+        [{"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "done"}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"write_file": {"path": "file-1.txt", "content": "ok\n"}},
+         {"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "done"}}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2", "--verify", "test -f file-$RALPH_STORY_ID.txt || test -f file-1.txt || { echo 'file-1.txt is missing'; exit 3; }"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["verify_failed", "story_passed"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("verify failed for US-001"), "{stderr}");
+    let prompt2 = stdin_of(&env, 2);
+    assert!(prompt2.contains("file-1.txt is missing") && prompt2.contains("exited with code 3"), "{prompt2}");
+    let prd = env.prd();
+    assert_eq!(prd["userStories"][0]["passes"], true);
+}
+
+#[test]
+fn verify_failure_changes_only_the_passes_value() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[{"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "done"}}]]}));
+    // What the agent's prd.json looks like, with passes flipped back by hand for comparison.
+    let out = env.ralph(&["run", "--max-iter", "1", "--verify", "exit 1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["verify_failed"]);
+    let after = env.read("prd.json");
+    let agent_wrote = env.git(&["show", "HEAD:prd.json"]);
+    assert_eq!(after, agent_wrote, "the checkpoint holds the restored file");
+    let original: Value = prd_with_stories(1);
+    let now: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(now, original, "only passes changed, and it is back to false");
+}
