@@ -307,6 +307,18 @@ pub async fn run_session(
                 result.end = SessionEnd::Refusal;
                 return result;
             }
+            // In JSON mode a cut-off reply is broken JSON that no continuation can mend (small
+            // models also run away inside a string): ask again for a short action, as one step.
+            StopReason::Length
+                if calls.is_empty() && cfg.tool_mode == ToolMode::Json && !final_round =>
+            {
+                result.steps += 1;
+                messages.push(Message::text(
+                    Role::User,
+                    "Your last reply was cut off by the output limit, so it was not a valid action. Reply again with one short action.",
+                ));
+                continue;
+            }
             StopReason::Length if calls.is_empty() => {
                 if continuations < cfg.max_continuations {
                     continuations += 1;
