@@ -30,7 +30,7 @@ fn in_ci() -> bool {
 
 /// The prepared local model in ralph's cache, or `None` when `test` should return early
 /// (missing, `RALPH_SKIP_LOCAL_MODEL=1`, not under CI).
-fn prepared_or_skip(test: &str) -> Option<LocalModel> {
+pub(crate) fn prepared_or_skip(test: &str) -> Option<LocalModel> {
     let cache = cache_dir();
     let (python, model_file) = (venv_python(&cache), model_path(&cache));
     if python.exists() && model_file.exists() {

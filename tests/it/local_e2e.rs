@@ -1,0 +1,121 @@
+//! The real small model, end to end: `ralph run --agent local` on examples/hello-files with no
+//! scripting — setup checked, server started on 127.0.0.1, the 0.5B model doing the work through
+//! ralph's own tool loop, the verify gate checking each story — plus Ctrl-C during a local run.
+//! Needs `scripts/setup-local-model.sh` (run by scripts/test.sh); see tests/it/local.rs for the
+//! skip rules.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{group_has_live_members, text, TestEnv};
+use crate::local::prepared_or_skip;
+
+/// A TestEnv holding a copy of examples/hello-files, with the real model cache.
+fn hello_files_env() -> TestEnv {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello-files");
+    let prd: Value =
+        serde_json::from_str(&std::fs::read_to_string(example.join("prd.json")).unwrap()).unwrap();
+    let env = TestEnv::new(&prd);
+    for name in ["check.sh", "status.txt", "README.md"] {
+        std::fs::copy(example.join(name), env.path(name)).unwrap();
+    }
+    std::fs::copy(example.join("prd.json"), env.path("prd.json")).unwrap();
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "hello-files example"]);
+    env
+}
+
+fn local_cmd(env: &TestEnv, args: &[&str]) -> std::process::Command {
+    let mut cmd = env.ralph_cmd(args);
+    cmd.env("RALPH_CACHE_DIR", ralph::local::cache_dir());
+    cmd
+}
+
+#[test]
+fn local_model_completes_the_hello_files_example() {
+    if prepared_or_skip("local_model_completes_the_hello_files_example").is_none() {
+        return;
+    }
+    let env = hello_files_env();
+    let out = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ledger = env.ledger();
+    for id in ["US-001", "US-002", "US-003"] {
+        assert!(
+            ledger.iter().any(|r| r["story_id"] == id && r["outcome"] == "story_passed"),
+            "no story_passed record for {id}: {ledger:?}"
+        );
+    }
+    // The verify gate ran: the files really are right.
+    let check = std::process::Command::new("sh")
+        .arg("check.sh")
+        .arg("all")
+        .current_dir(&env.repo)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+}
+
+/// Child processes of `pid` whose command line contains `needle`.
+fn children_matching(pid: u32, needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 2..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        if ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+#[test]
+fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
+    if prepared_or_skip("ctrl_c_during_a_local_run_leaves_no_server_and_no_agent").is_none() {
+        return;
+    }
+    let env = hello_files_env();
+    let mut child = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "3"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the server runs and the first agent is in flight.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (server, agent) = loop {
+        assert!(Instant::now() < deadline, "the local run never started its agent");
+        let servers = children_matching(child.id(), "llama_server.py");
+        let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap_or(Value::Null);
+        let agent = state["in_flight"]["pid"].as_i64().unwrap_or(0) as i32;
+        if let (Some(&server), true) = (servers.first(), agent > 0) {
+            break (server, agent);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!group_has_live_members(server), "the model server (group {server}) outlived ralph");
+    assert!(!group_has_live_members(agent), "the agent (group {agent}) outlived ralph");
+    let outcomes: Vec<String> = env
+        .ledger()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(outcomes.last().map(String::as_str), Some("interrupted"), "{outcomes:?}");
+}
