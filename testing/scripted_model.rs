@@ -1,5 +1,5 @@
 //! `ralph-scripted-model`: a scripted Anthropic Messages API server, so the real Claude Code CLI
-//! can run offline in ralph's end-to-end tests and in `scripts/demo.sh`.
+//! can run offline in ralph's end-to-end tests and in `scripts/demo-claude.sh`.
 //!
 //! It owns the wire protocol a loopback stand-in for the Messages API must speak to Claude Code
 //! 2.1.332 (probed in the project's notes on real CLIs): `POST /v1/messages` answered with a
