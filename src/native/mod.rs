@@ -290,6 +290,11 @@ pub async fn run_session(
         let mut calls = response.tool_calls.clone();
         if calls.is_empty() && !final_round {
             calls = textcalls::parse_text_tool_calls(&response.content, &names);
+            // The parser numbers calls within one message (`text-1`…); ids must be unique in
+            // the whole conversation, or a result could pair with an earlier turn's call.
+            for (i, call) in calls.iter_mut().enumerate() {
+                call.id = format!("text-{}-{}", result.requests, i + 1);
+            }
         }
         if !response.content.trim().is_empty() {
             on_event(AgentEvent::AssistantText {

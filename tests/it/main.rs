@@ -5,6 +5,7 @@ mod common;
 mod examples;
 mod llm;
 mod local;
+mod native_loop;
 mod prd;
 mod process;
 mod real_claude;

@@ -750,10 +750,13 @@ mod tests {
         ends_on_result.messages.pop();
         let body = request_body(&ends_on_result, false);
         let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        assert!(last["content"]
-            .as_str()
-            .unwrap()
-            .ends_with("if the task is done."));
+        assert!(
+            last["content"].as_str().unwrap().ends_with(
+                "What is the next action? Follow the steps of the system prompt in order; \
+                 reply final_answer only when every step is done."
+            ),
+            "{last}"
+        );
     }
 
     #[test]
