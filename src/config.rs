@@ -372,8 +372,8 @@ impl RunConfig {
                 .clone()
                 .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
         };
-        let verify_timeout = duration("verify_timeout", &file.verify_timeout)?
-            .unwrap_or(DEFAULT_VERIFY_TIMEOUT);
+        let verify_timeout =
+            duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);
         Ok(RunConfig {
             verify: args.verify.clone().or(file.verify.clone()),
             verify_timeout,

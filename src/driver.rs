@@ -1103,13 +1103,19 @@ async fn run_verify(
         max_line_bytes: 64 * 1024,
     };
     let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
-    let outcome = process::run(spec, &limits, stop, |_| {}, |line| {
-        if tail.len() == VERIFY_TAIL_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(process::strip_ansi(&line.text));
-        LineVerdict::Continue
-    })
+    let outcome = process::run(
+        spec,
+        &limits,
+        stop,
+        |_| {},
+        |line| {
+            if tail.len() == VERIFY_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(process::strip_ansi(&line.text));
+            LineVerdict::Continue
+        },
+    )
     .await
     .with_context(|| format!("cannot run the verify command `{command}`"))?;
     let result = match (outcome.end, outcome.exit_code) {

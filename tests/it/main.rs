@@ -5,6 +5,7 @@ mod common;
 mod examples;
 mod llm;
 mod local;
+mod local_e2e;
 mod native_loop;
 mod prd;
 mod process;
