@@ -155,6 +155,10 @@ pub struct RunArgs {
     /// `bash -c` in the repository, with RALPH_STORY_ID set); a story's own `verify` field wins.
     #[arg(long, value_name = "CMD", env = "RALPH_VERIFY")]
     pub verify: Option<String>,
+    /// When the current story's verify command passes after an iteration, mark the story passing
+    /// even if the agent did not (default on for --agent local, whose small model often forgets).
+    #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())]
+    pub verify_marks_passing: Option<bool>,
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,

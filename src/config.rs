@@ -59,6 +59,8 @@ pub struct FileConfig {
     pub verify: Option<String>,
     /// Time limit of one verify command, humantime syntax (`10m`).
     pub verify_timeout: Option<String>,
+    /// Mark the current story passing when its verify command passes.
+    pub verify_marks_passing: Option<bool>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
     /// native/local: API base URL.
@@ -177,6 +179,8 @@ pub struct RunConfig {
     pub verify: Option<String>,
     /// Time limit of one verify command.
     pub verify_timeout: Duration,
+    /// When the current story's verify command passes, ralph marks it passing itself.
+    pub verify_marks_passing: bool,
 }
 
 /// Default time limit of a verify command (10 minutes).
@@ -376,6 +380,10 @@ impl RunConfig {
             duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);
         Ok(RunConfig {
             verify: args.verify.clone().or(file.verify.clone()),
+            verify_marks_passing: args
+                .verify_marks_passing
+                .or(file.verify_marks_passing)
+                .unwrap_or(agent == AgentKind::Local),
             verify_timeout,
             native,
             prd_path,

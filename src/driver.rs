@@ -617,7 +617,7 @@ async fn run_iteration(
             }
         }
     }
-    let after = if verify_failures.is_empty() {
+    let mut after = if verify_failures.is_empty() {
         after
     } else {
         let mut raw = std::fs::read(&paths.prd)?;
@@ -627,8 +627,34 @@ async fn run_iteration(
         write_atomic(&paths.prd, &raw)?;
         Some(store::parse_bytes(&paths.prd, &raw)?)
     };
+    // With verify_marks_passing, the current story's check decides even when the agent forgot
+    // to mark it: a passing check marks it passing (only its `passes` bytes change).
+    let mut marked_by_ralph = false;
+    if cfg.verify_marks_passing && !stop.stop.is_cancelled() {
+        let command = after
+            .as_ref()
+            .and_then(|l| l.prd.story(&story.id))
+            .filter(|s| !s.passes && !verify_failures.iter().any(|f| f.story_id == s.id))
+            .and_then(|s| s.verify.clone().or_else(|| cfg.verify.clone()));
+        if let Some(command) = command {
+            ui.info(&format!("  verify {}: {command}", story.id));
+            if run_verify(&command, &story.id, paths, cfg, stop)
+                .await?
+                .is_none()
+            {
+                let raw = store::set_passes(&std::fs::read(&paths.prd)?, &story.id, true)?;
+                write_atomic(&paths.prd, &raw)?;
+                after = Some(store::parse_bytes(&paths.prd, &raw)?);
+                marked_by_ralph = true;
+            }
+        }
+    }
     let after_prd = after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd);
     let reverted = flipped_ids(&snapshot.prd, after_prd, false);
+    let mut flipped = flipped;
+    if marked_by_ralph {
+        flipped.push(story.id.clone());
+    }
     let verified_flips: Vec<String> = flipped
         .iter()
         .filter(|id| !verify_failures.iter().any(|f| &f.story_id == *id))
@@ -667,6 +693,16 @@ async fn run_iteration(
     let mut message = outcome_message(outcome, &report, corrupted.as_deref(), &open_after, cfg);
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
+    }
+    if marked_by_ralph {
+        let what = format!(
+            "{} passes its verify command, so ralph marked it passing (verify_marks_passing)",
+            story.id
+        );
+        message = Some(match message {
+            Some(m) => format!("{m}; {what}"),
+            None => what,
+        });
     }
     for f in &verify_failures {
         let what = format!(

@@ -46,7 +46,9 @@ fn local_model_completes_the_hello_files_example() {
     let ledger = env.ledger();
     for id in ["US-001", "US-002", "US-003"] {
         assert!(
-            ledger.iter().any(|r| r["story_id"] == id && r["outcome"] == "story_passed"),
+            ledger
+                .iter()
+                .any(|r| r["story_id"] == id && r["outcome"] == "story_passed"),
             "no story_passed record for {id}: {ledger:?}"
         );
     }
@@ -64,7 +66,11 @@ fn local_model_completes_the_hello_files_example() {
 fn children_matching(pid: u32, needle: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
@@ -93,9 +99,13 @@ fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
     // Wait until the server runs and the first agent is in flight.
     let deadline = Instant::now() + Duration::from_secs(120);
     let (server, agent) = loop {
-        assert!(Instant::now() < deadline, "the local run never started its agent");
+        assert!(
+            Instant::now() < deadline,
+            "the local run never started its agent"
+        );
         let servers = children_matching(child.id(), "llama_server.py");
-        let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap_or(Value::Null);
+        let state: Value =
+            serde_json::from_str(&env.read(".ralph/state.json")).unwrap_or(Value::Null);
         let agent = state["in_flight"]["pid"].as_i64().unwrap_or(0) as i32;
         if let (Some(&server), true) = (servers.first(), agent > 0) {
             break (server, agent);
@@ -110,12 +120,22 @@ fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!group_has_live_members(server), "the model server (group {server}) outlived ralph");
-    assert!(!group_has_live_members(agent), "the agent (group {agent}) outlived ralph");
+    assert!(
+        !group_has_live_members(server),
+        "the model server (group {server}) outlived ralph"
+    );
+    assert!(
+        !group_has_live_members(agent),
+        "the agent (group {agent}) outlived ralph"
+    );
     let outcomes: Vec<String> = env
         .ledger()
         .iter()
         .map(|r| r["outcome"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(outcomes.last().map(String::as_str), Some("interrupted"), "{outcomes:?}");
+    assert_eq!(
+        outcomes.last().map(String::as_str),
+        Some("interrupted"),
+        "{outcomes:?}"
+    );
 }

@@ -853,7 +853,10 @@ fn verify_gate_sets_a_failing_story_back_and_keeps_prd_bytes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("verify failed for US-001"), "{stderr}");
     let prompt2 = stdin_of(&env, 2);
-    assert!(prompt2.contains("file-1.txt is missing") && prompt2.contains("exited with code 3"), "{prompt2}");
+    assert!(
+        prompt2.contains("file-1.txt is missing") && prompt2.contains("exited with code 3"),
+        "{prompt2}"
+    );
     let prd = env.prd();
     assert_eq!(prd["userStories"][0]["passes"], true);
 }
@@ -871,5 +874,29 @@ fn verify_failure_changes_only_the_passes_value() {
     assert_eq!(after, agent_wrote, "the checkpoint holds the restored file");
     let original: Value = prd_with_stories(1);
     let now: Value = serde_json::from_str(&after).unwrap();
-    assert_eq!(now, original, "only passes changed, and it is back to false");
+    assert_eq!(
+        now, original,
+        "only passes changed, and it is back to false"
+    );
+}
+
+#[test]
+fn verify_marks_passing_lets_the_check_decide_when_the_agent_forgets() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"write_file": {"path": "file-1.txt", "content": "one\n"}},
+        {"claude_result": {"text": "wrote it"}}
+    ]]}));
+    // Off by default for agent CLIs: the agent's own `passes` is what counts.
+    let out = env.ralph(&["run", "--max-iter", "1", "--verify", "test -f file-1.txt"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["progress"]);
+    let out = env.ralph(&[
+        "run", "--max-iter", "1", "--verify", "test -f file-1.txt", "--verify-marks-passing", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["progress", "story_passed"]);
+    let last = env.ledger().pop().unwrap();
+    assert!(last["message"].as_str().unwrap().contains("ralph marked it passing"), "{last}");
+    assert_eq!(env.prd()["userStories"][0]["passes"], true);
 }
