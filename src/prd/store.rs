@@ -633,6 +633,44 @@ fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
     cycles
 }
 
+/// Where story `story_id` is in `raw`: the BOM offset and the byte range of the story's object
+/// in the text after it. The document is parsed to find the story's index, then the original text
+/// is scanned, so nothing is re-serialized. `rewrite` builds the caller's error for a reason.
+fn locate_story(
+    raw: &[u8],
+    story_id: &str,
+    rewrite: &dyn Fn(&str) -> PrdError,
+) -> Result<(usize, Range<usize>), PrdError> {
+    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
+    let body = &raw[offset..];
+    let value: Value = serde_json::from_slice(body).map_err(|err| PrdError::NotJson {
+        path: PathBuf::from("prd.json"),
+        line: err.line(),
+        column: err.column(),
+        message: strip_position(&err.to_string()),
+    })?;
+    let index = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .and_then(|stories| {
+            stories
+                .iter()
+                .position(|s| s.get("id").and_then(Value::as_str) == Some(story_id))
+        })
+        .ok_or_else(|| rewrite("no story has this id"))?;
+    // The text is valid JSON (checked above), so the scan below only fails on a logic error.
+    let scan_failed = |_: ScanError| rewrite("the file could not be scanned");
+    let stories_span = Scanner::at(body, 0)
+        .object_member("userStories")
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("`userStories` not found"))?;
+    let story_span = Scanner::at(body, stories_span.start)
+        .array_element(index)
+        .map_err(scan_failed)?
+        .ok_or_else(|| rewrite("the story was not found in the text"))?;
+    Ok((offset, story_span))
+}
+
 /// Return `raw` with the `passes` value of the first story whose `id` is `story_id` replaced by
 /// `true` or `false`, every other byte unchanged (BOM, whitespace, CRLF, key order, unknown
 /// fields). The document is parsed to find the story's index; the bytes of its `passes` value are
@@ -644,39 +682,13 @@ fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
 /// [`PrdError::NotJson`] (path `prd.json`) if `raw` is not JSON; [`PrdError::Rewrite`] if there is
 /// no such story or the story has no `passes` field.
 pub fn set_passes(raw: &[u8], story_id: &str, passes: bool) -> Result<Vec<u8>, PrdError> {
-    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
-    let body = &raw[offset..];
-    let not_json = |err: serde_json::Error| PrdError::NotJson {
-        path: PathBuf::from("prd.json"),
-        line: err.line(),
-        column: err.column(),
-        message: strip_position(&err.to_string()),
-    };
     let rewrite = |reason: &str| PrdError::Rewrite {
         story_id: story_id.to_string(),
         reason: reason.to_string(),
     };
-    let value: Value = serde_json::from_slice(body).map_err(not_json)?;
-    let index = value
-        .get("userStories")
-        .and_then(Value::as_array)
-        .and_then(|stories| {
-            stories
-                .iter()
-                .position(|s| s.get("id").and_then(Value::as_str) == Some(story_id))
-        })
-        .ok_or_else(|| rewrite("no story has this id"))?;
-
-    // The text is valid JSON (checked above), so the scan below only fails on a logic error.
+    let (offset, story_span) = locate_story(raw, story_id, &rewrite)?;
+    let body = &raw[offset..];
     let scan_failed = |_: ScanError| rewrite("the file could not be scanned");
-    let stories_span = Scanner::at(body, 0)
-        .object_member("userStories")
-        .map_err(scan_failed)?
-        .ok_or_else(|| rewrite("`userStories` not found"))?;
-    let story_span = Scanner::at(body, stories_span.start)
-        .array_element(index)
-        .map_err(scan_failed)?
-        .ok_or_else(|| rewrite("the story was not found in the text"))?;
     let passes_span = Scanner::at(body, story_span.start)
         .object_member("passes")
         .map_err(scan_failed)?
@@ -699,39 +711,13 @@ pub fn set_passes(raw: &[u8], story_id: &str, passes: bool) -> Result<Vec<u8>, P
 /// [`PrdError::NotJson`] (path `prd.json`) if `raw` is not JSON; [`PrdError::RewriteNotes`] if
 /// there is no such story or it is not an object.
 pub fn set_notes(raw: &[u8], story_id: &str, notes: &str) -> Result<Vec<u8>, PrdError> {
-    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
-    let body = &raw[offset..];
-    let not_json = |err: serde_json::Error| PrdError::NotJson {
-        path: PathBuf::from("prd.json"),
-        line: err.line(),
-        column: err.column(),
-        message: strip_position(&err.to_string()),
-    };
     let rewrite = |reason: &str| PrdError::RewriteNotes {
         story_id: story_id.to_string(),
         reason: reason.to_string(),
     };
-    let value: Value = serde_json::from_slice(body).map_err(not_json)?;
-    let index = value
-        .get("userStories")
-        .and_then(Value::as_array)
-        .and_then(|stories| {
-            stories
-                .iter()
-                .position(|s| s.get("id").and_then(Value::as_str) == Some(story_id))
-        })
-        .ok_or_else(|| rewrite("no story has this id"))?;
-
-    // The text is valid JSON (checked above), so the scan below only fails on a logic error.
+    let (offset, story_span) = locate_story(raw, story_id, &rewrite)?;
+    let body = &raw[offset..];
     let scan_failed = |_: ScanError| rewrite("the file could not be scanned");
-    let stories_span = Scanner::at(body, 0)
-        .object_member("userStories")
-        .map_err(scan_failed)?
-        .ok_or_else(|| rewrite("`userStories` not found"))?;
-    let story_span = Scanner::at(body, stories_span.start)
-        .array_element(index)
-        .map_err(scan_failed)?
-        .ok_or_else(|| rewrite("the story was not found in the text"))?;
     if body.get(story_span.start) != Some(&b'{') {
         return Err(rewrite("the story is not a JSON object"));
     }

@@ -892,11 +892,23 @@ fn verify_marks_passing_lets_the_check_decide_when_the_agent_forgets() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert_eq!(outcomes(&env), ["progress"]);
     let out = env.ralph(&[
-        "run", "--max-iter", "1", "--verify", "test -f file-1.txt", "--verify-marks-passing", "true",
+        "run",
+        "--max-iter",
+        "1",
+        "--verify",
+        "test -f file-1.txt",
+        "--verify-marks-passing",
+        "true",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(outcomes(&env), ["progress", "story_passed"]);
     let last = env.ledger().pop().unwrap();
-    assert!(last["message"].as_str().unwrap().contains("ralph marked it passing"), "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("ralph marked it passing"),
+        "{last}"
+    );
     assert_eq!(env.prd()["userStories"][0]["passes"], true);
 }
