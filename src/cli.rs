@@ -22,7 +22,7 @@ pub enum Command {
     /// Check a prd.json against the schema and the semantic rules; exit 0 (valid) or 1.
     Validate(ValidateArgs),
     /// Run the agent loop until every story passes or a limit is hit.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show the stories, the next story and the latest run's iterations.
     Status(StatusArgs),
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).

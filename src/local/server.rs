@@ -222,23 +222,7 @@ impl LocalServer {
             .process_group(0)
             // A backstop for the direct child; `Drop` handles the group.
             .kill_on_drop(true);
-        #[cfg(target_os = "linux")]
-        {
-            let parent = nix::unistd::getpid();
-            // SAFETY: runs in the forked child before exec, where only async-signal-safe calls
-            // are allowed: two syscalls (prctl, getppid), no allocation (an `io::Error` from an
-            // errno is a plain integer). Same pattern as `crate::process`.
-            unsafe {
-                command.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-                    // If ralph died between fork and prctl, no death signal will ever come.
-                    if nix::unistd::getppid() != parent {
-                        return Err(io::Error::from(nix::errno::Errno::ESRCH));
-                    }
-                    Ok(())
-                });
-            }
-        }
+        crate::process::die_with_parent(&mut command);
         let child = command.spawn().map_err(|source| ServerError::Spawn {
             python: python.to_owned(),
             source,

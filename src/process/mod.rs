@@ -32,7 +32,7 @@ mod lines;
 mod supervise;
 
 pub use group::{group_alive, group_members, kill_group};
-pub use supervise::run;
+pub use supervise::{die_with_parent, run};
 
 /// What to run: built by an agent backend, executed here.
 #[derive(Debug, Clone, Default)]

@@ -250,6 +250,14 @@ fn build_command(spec: &SpawnSpec) -> Result<Command, ProcessError> {
         .process_group(0)
         // A backstop for the direct child only; the group is handled by `Guard`.
         .kill_on_drop(true);
+    die_with_parent(&mut command);
+    Ok(command)
+}
+
+/// Makes the child of `command` get SIGKILL when ralph dies (`PR_SET_PDEATHSIG`), so no agent or
+/// server runs on unsupervised. The signal fires when the *spawning thread* exits: spawn from a
+/// tokio worker thread (alive for the whole run), never from `spawn_blocking`.
+pub fn die_with_parent(command: &mut tokio::process::Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = nix::unistd::getpid();
@@ -267,7 +275,6 @@ fn build_command(spec: &SpawnSpec) -> Result<Command, ProcessError> {
             });
         }
     }
-    Ok(command)
 }
 
 /// Maps a spawn failure to [`ProcessError`]; ENOENT means the program was not found.
