@@ -61,6 +61,10 @@ pub struct FileConfig {
     pub verify_timeout: Option<String>,
     /// Mark the current story passing when its verify command passes.
     pub verify_marks_passing: Option<bool>,
+    /// First wait after a transient agent failure, humantime syntax (`30s`); doubles each time.
+    pub transient_backoff: Option<String>,
+    /// Transient failures in a row before the run stops (exit 4).
+    pub max_transient_retries: Option<u32>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
     /// native/local: API base URL.
@@ -181,6 +185,10 @@ pub struct RunConfig {
     pub verify_timeout: Duration,
     /// When the current story's verify command passes, ralph marks it passing itself.
     pub verify_marks_passing: bool,
+    /// First wait after a transient failure (doubled each time, capped at 10 minutes).
+    pub transient_backoff: Duration,
+    /// Transient failures in a row before the run stops.
+    pub max_transient_retries: u32,
 }
 
 /// Default time limit of a verify command (10 minutes).
@@ -378,7 +386,11 @@ impl RunConfig {
         };
         let verify_timeout =
             duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);
+        let transient_backoff = duration("transient_backoff", &file.transient_backoff)?
+            .unwrap_or(Duration::from_secs(30));
         Ok(RunConfig {
+            transient_backoff,
+            max_transient_retries: file.max_transient_retries.unwrap_or(5),
             verify: args.verify.clone().or(file.verify.clone()),
             verify_marks_passing: args
                 .verify_marks_passing

@@ -245,6 +245,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let mut records: Vec<LedgerRecord> = Vec::new();
     let mut slot = 0u32;
     let mut caveats: Vec<String> = Vec::new();
+    let mut transient_in_a_row = 0u32;
     let status = loop {
         let current = store::load(&paths.prd)?;
         let missing: Vec<String> = expected_ids
@@ -292,7 +293,37 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         caveats.extend(done.caveats);
         let outcome = done.record.outcome;
         records.push(done.record);
+        if outcome != Outcome::Transient {
+            transient_in_a_row = 0;
+        }
         match outcome {
+            Outcome::Transient => {
+                // Overload, 5xx, network: not the agent's fault, so it does not use up the
+                // budget; wait (doubling, with jitter) and run the same story again, a bounded
+                // number of times in a row.
+                transient_in_a_row += 1;
+                slot -= 1;
+                if transient_in_a_row > cfg.max_transient_retries {
+                    caveats.push(format!(
+                        "stopped after {} transient failures in a row (overload, server or network errors); the last: {}",
+                        transient_in_a_row,
+                        records.last().and_then(|r| r.message.clone()).unwrap_or_default()
+                    ));
+                    break ExitStatus::OtherLimit;
+                }
+                let wait = transient_wait(cfg.transient_backoff, transient_in_a_row);
+                ui.warn(&format!(
+                    "transient failure; retrying {} in {} (retry {} of {})",
+                    story.id,
+                    humantime::format_duration(Duration::from_secs(wait.as_secs().max(1))),
+                    transient_in_a_row,
+                    cfg.max_transient_retries
+                ));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.stop.cancelled() => break ExitStatus::Interrupted,
+                }
+            }
             Outcome::Interrupted => break ExitStatus::Interrupted,
             Outcome::AuthError | Outcome::ConfigError => break ExitStatus::Failure,
             Outcome::UsageLimit => {
@@ -863,7 +894,9 @@ async fn run_iteration(
     };
     ledger::append(&paths.ledger, &record)?;
 
-    *state.attempts.entry(story.id.clone()).or_insert(0) += 1;
+    if outcome.counts_as_iteration() {
+        *state.attempts.entry(story.id.clone()).or_insert(0) += 1;
+    }
     state.last_outcome = Some(outcome.as_str().to_string());
     state.in_flight = None;
     state.save(&paths.ralph_dir)?;
@@ -1170,6 +1203,14 @@ async fn run_verify(
         result,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
     }))
+}
+
+/// The wait before retry `n` (1-based) after transient failures: `base` doubled each time, capped
+/// at 10 minutes, plus up to 20 % jitter so that many runs do not retry in step.
+fn transient_wait(base: Duration, n: u32) -> Duration {
+    let doubled = base.saturating_mul(1u32 << n.saturating_sub(1).min(16));
+    let capped = doubled.min(Duration::from_secs(600));
+    capped + capped.mul_f64(fastrand::f64() * 0.2)
 }
 
 /// Replaces `path` with `bytes` through a temp file in the same directory.

@@ -912,3 +912,47 @@ fn verify_marks_passing_lets_the_check_decide_when_the_agent_forgets() {
     );
     assert_eq!(env.prd()["userStories"][0]["passes"], true);
 }
+
+#[test]
+fn transient_failures_are_retried_with_backoff_without_using_the_budget() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "ralph.toml",
+        "transient_backoff = \"100ms\"\nmax_transient_retries = 2\n",
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"claude_api_error": {"status": 529, "message": "API Error: 529 Overloaded. This is a server-side issue, usually temporary"}}, {"exit": 1}],
+        claude_story("US-001", 1, "done")
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["transient", "story_passed"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("transient failure; retrying US-001"));
+    // Only the real attempt counts toward the story's attempts.
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(state["attempts"]["US-001"], 1);
+}
+
+#[test]
+fn transient_failures_in_a_row_are_bounded() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "ralph.toml",
+        "transient_backoff = \"50ms\"\nmax_transient_retries = 2\n",
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"claude_api_error": {"status": 529, "message": "API Error: 529 Overloaded"}}, {"exit": 1}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "10"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["transient", "transient", "transient"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("3 transient failures in a row"),
+        "{}",
+        text(&out)
+    );
+}
