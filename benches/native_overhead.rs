@@ -444,6 +444,7 @@ fn whole_session(rt: &tokio::runtime::Runtime, label: &str, server: &dyn Scripte
         tool_mode: ToolMode::Native,
         retry: RetryPolicy::default(),
         allowed_tools: None,
+        redact: Vec::new(),
     };
     let (_dir, ctx) = repo();
     let tools = ToolRegistry::standard();

@@ -1,5 +1,6 @@
 //! The `ralph` binary: parse the command line, run the command, map the result to an exit code.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -19,7 +20,8 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => status.into(),
         Err(err) => {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "{} {err:#}",
                 console::style("error:").red().bold().for_stderr()
             );

@@ -76,8 +76,13 @@ impl Ui {
     /// Prints a line on stderr without tearing the live line.
     fn eprint(&self, line: &str) {
         match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{line}")),
-            None => eprintln!("{line}"),
+            // A closed stderr (e.g. `| head`) must not stop the run: write errors are ignored.
+            Some(bar) => bar.suspend(|| {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
         }
     }
 

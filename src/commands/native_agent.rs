@@ -21,8 +21,12 @@ use crate::process::StopSignals;
 pub const SYSTEM_TEMPLATE: &str = include_str!("../../templates/native_system.md");
 
 fn emit(value: &serde_json::Value) {
+    emit_line(&value.to_string());
+}
+
+fn emit_line(line: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{value}");
+    let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
@@ -48,6 +52,7 @@ pub fn run() -> anyhow::Result<ExitStatus> {
         })?),
         None => None,
     };
+    let api_key_for_redaction = api_key.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -97,8 +102,13 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             tool_mode: settings.tool_mode,
             retry: RetryPolicy::default(),
             allowed_tools: settings.tools.clone(),
+            redact: api_key_for_redaction.clone().into_iter().collect(),
         };
-        let mut on_event = |event: AgentEvent| emit(&json!({"type": "event", "event": event}));
+        let secrets: Vec<String> = api_key_for_redaction.into_iter().collect();
+        let mut on_event = |event: AgentEvent| {
+            let line = json!({"type": "event", "event": event}).to_string();
+            emit_line(&crate::native::redact(&line, &secrets));
+        };
         let result = run_session(
             &provider,
             &tools,

@@ -1,5 +1,7 @@
 //! `ralph run`: resolve the settings, install the signal handlers, and drive the loop.
 
+use std::io::Write as _;
+
 use crate::cli::RunArgs;
 use crate::config::RunConfig;
 use crate::exit::ExitStatus;
@@ -28,12 +30,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         // Say at once what a Ctrl-C does: the agent may take the whole grace period to exit.
         tokio::spawn(async move {
             notice.stop.cancelled().await;
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "\nralph: stopping — the agent gets up to {} to exit, then its work is checkpointed. Press Ctrl-C again to kill it now.",
                 humantime::format_duration(grace)
             );
             notice.kill_now.cancelled().await;
-            eprintln!("ralph: killing the agent now.");
+            let _ = writeln!(
+                std::io::stderr(),"ralph: killing the agent now.");
         });
         let mut ui = Ui::new(cfg.output, cfg.verbose);
         crate::driver::run(cfg, &mut ui, stop).await

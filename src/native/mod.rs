@@ -70,6 +70,21 @@ pub struct SessionConfig {
     /// The tools offered, by name; `None` offers every tool. Small models choose better from a
     /// short list.
     pub allowed_tools: Option<Vec<String>>,
+    /// Secrets (the API key) replaced by `[REDACTED]` in every tool result before the model sees
+    /// it: a command the model runs can read the key from ralph's own process, but the key
+    /// must not travel on to the model, the transcript or the terminal.
+    pub redact: Vec<String>,
+}
+
+/// `text` with every secret of at least 8 characters replaced by `[REDACTED]`.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 8) {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), "[REDACTED]");
+        }
+    }
+    out
 }
 
 /// Why a session ended.
@@ -418,6 +433,7 @@ pub async fn run_session(
                     "\n\nWarning: you have made this exact call {count} times. Repeating it will not help; do something different. At {REPEAT_STOP_AT} identical calls the session stops."
                 ));
             }
+            let content = redact(&content, &cfg.redact);
             messages.push(Message::tool_result(&call.id, content, is_error));
         }
     }

@@ -104,6 +104,7 @@ fn config() -> SessionConfig {
             cap: Duration::from_secs(10),
         },
         allowed_tools: None,
+        redact: Vec::new(),
     }
 }
 
@@ -865,4 +866,36 @@ async fn json_tool_mode_asks_for_a_schema_and_runs_the_reply() {
         reqs[1].body
     );
     assert!(reqs[1].body.get("tools").is_none());
+}
+
+#[tokio::test]
+async fn secrets_in_tool_output_never_reach_the_model() {
+    for kind in KINDS {
+        let repo = Repo::new();
+        // As if the command read the key from ralph's own environment.
+        repo.write("leak.txt", "key=sk-test-secret-0123456789\n");
+        let server = ScriptedLlm::sequence(
+            kind,
+            vec![
+                ScriptedReply::tool_calls(vec![(
+                    "run_command",
+                    json!({"command": "cat leak.txt"}),
+                )]),
+                ScriptedReply::text("done"),
+            ],
+        );
+        let cfg = SessionConfig {
+            redact: vec!["sk-test-secret-0123456789".into()],
+            ..config()
+        };
+        let (r, _) = session(&server, false, &repo, &cfg).await;
+        let what = format!("{kind:?}");
+        assert_eq!(r.end, SessionEnd::Completed, "{what}");
+        let body = server.requests()[1].body.to_string();
+        assert!(
+            !body.contains("sk-test-secret-0123456789"),
+            "{what}: the key reached the model"
+        );
+        assert!(body.contains("key=[REDACTED]"), "{what}: {body}");
+    }
 }
