@@ -513,6 +513,33 @@ mod tests {
     }
 
     #[test]
+    fn every_key_in_the_init_template_is_accepted() {
+        // `ralph init` writes templates/ralph.toml with every key commented out; uncommented, it
+        // must be a valid configuration (no unknown or mistyped key).
+        let template = include_str!("../templates/ralph.toml");
+        let uncommented: String = template
+            .lines()
+            .map(|l| {
+                let t = l.strip_prefix("# ").unwrap_or(l);
+                let key_like = t.split(['=', ' ']).next().is_some_and(|k| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                });
+                if (key_like && t.contains(" = ")) || t.starts_with("[prices") {
+                    format!("{t}\n")
+                } else {
+                    "\n".to_string()
+                }
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ralph.toml"), &uncommented).unwrap();
+        let mut a = args();
+        a.agent = Some(AgentKind::Claude);
+        let cfg = RunConfig::resolve(&a, dir.path());
+        assert!(cfg.is_ok(), "{:?}\n{uncommented}", cfg.err());
+    }
+
+    #[test]
     fn exec_needs_a_command() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = args();

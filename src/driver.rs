@@ -113,6 +113,15 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
         ui.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
     }
+    if cfg.agent == AgentKind::Native {
+        if let Some(var) = &cfg.native.api_key_env {
+            if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+                bail!(
+                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with --api-key-env VAR"
+                );
+            }
+        }
+    }
     // The local backend's server starts later (after the lock); its URL is not known yet.
     let mut backend = build_backend(&cfg, &paths, cfg.native.base_url.clone())?;
     let probe = backend.command("")?;
@@ -1240,6 +1249,41 @@ fn group_is_tagged(pgid: i32, tag: &str) -> bool {
     })
 }
 
+/// SIGKILLs every live process carrying `tag` in its environment (see [`AGENT_TAG_VAR`]);
+/// returns how many were signalled.
+fn kill_tagged(tag: &str) -> usize {
+    let needle = format!("{AGENT_TAG_VAR}={tag}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let tagged = std::fs::read(format!("/proc/{pid}/environ"))
+            .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+            .unwrap_or(false);
+        if tagged
+            && nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .is_ok()
+        {
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// The set of story ids in `prd`.
 fn story_ids(prd: &Prd) -> std::collections::BTreeSet<String> {
     prd.user_stories.iter().map(|s| s.id.clone()).collect()
@@ -1269,6 +1313,15 @@ async fn recover_interrupted(
     let Some(flight) = state.in_flight.clone() else {
         return Ok(Vec::new());
     };
+    // Processes the agent started in groups of their own (the native loop's commands, setsid)
+    // carry its tag too: kill every one of them.
+    let stray = kill_tagged(&agent_tag(&flight.run_id, flight.iteration));
+    if stray > 0 {
+        ui.warn(&format!(
+            "killed {stray} process{} left running by the interrupted iteration's agent",
+            if stray == 1 { "" } else { "es" }
+        ));
+    }
     if flight.pid > 0 {
         if let Ok(pgid) = i32::try_from(flight.pid) {
             if process::group_alive(pgid) {
@@ -1454,7 +1507,13 @@ fn summarize(
         ExitStatus::Success => "review the commits (git log) and merge the branch".to_string(),
         ExitStatus::Interrupted => "run `ralph run` again to resume where it stopped".to_string(),
         ExitStatus::Failure => match records.last().map(|r| r.outcome) {
-            Some(Outcome::AuthError) => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
+            Some(Outcome::AuthError) => match cfg.agent {
+                AgentKind::Native => format!(
+                    "check the API key in {} (--api-key-env), then `ralph run`",
+                    cfg.native.api_key_env.as_deref().unwrap_or("the key variable")
+                ),
+                _ => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
+            },
             Some(Outcome::ConfigError) => "fix the agent's setup shown above (see `.ralph/runs/` for the transcript), then `ralph run`".into(),
             _ => "fix the error above, then `ralph run`".into(),
         },

@@ -956,3 +956,71 @@ fn transient_failures_in_a_row_are_bounded() {
         text(&out)
     );
 }
+
+#[test]
+fn restart_kills_processes_the_agent_moved_out_of_its_group() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    // An agent that starts a process in a session of its own (as tools and dev servers do),
+    // then hangs.
+    let agent = env.root.path().join("agent.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\ncat >/dev/null\nsetsid sleep 300 </dev/null >/dev/null 2>&1 &\necho $! > \"$ESCAPEE\"\nsleep 300\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let pid_file = env.root.path().join("escapee.pid");
+    let mut child = env
+        .ralph_cmd(&[
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            agent.to_str().unwrap(),
+            "--max-iter",
+            "1",
+        ])
+        .env("ESCAPEE", &pid_file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let escapee: i32 = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never started its process"
+        );
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    assert!(
+        std::path::Path::new(&format!("/proc/{escapee}")).exists(),
+        "escapee died too early"
+    );
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    std::thread::sleep(Duration::from_millis(200));
+    let alive = std::fs::read_to_string(format!("/proc/{escapee}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false);
+    assert!(
+        !alive,
+        "the agent's escaped process {escapee} survived the restart"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("left running by the interrupted iteration"),
+        "{}",
+        text(&out)
+    );
+}
