@@ -235,6 +235,12 @@ pub enum ConfigError {
         /// The setting.
         name: &'static str,
     },
+    /// `--max-steps 0`.
+    #[error("--max-steps must be at least 1 (got 0)\nhint: leave it out for the default")]
+    ZeroSteps,
+    /// JSON tool mode with the Anthropic API.
+    #[error("--tool-mode json needs --provider openai (the Anthropic Messages API has no response_format)\nhint: use --tool-mode native with --provider anthropic")]
+    JsonModeNeedsOpenai,
     /// `--agent native` without a model.
     #[error("--agent native needs the model name\nhint: pass --model NAME (e.g. gpt-4.1-mini, claude-sonnet-4-5), or set model in ralph.toml")]
     MissingModel,
@@ -388,6 +394,12 @@ impl RunConfig {
             duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);
         let transient_backoff = duration("transient_backoff", &file.transient_backoff)?
             .unwrap_or(Duration::from_secs(30));
+        if native.max_steps == 0 {
+            return Err(ConfigError::ZeroSteps);
+        }
+        if native.tool_mode == ToolMode::Json && native.provider == ProviderKind::Anthropic {
+            return Err(ConfigError::JsonModeNeedsOpenai);
+        }
         Ok(RunConfig {
             transient_backoff,
             max_transient_retries: file.max_transient_retries.unwrap_or(5),

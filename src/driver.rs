@@ -229,7 +229,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         ),
         (
             "model",
-            cfg.model.clone().unwrap_or_else(|| "agent default".into()),
+            match (&cfg.model, cfg.agent) {
+                (Some(m), _) => m.clone(),
+                (None, AgentKind::Local) => match &cfg.native.model_file {
+                    Some(f) => f.display().to_string(),
+                    None => crate::config::LOCAL_MODEL_NAME.to_string(),
+                },
+                (None, _) => "agent default".into(),
+            },
         ),
         ("max-iter", cfg.max_iter.to_string()),
         (

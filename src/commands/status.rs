@@ -54,7 +54,14 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let next = loaded.prd.next_story(&state.blocked);
     let costs: Vec<f64> = ledger.iter().filter_map(|r| r.cost_usd).collect();
     let total_cost: Option<f64> = (!costs.is_empty()).then(|| costs.iter().sum());
-    let total_in: u64 = ledger.iter().filter_map(|r| r.tokens_in).sum();
+    let total_in: u64 = ledger
+        .iter()
+        .map(|r| {
+            r.tokens_in.unwrap_or(0)
+                + r.cache_read_tokens.unwrap_or(0)
+                + r.cache_creation_tokens.unwrap_or(0)
+        })
+        .sum();
     let total_out: u64 = ledger.iter().filter_map(|r| r.tokens_out).sum();
 
     if args.json {
