@@ -159,6 +159,9 @@ pub struct RunArgs {
     /// even if the agent did not (default on for --agent local, whose small model often forgets).
     #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())]
     pub verify_marks_passing: Option<bool>,
+    /// When the agent hits a usage limit, stop (exit 4) instead of waiting for the reset.
+    #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_wait: bool,
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,

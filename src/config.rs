@@ -65,6 +65,12 @@ pub struct FileConfig {
     pub transient_backoff: Option<String>,
     /// Transient failures in a row before the run stops (exit 4).
     pub max_transient_retries: Option<u32>,
+    /// How long to wait for a usage limit whose reset time the agent did not give (`1h`).
+    pub usage_limit_fallback: Option<String>,
+    /// Extra wait after a usage limit's reset time (`30s`).
+    pub usage_limit_margin: Option<String>,
+    /// Usage-limit waits in one run before it stops (exit 4).
+    pub max_usage_limit_waits: Option<u32>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
     /// native/local: API base URL.
@@ -189,6 +195,14 @@ pub struct RunConfig {
     pub transient_backoff: Duration,
     /// Transient failures in a row before the run stops.
     pub max_transient_retries: u32,
+    /// Stop (exit 4) at a usage limit instead of waiting.
+    pub no_wait: bool,
+    /// Wait for a usage limit without a reset time.
+    pub usage_limit_fallback: Duration,
+    /// Extra wait after a usage limit's reset time.
+    pub usage_limit_margin: Duration,
+    /// Usage-limit waits in one run before it stops.
+    pub max_usage_limit_waits: u32,
 }
 
 /// Default time limit of a verify command (10 minutes).
@@ -400,7 +414,15 @@ impl RunConfig {
         if native.tool_mode == ToolMode::Json && native.provider == ProviderKind::Anthropic {
             return Err(ConfigError::JsonModeNeedsOpenai);
         }
+        let usage_limit_fallback = duration("usage_limit_fallback", &file.usage_limit_fallback)?
+            .unwrap_or(Duration::from_secs(3600));
+        let usage_limit_margin = duration("usage_limit_margin", &file.usage_limit_margin)?
+            .unwrap_or(Duration::from_secs(30));
         Ok(RunConfig {
+            no_wait: args.no_wait,
+            usage_limit_fallback,
+            usage_limit_margin,
+            max_usage_limit_waits: file.max_usage_limit_waits.unwrap_or(3),
             transient_backoff,
             max_transient_retries: file.max_transient_retries.unwrap_or(5),
             verify: args.verify.clone().or(file.verify.clone()),

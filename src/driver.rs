@@ -158,6 +158,24 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     // trailers remember them.
     state.iteration = state.iteration.max(last_recorded_iteration(&repo, &paths));
 
+    // A usage-limit wait that a previous ralph did not finish still holds.
+    if let Some(until) = state.resume_at {
+        if until > Utc::now() {
+            if cfg.no_wait {
+                ui.warn(&format!(
+                    "the agent's usage limit resets at {}; not waiting (--no-wait)",
+                    until.with_timezone(&Local).format("%Y-%m-%d %H:%M")
+                ));
+                return Ok(ExitStatus::OtherLimit);
+            }
+            if !wait_for_reset(until, cfg.usage_limit_margin, &stop, ui).await {
+                return Ok(ExitStatus::Interrupted);
+            }
+        }
+        state.resume_at = None;
+        state.save(&paths.ralph_dir)?;
+    }
+
     let loaded = store::load(&paths.prd)?;
     template.check(&loaded.prd, &paths)?;
     let expected_ids = story_ids(&loaded.prd);
@@ -262,6 +280,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let mut slot = 0u32;
     let mut caveats: Vec<String> = Vec::new();
     let mut transient_in_a_row = 0u32;
+    let mut usage_waits = 0u32;
     let status = loop {
         let current = store::load(&paths.prd)?;
         let missing: Vec<String> = expected_ids
@@ -305,6 +324,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             ui,
         )
         .await?;
+        let resume_at = done.resume_at;
         feedback = done.feedback;
         caveats.extend(done.caveats);
         let outcome = done.record.outcome;
@@ -343,8 +363,36 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             Outcome::Interrupted => break ExitStatus::Interrupted,
             Outcome::AuthError | Outcome::ConfigError => break ExitStatus::Failure,
             Outcome::UsageLimit => {
-                ui.warn("the agent hit a usage limit; stopping (waiting for the reset is not supported yet)");
-                break ExitStatus::OtherLimit;
+                // Not the agent's failure and not an iteration of the budget: wait for the
+                // reset (persisted, so a restarted ralph waits too) and run the same story again.
+                slot -= 1;
+                usage_waits += 1;
+                let until = resume_at.unwrap_or_else(|| {
+                    Utc::now()
+                        + chrono::Duration::from_std(cfg.usage_limit_fallback)
+                            .unwrap_or(chrono::Duration::hours(1))
+                });
+                state.resume_at = Some(until);
+                state.save(&paths.ralph_dir)?;
+                if cfg.no_wait {
+                    caveats.push(format!(
+                        "the agent hit a usage limit that resets at {}; run `ralph run` again then (stopped because of --no-wait)",
+                        until.with_timezone(&Local).format("%Y-%m-%d %H:%M")
+                    ));
+                    break ExitStatus::OtherLimit;
+                }
+                if usage_waits > cfg.max_usage_limit_waits {
+                    caveats.push(format!(
+                        "the agent hit a usage limit {usage_waits} times in this run; stopped instead of waiting again (it resets at {})",
+                        until.with_timezone(&Local).format("%Y-%m-%d %H:%M")
+                    ));
+                    break ExitStatus::OtherLimit;
+                }
+                if !wait_for_reset(until, cfg.usage_limit_margin, &stop, ui).await {
+                    break ExitStatus::Interrupted;
+                }
+                state.resume_at = None;
+                state.save(&paths.ralph_dir)?;
             }
             _ => {}
         }
@@ -461,6 +509,8 @@ struct IterationDone {
     /// Things the morning reader must know even if the run completes (e.g. stories marked
     /// passing during another story's iteration).
     caveats: Vec<String>,
+    /// For a usage limit: when the agent said it resets.
+    resume_at: Option<chrono::DateTime<Utc>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -921,6 +971,7 @@ async fn run_iteration(
         record,
         feedback: feedback_next,
         caveats,
+        resume_at: report.resume_at,
     })
 }
 
@@ -1219,6 +1270,26 @@ async fn run_verify(
         result,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
     }))
+}
+
+/// Sleeps until `until` plus `margin`, saying when it will resume. False when a stop signal
+/// arrived first.
+async fn wait_for_reset(
+    until: chrono::DateTime<Utc>,
+    margin: Duration,
+    stop: &StopSignals,
+    ui: &Ui,
+) -> bool {
+    let left = (until - Utc::now()).to_std().unwrap_or_default() + margin;
+    ui.warn(&format!(
+        "waiting for the usage limit to reset at {} (in {}); Ctrl-C stops, `ralph run` later resumes the wait",
+        until.with_timezone(&Local).format("%H:%M"),
+        humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+    ));
+    tokio::select! {
+        _ = tokio::time::sleep(left) => true,
+        _ = stop.stop.cancelled() => false,
+    }
 }
 
 /// The wait before retry `n` (1-based) after transient failures: `base` doubled each time, capped

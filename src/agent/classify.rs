@@ -376,3 +376,34 @@ mod tests {
         assert_eq!(c.message(), Some("Invalid API key · Please run /login"));
     }
 }
+
+/// The reset time written in a usage-limit message, when it carries one ralph can read: the
+/// legacy Claude form `Claude AI usage limit reached|1753441200` (epoch seconds). Other forms
+/// ("resets 2pm (Europe/Berlin)") are not parsed yet; the caller falls back to a configured wait.
+pub fn resume_at_from_text(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let (_, tail) = text.rsplit_once('|')?;
+    let digits: String = tail
+        .trim()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if !(9..=11).contains(&digits.len()) {
+        return None;
+    }
+    chrono::DateTime::from_timestamp(digits.parse().ok()?, 0)
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::*;
+
+    #[test]
+    fn legacy_epoch_suffix_is_read() {
+        let t = resume_at_from_text("Claude AI usage limit reached|1753441200").unwrap();
+        assert_eq!(t.timestamp(), 1_753_441_200);
+        assert!(
+            resume_at_from_text("You've hit your limit · resets 2pm (Europe/Berlin)").is_none()
+        );
+        assert!(resume_at_from_text("a|b").is_none());
+    }
+}

@@ -144,6 +144,8 @@ pub struct ClaudeParser {
     /// Text of the last assistant message that carried an `error` field (a synthetic API error).
     assistant_error: Option<String>,
     stderr_tail: StderrTail,
+    /// `rate_limit_event.rate_limit_info.resetsAt` (epoch seconds) of a rejected limit.
+    resets_at: Option<i64>,
 }
 
 impl ClaudeParser {
@@ -170,6 +172,11 @@ impl ClaudeParser {
             Some("rate_limit_event") => {
                 if let Some(status) = v.pointer("/rate_limit_info/status").and_then(Value::as_str) {
                     self.classifier.observe(Signal::RateLimitStatus(status));
+                    if status == "rejected" {
+                        self.resets_at = v
+                            .pointer("/rate_limit_info/resetsAt")
+                            .and_then(Value::as_i64);
+                    }
                 }
                 Vec::new()
             }
@@ -397,6 +404,15 @@ impl OutputParser for ClaudeParser {
             None if self.last_message_texts.is_empty() => None,
             None => Some(self.last_message_texts.join("\n")),
         };
+        let resume_at = match (failure, self.resets_at) {
+            (Some(crate::agent::FailureClass::UsageLimit), Some(epoch)) => {
+                chrono::DateTime::from_timestamp(epoch, 0)
+            }
+            (Some(crate::agent::FailureClass::UsageLimit), None) => error_message
+                .as_deref()
+                .and_then(crate::agent::classify::resume_at_from_text),
+            _ => None,
+        };
         AgentReport {
             final_text,
             saw_final,
@@ -405,6 +421,7 @@ impl OutputParser for ClaudeParser {
             failure,
             cost_usd: self.result.as_ref().and_then(|r| r.cost_usd),
             usage: self.result.as_ref().map(|r| r.usage).unwrap_or_default(),
+            resume_at,
             session_id: self.session_id,
             model: self.model,
             agent_version: self.version,

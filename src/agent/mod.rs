@@ -124,6 +124,8 @@ pub struct AgentReport {
     pub model: Option<String>,
     /// The agent's version, when it reported one.
     pub agent_version: Option<String>,
+    /// For a usage limit: when the agent said it resets (UTC), if it said so.
+    pub resume_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a

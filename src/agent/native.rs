@@ -230,6 +230,7 @@ impl OutputParser for NativeParser {
             session_id: None,
             model: r.get("model").and_then(Value::as_str).map(str::to_string),
             agent_version: Some(format!("ralph-native {}", env!("CARGO_PKG_VERSION"))),
+            resume_at: None,
         }
     }
 }

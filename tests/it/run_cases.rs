@@ -1024,3 +1024,66 @@ fn restart_kills_processes_the_agent_moved_out_of_its_group() {
         text(&out)
     );
 }
+
+fn usage_limit_invocation(resets_in_s: i64) -> Value {
+    let resets_at = chrono::Utc::now().timestamp() + resets_in_s;
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit · resets 2pm (Europe/Berlin)", "resets_at": resets_at}},
+        {"exit": 1}
+    ])
+}
+
+#[test]
+fn case_12_usage_limit_waits_for_the_reset_and_does_not_use_the_budget() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(
+        &json!({"invocations": [usage_limit_invocation(2), claude_story("US-001", 1, "done")]}),
+    );
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "did not wait for the reset"
+    );
+    assert_eq!(outcomes(&env), ["usage_limit", "story_passed"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("waiting for the usage limit to reset at"),
+        "{stderr}"
+    );
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert!(state["resume_at"].is_null(), "{state}");
+    assert_eq!(state["attempts"]["US-001"], 1);
+}
+
+#[test]
+fn no_wait_stops_at_a_usage_limit_and_a_restart_honours_the_persisted_reset() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(
+        &json!({"invocations": [usage_limit_invocation(3600), claude_story("US-001", 1, "done")]}),
+    );
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["usage_limit"]);
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    let resume_at = state["resume_at"].as_str().expect("resume_at persisted");
+    let parsed = chrono::DateTime::parse_from_rfc3339(resume_at).unwrap();
+    assert!(
+        (parsed.timestamp() - chrono::Utc::now().timestamp() - 3600).abs() < 60,
+        "{resume_at}"
+    );
+    // A restarted ralph still knows about the limit: with --no-wait it stops at once.
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not waiting (--no-wait)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(env.agent_calls(), 1);
+}
