@@ -15,14 +15,14 @@
 //!   results as plain text blocks instead.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 
-use super::retry::{classify_http, classify_stream_error};
+use super::retry::classify_stream_error;
 use super::sse::{self, Answer};
 use super::{ChatRequest, ChatResponse, LlmError, ProviderConfig, Role, StopReason, TokenUsage};
 use super::{Message, ToolCall};
@@ -73,32 +73,12 @@ impl AnthropicClient {
     }
 
     async fn send(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let stream = self.config.stream && !self.no_stream.load(Ordering::Relaxed);
-        match self.post(request, stream).await? {
-            Answer::Ok(response) => read(response).await,
-            Answer::Refused { status, body, .. }
-                if stream && sse::says_stream_unsupported(status, &body) =>
-            {
-                self.no_stream.store(true, Ordering::Relaxed);
-                tracing::warn!(
-                    url = %self.url,
-                    "the server refused a streaming request; using non-streaming requests"
-                );
-                match self.post(request, false).await? {
-                    Answer::Ok(response) => read(response).await,
-                    Answer::Refused {
-                        status,
-                        headers,
-                        body,
-                    } => Err(classify_http(status, &headers, &body)),
-                }
-            }
-            Answer::Refused {
-                status,
-                headers,
-                body,
-            } => Err(classify_http(status, &headers, &body)),
-        }
+        let response =
+            sse::post_with_fallback(&self.no_stream, self.config.stream, &self.url, |stream| {
+                self.post(request, stream)
+            })
+            .await?;
+        read(response).await
     }
 
     async fn post(&self, request: &ChatRequest, stream: bool) -> Result<Answer, LlmError> {

@@ -52,6 +52,51 @@ pub(crate) fn build_http(config: &ProviderConfig) -> Result<reqwest::Client, Llm
         })
 }
 
+/// POSTs through `post(stream)`, streaming when `want_stream` is on and the server has not
+/// refused streaming before (`no_stream`). A server that says it cannot stream is remembered and
+/// asked again without streaming. Returns the 2xx response, body unread.
+///
+/// # Errors
+/// The refusal, classified by [`super::retry::classify_http`]; errors from `post`.
+pub(crate) async fn post_with_fallback<F, Fut>(
+    no_stream: &std::sync::atomic::AtomicBool,
+    want_stream: bool,
+    url: &str,
+    mut post: F,
+) -> Result<reqwest::Response, LlmError>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, LlmError>>,
+{
+    use std::sync::atomic::Ordering;
+    let stream = want_stream && !no_stream.load(Ordering::Relaxed);
+    let refused = match post(stream).await? {
+        Answer::Ok(response) => return Ok(response),
+        Answer::Refused { status, body, .. }
+            if stream && says_stream_unsupported(status, &body) =>
+        {
+            no_stream.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                url = %url,
+                "the server refused a streaming request; using non-streaming requests"
+            );
+            match post(false).await? {
+                Answer::Ok(response) => return Ok(response),
+                refused => refused,
+            }
+        }
+        refused => refused,
+    };
+    match refused {
+        Answer::Refused {
+            status,
+            headers,
+            body,
+        } => Err(super::retry::classify_http(status, &headers, &body)),
+        Answer::Ok(response) => Ok(response),
+    }
+}
+
 /// What the server answered to a POST.
 pub(crate) enum Answer {
     /// A 2xx response, body not yet read.
