@@ -69,6 +69,16 @@ pub struct StatusArgs {
 pub enum AgentKind {
     /// Claude Code (`claude -p --output-format stream-json`).
     Claude,
+    /// OpenAI Codex CLI (`codex exec --json`).
+    Codex,
+    /// Sourcegraph Amp (`amp -x --stream-json`).
+    Amp,
+    /// OpenCode (`opencode run --format json`).
+    Opencode,
+    /// Google Gemini CLI (`gemini --output-format stream-json`).
+    Gemini,
+    /// Cursor CLI (`cursor-agent -p --output-format stream-json`).
+    Cursor,
     /// Any command: the prompt on stdin, plain-text output.
     Exec,
     /// ralph's own tool loop over an LLM HTTP API (OpenAI-compatible or Anthropic).
@@ -82,6 +92,11 @@ impl AgentKind {
     pub fn as_str(self) -> &'static str {
         match self {
             AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Amp => "amp",
+            AgentKind::Opencode => "opencode",
+            AgentKind::Gemini => "gemini",
+            AgentKind::Cursor => "cursor",
             AgentKind::Exec => "exec",
             AgentKind::Native => "native",
             AgentKind::Local => "local",

@@ -8,10 +8,15 @@ use serde::Serialize;
 use crate::cli::AgentKind;
 use crate::process::{OutputLine, SpawnSpec};
 
+pub mod amp;
 pub mod classify;
 pub mod claude;
+pub mod codex;
+pub mod cursor;
 pub mod exec;
+pub mod gemini;
 pub mod native;
+pub mod opencode;
 
 /// Settings a backend needs to build its command line.
 #[derive(Debug, Clone, Default)]
@@ -186,6 +191,11 @@ pub trait Backend: Send + Sync {
 pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match kind {
         AgentKind::Claude => Box::new(claude::Claude::new(settings)),
+        AgentKind::Codex => Box::new(codex::Codex::new(settings)),
+        AgentKind::Amp => Box::new(amp::Amp::new(settings)),
+        AgentKind::Opencode => Box::new(opencode::Opencode::new(settings)),
+        AgentKind::Gemini => Box::new(gemini::Gemini::new(settings)),
+        AgentKind::Cursor => Box::new(cursor::Cursor::new(settings)),
         AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
         AgentKind::Native | AgentKind::Local => {
             let native = settings.native.ok_or_else(|| {

@@ -78,6 +78,12 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+mod amp;
+mod codex;
+mod cursor;
+mod gemini;
+mod opencode;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -131,6 +137,16 @@ enum Action {
     IgnoreSigterm(bool),
     SpawnGrandchild(Grandchild),
     Exit(i32),
+    /// Codex `exec --json` dialect; shapes in `codex.rs`.
+    Codex(Value),
+    /// OpenCode `run --format json` dialect; shapes in `opencode.rs`.
+    Opencode(Value),
+    /// Gemini CLI `--output-format stream-json` dialect; shapes in `gemini.rs`.
+    Gemini(Value),
+    /// Amp `--stream-json` dialect; shapes in `amp.rs`.
+    Amp(Value),
+    /// Cursor `cursor-agent --output-format stream-json` dialect; shapes in `cursor.rs`.
+    Cursor(Value),
 }
 
 #[derive(Debug, Deserialize)]
@@ -384,7 +400,42 @@ fn out_json(value: &Value) -> anyhow::Result<()> {
     out(format!("{value}\n").as_bytes())
 }
 
+/// What a dialect module may use while it plays one action: the invocation number (for
+/// unique ids) and the stdin bytes read so far.
+pub struct Dialect<'a> {
+    /// 0-based invocation number across processes.
+    pub n: u64,
+    /// A counter the dialect may bump for unique ids within this invocation.
+    pub seq: &'a mut u64,
+}
+
+impl Dialect<'_> {
+    /// The next id number within this invocation.
+    pub fn next_id(&mut self) -> u64 {
+        *self.seq += 1;
+        *self.seq
+    }
+
+    /// Prints `value` as one compact JSON line on stdout (flushed).
+    pub fn line(&self, value: &Value) -> anyhow::Result<()> {
+        out_json(value)
+    }
+
+    /// Prints `text` plus a newline on stderr.
+    pub fn stderr(&self, text: &str) -> anyhow::Result<()> {
+        let mut stderr = std::io::stderr().lock();
+        writeln!(stderr, "{text}").context("writing stderr")
+    }
+}
+
 impl Player {
+    fn dialect(&mut self) -> Dialect<'_> {
+        Dialect {
+            n: self.n,
+            seq: &mut self.tools,
+        }
+    }
+
     /// Runs one action; `Some(code)` means exit now.
     fn play(&mut self, action: &Action) -> anyhow::Result<Option<i32>> {
         match action {
@@ -403,6 +454,11 @@ impl Player {
                 writeln!(stderr, "{text}").context("writing stderr")?;
             }
             Action::Json(value) => out_json(value)?,
+            Action::Codex(v) => codex::play(v, &mut self.dialect())?,
+            Action::Opencode(v) => opencode::play(v, &mut self.dialect())?,
+            Action::Gemini(v) => gemini::play(v, &mut self.dialect())?,
+            Action::Amp(v) => amp::play(v, &mut self.dialect())?,
+            Action::Cursor(v) => cursor::play(v, &mut self.dialect())?,
             Action::ClaudeInit(init) => self.claude_init(init)?,
             Action::ClaudeText(text) => {
                 let block = json!({"type": "text", "text": text});
