@@ -67,7 +67,7 @@ export ANTHROPIC_API_KEY=dummy IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRA
 export RALPH_AGENT_PROGRAM="$claude"
 
 cmd=("$model" --scenario "$example/scenario.json" --log "$model_log" --
-  "$ralph" run --agent claude --max-iter 6)
+  "$ralph" run --agent claude --max-iter 6 --keep-api-key)
 netns=""
 for flags in -n -rn; do
   if unshare "$flags" sh -c 'ip link set lo up' >/dev/null 2>&1; then

@@ -177,6 +177,14 @@ pub struct RunArgs {
     /// When the agent hits a usage limit, stop (exit 4) instead of waiting for the reset.
     #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_wait: bool,
+    /// claude: keep ANTHROPIC_API_KEY in claude's environment. By default ralph removes it,
+    /// because with it claude bills the API key instead of your subscription.
+    #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())]
+    pub keep_api_key: bool,
+    /// Stop the run (exit 4) once it has run this long, e.g. `8h`; an iteration in progress is
+    /// finished and committed first, and a usage-limit wait past it stops at once.
+    #[arg(long, value_name = "DUR", env = "RALPH_MAX_DURATION", value_parser = humantime::parse_duration)]
+    pub max_duration: Option<std::time::Duration>,
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,

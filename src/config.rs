@@ -94,8 +94,17 @@ pub struct FileConfig {
     /// native/local: the tools offered to the model, by name (default: all; local: a short list).
     pub tools: Option<Vec<String>>,
     /// Model prices in USD per million tokens: `[prices."gpt-4.1"] input = 2.0, output = 8.0`.
+    /// Used by the native backends and by CLIs that report tokens but no cost (codex, gemini).
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// claude: keep `ANTHROPIC_API_KEY` in claude's environment (it is removed by default
+    /// because it silently switches a subscription login to pay-per-token API billing).
+    pub keep_api_key: Option<bool>,
+    /// Wall-clock limit of the whole run, humantime syntax (`8h`).
+    pub max_duration: Option<String>,
+    /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
+    #[serde(default)]
+    pub patterns: crate::agent::classify::ExtraPatterns,
 }
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
@@ -203,6 +212,12 @@ pub struct RunConfig {
     pub usage_limit_margin: Duration,
     /// Usage-limit waits in one run before it stops.
     pub max_usage_limit_waits: u32,
+    /// claude: keep `ANTHROPIC_API_KEY` in its environment.
+    pub keep_api_key: bool,
+    /// Wall-clock limit of the whole run (`None`: no limit).
+    pub max_duration: Option<Duration>,
+    /// Failure patterns from ralph.toml, added to the built-in ones.
+    pub patterns: crate::agent::classify::ExtraPatterns,
 }
 
 /// Default time limit of a verify command (10 minutes).
@@ -418,7 +433,19 @@ impl RunConfig {
             .unwrap_or(Duration::from_secs(3600));
         let usage_limit_margin = duration("usage_limit_margin", &file.usage_limit_margin)?
             .unwrap_or(Duration::from_secs(30));
+        let max_duration = match args.max_duration {
+            Some(d) => Some(d),
+            None => duration("max_duration", &file.max_duration)?,
+        };
+        if max_duration == Some(Duration::ZERO) {
+            return Err(ConfigError::ZeroDuration {
+                name: "--max-duration",
+            });
+        }
         Ok(RunConfig {
+            keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
+            max_duration,
+            patterns: file.patterns.clone(),
             no_wait: args.no_wait,
             usage_limit_fallback,
             usage_limit_margin,

@@ -455,6 +455,7 @@ fn build_backend(
             agent_cmd: cfg.agent_cmd.clone(),
             program: cfg.agent_program.clone(),
             native,
+            keep_api_key: cfg.keep_api_key,
         },
     )
 }
@@ -567,6 +568,20 @@ async fn run_iteration(
     // that is really its own (pids are reused).
     spec.env_set
         .push((AGENT_TAG_VAR.to_string(), agent_tag(run_id, iteration)));
+    // Colour codes only get in the way of parsing and of the transcript, whatever the backend.
+    spec.set_env_default("NO_COLOR", "1");
+    // The prompt is kept next to the transcript, so that the logged command line can be pasted
+    // into a shell to replay the iteration by hand.
+    let prompt_file = paths
+        .ralph_dir
+        .join(Transcript::relative_path(run_id, iteration))
+        .with_extension("prompt.md");
+    if let Some(dir) = prompt_file.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    write_atomic(&prompt_file, prompt.as_bytes())?;
+    let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
     let mut parser = backend.parser(&prompt);
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
     write_atomic(&paths.ralph_dir.join(PRD_SNAPSHOT), &snapshot.raw)?;
@@ -589,7 +604,7 @@ async fn run_iteration(
         iteration,
         story_id: story.id.clone(),
         backend: backend.kind().as_str().to_string(),
-        command: shell_words(&spec),
+        command: command_line.clone(),
         head: head_before.clone(),
         ralph_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: started_at.to_rfc3339(),
@@ -609,6 +624,7 @@ async fn run_iteration(
         &story.title,
         backend.kind().as_str(),
     );
+    ui.agent_command(&command_line);
 
     let ralph_dir = paths.ralph_dir.clone();
     let run_result = {
@@ -652,7 +668,8 @@ async fn run_iteration(
             return Err(e.into());
         }
     };
-    let report = parser.finish(outcome_of_process.exit_code);
+    let mut report = parser.finish(outcome_of_process.exit_code);
+    cfg.patterns.apply(&mut report);
     transcript.note(
         "end",
         serde_json::json!({"end": outcome_of_process.end, "exit_code": outcome_of_process.exit_code,

@@ -165,6 +165,18 @@ impl Ui {
         format!("${:.2}", self.run_cost + iteration_cost)
     }
 
+    /// With `--verbose`, prints the agent's command line (pasteable into a shell; see
+    /// [`crate::process::SpawnSpec::shell_line`]); in JSON mode it is the `command` field of an
+    /// `agent_command` event.
+    pub fn agent_command(&self, line: &str) {
+        if self.verbose && self.human() {
+            self.eprint(&format!("  {} {line}", style("$").dim().for_stderr()));
+        }
+        if self.verbose {
+            self.json_event("agent_command", json!({"command": line}));
+        }
+    }
+
     /// Updates the live line from an agent event; with `--verbose`, prints the agent's text and
     /// tool calls.
     pub fn agent_event(&self, event: &AgentEvent) {

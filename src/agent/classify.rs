@@ -11,7 +11,9 @@
 //! [`Classifier`] keeps every match and reports the most decisive class ([`precedence`]).
 //!
 //! Sources for the patterns: `notes/agent-protocols.md` §1 (Claude Code errors, limits and exit
-//! codes) and `notes/real-clis.md` §1 (claude 2.1.332 error runs).
+//! codes), §2 (codex `CodexErr` texts), §4–§6 (opencode, gemini, cursor) and `notes/real-clis.md`
+//! (the real CLIs' error runs). Users add their own with `[patterns]` in ralph.toml
+//! ([`ExtraPatterns`]).
 
 use crate::agent::FailureClass;
 use crate::process::strip_ansi;
@@ -76,6 +78,18 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::Auth,
         Pattern::ErrorCode("authentication_failed"),
     ),
+    // codex: `unexpected status 401 Unauthorized: …` and refresh-token failures.
+    (FailureClass::Auth, Pattern::Contains("401 unauthorized")),
+    (
+        FailureClass::Auth,
+        Pattern::Contains("refresh token"),
+    ),
+    (FailureClass::Auth, Pattern::Contains("please log in again")),
+    // gemini's error class name, and amp/cursor's key variables when missing.
+    (
+        FailureClass::Auth,
+        Pattern::Contains("fatalauthenticationerror"),
+    ),
     (FailureClass::Auth, Pattern::Status(401, 401)),
     (FailureClass::Auth, Pattern::Status(403, 403)),
     // Config: deterministic setup problems; the same command fails the same way every time.
@@ -92,6 +106,24 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         Pattern::Contains("requires --verbose"),
     ),
     (FailureClass::Config, Pattern::Contains("unknown option")),
+    // codex outside a git repository without --skip-git-repo-check.
+    (
+        FailureClass::Config,
+        Pattern::Contains("not inside a trusted directory"),
+    ),
+    // gemini in an untrusted folder without --skip-trust.
+    (
+        FailureClass::Config,
+        Pattern::Contains("not running in a trusted directory"),
+    ),
+    (
+        FailureClass::Config,
+        Pattern::Contains("invalid auth method selected"),
+    ),
+    (
+        FailureClass::Config,
+        Pattern::Contains("is no longer supported"),
+    ),
     (FailureClass::Config, Pattern::StartsWith("error: unknown")),
     // Usage limit: wait for the reset, then resume.
     (
@@ -122,6 +154,31 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::UsageLimit,
         Pattern::ErrorCode("billing_error"),
     ),
+    // codex: the API error type behind "You've hit your usage limit", the workspace and spend
+    // variants, and an API key without quota.
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("usage_limit_reached"),
+    ),
+    (FailureClass::UsageLimit, Pattern::Contains("out of credits")),
+    (FailureClass::UsageLimit, Pattern::Contains("hit your spend cap")),
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("check your plan and billing details"),
+    ),
+    (
+        FailureClass::UsageLimit,
+        Pattern::ErrorCode("insufficient_quota"),
+    ),
+    // gemini's TerminalQuotaError: a daily quota.
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("exhausted your capacity"),
+    ),
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("terminalquotaerror"),
+    ),
     (
         FailureClass::UsageLimit,
         Pattern::RateLimitStatus("rejected"),
@@ -137,6 +194,33 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (FailureClass::Transient, Pattern::ErrorCode("rate_limit")),
     (FailureClass::Transient, Pattern::ErrorCode("server_error")),
     (FailureClass::Transient, Pattern::ErrorCode("overloaded")),
+    // codex: generic replacements for 5xx and exhausted retries; a model at capacity.
+    (
+        FailureClass::Transient,
+        Pattern::Contains("experiencing high demand"),
+    ),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("exceeded retry limit"),
+    ),
+    (FailureClass::Transient, Pattern::Contains("is at capacity")),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("stream disconnected before completion"),
+    ),
+    // gemini's per-minute quota ("Please retry in 12s"), network trouble in any CLI.
+    (
+        FailureClass::Transient,
+        Pattern::Contains("retryablequotaerror"),
+    ),
+    (FailureClass::Transient, Pattern::Contains("econnreset")),
+    (FailureClass::Transient, Pattern::Contains("econnrefused")),
+    (FailureClass::Transient, Pattern::Contains("etimedout")),
+    (FailureClass::Transient, Pattern::Contains("socket hang up")),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("service unavailable"),
+    ),
     // Context: the prompt no longer fits; retrying as-is loops.
     (
         FailureClass::Context,
@@ -150,7 +234,101 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::Context,
         Pattern::TerminalReason("blocking_limit"),
     ),
+    // codex and opencode.
+    (
+        FailureClass::Context,
+        Pattern::Contains("ran out of room in the model's context window"),
+    ),
+    (
+        FailureClass::Context,
+        Pattern::Contains("contextoverflowerror"),
+    ),
 ];
+
+/// Failure patterns a user adds in ralph.toml, next to the built-in [`RULES`]:
+///
+/// ```toml
+/// [patterns]
+/// usage_limit = ["monthly token budget exhausted"]
+/// transient = ["upstream connect error"]
+/// ```
+///
+/// Each entry is a case-insensitive substring, matched like the built-in text rules: only
+/// against the agent's own error channel (the report's error message and the stderr lines the
+/// backend kept), after removing ANSI escapes, and only when the run failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraPatterns {
+    /// Texts that mean a usage limit (wait for the reset).
+    #[serde(default)]
+    pub usage_limit: Vec<String>,
+    /// Texts that mean a transient failure (retry after a backoff).
+    #[serde(default)]
+    pub transient: Vec<String>,
+    /// Texts that mean bad or expired credentials (stop the run).
+    #[serde(default)]
+    pub auth: Vec<String>,
+    /// Texts that mean a deterministic setup problem (stop the run).
+    #[serde(default)]
+    pub config: Vec<String>,
+    /// Texts that mean the context window overflowed.
+    #[serde(default)]
+    pub context: Vec<String>,
+}
+
+impl ExtraPatterns {
+    /// Whether no pattern is configured.
+    pub fn is_empty(&self) -> bool {
+        self.groups().all(|(_, list)| list.is_empty())
+    }
+
+    fn groups(&self) -> impl Iterator<Item = (FailureClass, &Vec<String>)> {
+        [
+            (FailureClass::UsageLimit, &self.usage_limit),
+            (FailureClass::Transient, &self.transient),
+            (FailureClass::Auth, &self.auth),
+            (FailureClass::Config, &self.config),
+            (FailureClass::Context, &self.context),
+        ]
+        .into_iter()
+    }
+
+    /// The most decisive class whose pattern occurs in `text`, if any.
+    pub fn classify(&self, text: &str) -> Option<FailureClass> {
+        let lower = strip_ansi(text).to_lowercase();
+        self.groups()
+            .filter(|(_, list)| {
+                list.iter()
+                    .any(|p| !p.trim().is_empty() && lower.contains(&p.to_lowercase()))
+            })
+            .map(|(class, _)| class)
+            .max_by_key(|class| precedence(*class))
+    }
+
+    /// Applies the patterns to a finished run's report: when the run failed (`is_error`) and its
+    /// error message matches a class more decisive than the one the backend found, that class
+    /// wins; a usage limit then also gets its reset time from the message when it names one.
+    pub fn apply(&self, report: &mut crate::agent::AgentReport) {
+        if self.is_empty() || !report.is_error {
+            return;
+        }
+        let Some(message) = report.error_message.as_deref() else {
+            return;
+        };
+        let Some(class) = self.classify(message) else {
+            return;
+        };
+        if report
+            .failure
+            .is_none_or(|current| precedence(class) > precedence(current))
+        {
+            report.failure = Some(class);
+            if class == FailureClass::UsageLimit && report.resume_at.is_none() {
+                report.resume_at = resume_at_from_text(message);
+            }
+        }
+    }
+}
 
 /// How decisive a class is when several matched in one run; higher wins.
 ///
@@ -240,6 +418,109 @@ impl Classifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One realistic line per built-in text rule, from the notes on each CLI, with the class it
+    /// must get. The test also fails when a text rule has no line here.
+    const REALISTIC: &[(&str, FailureClass)] = &[
+        ("Invalid API key · Please run /login", FailureClass::Auth),
+        ("Not logged in · Please run /login", FailureClass::Auth),
+        ("Failed to authenticate. API Error: 401 {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\"}}", FailureClass::Auth),
+        ("OAuth token has expired. Please obtain a new token or refresh your existing token.", FailureClass::Auth),
+        ("unexpected status 401 Unauthorized: {\"error\":{\"message\":\"Incorrect API key provided\"}}", FailureClass::Auth),
+        ("Your access token could not be refreshed because your refresh token was already used. Please log out and sign in again.", FailureClass::Auth),
+        ("Your session has expired; please log in again.", FailureClass::Auth),
+        ("FatalAuthenticationError: [API Error: API key not valid. Please pass a valid API key.]", FailureClass::Auth),
+        ("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons", FailureClass::Config),
+        ("Error: Claude Code cannot be launched inside another Claude Code session.", FailureClass::Config),
+        ("Error: When using --print, --output-format=stream-json requires --verbose", FailureClass::Config),
+        ("error: unknown option '--frobnicate'", FailureClass::Config),
+        ("error: unknown command 'x'", FailureClass::Config),
+        ("Not inside a trusted directory and --skip-git-repo-check was not specified.", FailureClass::Config),
+        ("Gemini CLI is not running in a trusted directory. To proceed, either use --skip-trust, set the GEMINI_CLI_TRUST_WORKSPACE=true environment variable, or trust this directory in interactive mode.", FailureClass::Config),
+        ("Invalid auth method selected.", FailureClass::Config),
+        ("`wire_api = \"chat\"` is no longer supported. How to fix: set `wire_api = \"responses\"`", FailureClass::Config),
+        ("You've hit your session limit · resets 2pm (Europe/Helsinki)", FailureClass::UsageLimit),
+        ("You\u{2019}ve hit your usage limit. Upgrade to Pro or try again at 3:28 PM.", FailureClass::UsageLimit),
+        ("Claude AI usage limit reached|1753441200", FailureClass::UsageLimit),
+        ("You have reached your specified API usage limits. You will regain access on 2026-04-01 at 00:00 UTC.", FailureClass::UsageLimit),
+        ("Credit balance is too low", FailureClass::UsageLimit),
+        ("Your usage allocation has been disabled by your admin", FailureClass::UsageLimit),
+        ("{\"error\":{\"type\":\"usage_limit_reached\",\"message\":\"The usage limit has been reached\"}}", FailureClass::UsageLimit),
+        ("Your workspace is out of credits. Add credits to keep using Codex.", FailureClass::UsageLimit),
+        ("You hit your spend cap for this month.", FailureClass::UsageLimit),
+        ("Quota exceeded. Check your plan and billing details.", FailureClass::UsageLimit),
+        ("[API Error: You have exhausted your capacity on this model. Your quota will reset after 2h30m40s.]", FailureClass::UsageLimit),
+        ("TerminalQuotaError: daily limit reached", FailureClass::UsageLimit),
+        ("API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}", FailureClass::Transient),
+        ("No messages returned", FailureClass::Transient),
+        ("We\u{2019}re currently experiencing high demand, which may cause temporary errors.", FailureClass::Transient),
+        ("exceeded retry limit, last status: 429 Too Many Requests", FailureClass::Transient),
+        ("Selected model is at capacity. Please try a different model.", FailureClass::Transient),
+        ("Reconnecting... 2/5 (stream disconnected before completion: error sending request)", FailureClass::Transient),
+        ("RetryableQuotaError: Please retry in 12s", FailureClass::Transient),
+        ("Error: read ECONNRESET", FailureClass::Transient),
+        ("connect ECONNREFUSED 127.0.0.1:443", FailureClass::Transient),
+        ("Error: connect ETIMEDOUT 10.0.0.1:443", FailureClass::Transient),
+        ("Error: socket hang up", FailureClass::Transient),
+        ("503 Service Unavailable", FailureClass::Transient),
+        ("Prompt is too long", FailureClass::Context),
+        ("Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying.", FailureClass::Context),
+        ("ContextOverflowError: prompt exceeds the model's context", FailureClass::Context),
+        ("Failed to authenticate. API Error: 401 authentication_error", FailureClass::Auth),
+    ];
+
+    #[test]
+    fn every_built_in_text_rule_has_a_realistic_line_that_it_classifies() {
+        for (line, class) in REALISTIC {
+            assert_eq!(classify(Signal::Text(line)), Some(*class), "{line}");
+        }
+        for (class, pattern) in RULES {
+            let covered = REALISTIC.iter().any(|(line, c)| {
+                c == class && matches(*pattern, Signal::Text(line), Some(&line.to_lowercase()))
+            });
+            let is_text = matches!(pattern, Pattern::Contains(_) | Pattern::StartsWith(_));
+            assert!(!is_text || covered, "no realistic line for {class:?} {pattern:?}");
+        }
+    }
+
+    #[test]
+    fn extra_patterns_from_ralph_toml_extend_the_built_in_ones() {
+        let extra: ExtraPatterns = toml::from_str(
+            "usage_limit = [\"Monthly Token Budget exhausted\"]\ntransient = [\"upstream connect error\"]",
+        )
+        .unwrap();
+        assert_eq!(
+            extra.classify("\x1b[31mmonthly token budget EXHAUSTED; resets in 3 hours\x1b[0m"),
+            Some(FailureClass::UsageLimit)
+        );
+        let mut report = crate::agent::AgentReport {
+            is_error: true,
+            error_message: Some("monthly token budget exhausted; resets in 3 hours".into()),
+            failure: Some(FailureClass::Transient),
+            ..Default::default()
+        };
+        extra.apply(&mut report);
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        let wait = report.resume_at.unwrap() - chrono::Utc::now();
+        assert!((2..=3).contains(&wait.num_hours()), "{wait:?}");
+
+        // A run that did not fail is left alone, and a weaker class never replaces a stronger.
+        let mut ok = crate::agent::AgentReport {
+            error_message: Some("upstream connect error".into()),
+            ..Default::default()
+        };
+        extra.apply(&mut ok);
+        assert_eq!(ok.failure, None);
+        let mut auth = crate::agent::AgentReport {
+            is_error: true,
+            error_message: Some("upstream connect error".into()),
+            failure: Some(FailureClass::Auth),
+            ..Default::default()
+        };
+        extra.apply(&mut auth);
+        assert_eq!(auth.failure, Some(FailureClass::Auth));
+        assert!(toml::from_str::<ExtraPatterns>("usage_limits = []").is_err());
+    }
 
     #[test]
     fn auth_texts_codes_and_statuses() {
@@ -377,33 +658,6 @@ mod tests {
     }
 }
 
-/// The reset time written in a usage-limit message, when it carries one ralph can read: the
-/// legacy Claude form `Claude AI usage limit reached|1753441200` (epoch seconds). Other forms
-/// ("resets 2pm (Europe/Berlin)") are not parsed yet; the caller falls back to a configured wait.
-pub fn resume_at_from_text(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
-    let (_, tail) = text.rsplit_once('|')?;
-    let digits: String = tail
-        .trim()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    if !(9..=11).contains(&digits.len()) {
-        return None;
-    }
-    chrono::DateTime::from_timestamp(digits.parse().ok()?, 0)
-}
-
-#[cfg(test)]
-mod resume_tests {
-    use super::*;
-
-    #[test]
-    fn legacy_epoch_suffix_is_read() {
-        let t = resume_at_from_text("Claude AI usage limit reached|1753441200").unwrap();
-        assert_eq!(t.timestamp(), 1_753_441_200);
-        assert!(
-            resume_at_from_text("You've hit your limit · resets 2pm (Europe/Berlin)").is_none()
-        );
-        assert!(resume_at_from_text("a|b").is_none());
-    }
-}
+/// The reset time written in a usage-limit message (every form in [`crate::agent::reset_time`]),
+/// relative to now and the local zone; `None` when the text names none.
+pub use crate::agent::reset_time::resume_at_from_text;

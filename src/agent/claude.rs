@@ -40,6 +40,11 @@ pub const ENV_REMOVED: &[&str] = &[
     "CLAUDE_CODE_SSE_PORT",
 ];
 
+/// Removed from claude's environment unless `--keep-api-key`: with it set, `claude -p` always
+/// bills this API key, silently instead of the user's subscription login
+/// (`notes/agent-protocols.md` §0.9).
+pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
+
 /// Longest tool-call summary, in characters.
 const SUMMARY_MAX_CHARS: usize = 200;
 
@@ -86,11 +91,15 @@ impl Claude {
         if as_root {
             env_set.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
         }
+        let mut env_remove: Vec<String> = ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect();
+        if !self.settings.keep_api_key {
+            env_remove.push(API_KEY_VAR.to_owned());
+        }
         SpawnSpec {
             program,
             args,
             cwd: self.settings.repo.clone(),
-            env_remove: ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect(),
+            env_remove,
             env_set,
             // On stdin, never argv: no size limit (E2BIG at 128 KiB) and no shell quoting.
             stdin: Some(prompt.as_bytes().to_vec()),
@@ -105,7 +114,8 @@ impl Backend for Claude {
 
     /// `claude -p --output-format stream-json --verbose --dangerously-skip-permissions
     /// [--model M]`, the prompt on stdin, `CLAUDECODE`/`CLAUDE_CODE_ENTRYPOINT`/
-    /// `CLAUDE_CODE_SSE_PORT` removed, `NO_COLOR=1`, and `IS_SANDBOX=1` when the effective uid is
+    /// `CLAUDE_CODE_SSE_PORT` removed, `ANTHROPIC_API_KEY` removed unless
+    /// [`AgentSettings::keep_api_key`], `NO_COLOR=1`, and `IS_SANDBOX=1` when the effective uid is
     /// root. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
         Ok(self.spec(prompt, nix::unistd::geteuid().is_root()))
@@ -867,10 +877,20 @@ mod tests {
             "CLAUDECODE",
             "CLAUDE_CODE_ENTRYPOINT",
             "CLAUDE_CODE_SSE_PORT",
+            "ANTHROPIC_API_KEY",
         ] {
             assert!(spec.env_remove.iter().any(|v| v == var), "{var}");
         }
         assert_eq!(spec.env_set, [("NO_COLOR".to_owned(), "1".to_owned())]);
+        let keep = Claude::new(AgentSettings {
+            keep_api_key: true,
+            ..AgentSettings::default()
+        });
+        assert!(!keep
+            .spec(prompt, false)
+            .env_remove
+            .iter()
+            .any(|v| v == "ANTHROPIC_API_KEY"));
 
         let root = claude.spec(prompt, true);
         assert!(root

@@ -17,6 +17,7 @@ pub mod exec;
 pub mod gemini;
 pub mod native;
 pub mod opencode;
+pub mod reset_time;
 
 /// Settings a backend needs to build its command line.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +32,8 @@ pub struct AgentSettings {
     pub program: Option<PathBuf>,
     /// Settings of the native and local backends (required for them).
     pub native: Option<native::NativeSettings>,
+    /// claude: keep `ANTHROPIC_API_KEY` in its environment (`--keep-api-key`).
+    pub keep_api_key: bool,
 }
 
 /// Token counts for one iteration (tokens).

@@ -51,6 +51,57 @@ pub struct SpawnSpec {
     pub stdin: Option<Vec<u8>>,
 }
 
+impl SpawnSpec {
+    /// Sets `name=value` unless the spec already sets `name` (a backend's own value wins).
+    pub fn set_env_default(&mut self, name: &str, value: &str) {
+        if !self.env_set.iter().any(|(n, _)| n == name) {
+            self.env_set.push((name.to_owned(), value.to_owned()));
+        }
+    }
+
+    /// The command as one line a user can paste into a POSIX shell to run the agent by hand:
+    /// `cd <cwd> && env -u <removed>… <NAME=value>… <program> <args>… < <stdin_file>`, every word
+    /// quoted where needed. Values of variables whose name mentions a key, token, secret or
+    /// password are replaced by `<redacted>`. `stdin_file` names where the stdin bytes were saved
+    /// (without one, a spec with stdin bytes ends in `< /dev/stdin`).
+    pub fn shell_line(&self, stdin_file: Option<&std::path::Path>) -> String {
+        let quote = |w: &str| {
+            shlex::try_quote(w)
+                .map(|q| q.into_owned())
+                .unwrap_or_else(|_| format!("'{}'", w.replace('\0', "")))
+        };
+        let mut words: Vec<String> = Vec::new();
+        if !self.env_remove.is_empty() || !self.env_set.is_empty() {
+            words.push("env".into());
+            for name in &self.env_remove {
+                words.push("-u".into());
+                words.push(quote(name));
+            }
+            for (name, value) in &self.env_set {
+                let upper = name.to_ascii_uppercase();
+                let secret = ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+                    .iter()
+                    .any(|s| upper.contains(s));
+                let value = if secret { "<redacted>" } else { value.as_str() };
+                words.push(quote(&format!("{name}={value}")));
+            }
+        }
+        words.push(quote(&self.program.to_string_lossy()));
+        words.extend(self.args.iter().map(|a| quote(a)));
+        let mut line = String::new();
+        if !self.cwd.as_os_str().is_empty() {
+            line.push_str(&format!("cd {} && ", quote(&self.cwd.to_string_lossy())));
+        }
+        line.push_str(&words.join(" "));
+        match (&self.stdin, stdin_file) {
+            (Some(_), Some(f)) => line.push_str(&format!(" < {}", quote(&f.to_string_lossy()))),
+            (Some(_), None) => line.push_str(" < /dev/stdin"),
+            (None, _) => line.push_str(" < /dev/null"),
+        }
+        line
+    }
+}
+
 /// Time and size limits for one agent process.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -174,4 +225,32 @@ pub enum ProcessError {
 /// Removes ANSI escape sequences (colours, cursor moves) from `text`.
 pub fn strip_ansi(text: &str) -> String {
     String::from_utf8_lossy(&strip_ansi_escapes::strip(text.as_bytes())).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_line_can_be_pasted_and_hides_secrets() {
+        let mut spec = SpawnSpec {
+            program: "claude".into(),
+            args: vec!["-p".into(), "--model".into(), "it's big".into()],
+            cwd: "/w/my repo".into(),
+            env_remove: vec!["CLAUDECODE".into()],
+            env_set: vec![("OPENAI_API_KEY".into(), "sk-123".into())],
+            stdin: Some(b"prompt".to_vec()),
+        };
+        spec.set_env_default("NO_COLOR", "1");
+        spec.set_env_default("OPENAI_API_KEY", "other");
+        let line = spec.shell_line(Some(std::path::Path::new("/w/.ralph/p 1.md")));
+        assert_eq!(
+            line,
+            "cd '/w/my repo' && env -u CLAUDECODE 'OPENAI_API_KEY=<redacted>' 'NO_COLOR=1' claude -p --model \"it's big\" < '/w/.ralph/p 1.md'"
+        );
+        let words = shlex::split(line.split(" && ").nth(1).unwrap()).unwrap();
+        assert_eq!(words[words.len() - 3], "it's big");
+        spec.stdin = None;
+        assert!(spec.shell_line(None).ends_with("< /dev/null"));
+    }
 }

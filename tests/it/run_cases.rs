@@ -527,17 +527,21 @@ fn auth_error_stops_the_run_with_exit_1() {
 #[test]
 fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
     let env = TestEnv::new(&prd_with_stories(1));
-    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")],
+                       "record_env": ["ANTHROPIC_API_KEY"]}));
     let out = env
         .ralph_cmd(&["run", "--max-iter", "1"])
         .env("CLAUDECODE", "1")
         .env("CLAUDE_CODE_ENTRYPOINT", "cli")
+        .env("ANTHROPIC_API_KEY", "sk-ant-would-switch-billing")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let calls = env.read("../script.json.calls.jsonl");
     let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
     assert!(call["env"]["CLAUDECODE"].is_null(), "{call}");
+    // An API key would silently bill the API instead of the subscription: removed by default.
+    assert!(call["env"]["ANTHROPIC_API_KEY"].is_null(), "{call}");
     assert_eq!(call["env"]["NO_COLOR"], "1");
     if nix::unistd::geteuid().is_root() {
         assert_eq!(call["env"]["IS_SANDBOX"], "1");
@@ -557,6 +561,32 @@ fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
     ] {
         assert!(argv.contains(&flag), "{argv:?}");
     }
+}
+
+#[test]
+fn keep_api_key_leaves_the_key_to_claude_and_the_command_line_is_logged_pasteable() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")],
+                       "record_env": ["ANTHROPIC_API_KEY"]}));
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "1", "--keep-api-key", "--verbose"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-kept")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let calls = env.read("../script.json.calls.jsonl");
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(call["env"]["ANTHROPIC_API_KEY"], "sk-ant-kept", "{call}");
+    // --verbose shows the exact command; it ends by feeding the saved prompt on stdin.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("$ cd "))
+        .unwrap_or_else(|| panic!("no command line in:\n{stderr}"));
+    assert!(line.contains("NO_COLOR=1") && line.contains("--dangerously-skip-permissions"), "{line}");
+    let prompt_file = line.rsplit("< ").next().unwrap().trim().trim_matches('\'');
+    let prompt = std::fs::read_to_string(prompt_file).unwrap();
+    assert!(prompt.contains("US-001"), "{prompt}");
 }
 
 #[test]
