@@ -168,6 +168,13 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                 ));
                 return Ok(ExitStatus::OtherLimit);
             }
+            if wait_passes_limit(until, cfg.usage_limit_margin, cfg.max_duration, started) {
+                ui.warn(&format!(
+                    "the agent's usage limit resets at {}, after --max-duration ends; not waiting",
+                    until.with_timezone(&Local).format("%Y-%m-%d %H:%M")
+                ));
+                return Ok(ExitStatus::OtherLimit);
+            }
             if !wait_for_reset(until, cfg.usage_limit_margin, &stop, ui).await {
                 return Ok(ExitStatus::Interrupted);
             }
@@ -276,6 +283,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         final_grace: FINAL_GRACE,
         max_line_bytes: MAX_LINE_BYTES,
     };
+    let mut limit_repeats = 0u32;
     let mut records: Vec<LedgerRecord> = Vec::new();
     let mut slot = 0u32;
     let mut caveats: Vec<String> = Vec::new();
@@ -306,6 +314,19 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         if slot >= cfg.max_iter {
             break ExitStatus::MaxIterations;
         }
+        let left = time_left(cfg.max_duration, started);
+        if left == Some(Duration::ZERO) {
+            caveats.push(format!(
+                "stopped: the run reached --max-duration {}",
+                humantime::format_duration(cfg.max_duration.unwrap_or_default())
+            ));
+            break ExitStatus::OtherLimit;
+        }
+        // The last iteration may not outlast the run's own limit.
+        let mut limits = limits.clone();
+        if let Some(left) = left {
+            limits.timeout = limits.timeout.min(left.max(Duration::from_secs(1)));
+        }
         let Some(story) = current.prd.next_story(&state.blocked).cloned() else {
             ui.warn("no open story can be worked on: every open story is blocked or waits for a dependency");
             break ExitStatus::OtherLimit;
@@ -332,6 +353,9 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         if outcome != Outcome::Transient {
             transient_in_a_row = 0;
         }
+        if outcome != Outcome::UsageLimit {
+            limit_repeats = 0;
+        }
         match outcome {
             Outcome::Transient => {
                 // Overload, 5xx, network: not the agent's fault, so it does not use up the
@@ -348,6 +372,13 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                     break ExitStatus::OtherLimit;
                 }
                 let wait = transient_wait(cfg.transient_backoff, transient_in_a_row);
+                if time_left(cfg.max_duration, started).is_some_and(|left| wait >= left) {
+                    caveats.push(format!(
+                        "stopped: retrying after the transient failure would pass --max-duration {}",
+                        humantime::format_duration(cfg.max_duration.unwrap_or_default())
+                    ));
+                    break ExitStatus::OtherLimit;
+                }
                 ui.warn(&format!(
                     "transient failure; retrying {} in {} (retry {} of {})",
                     story.id,
@@ -367,11 +398,13 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                 // reset (persisted, so a restarted ralph waits too) and run the same story again.
                 slot -= 1;
                 usage_waits += 1;
-                let until = resume_at.unwrap_or_else(|| {
-                    Utc::now()
-                        + chrono::Duration::from_std(cfg.usage_limit_fallback)
-                            .unwrap_or(chrono::Duration::hours(1))
-                });
+                limit_repeats += 1;
+                let until = usage_limit_until(
+                    resume_at,
+                    Utc::now(),
+                    cfg.usage_limit_fallback,
+                    limit_repeats,
+                );
                 state.resume_at = Some(until);
                 state.save(&paths.ralph_dir)?;
                 if cfg.no_wait {
@@ -385,6 +418,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                     caveats.push(format!(
                         "the agent hit a usage limit {usage_waits} times in this run; stopped instead of waiting again (it resets at {})",
                         until.with_timezone(&Local).format("%Y-%m-%d %H:%M")
+                    ));
+                    break ExitStatus::OtherLimit;
+                }
+                if wait_passes_limit(until, cfg.usage_limit_margin, cfg.max_duration, started) {
+                    caveats.push(format!(
+                        "the agent hit a usage limit that resets at {}, after --max-duration {} ends; run `ralph run` again then",
+                        until.with_timezone(&Local).format("%Y-%m-%d %H:%M"),
+                        humantime::format_duration(cfg.max_duration.unwrap_or_default())
                     ));
                     break ExitStatus::OtherLimit;
                 }
@@ -577,8 +618,7 @@ async fn run_iteration(
         .join(Transcript::relative_path(run_id, iteration))
         .with_extension("prompt.md");
     if let Some(dir) = prompt_file.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     write_atomic(&prompt_file, prompt.as_bytes())?;
     let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
@@ -1300,13 +1340,59 @@ async fn wait_for_reset(
     let left = (until - Utc::now()).to_std().unwrap_or_default() + margin;
     ui.warn(&format!(
         "waiting for the usage limit to reset at {} (in {}); Ctrl-C stops, `ralph run` later resumes the wait",
-        until.with_timezone(&Local).format("%H:%M"),
+        reset_time_text(until),
         humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
     ));
     tokio::select! {
         _ = tokio::time::sleep(left) => true,
         _ = stop.stop.cancelled() => false,
     }
+}
+
+/// `14:00` for a time today, `Tue 1 Dec 14:00` otherwise (local time).
+fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
+    let local = until.with_timezone(&Local);
+    if local.date_naive() == Local::now().date_naive() {
+        local.format("%H:%M").to_string()
+    } else {
+        local.format("%a %-d %b %H:%M").to_string()
+    }
+}
+
+/// What is left of the run's `--max-duration` after `started` (`None`: no limit; zero when
+/// used up).
+fn time_left(max: Option<Duration>, started: Instant) -> Option<Duration> {
+    max.map(|m| m.saturating_sub(started.elapsed()))
+}
+
+/// Whether waiting until `until` (+ `margin`) would end after the run's `--max-duration`.
+fn wait_passes_limit(
+    until: chrono::DateTime<Utc>,
+    margin: Duration,
+    max: Option<Duration>,
+    started: Instant,
+) -> bool {
+    let wait = (until - Utc::now()).to_std().unwrap_or_default() + margin;
+    time_left(max, started).is_some_and(|left| wait >= left)
+}
+
+/// When to try again after a usage limit: the reset time the agent gave, else `fallback` from
+/// now. A limit that comes back right after a wait (`repeat` ≥ 2 in a row) waits at least 5
+/// minutes, doubling with each repeat up to `fallback`, so a reset time that has passed while the
+/// agent still says "limited" (clock skew, a stale message) cannot spin the loop.
+fn usage_limit_until(
+    resume_at: Option<chrono::DateTime<Utc>>,
+    now: chrono::DateTime<Utc>,
+    fallback: Duration,
+    repeat: u32,
+) -> chrono::DateTime<Utc> {
+    let fallback = chrono::Duration::from_std(fallback).unwrap_or(chrono::Duration::hours(1));
+    let until = resume_at.unwrap_or(now + fallback);
+    if repeat < 2 {
+        return until;
+    }
+    let backoff = (chrono::Duration::minutes(5) * (1i32 << (repeat - 2).min(10))).min(fallback);
+    until.max(now + backoff)
 }
 
 /// The wait before retry `n` (1-based) after transient failures: `base` doubled each time, capped
@@ -1684,5 +1770,39 @@ fn truncate_chars(s: &str, max: usize) -> String {
     } else {
         let cut: String = s.chars().take(max).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usage_limit_repeating_right_after_a_wait_backs_off() {
+        let now = Utc::now();
+        let hour = Duration::from_secs(3600);
+        let given = now + chrono::Duration::minutes(30);
+        // First time: the agent's reset time, or the fallback when it gave none.
+        assert_eq!(usage_limit_until(Some(given), now, hour, 1), given);
+        assert_eq!(
+            usage_limit_until(None, now, hour, 1),
+            now + chrono::Duration::hours(1)
+        );
+        // Again right after waking, with a reset time already past: 5, 10, 20 min, … ≤ fallback.
+        let past = now - chrono::Duration::minutes(1);
+        assert_eq!(
+            usage_limit_until(Some(past), now, hour, 2),
+            now + chrono::Duration::minutes(5)
+        );
+        assert_eq!(
+            usage_limit_until(Some(past), now, hour, 3),
+            now + chrono::Duration::minutes(10)
+        );
+        assert_eq!(
+            usage_limit_until(Some(past), now, hour, 9),
+            now + chrono::Duration::hours(1)
+        );
+        // A later reset time than the backoff still wins.
+        assert_eq!(usage_limit_until(Some(given), now, hour, 2), given);
     }
 }

@@ -80,10 +80,7 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     ),
     // codex: `unexpected status 401 Unauthorized: …` and refresh-token failures.
     (FailureClass::Auth, Pattern::Contains("401 unauthorized")),
-    (
-        FailureClass::Auth,
-        Pattern::Contains("refresh token"),
-    ),
+    (FailureClass::Auth, Pattern::Contains("refresh token")),
     (FailureClass::Auth, Pattern::Contains("please log in again")),
     // gemini's error class name, and amp/cursor's key variables when missing.
     (
@@ -160,8 +157,14 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::UsageLimit,
         Pattern::Contains("usage_limit_reached"),
     ),
-    (FailureClass::UsageLimit, Pattern::Contains("out of credits")),
-    (FailureClass::UsageLimit, Pattern::Contains("hit your spend cap")),
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("out of credits"),
+    ),
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("hit your spend cap"),
+    ),
     (
         FailureClass::UsageLimit,
         Pattern::Contains("check your plan and billing details"),
@@ -479,7 +482,10 @@ mod tests {
                 c == class && matches(*pattern, Signal::Text(line), Some(&line.to_lowercase()))
             });
             let is_text = matches!(pattern, Pattern::Contains(_) | Pattern::StartsWith(_));
-            assert!(!is_text || covered, "no realistic line for {class:?} {pattern:?}");
+            assert!(
+                !is_text || covered,
+                "no realistic line for {class:?} {pattern:?}"
+            );
         }
     }
 

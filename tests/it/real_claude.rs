@@ -222,7 +222,14 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
     let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
     ralph
         // The scripted server takes a dummy API key; ralph removes the key unless told to keep it.
-        .args(["run", "--agent", "claude", "--max-iter", "6", "--keep-api-key"])
+        .args([
+            "run",
+            "--agent",
+            "claude",
+            "--max-iter",
+            "6",
+            "--keep-api-key",
+        ])
         .env("RALPH_AGENT_PROGRAM", &claude);
     let out = fx.run_with_model(ralph, &scenario, "ralph");
     assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");

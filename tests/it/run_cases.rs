@@ -583,7 +583,10 @@ fn keep_api_key_leaves_the_key_to_claude_and_the_command_line_is_logged_pasteabl
         .lines()
         .find(|l| l.contains("$ cd "))
         .unwrap_or_else(|| panic!("no command line in:\n{stderr}"));
-    assert!(line.contains("NO_COLOR=1") && line.contains("--dangerously-skip-permissions"), "{line}");
+    assert!(
+        line.contains("NO_COLOR=1") && line.contains("--dangerously-skip-permissions"),
+        "{line}"
+    );
     let prompt_file = line.rsplit("< ").next().unwrap().trim().trim_matches('\'');
     let prompt = std::fs::read_to_string(prompt_file).unwrap();
     assert!(prompt.contains("US-001"), "{prompt}");
@@ -1116,4 +1119,84 @@ fn no_wait_stops_at_a_usage_limit_and_a_restart_honours_the_persisted_reset() {
         text(&out)
     );
     assert_eq!(env.agent_calls(), 1);
+}
+
+#[test]
+fn a_ralph_killed_during_a_usage_limit_wait_waits_for_the_same_reset_when_restarted() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(
+        &json!({"invocations": [usage_limit_invocation(5), claude_story("US-001", 1, "done")]}),
+    );
+    let mut child = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resume_at = loop {
+        assert!(Instant::now() < deadline, "ralph never started waiting");
+        if let Ok(s) = std::fs::read_to_string(env.path(".ralph/state.json")) {
+            let v: Value = serde_json::from_str(&s).unwrap_or(Value::Null);
+            if let Some(r) = v["resume_at"].as_str() {
+                break chrono::DateTime::parse_from_rfc3339(r).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let finished = chrono::Utc::now();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        finished >= resume_at,
+        "the restarted ralph ran the agent before the persisted reset {resume_at}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("waiting for the usage limit to reset at"),
+        "{}",
+        text(&out)
+    );
+    // The wait did not use up the budget: one iteration was allowed and the story passed.
+    assert_eq!(outcomes(&env), ["usage_limit", "story_passed"]);
+    assert_eq!(env.agent_calls(), 2);
+}
+
+#[test]
+fn a_usage_limit_that_resets_after_max_duration_stops_the_run_at_once() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(
+        &json!({"invocations": [usage_limit_invocation(3600), claude_story("US-001", 1, "done")]}),
+    );
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-duration", "10m"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(t.elapsed() < Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("after --max-duration 10m ends"), "{stderr}");
+    assert_eq!(outcomes(&env), ["usage_limit"]);
+}
+
+#[test]
+fn max_duration_stops_between_iterations_with_exit_4_and_names_the_reason() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    // Every iteration takes about 1.5 s and never finishes a story.
+    env.script(&json!({"default": [
+        {"claude_init": {}},
+        {"sleep_ms": 1500},
+        {"claude_result": {"text": "still working"}}
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "10", "--max-duration", "2s"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let n = outcomes(&env).len();
+    assert!((1..=3).contains(&n), "{n} iterations ran in a 2 s budget");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--max-duration 2s"),
+        "{}",
+        text(&out)
+    );
 }
