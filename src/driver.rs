@@ -17,7 +17,7 @@ use crate::completion::promise_in_final_text;
 use crate::config::RunConfig;
 use crate::exit::ExitStatus;
 use crate::git::{BranchAction, Repo};
-use crate::ledger::{self, LedgerRecord, Outcome};
+use crate::ledger::{self, CostSource, LedgerRecord, Outcome};
 use crate::lock::RunLock;
 use crate::prd::model::Prd;
 use crate::prd::store::{self, LoadedPrd};
@@ -141,6 +141,23 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         );
     }
 
+    // The CLI's version goes into the run header and every ledger record (a CLI that changed
+    // overnight is the first suspect when its output stops parsing). Only for known CLIs: an
+    // exec command may do anything with `--version`.
+    let agent_version = match cfg.agent {
+        AgentKind::Exec | AgentKind::Native | AgentKind::Local => None,
+        _ => {
+            match crate::agent::probe::version(&probe.program, crate::agent::probe::VERSION_TIMEOUT)
+            {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    ui.warn(&format!("cannot tell the agent's version: {e}"));
+                    None
+                }
+            }
+        }
+    };
+
     ensure_ralph_dir(&paths.ralph_dir)?;
     let acquired = RunLock::acquire(&paths.ralph_dir)?;
     let _lock = acquired.lock;
@@ -250,7 +267,10 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         ("progress", progress_row),
         (
             "agent",
-            format!("{} ({})", cfg.agent.as_str(), shell_words(&probe)),
+            match &agent_version {
+                Some(v) => format!("{} {v} ({})", cfg.agent.as_str(), shell_words(&probe)),
+                None => format!("{} ({})", cfg.agent.as_str(), shell_words(&probe)),
+            },
         ),
         (
             "model",
@@ -339,6 +359,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             slot,
             story_id: &story.id,
             feedback: std::mem::take(&mut feedback),
+            agent_version: agent_version.as_deref(),
         };
         let done = run_iteration(
             &cfg, &paths, &repo, &*backend, &template, &limits, &stop, &mut state, &current, input,
@@ -542,6 +563,8 @@ struct IterationInput<'a> {
     slot: u32,
     story_id: &'a str,
     feedback: Vec<String>,
+    /// The CLI's `--version`, when it answered (recorded when the agent reports none itself).
+    agent_version: Option<&'a str>,
 }
 
 /// What one iteration produced.
@@ -573,6 +596,7 @@ async fn run_iteration(
         run_id,
         iteration,
         slot,
+        agent_version,
         story_id,
         feedback,
     } = input;
@@ -984,14 +1008,34 @@ async fn run_iteration(
     }
 
     let ended_at = Utc::now();
+    // A CLI that reports only tokens (codex, gemini) is priced from ralph.toml's table.
+    let model = report.model.clone().or(cfg.model.clone());
+    let (cost_usd, cost_source) = match report.cost_usd {
+        Some(c) => (Some(c), Some(CostSource::Agent)),
+        None => match model.as_deref().and_then(|m| cfg.native.prices.get(m)) {
+            Some(price) if report.usage != agent::Usage::default() => (
+                Some(price.cost(&crate::native::llm::TokenUsage {
+                    input: report.usage.input_tokens,
+                    output: report.usage.output_tokens,
+                    cache_read: report.usage.cache_read_tokens,
+                    cache_write: report.usage.cache_creation_tokens,
+                })),
+                Some(CostSource::PriceTable),
+            ),
+            _ => (None, None),
+        },
+    };
     let record = LedgerRecord {
         run_id: run_id.to_string(),
         iteration,
         story_id: story.id.clone(),
         story_title: story.title.clone(),
         backend: backend.kind().as_str().to_string(),
-        model: report.model.clone().or(cfg.model.clone()),
-        agent_version: report.agent_version.clone(),
+        model,
+        agent_version: report
+            .agent_version
+            .clone()
+            .or(agent_version.map(str::to_owned)),
         started_at,
         ended_at,
         duration_s: started.elapsed().as_secs_f64(),
@@ -1002,7 +1046,8 @@ async fn run_iteration(
         tokens_out: reported(report.usage.output_tokens),
         cache_read_tokens: reported(report.usage.cache_read_tokens),
         cache_creation_tokens: reported(report.usage.cache_creation_tokens),
-        cost_usd: report.cost_usd,
+        cost_usd,
+        cost_source,
         head_before,
         head_after,
         commits: agent_commits,
@@ -1608,6 +1653,7 @@ async fn recover_interrupted(
             cache_read_tokens: None,
             cache_creation_tokens: None,
             cost_usd: None,
+            cost_source: None,
             head_before: flight.start_sha.clone(),
             head_after: repo.head_sha()?,
             commits: agent_commits,

@@ -186,6 +186,17 @@ pub(crate) mod rfc3339 {
     }
 }
 
+/// Where an iteration's cost came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSource {
+    /// The agent reported it (claude's `total_cost_usd`, opencode's step costs).
+    Agent,
+    /// ralph computed it from the tokens and `[prices."<model>"]` in ralph.toml (USD per million
+    /// tokens).
+    PriceTable,
+}
+
 /// One iteration, as recorded in `.ralph/ledger.jsonl`. Field names are the wire names. Optional
 /// fields are `null` when unknown (e.g. tokens for a backend that reports none); lists are `[]`.
 /// Reading tolerates unknown fields and missing optional ones, so older and newer ralphs can
@@ -237,9 +248,13 @@ pub struct LedgerRecord {
     /// Input tokens written to the prompt cache, when reported.
     #[serde(default)]
     pub cache_creation_tokens: Option<u64>,
-    /// Cost in USD, when the backend reported it.
+    /// Cost in USD: reported by the agent, or computed from ralph.toml's price table for a CLI
+    /// that reports only tokens (see `cost_source`); `null` when neither.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// Where `cost_usd` came from: `agent` or `price_table`; `null` without a cost.
+    #[serde(default)]
+    pub cost_source: Option<CostSource>,
     /// Full sha of HEAD before the agent ran (`None` on an unborn branch).
     #[serde(default)]
     pub head_before: Option<String>,
@@ -468,6 +483,7 @@ mod tests {
             cache_read_tokens: None,
             cache_creation_tokens: None,
             cost_usd: Some(0.25),
+            cost_source: Some(CostSource::Agent),
             head_before: None,
             head_after: Some("abc".into()),
             commits: vec!["abc".into()],

@@ -17,6 +17,7 @@ pub mod exec;
 pub mod gemini;
 pub mod native;
 pub mod opencode;
+pub mod probe;
 pub mod reset_time;
 
 /// Settings a backend needs to build its command line.

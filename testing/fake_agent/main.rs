@@ -5,7 +5,9 @@
 //! SIGTERM, leave a grandchild holding stdout, print invalid UTF-8).
 //!
 //! Driven by `RALPH_FAKE_SCRIPT=<path to a JSON script>`. Command-line arguments are ignored
-//! (only recorded), so the fake can stand in for `claude -p ...` or any `--agent-cmd`.
+//! (only recorded), so the fake can stand in for `claude -p ...` or any `--agent-cmd`; only a
+//! lone `--version` is answered directly (`ralph-fake-agent 0.0.0 (test stand-in)`), without
+//! playing or counting the script, as ralph asks every CLI for its version.
 //!
 //! # Script
 //! ```json
@@ -295,6 +297,12 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<u8> {
+    // Like every real CLI, answer `--version` alone without playing (or counting) the script.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["--version"] {
+        println!("ralph-fake-agent 0.0.0 (test stand-in)");
+        return Ok(0);
+    }
     let script_path = std::env::var_os("RALPH_FAKE_SCRIPT")
         .map(PathBuf::from)
         .context(

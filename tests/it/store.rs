@@ -577,6 +577,7 @@ fn record(iteration: u32, outcome: Outcome) -> LedgerRecord {
         cache_read_tokens: None,
         cache_creation_tokens: None,
         cost_usd: None,
+        cost_source: None,
         head_before: Some("a".into()),
         head_after: Some("b".into()),
         commits: vec![],

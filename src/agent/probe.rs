@@ -1,0 +1,163 @@
+//! Asking an agent CLI for its version (`<program> --version`), for the ledger, the run header
+//! and `ralph doctor`. Every CLI ralph drives answers `--version` with one line on stdout
+//! (`2.1.332 (Claude Code)`, `codex-cli 0.171.0`, `0.61.0`, `1.18.33`).
+
+use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `--version` may take before it is killed: node-based CLIs start in about a second.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Longest version text kept, in characters.
+const MAX_CHARS: usize = 120;
+
+/// Why a version could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The program could not be started (missing, not executable).
+    #[error("cannot run `{program} --version`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It ran longer than the timeout and was killed.
+    #[error("`{program} --version` did not finish within {seconds} s")]
+    Timeout {
+        /// The program.
+        program: String,
+        /// The timeout, in seconds.
+        seconds: u64,
+    },
+    /// It exited with a failure or printed nothing.
+    #[error("`{program} --version` failed (exit {code:?}): {output}")]
+    Failed {
+        /// The program.
+        program: String,
+        /// Its exit code (`None`: killed by a signal).
+        code: Option<i32>,
+        /// What it printed (first line, ANSI stripped).
+        output: String,
+    },
+}
+
+/// Runs `program --version` (stdin `/dev/null`, `NO_COLOR=1`, its own process group, killed
+/// with the group after `timeout`) and returns the first non-empty output line, ANSI stripped,
+/// at most 120 characters.
+///
+/// # Errors
+/// [`ProbeError`] when it cannot start, times out, exits non-zero or prints nothing.
+pub fn version(program: &Path, timeout: Duration) -> Result<String, ProbeError> {
+    let name = program.display().to_string();
+    let mut child = Command::new(program)
+        .arg("--version")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| ProbeError::Spawn {
+            program: name.clone(),
+            source,
+        })?;
+    // A version line is tiny; read both pipes on threads so that neither can fill up.
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            if let Some(mut p) = pipe {
+                let mut buf = Vec::new();
+                let _ = p.by_ref().take(64 * 1024).read_to_end(&mut buf);
+                out = String::from_utf8_lossy(&buf).into_owned();
+            }
+            out
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break None,
+        }
+    };
+    let Some(status) = status else {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.wait();
+        return Err(ProbeError::Timeout {
+            program: name,
+            seconds: timeout.as_secs(),
+        });
+    };
+    let out = stdout.join().unwrap_or_default();
+    let err = stderr.join().unwrap_or_default();
+    let first = |s: &str| {
+        s.lines()
+            .map(|l| crate::process::strip_ansi(l).trim().to_owned())
+            .find(|l| !l.is_empty())
+    };
+    let line = first(&out).or_else(|| first(&err)).unwrap_or_default();
+    let line: String = line.chars().take(MAX_CHARS).collect();
+    if !status.success() || line.is_empty() {
+        return Err(ProbeError::Failed {
+            program: name,
+            code: status.code(),
+            output: line,
+        });
+    }
+    Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn reads_the_first_line_and_reports_each_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = script(
+            dir.path(),
+            "ok",
+            "printf '\\n\\033[1m2.1.332 (Claude Code)\\033[0m\\nmore\\n'",
+        );
+        assert_eq!(
+            version(&ok, VERSION_TIMEOUT).unwrap(),
+            "2.1.332 (Claude Code)"
+        );
+
+        let fails = script(dir.path(), "fails", "echo 'unknown flag' >&2; exit 2");
+        let err = version(&fails, VERSION_TIMEOUT).unwrap_err().to_string();
+        assert!(
+            err.contains("exit Some(2)") && err.contains("unknown flag"),
+            "{err}"
+        );
+
+        let hangs = script(dir.path(), "hangs", "sleep 30");
+        let t = Instant::now();
+        let err = version(&hangs, Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, ProbeError::Timeout { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+
+        let err = version(Path::new("/nonexistent/cli"), VERSION_TIMEOUT).unwrap_err();
+        assert!(matches!(err, ProbeError::Spawn { .. }), "{err}");
+    }
+}
