@@ -52,17 +52,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .filter(|r| Some(&r.run_id) == latest_run.as_ref())
         .collect();
     let next = loaded.prd.next_story(&state.blocked);
-    let costs: Vec<f64> = ledger.iter().filter_map(|r| r.cost_usd).collect();
-    let total_cost: Option<f64> = (!costs.is_empty()).then(|| costs.iter().sum());
-    let total_in: u64 = ledger
-        .iter()
-        .map(|r| {
-            r.tokens_in.unwrap_or(0)
-                + r.cache_read_tokens.unwrap_or(0)
-                + r.cache_creation_tokens.unwrap_or(0)
-        })
-        .sum();
-    let total_out: u64 = ledger.iter().filter_map(|r| r.tokens_out).sum();
+    let all = Totals::of(ledger.iter());
+    let this_run = Totals::of(latest.iter().copied());
+    let (total_cost, total_in, total_out) = (all.cost_usd, all.tokens_in, all.tokens_out);
 
     if args.json {
         let doc = json!({
@@ -81,6 +73,11 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "total_cost_usd": total_cost,
             "total_tokens_in": total_in,
             "total_tokens_out": total_out,
+            "latest_run_cost_usd": this_run.cost_usd,
+            "latest_run_tokens_in": this_run.tokens_in,
+            "latest_run_tokens_out": this_run.tokens_out,
+            "cost_estimated": all.estimated,
+            "resume_at": state.resume_at,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -141,6 +138,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             ),
         }
     }
+    if let Some(until) = state.resume_at.filter(|t| *t > chrono::Utc::now()) {
+        println!(
+            "usage limit: the agent's limit resets at {}; `ralph run` waits until then",
+            until.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+        );
+    }
     println!();
     match &latest_run {
         None => println!("no runs yet: start one with `ralph run`"),
@@ -161,11 +164,15 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
                 );
             }
-            let cost =
-                total_cost.map_or_else(|| "cost not reported".to_string(), |c| format!("${c:.2}"));
             println!(
-                "all runs: {} iteration(s), {cost}, {total_in} tokens in, {total_out} out",
-                ledger.len()
+                "this run: {} iteration(s), {}",
+                latest.len(),
+                this_run.describe()
+            );
+            println!(
+                "all runs: {} iteration(s), {}",
+                ledger.len(),
+                all.describe()
             );
         }
     }
@@ -178,6 +185,53 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             .display()
     );
     Ok(ExitStatus::Success)
+}
+
+/// Token and cost totals over some ledger records.
+struct Totals {
+    /// USD, `None` when no record has a cost.
+    cost_usd: Option<f64>,
+    /// Whether part of the cost was computed from ralph.toml's price table.
+    estimated: bool,
+    /// Input tokens, cached ones included.
+    tokens_in: u64,
+    /// Output tokens.
+    tokens_out: u64,
+}
+
+impl Totals {
+    fn of<'a>(records: impl Iterator<Item = &'a LedgerRecord>) -> Totals {
+        let mut t = Totals {
+            cost_usd: None,
+            estimated: false,
+            tokens_in: 0,
+            tokens_out: 0,
+        };
+        for r in records {
+            if let Some(c) = r.cost_usd {
+                t.cost_usd = Some(t.cost_usd.unwrap_or(0.0) + c);
+            }
+            t.estimated |= r.cost_source == Some(crate::ledger::CostSource::PriceTable);
+            t.tokens_in += r.tokens_in.unwrap_or(0)
+                + r.cache_read_tokens.unwrap_or(0)
+                + r.cache_creation_tokens.unwrap_or(0);
+            t.tokens_out += r.tokens_out.unwrap_or(0);
+        }
+        t
+    }
+
+    /// `$1.23 (estimated from [prices]), 12345 tokens in, 678 out`.
+    fn describe(&self) -> String {
+        let cost = match self.cost_usd {
+            None => "cost not reported".to_string(),
+            Some(c) if self.estimated => format!("${c:.2} (partly estimated from [prices])"),
+            Some(c) => format!("${c:.2}"),
+        };
+        format!(
+            "{cost}, {} tokens in, {} out",
+            self.tokens_in, self.tokens_out
+        )
+    }
 }
 
 /// The ralph run holding `.ralph/lock`, when its process is still alive.

@@ -45,7 +45,7 @@
 //! - `{"claude_tool_result": {"content": "text", "repeat": 1, "is_error": false}}`: a `user`
 //!   tool_result line whose content is `content` repeated `repeat` times.
 //! - `{"claude_result": {"text": "..", "is_error": false, "cost_usd": 0.01, "subtype": "success",
-//!   "api_error_status": null, "terminal_reason": "completed", "usage": {..}}}`: the terminal
+//!   "api_error_status": null, "terminal_reason": "completed", "usage": {..}, "omit_cost": false}}`: the terminal
 //!   line, `"type":"result"` last. `text` omitted means no `result` field.
 //! - `{"claude_usage_limit": {"message": "You've hit your ...", "resets_at": 1790161200}}`: a
 //!   rejected `rate_limit_event`, the synthetic assistant message and an `is_error` result with
@@ -196,6 +196,8 @@ struct ClaudeResult {
     text: Option<String>,
     is_error: bool,
     cost_usd: Option<f64>,
+    /// Leave `total_cost_usd` out (claude always prints it; this shapes a CLI that does not).
+    omit_cost: bool,
     subtype: Option<String>,
     api_error_status: Option<u16>,
     terminal_reason: Option<String>,
@@ -506,6 +508,7 @@ impl Player {
                     api_error_status: Some(429),
                     terminal_reason: Some("api_error".to_owned()),
                     usage: Some(json!({"input_tokens": 0, "output_tokens": 0})),
+                    omit_cost: false,
                 })?;
             }
             Action::ClaudeApiError(e) => {
@@ -530,6 +533,7 @@ impl Player {
                     api_error_status: Some(e.status),
                     terminal_reason: Some("api_error".to_owned()),
                     usage: None,
+                    omit_cost: false,
                 })?;
             }
             Action::ReadStdin(read) => {
@@ -663,7 +667,9 @@ impl Player {
         obj.insert("duration_api_ms".into(), json!(1000));
         obj.insert("stop_reason".into(), json!("end_turn"));
         obj.insert("session_id".into(), json!(self.session_id));
-        obj.insert("total_cost_usd".into(), json!(r.cost_usd.unwrap_or(0.01)));
+        if !r.omit_cost {
+            obj.insert("total_cost_usd".into(), json!(r.cost_usd.unwrap_or(0.01)));
+        }
         let usage = r.usage.clone().unwrap_or_else(|| {
             json!({"input_tokens": 100, "cache_creation_input_tokens": 10,
                 "cache_read_input_tokens": 1000, "output_tokens": 50})

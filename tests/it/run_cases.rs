@@ -1200,3 +1200,49 @@ fn max_duration_stops_between_iterations_with_exit_4_and_names_the_reason() {
         text(&out)
     );
 }
+
+#[test]
+fn a_cli_reporting_only_tokens_is_priced_from_ralph_toml_and_status_shows_the_run_totals() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "ralph.toml",
+        "[prices.\"claude-fake-1\"]\ninput = 3.0\noutput = 15.0\n",
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "prices"]);
+    env.script(&json!({"invocations": [[
+        {"claude_init": {"model": "claude-fake-1"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "done", "omit_cost": true,
+                           "usage": {"input_tokens": 1000, "output_tokens": 2000}}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rec = &env.ledger()[0];
+    // 1000 × $3/M + 2000 × $15/M = $0.033
+    assert!(
+        (rec["cost_usd"].as_f64().unwrap() - 0.033).abs() < 1e-9,
+        "{rec}"
+    );
+    assert_eq!(rec["cost_source"], "price_table");
+    // The version the agent reports itself wins; the `--version` answer is in the run header.
+    assert_eq!(rec["agent_version"], "2.1.332");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("claude ralph-fake-agent 0.0.0 (test stand-in)"),
+        "{}",
+        text(&out)
+    );
+
+    let status = env.ralph(&["status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        stdout.contains("this run: 1 iteration(s), $0.03 (partly estimated from [prices]), 1000 tokens in, 2000 out"),
+        "{stdout}"
+    );
+    let json_out = env.ralph(&["status", "--json"]);
+    let doc: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(doc["latest_run_tokens_out"], 2000);
+    assert_eq!(doc["cost_estimated"], true);
+}

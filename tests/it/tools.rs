@@ -638,7 +638,7 @@ async fn a_timed_out_command_takes_its_whole_process_group_with_it() {
     );
     // SIGTERM at 1 s is ignored, so only the SIGKILL after the 2 s grace period ends it.
     assert!(elapsed >= Duration::from_secs(3), "{elapsed:?}");
-    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
 
     let pids: Vec<i32> = out
         .content
