@@ -25,6 +25,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Show the stories, the next story and the latest run's iterations.
     Status(StatusArgs),
+    /// Check each agent CLI: installed, which version, and the known traps on this machine.
+    Doctor(DoctorArgs),
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).
     #[command(name = "__native-agent", hide = true)]
     NativeAgent,
@@ -61,6 +63,20 @@ pub struct StatusArgs {
     /// Print the status as one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `ralph doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Check only this backend (default: every agent CLI).
+    #[arg(long, value_enum)]
+    pub agent: Option<AgentKind>,
+    /// Print the findings as one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// The configuration file (default: ./ralph.toml when it exists).
+    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 /// Which agent backend drives each iteration.

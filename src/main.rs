@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => ralph::commands::validate::run(args),
         Command::Run(args) => ralph::commands::run::run(args),
         Command::Status(args) => ralph::commands::status::run(args),
+        Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),
     };
     match result {

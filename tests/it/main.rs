@@ -2,6 +2,7 @@
 
 mod agents;
 mod common;
+mod doctor;
 mod examples;
 mod llm;
 mod local;
