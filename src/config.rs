@@ -585,7 +585,8 @@ mod tests {
                 let key_like = t.split(['=', ' ']).next().is_some_and(|k| {
                     !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                 });
-                if (key_like && t.contains(" = ")) || t.starts_with("[prices") {
+                if (key_like && t.contains(" = ")) || t.starts_with("[prices") || t == "[patterns]"
+                {
                     format!("{t}\n")
                 } else {
                     "\n".to_string()
@@ -598,6 +599,12 @@ mod tests {
         a.agent = Some(AgentKind::Claude);
         let cfg = RunConfig::resolve(&a, dir.path());
         assert!(cfg.is_ok(), "{:?}\n{uncommented}", cfg.err());
+        // Top-level keys must not have fallen into a table: they took effect.
+        let cfg = cfg.unwrap();
+        assert_eq!(cfg.max_duration, Some(Duration::from_secs(8 * 3600)));
+        assert_eq!(cfg.max_usage_limit_waits, 3);
+        assert!(cfg.native.prices.contains_key("gpt-4.1-mini"));
+        assert_eq!(cfg.patterns.usage_limit, ["monthly token budget exhausted"]);
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub const SUBCOMMAND: &str = "__native-agent";
 
 /// USD per million tokens for one model (from `[prices."<model>"]` in ralph.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Price {
     /// USD per million uncached input tokens.
     pub input: f64,
