@@ -11,6 +11,7 @@ mod native_loop;
 mod prd;
 mod process;
 mod real_claude;
+mod real_codex;
 mod run_cases;
 mod store;
 mod support_llm;
