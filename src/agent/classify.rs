@@ -82,6 +82,19 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (FailureClass::Auth, Pattern::Contains("401 unauthorized")),
     (FailureClass::Auth, Pattern::Contains("refresh token")),
     (FailureClass::Auth, Pattern::Contains("please log in again")),
+    (
+        FailureClass::Auth,
+        Pattern::Contains("please log out and sign in again"),
+    ),
+    // codex: the provider's key variable is unset; a ChatGPT plan without Codex.
+    (
+        FailureClass::Auth,
+        Pattern::Contains("missing environment variable:"),
+    ),
+    (
+        FailureClass::Auth,
+        Pattern::Contains("to use codex with your chatgpt plan"),
+    ),
     // gemini's error class name, and amp/cursor's key variables when missing.
     (
         FailureClass::Auth,
@@ -122,6 +135,11 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         Pattern::Contains("is no longer supported"),
     ),
     (FailureClass::Config, Pattern::StartsWith("error: unknown")),
+    // clap's wording (codex) for a flag the installed version does not have.
+    (
+        FailureClass::Config,
+        Pattern::StartsWith("error: unexpected argument"),
+    ),
     // Usage limit: wait for the reset, then resume.
     (
         FailureClass::UsageLimit,
@@ -432,6 +450,10 @@ mod tests {
         ("unexpected status 401 Unauthorized: {\"error\":{\"message\":\"Incorrect API key provided\"}}", FailureClass::Auth),
         ("Your access token could not be refreshed because your refresh token was already used. Please log out and sign in again.", FailureClass::Auth),
         ("Your session has expired; please log in again.", FailureClass::Auth),
+        ("Your access token could not be refreshed because your refresh token has expired. Please log out and sign in again.", FailureClass::Auth),
+        ("Missing environment variable: `SCRIPTED_MODEL_API_KEY`.", FailureClass::Auth),
+        ("To use Codex with your ChatGPT plan, upgrade to Plus: https://chatgpt.com/explore/plus.", FailureClass::Auth),
+        ("error: unexpected argument '--full-auto' found", FailureClass::Config),
         ("FatalAuthenticationError: [API Error: API key not valid. Please pass a valid API key.]", FailureClass::Auth),
         ("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons", FailureClass::Config),
         ("Error: Claude Code cannot be launched inside another Claude Code session.", FailureClass::Config),

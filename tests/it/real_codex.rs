@@ -146,7 +146,16 @@ fn fake_codex_usage_limit_stops_with_no_wait_without_using_an_attempt() {
         "{message}"
     );
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json");
-    assert!(state["resume_at"].is_string(), "{state}");
+    // Case 13: "try again at 3:28 PM" is read as the next 15:28 in the local zone.
+    let resume_at = chrono::DateTime::parse_from_rfc3339(state["resume_at"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Local);
+    assert_eq!(resume_at.format("%H:%M").to_string(), "15:28", "{state}");
+    let ahead = resume_at.signed_duration_since(chrono::Local::now());
+    assert!(
+        ahead > -chrono::Duration::minutes(11) && ahead <= chrono::Duration::hours(24),
+        "{state}"
+    );
     assert!(state["attempts"].get("US-001").is_none(), "{state}");
     assert_eq!(env.agent_calls(), 1);
 }
