@@ -3,7 +3,10 @@
 //! Line 1 is a meta record; then every raw line the agent printed (`"type":"line"`) and every
 //! normalized event ralph parsed from it (`"type":"event"`), in order; the last line is an `end`
 //! record. Lines are written through a buffer as they arrive, so memory stays flat however much
-//! the agent prints; lines longer than [`MAX_TRANSCRIPT_LINE_BYTES`] are cut with a note.
+//! the agent prints; lines longer than [`MAX_TRANSCRIPT_LINE_BYTES`] are cut with a note, and once
+//! [`MAX_TRANSCRIPT_BYTES`] have been written, further lines and events are only counted (a
+//! `capped` record says so at once, and a `omitted` record at the end says how much), so an agent
+//! that prints gigabytes cannot fill the disk.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -18,6 +21,9 @@ use crate::process::OutputLine;
 
 /// Longest agent line kept verbatim in a transcript (64 KiB); longer ones are cut with a note.
 pub const MAX_TRANSCRIPT_LINE_BYTES: usize = 64 * 1024;
+
+/// Size after which a transcript keeps only counts of further lines and events (64 MiB).
+pub const MAX_TRANSCRIPT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Metadata written as the first line of a transcript.
 #[derive(Debug, Clone, Serialize)]
@@ -49,6 +55,14 @@ pub struct Transcript {
     out: BufWriter<File>,
     started: Instant,
     error: Option<std::io::Error>,
+    /// Bytes written so far.
+    written: u64,
+    /// [`MAX_TRANSCRIPT_BYTES`], smaller in tests.
+    cap: u64,
+    /// Lines and events left out after the cap.
+    omitted_records: u64,
+    /// Bytes of the lines left out.
+    omitted_bytes: u64,
 }
 
 impl Transcript {
@@ -74,6 +88,10 @@ impl Transcript {
             out: BufWriter::new(file),
             started: Instant::now(),
             error: None,
+            written: 0,
+            cap: MAX_TRANSCRIPT_BYTES,
+            omitted_records: 0,
+            omitted_bytes: 0,
         };
         t.write(&json!({"type": "meta", "meta": meta}));
         Ok(t)
@@ -88,12 +106,39 @@ impl Transcript {
         if self.error.is_some() {
             return;
         }
-        let result = serde_json::to_writer(&mut self.out, value)
-            .map_err(std::io::Error::other)
+        let bytes = match serde_json::to_vec(value) {
+            Ok(b) => b,
+            Err(e) => {
+                self.error = Some(std::io::Error::other(e));
+                return;
+            }
+        };
+        let result = self
+            .out
+            .write_all(&bytes)
             .and_then(|_| self.out.write_all(b"\n"));
+        self.written += bytes.len() as u64 + 1;
         if let Err(e) = result {
             self.error = Some(e);
         }
+    }
+
+    /// Whether a line or event of about `len` bytes may still be written; once the cap is
+    /// reached, writes a `capped` note the first time and counts what is left out.
+    fn room_for(&mut self, len: usize) -> bool {
+        if self.written < self.cap {
+            return true;
+        }
+        if self.omitted_records == 0 {
+            let note = json!({"type": "capped", "t_ms": self.elapsed_ms(), "data": format!(
+                "transcript reached {} bytes: further lines and events are counted, not kept",
+                self.cap
+            )});
+            self.write(&note);
+        }
+        self.omitted_records += 1;
+        self.omitted_bytes += len as u64;
+        false
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -103,6 +148,9 @@ impl Transcript {
     /// Records one raw agent line, cutting it at [`MAX_TRANSCRIPT_LINE_BYTES`].
     pub fn line(&mut self, line: &OutputLine) {
         let full_len = line.truncated_from.unwrap_or(line.text.len());
+        if !self.room_for(full_len) {
+            return;
+        }
         let mut text = line.text.as_str();
         if text.len() > MAX_TRANSCRIPT_LINE_BYTES {
             let mut cut = MAX_TRANSCRIPT_LINE_BYTES;
@@ -129,6 +177,9 @@ impl Transcript {
 
     /// Records one normalized event.
     pub fn event(&mut self, event: &AgentEvent) {
+        if !self.room_for(0) {
+            return;
+        }
         let record = json!({"type": "event", "t_ms": self.elapsed_ms(), "event": event});
         self.write(&record);
     }
@@ -144,6 +195,11 @@ impl Transcript {
     /// # Errors
     /// The first write error seen, or the flush error.
     pub fn finish(mut self) -> std::io::Result<PathBuf> {
+        if self.omitted_records > 0 {
+            let note = json!({"type": "omitted", "t_ms": self.elapsed_ms(), "data": {
+                "records": self.omitted_records, "line_bytes": self.omitted_bytes}});
+            self.write(&note);
+        }
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -195,5 +251,49 @@ mod tests {
         );
         assert!(lines[1]["text"].as_str().unwrap().len() <= MAX_TRANSCRIPT_LINE_BYTES);
         assert_eq!(lines[2]["event"]["kind"], "assistant_text");
+    }
+
+    #[test]
+    fn past_the_cap_lines_are_counted_not_kept_and_the_end_record_still_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = TranscriptMeta {
+            run_id: "r1".into(),
+            iteration: 1,
+            story_id: "US-001".into(),
+            backend: "exec".into(),
+            command: "x".into(),
+            head: None,
+            ralph_version: "0".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            prompt_bytes: 1,
+        };
+        let mut t = Transcript::create(dir.path(), &meta).unwrap();
+        t.cap = 4096;
+        for _ in 0..1000 {
+            t.line(&OutputLine {
+                stream: StreamKind::Stdout,
+                text: "y".repeat(100),
+                truncated_from: None,
+            });
+        }
+        t.note("end", json!({"exit_code": 0}));
+        let path = t.finish().unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size < 8192, "{size} bytes");
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = records
+            .iter()
+            .map(|r| r["type"].as_str().unwrap())
+            .collect();
+        assert!(kinds.contains(&"capped"), "{kinds:?}");
+        assert_eq!(&kinds[kinds.len() - 2..], ["end", "omitted"]);
+        let omitted = &records.last().unwrap()["data"];
+        let kept = kinds.iter().filter(|k| **k == "line").count() as u64;
+        assert_eq!(omitted["records"].as_u64().unwrap() + kept, 1000);
+        assert_eq!(omitted["line_bytes"].as_u64().unwrap(), (1000 - kept) * 100);
     }
 }

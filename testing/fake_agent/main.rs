@@ -33,6 +33,8 @@
 //! - `{"stdout_raw": "text"}`: the text exactly (no newline: a partial last line).
 //! - `{"stdout_bytes": [255, 254, 10]}`: exact bytes (invalid UTF-8, CRLF, ...).
 //! - `{"stdout_repeat": {"text": "x", "count": 6000000, "newline": true}}`: one huge line.
+//! - `{"stdout_flood": {"line": "text", "bytes": 2147483648}}`: the line over and over until that
+//!   many bytes went out (streamed: the fake stays small).
 //! - `{"json": {...}}`: the value as one compact JSON line.
 //!
 //! Claude stream-json helpers (message ids, session id and `type`-last result order are filled
@@ -119,6 +121,7 @@ enum Action {
     StdoutRaw(String),
     StdoutBytes(Vec<u8>),
     StdoutRepeat(Repeat),
+    StdoutFlood(Flood),
     Json(Value),
     ClaudeInit(ClaudeInit),
     ClaudeText(String),
@@ -158,6 +161,15 @@ struct Repeat {
     count: usize,
     #[serde(default = "yes")]
     newline: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Flood {
+    /// One line (a newline is added after each copy).
+    line: String,
+    /// Total bytes to print, newlines included; the last copy may be cut short.
+    bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -406,6 +418,25 @@ fn out(bytes: &[u8]) -> anyhow::Result<()> {
     stdout.flush().context("flushing stdout")
 }
 
+/// Prints `f.line` + `\n` over and over until `f.bytes` bytes went out, through a 1 MiB buffer,
+/// so the fake itself stays small however much it prints.
+fn flood(f: &Flood) -> anyhow::Result<()> {
+    let mut unit = f.line.clone().into_bytes();
+    unit.push(b'\n');
+    let mut chunk = Vec::with_capacity(1 << 20);
+    while chunk.len() + unit.len() <= 1 << 20 {
+        chunk.extend_from_slice(&unit);
+    }
+    let mut stdout = std::io::stdout().lock();
+    let mut left = f.bytes;
+    while left > 0 {
+        let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+        stdout.write_all(&chunk[..n]).context("writing stdout")?;
+        left -= n as u64;
+    }
+    stdout.flush().context("flushing stdout")
+}
+
 fn out_json(value: &Value) -> anyhow::Result<()> {
     out(format!("{value}\n").as_bytes())
 }
@@ -459,6 +490,7 @@ impl Player {
                 }
                 out(line.as_bytes())?;
             }
+            Action::StdoutFlood(f) => flood(f)?,
             Action::Stderr(text) => {
                 let mut stderr = std::io::stderr().lock();
                 writeln!(stderr, "{text}").context("writing stderr")?;

@@ -1246,3 +1246,136 @@ fn a_cli_reporting_only_tokens_is_priced_from_ralph_toml_and_status_shows_the_ru
     assert_eq!(doc["latest_run_tokens_out"], 2000);
     assert_eq!(doc["cost_estimated"], true);
 }
+
+#[test]
+fn case_11_no_messages_returned_once_is_retried_without_using_the_budget() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "transient_backoff = \"100ms\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [
+        [{"stderr": "No messages returned"}, {"exit": 1}],
+        claude_story("US-001", 1, "done")
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["transient", "story_passed"]);
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(state["attempts"]["US-001"], 1);
+}
+
+#[test]
+fn case_14_hostile_output_does_not_crash_the_run_and_the_transcript_keeps_it() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"stdout_repeat": {"text": "x", "count": 6_000_000}},
+        {"stdout_bytes": [0xff, 0xfe, 0x7b, 0x0a]},
+        {"stdout": "plain text, not JSON\r"},
+        {"stderr": "\u{1b}[31mcoloured warning\u{1b}[0m"},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "Done.\n<promise>COMPLETE</promise>"}},
+        {"stdout_raw": "partial line without newline"}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rec = &env.ledger()[0];
+    assert_eq!(rec["outcome"], "story_passed");
+    assert_eq!(rec["promise_seen"], true);
+    let transcript = env.read(rec["transcript"].as_str().unwrap());
+    assert!(
+        transcript.contains("line truncated: kept 65536 of 6000000 bytes"),
+        "the 6 MB line is cut with a note"
+    );
+    assert!(transcript.contains("partial line without newline"));
+    assert!(transcript.contains("plain text, not JSON"));
+    assert!(
+        transcript.contains("\"message\":\"coloured warning\""),
+        "ANSI stripped in events"
+    );
+}
+
+/// Case 15: 2 GB of output in one iteration. ralph reads it line by line through a bounded
+/// buffer and the transcript keeps only its first 64 MiB, so neither memory nor disk grows with
+/// the output. Peak memory is read with getrusage over the whole process tree (ralph and the
+/// fake agent, which streams from a 1 MiB buffer).
+#[test]
+fn case_15_two_gigabytes_of_output_keep_memory_and_the_transcript_bounded() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let gib2: u64 = 2 * 1024 * 1024 * 1024;
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"stdout_flood": {"line": "some agent chatter that is not JSON, over and over", "bytes": gib2}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let child = env
+        .ralph_cmd(&["run", "--max-iter", "1", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait4 reports the peak resident size of ralph and of the processes it waited for (the
+    // agent); the test binary's own other children do not count, unlike RUSAGE_CHILDREN.
+    let mut status = 0;
+    // SAFETY: plain syscall on our own child's pid with valid out-pointers.
+    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4 failed");
+    assert!(
+        nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    // ru_maxrss is in KiB on Linux: the largest process of the tree stayed under 256 MiB while
+    // 2048 MiB went through it.
+    let peak_mib = usage.ru_maxrss / 1024;
+    assert!(peak_mib < 256, "peak RSS {peak_mib} MiB");
+    let rec = &env.ledger()[0];
+    assert_eq!(rec["outcome"], "story_passed");
+    let transcript = env.path(rec["transcript"].as_str().unwrap());
+    let size = std::fs::metadata(&transcript).unwrap().len();
+    assert!(size < 80 * 1024 * 1024, "transcript is {size} bytes");
+    let tail = std::fs::read_to_string(&transcript).unwrap();
+    assert!(tail.contains("\"type\":\"capped\""));
+    assert!(tail.trim_end().ends_with('}') && tail.contains("\"type\":\"omitted\""));
+}
+
+#[test]
+fn case_16_inside_a_claude_session_the_variable_is_removed_and_the_refusal_is_not_retried() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    // What claude prints when it still sees CLAUDECODE: a deterministic config error.
+    env.script(&json!({"default": [
+        {"stderr": "Error: Claude Code cannot be launched inside another Claude Code session."},
+        {"exit": 1}
+    ]}));
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "5"])
+        .env("CLAUDECODE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["config_error"]);
+    assert_eq!(env.agent_calls(), 1, "a config error must never be retried");
+    let calls = env.read("../script.json.calls.jsonl");
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert!(call["env"]["CLAUDECODE"].is_null(), "{call}");
+}
+
+#[test]
+fn a_limit_text_in_a_tool_result_or_a_file_is_never_a_usage_limit() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "NOTES.md", "content": "You've hit your session limit · resets 2pm (Europe/Berlin)\nClaude AI usage limit reached|1753441200\n"}},
+        {"claude_tool": {"name": "Bash", "input": {"command": "cat NOTES.md"},
+                         "result": "You've hit your session limit · resets 2pm (Europe/Berlin)\nClaude AI usage limit reached|1753441200", "is_error": true}},
+        {"claude_result": {"text": "I could not finish the story.", "is_error": false}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["progress"]);
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert!(state["resume_at"].is_null(), "{state}");
+}
