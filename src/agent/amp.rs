@@ -634,6 +634,8 @@ mod tests {
     #[test]
     fn error_results_are_classified_from_their_error_text() {
         for (error, class) in [
+            // What amp's TUI shows at an exhausted balance.
+            ("Out of Credits", FailureClass::UsageLimit),
             ("Credit balance is too low", FailureClass::UsageLimit),
             (
                 "401 Unauthorized: Invalid API key. Run amp login or set AMP_API_KEY.",

@@ -168,15 +168,15 @@ fn amp_promise_only_in_the_echoed_prompt_or_a_tool_result_does_not_complete() {
     assert_eq!(outcomes(&env), ["no_progress", "no_progress"]);
 }
 
-/// amp's own wording for an exhausted balance is not known (notes §3); the error text here is
-/// the billing family the shared classifier reads as a usage limit.
+/// amp's execute-mode wording for an exhausted balance is not verified (notes §3); "Out of
+/// Credits" is what amp shows its users then (seen in its TUI).
 #[test]
 fn amp_usage_limit_does_not_use_an_iteration_and_no_wait_stops() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
         {"amp": {"init": {}}},
         {"amp": {"user": {}}},
-        {"amp": {"error": "Credit balance is too low"}},
+        {"amp": {"error": "Out of Credits"}},
         {"exit": 1}
     ]]}));
     let out = run(&env, "amp", &["--no-wait"]);
