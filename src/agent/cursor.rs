@@ -1,21 +1,77 @@
-//! The cursor backend (placeholder until its module is written: refuses to start).
+//! The Cursor CLI backend: `cursor-agent -p --force --output-format stream-json [-m MODEL]
+//! <prompt>`, the prompt as the last argument.
+//!
+//! This module owns cursor-agent's command line and the reading of its stream-json output (one
+//! JSON object per stdout line) into [`AgentEvent`]s and an [`AgentReport`]. Schema source:
+//! `notes/agent-protocols.md` §6 (Cursor CLI, from cursor's output-format reference and observed
+//! runs) and §0 (rules for every CLI). cursor-agent is closed source: every rule below is read
+//! leniently.
+//!
+//! Choices, each forced by what cursor-agent does:
+//! - the prompt is a positional argument, the only documented form. Linux refuses a single
+//!   argument over 128 KiB (`E2BIG` at spawn), so a prompt over [`PROMPT_ARG_MAX_BYTES`] is
+//!   refused with an error naming the limit before anything starts. A prompt starting with `-`
+//!   is put after `--` so it is not read as an option;
+//! - stdin is `/dev/null`: with the prompt in argv there is nothing to write;
+//! - `--force` allows commands without asking. `--trust` is not passed: only newer builds know
+//!   it (an older build stops at an unknown option), and cursor-agent's own workspace-trust
+//!   refusal names `-f`/`--force` as an alternative to it, so `--force` already clears that gate;
+//! - cursor echoes the prompt as a `user` line, which never becomes the final text, nor do tool
+//!   results (`tool_call` lines);
+//! - the final text is `result.result`, else the text of the last `assistant` line (one line per
+//!   complete message);
+//! - the `result` line may be missing (on failure cursor prints to stderr and exits non-zero):
+//!   then the exit code decides success. cursor-agent also sometimes does not exit after its
+//!   `result`; the supervisor ends it after a grace period once it has seen [`AgentEvent::Final`];
+//! - failures: cursor has no structured error fields; stderr lines and the text of an error
+//!   result go through [`Classifier`];
+//! - no cost (`None`); tokens only when a build puts `usage` in the result line (not in the
+//!   documented schema).
 
-use crate::agent::{AgentReport, AgentSettings, Backend, OutputParser};
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
+use crate::agent::claude::summarize_tool_input;
+use crate::agent::{
+    AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
+};
 use crate::cli::AgentKind;
-use crate::process::{OutputLine, SpawnSpec};
+use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
 
-/// The cursor backend.
+/// Program run when [`AgentSettings::program`] is not set (looked up on PATH). Newer builds
+/// also install it as `agent`; point `--agent-program` there if only that name exists.
+pub const DEFAULT_PROGRAM: &str = "cursor-agent";
+
+/// Largest prompt, in bytes, ralph passes as cursor-agent's argument: below Linux's 128 KiB
+/// limit for one argument (`MAX_ARG_STRLEN`), with room for the rest of argv and the
+/// environment under macOS's smaller total limit.
+pub const PROMPT_ARG_MAX_BYTES: usize = 100 * 1024;
+
+/// The prompt does not fit in one command-line argument.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the prompt is {bytes} bytes, over the {limit}-byte limit for cursor-agent, which takes its prompt as a command-line argument (Linux refuses one argument over 128 KiB)\nhint: make the prompt smaller (a shorter template, story text or progress_tail_bytes), or use an agent that reads the prompt on stdin (claude, amp)",
+    limit = PROMPT_ARG_MAX_BYTES
+)]
+pub struct PromptTooLong {
+    /// The prompt's size in bytes.
+    pub bytes: usize,
+}
+
+/// The cursor backend. Stateless apart from its settings; each [`Backend::parser`] call returns
+/// a fresh [`CursorParser`].
 #[derive(Debug, Clone)]
 pub struct Cursor {
-    _settings: AgentSettings,
+    settings: AgentSettings,
 }
 
 impl Cursor {
-    /// A backend for `settings`.
+    /// A backend that runs `settings.program` (default [`DEFAULT_PROGRAM`]) in `settings.repo`,
+    /// with `-m settings.model` when set.
     pub fn new(settings: AgentSettings) -> Self {
-        Cursor {
-            _settings: settings,
-        }
+        Cursor { settings }
     }
 }
 
@@ -24,23 +80,711 @@ impl Backend for Cursor {
         AgentKind::Cursor
     }
 
-    fn command(&self, _prompt: &str) -> anyhow::Result<SpawnSpec> {
-        anyhow::bail!("the cursor backend is not available in this build")
+    /// `cursor-agent -p --force --output-format stream-json [-m M] [--] <prompt>`, stdin
+    /// `/dev/null`, `NO_COLOR=1`.
+    ///
+    /// # Errors
+    /// [`PromptTooLong`] when `prompt` is over [`PROMPT_ARG_MAX_BYTES`].
+    fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
+        if prompt.len() > PROMPT_ARG_MAX_BYTES {
+            return Err(PromptTooLong {
+                bytes: prompt.len(),
+            }
+            .into());
+        }
+        let program = self
+            .settings
+            .program
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let mut args: Vec<String> = ["-p", "--force", "--output-format", "stream-json"]
+            .map(String::from)
+            .to_vec();
+        if let Some(model) = &self.settings.model {
+            args.push("-m".into());
+            args.push(model.clone());
+        }
+        if prompt.starts_with('-') {
+            // Only then: a prompt that looks like an option must not be parsed as one.
+            args.push("--".into());
+        }
+        args.push(prompt.to_owned());
+        Ok(SpawnSpec {
+            program,
+            args,
+            cwd: self.settings.repo.clone(),
+            env_remove: Vec::new(),
+            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
+            stdin: None,
+        })
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
-        Box::new(Nothing)
+        // The echoed prompt arrives as a `user` line, which never feeds the final text.
+        Box::new(CursorParser::new())
     }
 }
 
-struct Nothing;
+/// What the terminal `result` line said.
+#[derive(Debug, Clone, Default)]
+struct ResultLine {
+    text: Option<String>,
+    is_error: bool,
+    subtype: Option<String>,
+    usage: Usage,
+}
 
-impl OutputParser for Nothing {
-    fn on_line(&mut self, _line: &OutputLine) -> Vec<crate::agent::AgentEvent> {
-        Vec::new()
+/// Reads cursor-agent's stream-json output. Memory use is bounded by the largest assistant
+/// message plus a few stderr lines.
+#[derive(Debug, Default)]
+pub struct CursorParser {
+    session_id: Option<String>,
+    model: Option<String>,
+    /// Text of the last `assistant` line.
+    last_assistant_text: Option<String>,
+    result: Option<ResultLine>,
+    classifier: Classifier,
+    stderr_tail: StderrTail,
+}
+
+impl CursorParser {
+    /// A parser for one cursor-agent run.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    fn finish(self: Box<Self>, _exit_code: Option<i32>) -> AgentReport {
-        AgentReport::default()
+    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
+        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
+            // Not a JSON object; the transcript keeps the raw line.
+            return Vec::new();
+        };
+        let v = Value::Object(obj);
+        if self.session_id.is_none() {
+            self.session_id = str_field(&v, "session_id");
+        }
+        match v.get("type").and_then(Value::as_str) {
+            Some("system") if str_field(&v, "subtype").as_deref() == Some("init") => {
+                if let Some(id) = str_field(&v, "session_id") {
+                    self.session_id = Some(id);
+                }
+                self.model = str_field(&v, "model").or(self.model.take());
+                vec![AgentEvent::Session {
+                    session_id: self.session_id.clone(),
+                    model: self.model.clone(),
+                    version: None,
+                }]
+            }
+            Some("assistant") => self.on_assistant(&v),
+            Some("tool_call") => on_tool_call(&v),
+            Some("result") => self.on_result(&v),
+            // `user` is the echoed prompt: never the agent's words.
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_assistant(&mut self, v: &Value) -> Vec<AgentEvent> {
+        let Some(text) = v.get("message").and_then(message_text) else {
+            return Vec::new();
+        };
+        self.last_assistant_text = Some(text.clone());
+        vec![AgentEvent::AssistantText { text }]
+    }
+
+    fn on_result(&mut self, v: &Value) -> Vec<AgentEvent> {
+        let subtype = str_field(v, "subtype");
+        let is_error = v
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or_else(|| subtype.as_deref().is_some_and(|s| s != "success"));
+        let text = str_field(v, "result");
+        if is_error {
+            // Only an error result's text is cursor's own error message.
+            if let Some(t) = &text {
+                self.classifier.observe(Signal::Text(t));
+            }
+            if let Some(e) = v.get("error").and_then(Value::as_str) {
+                self.classifier.observe(Signal::Text(e));
+            }
+        }
+        if let Some(id) = str_field(v, "session_id") {
+            self.session_id = Some(id);
+        }
+        self.result = Some(ResultLine {
+            text: text.clone(),
+            is_error,
+            subtype,
+            usage: v.get("usage").map(usage_of).unwrap_or_default(),
+        });
+        vec![AgentEvent::Final { text, is_error }]
+    }
+
+    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
+        let clean = strip_ansi(text);
+        let clean = clean.trim();
+        if clean.is_empty() {
+            return Vec::new();
+        }
+        self.classifier.observe(Signal::Text(clean));
+        self.stderr_tail.push(clean);
+        vec![AgentEvent::Error {
+            message: clean.to_owned(),
+        }]
+    }
+
+    /// The error message to report for a failed run, best source first: an error result's
+    /// text, the stderr line that decided the class, the last stderr lines.
+    fn error_message(&self, exit_code: Option<i32>) -> Option<String> {
+        let from_result = self.result.as_ref().filter(|r| r.is_error).map(|r| {
+            r.text
+                .clone()
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or_else(|| {
+                    format!(
+                        "cursor-agent ended with {}",
+                        r.subtype.as_deref().unwrap_or("an error")
+                    )
+                })
+        });
+        from_result
+            .or_else(|| self.classifier.message().map(str::to_owned))
+            .or_else(|| self.stderr_tail.joined())
+            .or_else(|| {
+                exit_code.filter(|c| *c != 0).map(|c| {
+                    format!(
+                        "cursor-agent exited with code {c} without a result or an error message"
+                    )
+                })
+            })
+            .map(|m| strip_ansi(&m))
+    }
+}
+
+impl OutputParser for CursorParser {
+    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
+        match line.stream {
+            StreamKind::Stdout => self.on_stdout(&line.text),
+            StreamKind::Stderr => self.on_stderr(&line.text),
+        }
+    }
+
+    /// Report rules:
+    /// - `final_text`: `result.result` when present, else the text of the last `assistant`
+    ///   line, else `None`; never the echoed `user` prompt or a tool result;
+    /// - `is_error`: `result.is_error` when a result line was seen (the exit code after it means
+    ///   nothing: cursor may have to be killed), else "exit code was not 0";
+    /// - `failure`: the most decisive class among stderr lines and error-result text, only when
+    ///   the run failed;
+    /// - `cost_usd`: always `None`; `usage`: the result line's `usage` when a build prints one
+    ///   (tokens), else zero;
+    /// - `resume_at`: for a usage limit, a reset time written in the error text or the stderr
+    ///   lines around it, if any.
+    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
+        let saw_final = self.result.is_some();
+        let is_error = match &self.result {
+            Some(r) => r.is_error,
+            None => exit_code != Some(0),
+        };
+        let failure = if is_error || !saw_final {
+            self.classifier.best()
+        } else {
+            None
+        };
+        let error_message = if is_error || failure.is_some() {
+            self.error_message(exit_code)
+        } else {
+            None
+        };
+        let final_text = self
+            .result
+            .as_ref()
+            .and_then(|r| r.text.clone())
+            .or_else(|| self.last_assistant_text.clone());
+        let resume_at = match failure {
+            // cursor prints its limit as several stderr lines; the reset date is not on the
+            // first one.
+            Some(FailureClass::UsageLimit) => error_message
+                .as_deref()
+                .and_then(resume_at_from_text)
+                .or_else(|| {
+                    self.stderr_tail
+                        .joined()
+                        .as_deref()
+                        .and_then(resume_at_from_text)
+                }),
+            _ => None,
+        };
+        AgentReport {
+            final_text,
+            saw_final,
+            is_error,
+            error_message,
+            failure,
+            cost_usd: None,
+            usage: self.result.as_ref().map(|r| r.usage).unwrap_or_default(),
+            session_id: self.session_id,
+            model: self.model,
+            agent_version: None,
+            resume_at,
+        }
+    }
+}
+
+/// `tool_call` lines: `started` → [`AgentEvent::ToolCall`], `completed` →
+/// [`AgentEvent::ToolResult`]. The tool is the key of `tool_call` named `<kind>ToolCall`
+/// (`shellToolCall`, `readToolCall`, `editToolCall`, ...), else any key holding an object; the
+/// other keys there are metadata (`toolCallId`, `startedAtMs`).
+fn on_tool_call(v: &Value) -> Vec<AgentEvent> {
+    let Some(fields) = v.get("tool_call").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let tool = fields
+        .iter()
+        .find(|(key, call)| key.ends_with("ToolCall") && call.is_object())
+        .or_else(|| fields.iter().find(|(_, call)| call.is_object()));
+    let Some((key, call)) = tool else {
+        return Vec::new();
+    };
+    match v.get("subtype").and_then(Value::as_str) {
+        Some("started") => {
+            let name = match call.get("name").and_then(Value::as_str) {
+                // MCP and other generic tools carry their own name.
+                Some(name) if key == "function" || key == "mcpToolCall" => name.to_owned(),
+                _ => key.strip_suffix("ToolCall").unwrap_or(key).to_owned(),
+            };
+            let summary = summarize_tool_input(call.get("args").unwrap_or(&Value::Null));
+            vec![AgentEvent::ToolCall { name, summary }]
+        }
+        Some("completed") => vec![AgentEvent::ToolResult {
+            is_error: tool_failed(call.get("result")),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// A completed tool's `result` is `{"success": {...}}` or another outcome (`failure`,
+/// `error`, `rejected`, ...). A shell command that ran but exited non-zero failed too.
+fn tool_failed(result: Option<&Value>) -> bool {
+    let Some(result) = result.and_then(Value::as_object) else {
+        return false;
+    };
+    match result.get("success") {
+        Some(success) => success
+            .get("exitCode")
+            .and_then(Value::as_i64)
+            .is_some_and(|code| code != 0),
+        None => !result.is_empty(),
+    }
+}
+
+/// The text blocks of an assistant `message`, joined; `None` when it has no text.
+fn message_text(message: &Value) -> Option<String> {
+    let content = message.get("content")?;
+    let text = match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| {
+                b.get("type")
+                    .and_then(Value::as_str)
+                    .is_none_or(|t| t == "text")
+            })
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+fn str_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// `result.usage`, when present: input and output tokens in either spelling (`inputTokens` /
+/// `input_tokens`). Cache counts are not read: no known build names them.
+fn usage_of(u: &Value) -> Usage {
+    let n = |camel: &str, snake: &str| {
+        u.get(camel)
+            .or_else(|| u.get(snake))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Usage {
+        input_tokens: n("inputTokens", "input_tokens"),
+        output_tokens: n("outputTokens", "output_tokens"),
+        ..Usage::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::completion::promise_in_final_text;
+
+    fn out(text: &str) -> OutputLine {
+        OutputLine {
+            stream: StreamKind::Stdout,
+            text: text.to_owned(),
+            truncated_from: None,
+        }
+    }
+
+    fn err(text: &str) -> OutputLine {
+        OutputLine {
+            stream: StreamKind::Stderr,
+            text: text.to_owned(),
+            truncated_from: None,
+        }
+    }
+
+    fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
+        let mut parser: Box<dyn OutputParser> = Box::new(CursorParser::new());
+        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
+        (events, parser.finish(exit))
+    }
+
+    fn claims(report: &AgentReport) -> bool {
+        promise_in_final_text(report.final_text.as_deref().unwrap_or_default())
+    }
+
+    // Shapes from notes/agent-protocols.md §6 (cursor's output-format reference) and captured
+    // runs: the tool object sits next to `toolCallId`/`startedAtMs` metadata.
+    const INIT: &str = r#"{"type":"system","subtype":"init","apiKeySource":"env","cwd":"/w/repo","session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b","model":"Claude 4.5 Sonnet","permissionMode":"default"}"#;
+    const USER_ECHO: &str = r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"Work on US-001. When every story passes, end with <promise>COMPLETE</promise>"}]},"session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b"}"#;
+    const SAYS: &str = r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"I'll run the tests first."}]},"session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b"}"#;
+    const SHELL_STARTED: &str = r#"{"type":"tool_call","subtype":"started","call_id":"c1","tool_call":{"shellToolCall":{"args":{"command":"cargo test","workingDirectory":"/w/repo"}},"toolCallId":"c1","startedAtMs":"1785855754954"},"session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b"}"#;
+    /// The tool's output quotes the promise (a test fixture): never a claim.
+    const SHELL_COMPLETED: &str = r#"{"type":"tool_call","subtype":"completed","call_id":"c1","tool_call":{"shellToolCall":{"args":{"command":"cargo test"},"result":{"success":{"command":"cargo test","exitCode":0,"stdout":"fixture: <promise>COMPLETE</promise>","stderr":""}}}},"session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b"}"#;
+    const FINAL_SAYS: &str = r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"All stories pass.\n<promise>COMPLETE</promise>"}]},"session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b"}"#;
+    const RESULT: &str = r#"{"type":"result","subtype":"success","duration_ms":5234,"duration_api_ms":5234,"is_error":false,"result":"All stories pass.\n<promise>COMPLETE</promise>","session_id":"f0bde9df-c86b-4d59-b453-c133f6de1a2b","request_id":"9a1b2c3d-0000"}"#;
+    /// cursor/cursor#3703: a usage limit, on stderr, one field per line; exit 1, no result.
+    const USAGE_LIMIT: [&str; 7] = [
+        "Error: You've hit your usage limit",
+        "  Get Cursor Pro for more Agent usage, unlimited Tab, and more.",
+        "  fallbackModel: ",
+        "  spendLimitHit: false",
+        "  chatMessage: *You've hit your free requests limit. [Upgrade to Pro](https://www.cursor.com/api/auth/checkoutDeepControl?tier=pro) for more usage, frontier models, Background Agents, ",
+        "  and more. Your usage limits will reset when your monthly cycle ends on 11/17/2025.*",
+        "  spendLimits: [50,100,200]",
+    ];
+    /// `cursor-agent -p` without a login or `CURSOR_API_KEY`: stderr, exit 1.
+    const AUTH_REQUIRED: &str = "Error: Authentication required. Please run 'agent login' first, or set CURSOR_API_KEY environment variable.";
+
+    #[test]
+    fn successful_run_reads_events_final_text_and_session() {
+        let lines = [
+            out(INIT),
+            out(USER_ECHO),
+            out(SAYS),
+            out(SHELL_STARTED),
+            out(SHELL_COMPLETED),
+            out(FINAL_SAYS),
+            out(RESULT),
+        ];
+        let (events, report) = run(&lines, Some(0));
+        assert_eq!(
+            events,
+            vec![
+                AgentEvent::Session {
+                    session_id: Some("f0bde9df-c86b-4d59-b453-c133f6de1a2b".into()),
+                    model: Some("Claude 4.5 Sonnet".into()),
+                    version: None,
+                },
+                AgentEvent::AssistantText {
+                    text: "I'll run the tests first.".into()
+                },
+                AgentEvent::ToolCall {
+                    name: "shell".into(),
+                    summary: "cargo test".into()
+                },
+                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::AssistantText {
+                    text: "All stories pass.\n<promise>COMPLETE</promise>".into()
+                },
+                AgentEvent::Final {
+                    text: Some("All stories pass.\n<promise>COMPLETE</promise>".into()),
+                    is_error: false
+                },
+            ]
+        );
+        assert!(report.saw_final && !report.is_error);
+        assert!(claims(&report));
+        assert_eq!(report.failure, None);
+        assert_eq!(report.error_message, None);
+        assert_eq!(report.cost_usd, None);
+        assert_eq!(report.usage, Usage::default());
+        assert_eq!(
+            report.session_id.as_deref(),
+            Some("f0bde9df-c86b-4d59-b453-c133f6de1a2b")
+        );
+    }
+
+    /// The promise in the echoed prompt and in a tool's output never counts: not with a result
+    /// line, not without one (then the last assistant message is the final text).
+    #[test]
+    fn promise_only_in_echo_or_tool_output_does_not_count() {
+        let (_, report) = run(
+            &[
+                out(INIT),
+                out(USER_ECHO),
+                out(SHELL_STARTED),
+                out(SHELL_COMPLETED),
+            ],
+            Some(0),
+        );
+        assert_eq!(report.final_text, None);
+        assert!(!claims(&report));
+        assert!(!report.saw_final && !report.is_error);
+
+        let (_, report) = run(
+            &[
+                out(USER_ECHO),
+                out(SAYS),
+                out(SHELL_STARTED),
+                out(SHELL_COMPLETED),
+            ],
+            Some(0),
+        );
+        assert_eq!(
+            report.final_text.as_deref(),
+            Some("I'll run the tests first.")
+        );
+        assert!(!claims(&report));
+
+        let result = r#"{"type":"result","subtype":"success","is_error":false,"result":"Tests pass; US-002 is still open.","session_id":"s"}"#;
+        let (_, report) = run(
+            &[out(USER_ECHO), out(SHELL_COMPLETED), out(result)],
+            Some(0),
+        );
+        assert!(!claims(&report));
+    }
+
+    /// Without a result line the exit code decides; the last assistant message still stands
+    /// in for the final text (cursor may die after its last message).
+    #[test]
+    fn missing_result_leaves_the_exit_code_to_decide() {
+        let (_, report) = run(&[out(INIT), out(FINAL_SAYS)], Some(0));
+        assert!(!report.saw_final && !report.is_error);
+        assert!(claims(&report));
+
+        let (_, report) = run(&[out(INIT), out(SAYS)], Some(2));
+        assert!(report.is_error);
+        assert_eq!(report.failure, None);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("cursor-agent exited with code 2 without a result or an error message")
+        );
+
+        // Killed by ralph after its result (cursor sometimes never exits): the result decides.
+        let (_, report) = run(&[out(INIT), out(RESULT)], None);
+        assert!(report.saw_final && !report.is_error && claims(&report));
+    }
+
+    #[test]
+    fn usage_limit_on_stderr_is_a_usage_limit() {
+        let mut lines = vec![out(INIT)];
+        lines.extend(USAGE_LIMIT.iter().map(|l| err(l)));
+        let (events, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert!(report.is_error && !report.saw_final);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Error: You've hit your usage limit")
+        );
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::Error { .. }))
+                .count(),
+            7
+        );
+        assert!(!claims(&report));
+    }
+
+    /// Needs the classify.rs rule `authentication required` (asked of the lead): cursor's only
+    /// known auth wording matches none of the shared rules yet.
+    #[test]
+    #[ignore = "needs a classify.rs auth rule for cursor's 'Authentication required' line"]
+    fn auth_failure_on_stderr_is_auth() {
+        let (_, report) = run(&[err(AUTH_REQUIRED)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+    }
+
+    /// What the parser itself owes an auth failure, whatever the rules say: the run failed and
+    /// cursor's words are the error message, ANSI removed.
+    #[test]
+    fn stderr_error_is_reported_as_the_error_message() {
+        let (events, report) = run(&[err(&format!("\x1b[31m{AUTH_REQUIRED}\x1b[0m"))], Some(1));
+        assert!(report.is_error && !report.saw_final);
+        assert_eq!(report.error_message.as_deref(), Some(AUTH_REQUIRED));
+        assert_eq!(
+            events,
+            vec![AgentEvent::Error {
+                message: AUTH_REQUIRED.into()
+            }]
+        );
+
+        let (_, report) = run(&[err("Error: Invalid API key")], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+    }
+
+    #[test]
+    fn error_result_text_is_classified_and_successful_text_is_not() {
+        let error = r#"{"type":"result","subtype":"error","is_error":true,"result":"You've hit your usage limit","session_id":"s"}"#;
+        let (_, report) = run(&[out(error)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("You've hit your usage limit")
+        );
+
+        let answer = r#"{"type":"result","subtype":"success","is_error":false,"result":"Documented the 'You've hit your usage limit' message.","session_id":"s"}"#;
+        let (_, report) = run(&[err("Warning: slow network"), out(answer)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+    }
+
+    #[test]
+    fn tool_calls_of_every_kind_and_failed_results() {
+        let started = |call: &str| {
+            format!(
+                r#"{{"type":"tool_call","subtype":"started","call_id":"c","tool_call":{call},"session_id":"s"}}"#
+            )
+        };
+        let completed = |call: &str| {
+            format!(
+                r#"{{"type":"tool_call","subtype":"completed","call_id":"c","tool_call":{call},"session_id":"s"}}"#
+            )
+        };
+        let lines = [
+            out(&started(
+                r#"{"readToolCall":{"args":{"path":"src/main.rs"}}}"#,
+            )),
+            out(&completed(
+                r#"{"readToolCall":{"args":{"path":"src/main.rs"},"result":{"success":{"content":"fn main() {}","totalLines":1}}}}"#,
+            )),
+            out(&started(
+                r#"{"editToolCall":{"args":{"path":"src/lib.rs"}}}"#,
+            )),
+            out(&completed(
+                r#"{"editToolCall":{"args":{"path":"src/lib.rs"},"result":{"failure":{"message":"old string not found"}}}}"#,
+            )),
+            out(&completed(
+                r#"{"shellToolCall":{"args":{"command":"false"},"result":{"success":{"exitCode":1,"stdout":"","stderr":""}}}}"#,
+            )),
+            out(&started(
+                r#"{"function":{"name":"linear_search","arguments":"{}"}}"#,
+            )),
+        ];
+        let (events, _) = run(&lines, Some(0));
+        assert_eq!(
+            events,
+            vec![
+                AgentEvent::ToolCall {
+                    name: "read".into(),
+                    summary: "src/main.rs".into()
+                },
+                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::ToolCall {
+                    name: "edit".into(),
+                    summary: "src/lib.rs".into()
+                },
+                AgentEvent::ToolResult { is_error: true },
+                AgentEvent::ToolResult { is_error: true },
+                AgentEvent::ToolCall {
+                    name: "linear_search".into(),
+                    summary: String::new()
+                },
+            ]
+        );
+    }
+
+    /// Non-JSON lines (a workspace-trust notice, a banner), JSON that is not an object, unknown
+    /// types, lossy UTF-8: no event, no crash.
+    #[test]
+    fn hostile_lines_are_ignored() {
+        let invalid_utf8 = String::from_utf8_lossy(b"{\"type\":\"assistant\xff\"}").into_owned();
+        let lines = [
+            out("Workspace Trust Required"),
+            out(""),
+            out("[1,2]"),
+            out(r#"{"type":"thinking","subtype":"delta","text":"<promise>COMPLETE</promise>"}"#),
+            out(r#"{"type":"tool_call","subtype":"started"}"#),
+            out(&invalid_utf8),
+            out(&format!("{SAYS}\r")),
+        ];
+        let (events, report) = run(&lines, Some(0));
+        assert_eq!(
+            events,
+            vec![AgentEvent::AssistantText {
+                text: "I'll run the tests first.".into()
+            }]
+        );
+        assert!(!claims(&report));
+    }
+
+    #[test]
+    fn result_usage_is_read_when_a_build_prints_it() {
+        let line = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","usage":{"inputTokens":100,"outputTokens":30},"session_id":"s"}"#;
+        let (_, report) = run(&[out(line)], Some(0));
+        assert_eq!(report.usage.input_tokens, 100);
+        assert_eq!(report.usage.output_tokens, 30);
+        assert_eq!(report.cost_usd, None);
+    }
+
+    #[test]
+    fn command_line_puts_the_prompt_last_and_refuses_oversized_prompts() {
+        let cursor = Cursor::new(AgentSettings {
+            repo: PathBuf::from("/w/repo"),
+            model: Some("gpt-5".into()),
+            ..AgentSettings::default()
+        });
+        let prompt = "Story \"US-1\" `$(rm -rf ~)` — ünïcode";
+        let spec = cursor.command(prompt).unwrap();
+        assert_eq!(spec.program, PathBuf::from("cursor-agent"));
+        assert_eq!(
+            spec.args,
+            [
+                "-p",
+                "--force",
+                "--output-format",
+                "stream-json",
+                "-m",
+                "gpt-5",
+                prompt
+            ]
+        );
+        assert_eq!(spec.cwd, PathBuf::from("/w/repo"));
+        assert_eq!(spec.stdin, None, "stdin is /dev/null");
+        assert_eq!(spec.env_set, [("NO_COLOR".to_owned(), "1".to_owned())]);
+
+        let custom = Cursor::new(AgentSettings {
+            program: Some(PathBuf::from("/home/u/.local/bin/agent")),
+            ..AgentSettings::default()
+        });
+        let spec = custom.command("--- front matter\nwork").unwrap();
+        assert_eq!(spec.program, PathBuf::from("/home/u/.local/bin/agent"));
+        assert_eq!(
+            spec.args,
+            [
+                "-p",
+                "--force",
+                "--output-format",
+                "stream-json",
+                "--",
+                "--- front matter\nwork"
+            ]
+        );
+
+        let fits = "x".repeat(PROMPT_ARG_MAX_BYTES);
+        assert!(custom.command(&fits).is_ok());
+        let over = "x".repeat(PROMPT_ARG_MAX_BYTES + 1);
+        let e = custom.command(&over).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} bytes", PROMPT_ARG_MAX_BYTES + 1))
+                && e.contains("102400-byte limit")
+                && e.contains("128 KiB"),
+            "{e}"
+        );
     }
 }

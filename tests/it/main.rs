@@ -1,6 +1,7 @@
 //! ralph's integration tests: one test binary (built with `--features test-fakes`).
 
 mod agents;
+mod agents_amp_cursor;
 mod common;
 mod doctor;
 mod examples;
