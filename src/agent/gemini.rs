@@ -208,7 +208,11 @@ impl GeminiParser {
         let error_type = error
             .and_then(|e| str_field(e, "type"))
             .filter(|t| !t.is_empty());
-        let error_message = error.and_then(|e| str_field(e, "message"));
+        // One line: the CLI puts the API's own words first and generic advice ("Please wait
+        // and try again later…") on the next line, and a one-line summary must keep the former.
+        let error_message = error
+            .and_then(|e| str_field(e, "message"))
+            .map(|m| one_line(&m));
         if !success {
             // The result's error is the CLI's own report of why the run failed.
             if let Some(message) = &error_message {
@@ -421,6 +425,15 @@ fn embedded_api_status(message: &str) -> Option<u16> {
     v.pointer("/error/code")
         .and_then(Value::as_u64)
         .and_then(|c| u16::try_from(c).ok())
+}
+
+/// `text` with its lines trimmed and joined by single spaces, empty lines dropped.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn str_field(v: &Value, key: &str) -> Option<String> {
@@ -655,10 +668,11 @@ mod tests {
         ];
         let (_, report) = run(&lines, Some(173));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
-        assert!(report
-            .error_message
-            .as_deref()
-            .is_some_and(|m| m.starts_with("[API Error: You have exhausted your capacity")));
+        // One line, the API's words first: ralph's one-line summary keeps the reset time.
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("[API Error: You have exhausted your capacity on this model. Your quota will reset after 2h13m5s.] Please wait and try again later. To increase your limits, request a quota increase through AI Studio, or switch to another /auth method")
+        );
 
         // Without the stderr report the 429 in the exit code still says "retry later".
         let (_, report) = run(&[out(INIT), out(result)], Some(173));
@@ -774,7 +788,7 @@ mod tests {
     #[test]
     fn exit_code_completes_the_result() {
         let success = out(r#"{"type":"result","timestamp":"t","status":"success","stats":{}}"#);
-        assert!(!run(&[success.clone()], None).1.is_error);
+        assert!(!run(std::slice::from_ref(&success), None).1.is_error);
         assert!(run(&[success], Some(1)).1.is_error);
         let (_, report) = run(&[], None);
         assert!(report.is_error && !report.saw_final);
