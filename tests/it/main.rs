@@ -3,6 +3,7 @@
 mod agents;
 mod common;
 mod examples;
+mod fake_gemini;
 mod llm;
 mod local;
 mod local_e2e;
