@@ -131,6 +131,9 @@ pub struct GeminiParser {
     classifier: Classifier,
     /// The last known JS error class the CLI named on stderr, with the message after it.
     stderr_error: Option<(String, String)>,
+    /// The class of the Google API error quoted in the result's message, when its `status` or
+    /// `details[].reason` decide one.
+    api_error_class: Option<FailureClass>,
     /// The message of the last `error` event with `severity:"error"`.
     error_event: Option<String>,
     stderr_tail: StderrTail,
@@ -217,8 +220,11 @@ impl GeminiParser {
             // The result's error is the CLI's own report of why the run failed.
             if let Some(message) = &error_message {
                 self.classifier.observe(Signal::Text(message));
-                if let Some(status) = embedded_api_status(message) {
-                    self.classifier.observe(Signal::ApiStatus(status));
+                if let Some(api) = embedded_api_error(message) {
+                    if let Some(code) = api.code {
+                        self.classifier.observe(Signal::ApiStatus(code));
+                    }
+                    self.api_error_class = api.class();
                 }
             }
         }
@@ -275,6 +281,9 @@ impl GeminiParser {
         if let Some(class) = result_type.or(stderr_type).and_then(class_of_error_type) {
             return Some(class);
         }
+        if let Some(class) = self.api_error_class {
+            return Some(class);
+        }
         match exit_code? {
             EXIT_AUTH => Some(FailureClass::Auth),
             EXIT_INPUT | EXIT_SANDBOX | EXIT_CONFIG | EXIT_UNTRUSTED => Some(FailureClass::Config),
@@ -316,9 +325,10 @@ impl OutputParser for GeminiParser {
     /// - `failure` (only when the run failed): the JS error class (`TerminalQuotaError` → usage
     ///   limit, `RetryableQuotaError` → transient, `FatalAuthenticationError` → auth,
     ///   `FatalConfigError`/`FatalUntrustedWorkspaceError`/`ModelNotFoundError`… → config), else
-    ///   the exit code (41 → auth; 42, 44, 52, 55 → config), else the classifier over the error
-    ///   texts plus the HTTP status from the exit code (after an error result, 144..=255 is the
-    ///   status & 0xFF: 173 = 429, 145 = 401) or from an API error JSON quoted in the message;
+    ///   a quoted Google API error whose status is `UNAUTHENTICATED` or reason `API_KEY_*` →
+    ///   auth, else the exit code (41 → auth; 42, 44, 52, 55 → config), else the classifier
+    ///   over the error texts plus the HTTP status from the exit code (after an error result,
+    ///   144..=255 is the status & 0xFF: 173 = 429, 145 = 401) or from the quoted API error;
     /// - `resume_at`: for a usage limit, what [`crate::agent::classify::resume_at_from_text`]
     ///   reads in the error message (the CLI gives no structured reset time), else `None`;
     /// - `usage`: from `result.stats` (tokens); `cost_usd` is always `None`.
@@ -416,15 +426,46 @@ fn status_from_exit(code: i32, errored_result: bool) -> Option<u16> {
     u16::try_from(code + 256).ok()
 }
 
-/// `error.code` of a Google API error JSON quoted in an `[API Error: {"error":{"code":401,…}}]`
-/// message.
-fn embedded_api_status(message: &str) -> Option<u16> {
+/// A Google API error (`{"error":{"code","message","status","details":[{"reason"}]}}`) as the
+/// CLI quotes it in `[API Error: {…}]` when the API's body is the error's message.
+#[derive(Debug, Default, PartialEq)]
+struct ApiError {
+    /// `error.code`, the HTTP status.
+    code: Option<u16>,
+    /// `error.status`, e.g. `UNAUTHENTICATED`, `INVALID_ARGUMENT`.
+    status: Option<String>,
+    /// `error.details[].reason`, e.g. `API_KEY_INVALID`.
+    reasons: Vec<String>,
+}
+
+impl ApiError {
+    /// Auth when the status or a reason says the credentials are wrong: Google answers a bad
+    /// API key with 400 `INVALID_ARGUMENT` and reason `API_KEY_INVALID`, which no status rule
+    /// catches.
+    fn class(&self) -> Option<FailureClass> {
+        let bad_key = self.reasons.iter().any(|r| r.starts_with("API_KEY_"));
+        (bad_key || self.status.as_deref() == Some("UNAUTHENTICATED")).then_some(FailureClass::Auth)
+    }
+}
+
+/// The Google API error JSON quoted in an `[API Error: {"error":{…}}]` message, if any.
+fn embedded_api_error(message: &str) -> Option<ApiError> {
     let start = message.find("{\"error\"")?;
     let end = message.rfind('}')?;
     let v: Value = serde_json::from_str(message.get(start..=end)?).ok()?;
-    v.pointer("/error/code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
+    let e = v.get("error")?;
+    Some(ApiError {
+        code: e
+            .get("code")
+            .and_then(Value::as_u64)
+            .and_then(|c| u16::try_from(c).ok()),
+        status: str_field(e, "status"),
+        reasons: e
+            .get("details")
+            .and_then(Value::as_array)
+            .map(|ds| ds.iter().filter_map(|d| str_field(d, "reason")).collect())
+            .unwrap_or_default(),
+    })
 }
 
 /// `text` with its lines trimmed and joined by single spaces, empty lines dropped.
@@ -729,6 +770,20 @@ mod tests {
         // The quoted JSON alone is enough (e.g. a wrapper that changes the exit code).
         let (_, report) = run(&[out(INIT), out(line)], Some(1));
         assert_eq!(report.failure, Some(FailureClass::Auth));
+    }
+
+    /// A bad key as Google really answers it: 400 `INVALID_ARGUMENT`, reason `API_KEY_INVALID`
+    /// (exit 144 = 400 & 0xFF, which alone is no failure class).
+    #[test]
+    fn api_key_invalid_400_is_auth() {
+        let line = r#"{"type":"result","timestamp":"2026-11-30T02:15:40.439Z","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"API key not valid. Please pass a valid API key.\",\"status\":\"INVALID_ARGUMENT\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.ErrorInfo\",\"reason\":\"API_KEY_INVALID\",\"domain\":\"googleapis.com\",\"metadata\":{\"service\":\"generativelanguage.googleapis.com\"}}]}}]"},"stats":{}}"#;
+        let (_, report) = run(&[out(INIT), out(USER_ECHO), out(line)], Some(144));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        // Any other 400 is the agent's failure, not a class.
+        let other = line.replace("API_KEY_INVALID", "FIELD_INVALID");
+        let (_, report) = run(&[out(INIT), out(&other)], Some(144));
+        assert!(report.is_error);
+        assert_eq!(report.failure, None);
     }
 
     #[test]
