@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 
 mod anthropic;
 mod responses;
+mod gemini;
 mod scenario;
 
 use scenario::{decide, Conversation, ErrorReply, Scenario, Turn};
@@ -132,6 +133,7 @@ fn route(path: &str) -> Option<&'static dyn Wire> {
     match path {
         "/v1/messages" => Some(&anthropic::Anthropic),
         "/v1/responses" => Some(&responses::Responses),
+        p if p.starts_with("/v1beta/models/") => gemini::route(p),
         _ => None,
     }
 }
