@@ -32,6 +32,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 mod anthropic;
+mod chat;
 mod scenario;
 
 use scenario::{decide, Conversation, ErrorReply, Scenario, Turn};
@@ -130,6 +131,7 @@ pub(crate) trait Wire: Sync {
 fn route(path: &str) -> Option<&'static dyn Wire> {
     match path {
         "/v1/messages" => Some(&anthropic::Anthropic),
+        "/v1/chat/completions" => Some(&chat::Chat),
         _ => None,
     }
 }

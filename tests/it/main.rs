@@ -10,6 +10,7 @@ mod native_loop;
 mod prd;
 mod process;
 mod real_claude;
+mod real_opencode;
 mod run_cases;
 mod store;
 mod support_llm;
