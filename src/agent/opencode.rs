@@ -21,7 +21,9 @@
 //! - `--print-logs --log-level ERROR`: the JSON `error` event of a failure that happens outside
 //!   a model call is only `UnknownError: Unexpected server error. Check server logs for
 //!   details.`; the ERROR log line on stderr names the cause (`ProviderModelNotFoundError:
-//!   Model not found: x/y`). Successful runs print nothing at that level.
+//!   Model not found: x/y`). They also show opencode's own retries of a 429 or 5xx as they
+//!   happen (one `stream error` line per attempt) instead of a minute of silence. Successful
+//!   runs print nothing at that level.
 //!
 //! Reading rules:
 //! - every stdout line is parsed as JSON; non-JSON lines and unknown `type`s yield no event;
