@@ -32,8 +32,9 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 mod anthropic;
-mod responses;
+mod chat;
 mod gemini;
+mod responses;
 mod scenario;
 
 use scenario::{decide, Conversation, ErrorReply, Scenario, Turn};
@@ -134,6 +135,7 @@ fn route(path: &str) -> Option<&'static dyn Wire> {
         "/v1/messages" => Some(&anthropic::Anthropic),
         "/v1/responses" => Some(&responses::Responses),
         p if p.starts_with("/v1beta/models/") => gemini::route(p),
+        "/v1/chat/completions" => Some(&chat::Chat),
         _ => None,
     }
 }

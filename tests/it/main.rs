@@ -15,6 +15,7 @@ mod process;
 mod real_claude;
 mod real_codex;
 mod real_gemini;
+mod real_opencode;
 mod run_cases;
 mod store;
 mod support_llm;
