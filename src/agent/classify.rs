@@ -100,6 +100,13 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::Auth,
         Pattern::Contains("fatalauthenticationerror"),
     ),
+    // cursor-agent without a login or with a bad key; gemini/Google's bad-key text.
+    (
+        FailureClass::Auth,
+        Pattern::Contains("authentication required"),
+    ),
+    (FailureClass::Auth, Pattern::Contains("api key is invalid")),
+    (FailureClass::Auth, Pattern::Contains("api key not valid")),
     (FailureClass::Auth, Pattern::Status(401, 401)),
     (FailureClass::Auth, Pattern::Status(403, 403)),
     // Config: deterministic setup problems; the same command fails the same way every time.
@@ -129,6 +136,11 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (
         FailureClass::Config,
         Pattern::Contains("invalid auth method selected"),
+    ),
+    // cursor-agent in an untrusted folder.
+    (
+        FailureClass::Config,
+        Pattern::Contains("workspace trust required"),
     ),
     (
         FailureClass::Config,
@@ -202,6 +214,15 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     ),
     (
         FailureClass::UsageLimit,
+        Pattern::Contains("exhausted your daily quota"),
+    ),
+    // OpenAI-compatible APIs (opencode, native) when the account's money is gone.
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("exceeded your current quota"),
+    ),
+    (
+        FailureClass::UsageLimit,
         Pattern::RateLimitStatus("rejected"),
     ),
     // Transient: overload, rate limiting, server errors; retry after a backoff.
@@ -263,6 +284,10 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (
         FailureClass::Context,
         Pattern::Contains("contextoverflowerror"),
+    ),
+    (
+        FailureClass::Context,
+        Pattern::Contains("maximum context length"),
     ),
 ];
 
@@ -454,6 +479,13 @@ mod tests {
         ("Missing environment variable: `SCRIPTED_MODEL_API_KEY`.", FailureClass::Auth),
         ("To use Codex with your ChatGPT plan, upgrade to Plus: https://chatgpt.com/explore/plus.", FailureClass::Auth),
         ("error: unexpected argument '--full-auto' found", FailureClass::Config),
+        ("Error: Authentication required. Please run 'agent login' first, or set CURSOR_API_KEY environment variable.", FailureClass::Auth),
+        ("\u{26a0} Warning: The provided API key is invalid.", FailureClass::Auth),
+        ("[API Error: API key not valid. Please pass a valid API key.]", FailureClass::Auth),
+        ("Workspace Trust Required: Pass --trust, --yolo, or -f if you trust this directory", FailureClass::Config),
+        ("[API Error: You have exhausted your daily quota on this model.]", FailureClass::UsageLimit),
+        ("You exceeded your current quota, please check your plan and billing details.", FailureClass::UsageLimit),
+        ("This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.", FailureClass::Context),
         ("FatalAuthenticationError: [API Error: API key not valid. Please pass a valid API key.]", FailureClass::Auth),
         ("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons", FailureClass::Config),
         ("Error: Claude Code cannot be launched inside another Claude Code session.", FailureClass::Config),

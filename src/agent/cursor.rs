@@ -604,7 +604,6 @@ mod tests {
     /// Needs the classify.rs rule `authentication required` (asked of the lead): cursor's only
     /// known auth wording matches none of the shared rules yet.
     #[test]
-    #[ignore = "needs a classify.rs auth rule for cursor's 'Authentication required' line"]
     fn auth_failure_on_stderr_is_auth() {
         let (_, report) = run(&[err(AUTH_REQUIRED)], Some(1));
         assert_eq!(report.failure, Some(FailureClass::Auth));

@@ -715,8 +715,15 @@ mod tests {
             Some("[API Error: You have exhausted your capacity on this model. Your quota will reset after 2h13m5s.] Please wait and try again later. To increase your limits, request a quota increase through AI Studio, or switch to another /auth method")
         );
 
-        // Without the stderr report the 429 in the exit code still says "retry later".
+        // Without the stderr report the result's own words still name the daily quota.
         let (_, report) = run(&[out(INIT), out(result)], Some(173));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        // A 429 with words that name no quota only says "retry later".
+        let vague = result.replace(
+            "You have exhausted your capacity on this model. Your quota will reset after 2h13m5s.",
+            "Too many requests.",
+        );
+        let (_, report) = run(&[out(INIT), out(&vague)], Some(173));
         assert_eq!(report.failure, Some(FailureClass::Transient));
 
         // A per-minute limit the CLI gave up retrying.
@@ -780,7 +787,10 @@ mod tests {
         let (_, report) = run(&[out(INIT), out(USER_ECHO), out(line)], Some(144));
         assert_eq!(report.failure, Some(FailureClass::Auth));
         // Any other 400 is the agent's failure, not a class.
-        let other = line.replace("API_KEY_INVALID", "FIELD_INVALID");
+        let other = line.replace("API_KEY_INVALID", "FIELD_INVALID").replace(
+            "API key not valid. Please pass a valid API key.",
+            "Request contains an invalid argument.",
+        );
         let (_, report) = run(&[out(INIT), out(&other)], Some(144));
         assert!(report.is_error);
         assert_eq!(report.failure, None);

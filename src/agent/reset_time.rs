@@ -12,6 +12,7 @@
 //! | codex, date | `try again at Aug 18th, 2026 3:28 PM`, `Try again Aug 18.` |
 //! | Anthropic API key billing | `You will regain access on 2026-04-01 at 00:00 UTC.` |
 //! | gemini, relative | `Your quota will reset after 2h30m40s.`, `Please retry in 12s` |
+//! | cursor, US date | `Your usage limits will reset when your monthly cycle ends on 11/17/2025.` |
 //!
 //! A time without a zone is in the machine's local zone, which is the zone the CLI formatted it
 //! in. A time of day means its next occurrence (a few minutes of lateness tolerated, so a
@@ -43,6 +44,7 @@ pub fn resume_at_from_text_at<Z: TimeZone>(
 ) -> Option<DateTime<Utc>> {
     legacy_epoch(text)
         .or_else(|| iso_regain(text))
+        .or_else(|| us_date(text, local))
         .or_else(|| relative(text, now))
         .or_else(|| wall_clock(text, now, local))
 }
@@ -74,6 +76,23 @@ fn iso_regain(text: &str) -> Option<DateTime<Utc>> {
         None => NaiveTime::MIN,
     };
     Some(Utc.from_utc_datetime(&date.and_time(time)))
+}
+
+/// `reset(s) … on 11/17/2025` (month/day/year, cursor's US format): midnight local time.
+fn us_date<Z: TimeZone>(text: &str, local: &Z) -> Option<DateTime<Utc>> {
+    static RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)reset[^.]*?\bon (\d{1,2})/(\d{1,2})/(\d{4})").expect("static regex")
+    });
+    let caps = RE.captures(text)?;
+    let date = NaiveDate::from_ymd_opt(
+        caps[3].parse().ok()?,
+        caps[1].parse().ok()?,
+        caps[2].parse().ok()?,
+    )?;
+    local
+        .from_local_datetime(&date.and_time(NaiveTime::MIN))
+        .earliest()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// `reset after 2h30m40s`, `retry in 12s`, `resets in 3 hours`: now plus a duration.
@@ -325,6 +344,14 @@ mod tests {
         assert_eq!(
             at("Please retry in 12.5s").as_deref(),
             Some("2026-11-30T10:00:13+00:00")
+        );
+    }
+
+    #[test]
+    fn cursor_us_date() {
+        assert_eq!(
+            at("You've hit your usage limit. Your usage limits will reset when your monthly cycle ends on 12/17/2026.").as_deref(),
+            Some("2026-12-17T00:00:00+00:00")
         );
     }
 

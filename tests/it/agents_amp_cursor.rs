@@ -284,7 +284,6 @@ fn cursor_usage_limit_does_not_use_an_iteration_and_no_wait_stops() {
 /// cursor-agent's real auth line matches none of the shared classify.rs rules yet (asked of
 /// the lead); once it does, this run must stop like claude's.
 #[test]
-#[ignore = "needs a classify.rs auth rule for cursor's 'Authentication required' line"]
 fn cursor_auth_failure_stops_the_run() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
