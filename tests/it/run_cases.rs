@@ -1306,7 +1306,7 @@ fn case_15_two_gigabytes_of_output_keep_memory_and_the_transcript_bounded() {
     let gib2: u64 = 2 * 1024 * 1024 * 1024;
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
-        {"stdout_flood": {"line": "some agent chatter that is not JSON, over and over", "bytes": gib2}},
+        {"stdout_flood": {"line": "some agent chatter that is not JSON, over and over ".repeat(20), "bytes": gib2}},
         {"set_passes": {"id": "US-001", "passes": true}},
         {"git_commit": "feat: US-001"},
         {"claude_result": {"text": "done"}}
