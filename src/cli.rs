@@ -27,6 +27,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Check each agent CLI: installed, which version, and the known traps on this machine.
     Doctor(DoctorArgs),
+    /// Ask the `ralph run` in this repository to stop after its current iteration.
+    Stop(StopArgs),
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).
     #[command(name = "__native-agent", hide = true)]
     NativeAgent,
@@ -63,6 +65,15 @@ pub struct StatusArgs {
     /// Print the status as one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `ralph stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The prd.json of the run to stop (default: ./prd.json); its repository's `.ralph/` gets
+    /// the request.
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
 }
 
 /// Arguments of `ralph doctor`.
@@ -193,6 +204,28 @@ pub struct RunArgs {
     /// When the agent hits a usage limit, stop (exit 4) instead of waiting for the reset.
     #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_wait: bool,
+    /// Stop the run (exit 4) once this run's agents cost this much, in USD (from the ledger;
+    /// the iteration that crosses it is finished, committed and recorded first).
+    #[arg(long, value_name = "USD", env = "RALPH_MAX_COST")]
+    pub max_cost: Option<f64>,
+    /// Iterations a story may take without passing before it is blocked and skipped (default 3).
+    #[arg(long, value_name = "N", env = "RALPH_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+    /// Failed iterations in a row (agent error, timeout, stall, broken prd.json, failed verify)
+    /// before the run stops with exit 4 (default 3).
+    #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")]
+    pub max_failures: Option<u32>,
+    /// Iterations in a row that change nothing (no commit, no file, no prd.json change) before
+    /// the run stops with exit 4 (default 3).
+    #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")]
+    pub max_no_progress: Option<u32>,
+    /// What to do when an iteration changes prd.json beyond the current story's passes/notes:
+    /// report it (default) or restore it.
+    #[arg(long, value_enum, env = "RALPH_PRD_GUARD")]
+    pub prd_guard: Option<crate::config::PrdGuard>,
+    /// Give blocked stories another chance: clear their blocked mark and attempt counts.
+    #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
+    pub unblock: bool,
     /// claude: keep ANTHROPIC_API_KEY in claude's environment. By default ralph removes it,
     /// because with it claude bills the API key instead of your subscription.
     #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())]

@@ -102,6 +102,16 @@ pub struct FileConfig {
     pub keep_api_key: Option<bool>,
     /// Wall-clock limit of the whole run, humantime syntax (`8h`).
     pub max_duration: Option<String>,
+    /// Cost limit of one run, in USD.
+    pub max_cost: Option<f64>,
+    /// Iterations per story before it is blocked.
+    pub max_attempts: Option<u32>,
+    /// Failed iterations in a row before the run stops.
+    pub max_failures: Option<u32>,
+    /// Iterations in a row without any change before the run stops.
+    pub max_no_progress: Option<u32>,
+    /// `report` or `restore` changes to prd.json beyond the current story's passes/notes.
+    pub prd_guard: Option<PrdGuard>,
     /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
     #[serde(default)]
     pub patterns: crate::agent::classify::ExtraPatterns,
@@ -218,7 +228,39 @@ pub struct RunConfig {
     pub max_duration: Option<Duration>,
     /// Failure patterns from ralph.toml, added to the built-in ones.
     pub patterns: crate::agent::classify::ExtraPatterns,
+    /// Cost limit of this run in USD (`None`: no limit).
+    pub max_cost: Option<f64>,
+    /// Iterations a story may take without passing before it is blocked (≥ 1).
+    pub max_attempts: u32,
+    /// Failed iterations in a row before the run stops (≥ 1).
+    pub max_failures: u32,
+    /// Iterations in a row without any change before the run stops (≥ 1).
+    pub max_no_progress: u32,
+    /// What happens to prd.json changes beyond the current story's passes/notes.
+    pub prd_guard: PrdGuard,
+    /// Clear blocked stories (and their attempts) before the run.
+    pub unblock: bool,
 }
+
+/// What ralph does when an iteration changes prd.json beyond the current story's `passes` and
+/// `notes` (stories added, removed or edited; `passes` flipped on another story; top-level
+/// fields changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PrdGuard {
+    /// Record the change in the ledger, show it and tell the next prompt; keep it.
+    #[default]
+    Report,
+    /// The same, and put prd.json back as it was, except the current story's passes/notes.
+    Restore,
+}
+
+/// Default `--max-attempts`.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default `--max-failures`.
+pub const DEFAULT_MAX_FAILURES: u32 = 3;
+/// Default `--max-no-progress`.
+pub const DEFAULT_MAX_NO_PROGRESS: u32 = 3;
 
 /// Default time limit of a verify command (10 minutes).
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -263,6 +305,20 @@ pub enum ConfigError {
     ZeroDuration {
         /// The setting.
         name: &'static str,
+    },
+    /// A count limit of 0 (`--max-attempts`, `--max-failures`, `--max-no-progress`).
+    #[error("{name} must be at least 1 (got 0)\nhint: leave it out for the default of {default}")]
+    ZeroLimit {
+        /// The setting.
+        name: &'static str,
+        /// Its default.
+        default: u32,
+    },
+    /// A negative or non-finite `--max-cost`.
+    #[error("--max-cost must be a positive amount in USD (got {value})\nhint: e.g. --max-cost 5 for five dollars")]
+    BadCost {
+        /// The value given.
+        value: f64,
     },
     /// `--max-steps 0`.
     #[error("--max-steps must be at least 1 (got 0)\nhint: leave it out for the default")]
@@ -442,7 +498,45 @@ impl RunConfig {
                 name: "--max-duration",
             });
         }
+        let count = |name: &'static str,
+                     flag: Option<u32>,
+                     file: Option<u32>,
+                     default: u32|
+         -> Result<u32, ConfigError> {
+            match flag.or(file).unwrap_or(default) {
+                0 => Err(ConfigError::ZeroLimit { name, default }),
+                n => Ok(n),
+            }
+        };
+        let max_attempts = count(
+            "--max-attempts",
+            args.max_attempts,
+            file.max_attempts,
+            DEFAULT_MAX_ATTEMPTS,
+        )?;
+        let max_failures = count(
+            "--max-failures",
+            args.max_failures,
+            file.max_failures,
+            DEFAULT_MAX_FAILURES,
+        )?;
+        let max_no_progress = count(
+            "--max-no-progress",
+            args.max_no_progress,
+            file.max_no_progress,
+            DEFAULT_MAX_NO_PROGRESS,
+        )?;
+        let max_cost = args.max_cost.or(file.max_cost);
+        if let Some(value) = max_cost.filter(|c| !c.is_finite() || *c <= 0.0) {
+            return Err(ConfigError::BadCost { value });
+        }
         Ok(RunConfig {
+            max_cost,
+            max_attempts,
+            max_failures,
+            max_no_progress,
+            prd_guard: args.prd_guard.or(file.prd_guard).unwrap_or_default(),
+            unblock: args.unblock,
             keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
             max_duration,
             patterns: file.patterns.clone(),

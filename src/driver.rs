@@ -168,7 +168,25 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         ));
     }
 
-    let mut state = State::load(&paths.ralph_dir)?.unwrap_or_default();
+    let mut state = match State::load(&paths.ralph_dir)? {
+        Some(state) => state,
+        None => {
+            // `.ralph/` was deleted (or this is the first run): what git remembers is the truth.
+            let history = repo.trailer_history(100_000).unwrap_or_default();
+            let rebuilt = State::rebuild_from_git(&history);
+            if rebuilt.iteration > 0 {
+                ui.info(&format!(
+                    "no .ralph/state.json: rebuilt from git history ({} iteration{}, last run {})",
+                    rebuilt.iteration,
+                    if rebuilt.iteration == 1 { "" } else { "s" },
+                    rebuilt.run_id.as_deref().unwrap_or("?")
+                ));
+            }
+            rebuilt
+        }
+    };
+    // A stop asked of an earlier run that ended before it saw the request.
+    crate::stop_request::clear(&paths.ralph_dir);
     let run_id = new_run_id();
     let mut feedback = recover_interrupted(&repo, &paths, &mut state, &cfg, ui).await?;
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
@@ -192,8 +210,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                 ));
                 return Ok(ExitStatus::OtherLimit);
             }
-            if !wait_for_reset(until, cfg.usage_limit_margin, &stop, ui).await {
-                return Ok(ExitStatus::Interrupted);
+            match wait_for_reset(until, cfg.usage_limit_margin, &stop, &paths.ralph_dir, ui).await {
+                Pause::Elapsed => {}
+                Pause::Interrupted => return Ok(ExitStatus::Interrupted),
+                Pause::StopRequested => {
+                    crate::stop_request::clear(&paths.ralph_dir);
+                    ui.warn("stopped by `ralph stop` while waiting for the usage limit to reset");
+                    return Ok(ExitStatus::OtherLimit);
+                }
             }
         }
         state.resume_at = None;
@@ -202,6 +226,22 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
 
     let loaded = store::load(&paths.prd)?;
     template.check(&loaded.prd, &paths)?;
+    if cfg.unblock && !state.blocked.is_empty() {
+        ui.info(&format!(
+            "unblocked {} (--unblock): their attempts start again from 0",
+            state.blocked.join(", ")
+        ));
+        for id in std::mem::take(&mut state.blocked) {
+            state.attempts.remove(&id);
+        }
+    }
+    // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again.
+    for s in &loaded.prd.user_stories {
+        let tried = state.attempts.get(&s.id).copied().unwrap_or(0);
+        if !s.passes && tried >= cfg.max_attempts && !state.blocked.contains(&s.id) {
+            state.blocked.push(s.id.clone());
+        }
+    }
     let expected_ids = story_ids(&loaded.prd);
     if loaded.prd.user_stories.is_empty() {
         bail!(
@@ -304,6 +344,8 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         max_line_bytes: MAX_LINE_BYTES,
     };
     let mut limit_repeats = 0u32;
+    let mut failures_in_a_row = 0u32;
+    let mut unchanged_in_a_row = 0u32;
     let mut records: Vec<LedgerRecord> = Vec::new();
     let mut slot = 0u32;
     let mut caveats: Vec<String> = Vec::new();
@@ -331,6 +373,12 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         if stop.stop.is_cancelled() {
             break ExitStatus::Interrupted;
         }
+        if crate::stop_request::pending(&paths.ralph_dir) {
+            crate::stop_request::clear(&paths.ralph_dir);
+            caveats
+                .push("stopped by `ralph stop` (after the iteration in progress finished)".into());
+            break ExitStatus::OtherLimit;
+        }
         if slot >= cfg.max_iter {
             break ExitStatus::MaxIterations;
         }
@@ -348,7 +396,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             limits.timeout = limits.timeout.min(left.max(Duration::from_secs(1)));
         }
         let Some(story) = current.prd.next_story(&state.blocked).cloned() else {
-            ui.warn("no open story can be worked on: every open story is blocked or waits for a dependency");
+            caveats.push(if state.blocked.is_empty() {
+                "stopped: no open story can be worked on (each waits for a dependency that does not pass)".to_string()
+            } else {
+                format!(
+                    "stopped: every open story is blocked ({}) or waits for one; fix what stops them, then `ralph run --unblock`",
+                    state.blocked.join(", ")
+                )
+            });
             break ExitStatus::OtherLimit;
         };
         slot += 1;
@@ -377,6 +432,21 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         if outcome != Outcome::UsageLimit {
             limit_repeats = 0;
         }
+        if let Some(reason) = budget_stop(
+            &cfg,
+            &current_story_passes(&paths, &story.id),
+            &story.id,
+            &records,
+            &mut state,
+            &mut failures_in_a_row,
+            &mut unchanged_in_a_row,
+            ui,
+        ) {
+            state.save(&paths.ralph_dir)?;
+            caveats.push(reason);
+            break ExitStatus::OtherLimit;
+        }
+        state.save(&paths.ralph_dir)?;
         match outcome {
             Outcome::Transient => {
                 // Overload, 5xx, network: not the agent's fault, so it does not use up the
@@ -407,9 +477,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                     transient_in_a_row,
                     cfg.max_transient_retries
                 ));
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.stop.cancelled() => break ExitStatus::Interrupted,
+                match pause(wait, &stop, &paths.ralph_dir).await {
+                    Pause::Elapsed => {}
+                    Pause::Interrupted => break ExitStatus::Interrupted,
+                    Pause::StopRequested => {
+                        crate::stop_request::clear(&paths.ralph_dir);
+                        caveats.push("stopped by `ralph stop` while waiting to retry".into());
+                        break ExitStatus::OtherLimit;
+                    }
                 }
             }
             Outcome::Interrupted => break ExitStatus::Interrupted,
@@ -450,8 +525,19 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                     ));
                     break ExitStatus::OtherLimit;
                 }
-                if !wait_for_reset(until, cfg.usage_limit_margin, &stop, ui).await {
-                    break ExitStatus::Interrupted;
+                match wait_for_reset(until, cfg.usage_limit_margin, &stop, &paths.ralph_dir, ui)
+                    .await
+                {
+                    Pause::Elapsed => {}
+                    Pause::Interrupted => break ExitStatus::Interrupted,
+                    Pause::StopRequested => {
+                        crate::stop_request::clear(&paths.ralph_dir);
+                        caveats.push(
+                            "stopped by `ralph stop` while waiting for the usage limit to reset; `ralph run` later waits for the same reset"
+                                .into(),
+                        );
+                        break ExitStatus::OtherLimit;
+                    }
                 }
                 state.resume_at = None;
                 state.save(&paths.ralph_dir)?;
@@ -462,6 +548,23 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
 
     if let Some(server) = local_server {
         server.stop().await;
+    }
+    if !state.blocked.is_empty() && !caveats.iter().any(|c| c.contains("is blocked")) {
+        let detail: Vec<String> = state
+            .blocked
+            .iter()
+            .map(|id| {
+                format!(
+                    "{id} ({} attempts)",
+                    state.attempts.get(id).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        caveats.push(format!(
+            "blocked, so skipped: {}; `ralph run --unblock` gives {} another chance",
+            detail.join(", "),
+            if detail.len() == 1 { "it" } else { "them" }
+        ));
     }
     let final_prd = store::load(&paths.prd).map(|l| l.prd).unwrap_or(loaded.prd);
     let mut summary = summarize(
@@ -827,8 +930,41 @@ async fn run_iteration(
             }
         }
     }
+    // The prd.json guard: what the agent changed beyond its story's `passes` and `notes` is
+    // always reported (below); with prd_guard = restore it is also put back.
+    let agent_prd: Option<crate::prd::model::Prd> = after.as_ref().map(|l| l.prd.clone());
+    let edits: Vec<String> = after
+        .as_ref()
+        .map(|l| prd_edits(&snapshot.value, &l.value))
+        .unwrap_or_default();
+    let mut guard_restored = false;
+    if cfg.prd_guard == crate::config::PrdGuard::Restore {
+        if let Some(current) = &after {
+            let beyond_story = !edits.is_empty()
+                || story_ids(&snapshot.prd) != story_ids(&current.prd)
+                || snapshot.prd.user_stories.iter().any(|before| {
+                    before.id != story.id
+                        && current.prd.story(&before.id).map(|s| s.passes) != Some(before.passes)
+                });
+            if beyond_story {
+                let mut raw = snapshot.raw.clone();
+                if let Some(s) = current.prd.story(&story.id) {
+                    raw = store::set_passes(&raw, &story.id, s.passes)?;
+                    let old_notes = snapshot.prd.story(&story.id).map(|o| o.notes.as_str());
+                    if old_notes != Some(s.notes.as_str()) {
+                        raw = store::set_notes(&raw, &story.id, &s.notes)?;
+                    }
+                }
+                write_atomic(&paths.prd, &raw)?;
+                after = Some(store::parse_bytes(&paths.prd, &raw)?);
+                guard_restored = true;
+            }
+        }
+    }
     let after_prd = after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd);
-    let reverted = flipped_ids(&snapshot.prd, after_prd, false);
+    // What the agent did, for the report (before a restore put it back).
+    let reported_prd = agent_prd.as_ref().unwrap_or(after_prd);
+    let reverted = flipped_ids(&snapshot.prd, reported_prd, false);
     let mut flipped = flipped;
     if marked_by_ralph {
         flipped.push(story.id.clone());
@@ -927,7 +1063,7 @@ async fn run_iteration(
         ));
     }
     let before_ids = story_ids(&snapshot.prd);
-    let after_ids = story_ids(after_prd);
+    let after_ids = story_ids(reported_prd);
     let removed: Vec<String> = before_ids.difference(&after_ids).cloned().collect();
     let added: Vec<String> = after_ids.difference(&before_ids).cloned().collect();
     if !removed.is_empty() {
@@ -938,6 +1074,13 @@ async fn run_iteration(
     }
     if !added.is_empty() {
         integrity.push(format!("stories added to prd.json: {}", added.join(", ")));
+    }
+    integrity.extend(edits.iter().cloned());
+    if guard_restored {
+        integrity.push(
+            "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)"
+                .to_string(),
+        );
     }
     if let (Some(before), Some(now)) = (&head_before, &head_mid) {
         if !repo.is_ancestor(before, now)? {
@@ -1375,23 +1518,52 @@ async fn run_verify(
 }
 
 /// Sleeps until `until` plus `margin`, saying when it will resume. False when a stop signal
-/// arrived first.
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// The time passed.
+    Elapsed,
+    /// Ctrl-C (or SIGTERM/SIGHUP).
+    Interrupted,
+    /// `ralph stop` asked the run to end.
+    StopRequested,
+}
+
+/// Sleeps for `wait`, waking early on Ctrl-C or a `ralph stop` request (checked every second).
+async fn pause(wait: Duration, stop: &StopSignals, ralph_dir: &Path) -> Pause {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if crate::stop_request::pending(ralph_dir) {
+            return Pause::StopRequested;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Pause::Elapsed;
+        }
+        let step = (deadline - now).min(Duration::from_secs(1));
+        tokio::select! {
+            _ = tokio::time::sleep(step) => {}
+            _ = stop.stop.cancelled() => return Pause::Interrupted,
+        }
+    }
+}
+
+/// Waits until `until` + `margin`, saying when it will resume; Ctrl-C or `ralph stop` end the
+/// wait early.
 async fn wait_for_reset(
     until: chrono::DateTime<Utc>,
     margin: Duration,
     stop: &StopSignals,
+    ralph_dir: &Path,
     ui: &Ui,
-) -> bool {
+) -> Pause {
     let left = (until - Utc::now()).to_std().unwrap_or_default() + margin;
     ui.warn(&format!(
-        "waiting for the usage limit to reset at {} (in {}); Ctrl-C stops, `ralph run` later resumes the wait",
+        "waiting for the usage limit to reset at {} (in {}); Ctrl-C or `ralph stop` stops, `ralph run` later resumes the wait",
         reset_time_text(until),
         humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
     ));
-    tokio::select! {
-        _ = tokio::time::sleep(left) => true,
-        _ = stop.stop.cancelled() => false,
-    }
+    pause(left, stop, ralph_dir).await
 }
 
 /// `14:00` for a time today, `Tue 1 Dec 14:00` otherwise (local time).
@@ -1402,6 +1574,151 @@ fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
     } else {
         local.format("%a %-d %b %H:%M").to_string()
     }
+}
+
+/// Changes between two prd.json documents other than stories added or removed and other than
+/// `passes` and `notes` (reported elsewhere, or allowed): top-level fields, and fields of each
+/// story present in both. One line per changed story or for the top level, e.g.
+/// `US-002 edited (title, acceptanceCriteria)`. The current story's edits count too: an agent
+/// must not rewrite its own acceptance criteria.
+fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    let empty = serde_json::Map::new();
+    let obj = |v: &Value| v.as_object().cloned().unwrap_or_else(|| empty.clone());
+    let (b, a) = (obj(before), obj(after));
+    let mut out = Vec::new();
+    let mut top: Vec<&str> = b
+        .keys()
+        .chain(a.keys())
+        .map(String::as_str)
+        .filter(|k| *k != "userStories" && b.get(*k) != a.get(*k))
+        .collect();
+    top.sort_unstable();
+    top.dedup();
+    if !top.is_empty() {
+        out.push(format!("prd.json fields changed: {}", top.join(", ")));
+    }
+    let stories = |o: &serde_json::Map<String, Value>| -> Vec<serde_json::Map<String, Value>> {
+        o.get("userStories")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|s| s.as_object().cloned()).collect())
+            .unwrap_or_default()
+    };
+    let after_stories = stories(&a);
+    for old in stories(&b) {
+        let Some(id) = old.get("id").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(new) = after_stories
+            .iter()
+            .find(|s| s.get("id").and_then(Value::as_str) == Some(id))
+        else {
+            continue;
+        };
+        let mut fields: Vec<&str> = old
+            .keys()
+            .chain(new.keys())
+            .map(String::as_str)
+            .filter(|k| !matches!(*k, "passes" | "notes") && old.get(*k) != new.get(*k))
+            .collect();
+        fields.sort_unstable();
+        fields.dedup();
+        if !fields.is_empty() {
+            out.push(format!("{id} edited ({})", fields.join(", ")));
+        }
+    }
+    out
+}
+
+/// Whether `story_id` passes in prd.json now (`false` when prd.json cannot be read).
+fn current_story_passes(paths: &RunPaths, story_id: &str) -> bool {
+    store::load(&paths.prd)
+        .ok()
+        .and_then(|l| l.prd.story(story_id).map(|s| s.passes))
+        .unwrap_or(false)
+}
+
+/// The budget rules applied after each iteration (the last of `records`), in this order:
+/// the story's attempt limit (block it and move on), then consecutive failures, iterations
+/// without any change, and this run's cost. Returns the reason to stop, if any; the iteration's
+/// work is already committed and recorded by then.
+#[allow(clippy::too_many_arguments)]
+fn budget_stop(
+    cfg: &RunConfig,
+    story_passes: &bool,
+    story_id: &str,
+    records: &[LedgerRecord],
+    state: &mut State,
+    failures_in_a_row: &mut u32,
+    unchanged_in_a_row: &mut u32,
+    ui: &Ui,
+) -> Option<String> {
+    let last = records.last()?;
+    let outcome = last.outcome;
+    // Not the agent's doing: they neither count nor reset the streaks.
+    let neutral = matches!(
+        outcome,
+        Outcome::UsageLimit | Outcome::Transient | Outcome::Interrupted
+    );
+    if neutral {
+        return None;
+    }
+    let tried = state.attempts.get(story_id).copied().unwrap_or(0);
+    if !story_passes && tried >= cfg.max_attempts && !state.blocked.iter().any(|b| b == story_id) {
+        state.blocked.push(story_id.to_string());
+        ui.warn(&format!(
+            "{story_id} is blocked after {tried} attempts (last: {outcome}); moving on to the next story"
+        ));
+        // Blocking is the answer to those failures; the streaks start again with the next story.
+        *failures_in_a_row = 0;
+        *unchanged_in_a_row = 0;
+        return None;
+    }
+    let failed = matches!(
+        outcome,
+        Outcome::AgentError
+            | Outcome::Timeout
+            | Outcome::Stalled
+            | Outcome::PrdCorrupted
+            | Outcome::VerifyFailed
+    );
+    *failures_in_a_row = if failed { *failures_in_a_row + 1 } else { 0 };
+    if *failures_in_a_row >= cfg.max_failures {
+        return Some(format!(
+            "stopped: {} failed iterations in a row (--max-failures {}); the last was {outcome}{}",
+            failures_in_a_row,
+            cfg.max_failures,
+            last.message
+                .as_deref()
+                .map(|m| format!(": {}", truncate_chars(m, 200)))
+                .unwrap_or_default()
+        ));
+    }
+    let unchanged = last.commits.is_empty()
+        && last.files_changed.is_empty()
+        && last.passes_flipped.is_empty()
+        && last.passes_reverted.is_empty();
+    *unchanged_in_a_row = if unchanged {
+        *unchanged_in_a_row + 1
+    } else {
+        0
+    };
+    if *unchanged_in_a_row >= cfg.max_no_progress {
+        return Some(format!(
+            "stopped: {} iterations in a row changed nothing (no commit, no file, no prd.json change; --max-no-progress {})",
+            unchanged_in_a_row, cfg.max_no_progress
+        ));
+    }
+    if let Some(max) = cfg.max_cost {
+        let spent: f64 = records.iter().filter_map(|r| r.cost_usd).sum();
+        if spent >= max {
+            return Some(format!(
+                "stopped: this run's cost ${spent:.2} reached --max-cost ${max:.2} (iteration {}'s work is committed and recorded)",
+                last.iteration
+            ));
+        }
+    }
+    None
 }
 
 /// What is left of the run's `--max-duration` after `started` (`None`: no limit; zero when

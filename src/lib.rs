@@ -26,5 +26,6 @@ pub mod progress;
 pub mod prompt;
 pub mod signals;
 pub mod state;
+pub mod stop_request;
 pub mod transcript;
 pub mod ui;

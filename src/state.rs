@@ -126,6 +126,41 @@ pub enum StateError {
 }
 
 impl State {
+    /// The state a lost `.ralph/state.json` would have held, rebuilt from the trailers of
+    /// ralph's commits (`history`, newest first, as [`crate::git::Repo::trailer_history`] gives
+    /// them): the last iteration number, the latest run id and the attempts per story (iterations
+    /// whose outcome counts, see [`crate::ledger::Outcome::counts_as_iteration`]). Blocked stories,
+    /// the in-flight iteration and a pending usage-limit reset are not in git; the caller decides
+    /// blocking again from the attempts.
+    pub fn rebuild_from_git(history: &[crate::git::TrailerRecord]) -> State {
+        let mut state = State {
+            run_id: history.first().map(|r| r.run_id.clone()),
+            iteration: history
+                .iter()
+                .filter_map(|r| r.iteration)
+                .max()
+                .unwrap_or(0),
+            ..State::default()
+        };
+        // One commit per iteration normally, but a restart's checkpoint of an interrupted
+        // iteration shares its number: count each (run, iteration) once.
+        let mut seen = std::collections::BTreeSet::new();
+        for r in history {
+            let (Some(story), Some(outcome)) = (&r.story_id, r.outcome) else {
+                continue;
+            };
+            if !outcome.counts_as_iteration() || !seen.insert((r.run_id.clone(), r.iteration)) {
+                continue;
+            }
+            *state.attempts.entry(story.clone()).or_insert(0) += 1;
+        }
+        state.last_outcome = history
+            .first()
+            .and_then(|r| r.outcome)
+            .map(|o| o.as_str().to_owned());
+        state
+    }
+
     /// Path of the state file inside `ralph_dir` (normally `<repo>/.ralph`).
     pub fn path(ralph_dir: &Path) -> PathBuf {
         ralph_dir.join(STATE_FILE)

@@ -296,9 +296,15 @@ impl Ui {
             ),
         };
         for caveat in &s.caveats {
+            // The reason a run stopped reads as such; everything else is for the reader to check.
+            let label = if caveat.starts_with("stopped") {
+                "why:"
+            } else {
+                "check:"
+            };
             self.eprint(&format!(
                 "  {} {caveat}",
-                style("check:").yellow().bold().for_stderr()
+                style(label).yellow().bold().for_stderr()
             ));
         }
         for (k, v) in [

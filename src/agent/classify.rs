@@ -461,6 +461,10 @@ impl Classifier {
     }
 }
 
+/// The reset time written in a usage-limit message (every form in [`crate::agent::reset_time`]),
+/// relative to now and the local zone; `None` when the text names none.
+pub use crate::agent::reset_time::resume_at_from_text;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,7 +721,3 @@ mod tests {
         assert_eq!(c.message(), Some("Invalid API key · Please run /login"));
     }
 }
-
-/// The reset time written in a usage-limit message (every form in [`crate::agent::reset_time`]),
-/// relative to now and the local zone; `None` when the text names none.
-pub use crate::agent::reset_time::resume_at_from_text;

@@ -5,4 +5,5 @@ pub mod init;
 pub mod native_agent;
 pub mod run;
 pub mod status;
+pub mod stop;
 pub mod validate;

@@ -42,10 +42,24 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     } else {
         Vec::new()
     };
-    let state = State::load(&paths.ralph_dir)
+    // Without `.ralph/` (deleted, or a fresh clone), git's trailers tell the story.
+    let git_history = Repo::discover(&root)
         .ok()
-        .flatten()
+        .and_then(|r| r.trailer_history(100_000).ok())
         .unwrap_or_default();
+    let (state, state_from_git) = match State::load(&paths.ralph_dir).ok().flatten() {
+        Some(state) => (state, false),
+        None => (
+            State::rebuild_from_git(&git_history),
+            !git_history.is_empty(),
+        ),
+    };
+    let ledger_from_git = ledger.is_empty() && !git_history.is_empty();
+    let ledger: Vec<LedgerRecord> = if ledger_from_git {
+        records_from_git(&git_history)
+    } else {
+        ledger
+    };
     let latest_run = ledger.last().map(|r| r.run_id.clone());
     let latest: Vec<&LedgerRecord> = ledger
         .iter()
@@ -78,6 +92,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "latest_run_tokens_out": this_run.tokens_out,
             "cost_estimated": all.estimated,
             "resume_at": state.resume_at,
+            "source": if ledger_from_git { "git" } else { "ledger" },
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -176,15 +191,70 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
-    println!(
-        "ledger: {}",
-        paths
-            .ledger
-            .strip_prefix(&root)
-            .unwrap_or(&paths.ledger)
-            .display()
-    );
+    if ledger_from_git || state_from_git {
+        println!(
+            "from git history: .ralph/ is missing, so iterations and attempts come from the trailers of ralph's commits (no tokens, cost or durations)"
+        );
+    } else {
+        println!(
+            "ledger: {}",
+            paths
+                .ledger
+                .strip_prefix(&root)
+                .unwrap_or(&paths.ledger)
+                .display()
+        );
+    }
     Ok(ExitStatus::Success)
+}
+
+/// Ledger-like records rebuilt from ralph's commit trailers (oldest first; one per run and
+/// iteration): what git alone remembers of each iteration.
+fn records_from_git(history: &[crate::git::TrailerRecord]) -> Vec<LedgerRecord> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out: Vec<LedgerRecord> = history
+        .iter()
+        .rev()
+        .filter_map(|t| {
+            let iteration = t.iteration?;
+            let outcome = t.outcome?;
+            seen.insert((t.run_id.clone(), iteration))
+                .then(|| LedgerRecord {
+                    run_id: t.run_id.clone(),
+                    iteration,
+                    story_id: t.story_id.clone().unwrap_or_default(),
+                    story_title: String::new(),
+                    backend: String::new(),
+                    model: None,
+                    agent_version: None,
+                    started_at: t.committed_at,
+                    ended_at: t.committed_at,
+                    duration_s: 0.0,
+                    outcome,
+                    exit_code: None,
+                    signal: None,
+                    tokens_in: None,
+                    tokens_out: None,
+                    cache_read_tokens: None,
+                    cache_creation_tokens: None,
+                    cost_usd: None,
+                    cost_source: None,
+                    head_before: None,
+                    head_after: Some(t.sha.clone()),
+                    commits: Vec::new(),
+                    checkpoint_commit: Some(t.sha.clone()),
+                    files_changed: Vec::new(),
+                    promise_seen: false,
+                    passes_flipped: Vec::new(),
+                    passes_reverted: Vec::new(),
+                    session_id: None,
+                    transcript: None,
+                    message: None,
+                })
+        })
+        .collect();
+    out.sort_by_key(|r| r.iteration);
+    out
 }
 
 /// Token and cost totals over some ledger records.

@@ -17,6 +17,7 @@ mod real_codex;
 mod real_gemini;
 mod real_opencode;
 mod run_cases;
+mod stop_conditions;
 mod store;
 mod support_llm;
 mod support_model;

@@ -11,7 +11,7 @@ const PROMISE: &str = "<promise>COMPLETE</promise>";
 
 /// One claude-dialect invocation that implements `id`: writes a file, flips passes, commits, and
 /// ends with `final_text`.
-fn claude_story(id: &str, n: usize, final_text: &str) -> Value {
+pub(crate) fn claude_story(id: &str, n: usize, final_text: &str) -> Value {
     json!([
         {"claude_init": {}},
         {"claude_tool": {"name": "Write", "input": {"file_path": format!("file-{n}.txt")}}},
@@ -22,7 +22,7 @@ fn claude_story(id: &str, n: usize, final_text: &str) -> Value {
     ])
 }
 
-fn outcomes(env: &TestEnv) -> Vec<String> {
+pub(crate) fn outcomes(env: &TestEnv) -> Vec<String> {
     env.ledger()
         .iter()
         .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
@@ -1311,6 +1311,8 @@ fn case_15_two_gigabytes_of_output_keep_memory_and_the_transcript_bounded() {
         {"git_commit": "feat: US-001"},
         {"claude_result": {"text": "done"}}
     ]]}));
+    // Reaped below with wait4, which also reports the tree's peak memory.
+    #[allow(clippy::zombie_processes)]
     let child = env
         .ralph_cmd(&["run", "--max-iter", "1", "--quiet"])
         .stdout(std::process::Stdio::null())

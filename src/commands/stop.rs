@@ -1,0 +1,56 @@
+//! `ralph stop [--prd PATH]`: asks the `ralph run` working on this repository to stop after its
+//! current iteration (finished, committed and recorded first), or at once when it is waiting for
+//! a usage-limit reset or a retry. The run then exits 4 and its summary says `ralph stop` ended it.
+//!
+//! Prints which run was asked (pid, host, current iteration); exits 1 with a message when no
+//! `ralph run` is active there (no request is left behind then).
+
+use std::path::Path;
+
+use crate::cli::StopArgs;
+use crate::driver::RunPaths;
+use crate::exit::ExitStatus;
+use crate::git::Repo;
+use crate::lock::LockInfo;
+use crate::state::State;
+
+/// Runs `ralph stop`.
+///
+/// # Errors
+/// `.ralph/` cannot be written.
+pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let prd = match &args.prd {
+        Some(p) if p.is_absolute() => p.clone(),
+        Some(p) => cwd.join(p),
+        None => cwd.join("prd.json"),
+    };
+    let prd_dir = prd.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let root = Repo::discover(&prd_dir)
+        .map(|r| r.root().to_path_buf())
+        .unwrap_or(prd_dir);
+    let paths = RunPaths::new(&root, &prd);
+    let holder = std::fs::read_to_string(paths.ralph_dir.join(crate::lock::LOCK_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
+        .filter(|info| Path::new(&format!("/proc/{}", info.pid)).exists());
+    let Some(holder) = holder else {
+        eprintln!(
+            "no `ralph run` is active in {} (nothing to stop)",
+            root.display()
+        );
+        return Ok(ExitStatus::Failure);
+    };
+    crate::stop_request::request(&paths.ralph_dir)?;
+    let current = State::load(&paths.ralph_dir)
+        .ok()
+        .flatten()
+        .and_then(|s| s.in_flight)
+        .map(|f| format!(" (iteration {}, {})", f.iteration, f.story_id))
+        .unwrap_or_default();
+    println!(
+        "asked ralph (pid {} on {}) to stop after its current iteration{current}; it exits 4 when done",
+        holder.pid, holder.host
+    );
+    Ok(ExitStatus::Success)
+}
