@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         Command::Run(args) => ralph::commands::run::run(args),
         Command::Status(args) => ralph::commands::status::run(args),
         Command::Doctor(args) => ralph::commands::doctor::run(args),
+        Command::Archive(args) => ralph::commands::archive::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),
     };
     match result {
