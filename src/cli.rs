@@ -29,6 +29,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Ask the `ralph run` in this repository to stop after its current iteration.
     Stop(StopArgs),
+    /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
+    Archive(ArchiveArgs),
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).
     #[command(name = "__native-agent", hide = true)]
     NativeAgent,
@@ -88,6 +90,17 @@ pub struct DoctorArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
+}
+
+/// Arguments of `ralph archive`.
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// The prd.json to archive (default: ./prd.json); progress.txt is the one beside it.
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Print what was archived as one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which agent backend drives each iteration.

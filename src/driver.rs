@@ -261,6 +261,15 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
             if dirty.len() > 10 { "\n  …" } else { "" }
         );
     }
+    // Before any checkout can swap progress.txt or prd.json: archive the previous feature's
+    // prd.json and progress.txt when branchName changed since the last run.
+    let archived = crate::archive::check(
+        &paths.repo_root,
+        &paths.prd,
+        &paths.progress,
+        &paths.ralph_dir,
+        Local::now().date_naive(),
+    )?;
     let branch_row = match &loaded.prd.branch_name {
         Some(branch) => {
             let action = match repo.ensure_branch(branch, loaded.prd.base_branch.as_deref())? {
@@ -277,6 +286,19 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
                 .unwrap_or_else(|| "detached HEAD".into())
         ),
     };
+    if let Some(done) = &archived {
+        ui.info(&done.describe(&paths.repo_root));
+        ui.json_event("archived", serde_json::to_value(done)?);
+        let folder = display_rel(&done.folder, &paths.repo_root);
+        repo.commit_all(
+            &format!(
+                "ralph: archive {} to {folder}",
+                done.branch.as_deref().unwrap_or("the previous run")
+            ),
+            "",
+            &[],
+        )?;
+    }
     // The local model's server lives exactly as long as this run: stopped below, and killed by
     // its guard on any early return (and by its parent-death signal if ralph itself dies).
     let local_server = match (cfg.agent, &cfg.native.base_url) {
@@ -353,6 +375,16 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
     let mut usage_waits = 0u32;
     let status = loop {
         let current = store::load(&paths.prd)?;
+        // What this feature's prd.json looks like, so that a later run with a new branchName
+        // archives this one (not the new one).
+        if let Err(e) = crate::archive::remember(
+            &paths.ralph_dir,
+            &paths.prd,
+            &current.raw,
+            current.prd.branch_name.as_deref(),
+        ) {
+            ui.warn(&format!("cannot remember prd.json for archiving: {e:#}"));
+        }
         let missing: Vec<String> = expected_ids
             .difference(&story_ids(&current.prd))
             .cloned()

@@ -446,6 +446,35 @@ impl Repo {
         Ok(records)
     }
 
+    /// The content of the file at `path` (relative to the repository root, `/`-separated) in
+    /// commit `rev` (a sha, branch, `HEAD`, ...), as bytes; `None` when that commit has no such
+    /// file (or `path` names a directory or a submodule). Read-only.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `rev` is not a commit; [`GitError::Git`] when the tree
+    /// or the blob cannot be read.
+    pub fn file_at(&self, rev: &str, path: &str) -> Result<Option<Vec<u8>>, GitError> {
+        let tree = self.resolve_commit(rev)?.tree().map_err(op("read tree"))?;
+        let entry = match tree.get_path(Path::new(path)) {
+            Ok(entry) => entry,
+            Err(err) if err.code() == ErrorCode::NotFound => return Ok(None),
+            Err(err) => {
+                return Err(GitError::Git {
+                    op: "read tree",
+                    source: err,
+                })
+            }
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        let blob = self
+            .repo
+            .find_blob(entry.id())
+            .map_err(op("read file from history"))?;
+        Ok(Some(blob.content().to_vec()))
+    }
+
     /// The commit HEAD points at; `None` on an unborn branch.
     fn head_commit(&self) -> Result<Option<Commit<'_>>, GitError> {
         match self.repo.head() {
@@ -605,6 +634,38 @@ mod tests {
         let path = dir.join("config");
         std::fs::write(&path, contents).unwrap();
         git2::Config::open(&path).unwrap()
+    }
+
+    #[test]
+    fn file_at_reads_a_file_as_committed_and_none_when_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        git2::Repository::init(dir.path()).unwrap();
+        let repo = Repo::discover(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/prd.json"), "first\n").unwrap();
+        let first = repo.commit_all("one", "", &[]).unwrap().unwrap();
+        std::fs::write(dir.path().join("sub/prd.json"), "second\n").unwrap();
+        repo.commit_all("two", "", &[]).unwrap().unwrap();
+        // The working tree moves on; history keeps each version.
+        std::fs::write(dir.path().join("sub/prd.json"), "uncommitted\n").unwrap();
+        assert_eq!(
+            repo.file_at(&first, "sub/prd.json").unwrap().as_deref(),
+            Some(&b"first\n"[..])
+        );
+        assert_eq!(
+            repo.file_at("HEAD", "sub/prd.json").unwrap().as_deref(),
+            Some(&b"second\n"[..])
+        );
+        assert_eq!(repo.file_at("HEAD", "missing.json").unwrap(), None);
+        assert_eq!(
+            repo.file_at("HEAD", "sub").unwrap(),
+            None,
+            "a directory is not a file"
+        );
+        assert!(matches!(
+            repo.file_at("no-such-rev", "sub/prd.json"),
+            Err(GitError::UnknownRevision { .. })
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod archive;
 pub mod cli;
 pub mod commands;
 pub mod completion;

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Command::Status(args) => ralph::commands::status::run(args),
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
+        Command::Archive(args) => ralph::commands::archive::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),
     };
     match result {

@@ -1,5 +1,6 @@
 //! One module per subcommand; each exposes `run(args) -> anyhow::Result<ExitStatus>`.
 
+pub mod archive;
 pub mod doctor;
 pub mod init;
 pub mod native_agent;

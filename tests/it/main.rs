@@ -2,6 +2,7 @@
 
 mod agents;
 mod agents_amp_cursor;
+mod archive;
 mod common;
 mod doctor;
 mod examples;

@@ -1,0 +1,83 @@
+//! `ralph archive [--prd PATH] [--json]`: archive the current prd.json and progress.txt by hand
+//! (e.g. before writing the next feature's prd.json), then reset progress.txt.
+//!
+//! The work is [`crate::archive::archive_current`]; this module resolves the paths, takes the
+//! run lock so that it never races a `ralph run` (which appends to progress.txt), and prints.
+//! Human output: one line naming the folder and a hint to commit; `--json`: one document on
+//! stdout, the [`crate::archive::Archived`] fields plus `"folder_rel"`.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::archive;
+use crate::cli::ArchiveArgs;
+use crate::driver::{ensure_ralph_dir, RunPaths};
+use crate::exit::ExitStatus;
+use crate::git::Repo;
+use crate::lock::{LockError, RunLock};
+
+/// Runs `ralph archive`: archives `args.prd` (default `./prd.json`) and the progress.txt beside
+/// it into `archive/<today>-<branchName or no-branch>[-N]/` beside prd.json, and resets
+/// progress.txt to its header. Nothing is committed.
+///
+/// # Errors
+/// A missing prd.json; a `ralph run` holding `.ralph/lock` (naming its pid); I/O errors naming
+/// the path.
+pub fn run(args: &ArchiveArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let prd = match &args.prd {
+        Some(p) if p.is_absolute() => p.clone(),
+        Some(p) => cwd.join(p),
+        None => cwd.join("prd.json"),
+    };
+    let prd_dir = prd.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // Like `ralph status`: outside a git repository, `.ralph/` lives beside prd.json.
+    let root = Repo::discover(&prd_dir)
+        .map(|r| r.root().to_path_buf())
+        .unwrap_or_else(|_| prd_dir.clone());
+    let paths = RunPaths::new(&root, &prd);
+
+    ensure_ralph_dir(&paths.ralph_dir)?;
+    let acquired = match RunLock::acquire(&paths.ralph_dir) {
+        Ok(acquired) => acquired,
+        Err(LockError::Held { pid, host, .. }) => anyhow::bail!(
+            "a `ralph run` (pid {pid} on {host}) is working on this repository; archiving now could lose what it is writing to progress.txt\nhint: wait for the run to finish (or stop it: `kill {pid}`), then run `ralph archive` again"
+        ),
+        Err(LockError::HeldUnknown { path }) => anyhow::bail!(
+            "a `ralph run` holds {} ; archiving now could lose what it is writing to progress.txt\nhint: wait for the run to finish, then run `ralph archive` again",
+            path.display()
+        ),
+        Err(err) => return Err(err.into()),
+    };
+    if let Some(stale) = &acquired.stale {
+        tracing::warn!(
+            "taking over a stale lock from pid {} on {} (that ralph is no longer running)",
+            stale.pid,
+            stale.host
+        );
+    }
+
+    let today = chrono::Local::now().date_naive();
+    let done = archive::archive_current(&paths.prd, &paths.progress, &paths.ralph_dir, today)?;
+    drop(acquired);
+
+    let folder_rel = done
+        .folder
+        .strip_prefix(&cwd)
+        .unwrap_or(&done.folder)
+        .to_path_buf();
+    if args.json {
+        let mut doc = serde_json::to_value(&done)?;
+        doc["folder_rel"] = serde_json::json!(folder_rel);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{}", done.describe(&cwd));
+        println!(
+            "hint: commit it (`git add -A {} && git commit -m \"Archive {}\"`), then write the next feature's prd.json",
+            folder_rel.display(),
+            done.branch.as_deref().unwrap_or(archive::NO_BRANCH)
+        );
+    }
+    Ok(ExitStatus::Success)
+}
