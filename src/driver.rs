@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use chrono::{Local, Utc};
+use chrono::{Datelike as _, Local, Utc};
 
 use crate::agent::native::NativeSettings;
 use crate::agent::{self, AgentReport, AgentSettings, FailureClass};
@@ -1036,7 +1036,15 @@ async fn run_iteration(
         changed: !agent_commits.is_empty() || !files_changed.is_empty(),
         backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
     });
-    let mut message = outcome_message(outcome, &report, corrupted.as_deref(), &open_after, cfg);
+    let mut message = outcome_message(
+        outcome,
+        &report,
+        corrupted.as_deref(),
+        &open_after,
+        cfg,
+        limits,
+        outcome_of_process.exit_code,
+    );
     if let Some(m) = feedback_for(outcome, &story.id, &open_after, message.as_deref()) {
         feedback_next.push(m);
     }
@@ -1197,7 +1205,10 @@ async fn run_iteration(
                 })),
                 Some(CostSource::PriceTable),
             ),
-            _ => (None, None),
+            _ => {
+                warn_unpriced(cfg, model.as_deref(), &report.usage, ui);
+                (None, None)
+            }
         },
     };
     let record = LedgerRecord {
@@ -1362,6 +1373,8 @@ fn outcome_message(
     corrupted: Option<&str>,
     open_after: &[String],
     cfg: &RunConfig,
+    limits: &Limits,
+    exit_code: Option<i32>,
 ) -> Option<String> {
     let agent_said = || {
         report
@@ -1382,6 +1395,12 @@ fn outcome_message(
                 truncate_chars(e.lines().next().unwrap_or(e), 300)
             )
         }),
+        // The last iteration of a run with --max-duration gets only what is left of it.
+        Outcome::Timeout if limits.timeout < cfg.timeout => Some(format!(
+            "killed when the run reached --max-duration {} ({} into the iteration)",
+            humantime::format_duration(cfg.max_duration.unwrap_or_default()),
+            humantime::format_duration(Duration::from_secs(limits.timeout.as_secs()))
+        )),
         Outcome::Timeout => Some(format!(
             "killed after the iteration time limit of {}",
             humantime::format_duration(cfg.timeout)
@@ -1393,8 +1412,14 @@ fn outcome_message(
         Outcome::Interrupted => {
             Some("interrupted by the user; changes kept in a checkpoint commit".into())
         }
-        Outcome::AgentError
-        | Outcome::AuthError
+        Outcome::AgentError => agent_said().or_else(|| {
+            Some(match (exit_code, report.saw_final) {
+                (Some(0), false) => "the agent exited 0 without its final result event; its output is in the transcript".to_string(),
+                (Some(code), _) => format!("the agent exited with code {code} and gave no error message; its output is in the transcript"),
+                (None, _) => "the agent was killed by a signal; its output is in the transcript".to_string(),
+            })
+        }),
+        Outcome::AuthError
         | Outcome::ConfigError
         | Outcome::UsageLimit
         | Outcome::Transient => agent_said(),
@@ -1601,10 +1626,13 @@ async fn wait_for_reset(
 /// `14:00` for a time today, `Tue 1 Dec 14:00` otherwise (local time).
 fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
     let local = until.with_timezone(&Local);
-    if local.date_naive() == Local::now().date_naive() {
+    let now = Local::now();
+    if local.date_naive() == now.date_naive() {
         local.format("%H:%M").to_string()
-    } else {
+    } else if local.year() == now.year() && local > now {
         local.format("%a %-d %b %H:%M").to_string()
+    } else {
+        local.format("%Y-%m-%d %H:%M").to_string()
     }
 }
 
@@ -1660,6 +1688,30 @@ fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Strin
         }
     }
     out
+}
+
+/// Says once per run why an iteration that used tokens has no cost, when a price table exists
+/// but cannot apply (the CLI names no model, or the model has no entry).
+fn warn_unpriced(cfg: &RunConfig, model: Option<&str>, usage: &agent::Usage, ui: &Ui) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if cfg.native.prices.is_empty() || *usage == agent::Usage::default() {
+        return;
+    }
+    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let known: Vec<&str> = cfg.native.prices.keys().map(String::as_str).collect();
+    ui.warn(&match model {
+        None => format!(
+            "cost unknown: {} reports tokens but names no model, so [prices] ({}) cannot apply; pass --model NAME (model in ralph.toml)",
+            cfg.agent.as_str(),
+            known.join(", ")
+        ),
+        Some(m) => format!(
+            "cost unknown: no [prices.\"{m}\"] entry in ralph.toml (it has: {})",
+            known.join(", ")
+        ),
+    });
 }
 
 /// Whether `story_id` passes in prd.json now (`false` when prd.json cannot be read).
@@ -2066,9 +2118,12 @@ fn summarize(
             cfg.max_iter,
             open.len()
         ),
-        ExitStatus::Interrupted => {
-            "interrupted: the current iteration was stopped and checkpointed".into()
-        }
+        ExitStatus::Interrupted => match records.last() {
+            Some(r) if r.outcome == Outcome::Interrupted => {
+                "interrupted: the current iteration was stopped and checkpointed".into()
+            }
+            _ => "interrupted while no agent was running (nothing to checkpoint)".into(),
+        },
         ExitStatus::OtherLimit => "stopped by a limit before every story passed".into(),
         ExitStatus::Failure | ExitStatus::Usage => match records.last() {
             Some(r) => format!(

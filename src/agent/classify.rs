@@ -165,6 +165,11 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::UsageLimit,
         Pattern::Contains("usage limit reached"),
     ),
+    // Claude Code's 2025 wording: `5-hour limit reached ∙ resets 7pm`.
+    (
+        FailureClass::UsageLimit,
+        Pattern::Contains("hour limit reached"),
+    ),
     (
         FailureClass::UsageLimit,
         Pattern::Contains("reached your specified api usage limits"),
@@ -503,6 +508,7 @@ mod tests {
         ("You've hit your session limit · resets 2pm (Europe/Helsinki)", FailureClass::UsageLimit),
         ("You\u{2019}ve hit your usage limit. Upgrade to Pro or try again at 3:28 PM.", FailureClass::UsageLimit),
         ("Claude AI usage limit reached|1753441200", FailureClass::UsageLimit),
+        ("5-hour limit reached \u{2219} resets 7pm", FailureClass::UsageLimit),
         ("You have reached your specified API usage limits. You will regain access on 2026-04-01 at 00:00 UTC.", FailureClass::UsageLimit),
         ("Credit balance is too low", FailureClass::UsageLimit),
         ("Your usage allocation has been disabled by your admin", FailureClass::UsageLimit),

@@ -88,6 +88,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
             examine(kind, program, &cwd, &file)
         })
         .collect();
+    // `--agent X` asks about X: its readiness decides the exit code.
+    let configured = args.agent.unwrap_or(configured);
     let configured_ok = if CLIS.contains(&configured) {
         match findings.iter().find(|f| f.agent == configured.as_str()) {
             Some(f) => f.error.is_none(),
@@ -116,7 +118,12 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         } else {
             style("NOT ready").red().bold()
         };
-        println!("configured agent: {} — {verdict}", configured.as_str());
+        let which = if args.agent.is_some() {
+            "agent"
+        } else {
+            "configured agent"
+        };
+        println!("{which}: {} — {verdict}", configured.as_str());
     }
     Ok(if configured_ok {
         ExitStatus::Success
@@ -135,6 +142,12 @@ fn print_finding(f: &Finding) {
     println!("{:<9} {head}", style(f.agent).bold());
     match &f.path {
         Some(p) => println!("          {}", p.display()),
+        None if f.program.contains('/') => {
+            println!(
+                "          `{}` does not exist or is not executable",
+                f.program
+            )
+        }
         None => println!("          `{}` not found on PATH", f.program),
     }
     if let Some(e) = &f.error {

@@ -165,10 +165,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         Some(run) => {
             println!("latest run {run}: {} iteration(s)", latest.len());
             for r in &latest {
-                let cost = r
-                    .cost_usd
-                    .map(|c| format!("${c:.2}"))
-                    .unwrap_or_else(|| "-".into());
+                let cost = r.cost_usd.map(usd).unwrap_or_else(|| "-".into());
                 println!(
                     "  #{:<4} {:<8} {:<16} {:>7.0}s  {:>7}  {}",
                     r.iteration,
@@ -263,6 +260,8 @@ struct Totals {
     cost_usd: Option<f64>,
     /// Whether part of the cost was computed from ralph.toml's price table.
     estimated: bool,
+    /// Whether all of it was.
+    all_estimated: bool,
     /// Input tokens, cached ones included.
     tokens_in: u64,
     /// Output tokens.
@@ -274,6 +273,7 @@ impl Totals {
         let mut t = Totals {
             cost_usd: None,
             estimated: false,
+            all_estimated: true,
             tokens_in: 0,
             tokens_out: 0,
         };
@@ -281,7 +281,9 @@ impl Totals {
             if let Some(c) = r.cost_usd {
                 t.cost_usd = Some(t.cost_usd.unwrap_or(0.0) + c);
             }
-            t.estimated |= r.cost_source == Some(crate::ledger::CostSource::PriceTable);
+            let priced = r.cost_source == Some(crate::ledger::CostSource::PriceTable);
+            t.estimated |= priced;
+            t.all_estimated &= priced || r.cost_usd.is_none();
             t.tokens_in += r.tokens_in.unwrap_or(0)
                 + r.cache_read_tokens.unwrap_or(0)
                 + r.cache_creation_tokens.unwrap_or(0);
@@ -294,13 +296,23 @@ impl Totals {
     fn describe(&self) -> String {
         let cost = match self.cost_usd {
             None => "cost not reported".to_string(),
-            Some(c) if self.estimated => format!("${c:.2} (partly estimated from [prices])"),
-            Some(c) => format!("${c:.2}"),
+            Some(c) if self.all_estimated => format!("{} (estimated from [prices])", usd(c)),
+            Some(c) if self.estimated => format!("{} (partly estimated from [prices])", usd(c)),
+            Some(c) => usd(c),
         };
         format!(
             "{cost}, {} tokens in, {} out",
             self.tokens_in, self.tokens_out
         )
+    }
+}
+
+/// `$1.23`, or `$0.0047` below a cent (so a cheap iteration does not read as free).
+fn usd(c: f64) -> String {
+    if c > 0.0 && c < 0.01 {
+        format!("${c:.4}")
+    } else {
+        format!("${c:.2}")
     }
 }
 

@@ -314,3 +314,20 @@ fn status_and_numbering_survive_a_deleted_ralph_dir() {
         text(&out)
     );
 }
+
+#[test]
+fn an_iteration_cut_short_by_max_duration_says_so() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"default": [{"claude_init": {}}, {"sleep_ms": 30_000}]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--max-duration", "2s"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        t.elapsed() < Duration::from_secs(25),
+        "the iteration was not cut at the run's limit"
+    );
+    let rec = &env.ledger()[0];
+    assert_eq!(rec["outcome"], "timeout");
+    let message = rec["message"].as_str().unwrap();
+    assert!(message.contains("reached --max-duration 2s"), "{message}");
+}
