@@ -705,8 +705,9 @@ fn timeout_with_a_term_ignoring_grandchild_leaves_no_process_and_does_not_wait_f
     assert!(stderr.contains("timeout"), "{stderr}");
 }
 
+/// Case 18 (a deleted story): reported, and the run never calls itself complete.
 #[test]
-fn a_deleted_story_never_makes_the_run_complete() {
+fn case_18_a_deleted_story_never_makes_the_run_complete() {
     let env = TestEnv::new(&prd_with_stories(2));
     let mut only_first = prd_with_stories(2);
     only_first["userStories"].as_array_mut().unwrap().remove(1);
@@ -738,8 +739,9 @@ fn a_deleted_story_never_makes_the_run_complete() {
     );
 }
 
+/// Case 18 (passes set on a story the agent did not work on): ledger, terminal, next prompt.
 #[test]
-fn passes_flipped_on_another_story_is_reported_in_the_ledger_feedback_and_summary() {
+fn case_18_passes_flipped_on_another_story_is_reported_in_the_ledger_feedback_and_summary() {
     let env = TestEnv::new(&prd_with_stories(2));
     env.script(&json!({"invocations": [
         [{"set_passes": {"id": "US-002", "passes": true}}, {"claude_result": {"text": "did 2"}}],
