@@ -188,6 +188,13 @@ pub async fn run(
             Err(_) => tracing::warn!(pid, "agent process did not go away after SIGKILL"),
         }
     }
+    // A SIGKILLed grandchild can take a moment (a busy machine) to actually die: wait until the
+    // group is empty, so that "no process of the group outlives `run`" holds when it returns.
+    let gone_by = Instant::now() + REAP_WAIT;
+    while super::group_alive(pgid) && Instant::now() < gone_by {
+        guard.tree.signal(Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let drain_until = Instant::now() + POST_KILL_DRAIN;
     while state.lines_open {
         match timeout_at(drain_until, rx.recv()).await {
