@@ -608,6 +608,8 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         &cfg,
     );
     summary.caveats = caveats;
+    summary.resume_at = state.resume_at;
+    summary.blocked = state.blocked.clone();
     ui.summary(&summary);
     Ok(status)
 }
@@ -2181,6 +2183,8 @@ fn summarize(
         ledger: display_rel(&paths.ledger, &paths.repo_root),
         next,
         caveats: Vec::new(),
+        resume_at: None,
+        blocked: Vec::new(),
     }
 }
 

@@ -43,6 +43,10 @@ pub struct Summary {
     /// Things to check even when the run completed (e.g. stories marked passing outside their
     /// own iteration, stories deleted from the PRD).
     pub caveats: Vec<String>,
+    /// When a usage limit the run stopped at resets (UTC), for scripts reading `--json`.
+    pub resume_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Stories blocked after too many attempts.
+    pub blocked: Vec<String>,
 }
 
 /// The terminal front end of `ralph run`.
@@ -265,6 +269,7 @@ impl Ui {
                 "iterations": s.iterations, "elapsed_s": s.elapsed.as_secs_f64(),
                 "cost_usd": s.cost_usd, "tokens_in": s.tokens.0, "tokens_out": s.tokens.1,
                 "ledger": s.ledger, "caveats": s.caveats,
+                "resume_at": s.resume_at.map(|t| t.to_rfc3339()), "blocked": s.blocked,
             }),
         );
         if self.mode == OutputMode::Json {

@@ -1102,11 +1102,24 @@ fn no_wait_stops_at_a_usage_limit_and_a_restart_honours_the_persisted_reset() {
     env.script(
         &json!({"invocations": [usage_limit_invocation(3600), claude_story("US-001", 1, "done")]}),
     );
-    let out = env.ralph(&["run", "--no-wait"]);
+    let out = env.ralph(&["run", "--no-wait", "--json"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     let resume_at = state["resume_at"].as_str().expect("resume_at persisted");
+    // Scripts reading --json get the reset time as a field, not only in prose.
+    let finished: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "run_finished" || e["type"] == "run_finished")
+        .expect("a run_finished event");
+    let reported = finished["resume_at"]
+        .as_str()
+        .expect("resume_at in run_finished");
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(reported).unwrap(),
+        chrono::DateTime::parse_from_rfc3339(resume_at).unwrap()
+    );
     let parsed = chrono::DateTime::parse_from_rfc3339(resume_at).unwrap();
     assert!(
         (parsed.timestamp() - chrono::Utc::now().timestamp() - 3600).abs() < 60,
