@@ -62,6 +62,8 @@
 //! - `{"write_file": {"path": "p", "content": "c"}}` / `{"append_file": {...}}`.
 //! - `{"set_passes": {"id": "US-001", "passes": true, "prd": "prd.json"}}`: edit the story's
 //!   `passes` in `prd` (default `./prd.json`), keeping key order and other fields, pretty-printed.
+//!   The id `"@next"` means the open story ralph would pick: the lowest `priority` among those
+//!   with `passes: false` (first in file order on a tie).
 //! - `{"corrupt_prd": true}`: make `./prd.json` invalid JSON (its first comma removed).
 //! - `{"git_commit": "message"}`: `git add -A && git commit -m message` as "ralph-fake-agent".
 //!
@@ -69,8 +71,10 @@
 //! - `{"sleep_ms": 250}`.
 //! - `{"ignore_sigterm": true}`: this process ignores SIGTERM from now on.
 //! - `{"spawn_grandchild": {"ignore_term": true, "hold_stdout": true, "sleep_s": 60,
-//!   "pid_file": "gc.pid"}}`: start `sh -c 'sleep N'` in the background, optionally ignoring
-//!   SIGTERM and inheriting (holding open) stdout; its pid is written to `pid_file` when given.
+//!   "pid_file": "gc.pid", "setsid": false}}`: start `sh -c 'sleep N'` in the background,
+//!   optionally ignoring SIGTERM, inheriting (holding open) stdout, and leaving the agent's process
+//!   group and session with `setsid(2)` (as daemons and dev servers do); its pid is written to
+//!   `pid_file` when given.
 //! - `{"exit": 3}`: exit now with that code.
 //!
 //! Exit code 97 means the fake itself failed (bad script, I/O error); the message is on stderr.
@@ -261,6 +265,8 @@ struct Grandchild {
     sleep_s: u64,
     #[serde(default)]
     pid_file: Option<PathBuf>,
+    #[serde(default)]
+    setsid: bool,
 }
 
 fn yes() -> bool {
@@ -372,7 +378,7 @@ fn sibling(script: &Path, ext: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Reads the invocation counter (0 when the file is missing), stores the next value.
+/// Reads the invocation counter (0 when the file is missing), stores the next value atomically.
 fn bump_counter(path: &Path) -> anyhow::Result<u64> {
     let n = match fs::read_to_string(path) {
         Ok(s) => s
@@ -382,8 +388,13 @@ fn bump_counter(path: &Path) -> anyhow::Result<u64> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    fs::write(path, format!("{}\n", n + 1))
-        .with_context(|| format!("writing {}", path.display()))?;
+    // Written aside and renamed over, so a fake killed mid-write (ralph's fault-injection tests
+    // SIGKILL it) never leaves an empty counter behind.
+    let tmp = sibling(path, &format!("tmp-{}", std::process::id()));
+    fs::write(&tmp, format!("{}\n", n + 1))
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} over {}", tmp.display(), path.display()))?;
     Ok(n)
 }
 
@@ -748,9 +759,13 @@ fn set_passes(s: &SetPasses) -> anyhow::Result<()> {
         .get_mut("userStories")
         .and_then(Value::as_array_mut)
         .and_then(|stories| {
-            stories
-                .iter_mut()
-                .find(|st| st.get("id").and_then(Value::as_str) == Some(s.id.as_str()))
+            if s.id == "@next" {
+                next_open(stories)
+            } else {
+                stories
+                    .iter_mut()
+                    .find(|st| st.get("id").and_then(Value::as_str) == Some(s.id.as_str()))
+            }
         })
         .and_then(Value::as_object_mut)
         .with_context(|| format!("{} has no story with id {}", s.prd.display(), s.id))?;
@@ -758,6 +773,25 @@ fn set_passes(s: &SetPasses) -> anyhow::Result<()> {
     let mut pretty = serde_json::to_string_pretty(&prd).context("serializing prd.json")?;
     pretty.push('\n');
     fs::write(&s.prd, pretty).with_context(|| format!("writing {}", s.prd.display()))
+}
+
+/// The open story with the lowest `priority` (first in file order on a tie): the one ralph picks
+/// when no story is blocked and none has dependencies.
+fn next_open(stories: &mut [Value]) -> Option<&mut Value> {
+    let mut best: Option<(usize, i64)> = None;
+    for (i, story) in stories.iter().enumerate() {
+        if story.get("passes").and_then(Value::as_bool) != Some(false) {
+            continue;
+        }
+        let priority = story
+            .get("priority")
+            .and_then(Value::as_i64)
+            .unwrap_or(i64::MAX);
+        if best.is_none_or(|(_, p)| priority < p) {
+            best = Some((i, priority));
+        }
+    }
+    stories.get_mut(best?.0)
 }
 
 /// Removes the first comma (the classic hand-edit mistake), or writes a stub when there is none.
@@ -804,7 +838,19 @@ fn spawn_grandchild(g: &Grandchild) -> anyhow::Result<()> {
     } else {
         format!("exec sleep {}", g.sleep_s)
     };
-    let child = Command::new("sh")
+    let mut command = Command::new("sh");
+    if g.setsid {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid(2) is async-signal-safe and touches no memory of this process.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let child = command
         .args(["-c", &script])
         .stdin(Stdio::null())
         .stdout(if g.hold_stdout {
