@@ -168,6 +168,21 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         ));
     }
 
+    // No other ralph runs here now, so git locks nobody holds were left by a killed process
+    // (e.g. a ralph SIGKILLed inside its checkpoint commit) and would fail every commit.
+    for lock in repo.clear_stale_locks() {
+        ui.warn(&format!(
+            "removed a stale .git/{lock} that no process held (left by a killed process)"
+        ));
+    }
+    // A ledger line torn by a crash is cut off (its bytes kept beside the ledger) before anything
+    // reads or appends to it.
+    if let ledger::Repair::Dropped { bytes, kept_in } = ledger::repair(&paths.ledger)? {
+        ui.warn(&format!(
+            "the ledger's last line was torn by a crash; removed it ({bytes} bytes kept in {})",
+            display_rel(&kept_in, &paths.repo_root)
+        ));
+    }
     let mut state = match State::load(&paths.ralph_dir)? {
         Some(state) => state,
         None => {
@@ -250,7 +265,14 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         );
     }
 
-    let dirty = repo.dirty_paths()?;
+    // progress.txt is ralph's own log: an entry (or the file itself) a killed run did not get to
+    // commit is folded into the next checkpoint, not refused as the user's work.
+    let progress_rel = display_rel(&paths.progress, &paths.repo_root);
+    let dirty: Vec<String> = repo
+        .dirty_paths()?
+        .into_iter()
+        .filter(|p| *p != progress_rel)
+        .collect();
     if !dirty.is_empty() && !cfg.allow_dirty {
         let shown: Vec<_> = dirty.iter().take(10).map(|p| format!("  {p}")).collect();
         bail!(

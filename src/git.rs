@@ -99,6 +99,26 @@ pub enum GitError {
 }
 
 /// Shorthand for wrapping a libgit2 error with the operation that failed.
+/// Every file some process has open, from `/proc/*/fd` (Linux; empty elsewhere or when `/proc`
+/// cannot be read, which makes lock clean-up rely on the age test alone).
+fn open_files() -> std::collections::HashSet<std::path::PathBuf> {
+    let mut open = std::collections::HashSet::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return open;
+    };
+    for p in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                open.insert(target);
+            }
+        }
+    }
+    open
+}
+
 fn op(op: &'static str) -> impl FnOnce(git2::Error) -> GitError {
     move |source| GitError::Git { op, source }
 }
@@ -278,6 +298,59 @@ impl Repo {
         paths.sort();
         paths.dedup();
         Ok(paths)
+    }
+
+    /// Removes git lock files (`index.lock`, `HEAD.lock`, `refs/**/*.lock`) that no process has
+    /// open: left behind by a process killed while it held them (a SIGKILLed ralph in the middle
+    /// of a checkpoint commit), they make every later commit fail. A lock some process has open
+    /// (`/proc/*/fd`, Linux) belongs to a git command at work and is left alone; so is one that
+    /// disappears within 100 ms (git closes a lock just before renaming it). Returns the paths removed, relative to the `.git` directory. Never fails:
+    /// unreadable directories and locks that cannot be removed are skipped (the commit that needs
+    /// one reports it).
+    pub fn clear_stale_locks(&self) -> Vec<String> {
+        let git_dir = self.repo.path().to_path_buf();
+        let mut candidates = vec![git_dir.join("index.lock"), git_dir.join("HEAD.lock")];
+        let mut dirs = vec![git_dir.join("refs")];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "lock") {
+                    candidates.push(p);
+                }
+            }
+        }
+        let unheld = |candidates: Vec<std::path::PathBuf>| {
+            let open = open_files();
+            candidates
+                .into_iter()
+                .filter(|l| l.exists() && !open.contains(l))
+                .collect::<Vec<_>>()
+        };
+        let mut suspects = unheld(candidates);
+        if suspects.is_empty() {
+            return Vec::new();
+        }
+        // git closes a lock file just before renaming it into place: a lock nobody holds twice,
+        // 100 ms apart, is not in that moment.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        suspects = unheld(suspects);
+        let mut removed = Vec::new();
+        for lock in suspects {
+            if std::fs::remove_file(&lock).is_ok() {
+                removed.push(
+                    lock.strip_prefix(&git_dir)
+                        .unwrap_or(&lock)
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+        removed
     }
 
     /// Creates or moves reference `name` (a full name such as `refs/ralph/<run>/3/start`) to

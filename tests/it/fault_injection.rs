@@ -233,11 +233,12 @@ pub(crate) fn wait_no_processes(script: &Path, limit: Duration) -> Vec<(i32, Str
     }
 }
 
-/// Bugs this test finds that are not fixed yet, each reproduced by an `#[ignore]`d test below.
-/// While `true`, a run failing with one of their signatures is followed by what a user would do
-/// (noted in the case log, counted in the summary), and every other check still runs. Set to
-/// `false` once they are fixed.
-const TOLERATE_KNOWN_BUGS: bool = true;
+/// Bugs this test found, each reproduced by a test below. While `true`, a run failing with one
+/// of their signatures is followed by what a user would do (noted in the case log, counted in
+/// the summary) and every other check still runs. All three are fixed (stale git locks and a torn
+/// ledger are cleared at start, ralph's own progress.txt is not refused as a dirty tree), so
+/// any such failure fails the test.
+const TOLERATE_KNOWN_BUGS: bool = false;
 
 /// If `stderr` (of a failed `ralph run`) shows a known bug, works around it and names it.
 fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
@@ -746,7 +747,6 @@ fn finishing_invocation() -> Value {
 /// A ledger whose last line a crash tore is repaired by the next `ralph run` even when that run
 /// has no iteration to do (every story already passes), and the torn bytes are kept.
 #[test]
-#[ignore = "bug: ledger::repair is only called by append; run() never repairs a torn ledger when no iteration runs"]
 fn a_torn_ledger_line_is_repaired_even_when_the_resume_has_nothing_to_do() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [finishing_invocation()]}));
@@ -780,7 +780,6 @@ fn a_torn_ledger_line_is_repaired_even_when_the_resume_has_nothing_to_do() {
 /// same) leaves ralph's freshly created progress.txt untracked. The next `ralph run` must not
 /// refuse that as the user's uncommitted work.
 #[test]
-#[ignore = "bug: the progress.txt ralph creates at start stays untracked if the run ends before its first checkpoint; the next run refuses it as a dirty tree"]
 fn a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one() {
     let env = TestEnv::new(&prd_with_stories(1));
     let broken = env.root.path().join("broken-agent");
@@ -800,7 +799,6 @@ fn a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one() {
 /// must not fail on it. Emulated here: the kill mid-iteration, then the lock file a kill inside
 /// the commit leaves.
 #[test]
-#[ignore = "bug: a stale .git/index.lock (or refs/heads/<branch>.lock) left by a SIGKILLed ralph makes every restart fail"]
 fn a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [
