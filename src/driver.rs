@@ -78,8 +78,10 @@ pub fn ensure_ralph_dir(ralph_dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(ralph_dir)
         .with_context(|| format!("cannot create {}", ralph_dir.display()))?;
     let ignore = ralph_dir.join(".gitignore");
-    if !ignore.exists() {
-        std::fs::write(&ignore, "*\n")
+    // Checked by content and written atomically: a ralph killed while writing it must not leave
+    // an empty file that lets `.ralph/` show up as the user's uncommitted work.
+    if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n".as_slice()) {
+        write_atomic(&ignore, b"*\n")
             .with_context(|| format!("cannot write {}", ignore.display()))?;
     }
     Ok(())
@@ -1272,7 +1274,9 @@ async fn run_iteration(
     };
     ledger::append(&paths.ledger, &record)?;
 
-    if outcome.counts_as_iteration() {
+    // An attempt at the story: not a usage limit or transient failure (retried), and not an
+    // interruption (the user's Ctrl-C or a crash is not the story's fault).
+    if outcome.counts_as_iteration() && outcome != Outcome::Interrupted {
         *state.attempts.entry(story.id.clone()).or_insert(0) += 1;
     }
     state.last_outcome = Some(outcome.as_str().to_string());
@@ -2110,7 +2114,6 @@ async fn recover_interrupted(
             "The previous iteration ({}) was interrupted; its partial changes were committed as a checkpoint. Check `git log` and `git diff HEAD~1` and continue from there.",
             flight.story_id
         ));
-        *state.attempts.entry(flight.story_id.clone()).or_insert(0) += 1;
         state.last_outcome = Some(Outcome::Interrupted.as_str().to_string());
     }
     state.iteration = state.iteration.max(flight.iteration);

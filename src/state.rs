@@ -129,7 +129,8 @@ impl State {
     /// The state a lost `.ralph/state.json` would have held, rebuilt from the trailers of
     /// ralph's commits (`history`, newest first, as [`crate::git::Repo::trailer_history`] gives
     /// them): the last iteration number, the latest run id and the attempts per story (iterations
-    /// whose outcome counts, see [`crate::ledger::Outcome::counts_as_iteration`]). Blocked stories,
+    /// whose outcome counts, see [`crate::ledger::Outcome::counts_as_iteration`], other than
+    /// interruptions). Blocked stories,
     /// the in-flight iteration and a pending usage-limit reset are not in git; the caller decides
     /// blocking again from the attempts.
     pub fn rebuild_from_git(history: &[crate::git::TrailerRecord]) -> State {
@@ -149,7 +150,9 @@ impl State {
             let (Some(story), Some(outcome)) = (&r.story_id, r.outcome) else {
                 continue;
             };
-            if !outcome.counts_as_iteration() || !seen.insert((r.run_id.clone(), r.iteration)) {
+            let attempt =
+                outcome.counts_as_iteration() && outcome != crate::ledger::Outcome::Interrupted;
+            if !attempt || !seen.insert((r.run_id.clone(), r.iteration)) {
                 continue;
             }
             *state.attempts.entry(story.clone()).or_insert(0) += 1;
