@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::common::{prd_with_stories, TestEnv};
 use crate::fault_injection::{processes_of, wait_no_processes};
 
-/// Randomized runs per test run.
+/// Randomized runs per test run (about 25 s on 2 cores: a third of them wait out a 1 s limit).
 const CASES: u64 = 30;
 
 /// While `true`, the one known bug this test finds (a `setsid` grandchild of an agent that
@@ -120,11 +120,20 @@ fn seed() -> u64 {
     }
 }
 
+/// The cases to run: `RALPH_TREES_CASE` alone, or `RALPH_TREES_CASES` (default [`CASES`]) of
+/// them, for a longer soak.
 fn cases() -> Vec<u64> {
-    match std::env::var("RALPH_TREES_CASE") {
-        Ok(s) => vec![s.trim().parse().expect("RALPH_TREES_CASE must be a number")],
-        Err(_) => (0..CASES).collect(),
+    if let Ok(s) = std::env::var("RALPH_TREES_CASE") {
+        return vec![s.trim().parse().expect("RALPH_TREES_CASE must be a number")];
     }
+    let count = std::env::var("RALPH_TREES_CASES")
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("RALPH_TREES_CASES must be a number")
+        })
+        .unwrap_or(CASES);
+    (0..count).collect()
 }
 
 /// The grandchild pids the agent recorded so far.
@@ -251,7 +260,7 @@ fn run_case(seed: u64, n: u64) -> Result<String, String> {
             return Err(format!("wip.txt is not in a checkpoint commit: {log:?}"));
         }
         // Nothing of the tree may outlive ralph. A moment for the kernel to finish the kills.
-        let left = wait_no_processes(&env.script, Duration::from_secs(1));
+        let left = wait_no_processes(&env.script, Duration::from_secs(3));
         if !left.is_empty() {
             let known = TOLERATE_KNOWN_BUG
                 && case.trigger == Trigger::AgentExits
