@@ -264,6 +264,13 @@ fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
              (a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one)",
         );
     }
+    if stderr.contains("the working tree has uncommitted changes (1 path):\n  .ralph/\n") {
+        std::fs::write(env.path(".ralph/.gitignore"), "*\n").expect("write .ralph/.gitignore");
+        return Some(
+            "an empty .ralph/.gitignore left by the kill blocks every restart \
+             (a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run)",
+        );
+    }
     if stderr.contains("the index is locked") || stderr.contains("failed to lock file") {
         remove_git_locks(&env.repo.join(".git"));
         return Some(
@@ -441,6 +448,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
     let mut prd_broken_by_agent = false;
     let mut torn_iterations: Vec<u64> = Vec::new();
     let mut injected_tear = false;
+    let mut tear_pending = false;
     let mut killed = 0;
     for k in 0..kills {
         let open = ralph::prd::store::load(&env.path("prd.json"))
@@ -506,11 +514,12 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
             prd_broken_by_agent = true;
         }
         match ralph::ledger::read_all(&env.path(".ralph/ledger.jsonl")) {
-            Ok(contents) => {
-                if let Some(line) = contents.torn_last_line {
-                    log.note(format!("ledger torn at line {line} by the kill"));
-                }
-            }
+            Ok(contents) => match contents.torn_last_line {
+                // A tear the test made earlier that no run has appended after (and so repaired).
+                Some(_) if tear_pending => {}
+                Some(line) => log.note(format!("ledger torn at line {line} by the kill")),
+                None => tear_pending = false,
+            },
             Err(e) => return Err(format!("ledger unreadable after the kill: {e}")),
         }
         if let Err(e) = ralph::state::State::load(&env.path(".ralph")) {
@@ -522,6 +531,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
         if rng.u8(0..4) == 0 {
             if let Some(cut) = tear_ledger(&env, &mut rng) {
                 injected_tear = true;
+                tear_pending = true;
                 log.note(format!(
                     "tore the ledger's last line (dropped record: {cut:?})"
                 ));
@@ -831,4 +841,24 @@ fn a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(env.read("partial.txt"), "half\n");
     assert!(!env.path(".git/index.lock").exists());
+}
+
+/// A ralph SIGKILLed inside `ensure_ralph_dir`, between creating `.ralph/.gitignore` and writing
+/// `*` into it, leaves an empty ignore file. The next runs must still ignore `.ralph/` (and so
+/// neither refuse a "dirty" tree nor, with `--allow-dirty`, commit transcripts that can hold
+/// secrets). Found by the fault injection (seed 16184628232820842631, case 171).
+#[test]
+#[ignore = "bug: ensure_ralph_dir only checks that .ralph/.gitignore exists; an empty one left by a kill makes every later run refuse .ralph/ as uncommitted work"]
+fn a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [finishing_invocation()]}));
+    std::fs::create_dir_all(env.path(".ralph")).unwrap();
+    std::fs::write(env.path(".ralph/.gitignore"), "").unwrap();
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::common::text(&out));
+    let tracked = env.git(&["ls-files", ".ralph"]);
+    assert!(
+        tracked.is_empty(),
+        "ralph's own files were committed: {tracked}"
+    );
 }
