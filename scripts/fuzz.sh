@@ -41,9 +41,9 @@ cd "$root/fuzz"
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    mapfile -t targets < <(cargo "${toolchain[@]}" fuzz list)
+    mapfile -t targets < <(cargo ${toolchain[@]+"${toolchain[@]}"} fuzz list)
 fi
-cargo "${toolchain[@]}" fuzz build
+cargo ${toolchain[@]+"${toolchain[@]}"} fuzz build
 
 failed=()
 for target in "${targets[@]}"; do
@@ -51,7 +51,7 @@ for target in "${targets[@]}"; do
     echo "fuzz.sh: $target for ${seconds}s" >&2
     log="$(mktemp)"
     # -max_len: agent lines are long JSON; 64 KiB lets the fuzzer reach cut (oversize) lines.
-    if cargo "${toolchain[@]}" fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+    if cargo ${toolchain[@]+"${toolchain[@]}"} fuzz run "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$log" 2>&1; then
         status=ok

@@ -248,7 +248,7 @@ pub(crate) fn wait_no_processes(script: &Path, limit: Duration) -> Vec<(i32, Str
 const TOLERATE_KNOWN_BUGS: bool = true;
 
 /// If `stderr` (of a failed `ralph run`) shows a known bug, works around it and names it.
-fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
+fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<String> {
     if !TOLERATE_KNOWN_BUGS {
         return None;
     }
@@ -261,37 +261,49 @@ fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
         ]);
         return Some(
             "progress.txt left untracked blocks the restart \
-             (a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one)",
+             (a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one)"
+                .to_string(),
         );
     }
     if stderr.contains("the working tree has uncommitted changes (1 path):\n  .ralph/\n") {
         std::fs::write(env.path(".ralph/.gitignore"), "*\n").expect("write .ralph/.gitignore");
         return Some(
             "an empty .ralph/.gitignore left by the kill blocks every restart \
-             (a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run)",
+             (a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run)"
+                .to_string(),
         );
     }
     if stderr.contains("the index is locked") || stderr.contains("failed to lock file") {
-        remove_git_locks(&env.repo.join(".git"));
-        return Some(
-            "a git lock file left by the killed ralph blocks the restart \
+        let git_dir = env.repo.join(".git");
+        let mut removed = Vec::new();
+        remove_git_locks(&git_dir, &mut removed);
+        let names: Vec<String> = removed
+            .iter()
+            .map(|p| p.strip_prefix(&git_dir).unwrap_or(p).display().to_string())
+            .collect();
+        return Some(format!(
+            "a git lock file left by the killed ralph ({}) blocks the restart \
              (a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart)",
-        );
+            names.join(", ")
+        ));
     }
     None
 }
 
-/// Deletes every `*.lock` file under `dir` (what `rm .git/index.lock` does by hand).
-fn remove_git_locks(dir: &Path) {
+/// Deletes every `*.lock` file under `dir` (what `rm .git/index.lock` does by hand), adding
+/// their paths to `removed`.
+fn remove_git_locks(dir: &Path, removed: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            remove_git_locks(&path);
-        } else if path.extension().is_some_and(|e| e == "lock") {
-            let _ = std::fs::remove_file(&path);
+            remove_git_locks(&path, removed);
+        } else if path.extension().is_some_and(|e| e == "lock")
+            && std::fs::remove_file(&path).is_ok()
+        {
+            removed.push(path);
         }
     }
 }
