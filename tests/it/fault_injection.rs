@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::common::{prd_with_stories, TestEnv};
 
-/// Cases per test run (about a minute on 2 cores).
+/// Cases per test run (about 15 s on 2 cores; a kill and a resume take well under a second).
 const CASES: u64 = 30;
 /// Stories in each case's prd.json.
 const STORIES: usize = 3;
@@ -49,12 +49,20 @@ fn seed() -> u64 {
     }
 }
 
-/// The cases to run: `RALPH_FAULT_CASE` alone, or all of them.
+/// The cases to run: `RALPH_FAULT_CASE` alone, or `RALPH_FAULT_CASES` (default [`CASES`]) of
+/// them, for a longer soak.
 fn cases() -> Vec<u64> {
-    match std::env::var("RALPH_FAULT_CASE") {
-        Ok(s) => vec![s.trim().parse().expect("RALPH_FAULT_CASE must be a number")],
-        Err(_) => (0..CASES).collect(),
+    if let Ok(s) = std::env::var("RALPH_FAULT_CASE") {
+        return vec![s.trim().parse().expect("RALPH_FAULT_CASE must be a number")];
     }
+    let count = std::env::var("RALPH_FAULT_CASES")
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("RALPH_FAULT_CASES must be a number")
+        })
+        .unwrap_or(CASES);
+    (0..count).collect()
 }
 
 /// One case's agent script: `INVOCATIONS` invocations, each writing uniquely named files.
@@ -241,7 +249,7 @@ pub(crate) fn wait_no_processes(script: &Path, limit: Duration) -> Vec<(i32, Str
 const TOLERATE_KNOWN_BUGS: bool = false;
 
 /// If `stderr` (of a failed `ralph run`) shows a known bug, works around it and names it.
-fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
+fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<String> {
     if !TOLERATE_KNOWN_BUGS {
         return None;
     }
@@ -254,30 +262,49 @@ fn work_around_known_bug(env: &TestEnv, stderr: &str) -> Option<&'static str> {
         ]);
         return Some(
             "progress.txt left untracked blocks the restart \
-             (a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one)",
+             (a_run_that_ends_before_its_first_checkpoint_does_not_block_the_next_one)"
+                .to_string(),
+        );
+    }
+    if stderr.contains("the working tree has uncommitted changes (1 path):\n  .ralph/\n") {
+        std::fs::write(env.path(".ralph/.gitignore"), "*\n").expect("write .ralph/.gitignore");
+        return Some(
+            "an empty .ralph/.gitignore left by the kill blocks every restart \
+             (a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run)"
+                .to_string(),
         );
     }
     if stderr.contains("the index is locked") || stderr.contains("failed to lock file") {
-        remove_git_locks(&env.repo.join(".git"));
-        return Some(
-            "a git lock file left by the killed ralph blocks the restart \
+        let git_dir = env.repo.join(".git");
+        let mut removed = Vec::new();
+        remove_git_locks(&git_dir, &mut removed);
+        let names: Vec<String> = removed
+            .iter()
+            .map(|p| p.strip_prefix(&git_dir).unwrap_or(p).display().to_string())
+            .collect();
+        return Some(format!(
+            "a git lock file left by the killed ralph ({}) blocks the restart \
              (a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart)",
-        );
+            names.join(", ")
+        ));
     }
     None
 }
 
-/// Deletes every `*.lock` file under `dir` (what `rm .git/index.lock` does by hand).
-fn remove_git_locks(dir: &Path) {
+/// Deletes every `*.lock` file under `dir` (what `rm .git/index.lock` does by hand), adding
+/// their paths to `removed`.
+fn remove_git_locks(dir: &Path, removed: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            remove_git_locks(&path);
-        } else if path.extension().is_some_and(|e| e == "lock") {
-            let _ = std::fs::remove_file(&path);
+            remove_git_locks(&path, removed);
+        } else if path.extension().is_some_and(|e| e == "lock")
+            && std::fs::remove_file(&path).is_ok()
+        {
+            removed.push(path);
         }
     }
 }
@@ -434,6 +461,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
     let mut prd_broken_by_agent = false;
     let mut torn_iterations: Vec<u64> = Vec::new();
     let mut injected_tear = false;
+    let mut tear_pending = false;
     let mut killed = 0;
     for k in 0..kills {
         let open = ralph::prd::store::load(&env.path("prd.json"))
@@ -484,7 +512,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
             }
         }
         if wait_orphans {
-            let left = wait_no_processes(&env.script, Duration::from_secs(5));
+            let left = wait_no_processes(&env.script, Duration::from_secs(15));
             if !left.is_empty() {
                 return Err(format!("processes outlived the killed run: {left:?}"));
             }
@@ -499,11 +527,12 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
             prd_broken_by_agent = true;
         }
         match ralph::ledger::read_all(&env.path(".ralph/ledger.jsonl")) {
-            Ok(contents) => {
-                if let Some(line) = contents.torn_last_line {
-                    log.note(format!("ledger torn at line {line} by the kill"));
-                }
-            }
+            Ok(contents) => match contents.torn_last_line {
+                // A tear the test made earlier that no run has appended after (and so repaired).
+                Some(_) if tear_pending => {}
+                Some(line) => log.note(format!("ledger torn at line {line} by the kill")),
+                None => tear_pending = false,
+            },
             Err(e) => return Err(format!("ledger unreadable after the kill: {e}")),
         }
         if let Err(e) = ralph::state::State::load(&env.path(".ralph")) {
@@ -515,6 +544,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
         if rng.u8(0..4) == 0 {
             if let Some(cut) = tear_ledger(&env, &mut rng) {
                 injected_tear = true;
+                tear_pending = true;
                 log.note(format!(
                     "tore the ledger's last line (dropped record: {cut:?})"
                 ));
@@ -630,7 +660,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
     if !status.trim().is_empty() {
         return Err(format!("the tree is not clean after the resume:\n{status}"));
     }
-    let left = wait_no_processes(&env.script, Duration::from_secs(2));
+    let left = wait_no_processes(&env.script, Duration::from_secs(5));
     if !left.is_empty() {
         return Err(format!("processes left after the resume: {left:?}"));
     }
@@ -701,14 +731,16 @@ fn sigkill_at_random_points_then_resume_loses_nothing() {
     let mut kills_landed = 0;
     let mut known_bugs = 0;
     let mut prd_torn = 0;
-    let mut ledger_torn = 0;
+    let mut ledger_torn_by_kill = 0;
+    let mut ledger_torn_by_test = 0;
     for n in cases() {
         let mut log = CaseLog::default();
         let result = run_case(seed, n, &timing, &mut log);
         let count = |what: &str| log.lines.iter().filter(|l| l.contains(what)).count();
         kills_landed += count("killed at");
         prd_torn += count("prd.json invalid after the kill");
-        ledger_torn += count("tore the ledger") + count("ledger torn at line");
+        ledger_torn_by_kill += count("ledger torn at line");
+        ledger_torn_by_test += count("tore the ledger");
         for line in log.lines.iter().filter(|l| l.starts_with("known bug")) {
             known_bugs += 1;
             eprintln!("case {n}: {line}");
@@ -721,7 +753,7 @@ fn sigkill_at_random_points_then_resume_loses_nothing() {
         }
     }
     eprintln!(
-        "fault injection: {} cases, {kills_landed} kills ({prd_torn} left prd.json torn by the agent, {ledger_torn} torn ledgers), {known_bugs} known bugs worked around, in {:?}",
+        "fault injection: {} cases, {kills_landed} kills ({prd_torn} left prd.json torn by the agent, {ledger_torn_by_kill} a torn ledger; {ledger_torn_by_test} ledgers torn by the test), {known_bugs} known bugs worked around, in {:?}",
         cases().len(),
         started.elapsed()
     );
@@ -819,4 +851,24 @@ fn a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(env.read("partial.txt"), "half\n");
     assert!(!env.path(".git/index.lock").exists());
+}
+
+/// A ralph SIGKILLed inside `ensure_ralph_dir`, between creating `.ralph/.gitignore` and writing
+/// `*` into it, leaves an empty ignore file. The next runs must still ignore `.ralph/` (and so
+/// neither refuse a "dirty" tree nor, with `--allow-dirty`, commit transcripts that can hold
+/// secrets). Found by the fault injection (seed 16184628232820842631, case 171).
+#[test]
+#[ignore = "bug: ensure_ralph_dir only checks that .ralph/.gitignore exists; an empty one left by a kill makes every later run refuse .ralph/ as uncommitted work"]
+fn a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [finishing_invocation()]}));
+    std::fs::create_dir_all(env.path(".ralph")).unwrap();
+    std::fs::write(env.path(".ralph/.gitignore"), "").unwrap();
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::common::text(&out));
+    let tracked = env.git(&["ls-files", ".ralph"]);
+    assert!(
+        tracked.is_empty(),
+        "ralph's own files were committed: {tracked}"
+    );
 }
