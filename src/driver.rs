@@ -893,6 +893,15 @@ async fn run_iteration(
             return Err(e.into());
         }
     };
+    // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
+    // is no longer linked to it once the agent exited; its tag still names it.
+    let stray = kill_tagged(&agent_tag(run_id, iteration));
+    if stray > 0 {
+        ui.warn(&format!(
+            "iteration {iteration}: killed {stray} process{} the agent left running",
+            if stray == 1 { "" } else { "es" }
+        ));
+    }
     let mut report = parser.finish(outcome_of_process.exit_code);
     cfg.patterns.apply(&mut report);
     transcript.note(

@@ -858,7 +858,6 @@ fn a_git_lock_left_by_a_killed_ralph_does_not_block_the_restart() {
 /// neither refuse a "dirty" tree nor, with `--allow-dirty`, commit transcripts that can hold
 /// secrets). Found by the fault injection (seed 16184628232820842631, case 171).
 #[test]
-#[ignore = "bug: ensure_ralph_dir only checks that .ralph/.gitignore exists; an empty one left by a kill makes every later run refuse .ralph/ as uncommitted work"]
 fn a_ralph_killed_while_creating_its_directory_does_not_block_the_next_run() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [finishing_invocation()]}));

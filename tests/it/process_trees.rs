@@ -23,10 +23,10 @@ use crate::fault_injection::{processes_of, wait_no_processes};
 /// Randomized runs per test run (about 25 s on 2 cores: a third of them wait out a 1 s limit).
 const CASES: u64 = 30;
 
-/// While `true`, the one known bug this test finds (a `setsid` grandchild of an agent that
-/// exited normally survives; reproduced by the `#[ignore]`d test at the end) is noted instead of
-/// failing the run. Set to `false` once it is fixed.
-const TOLERATE_KNOWN_BUG: bool = true;
+/// While `true`, the one bug this test found (a `setsid` grandchild of an agent that exited
+/// normally survived; reproduced by the test at the end) is noted instead of failing the run.
+/// Fixed: ralph kills every process tagged with the iteration's RALPH_AGENT_TAG when it ends.
+const TOLERATE_KNOWN_BUG: bool = false;
 /// The longest a run may take before the test calls it hung.
 const RUN_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -332,7 +332,6 @@ fn interrupts_and_timeouts_leave_no_process_of_the_agent_tree() {
 /// its `setsid` child (now orphaned, so no parent link leads to it) must not outlive the
 /// iteration.
 #[test]
-#[ignore = "bug: a setsid grandchild of an agent that exits normally survives the iteration (no parent link left; RALPH_AGENT_TAG is only used on restart)"]
 fn an_agent_exiting_normally_leaves_no_setsid_grandchild_behind() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
