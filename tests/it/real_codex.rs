@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use crate::common::{fake_agent_bin, prd_with_stories, TestEnv};
 use crate::support_model::{
-    crate_root, example_dir, git, hermetic_env, init_repo_from_example, isolated, netns_flag,
-    read_jsonl, run_with_deadline, RunOutput, SCRIPTED_MODEL,
+    example_dir, git, hermetic_env, init_repo_from_example, isolated, netns_flag, read_jsonl,
+    run_with_deadline, RunOutput, SCRIPTED_MODEL,
 };
 
 /// Generous: a scripted codex iteration takes about 1.5 s, but CI machines are slow and shared.
@@ -163,54 +163,8 @@ fn fake_codex_usage_limit_stops_with_no_wait_without_using_an_attempt() {
 // ---------------------------------------------------------------------------------------------
 // The real Codex CLI against the scripted model.
 
-/// Whether this looks like a CI run (`CI` set to anything but empty, `0` or `false`).
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
-}
-
-/// The real `codex` executable to test with, or `None` when the test should return early.
-///
-/// Looks at `RALPH_CODEX_BIN`, then `<crate>/.tools/codex/node_modules/.bin/codex`. Returns
-/// `None` (after printing that `test` was skipped) only when the CLI is missing,
-/// `RALPH_SKIP_REAL_CLI=1` is set and `CI` is not.
-///
-/// # Panics
-/// When `RALPH_CODEX_BIN` names a missing file, or the CLI is missing under CI, or missing
-/// locally without `RALPH_SKIP_REAL_CLI=1`; the message says how to install it.
 fn codex_bin_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("RALPH_CODEX_BIN").filter(|v| !v.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "RALPH_CODEX_BIN={} does not exist; run scripts/install-codex.sh or unset it",
-            bin.display()
-        );
-        return Some(bin);
-    }
-    let bin = crate_root().join(".tools/codex/node_modules/.bin/codex");
-    if bin.exists() {
-        return Some(bin);
-    }
-    let skip = std::env::var("RALPH_SKIP_REAL_CLI").is_ok_and(|v| v == "1");
-    if skip && !in_ci() {
-        eprintln!(
-            "skipping {test}: the real codex CLI is not installed at {} and \
-             RALPH_SKIP_REAL_CLI=1 asks to skip (run scripts/install-codex.sh to run it)",
-            bin.display()
-        );
-        return None;
-    }
-    panic!(
-        "{test} needs the real codex CLI, which is not installed at {} (nor named by \
-         RALPH_CODEX_BIN): run scripts/install-codex.sh; set RALPH_SKIP_REAL_CLI=1 to opt out \
-         locally{}",
-        bin.display(),
-        if in_ci() {
-            " (RALPH_SKIP_REAL_CLI is ignored under CI)"
-        } else {
-            ""
-        }
-    );
+    crate::support_model::real_cli_or_skip("codex", test)
 }
 
 /// `$CODEX_HOME/config.toml` for an offline run against the scripted model on `port`:

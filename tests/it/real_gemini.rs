@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support_model::{
-    crate_root, example_dir, git, hermetic_env, init_repo_from_example, isolated, read_jsonl,
+    example_dir, git, hermetic_env, init_repo_from_example, isolated, read_jsonl,
     run_with_deadline, with_scripted_model, RunOutput,
 };
 
@@ -34,49 +34,8 @@ const SETTINGS: &str = r#"{
 }
 "#;
 
-/// Whether CI is set to a true value (then a missing CLI fails instead of skipping).
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
-}
-
-/// The real `gemini` executable to test with (`RALPH_GEMINI_BIN`, else the one
-/// `scripts/install-gemini.sh` installs), or `None` when the test should return early: only
-/// with `RALPH_SKIP_REAL_CLI=1` outside CI. Otherwise a missing CLI fails the test, naming the
-/// install script.
 fn gemini_bin_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("RALPH_GEMINI_BIN").filter(|v| !v.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "RALPH_GEMINI_BIN={} does not exist; run scripts/install-gemini.sh or unset it",
-            bin.display()
-        );
-        return Some(bin);
-    }
-    let bin = crate_root().join(".tools/gemini/node_modules/.bin/gemini");
-    if bin.exists() {
-        return Some(bin);
-    }
-    let skip = std::env::var("RALPH_SKIP_REAL_CLI").is_ok_and(|v| v == "1");
-    if skip && !in_ci() {
-        eprintln!(
-            "skipping {test}: the real gemini CLI is not installed at {} and \
-             RALPH_SKIP_REAL_CLI=1 asks to skip (run scripts/install-gemini.sh to run it)",
-            bin.display()
-        );
-        return None;
-    }
-    panic!(
-        "{test} needs the real gemini CLI, which is not installed at {} (nor named by \
-         RALPH_GEMINI_BIN): run scripts/install-gemini.sh; set RALPH_SKIP_REAL_CLI=1 to opt out \
-         locally{}",
-        bin.display(),
-        if in_ci() {
-            " (RALPH_SKIP_REAL_CLI is ignored under CI)"
-        } else {
-            ""
-        }
-    );
+    crate::support_model::real_cli_or_skip("gemini", test)
 }
 
 /// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::common::{prd_with_stories, text, TestEnv};
 use crate::support_model::{
-    crate_root, example_dir, git, hermetic_env, init_repo_from_example, isolated, read_jsonl,
+    example_dir, git, hermetic_env, init_repo_from_example, isolated, read_jsonl,
     run_with_deadline, with_scripted_model, RunOutput,
 };
 
@@ -175,52 +175,8 @@ fn fake_opencode_auth_error_stops_the_run_at_once() {
 /// Generous: an opencode iteration takes 3–10 s here, but CI machines are slow and shared.
 const DEADLINE: Duration = Duration::from_secs(600);
 
-/// Whether this looks like a CI run (`CI` set to anything but empty, `0` or `false`).
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
-}
-
-/// The real `opencode` executable, or `None` when the test should return early: like
-/// `claude_bin_or_skip`, with `RALPH_OPENCODE_BIN` and
-/// `<crate>/.tools/opencode/node_modules/.bin/opencode`.
-///
-/// # Panics
-/// When `RALPH_OPENCODE_BIN` names a missing file, or the CLI is missing under CI, or missing
-/// locally without `RALPH_SKIP_REAL_CLI=1`; the message names the install script.
 fn opencode_bin_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("RALPH_OPENCODE_BIN").filter(|v| !v.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "RALPH_OPENCODE_BIN={} does not exist; run scripts/install-opencode.sh or unset it",
-            bin.display()
-        );
-        return Some(bin);
-    }
-    let bin = crate_root().join(".tools/opencode/node_modules/.bin/opencode");
-    if bin.exists() {
-        return Some(bin);
-    }
-    let skip = std::env::var("RALPH_SKIP_REAL_CLI").is_ok_and(|v| v == "1");
-    if skip && !in_ci() {
-        eprintln!(
-            "skipping {test}: the real opencode CLI is not installed at {} and \
-             RALPH_SKIP_REAL_CLI=1 asks to skip (run scripts/install-opencode.sh to run it)",
-            bin.display()
-        );
-        return None;
-    }
-    panic!(
-        "{test} needs the real opencode CLI, which is not installed at {} (nor named by \
-         RALPH_OPENCODE_BIN): run scripts/install-opencode.sh; set RALPH_SKIP_REAL_CLI=1 to opt \
-         out locally{}",
-        bin.display(),
-        if in_ci() {
-            " (RALPH_SKIP_REAL_CLI is ignored under CI)"
-        } else {
-            ""
-        }
-    );
+    crate::support_model::real_cli_or_skip("opencode", test)
 }
 
 /// opencode's configuration for the scripted model: a provider `fake` served by the bundled

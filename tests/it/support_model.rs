@@ -51,46 +51,48 @@ pub fn example_dir(name: &str) -> PathBuf {
 }
 
 /// Whether this looks like a CI run (`CI` set to anything but empty, `0` or `false`).
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
 }
 
-/// The real `claude` executable to test with, or `None` when the test should return early.
+/// The real `<cli>` executable (`claude`, `codex`, `opencode`, `gemini`) to test with, or `None`
+/// when the test should return early.
 ///
-/// Looks at `RALPH_CLAUDE_BIN`, then `<crate>/.tools/claude/node_modules/.bin/claude`.
-/// Returns `None` (after printing that `test` was skipped) only when the CLI is missing,
-/// `RALPH_SKIP_REAL_CLI=1` is set and `CI` is not.
+/// Looks at `RALPH_<CLI>_BIN`, then `<crate>/.tools/<cli>/node_modules/.bin/<cli>` (where
+/// `scripts/install-<cli>.sh` puts the pinned version). Returns `None` (after printing that `test`
+/// was skipped) only when the CLI is missing, `RALPH_SKIP_REAL_CLI=1` is set and `CI` is not.
 ///
 /// # Panics
-/// When `RALPH_CLAUDE_BIN` names a missing file, or the CLI is missing under CI, or missing
-/// locally without `RALPH_SKIP_REAL_CLI=1`; the message says how to install it.
-pub fn claude_bin_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("RALPH_CLAUDE_BIN").filter(|v| !v.is_empty()) {
+/// When `RALPH_<CLI>_BIN` names a missing file, or the CLI is missing under CI, or missing
+/// locally without `RALPH_SKIP_REAL_CLI=1`; the message names the install script.
+pub fn real_cli_or_skip(cli: &str, test: &str) -> Option<PathBuf> {
+    let var = format!("RALPH_{}_BIN", cli.to_ascii_uppercase());
+    let script = format!("scripts/install-{cli}.sh");
+    if let Some(bin) = std::env::var_os(&var).filter(|v| !v.is_empty()) {
         let bin = PathBuf::from(bin);
         assert!(
             bin.is_file(),
-            "RALPH_CLAUDE_BIN={} does not exist; run scripts/install-claude.sh or unset it",
+            "{var}={} does not exist; run {script} or unset it",
             bin.display()
         );
         return Some(bin);
     }
-    let bin = crate_root().join(".tools/claude/node_modules/.bin/claude");
+    let bin = crate_root().join(format!(".tools/{cli}/node_modules/.bin/{cli}"));
     if bin.exists() {
         return Some(bin);
     }
     let skip = std::env::var("RALPH_SKIP_REAL_CLI").is_ok_and(|v| v == "1");
     if skip && !in_ci() {
         eprintln!(
-            "skipping {test}: the real claude CLI is not installed at {} and \
-             RALPH_SKIP_REAL_CLI=1 asks to skip (run scripts/install-claude.sh to run it)",
+            "skipping {test}: the real {cli} CLI is not installed at {} and \
+             RALPH_SKIP_REAL_CLI=1 asks to skip (run {script} to run it)",
             bin.display()
         );
         return None;
     }
     panic!(
-        "{test} needs the real claude CLI, which is not installed at {} (nor named by \
-         RALPH_CLAUDE_BIN): run scripts/install-claude.sh; set RALPH_SKIP_REAL_CLI=1 to opt out \
-         locally{}",
+        "{test} needs the real {cli} CLI, which is not installed at {} (nor named by {var}): \
+         run {script}; set RALPH_SKIP_REAL_CLI=1 to opt out locally{}",
         bin.display(),
         if in_ci() {
             " (RALPH_SKIP_REAL_CLI is ignored under CI)"
@@ -98,6 +100,11 @@ pub fn claude_bin_or_skip(test: &str) -> Option<PathBuf> {
             ""
         }
     );
+}
+
+/// [`real_cli_or_skip`] for claude.
+pub fn claude_bin_or_skip(test: &str) -> Option<PathBuf> {
+    real_cli_or_skip("claude", test)
 }
 
 /// Configures `cmd` for a hermetic, offline run of the real CLI (and of ralph and git under it)
