@@ -490,7 +490,7 @@ pub async fn run(cfg: RunConfig, ui: &mut Ui, stop: StopSignals) -> anyhow::Resu
         }
         if let Some(reason) = budget_stop(
             &cfg,
-            &current_story_passes(&paths, &story.id),
+            current_story_passes(&paths, &story.id),
             &story.id,
             &records,
             &mut state,
@@ -1766,7 +1766,7 @@ fn current_story_passes(paths: &RunPaths, story_id: &str) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn budget_stop(
     cfg: &RunConfig,
-    story_passes: &bool,
+    story_passes: bool,
     story_id: &str,
     records: &[LedgerRecord],
     state: &mut State,
