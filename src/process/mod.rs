@@ -211,6 +211,15 @@ pub enum ProcessError {
         /// The program that was looked up.
         program: String,
     },
+    /// The program exists but the kernel reported it missing: a script whose `#!` interpreter
+    /// does not exist, or a binary whose dynamic loader is missing.
+    #[error("`{program}` exists but cannot be run: {why}")]
+    Unrunnable {
+        /// The program.
+        program: String,
+        /// What is missing (the interpreter named on its `#!` line, or its loader).
+        why: String,
+    },
     /// Any other spawn failure (permissions, E2BIG, ...).
     #[error("could not start `{program}`: {source}")]
     Spawn {

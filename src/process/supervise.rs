@@ -284,13 +284,35 @@ pub fn die_with_parent(command: &mut tokio::process::Command) {
     }
 }
 
-/// Maps a spawn failure to [`ProcessError`]; ENOENT means the program was not found.
+/// Maps a spawn failure to [`ProcessError`]; ENOENT means the program was not found, unless the
+/// named file exists (then its interpreter or loader is what is missing).
 fn spawn_error(spec: &SpawnSpec, source: io::Error) -> ProcessError {
     let program = spec.program.display().to_string();
-    if source.kind() == io::ErrorKind::NotFound {
-        ProcessError::NotFound { program }
+    if source.kind() != io::ErrorKind::NotFound {
+        return ProcessError::Spawn { program, source };
+    }
+    let path = if spec.program.components().count() > 1 {
+        Some(spec.program.clone())
     } else {
-        ProcessError::Spawn { program, source }
+        which::which(&spec.program).ok()
+    };
+    match path.filter(|p| p.is_file()) {
+        Some(path) => {
+            let mut head = [0u8; 256];
+            let n = std::fs::File::open(&path)
+                .and_then(|mut f| io::Read::read(&mut f, &mut head))
+                .unwrap_or(0);
+            let first = String::from_utf8_lossy(&head[..n]);
+            let why = match first.lines().next().and_then(|l| l.strip_prefix("#!")) {
+                Some(interp) => format!(
+                    "its interpreter `{}` (from its #! line) does not exist",
+                    interp.trim()
+                ),
+                None => "its dynamic loader or a library it needs is missing".to_string(),
+            };
+            ProcessError::Unrunnable { program, why }
+        }
+        None => ProcessError::NotFound { program },
     }
 }
 

@@ -533,6 +533,36 @@ async fn missing_program_is_not_found() {
     );
 }
 
+/// A script whose `#!` interpreter is missing also fails with ENOENT; the error must say the
+/// file exists and name the interpreter, not claim the program is missing from PATH.
+#[tokio::test]
+async fn a_script_with_a_missing_interpreter_names_the_interpreter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("agent");
+    std::fs::write(&script, "#!/nonexistent/interpreter\necho hi\n").expect("write");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let spec = SpawnSpec {
+        program: script.clone(),
+        ..SpawnSpec::default()
+    };
+    let err = run(
+        spec,
+        &limits(),
+        &StopSignals::default(),
+        |_| {},
+        |_| LineVerdict::Continue,
+    )
+    .await
+    .expect_err("must not start");
+    let text = err.to_string();
+    assert!(matches!(err, ProcessError::Unrunnable { .. }), "{err:?}");
+    assert!(
+        text.contains("exists but cannot be run") && text.contains("/nonexistent/interpreter"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn missing_working_directory_names_the_directory() {
     let spec = SpawnSpec {

@@ -107,7 +107,7 @@ pub(super) async fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, Too
         ProcessError::NotFound { .. } => ToolError::Fatal(
             "run_command needs `bash`, which was not found on PATH; install bash".into(),
         ),
-        other @ ProcessError::Spawn { .. } => {
+        other @ (ProcessError::Spawn { .. } | ProcessError::Unrunnable { .. }) => {
             ToolError::Fatal(format!("run_command could not start bash: {other}"))
         }
     })?;
