@@ -163,7 +163,7 @@ fn per_step_pieces(rt: &tokio::runtime::Runtime) {
                 .entry(call_key(&call.name, &call.arguments))
                 .or_insert(0);
             *count += 1;
-            let summary = ralph::agent::claude::summarize_tool_input(&call.arguments);
+            let summary = ralph::agent::fields::summarize_tool_input(&call.arguments);
             took[0] = t.elapsed();
 
             let t = Instant::now();

@@ -32,7 +32,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
-use crate::agent::claude::summarize_tool_input;
+use crate::agent::fields::str_field;
+use crate::agent::fields::summarize_tool_input;
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
 };
@@ -400,10 +401,6 @@ fn tool_summary(input: &Value) -> String {
         Some(cmd) => summarize_tool_input(&serde_json::json!({ "command": cmd })),
         None => summarize_tool_input(input),
     }
-}
-
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// `result.error`: a string in the amp SDK's types; accept `{message}` too.

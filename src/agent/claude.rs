@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
+use crate::agent::fields::{str_field, summarize_tool_input};
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail, Usage,
 };
@@ -44,9 +45,6 @@ pub const ENV_REMOVED: &[&str] = &[
 /// bills this API key, silently instead of the user's subscription login
 /// (`notes/agent-protocols.md` §0.9).
 pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
-
-/// Longest tool-call summary, in characters.
-const SUMMARY_MAX_CHARS: usize = 200;
 
 /// The Claude Code backend. Stateless apart from its settings; each [`Backend::parser`] call
 /// returns a fresh [`ClaudeParser`].
@@ -458,10 +456,6 @@ fn on_user(v: &Value) -> Vec<AgentEvent> {
         .unwrap_or_default()
 }
 
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 fn as_status(v: &Value) -> Option<u16> {
     v.as_u64().and_then(|n| u16::try_from(n).ok())
 }
@@ -481,48 +475,6 @@ fn usage_of(u: &Value) -> Usage {
         output_tokens: n("output_tokens"),
         cache_read_tokens: n("cache_read_input_tokens"),
         cache_creation_tokens: n("cache_creation_input_tokens"),
-    }
-}
-
-/// A one-line description of a tool call's input: the command, path, pattern or URL it acts
-/// on, at most [`SUMMARY_MAX_CHARS`] characters, whitespace collapsed.
-pub fn summarize_tool_input(input: &Value) -> String {
-    let get = |key: &str| input.get(key).and_then(Value::as_str);
-    let text = if let Some(command) = get("command") {
-        command.to_owned()
-    } else if let Some(path) = get("file_path").or_else(|| get("notebook_path")) {
-        path.to_owned()
-    } else if let Some(pattern) = get("pattern") {
-        match get("path") {
-            Some(path) => format!("{pattern} in {path}"),
-            None => pattern.to_owned(),
-        }
-    } else if let Some(s) = ["path", "url", "query", "description", "prompt", "skill"]
-        .iter()
-        .find_map(|k| get(k))
-    {
-        s.to_owned()
-    } else if let Some(todos) = input.get("todos").and_then(Value::as_array) {
-        format!("{} todos", todos.len())
-    } else {
-        match input {
-            Value::Null => String::new(),
-            other => other.to_string(),
-        }
-    };
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    truncate_chars(&one_line, SUMMARY_MAX_CHARS)
-}
-
-/// `s` cut to at most `max` characters, with `…` marking a cut.
-fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        None => s.to_owned(),
-        Some((end, _)) => {
-            let mut cut = s[..end].to_owned();
-            cut.push('…');
-            cut
-        }
     }
 }
 
@@ -920,7 +872,10 @@ mod tests {
         assert_eq!(summarize_tool_input(&json!({"todos": [1, 2]})), "2 todos");
         assert_eq!(summarize_tool_input(&json!({"x": 1})), r#"{"x":1}"#);
         let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
-        assert_eq!(long.chars().count(), SUMMARY_MAX_CHARS + 1);
+        assert_eq!(
+            long.chars().count(),
+            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+        );
         assert!(long.ends_with('…'));
     }
 }

@@ -33,7 +33,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
-use crate::agent::claude::summarize_tool_input;
+use crate::agent::fields::str_field;
+use crate::agent::fields::summarize_tool_input;
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail, Usage,
 };
@@ -450,10 +451,6 @@ fn status_in_message(message: &str) -> Option<u16> {
             digits.parse::<u16>().ok()
         })
         .filter(|s| (100..=599).contains(s))
-}
-
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// `turn.completed.usage` → [`Usage`] (tokens; missing counts are 0). codex's `input_tokens`

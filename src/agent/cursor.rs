@@ -33,7 +33,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
-use crate::agent::claude::summarize_tool_input;
+use crate::agent::fields::str_field;
+use crate::agent::fields::summarize_tool_input;
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
 };
@@ -394,10 +395,6 @@ fn message_text(message: &Value) -> Option<String> {
         _ => return None,
     };
     (!text.is_empty()).then_some(text)
-}
-
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// `result.usage`, when present: input and output tokens in either spelling (`inputTokens` /

@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
+use crate::agent::fields::{str_field, summarize_tool_input};
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
 };
@@ -52,9 +53,6 @@ pub const EXIT_SANDBOX: i32 = 44;
 pub const EXIT_CONFIG: i32 = 52;
 /// Exit code of `FatalUntrustedWorkspaceError` (folder not trusted and no `--skip-trust`).
 pub const EXIT_UNTRUSTED: i32 = 55;
-
-/// Longest tool-call summary, in characters.
-const SUMMARY_MAX_CHARS: usize = 200;
 
 /// The Gemini CLI backend. Stateless apart from its settings; each [`Backend::parser`] call
 /// returns a fresh [`GeminiParser`].
@@ -165,7 +163,7 @@ impl GeminiParser {
             Some("message") => self.on_message(&v),
             Some("tool_use") => {
                 let name = str_field(&v, "tool_name").unwrap_or_else(|| "?".to_owned());
-                let summary = summarize_parameters(v.get("parameters").unwrap_or(&Value::Null));
+                let summary = summarize_tool_input(v.get("parameters").unwrap_or(&Value::Null));
                 vec![AgentEvent::ToolCall { name, summary }]
             }
             Some("tool_result") => {
@@ -477,10 +475,6 @@ fn one_line(text: &str) -> String {
         .join(" ")
 }
 
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 /// `result.stats` → [`Usage`] (tokens; missing counts are 0). `input_tokens` there includes
 /// the cached tokens; `input` is the uncached part.
 fn usage_of(stats: &Value) -> Usage {
@@ -494,28 +488,6 @@ fn usage_of(stats: &Value) -> Usage {
         output_tokens: n("output_tokens").unwrap_or(0),
         cache_read_tokens: cached,
         cache_creation_tokens: 0,
-    }
-}
-
-/// A one-line summary of a tool call's `parameters`: the command, path or pattern when there is
-/// one, else the compact JSON; whitespace collapsed, at most [`SUMMARY_MAX_CHARS`] characters.
-fn summarize_parameters(params: &Value) -> String {
-    let field = |key: &str| params.get(key).and_then(Value::as_str);
-    let raw = field("command")
-        .or_else(|| field("file_path"))
-        .or_else(|| field("dir_path"))
-        .or_else(|| field("path"))
-        .or_else(|| field("pattern"))
-        .or_else(|| field("url"))
-        .or_else(|| field("query"))
-        .map_or_else(|| params.to_string(), str::to_owned);
-    let one_line = raw.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() > SUMMARY_MAX_CHARS {
-        let mut cut: String = one_line.chars().take(SUMMARY_MAX_CHARS).collect();
-        cut.push('…');
-        cut
-    } else {
-        one_line
     }
 }
 
@@ -922,12 +894,15 @@ mod tests {
     fn helpers() {
         use serde_json::json;
         assert_eq!(
-            summarize_parameters(&json!({"file_path": "/w/a.py", "content": "x"})),
+            summarize_tool_input(&json!({"file_path": "/w/a.py", "content": "x"})),
             "/w/a.py"
         );
-        assert_eq!(summarize_parameters(&json!({"x": 1})), r#"{"x":1}"#);
-        let long = summarize_parameters(&json!({"command": "é".repeat(500)}));
-        assert_eq!(long.chars().count(), SUMMARY_MAX_CHARS + 1);
+        assert_eq!(summarize_tool_input(&json!({"x": 1})), r#"{"x":1}"#);
+        let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
+        assert_eq!(
+            long.chars().count(),
+            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+        );
         assert_eq!(status_from_exit(173, true), Some(429));
         assert_eq!(status_from_exit(173, false), None);
         assert_eq!(status_from_exit(143, true), None);

@@ -14,6 +14,7 @@ pub mod claude;
 pub mod codex;
 pub mod cursor;
 pub mod exec;
+pub mod fields;
 pub mod gemini;
 pub mod native;
 pub mod opencode;

@@ -54,6 +54,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{precedence, resume_at_from_text, Classifier, Signal};
+use crate::agent::fields::{summarize_tool_input, truncate_chars};
 use crate::agent::{
     AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
 };
@@ -69,8 +70,6 @@ pub const PERMISSION_ENV: &str = "OPENCODE_PERMISSION";
 /// The rules ralph sets when the user has not: allow every tool without asking.
 pub const ALLOW_ALL: &str = r#"{"*":"allow"}"#;
 
-/// Longest tool-call summary, in characters.
-const SUMMARY_MAX_CHARS: usize = 200;
 /// Longest session title, in characters.
 const TITLE_MAX_CHARS: usize = 100;
 
@@ -194,7 +193,7 @@ pub fn session_title(prompt: &str) -> String {
             None => "ralph".to_owned(),
         },
     };
-    cap_chars(&title, TITLE_MAX_CHARS)
+    truncate_chars(&title, TITLE_MAX_CHARS)
 }
 
 /// A step of the main session in progress.
@@ -677,43 +676,6 @@ fn logfmt(line: &str) -> Vec<(String, String)> {
         }
         pairs.push((key, value));
     }
-}
-
-/// A one-line summary of an opencode tool input: the command, the file path, the search
-/// pattern and path, the URL or the task description, else the compact JSON; at most
-/// [`SUMMARY_MAX_CHARS`] characters plus an ellipsis.
-fn summarize_tool_input(input: &Value) -> String {
-    let s = |k: &str| input.get(k).and_then(Value::as_str);
-    let raw = if let Some(c) = s("command") {
-        c.to_owned()
-    } else if let Some(p) = s("filePath") {
-        p.to_owned()
-    } else if let Some(p) = s("pattern") {
-        match s("path") {
-            Some(path) => format!("{p} in {path}"),
-            None => p.to_owned(),
-        }
-    } else if let Some(u) = s("url") {
-        u.to_owned()
-    } else if let Some(d) = s("description") {
-        d.to_owned()
-    } else if let Some(todos) = input.get("todos").and_then(Value::as_array) {
-        format!("{} todos", todos.len())
-    } else {
-        input.to_string()
-    };
-    let one_line = raw.split_whitespace().collect::<Vec<_>>().join(" ");
-    cap_chars(&one_line, SUMMARY_MAX_CHARS)
-}
-
-/// `s` cut to `max` characters, with an ellipsis when it was longer.
-fn cap_chars(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut cut: String = s.chars().take(max).collect();
-    cut.push('…');
-    cut
 }
 
 fn str_at(v: &Value, pointer: &str) -> Option<String> {
@@ -1240,7 +1202,10 @@ mod tests {
         assert_eq!(summarize_tool_input(&json!({"todos": [1, 2]})), "2 todos");
         assert_eq!(summarize_tool_input(&json!({"x": 1})), r#"{"x":1}"#);
         let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
-        assert_eq!(long.chars().count(), SUMMARY_MAX_CHARS + 1);
+        assert_eq!(
+            long.chars().count(),
+            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+        );
         assert!(long.ends_with('…'));
     }
 }

@@ -393,7 +393,7 @@ pub async fn run_session(
                 });
                 return result;
             }
-            let summary_args = crate::agent::claude::summarize_tool_input(&call.arguments);
+            let summary_args = crate::agent::fields::summarize_tool_input(&call.arguments);
             on_event(AgentEvent::ToolCall {
                 name: call.name.clone(),
                 summary: summary_args,

@@ -1,0 +1,92 @@
+//! Small readers shared by the stream parsers: a string field, and the one-line summary of a
+//! tool call's input that the live line, `--verbose` and the transcript show.
+
+use serde_json::Value;
+
+/// Longest tool-call summary, in characters.
+pub const SUMMARY_MAX_CHARS: usize = 200;
+
+/// `v[key]` when it is a string.
+pub fn str_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A one-line description of a tool call's input, whichever CLI's spelling it uses: the command
+/// (`command`, amp's `cmd`), the file (`file_path`, opencode's `filePath`, `notebook_path`, gemini's
+/// `dir_path`), the search pattern and where (`pattern` in `path`), else a path, URL, query,
+/// description, prompt or skill, a todo count, or the compact JSON. Whitespace is collapsed and
+/// the result cut at [`SUMMARY_MAX_CHARS`] characters (with `…`).
+pub fn summarize_tool_input(input: &Value) -> String {
+    let get = |key: &str| input.get(key).and_then(Value::as_str);
+    let text = if let Some(command) = get("command").or_else(|| get("cmd")) {
+        command.to_owned()
+    } else if let Some(path) = ["file_path", "filePath", "notebook_path", "dir_path"]
+        .iter()
+        .find_map(|k| get(k))
+    {
+        path.to_owned()
+    } else if let Some(pattern) = get("pattern") {
+        match get("path") {
+            Some(path) => format!("{pattern} in {path}"),
+            None => pattern.to_owned(),
+        }
+    } else if let Some(s) = ["path", "url", "query", "description", "prompt", "skill"]
+        .iter()
+        .find_map(|k| get(k))
+    {
+        s.to_owned()
+    } else if let Some(todos) = input.get("todos").and_then(Value::as_array) {
+        format!("{} todos", todos.len())
+    } else {
+        match input {
+            Value::Null => String::new(),
+            other => other.to_string(),
+        }
+    };
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    truncate_chars(&one_line, SUMMARY_MAX_CHARS)
+}
+
+/// `s` cut to at most `max` characters, with `…` marking a cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_clis_spelling_gives_one_short_line() {
+        assert_eq!(
+            summarize_tool_input(&json!({"command": "cargo  test\n-q"})),
+            "cargo test -q"
+        );
+        assert_eq!(summarize_tool_input(&json!({"cmd": "ls"})), "ls");
+        assert_eq!(
+            summarize_tool_input(&json!({"filePath": "/r/a.rs"})),
+            "/r/a.rs"
+        );
+        assert_eq!(summarize_tool_input(&json!({"dir_path": "src"})), "src");
+        assert_eq!(
+            summarize_tool_input(&json!({"pattern": "fn main", "path": "src"})),
+            "fn main in src"
+        );
+        assert_eq!(summarize_tool_input(&json!({"todos": [1, 2]})), "2 todos");
+        assert_eq!(summarize_tool_input(&Value::Null), "");
+        assert_eq!(summarize_tool_input(&json!({"x": 1})), r#"{"x":1}"#);
+        let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
+        assert_eq!(long.chars().count(), SUMMARY_MAX_CHARS + 1);
+        assert!(long.ends_with('…'));
+        assert_eq!(
+            str_field(&json!({"a": "b", "n": 1}), "a").as_deref(),
+            Some("b")
+        );
+        assert_eq!(str_field(&json!({"n": 1}), "n"), None);
+    }
+}
