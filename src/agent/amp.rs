@@ -450,19 +450,11 @@ mod tests {
     use crate::completion::promise_in_final_text;
 
     fn out(text: &str) -> OutputLine {
-        OutputLine {
-            stream: StreamKind::Stdout,
-            text: text.to_owned(),
-            truncated_from: None,
-        }
+        OutputLine::stdout(text)
     }
 
     fn err(text: &str) -> OutputLine {
-        OutputLine {
-            stream: StreamKind::Stderr,
-            text: text.to_owned(),
-            truncated_from: None,
-        }
+        OutputLine::stderr(text)
     }
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {

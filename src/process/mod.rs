@@ -162,6 +162,26 @@ pub struct OutputLine {
     pub truncated_from: Option<usize>,
 }
 
+impl OutputLine {
+    /// A whole stdout line (not cut), as the supervisor delivers it.
+    pub fn stdout(text: impl Into<String>) -> OutputLine {
+        OutputLine {
+            stream: StreamKind::Stdout,
+            text: text.into(),
+            truncated_from: None,
+        }
+    }
+
+    /// A whole stderr line (not cut).
+    pub fn stderr(text: impl Into<String>) -> OutputLine {
+        OutputLine {
+            stream: StreamKind::Stderr,
+            text: text.into(),
+            truncated_from: None,
+        }
+    }
+}
+
 /// Returned by the line callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineVerdict {
