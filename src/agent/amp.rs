@@ -27,7 +27,6 @@
 //!   or auth errors, so classification rests on the classifier's shared text rules.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -66,11 +65,7 @@ impl Backend for Amp {
     /// `amp -x --stream-json --dangerously-allow-all [--mode M]`, the prompt on stdin (then
     /// closed), `NO_COLOR=1`. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         // `-x` with no value: amp takes the message from the piped stdin.
         let mut args: Vec<String> = ["-x", "--stream-json", "--dangerously-allow-all"]
             .map(String::from)
@@ -448,6 +443,7 @@ fn max_usage(a: Usage, b: Usage) -> Usage {
 mod tests {
     use super::*;
     use crate::completion::promise_in_final_text;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)

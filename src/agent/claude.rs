@@ -17,8 +17,6 @@
 //! - cost and usage come from the `result` line only; `assistant.message.usage` repeats across
 //!   the blocks of one turn and must not be summed.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
@@ -66,11 +64,7 @@ impl Claude {
     /// uid 0 otherwise ("cannot be used with root/sudo privileges"), and ralph exists for
     /// unattended runs, which as root means a sandbox or container.
     fn spec(&self, prompt: &str, as_root: bool) -> SpawnSpec {
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         let mut args: Vec<String> = [
             "-p",
             "--output-format",
@@ -483,6 +477,7 @@ mod tests {
     use super::*;
     use crate::agent::FailureClass;
     use crate::completion::promise_in_final_text;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)

@@ -28,7 +28,6 @@
 //!   cost and, in `--json` mode, no version.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -89,11 +88,7 @@ impl Backend for Codex {
     /// stdin anyway when it is not a terminal and append it as a `<stdin>` block. Either way it
     /// waits for EOF, which is why stdin is closed after the prompt. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         let mut args: Vec<String> = BASE_ARGS.iter().map(|s| (*s).to_owned()).collect();
         if let Some(model) = &self.settings.model {
             args.push("-m".into());
@@ -476,6 +471,7 @@ mod tests {
     use super::*;
     use crate::agent::FailureClass;
     use crate::completion::promise_in_final_text;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)

@@ -28,8 +28,6 @@
 //! - no cost (`None`); tokens only when a build puts `usage` in the result line (not in the
 //!   documented schema).
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
@@ -93,11 +91,7 @@ impl Backend for Cursor {
             }
             .into());
         }
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         let mut args: Vec<String> = ["-p", "--force", "--output-format", "stream-json"]
             .map(String::from)
             .to_vec();
@@ -417,6 +411,7 @@ fn usage_of(u: &Value) -> Usage {
 mod tests {
     use super::*;
     use crate::completion::promise_in_final_text;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)

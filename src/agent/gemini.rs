@@ -28,8 +28,6 @@
 //!   exit code, which the CLI sets to the status (`process.exit(429)`, seen as 429 & 0xFF = 173);
 //! - usage comes from `result.stats` only (tokens; no cost is reported).
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
@@ -77,11 +75,7 @@ impl Backend for Gemini {
     /// `gemini --output-format stream-json --yolo --skip-trust [-m MODEL]`, the prompt on stdin,
     /// `NO_COLOR=1` (the CLI colours its fatal messages red otherwise). Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         let mut args: Vec<String> = ["--output-format", "stream-json", "--yolo", "--skip-trust"]
             .map(String::from)
             .to_vec();
@@ -494,6 +488,7 @@ fn usage_of(stats: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)

@@ -38,6 +38,16 @@ pub struct AgentSettings {
     pub keep_api_key: bool,
 }
 
+impl AgentSettings {
+    /// The program to run: [`AgentSettings::program`] when set (`--agent-program`), else the
+    /// CLI's usual name `default`, looked up on PATH.
+    pub fn program_or(&self, default: &str) -> PathBuf {
+        self.program
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(default))
+    }
+}
+
 /// Token counts for one iteration (tokens).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Usage {

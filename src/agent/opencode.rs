@@ -48,8 +48,6 @@
 //! [`FailureClass::UsageLimit`], which waits for the reset (from `retry-after` when the
 //! response had one) instead of retrying minutes later.
 
-use std::path::PathBuf;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -107,11 +105,7 @@ impl Opencode {
     /// The spawn spec for `prompt`. `user_permission` is the inherited value of
     /// [`PERMISSION_ENV`]; when it is set and not blank it is left alone.
     fn spec(&self, prompt: &str, user_permission: Option<&str>) -> SpawnSpec {
-        let program = self
-            .settings
-            .program
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROGRAM));
+        let program = self.settings.program_or(DEFAULT_PROGRAM);
         let mut args: Vec<String> = [
             "run",
             "--format",
@@ -688,6 +682,7 @@ fn str_at(v: &Value, pointer: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::completion::promise_in_final_text;
+    use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
         OutputLine::stdout(text)
