@@ -31,14 +31,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ralph::agent::AgentEvent;
 use ralph::native::context::{estimate_tokens, shrink};
 use ralph::native::llm::{
-    ChatRequest, Message, Provider, ProviderConfig, ProviderKind, RetryPolicy, Role, ToolCall,
-    ToolMode,
+    ChatRequest, Message, Provider, ProviderConfig, RetryPolicy, Role, ToolCall,
 };
 use ralph::native::tools::{ToolContext, ToolRegistry};
 use ralph::native::{call_key, run_session, tool_specs, SessionConfig};
+use ralph::protocol::{AgentEvent, ProviderKind, ToolMode};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -163,7 +162,7 @@ fn per_step_pieces(rt: &tokio::runtime::Runtime) {
                 .entry(call_key(&call.name, &call.arguments))
                 .or_insert(0);
             *count += 1;
-            let summary = ralph::agent::fields::summarize_tool_input(&call.arguments);
+            let summary = ralph::protocol::fields::summarize_tool_input(&call.arguments);
             took[0] = t.elapsed();
 
             let t = Instant::now();

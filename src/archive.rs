@@ -164,7 +164,7 @@ pub fn remember(
 ) -> anyhow::Result<()> {
     let text = std::str::from_utf8(prd_bytes)
         .with_context(|| format!("cannot remember {}: it is not UTF-8", prd.display()))?;
-    crate::driver::ensure_ralph_dir(ralph_dir)?;
+    crate::workspace::ensure_ralph_dir(ralph_dir)?;
     let mut memory = read_memory(ralph_dir);
     memory.version = MEMORY_VERSION;
     memory.prds.insert(
@@ -504,16 +504,9 @@ fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Replaces `path` with `bytes` through a synced temp file in the same directory, then syncs
-/// the directory so the rename itself is durable.
+/// Replaces `path` with `bytes` through [`crate::fsutil::write_atomic`] (mode kept, durable).
 fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let context = || format!("cannot write {}", path.display());
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(context)?;
-    tmp.write_all(bytes).with_context(context)?;
-    tmp.as_file().sync_all().with_context(context)?;
-    tmp.persist(path).with_context(context)?;
-    sync_dir(dir)
+    Ok(crate::fsutil::write_atomic(path, bytes)?)
 }
 
 /// fsyncs a directory so entries created or renamed in it survive a crash.

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+
+use crate::protocol::AgentKind;
 
 /// `ralph`: run a coding agent in a loop over a prd.json until every story passes.
 #[derive(Debug, Parser)]
@@ -103,47 +105,6 @@ pub struct ArchiveArgs {
     pub json: bool,
 }
 
-/// Which agent backend drives each iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentKind {
-    /// Claude Code (`claude -p --output-format stream-json`).
-    Claude,
-    /// OpenAI Codex CLI (`codex exec --json`).
-    Codex,
-    /// Sourcegraph Amp (`amp -x --stream-json`).
-    Amp,
-    /// OpenCode (`opencode run --format json`).
-    Opencode,
-    /// Google Gemini CLI (`gemini --output-format stream-json`).
-    Gemini,
-    /// Cursor CLI (`cursor-agent -p --output-format stream-json`).
-    Cursor,
-    /// Any command: the prompt on stdin, plain-text output.
-    Exec,
-    /// ralph's own tool loop over an LLM HTTP API (OpenAI-compatible or Anthropic).
-    Native,
-    /// ralph's own tool loop against a small local model it serves on 127.0.0.1 (no account).
-    Local,
-}
-
-impl AgentKind {
-    /// The name used in the ledger, the terminal and `ralph.toml`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentKind::Claude => "claude",
-            AgentKind::Codex => "codex",
-            AgentKind::Amp => "amp",
-            AgentKind::Opencode => "opencode",
-            AgentKind::Gemini => "gemini",
-            AgentKind::Cursor => "cursor",
-            AgentKind::Exec => "exec",
-            AgentKind::Native => "native",
-            AgentKind::Local => "local",
-        }
-    }
-}
-
 /// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over the
 /// environment, which wins over `ralph.toml`, which wins over the built-in defaults.
 #[derive(Debug, Args, Default)]
@@ -189,7 +150,7 @@ pub struct RunArgs {
     pub template: Option<PathBuf>,
     /// native: the API's wire format (default openai: Chat Completions).
     #[arg(long, value_enum, env = "RALPH_PROVIDER")]
-    pub provider: Option<crate::native::llm::ProviderKind>,
+    pub provider: Option<crate::protocol::ProviderKind>,
     /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
     #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
     pub base_url: Option<String>,
@@ -202,7 +163,7 @@ pub struct RunArgs {
     /// native/local: how tool calls are requested (json: response_format json_schema, for models
     /// without tool calling).
     #[arg(long, value_enum, env = "RALPH_TOOL_MODE")]
-    pub tool_mode: Option<crate::native::llm::ToolMode>,
+    pub tool_mode: Option<crate::protocol::ToolMode>,
     /// native/local: tool-using steps per iteration before the model must summarize.
     #[arg(long, value_name = "N", env = "RALPH_MAX_STEPS")]
     pub max_steps: Option<u32>,
@@ -235,7 +196,7 @@ pub struct RunArgs {
     /// What to do when an iteration changes prd.json beyond the current story's passes/notes:
     /// report it (default) or restore it.
     #[arg(long, value_enum, env = "RALPH_PRD_GUARD")]
-    pub prd_guard: Option<crate::config::PrdGuard>,
+    pub prd_guard: Option<crate::protocol::PrdGuard>,
     /// Give blocked stories another chance: clear their blocked mark and attempt counts.
     #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub unblock: bool,

@@ -9,9 +9,11 @@ use serde::Deserialize;
 
 use std::collections::BTreeMap;
 
-use crate::agent::native::Price;
-use crate::cli::{AgentKind, RunArgs};
-use crate::native::llm::{ProviderKind, ToolMode};
+use crate::cli::RunArgs;
+use crate::protocol::AgentKind;
+use crate::protocol::Price;
+use crate::protocol::ProviderKind;
+use crate::protocol::{PrdGuard, ToolMode};
 
 /// Default `--max-iter`.
 pub const DEFAULT_MAX_ITER: u32 = 10;
@@ -240,19 +242,6 @@ pub struct RunConfig {
     pub prd_guard: PrdGuard,
     /// Clear blocked stories (and their attempts) before the run.
     pub unblock: bool,
-}
-
-/// What ralph does when an iteration changes prd.json beyond the current story's `passes` and
-/// `notes` (stories added, removed or edited; `passes` flipped on another story; top-level
-/// fields changed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum PrdGuard {
-    /// Record the change in the ledger, show it and tell the next prompt; keep it.
-    #[default]
-    Report,
-    /// The same, and put prd.json back as it was, except the current story's passes/notes.
-    Restore,
 }
 
 /// Default `--max-attempts`.

@@ -4,29 +4,39 @@
 //! and parsing output belong to [`crate::agent`], spawning and killing to [`crate::process`],
 //! git to [`crate::git`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use chrono::{Datelike as _, Local, Utc};
 
 use crate::agent::native::NativeSettings;
-use crate::agent::{self, AgentReport, AgentSettings, FailureClass};
-use crate::cli::AgentKind;
+use crate::agent::{self, AgentSettings};
 use crate::completion::promise_in_final_text;
 use crate::config::RunConfig;
-use crate::exit::ExitStatus;
 use crate::git::{BranchAction, Repo};
-use crate::ledger::{self, CostSource, LedgerRecord, Outcome};
+use crate::ledger;
 use crate::lock::RunLock;
 use crate::prd::model::Prd;
 use crate::prd::store::{self, LoadedPrd};
 use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals};
 use crate::progress;
 use crate::prompt::{PromptContext, PromptTemplate};
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::CostSource;
+use crate::protocol::ExitStatus;
+use crate::protocol::FailureClass;
+use crate::protocol::LedgerRecord;
+use crate::protocol::Outcome;
 use crate::state::{InFlight, State};
 use crate::transcript::{Transcript, TranscriptMeta};
 use crate::ui::{Summary, Ui};
+use crate::workspace::{display_rel, ensure_ralph_dir, RunPaths};
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    Ok(crate::fsutil::write_atomic(path, bytes)?)
+}
 
 /// How long the agent may live after its terminal event before it is killed (seconds).
 const FINAL_GRACE: Duration = Duration::from_secs(5);
@@ -34,58 +44,8 @@ const FINAL_GRACE: Duration = Duration::from_secs(5);
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// Longest agent output line kept in memory for parsing (16 MiB).
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-/// The `.ralph` directory name, at the repository root.
-pub const RALPH_DIR: &str = ".ralph";
-/// prd.json as it was when the current iteration started, inside `.ralph/`.
-const PRD_SNAPSHOT: &str = "prd.snapshot.json";
 /// Environment variable marking every process of an agent with `<run id>/<iteration>`.
 pub const AGENT_TAG_VAR: &str = "RALPH_AGENT_TAG";
-
-/// Paths a run works with, all absolute.
-#[derive(Debug, Clone)]
-pub struct RunPaths {
-    /// Repository root.
-    pub repo_root: PathBuf,
-    /// prd.json.
-    pub prd: PathBuf,
-    /// progress.txt, beside prd.json.
-    pub progress: PathBuf,
-    /// `.ralph/` at the repository root.
-    pub ralph_dir: PathBuf,
-    /// `.ralph/ledger.jsonl`.
-    pub ledger: PathBuf,
-}
-
-impl RunPaths {
-    /// Derives every path from the repository root and prd.json.
-    pub fn new(repo_root: &Path, prd: &Path) -> RunPaths {
-        let ralph_dir = repo_root.join(RALPH_DIR);
-        RunPaths {
-            repo_root: repo_root.to_path_buf(),
-            prd: prd.to_path_buf(),
-            progress: prd.parent().unwrap_or(repo_root).join("progress.txt"),
-            ledger: ralph_dir.join("ledger.jsonl"),
-            ralph_dir,
-        }
-    }
-}
-
-/// Makes sure `.ralph/` exists and ignores itself in git (transcripts can hold secrets).
-///
-/// # Errors
-/// I/O errors creating the directory or its `.gitignore`.
-pub fn ensure_ralph_dir(ralph_dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(ralph_dir)
-        .with_context(|| format!("cannot create {}", ralph_dir.display()))?;
-    let ignore = ralph_dir.join(".gitignore");
-    // Checked by content and written atomically: a ralph killed while writing it must not leave
-    // an empty file that lets `.ralph/` show up as the user's uncommitted work.
-    if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n".as_slice()) {
-        write_atomic(&ignore, b"*\n")
-            .with_context(|| format!("cannot write {}", ignore.display()))?;
-    }
-    Ok(())
-}
 
 /// Runs the whole loop with `cfg`, returning the exit status to report.
 ///
@@ -809,7 +769,7 @@ async fn run_iteration(
     let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
     let mut parser = backend.parser(&prompt);
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
-    write_atomic(&paths.ralph_dir.join(PRD_SNAPSHOT), &snapshot.raw)?;
+    write_atomic(&paths.prd_snapshot(), &snapshot.raw)?;
     let branch_before = repo.current_branch();
 
     state.run_id = Some(run_id.to_string());
@@ -872,7 +832,7 @@ async fn run_iteration(
                 transcript_ref.line(&line);
                 let mut verdict = LineVerdict::Continue;
                 for event in parser_ref.on_line(&line) {
-                    if matches!(event, agent::AgentEvent::Final { .. }) {
+                    if matches!(event, crate::protocol::AgentEvent::Final { .. }) {
                         verdict = LineVerdict::Final;
                     }
                     ui_ref.agent_event(&event);
@@ -1005,7 +965,7 @@ async fn run_iteration(
         .map(|l| prd_edits(&snapshot.value, &l.value))
         .unwrap_or_default();
     let mut guard_restored = false;
-    if cfg.prd_guard == crate::config::PrdGuard::Restore {
+    if cfg.prd_guard == crate::protocol::PrdGuard::Restore {
         if let Some(current) = &after {
             let beyond_story = !edits.is_empty()
                 || story_ids(&snapshot.prd) != story_ids(&current.prd)
@@ -1069,7 +1029,7 @@ async fn run_iteration(
         all_pass: open_after.is_empty(),
         story_passed: verified_flips.iter().any(|id| id == &story.id),
         changed: !agent_commits.is_empty() || !files_changed.is_empty(),
-        backend_has_final_event: backend.kind() != crate::cli::AgentKind::Exec,
+        backend_has_final_event: backend.kind() != crate::protocol::AgentKind::Exec,
     });
     let mut message = outcome_message(
         outcome,
@@ -1231,12 +1191,12 @@ async fn run_iteration(
     let (cost_usd, cost_source) = match report.cost_usd {
         Some(c) => (Some(c), Some(CostSource::Agent)),
         None => match model.as_deref().and_then(|m| cfg.native.prices.get(m)) {
-            Some(price) if report.usage != agent::Usage::default() => (
-                Some(price.cost(&crate::native::llm::TokenUsage {
-                    input: report.usage.input_tokens,
-                    output: report.usage.output_tokens,
-                    cache_read: report.usage.cache_read_tokens,
-                    cache_write: report.usage.cache_creation_tokens,
+            Some(price) if report.usage != crate::protocol::Usage::default() => (
+                Some(price.cost(&crate::protocol::Usage {
+                    input_tokens: report.usage.input_tokens,
+                    output_tokens: report.usage.output_tokens,
+                    cache_read_tokens: report.usage.cache_read_tokens,
+                    cache_creation_tokens: report.usage.cache_creation_tokens,
                 })),
                 Some(CostSource::PriceTable),
             ),
@@ -1247,6 +1207,9 @@ async fn run_iteration(
         },
     };
     let record = LedgerRecord {
+        verify: Vec::new(),
+        findings: Vec::new(),
+        feature: None,
         run_id: run_id.to_string(),
         iteration,
         story_id: story.id.clone(),
@@ -1729,9 +1692,9 @@ fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Strin
 
 /// Says once per run why an iteration that used tokens has no cost, when a price table exists
 /// but cannot apply (the CLI names no model, or the model has no entry).
-fn warn_unpriced(cfg: &RunConfig, model: Option<&str>, usage: &agent::Usage, ui: &Ui) {
+fn warn_unpriced(cfg: &RunConfig, model: Option<&str>, usage: &crate::protocol::Usage, ui: &Ui) {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if cfg.native.prices.is_empty() || *usage == agent::Usage::default() {
+    if cfg.native.prices.is_empty() || *usage == crate::protocol::Usage::default() {
         return;
     }
     if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -1886,17 +1849,6 @@ fn transient_wait(base: Duration, n: u32) -> Duration {
     capped + capped.mul_f64(fastrand::f64() * 0.2)
 }
 
-/// Replaces `path` with `bytes` through a temp file in the same directory.
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
-
 /// The value of [`AGENT_TAG_VAR`] for one iteration.
 fn agent_tag(run_id: &str, iteration: u32) -> String {
     format!("{run_id}/{iteration}")
@@ -2007,7 +1959,7 @@ async fn recover_interrupted(
     // commits the restored file).
     let mut restored_prd = false;
     if store::load(&paths.prd).is_err() {
-        if let Ok(raw) = std::fs::read(paths.ralph_dir.join(PRD_SNAPSHOT)) {
+        if let Ok(raw) = std::fs::read(paths.prd_snapshot()) {
             if store::parse_bytes(&paths.prd, &raw).is_ok() {
                 restore_prd(&paths.prd, &raw)?;
                 restored_prd = true;
@@ -2073,6 +2025,9 @@ async fn recover_interrupted(
             ],
         )?;
         let record = LedgerRecord {
+            verify: Vec::new(),
+            findings: Vec::new(),
+            feature: None,
             run_id: flight.run_id.clone(),
             iteration: flight.iteration,
             story_id: flight.story_id.clone(),
@@ -2240,12 +2195,6 @@ pub fn shell_words(spec: &process::SpawnSpec) -> String {
     let mut words = vec![spec.program.display().to_string()];
     words.extend(spec.args.iter().cloned());
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
-}
-
-fn display_rel(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| path.display().to_string())
 }
 
 fn short_sha(sha: &str) -> &str {

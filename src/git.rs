@@ -26,7 +26,7 @@ use git2::{
     Repository, Signature, Sort, StatusOptions,
 };
 
-use crate::ledger::Outcome;
+use crate::protocol::Outcome;
 
 /// Trailer key naming the run id in every ralph commit.
 pub const TRAILER_RUN: &str = "Ralph-Run";

@@ -8,289 +8,13 @@
 //! never end up in the middle; its bytes are kept next to the ledger in
 //! `ledger.torn-<UTC timestamp>` so that nothing ralph wrote is silently thrown away.
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
 
-/// How an iteration ended. Every ledger record has exactly one; on the wire it is the snake_case
-/// name (`story_passed`, `usage_limit`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The picked story went from `passes: false` to `true` and prd.json is valid.
-    StoryPassed,
-    /// The agent committed or changed files, but the story does not pass yet.
-    Progress,
-    /// The agent exited normally without changing anything.
-    NoProgress,
-    /// The agent printed the completion promise while stories were still open.
-    PrematureClaim,
-    /// The agent failed (non-zero exit or an error result) for a reason not classified below.
-    AgentError,
-    /// The iteration hit its wall-clock limit and was killed.
-    Timeout,
-    /// The agent produced no output for the idle limit and was killed.
-    Stalled,
-    /// A subscription or API usage limit; the run waits for the reset (`resume_at`).
-    UsageLimit,
-    /// Overload, 5xx or network trouble; retried with backoff.
-    Transient,
-    /// Bad or expired credentials; the run stops.
-    AuthError,
-    /// A deterministic setup problem (bad flag, nested session, root without sandbox); the run
-    /// stops.
-    ConfigError,
-    /// The agent left prd.json unparsable or invalid; ralph restored the snapshot.
-    PrdCorrupted,
-    /// The user's verify command failed after the agent finished.
-    VerifyFailed,
-    /// Stopped by Ctrl-C, SIGTERM or SIGHUP (or found in flight after a crash).
-    Interrupted,
-}
-
-impl Outcome {
-    /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 14] = [
-        Outcome::StoryPassed,
-        Outcome::Progress,
-        Outcome::NoProgress,
-        Outcome::PrematureClaim,
-        Outcome::AgentError,
-        Outcome::Timeout,
-        Outcome::Stalled,
-        Outcome::UsageLimit,
-        Outcome::Transient,
-        Outcome::AuthError,
-        Outcome::ConfigError,
-        Outcome::PrdCorrupted,
-        Outcome::VerifyFailed,
-        Outcome::Interrupted,
-    ];
-
-    /// The snake_case wire name, e.g. `"story_passed"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::StoryPassed => "story_passed",
-            Outcome::Progress => "progress",
-            Outcome::NoProgress => "no_progress",
-            Outcome::PrematureClaim => "premature_claim",
-            Outcome::AgentError => "agent_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Stalled => "stalled",
-            Outcome::UsageLimit => "usage_limit",
-            Outcome::Transient => "transient",
-            Outcome::AuthError => "auth_error",
-            Outcome::ConfigError => "config_error",
-            Outcome::PrdCorrupted => "prd_corrupted",
-            Outcome::VerifyFailed => "verify_failed",
-            Outcome::Interrupted => "interrupted",
-        }
-    }
-
-    /// Whether this iteration uses up one of the run's `--max-iter` budget. Usage limits and
-    /// transient errors do not (design.md): the agent never got to work, and ralph retries.
-    /// Everything else does, including `interrupted` (a crashed iteration 3 resumes at 4).
-    pub fn counts_as_iteration(self) -> bool {
-        !matches!(self, Outcome::UsageLimit | Outcome::Transient)
-    }
-
-    /// Whether this is a failed attempt at the story: it counts toward the per-story attempt
-    /// limit (after which the story is blocked) and the consecutive-failure limit. False for
-    /// `story_passed` and `progress` (work moved forward), for `usage_limit` and `transient`
-    /// (outside the agent's control, retried) and for `interrupted` (the user's decision).
-    pub fn is_failure(self) -> bool {
-        !matches!(
-            self,
-            Outcome::StoryPassed
-                | Outcome::Progress
-                | Outcome::UsageLimit
-                | Outcome::Transient
-                | Outcome::Interrupted
-        )
-    }
-
-    /// Whether the run must stop at once: auth and config errors need a human (design.md).
-    pub fn stops_run(self) -> bool {
-        matches!(self, Outcome::AuthError | Outcome::ConfigError)
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A string that is not one of the [`Outcome`] wire names.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown outcome `{0}` (expected one of: story_passed, progress, no_progress, premature_claim, agent_error, timeout, stalled, usage_limit, transient, auth_error, config_error, prd_corrupted, verify_failed, interrupted)")]
-pub struct UnknownOutcome(pub String);
-
-impl FromStr for Outcome {
-    type Err = UnknownOutcome;
-
-    /// Parses a snake_case wire name (exact match).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Outcome::ALL
-            .into_iter()
-            .find(|outcome| outcome.as_str() == s)
-            .ok_or_else(|| UnknownOutcome(s.to_owned()))
-    }
-}
-
-/// RFC 3339 UTC timestamps with millisecond precision (`2025-01-31T14:05:09.123Z`), used by the
-/// ledger, state and lock files. Reading accepts any RFC 3339 timestamp.
-pub(crate) mod rfc3339 {
-    use chrono::{DateTime, SecondsFormat, Utc};
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|at| at.with_timezone(&Utc))
-            .map_err(serde::de::Error::custom)
-    }
-
-    /// The same for `Option<DateTime<Utc>>` (`null` when absent).
-    pub mod option {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(
-            at: &Option<DateTime<Utc>>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
-            match at {
-                Some(at) => super::serialize(at, s),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<DateTime<Utc>>, D::Error> {
-            Option::<String>::deserialize(d)?
-                .map(|text| {
-                    DateTime::parse_from_rfc3339(&text)
-                        .map(|at| at.with_timezone(&Utc))
-                        .map_err(serde::de::Error::custom)
-                })
-                .transpose()
-        }
-    }
-}
-
-/// Where an iteration's cost came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CostSource {
-    /// The agent reported it (claude's `total_cost_usd`, opencode's step costs).
-    Agent,
-    /// ralph computed it from the tokens and `[prices."<model>"]` in ralph.toml (USD per million
-    /// tokens).
-    PriceTable,
-}
-
-/// One iteration, as recorded in `.ralph/ledger.jsonl`. Field names are the wire names. Optional
-/// fields are `null` when unknown (e.g. tokens for a backend that reports none); lists are `[]`.
-/// Reading tolerates unknown fields and missing optional ones, so older and newer ralphs can
-/// share a ledger.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LedgerRecord {
-    /// Run id (one per `ralph run` invocation).
-    pub run_id: String,
-    /// Iteration number; numbering continues across runs of the same repository.
-    pub iteration: u32,
-    /// Id of the story the iteration worked on.
-    pub story_id: String,
-    /// Title of that story, as it was when the iteration started.
-    #[serde(default)]
-    pub story_title: String,
-    /// Backend name, e.g. `claude` or `exec`.
-    pub backend: String,
-    /// Model name, when known.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// Agent CLI version, when it reported one.
-    #[serde(default)]
-    pub agent_version: Option<String>,
-    /// When the agent was started (RFC 3339 UTC).
-    #[serde(with = "rfc3339")]
-    pub started_at: DateTime<Utc>,
-    /// When the iteration ended (RFC 3339 UTC).
-    #[serde(with = "rfc3339")]
-    pub ended_at: DateTime<Utc>,
-    /// Wall-clock duration in seconds.
-    pub duration_s: f64,
-    /// How the iteration ended.
-    pub outcome: Outcome,
-    /// The agent's exit code, when it exited normally.
-    #[serde(default)]
-    pub exit_code: Option<i32>,
-    /// The signal number that killed the agent, when it was killed.
-    #[serde(default)]
-    pub signal: Option<i32>,
-    /// Uncached input tokens, when reported.
-    #[serde(default)]
-    pub tokens_in: Option<u64>,
-    /// Output tokens, when reported.
-    #[serde(default)]
-    pub tokens_out: Option<u64>,
-    /// Input tokens read from the prompt cache, when reported.
-    #[serde(default)]
-    pub cache_read_tokens: Option<u64>,
-    /// Input tokens written to the prompt cache, when reported.
-    #[serde(default)]
-    pub cache_creation_tokens: Option<u64>,
-    /// Cost in USD: reported by the agent, or computed from ralph.toml's price table for a CLI
-    /// that reports only tokens (see `cost_source`); `null` when neither.
-    #[serde(default)]
-    pub cost_usd: Option<f64>,
-    /// Where `cost_usd` came from: `agent` or `price_table`; `null` without a cost.
-    #[serde(default)]
-    pub cost_source: Option<CostSource>,
-    /// Full sha of HEAD before the agent ran (`None` on an unborn branch).
-    #[serde(default)]
-    pub head_before: Option<String>,
-    /// Full sha of HEAD after the checkpoint commit.
-    #[serde(default)]
-    pub head_after: Option<String>,
-    /// Commits the agent made itself, oldest first (full shas).
-    #[serde(default)]
-    pub commits: Vec<String>,
-    /// The commit ralph made for what the agent left uncommitted, if any.
-    #[serde(default)]
-    pub checkpoint_commit: Option<String>,
-    /// Paths changed in the iteration, relative to the repository root.
-    #[serde(default)]
-    pub files_changed: Vec<String>,
-    /// Whether the completion promise was seen in the agent's final text.
-    #[serde(default)]
-    pub promise_seen: bool,
-    /// Story ids whose `passes` went from false to true.
-    #[serde(default)]
-    pub passes_flipped: Vec<String>,
-    /// Story ids whose `passes` went from true to false (or that disappeared while passing).
-    #[serde(default)]
-    pub passes_reverted: Vec<String>,
-    /// The agent's session id, when it reported one.
-    #[serde(default)]
-    pub session_id: Option<String>,
-    /// Transcript path relative to the repository root, e.g. `.ralph/runs/<run>/iter-003.jsonl`.
-    #[serde(default)]
-    pub transcript: Option<String>,
-    /// A human note, e.g. the error message or why the outcome was chosen.
-    #[serde(default)]
-    pub message: Option<String>,
-}
+use crate::protocol::LedgerRecord;
 
 /// Errors reading or writing the ledger. Each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -573,7 +297,10 @@ pub fn read_all(path: &Path) -> Result<LedgerContents, LedgerError> {
 
 #[cfg(test)]
 mod tests {
+    use chrono::DateTime;
+
     use super::*;
+    use crate::protocol::{CostSource, Outcome};
 
     fn record(iteration: u32, outcome: Outcome) -> LedgerRecord {
         let at = DateTime::parse_from_rfc3339("2025-01-31T14:05:09.123Z")
@@ -610,30 +337,10 @@ mod tests {
             session_id: None,
             transcript: Some(".ralph/runs/r1/iter-001.jsonl".into()),
             message: None,
+            verify: Vec::new(),
+            findings: Vec::new(),
+            feature: None,
         }
-    }
-
-    #[test]
-    fn outcome_wire_names_round_trip() {
-        for outcome in Outcome::ALL {
-            let json = serde_json::to_string(&outcome).unwrap();
-            assert_eq!(json, format!("\"{}\"", outcome.as_str()));
-            assert_eq!(outcome.as_str().parse::<Outcome>().unwrap(), outcome);
-            assert_eq!(outcome.to_string(), outcome.as_str());
-        }
-        let err = "done".parse::<Outcome>().unwrap_err();
-        assert!(err.to_string().contains("unknown outcome `done`"));
-    }
-
-    #[test]
-    fn budget_helpers_follow_the_design() {
-        assert!(!Outcome::UsageLimit.counts_as_iteration());
-        assert!(!Outcome::Transient.counts_as_iteration());
-        assert!(Outcome::Interrupted.counts_as_iteration());
-        assert!(Outcome::NoProgress.is_failure());
-        assert!(!Outcome::Progress.is_failure());
-        assert!(Outcome::AuthError.stops_run());
-        assert!(!Outcome::Timeout.stops_run());
     }
 
     #[test]

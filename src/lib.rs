@@ -15,7 +15,9 @@ pub mod commands;
 pub mod completion;
 pub mod config;
 pub mod driver;
-pub mod exit;
+pub mod fsutil;
+pub mod protocol;
+
 pub mod git;
 pub mod ledger;
 pub mod local;
@@ -30,3 +32,4 @@ pub mod state;
 pub mod stop_request;
 pub mod transcript;
 pub mod ui;
+pub mod workspace;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::rfc3339;
+use crate::protocol::time::rfc3339;
 
 /// File name of the lock inside the `.ralph` directory.
 pub const LOCK_FILE: &str = "lock";

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ralph::cli::{Cli, Command};
-use ralph::exit::ExitStatus;
+use ralph::protocol::ExitStatus;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

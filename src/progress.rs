@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Local};
 
-use crate::ledger::Outcome;
+use crate::protocol::Outcome;
 
 /// The heading of the section the agent keeps its reusable learnings in.
 pub const PATTERNS_HEADING: &str = "## Codebase Patterns";

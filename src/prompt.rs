@@ -225,7 +225,7 @@ impl PromptTemplate {
     ///
     /// # Errors
     /// [`PromptError::Render`] naming the template, line and variable.
-    pub fn check(&self, prd: &Prd, paths: &crate::driver::RunPaths) -> Result<(), PromptError> {
+    pub fn check(&self, prd: &Prd, paths: &crate::workspace::RunPaths) -> Result<(), PromptError> {
         let Some(story) = prd.user_stories.first() else {
             return Ok(());
         };

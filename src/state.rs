@@ -9,14 +9,13 @@
 //! counter from the `Ralph-*` trailers in git history ([`crate::git::Repo::trailer_history`]).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::rfc3339;
+use crate::protocol::time::rfc3339;
 
 /// File name of the state inside the `.ralph` directory.
 pub const STATE_FILE: &str = "state.json";
@@ -36,7 +35,7 @@ pub struct State {
     /// Number of the last iteration started; numbering continues across runs (0: none yet).
     #[serde(default)]
     pub iteration: u32,
-    /// Failed attempts per story id (see [`crate::ledger::Outcome::is_failure`]).
+    /// Failed attempts per story id (see [`crate::protocol::Outcome::is_failure`]).
     #[serde(default)]
     pub attempts: BTreeMap<String, u32>,
     /// Story ids that hit the attempt limit and are skipped.
@@ -129,7 +128,7 @@ impl State {
     /// The state a lost `.ralph/state.json` would have held, rebuilt from the trailers of
     /// ralph's commits (`history`, newest first, as [`crate::git::Repo::trailer_history`] gives
     /// them): the last iteration number, the latest run id and the attempts per story (iterations
-    /// whose outcome counts, see [`crate::ledger::Outcome::counts_as_iteration`], other than
+    /// whose outcome counts, see [`crate::protocol::Outcome::counts_as_iteration`], other than
     /// interruptions). Blocked stories,
     /// the in-flight iteration and a pending usage-limit reset are not in git; the caller decides
     /// blocking again from the attempts.
@@ -151,7 +150,7 @@ impl State {
                 continue;
             };
             let attempt =
-                outcome.counts_as_iteration() && outcome != crate::ledger::Outcome::Interrupted;
+                outcome.counts_as_iteration() && outcome != crate::protocol::Outcome::Interrupted;
             if !attempt || !seen.insert((r.run_id.clone(), r.iteration)) {
                 continue;
             }
@@ -219,21 +218,11 @@ impl State {
         let mut json = serde_json::to_vec_pretty(self).map_err(StateError::Serialize)?;
         json.push(b'\n');
 
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".state.json.")
-            .tempfile_in(ralph_dir)
-            .map_err(io("create a temporary file in", ralph_dir))?;
-        tmp.write_all(&json).map_err(io("write", tmp.path()))?;
-        tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
-        tmp.persist(&path).map_err(|err| StateError::Io {
+        crate::fsutil::write_atomic(&path, &json).map_err(|source| StateError::Io {
             action: "replace",
             path: path.clone(),
-            source: err.error,
+            source,
         })?;
-        // The rename is durable only once the directory entry is on disk.
-        File::open(ralph_dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(io("sync", ralph_dir))?;
         Ok(())
     }
 }

@@ -24,7 +24,7 @@ fn path(ralph_dir: &Path) -> PathBuf {
     ralph_dir.join(STOP_FILE)
 }
 
-/// Writes the request (atomically: a temporary file, then a rename).
+/// Writes the request (atomically, see [`crate::fsutil::write_atomic`]).
 ///
 /// # Errors
 /// The I/O error, when `.ralph/` cannot be written.
@@ -34,10 +34,7 @@ pub fn request(ralph_dir: &Path) -> std::io::Result<()> {
         by_pid: std::process::id(),
     })
     .map_err(std::io::Error::other)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(ralph_dir)?;
-    std::io::Write::write_all(&mut tmp, &body)?;
-    tmp.persist(path(ralph_dir)).map_err(|e| e.error)?;
-    Ok(())
+    crate::fsutil::write_atomic(&path(ralph_dir), &body)
 }
 
 /// Whether a stop was requested.

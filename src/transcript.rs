@@ -16,8 +16,8 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::agent::AgentEvent;
 use crate::process::OutputLine;
+use crate::protocol::AgentEvent;
 
 /// Longest agent line kept verbatim in a transcript (64 KiB); longer ones are cut with a note.
 pub const MAX_TRANSCRIPT_LINE_BYTES: usize = 64 * 1024;
@@ -68,9 +68,7 @@ pub struct Transcript {
 impl Transcript {
     /// The transcript path of `iteration` in `run_id`, relative to the `.ralph` directory.
     pub fn relative_path(run_id: &str, iteration: u32) -> PathBuf {
-        Path::new("runs")
-            .join(run_id)
-            .join(format!("iter-{iteration:03}.jsonl"))
+        crate::workspace::RunPaths::transcript_rel(run_id, iteration)
     }
 
     /// Creates the file (and its directory) under `ralph_dir` and writes the meta line.

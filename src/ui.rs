@@ -11,9 +11,10 @@ use console::{style, Style};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::agent::AgentEvent;
 use crate::config::OutputMode;
-use crate::ledger::{LedgerRecord, Outcome};
+use crate::protocol::AgentEvent;
+use crate::protocol::LedgerRecord;
+use crate::protocol::Outcome;
 
 /// What the final summary reports.
 #[derive(Debug, Clone)]

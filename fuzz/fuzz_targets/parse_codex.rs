@@ -2,6 +2,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ralph::cli::AgentKind;
+use ralph::protocol::AgentKind;
 
 fuzz_target!(|data: &[u8]| ralph_fuzz::feed_parser(AgentKind::Codex, data));

@@ -15,7 +15,7 @@
 use std::path::Path;
 
 use ralph::agent::{self, AgentSettings};
-use ralph::cli::AgentKind;
+use ralph::protocol::AgentKind;
 use ralph::process::{OutputLine, StreamKind};
 
 /// Longest line delivered uncut, in bytes. Much smaller than ralph's 16 MiB so that the fuzzer

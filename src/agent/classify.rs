@@ -15,8 +15,8 @@
 //! (the real CLIs' error runs). Users add their own with `[patterns]` in ralph.toml
 //! ([`ExtraPatterns`]).
 
-use crate::agent::FailureClass;
 use crate::process::strip_ansi;
+use crate::protocol::FailureClass;
 
 /// One error signal from an agent, as parsed from its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +359,7 @@ impl ExtraPatterns {
     /// Applies the patterns to a finished run's report: when the run failed (`is_error`) and its
     /// error message matches a class more decisive than the one the backend found, that class
     /// wins; a usage limit then also gets its reset time from the message when it names one.
-    pub fn apply(&self, report: &mut crate::agent::AgentReport) {
+    pub fn apply(&self, report: &mut crate::protocol::AgentReport) {
         if self.is_empty() || !report.is_error {
             return;
         }
@@ -563,7 +563,7 @@ mod tests {
             extra.classify("\x1b[31mmonthly token budget EXHAUSTED; resets in 3 hours\x1b[0m"),
             Some(FailureClass::UsageLimit)
         );
-        let mut report = crate::agent::AgentReport {
+        let mut report = crate::protocol::AgentReport {
             is_error: true,
             error_message: Some("monthly token budget exhausted; resets in 3 hours".into()),
             failure: Some(FailureClass::Transient),
@@ -575,13 +575,13 @@ mod tests {
         assert!((2..=3).contains(&wait.num_hours()), "{wait:?}");
 
         // A run that did not fail is left alone, and a weaker class never replaces a stronger.
-        let mut ok = crate::agent::AgentReport {
+        let mut ok = crate::protocol::AgentReport {
             error_message: Some("upstream connect error".into()),
             ..Default::default()
         };
         extra.apply(&mut ok);
         assert_eq!(ok.failure, None);
-        let mut auth = crate::agent::AgentReport {
+        let mut auth = crate::protocol::AgentReport {
             is_error: true,
             error_message: Some("upstream connect error".into()),
             failure: Some(FailureClass::Auth),

@@ -20,12 +20,13 @@
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
-use crate::agent::fields::{str_field, summarize_tool_input};
-use crate::agent::{
-    AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail, Usage,
-};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::fields::{str_field, summarize_tool_input};
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "claude";
@@ -407,10 +408,10 @@ impl OutputParser for ClaudeParser {
             None => Some(self.last_message_texts.join("\n")),
         };
         let resume_at = match (failure, self.resets_at) {
-            (Some(crate::agent::FailureClass::UsageLimit), Some(epoch)) => {
+            (Some(crate::protocol::FailureClass::UsageLimit), Some(epoch)) => {
                 chrono::DateTime::from_timestamp(epoch, 0)
             }
-            (Some(crate::agent::FailureClass::UsageLimit), None) => error_message
+            (Some(crate::protocol::FailureClass::UsageLimit), None) => error_message
                 .as_deref()
                 .and_then(crate::agent::classify::resume_at_from_text),
             _ => None,
@@ -475,8 +476,8 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::FailureClass;
     use crate::completion::promise_in_final_text;
+    use crate::protocol::FailureClass;
     use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {
@@ -861,7 +862,7 @@ mod tests {
         let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
         assert_eq!(
             long.chars().count(),
-            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+            crate::protocol::fields::SUMMARY_MAX_CHARS + 1
         );
         assert!(long.ends_with('…'));
     }

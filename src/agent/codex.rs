@@ -32,13 +32,14 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
-use crate::agent::fields::str_field;
-use crate::agent::fields::summarize_tool_input;
-use crate::agent::{
-    AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail, Usage,
-};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::fields::str_field;
+use crate::protocol::fields::summarize_tool_input;
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "codex";
@@ -329,7 +330,7 @@ impl OutputParser for CodexParser {
             None
         };
         let resume_at = match failure {
-            Some(crate::agent::FailureClass::UsageLimit) => error_message
+            Some(crate::protocol::FailureClass::UsageLimit) => error_message
                 .as_deref()
                 .and_then(crate::agent::classify::resume_at_from_text),
             _ => None,
@@ -469,8 +470,8 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::FailureClass;
     use crate::completion::promise_in_final_text;
+    use crate::protocol::FailureClass;
     use std::path::PathBuf;
 
     fn out(text: &str) -> OutputLine {

@@ -31,13 +31,15 @@
 use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
-use crate::agent::fields::str_field;
-use crate::agent::fields::summarize_tool_input;
-use crate::agent::{
-    AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
-};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::fields::str_field;
+use crate::protocol::fields::summarize_tool_input;
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::FailureClass;
+use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH). Newer builds
 /// also install it as `agent`; point `--agent-program` there if only that name exists.

@@ -20,9 +20,11 @@ use std::path::PathBuf;
 
 use crate::agent::classify::{Classifier, Signal};
 use crate::agent::claude::ENV_REMOVED;
-use crate::agent::{AgentEvent, AgentReport, AgentSettings, Backend, OutputParser, StderrTail};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
 
 /// Why an exec backend could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -263,8 +265,8 @@ impl OutputParser for ExecParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::FailureClass;
     use crate::completion::promise_in_final_text;
+    use crate::protocol::FailureClass;
 
     const PROMPT: &str = "# Ralph agent instructions\n\nWork on story US-001.\n\nWhen every story passes, reply with\n<promise>COMPLETE</promise>\n";
 

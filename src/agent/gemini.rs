@@ -31,12 +31,14 @@
 use serde_json::Value;
 
 use crate::agent::classify::{Classifier, Signal};
-use crate::agent::fields::{str_field, summarize_tool_input};
-use crate::agent::{
-    AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
-};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::fields::{str_field, summarize_tool_input};
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::FailureClass;
+use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "gemini";
@@ -888,7 +890,7 @@ mod tests {
         let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
         assert_eq!(
             long.chars().count(),
-            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+            crate::protocol::fields::SUMMARY_MAX_CHARS + 1
         );
         assert_eq!(status_from_exit(173, true), Some(429));
         assert_eq!(status_from_exit(173, false), None);

@@ -3,10 +3,8 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
-
-use crate::cli::AgentKind;
 use crate::process::{OutputLine, SpawnSpec};
+use crate::protocol::{AgentEvent, AgentKind, AgentReport};
 
 pub mod amp;
 pub mod classify;
@@ -14,7 +12,6 @@ pub mod claude;
 pub mod codex;
 pub mod cursor;
 pub mod exec;
-pub mod fields;
 pub mod gemini;
 pub mod native;
 pub mod opencode;
@@ -46,106 +43,6 @@ impl AgentSettings {
             .clone()
             .unwrap_or_else(|| PathBuf::from(default))
     }
-}
-
-/// Token counts for one iteration (tokens).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Usage {
-    /// Uncached input tokens.
-    pub input_tokens: u64,
-    /// Output tokens.
-    pub output_tokens: u64,
-    /// Input tokens read from the prompt cache.
-    pub cache_read_tokens: u64,
-    /// Input tokens written to the prompt cache.
-    pub cache_creation_tokens: u64,
-}
-
-/// Failure classes an agent's output can be sorted into (issue 4 extends this).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureClass {
-    /// Bad or expired credentials: stop the run, a human must log in.
-    Auth,
-    /// A deterministic setup problem (root without IS_SANDBOX, nested session, bad flag).
-    Config,
-    /// A subscription or API usage limit.
-    UsageLimit,
-    /// Overload, 5xx, network trouble: worth retrying later.
-    Transient,
-    /// The prompt or context was too long.
-    Context,
-}
-
-/// A normalized event parsed from an agent's output.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum AgentEvent {
-    /// The agent announced its session (claude `system/init`).
-    Session {
-        /// Session id, when given.
-        session_id: Option<String>,
-        /// Model name, when given.
-        model: Option<String>,
-        /// Agent version, when given.
-        version: Option<String>,
-    },
-    /// Text written by the assistant (top-level turns only).
-    AssistantText {
-        /// The text.
-        text: String,
-    },
-    /// A tool call the agent made.
-    ToolCall {
-        /// Tool name, e.g. `Bash`.
-        name: String,
-        /// A one-line summary of the input (command, path), at most ~200 chars.
-        summary: String,
-    },
-    /// A tool result.
-    ToolResult {
-        /// Whether the tool reported an error.
-        is_error: bool,
-    },
-    /// An error the agent reported.
-    Error {
-        /// The message, ANSI stripped.
-        message: String,
-    },
-    /// The terminal event: the agent's run is over.
-    Final {
-        /// The final text (claude `result.result`), when present.
-        text: Option<String>,
-        /// Whether the agent ended in error (claude `is_error`).
-        is_error: bool,
-    },
-}
-
-/// What a parser concluded once the process ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct AgentReport {
-    /// The final assistant text: where the completion promise is looked for.
-    pub final_text: Option<String>,
-    /// Whether a terminal event was seen.
-    pub saw_final: bool,
-    /// Whether the agent reported an error (claude: `is_error`).
-    pub is_error: bool,
-    /// The agent's error message, when it gave one.
-    pub error_message: Option<String>,
-    /// The failure class, when the output matched one.
-    pub failure: Option<FailureClass>,
-    /// Cost reported by the agent, in USD.
-    pub cost_usd: Option<f64>,
-    /// Token usage reported by the agent.
-    pub usage: Usage,
-    /// The agent's session id.
-    pub session_id: Option<String>,
-    /// The model the agent reported.
-    pub model: Option<String>,
-    /// The agent's version, when it reported one.
-    pub agent_version: Option<String>,
-    /// For a usage limit: when the agent said it resets (UTC), if it said so.
-    pub resume_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a

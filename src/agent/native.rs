@@ -15,38 +15,24 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::{AgentEvent, AgentReport, Backend, FailureClass, OutputParser, Usage};
-use crate::cli::AgentKind;
-use crate::native::llm::{ProviderKind, ToolMode};
+use crate::agent::{Backend, OutputParser};
+
+use crate::protocol::AgentEvent;
+
+use crate::protocol::AgentReport;
+
+use crate::protocol::FailureClass;
+
 use crate::process::{OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::AgentKind;
+use crate::protocol::ProviderKind;
+use crate::protocol::Usage;
+use crate::protocol::{Price, ToolMode};
 
 /// Environment variable carrying [`NativeSettings`] as JSON to the child.
 pub const SETTINGS_VAR: &str = "RALPH_NATIVE_SETTINGS";
 /// The hidden subcommand that runs the loop.
 pub const SUBCOMMAND: &str = "__native-agent";
-
-/// USD per million tokens for one model (from `[prices."<model>"]` in ralph.toml).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    /// USD per million uncached input tokens.
-    pub input: f64,
-    /// USD per million output tokens.
-    pub output: f64,
-    /// USD per million cached input tokens read (default: the input price).
-    #[serde(default)]
-    pub cache_read: Option<f64>,
-}
-
-impl Price {
-    /// The cost in USD of `usage`.
-    pub fn cost(&self, usage: &crate::native::llm::TokenUsage) -> f64 {
-        let per = 1_000_000.0;
-        (usage.input + usage.cache_write) as f64 * self.input / per
-            + usage.output as f64 * self.output / per
-            + usage.cache_read as f64 * self.cache_read.unwrap_or(self.input) / per
-    }
-}
 
 /// Everything the child needs, resolved by the parent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,7 +193,7 @@ impl OutputParser for NativeParser {
             "refusal" => Some("the model refused".into()),
             _ => None,
         };
-        let usage: crate::native::llm::TokenUsage = r
+        let usage: crate::protocol::Usage = r
             .get("usage")
             .cloned()
             .and_then(|u| serde_json::from_value(u).ok())
@@ -223,10 +209,10 @@ impl OutputParser for NativeParser {
             failure,
             cost_usd: r.get("cost_usd").and_then(Value::as_f64),
             usage: Usage {
-                input_tokens: usage.input,
-                output_tokens: usage.output,
-                cache_read_tokens: usage.cache_read,
-                cache_creation_tokens: usage.cache_write,
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_creation_tokens: usage.cache_creation_tokens,
             },
             session_id: None,
             model: r.get("model").and_then(Value::as_str).map(str::to_string),
@@ -301,11 +287,11 @@ mod tests {
             output: 15.0,
             cache_read: None,
         };
-        let u = crate::native::llm::TokenUsage {
-            input: 1_000_000,
-            output: 100_000,
-            cache_read: 0,
-            cache_write: 0,
+        let u = crate::protocol::Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 100_000,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
         };
         assert!((p.cost(&u) - 4.5).abs() < 1e-9);
     }

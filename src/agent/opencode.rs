@@ -52,12 +52,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{precedence, resume_at_from_text, Classifier, Signal};
-use crate::agent::fields::{summarize_tool_input, truncate_chars};
-use crate::agent::{
-    AgentEvent, AgentReport, AgentSettings, Backend, FailureClass, OutputParser, StderrTail, Usage,
-};
-use crate::cli::AgentKind;
+use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
 use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::protocol::fields::{summarize_tool_input, truncate_chars};
+use crate::protocol::AgentEvent;
+use crate::protocol::AgentKind;
+use crate::protocol::AgentReport;
+use crate::protocol::FailureClass;
+use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "opencode";
@@ -1191,7 +1193,7 @@ mod tests {
         let long = summarize_tool_input(&json!({"command": "é".repeat(500)}));
         assert_eq!(
             long.chars().count(),
-            crate::agent::fields::SUMMARY_MAX_CHARS + 1
+            crate::protocol::fields::SUMMARY_MAX_CHARS + 1
         );
         assert!(long.ends_with('…'));
     }

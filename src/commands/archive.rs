@@ -12,10 +12,10 @@ use anyhow::Context as _;
 
 use crate::archive;
 use crate::cli::ArchiveArgs;
-use crate::driver::{ensure_ralph_dir, RunPaths};
-use crate::exit::ExitStatus;
 use crate::git::Repo;
 use crate::lock::{LockError, RunLock};
+use crate::protocol::ExitStatus;
+use crate::workspace::{ensure_ralph_dir, RunPaths};
 
 /// Runs `ralph archive`: archives `args.prd` (default `./prd.json`) and the progress.txt beside
 /// it into `archive/<today>-<branchName or no-branch>[-N]/` beside prd.json, and resets

@@ -17,9 +17,10 @@ use console::style;
 use serde::Serialize;
 
 use crate::agent::{self, probe, AgentSettings};
-use crate::cli::{AgentKind, DoctorArgs};
+use crate::cli::DoctorArgs;
 use crate::config::FileConfig;
-use crate::exit::ExitStatus;
+use crate::protocol::AgentKind;
+use crate::protocol::ExitStatus;
 
 /// The CLI backends, in the order they are shown.
 const CLIS: [AgentKind; 6] = [

@@ -16,7 +16,7 @@ use anyhow::Context;
 use chrono::Local;
 
 use crate::cli::InitArgs;
-use crate::exit::ExitStatus;
+use crate::protocol::ExitStatus;
 
 /// The starter prd.json.
 const PRD_TEMPLATE: &str = include_str!("../../templates/prd.json");

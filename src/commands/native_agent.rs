@@ -10,12 +10,12 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use crate::agent::native::{NativeSettings, SETTINGS_VAR};
-use crate::agent::AgentEvent;
-use crate::exit::ExitStatus;
 use crate::native::llm::{Provider, ProviderConfig, RetryPolicy};
 use crate::native::tools::{ToolContext, ToolRegistry};
 use crate::native::{run_session, SessionConfig};
 use crate::process::StopSignals;
+use crate::protocol::AgentEvent;
+use crate::protocol::ExitStatus;
 
 /// The built-in system prompt of the native loop.
 pub const SYSTEM_TEMPLATE: &str = include_str!("../../templates/native_system.md");

@@ -4,8 +4,8 @@ use std::io::Write as _;
 
 use crate::cli::RunArgs;
 use crate::config::RunConfig;
-use crate::exit::ExitStatus;
 use crate::process::StopSignals;
+use crate::protocol::ExitStatus;
 use crate::ui::Ui;
 
 /// Runs the loop described by `args` (see [`crate::driver::run`]).

@@ -6,12 +6,13 @@ use console::style;
 use serde_json::json;
 
 use crate::cli::StatusArgs;
-use crate::driver::RunPaths;
-use crate::exit::ExitStatus;
 use crate::git::Repo;
-use crate::ledger::{self, LedgerRecord};
+use crate::ledger;
 use crate::prd::store;
+use crate::protocol::ExitStatus;
+use crate::protocol::LedgerRecord;
 use crate::state::State;
+use crate::workspace::RunPaths;
 
 /// Prints the status of the PRD at `args.prd` (default `./prd.json`); `--json` prints one JSON
 /// document on stdout instead.
@@ -217,6 +218,9 @@ fn records_from_git(history: &[crate::git::TrailerRecord]) -> Vec<LedgerRecord> 
             let outcome = t.outcome?;
             seen.insert((t.run_id.clone(), iteration))
                 .then(|| LedgerRecord {
+                    verify: Vec::new(),
+                    findings: Vec::new(),
+                    feature: None,
                     run_id: t.run_id.clone(),
                     iteration,
                     story_id: t.story_id.clone().unwrap_or_default(),
@@ -281,7 +285,7 @@ impl Totals {
             if let Some(c) = r.cost_usd {
                 t.cost_usd = Some(t.cost_usd.unwrap_or(0.0) + c);
             }
-            let priced = r.cost_source == Some(crate::ledger::CostSource::PriceTable);
+            let priced = r.cost_source == Some(crate::protocol::CostSource::PriceTable);
             t.estimated |= priced;
             t.all_estimated &= priced || r.cost_usd.is_none();
             t.tokens_in += r.tokens_in.unwrap_or(0)

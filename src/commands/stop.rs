@@ -8,11 +8,11 @@
 use std::path::Path;
 
 use crate::cli::StopArgs;
-use crate::driver::RunPaths;
-use crate::exit::ExitStatus;
 use crate::git::Repo;
 use crate::lock::LockInfo;
+use crate::protocol::ExitStatus;
 use crate::state::State;
+use crate::workspace::RunPaths;
 
 /// Runs `ralph stop`.
 ///

@@ -13,8 +13,8 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::cli::ValidateArgs;
-use crate::exit::ExitStatus;
 use crate::prd::store::{self, PrdError, Violation};
+use crate::protocol::ExitStatus;
 
 /// The `--json` report.
 #[derive(Serialize)]

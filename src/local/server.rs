@@ -349,17 +349,8 @@ fn write_launcher(dir: &Path) -> Result<PathBuf, ServerError> {
         return Ok(path);
     }
     fs::create_dir_all(dir).map_err(io_err("create the folder", dir))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".llama_server-")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temporary file in", dir))?;
-    io::Write::write_all(&mut tmp, LAUNCHER.as_bytes())
+    crate::fsutil::write_atomic(&path, LAUNCHER.as_bytes())
         .map_err(io_err("write the launcher", &path))?;
-    tmp.persist(&path).map_err(|e| ServerError::Io {
-        action: "write the launcher",
-        path: path.clone(),
-        source: e.error,
-    })?;
     Ok(path)
 }
 

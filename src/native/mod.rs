@@ -32,10 +32,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::AgentEvent;
+use crate::protocol::AgentEvent;
+use crate::protocol::{ToolMode, Usage};
 use llm::{
-    ChatRequest, ChatResponse, LlmError, Message, Provider, RetryPolicy, Role, StopReason,
-    TokenUsage, ToolMode, ToolSpec,
+    ChatRequest, ChatResponse, LlmError, Message, Provider, RetryPolicy, Role, StopReason, ToolSpec,
 };
 use tools::{ToolContext, ToolError, ToolRegistry};
 
@@ -130,7 +130,7 @@ pub struct SessionResult {
     /// Why it ended.
     pub end: SessionEnd,
     /// Tokens over all requests.
-    pub usage: TokenUsage,
+    pub usage: Usage,
     /// Tool-using steps taken.
     pub steps: u32,
     /// Requests sent (retries not counted).
@@ -179,11 +179,11 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-fn add_usage(total: &mut TokenUsage, u: &TokenUsage) {
-    total.input += u.input;
-    total.output += u.output;
-    total.cache_read += u.cache_read;
-    total.cache_write += u.cache_write;
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.input_tokens += u.input_tokens;
+    total.output_tokens += u.output_tokens;
+    total.cache_read_tokens += u.cache_read_tokens;
+    total.cache_creation_tokens += u.cache_creation_tokens;
 }
 
 fn error_class(e: &LlmError) -> &'static str {
@@ -227,7 +227,7 @@ pub async fn run_session(
     let mut result = SessionResult {
         final_text: String::new(),
         end: SessionEnd::Completed,
-        usage: TokenUsage::default(),
+        usage: Usage::default(),
         steps: 0,
         requests: 0,
         model: None,
@@ -393,7 +393,7 @@ pub async fn run_session(
                 });
                 return result;
             }
-            let summary_args = crate::agent::fields::summarize_tool_input(&call.arguments);
+            let summary_args = crate::protocol::fields::summarize_tool_input(&call.arguments);
             on_event(AgentEvent::ToolCall {
                 name: call.name.clone(),
                 summary: summary_args,

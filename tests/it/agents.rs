@@ -7,10 +7,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ralph::agent::{backend, AgentEvent, AgentReport, AgentSettings, Backend, FailureClass};
-use ralph::cli::AgentKind;
+use ralph::agent::{backend, AgentSettings, Backend};
 use ralph::completion::promise_in_final_text;
 use ralph::process::{OutputLine, SpawnSpec, StreamKind};
+use ralph::protocol::AgentKind;
+use ralph::protocol::{AgentEvent, AgentReport, FailureClass};
 use serde_json::{json, Value};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_ralph-fake-agent");

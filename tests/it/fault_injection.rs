@@ -616,7 +616,7 @@ fn run_case(seed: u64, n: u64, timing: &Timing, log: &mut CaseLog) -> Result<(),
     let interrupted = contents
         .records
         .iter()
-        .filter(|r| r.outcome == ralph::ledger::Outcome::Interrupted)
+        .filter(|r| r.outcome == ralph::protocol::Outcome::Interrupted)
         .count();
     if interrupted > killed {
         return Err(format!(

@@ -4,9 +4,10 @@
 use std::time::{Duration, Instant};
 
 use ralph::native::llm::{
-    complete_with_retry, ChatRequest, LlmError, Message, Provider, ProviderKind, RetryPolicy, Role,
-    StopReason, ToolCall, ToolMode, ToolSpec,
+    complete_with_retry, ChatRequest, LlmError, Message, Provider, RetryPolicy, Role, StopReason,
+    ToolCall, ToolSpec,
 };
+use ralph::protocol::{ProviderKind, ToolMode};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -73,7 +74,11 @@ async fn streaming_text_with_auth_headers_usage_and_model() {
         );
         assert_eq!(r.stop, StopReason::EndTurn);
         assert!(r.tool_calls.is_empty());
-        assert_eq!((r.usage.input, r.usage.output), (120, 9), "{kind:?}");
+        assert_eq!(
+            (r.usage.input_tokens, r.usage.output_tokens),
+            (120, 9),
+            "{kind:?}"
+        );
         assert_eq!(r.model.as_deref(), Some("test-model"));
 
         let req = &server.requests()[0];

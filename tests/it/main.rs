@@ -2,6 +2,7 @@
 
 mod agents;
 mod agents_amp_cursor;
+mod architecture;
 mod archive;
 mod common;
 mod doctor;

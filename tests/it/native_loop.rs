@@ -10,10 +10,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ralph::agent::AgentEvent;
-use ralph::native::llm::{Provider, ProviderKind, RetryPolicy, ToolMode};
+use ralph::native::llm::{Provider, RetryPolicy};
 use ralph::native::tools::{ToolContext, ToolRegistry};
 use ralph::native::{run_session, SessionConfig, SessionEnd, SessionResult, REPEAT_STOP_AT};
+use ralph::protocol::AgentEvent;
+use ralph::protocol::{ProviderKind, ToolMode};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -223,7 +224,11 @@ async fn each_result_carries_its_call_id_and_the_loop_runs_while_tools_are_asked
             assert_eq!(r.end, SessionEnd::Completed, "{what}");
             assert_eq!(r.final_text, "All done: hello.txt says hi.", "{what}");
             assert_eq!((r.steps, r.requests), (2, 3), "{what}");
-            assert_eq!((r.usage.input, r.usage.output), (30, 15), "{what}");
+            assert_eq!(
+                (r.usage.input_tokens, r.usage.output_tokens),
+                (30, 15),
+                "{what}"
+            );
             assert_eq!(repo.read("hello.txt").as_deref(), Some("hi\n"), "{what}");
 
             let reqs = server.requests();

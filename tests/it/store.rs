@@ -7,9 +7,10 @@ use std::path::Path;
 use chrono::{DateTime, Local, TimeZone, Utc};
 use git2::{Repository, RepositoryInitOptions, Signature};
 use ralph::git::{BranchAction, GitError, Repo};
-use ralph::ledger::{self, LedgerError, LedgerRecord, Outcome};
+use ralph::ledger::{self, LedgerError};
 use ralph::lock::{LockError, LockInfo, RunLock};
 use ralph::progress::{self, Entry};
+use ralph::protocol::{LedgerRecord, Outcome};
 use ralph::state::{InFlight, State, StateError};
 
 /// A fresh repository whose first branch is `main`, with an explicit identity so the developer's
@@ -559,6 +560,9 @@ fn corrupt_state_names_the_file_and_the_fix() {
 fn record(iteration: u32, outcome: Outcome) -> LedgerRecord {
     let at: DateTime<Utc> = "2025-01-31T14:05:09Z".parse().unwrap();
     LedgerRecord {
+        verify: Vec::new(),
+        findings: Vec::new(),
+        feature: None,
         run_id: "run-1".into(),
         iteration,
         story_id: "US-001".into(),

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ralph::native::llm::{ProviderConfig, ProviderKind};
+use ralph::native::llm::ProviderConfig;
+use ralph::protocol::ProviderKind;
 use serde_json::{json, Value};
 
 /// The API key [`ScriptedLlm::config`] sets; tests check it never leaks.

@@ -24,8 +24,9 @@ use serde_json::{json, Map, Value};
 
 use super::retry::classify_stream_error;
 use super::sse::{self, Answer};
-use super::{ChatRequest, ChatResponse, LlmError, ProviderConfig, Role, StopReason, TokenUsage};
+use super::{ChatRequest, ChatResponse, LlmError, ProviderConfig, Role, StopReason};
 use super::{Message, ToolCall};
+use crate::protocol::Usage;
 
 /// The API version header value this client speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -255,7 +256,7 @@ fn parse_message(body: &Value) -> Result<ChatResponse, LlmError> {
             _ => {}
         }
     }
-    let mut usage = TokenUsage::default();
+    let mut usage = Usage::default();
     merge_usage(&mut usage, body.get("usage"));
     Ok(ChatResponse {
         stop: stop_reason(body.get("stop_reason").and_then(Value::as_str), &tool_calls),
@@ -289,7 +290,7 @@ enum Block {
 async fn read_stream(response: reqwest::Response) -> Result<ChatResponse, LlmError> {
     let mut events = sse::events(response);
     let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
-    let mut usage = TokenUsage::default();
+    let mut usage = Usage::default();
     let mut model = None;
     let mut stop: Option<String> = None;
     let mut stopped = false;
@@ -421,20 +422,20 @@ fn stop_reason(reason: Option<&str>, calls: &[ToolCall]) -> StopReason {
 
 /// Overwrites the counts `usage` (a Messages `usage` object) carries: `input_tokens`,
 /// `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`.
-fn merge_usage(into: &mut TokenUsage, usage: Option<&Value>) {
+fn merge_usage(into: &mut Usage, usage: Option<&Value>) {
     let Some(u) = usage else { return };
     let n = |k: &str| u.get(k).and_then(Value::as_u64);
     if let Some(v) = n("input_tokens") {
-        into.input = v;
+        into.input_tokens = v;
     }
     if let Some(v) = n("output_tokens") {
-        into.output = v;
+        into.output_tokens = v;
     }
     if let Some(v) = n("cache_read_input_tokens") {
-        into.cache_read = v;
+        into.cache_read_tokens = v;
     }
     if let Some(v) = n("cache_creation_input_tokens") {
-        into.cache_write = v;
+        into.cache_creation_tokens = v;
     }
 }
 
@@ -449,7 +450,8 @@ fn str_field(v: &Value, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::llm::{ToolMode, ToolSpec};
+    use crate::native::llm::ToolSpec;
+    use crate::protocol::ToolMode;
 
     fn request(tools: bool) -> ChatRequest {
         let mut call = Message::text(Role::Assistant, "Reading.");
@@ -530,11 +532,11 @@ mod tests {
         assert_eq!(r.tool_calls[0].arguments, json!({"cmd": "cargo test"}));
         assert_eq!(
             r.usage,
-            TokenUsage {
-                input: 1834,
-                output: 41,
-                cache_read: 7,
-                cache_write: 3
+            Usage {
+                input_tokens: 1834,
+                output_tokens: 41,
+                cache_read_tokens: 7,
+                cache_creation_tokens: 3
             }
         );
         for (reason, stop) in [

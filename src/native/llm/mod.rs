@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::protocol::{ProviderKind, ToolMode, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -103,19 +104,6 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-/// How tool calls are requested from the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolMode {
-    /// The API's own tool calling (`tools` + `tool_calls` / `tool_use`), with calls written as
-    /// JSON in the text accepted as a fallback.
-    #[default]
-    Native,
-    /// OpenAI only: `response_format: json_schema` forcing `{"name": <tool>, "arguments": {…}}`
-    /// (or a final answer), which ralph turns into a tool call. For models without tool calling.
-    Json,
-}
-
 /// One request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatRequest {
@@ -153,19 +141,6 @@ pub enum StopReason {
     Other(String),
 }
 
-/// Token counts of one response (tokens).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenUsage {
-    /// Input tokens (uncached).
-    pub input: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Input tokens read from a cache.
-    pub cache_read: u64,
-    /// Input tokens written to a cache.
-    pub cache_write: u64,
-}
-
 /// One response.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatResponse {
@@ -176,19 +151,9 @@ pub struct ChatResponse {
     /// Why it stopped.
     pub stop: StopReason,
     /// Token usage, when reported.
-    pub usage: TokenUsage,
+    pub usage: Usage,
     /// The model name the server reported.
     pub model: Option<String>,
-}
-
-/// Which wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// OpenAI-compatible Chat Completions (`POST {base}/chat/completions`).
-    Openai,
-    /// Anthropic Messages (`POST {base}/v1/messages`).
-    Anthropic,
 }
 
 /// How to reach a provider.

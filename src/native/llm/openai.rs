@@ -24,9 +24,9 @@ use serde_json::{json, Map, Value};
 use super::retry::classify_stream_error;
 use super::sse::{self, Answer, IdCounter};
 use super::{
-    ChatRequest, ChatResponse, LlmError, ProviderConfig, Role, StopReason, TokenUsage, ToolCall,
-    ToolMode, ToolSpec,
+    ChatRequest, ChatResponse, LlmError, ProviderConfig, Role, StopReason, ToolCall, ToolSpec,
 };
+use crate::protocol::{ToolMode, Usage};
 
 /// The tool name that ends a [`ToolMode::Json`] conversation: its `arguments.text` becomes the
 /// response's content.
@@ -337,7 +337,7 @@ struct Raw {
     /// `(id, name, arguments as sent)`; arguments are text or an object.
     calls: Vec<(Option<String>, String, Value)>,
     finish: Option<String>,
-    usage: TokenUsage,
+    usage: Usage,
     model: Option<String>,
 }
 
@@ -612,9 +612,9 @@ fn str_field(v: &Value, key: &str) -> String {
 }
 
 /// Usage in tokens; `prompt_tokens` includes the cached part, which is split out.
-fn usage(v: Option<&Value>) -> TokenUsage {
+fn usage(v: Option<&Value>) -> Usage {
     let Some(v) = v.filter(|v| v.is_object()) else {
-        return TokenUsage::default();
+        return Usage::default();
     };
     let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
     let prompt = n(v, "prompt_tokens");
@@ -623,11 +623,11 @@ fn usage(v: Option<&Value>) -> TokenUsage {
         .map(|d| n(d, "cached_tokens"))
         .unwrap_or(0)
         .min(prompt);
-    TokenUsage {
-        input: prompt - cached,
-        output: n(v, "completion_tokens"),
-        cache_read: cached,
-        cache_write: 0,
+    Usage {
+        input_tokens: prompt - cached,
+        output_tokens: n(v, "completion_tokens"),
+        cache_read_tokens: cached,
+        cache_creation_tokens: 0,
     }
 }
 
@@ -795,11 +795,11 @@ mod tests {
         assert_eq!(r.tool_calls[1].arguments, json!({"p": 1}));
         assert_eq!(
             r.usage,
-            TokenUsage {
-                input: 6,
-                output: 5,
-                cache_read: 4,
-                cache_write: 0
+            Usage {
+                input_tokens: 6,
+                output_tokens: 5,
+                cache_read_tokens: 4,
+                cache_creation_tokens: 0
             }
         );
         assert_eq!(r.model.as_deref(), Some("m1"));
@@ -851,7 +851,7 @@ mod tests {
         let r = finish(raw, &request(ToolMode::Native), &IdCounter::default());
         assert_eq!(r.tool_calls[0].id, "call_Ab12");
         assert_eq!(r.tool_calls[0].arguments, json!({"cmd": "cargo test"}));
-        assert_eq!(r.usage.input, 1834);
+        assert_eq!(r.usage.input_tokens, 1834);
         let err =
             parse_completion(&json!({"error": {"message": "Overloaded", "type": "server_error"}}));
         assert!(matches!(err, Err(LlmError::Transient { .. })));

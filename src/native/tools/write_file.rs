@@ -1,9 +1,7 @@
 //! `write_file`: create or replace a whole file, atomically (a temporary file in the same
 //! directory, renamed over the target), so an interrupted write never leaves half a file.
 
-use std::fs::Permissions;
-use std::io::{self, Write as _};
-use std::os::unix::fs::PermissionsExt;
+use std::io;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -41,26 +39,7 @@ pub(super) struct Args {
 /// # Errors
 /// The I/O error of creating, writing, syncing or renaming the temporary file.
 pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("the path has no parent directory"))?;
-    let existing = match std::fs::metadata(path) {
-        Ok(meta) => Some(meta.permissions()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-        Err(err) => return Err(err),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".ralph-write-")
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(dir)?;
-    if let Some(perms) = existing {
-        // Set explicitly: the mode given at creation is narrowed by the umask.
-        tmp.as_file().set_permissions(perms)?;
-    }
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|err| err.error)?;
-    Ok(())
+    crate::fsutil::write_atomic(path, bytes)
 }
 
 pub(super) fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

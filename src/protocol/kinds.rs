@@ -1,0 +1,83 @@
+//! The closed sets a user picks on the command line or in ralph.toml. Each derives clap's
+//! `ValueEnum` (for flags and `RALPH_*` variables) and serde (for ralph.toml and the files
+//! ralph writes), with the same lowercase names in both.
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+/// Which agent backend drives each iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Claude Code (`claude -p --output-format stream-json`).
+    Claude,
+    /// OpenAI Codex CLI (`codex exec --json`).
+    Codex,
+    /// Sourcegraph Amp (`amp -x --stream-json`).
+    Amp,
+    /// OpenCode (`opencode run --format json`).
+    Opencode,
+    /// Google Gemini CLI (`gemini --output-format stream-json`).
+    Gemini,
+    /// Cursor CLI (`cursor-agent -p --output-format stream-json`).
+    Cursor,
+    /// Any command: the prompt on stdin, plain-text output.
+    Exec,
+    /// ralph's own tool loop over an LLM HTTP API (OpenAI-compatible or Anthropic).
+    Native,
+    /// ralph's own tool loop against a small local model it serves on 127.0.0.1 (no account).
+    Local,
+}
+
+impl AgentKind {
+    /// The name used in the ledger, the terminal and `ralph.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Amp => "amp",
+            AgentKind::Opencode => "opencode",
+            AgentKind::Gemini => "gemini",
+            AgentKind::Cursor => "cursor",
+            AgentKind::Exec => "exec",
+            AgentKind::Native => "native",
+            AgentKind::Local => "local",
+        }
+    }
+}
+
+/// How tool calls are requested from the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    /// The API's own tool calling (`tools` + `tool_calls` / `tool_use`), with calls written as
+    /// JSON in the text accepted as a fallback.
+    #[default]
+    Native,
+    /// OpenAI only: `response_format: json_schema` forcing `{"name": <tool>, "arguments": {…}}`
+    /// (or a final answer), which ralph turns into a tool call. For models without tool calling.
+    Json,
+}
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (`POST {base}/chat/completions`).
+    Openai,
+    /// Anthropic Messages (`POST {base}/v1/messages`).
+    Anthropic,
+}
+
+/// What ralph does when an iteration changes prd.json beyond the current story's `passes` and
+/// `notes` (stories added, removed or edited; `passes` flipped on another story; top-level
+/// fields changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PrdGuard {
+    /// Record the change in the ledger, show it and tell the next prompt; keep it.
+    #[default]
+    Report,
+    /// The same, and put prd.json back as it was, except the current story's passes/notes.
+    Restore,
+}

@@ -1,0 +1,197 @@
+//! One iteration as `.ralph/ledger.jsonl` keeps it ([`LedgerRecord`]), written once by the
+//! iteration's commit stage and read by `ralph status`, resume and the reports.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::outcome::Outcome;
+use super::time::rfc3339;
+use super::usage::CostSource;
+
+/// One iteration, as recorded in `.ralph/ledger.jsonl`. Field names are the wire names. Optional
+/// fields are `null` when unknown (e.g. tokens for a backend that reports none); lists are `[]`.
+/// Reading tolerates unknown fields and missing optional ones, so older and newer ralphs can
+/// share a ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerRecord {
+    /// Run id (one per `ralph run` invocation).
+    pub run_id: String,
+    /// Iteration number; numbering continues across runs of the same repository.
+    pub iteration: u32,
+    /// Id of the story the iteration worked on.
+    pub story_id: String,
+    /// Title of that story, as it was when the iteration started.
+    #[serde(default)]
+    pub story_title: String,
+    /// Backend name, e.g. `claude` or `exec`.
+    pub backend: String,
+    /// Model name, when known.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Agent CLI version, when it reported one.
+    #[serde(default)]
+    pub agent_version: Option<String>,
+    /// When the agent was started (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "String")]
+    pub started_at: DateTime<Utc>,
+    /// When the iteration ended (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "String")]
+    pub ended_at: DateTime<Utc>,
+    /// Wall-clock duration in seconds.
+    pub duration_s: f64,
+    /// How the iteration ended.
+    pub outcome: Outcome,
+    /// The agent's exit code, when it exited normally.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal number that killed the agent, when it was killed.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Uncached input tokens, when reported.
+    #[serde(default)]
+    pub tokens_in: Option<u64>,
+    /// Output tokens, when reported.
+    #[serde(default)]
+    pub tokens_out: Option<u64>,
+    /// Input tokens read from the prompt cache, when reported.
+    #[serde(default)]
+    pub cache_read_tokens: Option<u64>,
+    /// Input tokens written to the prompt cache, when reported.
+    #[serde(default)]
+    pub cache_creation_tokens: Option<u64>,
+    /// Cost in USD: reported by the agent, or computed from ralph.toml's price table for a CLI
+    /// that reports only tokens (see `cost_source`); `null` when neither.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// Where `cost_usd` came from: `agent` or `price_table`; `null` without a cost.
+    #[serde(default)]
+    pub cost_source: Option<CostSource>,
+    /// Full sha of HEAD before the agent ran (`None` on an unborn branch).
+    #[serde(default)]
+    pub head_before: Option<String>,
+    /// Full sha of HEAD after the checkpoint commit.
+    #[serde(default)]
+    pub head_after: Option<String>,
+    /// Commits the agent made itself, oldest first (full shas).
+    #[serde(default)]
+    pub commits: Vec<String>,
+    /// The commit ralph made for what the agent left uncommitted, if any.
+    #[serde(default)]
+    pub checkpoint_commit: Option<String>,
+    /// Paths changed in the iteration, relative to the repository root.
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    /// Whether the completion promise was seen in the agent's final text.
+    #[serde(default)]
+    pub promise_seen: bool,
+    /// Story ids whose `passes` went from false to true.
+    #[serde(default)]
+    pub passes_flipped: Vec<String>,
+    /// Story ids whose `passes` went from true to false (or that disappeared while passing).
+    #[serde(default)]
+    pub passes_reverted: Vec<String>,
+    /// The agent's session id, when it reported one.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Transcript path relative to the repository root, e.g. `.ralph/runs/<run>/iter-003.jsonl`.
+    #[serde(default)]
+    pub transcript: Option<String>,
+    /// The verify commands run in this iteration (the gate on stories marked passing, and
+    /// `verify_marks_passing`'s check), each with its result and, when it failed, the tail of its
+    /// output (bounded, secrets redacted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<VerifyRecord>,
+    /// What the prd.json guard and the history checks found beyond the story's own work
+    /// (stories added, removed or edited, `passes` flipped on another story, history rewritten,
+    /// HEAD moved), one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+    /// prd.json's `branchName` when the iteration ran (the feature its attempts belong to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature: Option<String>,
+    /// A human note, e.g. the error message or why the outcome was chosen.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// One verify command run after an iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct VerifyRecord {
+    /// The story it checked.
+    pub story_id: String,
+    /// The shell command (run with `bash -c` in the repository).
+    pub command: String,
+    /// Whether it exited 0.
+    pub passed: bool,
+    /// How it ended when it failed: `exited with code 1`, `timed out after 10m`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The last lines of its combined stdout and stderr when it failed (at most
+    /// [`VerifyRecord::TAIL_LINES`] lines and [`VerifyRecord::TAIL_BYTES`] bytes, ANSI stripped,
+    /// values of secret-looking environment variables replaced by `<redacted>`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output_tail: String,
+}
+
+impl VerifyRecord {
+    /// Lines of a failed command's output kept.
+    pub const TAIL_LINES: usize = 30;
+    /// Bytes of a failed command's output kept (the end is kept).
+    pub const TAIL_BYTES: usize = 4096;
+}
+
+impl LedgerRecord {
+    /// A record with the identifying fields set and every other field unknown (`None`, empty,
+    /// `false`, zero duration): the start of every record ralph writes or rebuilds.
+    pub fn new(
+        run_id: &str,
+        iteration: u32,
+        story_id: &str,
+        outcome: Outcome,
+        started_at: DateTime<Utc>,
+    ) -> LedgerRecord {
+        LedgerRecord {
+            run_id: run_id.to_owned(),
+            iteration,
+            story_id: story_id.to_owned(),
+            story_title: String::new(),
+            backend: String::new(),
+            model: None,
+            agent_version: None,
+            started_at,
+            ended_at: started_at,
+            duration_s: 0.0,
+            outcome,
+            exit_code: None,
+            signal: None,
+            tokens_in: None,
+            tokens_out: None,
+            cache_read_tokens: None,
+            cache_creation_tokens: None,
+            cost_usd: None,
+            cost_source: None,
+            head_before: None,
+            head_after: None,
+            commits: Vec::new(),
+            checkpoint_commit: None,
+            files_changed: Vec::new(),
+            promise_seen: false,
+            passes_flipped: Vec::new(),
+            passes_reverted: Vec::new(),
+            session_id: None,
+            transcript: None,
+            verify: Vec::new(),
+            findings: Vec::new(),
+            feature: None,
+            message: None,
+        }
+    }
+
+    /// The verify runs of this iteration that failed.
+    pub fn verify_failures(&self) -> impl Iterator<Item = &VerifyRecord> {
+        self.verify.iter().filter(|v| !v.passed)
+    }
+}

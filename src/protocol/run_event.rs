@@ -1,0 +1,231 @@
+//! Everything a run tells the outside world, as typed events. The loop sends each [`RunEvent`] to
+//! every output (the terminal, `--json`, and later the report and notifications); no output is
+//! written any other way. On the `--json` stream each event is one line,
+//! `{"event": "<snake_case name>", "at": "<RFC 3339 UTC>", ...its fields}`; its JSON Schema is
+//! `run-events.schema.json`, generated from these types ([`JsonEvent`]) and checked by a drift
+//! test.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::agent_event::AgentEvent;
+use super::outcome::Outcome;
+use super::record::{LedgerRecord, VerifyRecord};
+use super::stop::StopReason;
+use super::time::rfc3339;
+
+/// One line of the run header: a setting and its effective value (`("agent", "claude 2.1 …")`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Setting {
+    /// The setting's name, e.g. `branch`.
+    pub key: String,
+    /// Its value as shown.
+    pub value: String,
+}
+
+/// Why a run is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// The agent hit a usage limit; the wait lasts until it resets (plus a margin).
+    UsageLimit,
+    /// A transient failure; the wait is a doubling backoff.
+    Retry,
+}
+
+/// A run's outcome in numbers: what `run_finished` carries and the summary shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunSummary {
+    /// Why the run ended.
+    pub stop_reason: StopReason,
+    /// The process exit code it maps to.
+    pub exit_code: u8,
+    /// One-line headline, e.g. `complete: every story passes (3 of 3)`.
+    pub headline: String,
+    /// Whether the run ended well (exit 0).
+    pub success: bool,
+    /// Stories passing at the end.
+    pub passed: usize,
+    /// Stories still open at the end, by id.
+    pub open: Vec<String>,
+    /// Stories blocked after too many attempts.
+    pub blocked: Vec<String>,
+    /// Iterations run in this invocation (usage-limit and transient retries included).
+    pub iterations: u32,
+    /// First and last iteration numbers run in this invocation.
+    pub iteration_range: Option<(u32, u32)>,
+    /// Wall time of the run, in seconds.
+    pub elapsed_s: f64,
+    /// Cost of this run in USD; `null` when no iteration reported one.
+    pub cost_usd: Option<f64>,
+    /// Input tokens of this run (cached ones included); `null` when no iteration reported any.
+    pub tokens_in: Option<u64>,
+    /// Output tokens of this run; `null` when no iteration reported any.
+    pub tokens_out: Option<u64>,
+    /// Path of the ledger, relative to the repository root.
+    pub ledger: String,
+    /// What the user should do next.
+    pub next: String,
+    /// Things to check even when the run completed; the first may be the stop reason's
+    /// sentence (`stopped: …`).
+    pub caveats: Vec<String>,
+    /// When a usage limit the run stopped at resets (UTC).
+    #[serde(with = "rfc3339::option")]
+    #[schemars(with = "Option<String>")]
+    pub resume_at: Option<DateTime<Utc>>,
+}
+
+impl RunSummary {
+    /// The run's wall time.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_secs_f64(self.elapsed_s.max(0.0))
+    }
+}
+
+/// Something that happened in a run, for the outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// The previous feature's prd.json and progress.txt were archived before the run.
+    Archived {
+        /// The archive folder, relative to the repository root.
+        folder: String,
+        /// The files written into it.
+        files: Vec<String>,
+        /// The archived prd.json's `branchName`.
+        branch: Option<String>,
+        /// One line saying what was archived.
+        message: String,
+    },
+    /// The run is about to start its first iteration.
+    RunStarted {
+        /// The run id.
+        run_id: String,
+        /// prd.json's path.
+        prd: String,
+        /// The backend's name.
+        agent: String,
+        /// The iteration budget.
+        max_iter: u32,
+        /// The effective settings, as the header shows them.
+        settings: Vec<Setting>,
+    },
+    /// A line for the human reader (set-up progress, repairs); not in the `--json` stream.
+    Notice {
+        /// The text.
+        message: String,
+    },
+    /// Something the user should know; the run goes on.
+    Warning {
+        /// The text.
+        message: String,
+    },
+    /// An iteration started: its agent is about to run.
+    IterationStarted {
+        /// The iteration number (global to the repository).
+        iteration: u32,
+        /// Its place in this run's budget (1-based).
+        slot: u32,
+        /// This run's `--max-iter`.
+        max_iter: u32,
+        /// The story.
+        story_id: String,
+        /// Its title.
+        story_title: String,
+        /// The backend's name.
+        backend: String,
+    },
+    /// The exact command line of the agent (`--verbose`).
+    AgentCommand {
+        /// Pasteable into a shell; secrets shown as `<redacted>`.
+        command: String,
+    },
+    /// One normalized event from the agent's output (`--verbose` for `--json`).
+    AgentEvent {
+        /// The event.
+        agent_event: AgentEvent,
+    },
+    /// A verify command is about to run.
+    VerifyStarted {
+        /// The story it checks.
+        story_id: String,
+        /// The command.
+        command: String,
+    },
+    /// A verify command ended.
+    VerifyFinished {
+        /// What it did.
+        verify: VerifyRecord,
+    },
+    /// An iteration ended: committed, recorded in the ledger and in state.json.
+    IterationFinished {
+        /// The ledger record.
+        record: Box<LedgerRecord>,
+        /// Its place in this run's budget (1-based).
+        slot: u32,
+        /// This run's `--max-iter`.
+        max_iter: u32,
+    },
+    /// A story used up `--max-attempts` and is skipped from now on.
+    StoryBlocked {
+        /// The story.
+        story_id: String,
+        /// Its attempts.
+        attempts: u32,
+        /// Its last iteration's outcome.
+        last_outcome: Outcome,
+        /// Its last iteration's message.
+        last_message: Option<String>,
+    },
+    /// The run is waiting before it goes on.
+    Waiting {
+        /// Why.
+        reason: WaitReason,
+        /// Until when (UTC).
+        #[serde(with = "rfc3339")]
+        #[schemars(with = "String")]
+        until: DateTime<Utc>,
+        /// The story that runs again after the wait.
+        story_id: String,
+        /// The retry number (transient) or the usage-limit wait number of this run (1-based).
+        attempt: u32,
+        /// The limit of such retries or waits.
+        max: u32,
+    },
+    /// The run ended. Nothing follows.
+    RunFinished(Box<RunSummary>),
+}
+
+impl RunEvent {
+    /// The snake_case event name (the `event` field on the wire).
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunEvent::Archived { .. } => "archived",
+            RunEvent::RunStarted { .. } => "run_started",
+            RunEvent::Notice { .. } => "notice",
+            RunEvent::Warning { .. } => "warning",
+            RunEvent::IterationStarted { .. } => "iteration_started",
+            RunEvent::AgentCommand { .. } => "agent_command",
+            RunEvent::AgentEvent { .. } => "agent_event",
+            RunEvent::VerifyStarted { .. } => "verify_started",
+            RunEvent::VerifyFinished { .. } => "verify_finished",
+            RunEvent::IterationFinished { .. } => "iteration_finished",
+            RunEvent::StoryBlocked { .. } => "story_blocked",
+            RunEvent::Waiting { .. } => "waiting",
+            RunEvent::RunFinished(_) => "run_finished",
+        }
+    }
+}
+
+/// One line of the `--json` stream: the event, with the time it was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JsonEvent {
+    /// When the event was written (RFC 3339 UTC).
+    pub at: String,
+    /// The event; its `event` field names it.
+    #[serde(flatten)]
+    pub event: RunEvent,
+}

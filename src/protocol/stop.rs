@@ -1,0 +1,350 @@
+//! Why a run ended: one typed [`StopReason`] per run, decided by the run policy, mapped to the
+//! exit code, written into the summary, `--json`'s `run_finished`, `state.json` and
+//! `ralph status --json` as a field (`{"kind": "max_failures", ...}`), and worded once here.
+
+use chrono::{DateTime, Local, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::exit::ExitStatus;
+use super::outcome::Outcome;
+use super::time::rfc3339;
+
+/// What the run was doing when a stop condition ended it, for the reasons that can come during a
+/// wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum During {
+    /// Between iterations (or at the start, before any).
+    BetweenIterations,
+    /// Waiting for a usage limit to reset.
+    UsageLimitWait,
+    /// Waiting to retry after a transient failure.
+    RetryWait,
+}
+
+/// Why a usage limit ended the run instead of being waited out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", tag = "because")]
+pub enum UsageLimitStop {
+    /// `--no-wait` was given.
+    NoWait,
+    /// The run already waited `max_usage_limit_waits` times.
+    TooManyWaits {
+        /// Usage limits hit in this run.
+        waits: u32,
+    },
+    /// The reset comes after `--max-duration` ends (seconds of the limit).
+    PastMaxDuration {
+        /// `--max-duration`, in seconds.
+        max_duration_s: u64,
+    },
+}
+
+/// Every way a `ralph run` ends once it has started its loop. Preflight errors (a broken
+/// prd.json, a missing agent) are errors, not stop reasons.
+///
+/// Serialized as an object tagged by `kind` (snake_case): `{"kind": "complete"}`,
+/// `{"kind": "max_iterations", "max_iter": 10, "open": ["US-002"]}`, …
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StopReason {
+    /// Every story in prd.json passes (exit 0).
+    Complete,
+    /// The run used its `--max-iter` budget with stories still open (exit 3).
+    MaxIterations {
+        /// The budget.
+        max_iter: u32,
+        /// Stories still open, by id.
+        open: Vec<String>,
+    },
+    /// The run reached `--max-duration` (exit 4).
+    MaxDuration {
+        /// The limit, in seconds.
+        max_duration_s: u64,
+        /// Whether it was reached between iterations or would be passed by a retry wait.
+        during: During,
+    },
+    /// This run's cost reached `--max-cost` (exit 4).
+    MaxCost {
+        /// This run's cost so far, in USD.
+        spent_usd: f64,
+        /// The limit, in USD.
+        max_usd: f64,
+        /// The iteration that crossed it (committed and recorded).
+        iteration: u32,
+    },
+    /// `--max-failures` failed iterations in a row (exit 4).
+    MaxFailures {
+        /// Failed iterations in a row.
+        failures: u32,
+        /// The limit.
+        max_failures: u32,
+        /// The last one's outcome.
+        last_outcome: Outcome,
+        /// The last one's message, when it had one.
+        last_message: Option<String>,
+    },
+    /// `--max-no-progress` iterations in a row changed nothing (exit 4).
+    NoProgress {
+        /// Iterations in a row without a change.
+        iterations: u32,
+        /// The limit.
+        max_no_progress: u32,
+    },
+    /// More transient failures in a row than `max_transient_retries` (exit 4).
+    TransientRetries {
+        /// Transient failures in a row.
+        failures: u32,
+        /// The last one's message.
+        last_message: Option<String>,
+    },
+    /// A usage limit that the run did not wait out (exit 4).
+    UsageLimit {
+        /// When the limit resets (UTC); `ralph run` after it continues.
+        #[serde(with = "rfc3339")]
+        #[schemars(with = "String")]
+        resume_at: DateTime<Utc>,
+        /// Why the run did not wait.
+        why: UsageLimitStop,
+    },
+    /// Every open story is blocked after `--max-attempts`, or waits for one that is (exit 4).
+    AllBlocked {
+        /// The blocked stories.
+        blocked: Vec<String>,
+    },
+    /// No open story can be worked on: each waits for a dependency that does not pass (exit 4).
+    NoWorkableStory,
+    /// Every remaining story passes, but stories were deleted from prd.json during the run
+    /// (exit 4): a run is never called complete because stories vanished.
+    StoriesDeleted {
+        /// The deleted story ids.
+        missing: Vec<String>,
+        /// This run's id (its refs keep the old prd.json).
+        run_id: String,
+    },
+    /// `ralph stop` asked the run to end (exit 4).
+    StopRequested {
+        /// What the run was doing when it saw the request.
+        during: During,
+    },
+    /// Ctrl-C, SIGTERM or SIGHUP (exit 130).
+    Interrupted {
+        /// Whether an agent was running (its iteration was stopped and checkpointed).
+        agent_running: bool,
+    },
+    /// An auth or config error: a human must act (exit 1).
+    NeedsHuman {
+        /// `auth_error` or `config_error`.
+        outcome: Outcome,
+        /// The iteration that hit it.
+        iteration: u32,
+        /// The agent's message.
+        message: Option<String>,
+    },
+}
+
+impl StopReason {
+    /// The exit status this reason maps to (README, "Exit codes").
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            StopReason::Complete => ExitStatus::Success,
+            StopReason::MaxIterations { .. } => ExitStatus::MaxIterations,
+            StopReason::Interrupted { .. } => ExitStatus::Interrupted,
+            StopReason::NeedsHuman { .. } => ExitStatus::Failure,
+            _ => ExitStatus::OtherLimit,
+        }
+    }
+
+    /// The snake_case name of the reason (the `kind` field on the wire).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StopReason::Complete => "complete",
+            StopReason::MaxIterations { .. } => "max_iterations",
+            StopReason::MaxDuration { .. } => "max_duration",
+            StopReason::MaxCost { .. } => "max_cost",
+            StopReason::MaxFailures { .. } => "max_failures",
+            StopReason::NoProgress { .. } => "no_progress",
+            StopReason::TransientRetries { .. } => "transient_retries",
+            StopReason::UsageLimit { .. } => "usage_limit",
+            StopReason::AllBlocked { .. } => "all_blocked",
+            StopReason::NoWorkableStory => "no_workable_story",
+            StopReason::StoriesDeleted { .. } => "stories_deleted",
+            StopReason::StopRequested { .. } => "stop_requested",
+            StopReason::Interrupted { .. } => "interrupted",
+            StopReason::NeedsHuman { .. } => "needs_human",
+        }
+    }
+
+    /// When the run can go on by itself (a usage limit's reset), if it can.
+    pub fn resume_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            StopReason::UsageLimit { resume_at, .. } => Some(*resume_at),
+            _ => None,
+        }
+    }
+
+    /// The sentence that says why the run stopped, for the summary's `why:` line; `None` for
+    /// the reasons the headline already says (complete, `--max-iter`, interrupted, an auth or
+    /// config error).
+    pub fn why(&self) -> Option<String> {
+        let dur = |s: u64| humantime::format_duration(std::time::Duration::from_secs(s));
+        Some(match self {
+            StopReason::Complete
+            | StopReason::MaxIterations { .. }
+            | StopReason::Interrupted { .. }
+            | StopReason::NeedsHuman { .. } => return None,
+            StopReason::MaxDuration {
+                max_duration_s,
+                during: During::RetryWait,
+            } => format!(
+                "stopped: retrying after the transient failure would pass --max-duration {}",
+                dur(*max_duration_s)
+            ),
+            StopReason::MaxDuration { max_duration_s, .. } => format!(
+                "stopped: the run reached --max-duration {}",
+                dur(*max_duration_s)
+            ),
+            StopReason::MaxCost {
+                spent_usd,
+                max_usd,
+                iteration,
+            } => format!(
+                "stopped: this run's cost ${spent_usd:.2} reached --max-cost ${max_usd:.2} (iteration {iteration}'s work is committed and recorded)"
+            ),
+            StopReason::MaxFailures {
+                failures,
+                max_failures,
+                last_outcome,
+                last_message,
+            } => format!(
+                "stopped: {failures} failed iterations in a row (--max-failures {max_failures}); the last was {last_outcome}{}",
+                last_message
+                    .as_deref()
+                    .map(|m| format!(": {}", truncate_chars(m, 200)))
+                    .unwrap_or_default()
+            ),
+            StopReason::NoProgress {
+                iterations,
+                max_no_progress,
+            } => format!(
+                "stopped: {iterations} iterations in a row changed nothing (no commit, no file, no prd.json change; --max-no-progress {max_no_progress})"
+            ),
+            StopReason::TransientRetries {
+                failures,
+                last_message,
+            } => format!(
+                "stopped after {failures} transient failures in a row (overload, server or network errors); the last: {}",
+                last_message.as_deref().unwrap_or_default()
+            ),
+            StopReason::UsageLimit { resume_at, why } => {
+                let at = local_time(*resume_at);
+                match why {
+                    UsageLimitStop::NoWait => format!(
+                        "stopped: the agent hit a usage limit that resets at {at}; run `ralph run` again then (stopped because of --no-wait)"
+                    ),
+                    UsageLimitStop::TooManyWaits { waits } => format!(
+                        "stopped: the agent hit a usage limit {waits} times in this run; stopped instead of waiting again (it resets at {at})"
+                    ),
+                    UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
+                        "stopped: the agent hit a usage limit that resets at {at}, after --max-duration {} ends; run `ralph run` again then",
+                        dur(*max_duration_s)
+                    ),
+                }
+            }
+            StopReason::AllBlocked { blocked } => format!(
+                "stopped: every open story is blocked ({}) or waits for one; fix what stops them, then `ralph run --unblock`",
+                blocked.join(", ")
+            ),
+            StopReason::NoWorkableStory => "stopped: no open story can be worked on (each waits for a dependency that does not pass)".to_string(),
+            StopReason::StoriesDeleted { missing, run_id } => {
+                let one = missing.len() == 1;
+                format!(
+                    "stopped: every remaining story passes, but {} {} deleted from prd.json during the run; restore {} (e.g. `git show refs/ralph/{run_id}/<n>/start:prd.json`) and run again",
+                    missing.join(", "),
+                    if one { "was" } else { "were" },
+                    if one { "it" } else { "them" },
+                )
+            }
+            StopReason::StopRequested { during } => match during {
+                During::BetweenIterations => {
+                    "stopped by `ralph stop` (after the iteration in progress finished)".to_string()
+                }
+                During::RetryWait => "stopped by `ralph stop` while waiting to retry".to_string(),
+                During::UsageLimitWait => "stopped by `ralph stop` while waiting for the usage limit to reset; `ralph run` later waits for the same reset".to_string(),
+            },
+        })
+    }
+}
+
+/// `2026-12-01 14:00` in local time.
+fn local_time(at: DateTime<Utc>) -> String {
+    at.with_timezone(&Local)
+        .format("%Y-%m-%d %H:%M")
+        .to_string()
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_maps_to_its_documented_exit_code() {
+        let cases = [
+            (StopReason::Complete, 0),
+            (
+                StopReason::MaxIterations {
+                    max_iter: 3,
+                    open: vec!["US-001".into()],
+                },
+                3,
+            ),
+            (StopReason::NoWorkableStory, 4),
+            (
+                StopReason::StopRequested {
+                    during: During::BetweenIterations,
+                },
+                4,
+            ),
+            (
+                StopReason::Interrupted {
+                    agent_running: true,
+                },
+                130,
+            ),
+            (
+                StopReason::NeedsHuman {
+                    outcome: Outcome::AuthError,
+                    iteration: 1,
+                    message: None,
+                },
+                1,
+            ),
+        ];
+        for (reason, code) in cases {
+            assert_eq!(reason.exit_status().code(), code, "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn the_wire_form_is_tagged_by_kind() {
+        let r = StopReason::AllBlocked {
+            blocked: vec!["US-001".into()],
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["kind"], "all_blocked");
+        assert_eq!(v["blocked"][0], "US-001");
+        assert_eq!(r.kind(), "all_blocked");
+        let back: StopReason = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+}

@@ -1,0 +1,101 @@
+//! The files of one ralph workspace: prd.json, progress.txt beside it, and `.ralph/` at the
+//! repository root with its state, ledger, transcripts, prompt copies, prd.json snapshot, lock
+//! and stop request. Every path ralph reads or writes under `.ralph/` is named here, once.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::write_atomic;
+
+/// The `.ralph` directory name, at the repository root.
+pub const RALPH_DIR: &str = ".ralph";
+/// The ledger's file name inside `.ralph/`.
+pub const LEDGER_FILE: &str = "ledger.jsonl";
+/// prd.json as it was when the current iteration started, inside `.ralph/` (a ralph killed
+/// mid-iteration restores a broken prd.json from it).
+pub const PRD_SNAPSHOT_FILE: &str = "prd.snapshot.json";
+
+/// Paths a run works with, all absolute.
+#[derive(Debug, Clone)]
+pub struct RunPaths {
+    /// Repository root.
+    pub repo_root: PathBuf,
+    /// prd.json.
+    pub prd: PathBuf,
+    /// progress.txt, beside prd.json.
+    pub progress: PathBuf,
+    /// `.ralph/` at the repository root.
+    pub ralph_dir: PathBuf,
+    /// `.ralph/ledger.jsonl`.
+    pub ledger: PathBuf,
+}
+
+impl RunPaths {
+    /// Derives every path from the repository root and prd.json.
+    pub fn new(repo_root: &Path, prd: &Path) -> RunPaths {
+        let ralph_dir = repo_root.join(RALPH_DIR);
+        RunPaths {
+            repo_root: repo_root.to_path_buf(),
+            prd: prd.to_path_buf(),
+            progress: prd.parent().unwrap_or(repo_root).join("progress.txt"),
+            ledger: ralph_dir.join(LEDGER_FILE),
+            ralph_dir,
+        }
+    }
+
+    /// `.ralph/prd.snapshot.json`.
+    pub fn prd_snapshot(&self) -> PathBuf {
+        self.ralph_dir.join(PRD_SNAPSHOT_FILE)
+    }
+
+    /// An iteration's transcript, relative to `.ralph/`: `runs/<run>/iter-NNN.jsonl`.
+    pub fn transcript_rel(run_id: &str, iteration: u32) -> PathBuf {
+        Path::new("runs")
+            .join(run_id)
+            .join(format!("iter-{iteration:03}.jsonl"))
+    }
+
+    /// An iteration's transcript: `.ralph/runs/<run>/iter-NNN.jsonl`.
+    pub fn transcript(&self, run_id: &str, iteration: u32) -> PathBuf {
+        self.ralph_dir.join(Self::transcript_rel(run_id, iteration))
+    }
+
+    /// The copy of an iteration's prompt beside its transcript:
+    /// `.ralph/runs/<run>/iter-NNN.prompt.md`.
+    pub fn prompt_copy(&self, run_id: &str, iteration: u32) -> PathBuf {
+        self.transcript(run_id, iteration)
+            .with_extension("prompt.md")
+    }
+
+    /// `path` relative to the repository root when inside it, for display.
+    pub fn rel(&self, path: &Path) -> String {
+        display_rel(path, &self.repo_root)
+    }
+}
+
+/// `path` relative to `base` when inside it (else as given), for display.
+pub fn display_rel(path: &Path, base: &Path) -> String {
+    path.strip_prefix(base)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}
+
+/// Makes sure `.ralph/` exists and ignores itself in git (transcripts can hold secrets).
+///
+/// # Errors
+/// The I/O error creating the directory or writing its `.gitignore`, naming the path.
+pub fn ensure_ralph_dir(ralph_dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(ralph_dir).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot create {}: {e}", ralph_dir.display()),
+        )
+    })?;
+    let ignore = ralph_dir.join(".gitignore");
+    // Checked by content and written atomically: a ralph killed while writing it must not leave
+    // an empty file that lets `.ralph/` show up as the user's uncommitted work.
+    if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n".as_slice()) {
+        write_atomic(&ignore, b"*\n")?;
+    }
+    Ok(())
+}
