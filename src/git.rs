@@ -36,6 +36,42 @@ pub const TRAILER_ITERATION: &str = "Ralph-Iteration";
 pub const TRAILER_STORY: &str = "Ralph-Story";
 /// Trailer key naming the iteration's [`Outcome`] (snake_case) in every ralph commit.
 pub const TRAILER_OUTCOME: &str = "Ralph-Outcome";
+/// Trailer key naming prd.json's `branchName` (the feature the iteration's attempts belong to),
+/// when prd.json has one.
+pub const TRAILER_FEATURE: &str = "Ralph-Feature";
+
+/// The trailers of one ralph iteration commit: the one definition that the commit stage writes
+/// ([`Trailers::pairs`]) and [`Repo::trailer_history`] reads back, so resume from git cannot
+/// drift from what was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trailers {
+    /// `Ralph-Run`: the run id.
+    pub run_id: String,
+    /// `Ralph-Iteration`: the iteration number.
+    pub iteration: u32,
+    /// `Ralph-Story`: the story id.
+    pub story_id: String,
+    /// `Ralph-Outcome`: how the iteration ended.
+    pub outcome: Outcome,
+    /// `Ralph-Feature`: prd.json's `branchName`, when it has one.
+    pub feature: Option<String>,
+}
+
+impl Trailers {
+    /// The `(key, value)` pairs in commit order, for [`Repo::commit_all`].
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = vec![
+            (TRAILER_RUN, self.run_id.clone()),
+            (TRAILER_ITERATION, self.iteration.to_string()),
+            (TRAILER_STORY, self.story_id.clone()),
+            (TRAILER_OUTCOME, self.outcome.as_str().to_owned()),
+        ];
+        if let Some(feature) = &self.feature {
+            pairs.push((TRAILER_FEATURE, feature.clone()));
+        }
+        pairs
+    }
+}
 
 /// Identity used when neither the environment nor the git configuration names one.
 const FALLBACK_NAME: &str = "ralph";
@@ -158,6 +194,8 @@ pub struct TrailerRecord {
     /// Value of `Ralph-Outcome`, when present and one of the known outcomes (an unknown value,
     /// e.g. from a newer ralph, reads as `None`).
     pub outcome: Option<Outcome>,
+    /// Value of `Ralph-Feature`, when present (commits of older ralphs have none).
+    pub feature: Option<String>,
 }
 
 /// An open git repository with a working tree.
@@ -652,6 +690,7 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
     let mut iteration = None;
     let mut story_id = None;
     let mut outcome = None;
+    let mut feature = None;
     for (key, value) in trailers.iter() {
         let value = value.trim();
         if key.eq_ignore_ascii_case(TRAILER_RUN) {
@@ -662,6 +701,8 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
             story_id = Some(value.to_owned());
         } else if key.eq_ignore_ascii_case(TRAILER_OUTCOME) {
             outcome = value.parse().ok();
+        } else if key.eq_ignore_ascii_case(TRAILER_FEATURE) {
+            feature = Some(value.to_owned());
         }
     }
     let committed_at = DateTime::from_timestamp(commit.time().seconds(), 0).unwrap_or_default();
@@ -672,6 +713,7 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
         iteration,
         story_id,
         outcome,
+        feature,
     })
 }
 

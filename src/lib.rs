@@ -1,10 +1,16 @@
 //! ralph: a trustworthy orchestrator for long, unattended coding-agent runs.
 //!
-//! The outer loop ([`driver`]) picks a story from `prd.json`, renders a prompt ([`prompt`]), runs a
-//! fresh agent process ([`agent`], [`process`]), classifies what happened, checkpoints in git
-//! ([`git`]), appends to `progress.txt` ([`progress`]) and records one ledger line per iteration
-//! ([`ledger`]). Long-term memory lives in files: prd.json, progress.txt, git history, and
-//! `.ralph/` (state, ledger, transcripts).
+//! The loop ([`run`]) picks a story from `prd.json` ([`prd`]), renders a prompt ([`prompt`]),
+//! runs a fresh agent process ([`agent`] describes it, [`process`] runs it, [`native`] is ralph's
+//! own tool loop), inspects and classifies what happened, checkpoints in git ([`git`]), appends
+//! to `progress.txt` ([`progress`]), records one ledger line per iteration ([`ledger`]) and
+//! decides what comes next ([`run::policy`]). Everything the user sees is a typed run event
+//! ([`protocol::RunEvent`]) sent to the outputs ([`output`]). Long-term memory lives in files:
+//! prd.json, progress.txt, git history, and `.ralph/` ([`workspace`]: state, ledger,
+//! transcripts), read back through [`history`].
+//!
+//! docs/architecture.md has the module map, the flow of one iteration, and where each kind of
+//! change goes.
 
 #![warn(missing_docs)]
 
@@ -14,22 +20,23 @@ pub mod cli;
 pub mod commands;
 pub mod completion;
 pub mod config;
-pub mod driver;
 pub mod fsutil;
-pub mod protocol;
-
 pub mod git;
+pub mod history;
 pub mod ledger;
 pub mod local;
 pub mod lock;
 pub mod native;
+pub mod output;
 pub mod prd;
 pub mod process;
 pub mod progress;
 pub mod prompt;
+pub mod protocol;
+pub mod redact;
+pub mod run;
 pub mod signals;
 pub mod state;
 pub mod stop_request;
 pub mod transcript;
-pub mod ui;
 pub mod workspace;

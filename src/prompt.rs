@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::completion::PROMISE;
 use crate::prd::model::{Prd, Story};
+use crate::workspace::RunPaths;
 
 /// The built-in template, `templates/prompt.md`.
 pub const BUILTIN_TEMPLATE: &str = include_str!("../templates/prompt.md");
@@ -103,28 +104,25 @@ pub struct PromptContext {
 }
 
 impl PromptContext {
-    /// Builds the context for `story` of `prd`.
-    #[allow(clippy::too_many_arguments)]
+    /// Builds the context for `story` of `prd`, iteration `iteration` of a run that may reach
+    /// `max_iter`, with the workspace's paths, a progress.txt excerpt and feedback lines.
     pub fn new(
         prd: &Prd,
         story: &Story,
-        iteration: u32,
-        max_iter: u32,
-        repo_root: &Path,
-        prd_path: &Path,
-        progress_path: &Path,
+        (iteration, max_iter): (u32, u32),
+        paths: &RunPaths,
         progress_excerpt: String,
         feedback: Vec<String>,
     ) -> Self {
         PromptContext {
             iteration,
             max_iter,
-            repo_root: repo_root.display().to_string(),
+            repo_root: paths.repo_root.display().to_string(),
             project: prd.project.clone(),
             description: prd.description.clone(),
             branch_name: prd.branch_name.clone().unwrap_or_default(),
-            prd_path: prd_path.display().to_string(),
-            progress_path: progress_path.display().to_string(),
+            prd_path: paths.prd.display().to_string(),
+            progress_path: paths.progress.display().to_string(),
             story: StoryView::from(story),
             other_stories: prd
                 .user_stories
@@ -225,18 +223,15 @@ impl PromptTemplate {
     ///
     /// # Errors
     /// [`PromptError::Render`] naming the template, line and variable.
-    pub fn check(&self, prd: &Prd, paths: &crate::workspace::RunPaths) -> Result<(), PromptError> {
+    pub fn check(&self, prd: &Prd, paths: &RunPaths) -> Result<(), PromptError> {
         let Some(story) = prd.user_stories.first() else {
             return Ok(());
         };
         let ctx = PromptContext::new(
             prd,
             story,
-            1,
-            1,
-            &paths.repo_root,
-            &paths.prd,
-            &paths.progress,
+            (1, 1),
+            paths,
             "## Codebase Patterns\n- (sample)\n".to_string(),
             vec!["(sample feedback from a previous iteration)".to_string()],
         );
@@ -277,11 +272,8 @@ mod tests {
         PromptContext::new(
             &prd,
             &story,
-            3,
-            10,
-            Path::new("/repo"),
-            Path::new("/repo/prd.json"),
-            Path::new("/repo/progress.txt"),
+            (3, 10),
+            &RunPaths::new(Path::new("/repo"), Path::new("/repo/prd.json")),
             "## Codebase Patterns\n- use x\n".into(),
             feedback,
         )

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::time::rfc3339;
+use crate::protocol::{LedgerRecord, StopReason};
 
 /// File name of the state inside the `.ralph` directory.
 pub const STATE_FILE: &str = "state.json";
@@ -35,7 +36,7 @@ pub struct State {
     /// Number of the last iteration started; numbering continues across runs (0: none yet).
     #[serde(default)]
     pub iteration: u32,
-    /// Failed attempts per story id (see [`crate::protocol::Outcome::is_failure`]).
+    /// Attempts per story id of the current feature (see [`crate::protocol::Outcome::is_attempt`]).
     #[serde(default)]
     pub attempts: BTreeMap<String, u32>,
     /// Story ids that hit the attempt limit and are skipped.
@@ -51,6 +52,12 @@ pub struct State {
     /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then.
     #[serde(default, with = "rfc3339::option")]
     pub resume_at: Option<DateTime<Utc>>,
+    /// prd.json's `branchName` that `attempts` and `blocked` belong to.
+    #[serde(default)]
+    pub feature: Option<String>,
+    /// Why the latest run ended (`None` while it runs, or before any run ended).
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
 }
 
 impl Default for State {
@@ -64,6 +71,8 @@ impl Default for State {
             last_outcome: None,
             in_flight: None,
             resume_at: None,
+            feature: None,
+            stop_reason: None,
         }
     }
 }
@@ -125,42 +134,49 @@ pub enum StateError {
 }
 
 impl State {
-    /// The state a lost `.ralph/state.json` would have held, rebuilt from the trailers of
-    /// ralph's commits (`history`, newest first, as [`crate::git::Repo::trailer_history`] gives
-    /// them): the last iteration number, the latest run id and the attempts per story (iterations
-    /// whose outcome counts, see [`crate::protocol::Outcome::counts_as_iteration`], other than
-    /// interruptions). Blocked stories,
-    /// the in-flight iteration and a pending usage-limit reset are not in git; the caller decides
-    /// blocking again from the attempts.
-    pub fn rebuild_from_git(history: &[crate::git::TrailerRecord]) -> State {
+    /// The state a lost `.ralph/state.json` would have held, rebuilt from recorded iterations
+    /// (`records`, oldest first, e.g. [`crate::history::History`] read from git trailers): the
+    /// last iteration number, the latest run id, the last outcome, and the attempts per story
+    /// of the feature `feature` (prd.json's `branchName`; records of another feature do not
+    /// count, records without one do). Blocked stories, the in-flight iteration and a pending
+    /// usage-limit reset are not in git; the caller decides blocking again from the attempts.
+    pub fn rebuild(records: &[LedgerRecord], feature: Option<&str>) -> State {
         let mut state = State {
-            run_id: history.first().map(|r| r.run_id.clone()),
-            iteration: history
-                .iter()
-                .filter_map(|r| r.iteration)
-                .max()
-                .unwrap_or(0),
+            run_id: records.last().map(|r| r.run_id.clone()),
+            iteration: records.iter().map(|r| r.iteration).max().unwrap_or(0),
+            last_outcome: records.last().map(|r| r.outcome.as_str().to_owned()),
+            feature: feature.map(str::to_owned),
             ..State::default()
         };
-        // One commit per iteration normally, but a restart's checkpoint of an interrupted
-        // iteration shares its number: count each (run, iteration) once.
-        let mut seen = std::collections::BTreeSet::new();
-        for r in history {
-            let (Some(story), Some(outcome)) = (&r.story_id, r.outcome) else {
-                continue;
+        for r in records {
+            let same_feature = match (&r.feature, feature) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
             };
-            let attempt =
-                outcome.counts_as_iteration() && outcome != crate::protocol::Outcome::Interrupted;
-            if !attempt || !seen.insert((r.run_id.clone(), r.iteration)) {
-                continue;
+            if same_feature && r.outcome.is_attempt() {
+                *state.attempts.entry(r.story_id.clone()).or_insert(0) += 1;
             }
-            *state.attempts.entry(story.clone()).or_insert(0) += 1;
         }
-        state.last_outcome = history
-            .first()
-            .and_then(|r| r.outcome)
-            .map(|o| o.as_str().to_owned());
         state
+    }
+
+    /// Starts the attempts and blocks afresh when prd.json's `branchName` is not the feature
+    /// they were earned in (a new feature reuses story ids). Returns the old feature when it
+    /// cleared anything.
+    pub fn enter_feature(&mut self, feature: Option<&str>) -> Option<String> {
+        let changed = match (&self.feature, feature) {
+            (Some(old), Some(new)) => old != new,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let old = self.feature.clone();
+        self.feature = feature.map(str::to_owned);
+        if changed && (!self.attempts.is_empty() || !self.blocked.is_empty()) {
+            self.attempts.clear();
+            self.blocked.clear();
+            return old;
+        }
+        None
     }
 
     /// Path of the state file inside `ralph_dir` (normally `<repo>/.ralph`).

@@ -1,17 +1,18 @@
-//! `ralph run`: resolve the settings, install the signal handlers, and drive the loop.
+//! `ralph run`: resolve the settings, install the signal handlers, choose the outputs, and drive
+//! the loop.
 
 use std::io::Write as _;
 
 use crate::cli::RunArgs;
-use crate::config::RunConfig;
+use crate::config::{OutputMode, RunConfig};
+use crate::output::{human::Human, json::Json, Outputs};
 use crate::process::StopSignals;
 use crate::protocol::ExitStatus;
-use crate::ui::Ui;
 
-/// Runs the loop described by `args` (see [`crate::driver::run`]).
+/// Runs the loop described by `args` (see [`crate::run::run`]).
 ///
 /// # Errors
-/// Invalid settings and every preflight failure of the driver; the caller prints them and exits 1.
+/// Invalid settings and every preflight failure of the loop; the caller prints them.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
     let cfg = RunConfig::resolve(args, &cwd)?;
@@ -36,10 +37,24 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
                 humantime::format_duration(grace)
             );
             notice.kill_now.cancelled().await;
-            let _ = writeln!(
-                std::io::stderr(),"ralph: killing the agent now.");
+            let _ = writeln!(std::io::stderr(), "ralph: killing the agent now.");
         });
-        let mut ui = Ui::new(cfg.output, cfg.verbose);
-        crate::driver::run(cfg, &mut ui, stop).await
+        let mut out = outputs(&cfg);
+        crate::run::run(cfg, &mut out, stop).await
     })
+}
+
+/// The sinks for the output mode: the terminal (`--quiet` keeps warnings, failures and the
+/// summary), or the `--json` stream (warnings still reach stderr).
+fn outputs(cfg: &RunConfig) -> Outputs {
+    let mut out = Outputs::new();
+    match cfg.output {
+        OutputMode::Human => out.add(Box::new(Human::new(false, cfg.verbose))),
+        OutputMode::Quiet => out.add(Box::new(Human::new(true, cfg.verbose))),
+        OutputMode::Json => {
+            out.add(Box::new(Json::new(cfg.verbose)));
+            out.add(Box::new(Human::warnings_only()));
+        }
+    }
+    out
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::cli::StatusArgs;
 use crate::git::Repo;
-use crate::ledger;
+use crate::history::{History, Source};
 use crate::prd::store;
 use crate::protocol::ExitStatus;
 use crate::protocol::LedgerRecord;
@@ -38,35 +38,28 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .map(|r| r.root().to_path_buf())
         .unwrap_or(prd_dir);
     let paths = RunPaths::new(&root, &loaded.path);
-    let ledger = if paths.ledger.exists() {
-        ledger::read_all(&paths.ledger)?.records
-    } else {
-        Vec::new()
-    };
+    let repo = Repo::discover(&root).ok();
     // Without `.ralph/` (deleted, or a fresh clone), git's trailers tell the story.
-    let git_history = Repo::discover(&root)
-        .ok()
-        .and_then(|r| r.trailer_history(100_000).ok())
-        .unwrap_or_default();
+    let history = History::load(&paths, repo.as_ref())?;
     let (state, state_from_git) = match State::load(&paths.ralph_dir).ok().flatten() {
         Some(state) => (state, false),
         None => (
-            State::rebuild_from_git(&git_history),
-            !git_history.is_empty(),
+            State::rebuild(&history.records, loaded.prd.branch_name.as_deref()),
+            history.source == Source::Git,
         ),
     };
-    let ledger_from_git = ledger.is_empty() && !git_history.is_empty();
-    let ledger: Vec<LedgerRecord> = if ledger_from_git {
-        records_from_git(&git_history)
-    } else {
-        ledger
-    };
+    let ledger_from_git = history.source == Source::Git;
+    let ledger = &history.records;
     let latest_run = ledger.last().map(|r| r.run_id.clone());
     let latest: Vec<&LedgerRecord> = ledger
         .iter()
         .filter(|r| Some(&r.run_id) == latest_run.as_ref())
         .collect();
     let next = loaded.prd.next_story(&state.blocked);
+    let running = state
+        .in_flight
+        .clone()
+        .and_then(|f| live_lock_holder(&paths.ralph_dir).map(|h| (f, h)));
     let all = Totals::of(ledger.iter());
     let this_run = Totals::of(latest.iter().copied());
     let (total_cost, total_in, total_out) = (all.cost_usd, all.tokens_in, all.tokens_out);
@@ -79,6 +72,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
                 "attempts": state.attempts.get(&s.id).copied().unwrap_or(0),
                 "blocked": state.blocked.contains(&s.id),
+                "last_failure": (!s.passes).then(|| history.last_failure(&s.id)).flatten().map(|r| json!({
+                    "iteration": r.iteration, "outcome": r.outcome, "message": r.message,
+                    "verify": r.verify_failures().collect::<Vec<_>>()})),
             })).collect::<Vec<_>>(),
             "next_story": next.map(|s| s.id.clone()),
             "complete": loaded.prd.all_pass(),
@@ -93,6 +89,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "latest_run_tokens_out": this_run.tokens_out,
             "cost_estimated": all.estimated,
             "resume_at": state.resume_at,
+            "stop_reason": state.stop_reason,
+            "running": running.as_ref().map(|(flight, holder)| json!({
+                "iteration": flight.iteration, "story_id": flight.story_id,
+                "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
             "source": if ledger_from_git { "git" } else { "ledger" },
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -130,6 +130,37 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             s.title
         );
     }
+    // Why each open story has not passed yet: its last failed iteration.
+    let mut why_lines = Vec::new();
+    for s in loaded.prd.user_stories.iter().filter(|s| !s.passes) {
+        let Some(r) = history.last_failure(&s.id) else {
+            continue;
+        };
+        let reason = r
+            .message
+            .as_deref()
+            .map(|m| crate::protocol::fields::truncate_chars(m, 200))
+            .unwrap_or_default();
+        why_lines.push(format!(
+            "  {} last ended {} (iteration {}){}{reason}",
+            s.id,
+            r.outcome,
+            r.iteration,
+            if reason.is_empty() { "" } else { ": " }
+        ));
+        for v in r.verify_failures() {
+            if let Some(last) = v.output_tail.lines().rev().find(|l| !l.trim().is_empty()) {
+                why_lines.push(format!("    {} output ends: {}", v.command, last.trim()));
+            }
+        }
+    }
+    if !why_lines.is_empty() {
+        println!();
+        println!("why open stories have not passed:");
+        for line in why_lines {
+            println!("{line}");
+        }
+    }
     println!();
     match next {
         Some(s) => println!("next story: {} {}", s.id, s.title),
@@ -139,7 +170,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     if let Some(flight) = &state.in_flight {
-        match live_lock_holder(&paths.ralph_dir) {
+        match running.as_ref().map(|(_, h)| h) {
             Some(holder) => println!(
                 "running: iteration {} ({}) since {}, ralph pid {} on {}",
                 flight.iteration,
@@ -162,6 +193,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     }
     println!();
     match &latest_run {
+        None if running.is_some() => {
+            println!("no iteration recorded yet: the first one is running (see above)")
+        }
         None => println!("no runs yet: start one with `ralph run`"),
         Some(run) => {
             println!("latest run {run}: {} iteration(s)", latest.len());
@@ -189,6 +223,16 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
+    if running.is_none() {
+        if let Some(reason) = &state.stop_reason {
+            println!(
+                "last run stopped: {}",
+                reason
+                    .why()
+                    .unwrap_or_else(|| reason.kind().replace('_', " "))
+            );
+        }
+    }
     if ledger_from_git || state_from_git {
         println!(
             "from git history: .ralph/ is missing, so iterations and attempts come from the trailers of ralph's commits (no tokens, cost or durations)"
@@ -204,58 +248,6 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         );
     }
     Ok(ExitStatus::Success)
-}
-
-/// Ledger-like records rebuilt from ralph's commit trailers (oldest first; one per run and
-/// iteration): what git alone remembers of each iteration.
-fn records_from_git(history: &[crate::git::TrailerRecord]) -> Vec<LedgerRecord> {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out: Vec<LedgerRecord> = history
-        .iter()
-        .rev()
-        .filter_map(|t| {
-            let iteration = t.iteration?;
-            let outcome = t.outcome?;
-            seen.insert((t.run_id.clone(), iteration))
-                .then(|| LedgerRecord {
-                    verify: Vec::new(),
-                    findings: Vec::new(),
-                    feature: None,
-                    run_id: t.run_id.clone(),
-                    iteration,
-                    story_id: t.story_id.clone().unwrap_or_default(),
-                    story_title: String::new(),
-                    backend: String::new(),
-                    model: None,
-                    agent_version: None,
-                    started_at: t.committed_at,
-                    ended_at: t.committed_at,
-                    duration_s: 0.0,
-                    outcome,
-                    exit_code: None,
-                    signal: None,
-                    tokens_in: None,
-                    tokens_out: None,
-                    cache_read_tokens: None,
-                    cache_creation_tokens: None,
-                    cost_usd: None,
-                    cost_source: None,
-                    head_before: None,
-                    head_after: Some(t.sha.clone()),
-                    commits: Vec::new(),
-                    checkpoint_commit: Some(t.sha.clone()),
-                    files_changed: Vec::new(),
-                    promise_seen: false,
-                    passes_flipped: Vec::new(),
-                    passes_reverted: Vec::new(),
-                    session_id: None,
-                    transcript: None,
-                    message: None,
-                })
-        })
-        .collect();
-    out.sort_by_key(|r| r.iteration);
-    out
 }
 
 /// Token and cost totals over some ledger records.

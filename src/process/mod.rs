@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 mod group;
 mod lines;
 mod supervise;
+pub mod tag;
 
 pub use group::{group_alive, group_members, kill_group};
 pub use supervise::{die_with_parent, run};

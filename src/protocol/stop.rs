@@ -241,13 +241,13 @@ impl StopReason {
                 let at = local_time(*resume_at);
                 match why {
                     UsageLimitStop::NoWait => format!(
-                        "stopped: the agent hit a usage limit that resets at {at}; run `ralph run` again then (stopped because of --no-wait)"
+                        "stopped: the agent's usage limit resets at {at}; not waiting (--no-wait), run `ralph run` again then"
                     ),
                     UsageLimitStop::TooManyWaits { waits } => format!(
                         "stopped: the agent hit a usage limit {waits} times in this run; stopped instead of waiting again (it resets at {at})"
                     ),
                     UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
-                        "stopped: the agent hit a usage limit that resets at {at}, after --max-duration {} ends; run `ralph run` again then",
+                        "stopped: the agent's usage limit resets at {at}, after --max-duration {} ends; not waiting, run `ralph run` again then",
                         dur(*max_duration_s)
                     ),
                 }

@@ -420,8 +420,16 @@ fn ctrl_c_interrupts_checkpoints_and_resume_continues_numbering() {
         assert!(Instant::now() < deadline, "agent never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
-    let pgid = state["in_flight"]["pid"].as_i64().unwrap() as i32;
+    // The agent may write its file before ralph has saved its process group id.
+    let pgid = loop {
+        let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+        let pid = state["in_flight"]["pid"].as_i64().unwrap_or(0) as i32;
+        if pid > 0 {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the agent's pid was never saved");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,

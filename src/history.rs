@@ -1,0 +1,157 @@
+//! The one reader of what happened in earlier iterations: `.ralph/ledger.jsonl` when it has
+//! records, else the `Ralph-*` trailers of ralph's commits in git (a deleted `.ralph/`, a fresh
+//! clone). `ralph status`, a starting run (numbering, attempts, blocked stories) and crash
+//! recovery read history only through here.
+
+use crate::git::{Repo, TrailerRecord};
+use crate::ledger::{self, LedgerError};
+use crate::protocol::LedgerRecord;
+use crate::workspace::RunPaths;
+
+/// How many ralph commits are read from git at most (newest first).
+pub const MAX_GIT_RECORDS: usize = 100_000;
+
+/// Where a [`History`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `.ralph/ledger.jsonl`: every field.
+    Ledger,
+    /// The trailers of ralph's commits: run, iteration, story, outcome, feature and the commit
+    /// time only (no tokens, cost, durations or messages).
+    Git,
+    /// Neither has any iteration.
+    Empty,
+}
+
+impl Source {
+    /// `ledger`, `git` or `empty`, as `ralph status --json` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Ledger => "ledger",
+            Source::Git => "git",
+            Source::Empty => "empty",
+        }
+    }
+}
+
+/// Every recorded iteration, oldest first (one record per run and iteration).
+#[derive(Debug, Clone)]
+pub struct History {
+    /// The records, oldest first.
+    pub records: Vec<LedgerRecord>,
+    /// Where they came from.
+    pub source: Source,
+}
+
+impl History {
+    /// Reads the ledger at `paths.ledger`; when it has no record, the trailers of ralph's commits
+    /// reachable from HEAD in `repo` (when given).
+    ///
+    /// # Errors
+    /// A ledger line other than the last that is not a valid record, or an unreadable ledger
+    /// ([`LedgerError`], naming the file and line). Unreadable git history reads as empty.
+    pub fn load(paths: &RunPaths, repo: Option<&Repo>) -> Result<History, LedgerError> {
+        let records = if paths.ledger.exists() {
+            ledger::read_all(&paths.ledger)?.records
+        } else {
+            Vec::new()
+        };
+        if !records.is_empty() {
+            return Ok(History {
+                records,
+                source: Source::Ledger,
+            });
+        }
+        let from_git = repo
+            .and_then(|r| r.trailer_history(MAX_GIT_RECORDS).ok())
+            .map(|t| records_from_git(&t))
+            .unwrap_or_default();
+        let source = if from_git.is_empty() {
+            Source::Empty
+        } else {
+            Source::Git
+        };
+        Ok(History {
+            records: from_git,
+            source,
+        })
+    }
+
+    /// The id of the run that recorded the newest iteration.
+    pub fn latest_run(&self) -> Option<&str> {
+        self.records.last().map(|r| r.run_id.as_str())
+    }
+
+    /// The records of run `run_id`, oldest first.
+    pub fn run<'a>(&'a self, run_id: &'a str) -> impl Iterator<Item = &'a LedgerRecord> + 'a {
+        self.records.iter().filter(move |r| r.run_id == run_id)
+    }
+
+    /// Whether iteration `iteration` of run `run_id` is recorded.
+    pub fn contains(&self, run_id: &str, iteration: u32) -> bool {
+        self.records
+            .iter()
+            .any(|r| r.run_id == run_id && r.iteration == iteration)
+    }
+
+    /// The highest iteration number recorded (0 when none).
+    pub fn last_iteration(&self) -> u32 {
+        self.records.iter().map(|r| r.iteration).max().unwrap_or(0)
+    }
+
+    /// The newest record of `story_id` whose outcome was a failure or gave no progress, with
+    /// a message: why an open story has not passed yet.
+    pub fn last_failure(&self, story_id: &str) -> Option<&LedgerRecord> {
+        self.records.iter().rev().find(|r| {
+            r.story_id == story_id
+                && !matches!(
+                    r.outcome,
+                    crate::protocol::Outcome::StoryPassed | crate::protocol::Outcome::Progress
+                )
+        })
+    }
+}
+
+/// The highest iteration number in either the ledger or ralph's commit trailers: iteration
+/// numbers continue even when state.json or the whole `.ralph/` was lost.
+pub fn last_recorded_iteration(paths: &RunPaths, repo: &Repo) -> u32 {
+    let from_ledger = ledger::read_all(&paths.ledger)
+        .map(|l| l.records.iter().map(|r| r.iteration).max().unwrap_or(0))
+        .unwrap_or(0);
+    let from_git = repo
+        .trailer_history(MAX_GIT_RECORDS)
+        .map(|h| h.iter().filter_map(|t| t.iteration).max().unwrap_or(0))
+        .unwrap_or(0);
+    from_ledger.max(from_git)
+}
+
+/// Ledger-like records rebuilt from ralph's commit trailers (`history` newest first, as
+/// [`Repo::trailer_history`] gives them), oldest first, one per run and iteration (a restart's
+/// checkpoint of an interrupted iteration shares its number): what git alone remembers.
+pub fn records_from_git(history: &[TrailerRecord]) -> Vec<LedgerRecord> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out: Vec<LedgerRecord> = history
+        .iter()
+        .rev()
+        .filter_map(|t| {
+            let iteration = t.iteration?;
+            let outcome = t.outcome?;
+            if !seen.insert((t.run_id.clone(), iteration)) {
+                return None;
+            }
+            let mut r = LedgerRecord::new(
+                &t.run_id,
+                iteration,
+                t.story_id.as_deref().unwrap_or_default(),
+                outcome,
+                t.committed_at,
+            );
+            r.head_after = Some(t.sha.clone());
+            r.checkpoint_commit = Some(t.sha.clone());
+            r.feature = t.feature.clone();
+            Some(r)
+        })
+        .collect();
+    out.sort_by_key(|r| r.iteration);
+    out
+}

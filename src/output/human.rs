@@ -1,0 +1,471 @@
+//! The terminal: a live status line while an iteration runs, one line per finished iteration,
+//! warnings, and the final summary, all on stderr. `--quiet` keeps only warnings, failed
+//! iterations and the summary. Colours and the live line are off when stderr is not a terminal
+//! or `NO_COLOR` is set.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use chrono::{Datelike as _, Local, Utc};
+use console::{style, Style};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::Sink;
+use crate::protocol::run_event::{RunSummary, WaitReason};
+use crate::protocol::{AgentEvent, LedgerRecord, Outcome, RunEvent};
+
+/// Lines of a failed verify command's output shown under its iteration's line.
+const VERIFY_TAIL_SHOWN: usize = 6;
+
+/// The terminal sink.
+pub struct Human {
+    /// Only warnings, nothing else (beside `--json`, whose stream carries the rest).
+    warnings_only: bool,
+    quiet: bool,
+    verbose: bool,
+    bar: Option<ProgressBar>,
+    live_prefix: String,
+    /// This run's cost so far (USD), `None` until an iteration reports one.
+    run_cost: Option<f64>,
+}
+
+impl Human {
+    /// A terminal sink; `quiet` keeps only warnings, failures and the summary, `verbose` adds the
+    /// agent's command line, text and tool calls. Colours follow `NO_COLOR` and whether stderr is
+    /// a terminal.
+    pub fn new(quiet: bool, verbose: bool) -> Human {
+        let tty = std::io::stderr().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        console::set_colors_enabled_stderr(tty && !no_color);
+        Human {
+            warnings_only: false,
+            quiet,
+            verbose,
+            bar: None,
+            live_prefix: String::new(),
+            run_cost: None,
+        }
+    }
+
+    /// A sink that prints only warnings on stderr: beside `--json`, so that a script reading
+    /// stdout still shows a person what went wrong.
+    pub fn warnings_only() -> Human {
+        let mut sink = Human::new(true, false);
+        sink.warnings_only = true;
+        sink
+    }
+
+    /// Prints a line on stderr without tearing the live line.
+    fn eprint(&self, line: &str) {
+        match &self.bar {
+            // A closed stderr (e.g. `| head`) must not stop the run: write errors are ignored.
+            Some(bar) => bar.suspend(|| {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+        }
+    }
+
+    fn warn(&self, msg: &str) {
+        self.eprint(&format!(
+            "{} {msg}",
+            style("warning:").yellow().bold().for_stderr()
+        ));
+    }
+
+    fn info(&self, msg: &str) {
+        if !self.quiet {
+            self.eprint(msg);
+        }
+    }
+
+    fn live_text(&self, tail: Option<String>) -> String {
+        let cost = self.run_cost.map(usd);
+        match (cost, tail) {
+            (Some(c), Some(t)) => format!("{c} · {t}"),
+            (Some(c), None) => c,
+            (None, Some(t)) => t,
+            (None, None) => String::new(),
+        }
+    }
+
+    fn iteration_started(&mut self, prefix: String) {
+        self.live_prefix = prefix;
+        if self.quiet {
+            return;
+        }
+        if !std::io::stderr().is_terminal() {
+            self.eprint(&format!("▶ {}", self.live_prefix));
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(s) = ProgressStyle::with_template("{spinner} {prefix} · {elapsed} · {msg}") {
+            bar.set_style(s);
+        }
+        bar.set_prefix(self.live_prefix.clone());
+        bar.set_message(self.live_text(None));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        self.bar = Some(bar);
+    }
+
+    fn agent_event(&self, event: &AgentEvent) {
+        match event {
+            AgentEvent::ToolCall { name, summary } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_message(self.live_text(Some(format!("{name}: {summary}"))));
+                }
+                if self.verbose && !self.quiet {
+                    self.eprint(&format!(
+                        "  {} {name}: {summary}",
+                        style("→").cyan().for_stderr()
+                    ));
+                }
+            }
+            AgentEvent::AssistantText { text } if self.verbose && !self.quiet => {
+                for line in text.lines() {
+                    self.eprint(&format!("  {}", style(line).dim().for_stderr()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn iteration_finished(&mut self, record: &LedgerRecord, slot: u32, max: u32) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        if let Some(cost) = record.cost_usd {
+            self.run_cost = Some(self.run_cost.unwrap_or(0.0) + cost);
+        }
+        if self.quiet {
+            self.quiet_iteration(record);
+            return;
+        }
+        let (mark, colour) = outcome_style(record.outcome);
+        let mut parts = vec![
+            format!("iteration {} ({slot}/{max})", record.iteration),
+            record.story_id.clone(),
+            colour
+                .apply_to(record.outcome.as_str())
+                .for_stderr()
+                .to_string(),
+            humantime::format_duration(Duration::from_secs(record.duration_s.round() as u64))
+                .to_string(),
+        ];
+        if let Some(cost) = record.cost_usd {
+            parts.push(usd(cost));
+        }
+        // The agent's own commits; ralph's checkpoint is not the agent's work.
+        parts.push(plural(record.commits.len(), "commit"));
+        parts.push(format!(
+            "{} changed",
+            plural(record.files_changed.len(), "file")
+        ));
+        self.eprint(&format!(
+            "{} {}",
+            colour.apply_to(mark).for_stderr(),
+            parts.join(" · ")
+        ));
+        if let Some(message) = primary_message(record) {
+            self.eprint(&format!("    {}", style(message).dim().for_stderr()));
+        }
+        self.verify_tails(record);
+        for finding in &record.findings {
+            self.warn(&format!("iteration {}: {finding}", record.iteration));
+        }
+    }
+
+    /// `--quiet`: one warning line for an iteration that did not move its story forward (its
+    /// message says why, findings included), else the findings alone.
+    fn quiet_iteration(&self, record: &LedgerRecord) {
+        let moved = matches!(
+            record.outcome,
+            Outcome::StoryPassed
+                | Outcome::Progress
+                | Outcome::UsageLimit
+                | Outcome::Transient
+                | Outcome::Interrupted
+        );
+        if !moved {
+            self.warn(&format!(
+                "iteration {} ({}): {} {}",
+                record.iteration,
+                record.story_id,
+                record.outcome.as_str(),
+                record.message.as_deref().unwrap_or("")
+            ));
+            self.verify_tails(record);
+        } else {
+            for finding in &record.findings {
+                self.warn(&format!("iteration {}: {finding}", record.iteration));
+            }
+        }
+    }
+
+    /// The end of each failed verify command's output, indented under the iteration.
+    fn verify_tails(&self, record: &LedgerRecord) {
+        for v in record.verify_failures() {
+            let lines: Vec<&str> = v.output_tail.lines().collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let shown = &lines[lines.len().saturating_sub(VERIFY_TAIL_SHOWN)..];
+            self.eprint(&format!(
+                "    {}",
+                style(format!(
+                    "{}'s verify output (last {} lines):",
+                    v.story_id,
+                    shown.len()
+                ))
+                .dim()
+                .for_stderr()
+            ));
+            for line in shown {
+                self.eprint(&format!("    │ {}", style(line).dim().for_stderr()));
+            }
+        }
+    }
+
+    fn waiting(
+        &self,
+        reason: WaitReason,
+        until: chrono::DateTime<Utc>,
+        story: &str,
+        n: u32,
+        max: u32,
+    ) {
+        let left = (until - Utc::now()).to_std().unwrap_or_default();
+        let left = humantime::format_duration(Duration::from_secs(left.as_secs().max(1)));
+        match reason {
+            WaitReason::UsageLimit => self.warn(&format!(
+                "waiting for the usage limit to reset at {} (in {left}); Ctrl-C or `ralph stop` stops, `ralph run` later resumes the wait",
+                reset_time_text(until),
+            )),
+            WaitReason::Retry => self.warn(&format!(
+                "transient failure; retrying {story} in {left} (retry {n} of {max})"
+            )),
+        }
+    }
+
+    fn summary(&self, s: &RunSummary) {
+        let head = if s.success {
+            style(format!("ralph: {}", s.headline)).green().bold()
+        } else {
+            style(format!("ralph: {}", s.headline)).yellow().bold()
+        };
+        self.eprint(&format!("\n{}", head.for_stderr()));
+        let open = if s.open.is_empty() {
+            String::from("0 open")
+        } else {
+            format!("{} open ({})", s.open.len(), s.open.join(", "))
+        };
+        let iterations = match s.iteration_range {
+            Some((a, b)) if a != b => format!("{} this run (#{a}–#{b})", s.iterations),
+            Some((a, _)) => format!("1 this run (#{a})"),
+            None => String::from("0 this run"),
+        };
+        let tokens = match (s.tokens_in, s.tokens_out) {
+            (None, None) => None,
+            (i, o) => Some(format!(
+                "{} tokens in, {} out",
+                i.unwrap_or(0),
+                o.unwrap_or(0)
+            )),
+        };
+        let cost = match (s.cost_usd, tokens) {
+            (Some(c), Some(t)) => format!("{} ({t})", usd(c)),
+            (Some(c), None) => usd(c),
+            (None, None) => "not reported by the agent".to_string(),
+            (None, Some(t)) => format!("not reported ({t})"),
+        };
+        if let Some(why) = s.stop_reason.why() {
+            self.eprint(&format!(
+                "  {} {why}",
+                style("why:").yellow().bold().for_stderr()
+            ));
+        }
+        for caveat in &s.caveats {
+            self.eprint(&format!(
+                "  {} {caveat}",
+                style("check:").yellow().bold().for_stderr()
+            ));
+        }
+        let secs = Duration::from_secs(s.elapsed().as_secs());
+        for (k, v) in [
+            ("stories", format!("{} passed, {open}", s.passed)),
+            ("iterations", iterations),
+            ("time", humantime::format_duration(secs).to_string()),
+            ("cost", cost),
+            ("ledger", s.ledger.clone()),
+            ("next", s.next.clone()),
+        ] {
+            self.eprint(&format!("  {:<11} {v}", style(k).dim().for_stderr()));
+        }
+    }
+}
+
+impl Sink for Human {
+    fn on(&mut self, event: &RunEvent) {
+        let warning = matches!(
+            event,
+            RunEvent::Warning { .. } | RunEvent::StoryBlocked { .. } | RunEvent::Waiting { .. }
+        );
+        if self.warnings_only && !warning {
+            return;
+        }
+        match event {
+            RunEvent::Archived { message, .. } => self.info(message),
+            RunEvent::RunStarted {
+                run_id, settings, ..
+            } => {
+                self.info(&format!("ralph run {run_id}"));
+                if !self.quiet {
+                    for s in settings {
+                        self.eprint(&format!(
+                            "  {:<12} {}",
+                            style(&s.key).dim().for_stderr(),
+                            s.value
+                        ));
+                    }
+                }
+            }
+            RunEvent::Notice { message } => self.info(message),
+            RunEvent::Warning { message } => self.warn(message),
+            RunEvent::IterationStarted {
+                iteration,
+                slot,
+                max_iter,
+                story_id,
+                story_title,
+                backend,
+            } => self.iteration_started(format!(
+                "iteration {iteration} ({slot}/{max_iter}) · {story_id} {story_title} · {backend}"
+            )),
+            RunEvent::AgentCommand { command } => {
+                if self.verbose && !self.quiet {
+                    self.eprint(&format!("  {} {command}", style("$").dim().for_stderr()));
+                }
+            }
+            RunEvent::AgentEvent { agent_event } => self.agent_event(agent_event),
+            RunEvent::VerifyStarted { story_id, command } => {
+                self.info(&format!("  verify {story_id}: {command}"))
+            }
+            RunEvent::VerifyFinished { .. } => {}
+            RunEvent::IterationFinished {
+                record,
+                slot,
+                max_iter,
+            } => self.iteration_finished(record, *slot, *max_iter),
+            RunEvent::StoryBlocked {
+                story_id,
+                attempts,
+                last_outcome,
+                ..
+            } => self.warn(&format!(
+                "{story_id} is blocked after {attempts} attempts (last: {last_outcome}); moving on to the next story"
+            )),
+            RunEvent::Waiting {
+                reason,
+                until,
+                story_id,
+                attempt,
+                max,
+            } => self.waiting(*reason, *until, story_id, *attempt, *max),
+            RunEvent::RunFinished(summary) => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                self.summary(summary)
+            }
+        }
+    }
+}
+
+impl Drop for Human {
+    fn drop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The record's message without its findings (shown as warnings of their own).
+fn primary_message(record: &LedgerRecord) -> Option<&str> {
+    let message = record.message.as_deref()?;
+    if record.findings.is_empty() {
+        return Some(message);
+    }
+    let findings = record.findings.join("; ");
+    let primary = message
+        .strip_suffix(findings.as_str())
+        .unwrap_or(message)
+        .trim_end_matches("; ");
+    (!primary.is_empty()).then_some(primary)
+}
+
+fn outcome_style(outcome: Outcome) -> (&'static str, Style) {
+    match outcome {
+        Outcome::StoryPassed => ("✓", Style::new().green()),
+        Outcome::Progress => ("•", Style::new().cyan()),
+        Outcome::Interrupted => ("■", Style::new().yellow()),
+        Outcome::NoProgress
+        | Outcome::PrematureClaim
+        | Outcome::UsageLimit
+        | Outcome::Transient => ("!", Style::new().yellow()),
+        _ => ("✗", Style::new().red()),
+    }
+}
+
+/// `1 commit`, `2 files`.
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// `$1.23`, or `$0.0047` below a cent (so a cheap iteration does not read as free).
+pub fn usd(c: f64) -> String {
+    if c > 0.0 && c < 0.01 {
+        format!("${c:.4}")
+    } else {
+        format!("${c:.2}")
+    }
+}
+
+/// `14:00` for a time today, `Tue 1 Dec 14:00` later this year, `2027-01-04 14:00` otherwise
+/// (local time).
+pub fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
+    let local = until.with_timezone(&Local);
+    let now = Local::now();
+    if local.date_naive() == now.date_naive() {
+        local.format("%H:%M").to_string()
+    } else if local.year() == now.year() && local > now {
+        local.format("%a %-d %b %H:%M").to_string()
+    } else {
+        local.format("%Y-%m-%d %H:%M").to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_line_leaves_findings_to_their_warnings() {
+        let mut r = LedgerRecord::new("r", 1, "US-001", Outcome::StoryPassed, Utc::now());
+        r.findings = vec!["US-002 edited (title)".into(), "HEAD moved".into()];
+        r.message = Some("US-002 edited (title); HEAD moved".into());
+        assert_eq!(primary_message(&r), None);
+        r.message = Some("verify failed; US-002 edited (title); HEAD moved".into());
+        assert_eq!(primary_message(&r), Some("verify failed"));
+        r.findings.clear();
+        assert_eq!(primary_message(&r), r.message.as_deref());
+    }
+
+    #[test]
+    fn sub_cent_costs_keep_their_digits() {
+        assert_eq!(usd(0.0047), "$0.0047");
+        assert_eq!(usd(1.5), "$1.50");
+        assert_eq!(usd(0.0), "$0.00");
+    }
+}

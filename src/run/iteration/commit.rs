@@ -1,0 +1,180 @@
+//! Stage 5 of an iteration, and the only place an iteration is written down: the progress.txt
+//! entry first (so the checkpoint carries it), then the checkpoint commit with the trailers,
+//! the `end` ref, the ledger line (the iteration's commit point: once it is written the
+//! iteration happened), and state.json. A crashed iteration recovered at the next start goes
+//! through [`commit`] too, so there is one record builder and one trailer writer.
+
+use std::time::Instant;
+
+use chrono::{Local, Utc};
+
+use crate::git::{Repo, Trailers};
+use crate::ledger;
+use crate::progress;
+use crate::protocol::{CostSource, LedgerRecord, Price, Usage};
+use crate::state::State;
+use crate::workspace::RunPaths;
+
+/// An iteration ready to be written: its ledger record with everything but what the commit
+/// itself produces (the checkpoint, HEAD after, the end time and duration).
+#[derive(Debug, Clone)]
+pub struct Draft {
+    /// The record; `checkpoint_commit`, `head_after`, `ended_at` and `duration_s` are filled in
+    /// by [`commit`].
+    pub record: LedgerRecord,
+    /// The progress.txt entry's summary line.
+    pub progress_summary: String,
+    /// The checkpoint commit's subject, e.g. `ralph: iteration 3 (US-002)`.
+    pub subject: String,
+    /// The checkpoint commit's body, e.g. `Outcome: story_passed.`
+    pub body: String,
+    /// When the iteration started (monotonic), for the duration; `None` keeps the record's
+    /// (a recovered iteration).
+    pub clock: Option<Instant>,
+}
+
+/// The places [`commit`] writes to.
+#[derive(Debug, Clone, Copy)]
+pub struct Sinks<'a> {
+    /// The repository.
+    pub repo: &'a Repo,
+    /// The workspace.
+    pub paths: &'a RunPaths,
+}
+
+/// Writes `draft` down (see the module docs) and returns the final record.
+///
+/// # Errors
+/// progress.txt, git, ledger or state.json could not be written; whatever was written before the
+/// failure stays (a restart recovers the iteration from state.json's in-flight entry).
+pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<LedgerRecord> {
+    let Draft {
+        mut record,
+        progress_summary,
+        subject,
+        body,
+        clock,
+    } = draft;
+    progress::ensure_exists(&at.paths.progress, Local::now())?;
+    progress::append_entry(
+        &at.paths.progress,
+        &progress::Entry {
+            at: Local::now(),
+            iteration: record.iteration,
+            story_id: record.story_id.clone(),
+            story_title: record.story_title.clone(),
+            outcome: record.outcome,
+            commit: record.commits.last().cloned(),
+            summary: progress_summary,
+        },
+    )?;
+    let trailers = Trailers {
+        run_id: record.run_id.clone(),
+        iteration: record.iteration,
+        story_id: record.story_id.clone(),
+        outcome: record.outcome,
+        feature: record.feature.clone(),
+    };
+    record.checkpoint_commit = at.repo.commit_all(&subject, &body, &trailers.pairs())?;
+    record.head_after = at.repo.head_sha()?;
+    if let Some(head) = &record.head_after {
+        // Whatever happens to branches later, this iteration's result stays reachable.
+        at.repo.set_ref(
+            &format!("refs/ralph/{}/{}/end", record.run_id, record.iteration),
+            head,
+        )?;
+    }
+    record.ended_at = Utc::now();
+    // A recovered iteration's real duration is unknown (ralph was killed during it): it keeps
+    // the draft's.
+    if let Some(c) = clock {
+        record.duration_s = c.elapsed().as_secs_f64();
+    }
+    ledger::append(&at.paths.ledger, &record)?;
+
+    if record.outcome.is_attempt() {
+        *state.attempts.entry(record.story_id.clone()).or_insert(0) += 1;
+    }
+    state.iteration = state.iteration.max(record.iteration);
+    state.last_outcome = Some(record.outcome.as_str().to_string());
+    state.in_flight = None;
+    state.save(&at.paths.ralph_dir)?;
+    Ok(record)
+}
+
+/// The iteration's cost: the agent's own report, else its tokens priced from ralph.toml's
+/// `[prices]` when the model has an entry, else unknown.
+pub fn cost(
+    reported: Option<f64>,
+    usage: &Usage,
+    price: Option<&Price>,
+) -> (Option<f64>, Option<CostSource>) {
+    match (reported, price) {
+        (Some(c), _) => (Some(c), Some(CostSource::Agent)),
+        (None, Some(p)) if !usage.is_empty() => (Some(p.cost(usage)), Some(CostSource::PriceTable)),
+        _ => (None, None),
+    }
+}
+
+/// A token count of 0 means the agent reported none: recorded as absent, not as zero.
+pub fn reported(tokens: u64) -> Option<u64> {
+    (tokens > 0).then_some(tokens)
+}
+
+/// progress.txt's one-line summary of an iteration.
+pub fn progress_summary(
+    commits: &[String],
+    files: &[String],
+    flipped: &[String],
+    promise: bool,
+    message: Option<&str>,
+) -> String {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let mut parts = vec![format!(
+        "{} agent commit{}, {} file{} changed",
+        commits.len(),
+        plural(commits.len()),
+        files.len(),
+        plural(files.len())
+    )];
+    if !flipped.is_empty() {
+        parts.push(format!("passes set: {}", flipped.join(", ")));
+    }
+    if promise {
+        parts.push("completion promise printed".into());
+    }
+    if let Some(m) = message {
+        parts.push(m.to_string());
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_prefers_the_agent_then_the_price_table_and_never_invents_zero() {
+        let price = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+        };
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 1_000_000,
+            ..Usage::default()
+        };
+        assert_eq!(
+            cost(Some(0.5), &usage, Some(&price)),
+            (Some(0.5), Some(CostSource::Agent))
+        );
+        assert_eq!(
+            cost(None, &usage, Some(&price)),
+            (Some(3.0), Some(CostSource::PriceTable))
+        );
+        assert_eq!(cost(None, &Usage::default(), Some(&price)), (None, None));
+        assert_eq!(cost(None, &usage, None), (None, None));
+        assert_eq!(reported(0), None);
+    }
+}

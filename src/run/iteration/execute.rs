@@ -1,0 +1,118 @@
+//! Stage 2 of an iteration: run the agent. Its output is parsed line by line by the backend's
+//! parser, kept in the transcript and sent to the outputs as [`RunEvent::AgentEvent`]s; the
+//! process group id is saved in state.json as soon as it exists. Whatever the agent left running
+//! under its tag is killed when it ends.
+
+use std::path::PathBuf;
+
+use super::prepare::Launch;
+use super::Cx;
+use crate::output::Outputs;
+use crate::process::{self, LineVerdict, ProcessOutcome};
+use crate::protocol::{AgentEvent, AgentReport, RunEvent};
+use crate::state::State;
+
+/// Stage 2's value: how the process ended and what the agent reported.
+#[derive(Debug)]
+pub struct Execution {
+    /// How the process ended.
+    pub process: ProcessOutcome,
+    /// What the parser concluded.
+    pub report: AgentReport,
+    /// The transcript's path.
+    pub transcript: PathBuf,
+}
+
+/// Runs stage 2 (see the module docs). `limits.timeout` is the iteration's own limit.
+///
+/// # Errors
+/// The agent could not be started (nothing ran: the iteration is taken back in state.json), or
+/// state.json could not be written.
+pub async fn execute(
+    cx: &Cx<'_>,
+    state: &mut State,
+    launch: Launch,
+    iteration: u32,
+    limits: &process::Limits,
+    out: &mut Outputs,
+) -> anyhow::Result<Execution> {
+    let Launch {
+        prompt,
+        spec,
+        mut transcript,
+    } = launch;
+    let mut parser = cx.backend.parser(&prompt);
+    let ralph_dir = cx.paths.ralph_dir.clone();
+    let run_result = {
+        let state_ref = &mut *state;
+        let transcript_ref = &mut transcript;
+        let parser_ref = &mut parser;
+        let out_ref = &mut *out;
+        process::run(
+            spec,
+            limits,
+            cx.stop,
+            |pid| {
+                // Persist the group id at once: a ralph killed now must find it on restart.
+                if let Some(f) = state_ref.in_flight.as_mut() {
+                    f.pid = pid;
+                }
+                let _ = state_ref.save(&ralph_dir);
+            },
+            |line| {
+                transcript_ref.line(&line);
+                let mut verdict = LineVerdict::Continue;
+                for event in parser_ref.on_line(&line) {
+                    if matches!(event, AgentEvent::Final { .. }) {
+                        verdict = LineVerdict::Final;
+                    }
+                    transcript_ref.event(&event);
+                    out_ref.emit(RunEvent::AgentEvent { agent_event: event });
+                }
+                verdict
+            },
+        )
+        .await
+    };
+    let process = match run_result {
+        Ok(o) => o,
+        Err(e) => {
+            // The agent could not even start: nothing ran, so nothing to record as an iteration.
+            state.in_flight = None;
+            state.iteration = iteration - 1;
+            state.save(&cx.paths.ralph_dir)?;
+            return Err(e.into());
+        }
+    };
+    // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
+    // is no longer linked to it once the agent exited; its tag still names it.
+    let stray = process::tag::kill_tagged(&process::tag::agent_tag(cx.run_id, iteration));
+    if stray > 0 {
+        out.warn(format!(
+            "iteration {iteration}: killed {stray} process{} the agent left running",
+            if stray == 1 { "" } else { "es" }
+        ));
+    }
+    let mut report = parser.finish(process.exit_code);
+    cx.cfg.patterns.apply(&mut report);
+    transcript.note(
+        "end",
+        serde_json::json!({"end": process.end, "exit_code": process.exit_code,
+            "signal": process.signal, "report": &report}),
+    );
+    let fallback = cx.paths.transcript(cx.run_id, iteration);
+    let transcript_path = match transcript.finish() {
+        Ok(p) => p,
+        Err(e) => {
+            out.warn(format!(
+                "transcript of iteration {iteration} is incomplete: {e}"
+            ));
+            fallback
+        }
+    };
+    Ok(Execution {
+        process,
+        report,
+        transcript: transcript_path,
+    })
+}

@@ -1,0 +1,243 @@
+//! One iteration, as a one-way pipeline. Each stage takes the previous stage's value and
+//! returns a new one:
+//!
+//! ```text
+//! Assignment ─prepare─▶ Prepared ─execute─▶ Execution ─inspect─▶ Observation
+//!            ─classify (pure)─▶ Verdict ─commit─▶ LedgerRecord
+//! ```
+//!
+//! Only [`commit`] writes the iteration down (progress.txt, checkpoint, ledger, state.json).
+
+pub mod classify;
+pub mod commit;
+pub mod execute;
+pub mod inspect;
+pub mod prepare;
+pub mod verify;
+
+use chrono::{DateTime, Utc};
+
+use crate::agent::Backend;
+use crate::config::RunConfig;
+use crate::git::Repo;
+use crate::output::Outputs;
+use crate::process::{Limits, StopSignals};
+use crate::prompt::PromptTemplate;
+use crate::protocol::{LedgerRecord, RunEvent};
+use crate::run::feedback::Feedback;
+use crate::state::State;
+use crate::workspace::RunPaths;
+
+use self::classify::{Facts, Verdict};
+use self::commit::{Draft, Sinks};
+use self::execute::Execution;
+use self::inspect::Observation;
+use self::prepare::{Assignment, Prepared};
+
+/// What every iteration of a run shares (read-only).
+pub struct Cx<'a> {
+    /// The resolved settings.
+    pub cfg: &'a RunConfig,
+    /// The workspace.
+    pub paths: &'a RunPaths,
+    /// The repository.
+    pub repo: &'a Repo,
+    /// The backend.
+    pub backend: &'a dyn Backend,
+    /// The prompt template.
+    pub template: &'a PromptTemplate,
+    /// Ctrl-C and friends.
+    pub stop: &'a StopSignals,
+    /// This run's id.
+    pub run_id: &'a str,
+    /// The agent CLI's `--version`, when it answered.
+    pub agent_version: Option<&'a str>,
+    /// Whether the "cost unknown" warning was given in this run.
+    pub warned_unpriced: std::sync::atomic::AtomicBool,
+}
+
+/// What an iteration hands back to the loop.
+#[derive(Debug)]
+pub struct Done {
+    /// Its ledger record, as written.
+    pub record: LedgerRecord,
+    /// Notes for later prompts.
+    pub feedback: Vec<Feedback>,
+    /// For a usage limit: when the agent said it resets.
+    pub resume_at: Option<DateTime<Utc>>,
+    /// Whether its story passes in prd.json now.
+    pub story_passes: bool,
+}
+
+/// Runs one iteration through every stage. `limits.timeout` is this iteration's wall-clock
+/// limit (cut by `--max-duration` for the last one).
+///
+/// # Errors
+/// Failures on ralph's own files, git, or an agent that cannot start. Agent failures are
+/// outcomes, not errors.
+pub async fn run(
+    cx: &Cx<'_>,
+    state: &mut State,
+    a: Assignment,
+    limits: &Limits,
+    out: &mut Outputs,
+) -> anyhow::Result<Done> {
+    let Prepared {
+        assignment,
+        start,
+        command_line,
+        launch,
+    } = prepare::prepare(cx, state, a)?;
+    out.emit(RunEvent::IterationStarted {
+        iteration: assignment.iteration,
+        slot: assignment.slot,
+        max_iter: cx.cfg.max_iter,
+        story_id: assignment.story.id.clone(),
+        story_title: assignment.story.title.clone(),
+        backend: cx.backend.kind().as_str().to_string(),
+    });
+    out.emit(RunEvent::AgentCommand {
+        command: command_line,
+    });
+    let execution = execute::execute(cx, state, launch, assignment.iteration, limits, out).await?;
+    let observation = inspect::inspect(cx, &assignment, &start, out).await?;
+    let verdict = classify::classify(
+        &Facts {
+            story_id: &assignment.story.id,
+            run_id: cx.run_id,
+            iteration: assignment.iteration,
+            process: &execution.process,
+            report: &execution.report,
+            has_final_event: cx.backend.kind() != crate::protocol::AgentKind::Exec,
+            limits: classify::Limits {
+                timeout: cx.cfg.timeout,
+                iteration_timeout: limits.timeout,
+                idle_timeout: cx.cfg.idle_timeout,
+                max_duration: cx.cfg.max_duration,
+            },
+        },
+        &observation,
+    );
+    let draft = draft(
+        cx,
+        &assignment,
+        &start,
+        &execution,
+        &observation,
+        &verdict,
+        out,
+    );
+    let record = commit::commit(
+        Sinks {
+            repo: cx.repo,
+            paths: cx.paths,
+        },
+        state,
+        draft,
+    )?;
+    out.emit(RunEvent::IterationFinished {
+        record: Box::new(record.clone()),
+        slot: assignment.slot,
+        max_iter: cx.cfg.max_iter,
+    });
+    Ok(Done {
+        record,
+        feedback: verdict.feedback,
+        resume_at: execution.report.resume_at,
+        story_passes: observation.story_passes,
+    })
+}
+
+/// The ledger record and commit texts of an iteration, from what the stages found.
+fn draft(
+    cx: &Cx<'_>,
+    a: &Assignment,
+    start: &prepare::StartPoint,
+    e: &Execution,
+    obs: &Observation,
+    v: &Verdict,
+    out: &mut Outputs,
+) -> Draft {
+    let report = &e.report;
+    // A CLI that reports only tokens (codex, gemini) is priced from ralph.toml's table.
+    let model = report.model.clone().or(cx.cfg.model.clone());
+    let price = model.as_deref().and_then(|m| cx.cfg.native.prices.get(m));
+    let (cost_usd, cost_source) = commit::cost(report.cost_usd, &report.usage, price);
+    if cost_usd.is_none() {
+        warn_unpriced(cx, model.as_deref(), &report.usage, out);
+    }
+    let mut r = LedgerRecord::new(cx.run_id, a.iteration, &a.story.id, v.outcome, start.at);
+    r.story_title = a.story.title.clone();
+    r.backend = cx.backend.kind().as_str().to_string();
+    r.model = model;
+    r.agent_version = report
+        .agent_version
+        .clone()
+        .or(cx.agent_version.map(str::to_owned));
+    r.exit_code = e.process.exit_code;
+    r.signal = e.process.signal;
+    r.tokens_in = commit::reported(report.usage.input_tokens);
+    r.tokens_out = commit::reported(report.usage.output_tokens);
+    r.cache_read_tokens = commit::reported(report.usage.cache_read_tokens);
+    r.cache_creation_tokens = commit::reported(report.usage.cache_creation_tokens);
+    r.cost_usd = cost_usd;
+    r.cost_source = cost_source;
+    r.head_before = start.head.clone();
+    r.commits = obs.agent_commits.clone();
+    r.files_changed = obs.files_changed.clone();
+    r.promise_seen = v.promise_seen;
+    r.passes_flipped = obs.flipped.clone();
+    r.passes_reverted = obs.reverted.clone();
+    r.session_id = report.session_id.clone();
+    r.transcript = Some(cx.paths.rel(&e.transcript));
+    r.verify = obs.verify.clone();
+    r.findings = v.findings.clone();
+    r.feature = a.snapshot.prd.branch_name.clone();
+    r.message = v.message.clone();
+    Draft {
+        progress_summary: commit::progress_summary(
+            &r.commits,
+            &r.files_changed,
+            &r.passes_flipped,
+            r.promise_seen,
+            r.message.as_deref(),
+        ),
+        subject: format!("ralph: iteration {} ({})", a.iteration, a.story.id),
+        body: format!("Outcome: {}.", v.outcome.as_str()),
+        clock: Some(start.clock),
+        record: r,
+    }
+}
+
+/// Says once per run why an iteration that used tokens has no cost, when a price table exists
+/// but cannot apply (the CLI names no model, or the model has no entry).
+fn warn_unpriced(
+    cx: &Cx<'_>,
+    model: Option<&str>,
+    usage: &crate::protocol::Usage,
+    out: &mut Outputs,
+) {
+    let prices = &cx.cfg.native.prices;
+    if prices.is_empty() || usage.is_empty() {
+        return;
+    }
+    if cx
+        .warned_unpriced
+        .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        return;
+    }
+    let known: Vec<&str> = prices.keys().map(String::as_str).collect();
+    let message = match model {
+        None => format!(
+            "cost unknown: {} reports tokens but names no model, so [prices] ({}) cannot apply; pass --model NAME (model in ralph.toml)",
+            cx.cfg.agent.as_str(),
+            known.join(", ")
+        ),
+        Some(m) => format!(
+            "cost unknown: no [prices.\"{m}\"] entry in ralph.toml (it has: {})",
+            known.join(", ")
+        ),
+    };
+    out.warn(message);
+}

@@ -1,0 +1,116 @@
+//! The verify gate's command runner: a story's `verify` (else `--verify`) run with `bash -c` in
+//! the repository, in its own process group under the verify time limit, with `RALPH_STORY_ID`
+//! set. Its result and, when it fails, the bounded and redacted tail of its output become a
+//! [`VerifyRecord`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::Cx;
+use crate::process::{self, EndReason, Limits, LineVerdict};
+use crate::protocol::VerifyRecord;
+
+/// How long output is still read after the command exited.
+const EXIT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Runs `command` for `story_id` (see the module docs).
+///
+/// # Errors
+/// The command could not be started (e.g. no `bash`), naming it.
+pub async fn run(cx: &Cx<'_>, command: &str, story_id: &str) -> anyhow::Result<VerifyRecord> {
+    let spec = process::SpawnSpec {
+        program: "bash".into(),
+        args: vec!["-c".into(), command.to_string()],
+        cwd: cx.paths.repo_root.clone(),
+        env_remove: Vec::new(),
+        env_set: vec![
+            ("RALPH_STORY_ID".into(), story_id.to_string()),
+            ("NO_COLOR".into(), "1".into()),
+        ],
+        stdin: None,
+    };
+    let limits = Limits {
+        timeout: cx.cfg.verify_timeout,
+        idle_timeout: cx.cfg.verify_timeout,
+        kill_grace: cx.cfg.kill_grace,
+        exit_drain: EXIT_DRAIN,
+        final_grace: EXIT_DRAIN,
+        max_line_bytes: 64 * 1024,
+    };
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let outcome = process::run(
+        spec,
+        &limits,
+        cx.stop,
+        |_| {},
+        |line| {
+            if tail.len() == VerifyRecord::TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(process::strip_ansi(&line.text));
+            LineVerdict::Continue
+        },
+    )
+    .await
+    .with_context(|| format!("cannot run the verify command `{command}`"))?;
+    let result = match (outcome.end, outcome.exit_code) {
+        (EndReason::Exited, Some(0)) => None,
+        (EndReason::Exited, Some(code)) => Some(format!("exited with code {code}")),
+        (EndReason::TimedOut | EndReason::Idle, _) => Some(format!(
+            "timed out after {}",
+            humantime::format_duration(cx.cfg.verify_timeout)
+        )),
+        (EndReason::Cancelled, _) => Some("was interrupted".to_string()),
+        _ => Some(format!("was killed (signal {:?})", outcome.signal)),
+    };
+    let output_tail = match result {
+        None => String::new(),
+        Some(_) => bounded_tail(&tail, &crate::redact::env_secrets()),
+    };
+    Ok(VerifyRecord {
+        story_id: story_id.to_string(),
+        command: command.to_string(),
+        passed: result.is_none(),
+        result,
+        output_tail,
+    })
+}
+
+/// The kept lines joined, secrets redacted, cut to the last [`VerifyRecord::TAIL_BYTES`] bytes
+/// (at a line start when one is near).
+fn bounded_tail(lines: &VecDeque<String>, secrets: &[String]) -> String {
+    let joined = lines.iter().cloned().collect::<Vec<_>>().join("\n");
+    let text = crate::redact::redact(&joined, secrets);
+    if text.len() <= VerifyRecord::TAIL_BYTES {
+        return text;
+    }
+    let mut cut = text.len() - VerifyRecord::TAIL_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    let rest = &text[cut..];
+    match rest.find('\n') {
+        Some(i) if i < 200 => rest[i + 1..].to_string(),
+        _ => rest.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_is_bounded_and_redacted() {
+        let mut lines = VecDeque::new();
+        for i in 0..30 {
+            lines.push_back(format!("{i:03} {}", "x".repeat(300)));
+        }
+        lines.push_back("token=supersecretvalue".into());
+        let tail = bounded_tail(&lines, &["supersecretvalue".to_string()]);
+        assert!(tail.len() <= VerifyRecord::TAIL_BYTES, "{}", tail.len());
+        assert!(tail.ends_with("token=<redacted>"), "{tail}");
+        assert!(!tail.contains("000 "), "the oldest lines go first");
+    }
+}

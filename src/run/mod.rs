@@ -1,0 +1,253 @@
+//! `ralph run`'s loop. It knows the order of the steps and nothing else:
+//!
+//! ```text
+//! preflight ─▶ session ─▶ repeat { policy::pick ─▶ iteration ─▶ policy::decide } ─▶ summary
+//! ```
+//!
+//! - [`preflight`]: checks with no side effects.
+//! - [`session`]: lock, repairs, state, recovery ([`recover`]), archive, branch, local server.
+//! - [`iteration`]: one iteration as a pipeline of stages (prepare, execute, inspect, classify,
+//!   commit).
+//! - [`policy`]: every stop-or-continue rule, pure.
+//! - [`wait`]: the waits that Ctrl-C and `ralph stop` end.
+//! - [`summary`]: the summary, pure.
+//!
+//! Everything the user sees is a [`RunEvent`] sent to the [`Outputs`].
+
+pub mod feedback;
+pub mod iteration;
+pub mod policy;
+pub mod preflight;
+pub mod recover;
+pub mod session;
+pub mod summary;
+pub mod wait;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use crate::config::RunConfig;
+use crate::output::Outputs;
+use crate::prd::store;
+use crate::process::{Limits, StopSignals};
+use crate::protocol::run_event::WaitReason;
+use crate::protocol::stop::During;
+use crate::protocol::{ExitStatus, RunEvent, StopReason};
+
+use self::iteration::prepare::Assignment;
+use self::iteration::Cx;
+use self::policy::{Aftermath, Next, Situation};
+use self::session::Session;
+
+/// How long the agent may live after its terminal event before it is killed.
+const FINAL_GRACE: Duration = Duration::from_secs(5);
+/// How long output is still read after the agent exited, before its group is killed.
+const EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// Longest agent output line kept in memory for parsing (16 MiB).
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Runs the whole loop with `cfg`, sending what happens to `out`; returns the exit status.
+///
+/// # Errors
+/// Preflight and session failures (invalid prd.json, not a git repository, dirty tree, lock
+/// held, agent missing, bad template) and I/O errors on ralph's own files. Agent failures are
+/// not errors: they are iteration outcomes, and stop conditions are [`StopReason`]s.
+pub async fn run(
+    cfg: RunConfig,
+    out: &mut Outputs,
+    stop: StopSignals,
+) -> anyhow::Result<ExitStatus> {
+    let started = Instant::now();
+    let pre = preflight::check(&cfg, out)?;
+    let mut session = session::open(&cfg, pre, &stop, started, out).await?;
+    let reason = match session.early_stop.take() {
+        Some(reason) => reason,
+        None => drive(&cfg, &mut session, &stop, out).await?,
+    };
+    Ok(finish(&cfg, session, reason, out).await)
+}
+
+/// The loop: pick, run an iteration, decide, until the policy says stop.
+async fn drive(
+    cfg: &RunConfig,
+    s: &mut Session,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<StopReason> {
+    let paths = s.pre.paths.clone();
+    let cx = Cx {
+        cfg,
+        paths: &paths,
+        repo: &s.pre.repo,
+        backend: &*s.pre.backend,
+        template: &s.pre.template,
+        stop,
+        run_id: &s.run_id,
+        agent_version: s.pre.agent_version.as_deref(),
+        warned_unpriced: Default::default(),
+    };
+    loop {
+        let current = store::load(&paths.prd)?;
+        // What this feature's prd.json looks like, so that a later run with a new branchName
+        // archives this one (not the new one).
+        if let Err(e) = crate::archive::remember(
+            &paths.ralph_dir,
+            &paths.prd,
+            &current.raw,
+            current.prd.branch_name.as_deref(),
+        ) {
+            out.warn(format!("cannot remember prd.json for archiving: {e:#}"));
+        }
+        let situation = Situation {
+            prd: &current.prd,
+            expected_ids: &s.expected_ids,
+            blocked: &s.state.blocked,
+            elapsed: s.started.elapsed(),
+            interrupted: stop.stop.is_cancelled(),
+            stop_requested: crate::stop_request::pending(&paths.ralph_dir),
+            run_id: &s.run_id,
+        };
+        let pick = match policy::pick(&s.tally, &s.budgets, &situation) {
+            Ok(pick) => pick,
+            Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
+        };
+        let story = current.prd.story(&pick.story_id).cloned().ok_or_else(|| {
+            anyhow::anyhow!(
+                "internal error: the picked story {} is not in prd.json",
+                pick.story_id
+            )
+        })?;
+        let assignment = Assignment {
+            iteration: s.state.iteration + 1,
+            slot: pick.slot,
+            feedback: s.pending.take_for(&story.id),
+            story,
+            snapshot: current,
+        };
+        let limits = Limits {
+            timeout: pick.timeout,
+            idle_timeout: cfg.idle_timeout,
+            kill_grace: cfg.kill_grace,
+            exit_drain: EXIT_DRAIN,
+            final_grace: FINAL_GRACE,
+            max_line_bytes: MAX_LINE_BYTES,
+        };
+        let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
+        s.pending.add(done.feedback);
+        let story_id = done.record.story_id.clone();
+        let decision = policy::decide(
+            &s.tally,
+            &s.budgets,
+            &Aftermath {
+                record: &done.record,
+                story_passes: done.story_passes,
+                attempts: s.state.attempts.get(&story_id).copied().unwrap_or(0),
+                already_blocked: s.state.blocked.contains(&story_id),
+                resume_at: done.resume_at,
+                elapsed: s.started.elapsed(),
+                now: Utc::now(),
+                jitter: fastrand::f64(),
+            },
+        );
+        s.records.push(done.record);
+        s.tally = decision.tally;
+        if decision.block {
+            block(&mut s.state, &s.records, &story_id, out);
+        }
+        if decision.resume_at.is_some() {
+            s.state.resume_at = decision.resume_at;
+        }
+        s.state.save(&paths.ralph_dir)?;
+        let (until, reason, during) = match decision.next {
+            Next::Continue => continue,
+            Next::Stop(reason) => return Ok(reason),
+            Next::Retry { wait } => {
+                let until = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                (until, WaitReason::Retry, During::RetryWait)
+            }
+            Next::WaitUntil { until } => (until, WaitReason::UsageLimit, During::UsageLimitWait),
+        };
+        let (attempt, max) = match reason {
+            WaitReason::Retry => (s.tally.transient_in_a_row, cfg.max_transient_retries),
+            WaitReason::UsageLimit => (s.tally.usage_waits, cfg.max_usage_limit_waits),
+        };
+        out.emit(RunEvent::Waiting {
+            reason,
+            until,
+            story_id,
+            attempt,
+            max,
+        });
+        let end = wait::until(until, stop, &paths.ralph_dir).await;
+        if let Some(reason) = policy::after_wait(end, during) {
+            return Ok(acknowledge(reason, &paths.ralph_dir));
+        }
+        if during == During::UsageLimitWait {
+            s.state.resume_at = None;
+            s.state.save(&paths.ralph_dir)?;
+        }
+    }
+}
+
+/// A `ralph stop` request is answered once: its file is removed when the run acts on it.
+fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
+    if matches!(reason, StopReason::StopRequested { .. }) {
+        crate::stop_request::clear(ralph_dir);
+    }
+    reason
+}
+
+/// Blocks `story_id` (it used up `--max-attempts`) and says so.
+fn block(
+    state: &mut crate::state::State,
+    records: &[crate::protocol::LedgerRecord],
+    story_id: &str,
+    out: &mut Outputs,
+) {
+    state.blocked.push(story_id.to_owned());
+    let last = records.last();
+    out.emit(RunEvent::StoryBlocked {
+        story_id: story_id.to_owned(),
+        attempts: state.attempts.get(story_id).copied().unwrap_or(0),
+        last_outcome: last
+            .map(|r| r.outcome)
+            .unwrap_or(crate::protocol::Outcome::AgentError),
+        last_message: last.and_then(|r| r.message.clone()),
+    });
+}
+
+/// Ends the run: the local server stops, the stop reason goes into state.json, the summary to
+/// the outputs.
+async fn finish(
+    cfg: &RunConfig,
+    mut s: Session,
+    reason: StopReason,
+    out: &mut Outputs,
+) -> ExitStatus {
+    if let Some(server) = s.local_server.take() {
+        server.stop().await;
+    }
+    let paths = &s.pre.paths;
+    s.state.stop_reason = Some(reason.clone());
+    if let Err(e) = s.state.save(&paths.ralph_dir) {
+        out.warn(format!("cannot record why the run stopped: {e}"));
+    }
+    let final_prd = store::load(&paths.prd)
+        .map(|l| l.prd)
+        .unwrap_or_else(|_| s.initial.prd.clone());
+    let ledger = paths.rel(&paths.ledger);
+    let summary = summary::summarize(&summary::Input {
+        reason: &reason,
+        prd: &final_prd,
+        records: &s.records,
+        elapsed: s.started.elapsed(),
+        ledger: &ledger,
+        agent: cfg.agent,
+        api_key_env: cfg.native.api_key_env.as_deref(),
+        blocked: &s.state.blocked,
+        attempts: &s.state.attempts,
+    });
+    out.emit(RunEvent::RunFinished(Box::new(summary)));
+    reason.exit_status()
+}

@@ -1,0 +1,523 @@
+//! The run policy: every rule that decides whether a run goes on, waits, retries or stops, as
+//! pure functions of the run's counters ([`Tally`]), its budgets ([`Budgets`]) and what just
+//! happened. Nothing here reads a file, a clock or a signal: the caller passes the facts in
+//! (the elapsed time, `now`, whether Ctrl-C or `ralph stop` arrived, a jitter draw) and applies
+//! the [`Decision`]. The rules, in the order they are checked:
+//!
+//! Before an iteration ([`pick`]): every story passes (complete, unless stories were deleted),
+//! Ctrl-C, `ralph stop`, `--max-iter`, `--max-duration`, no story that can be worked on (all
+//! blocked, or waiting for dependencies).
+//!
+//! After an iteration ([`decide`]): Ctrl-C, an auth or config error, then, for outcomes that are
+//! the agent's doing, the story's `--max-attempts` (block it and go on), `--max-failures` in a
+//! row, `--max-no-progress` in a row and `--max-cost`; then a transient failure (retry after a
+//! doubling backoff, `max_transient_retries`, `--max-duration`) or a usage limit (wait for the
+//! reset: `--no-wait`, `max_usage_limit_waits`, `--max-duration`).
+//!
+//! While waiting ([`after_wait`]): Ctrl-C and `ralph stop` end the wait and the run.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::RunConfig;
+use crate::prd::model::Prd;
+use crate::protocol::outcome::{Next as OutcomeNext, Streak};
+use crate::protocol::stop::{During, UsageLimitStop};
+use crate::protocol::{LedgerRecord, Outcome, StopReason};
+
+/// Longest wait between transient retries.
+const MAX_TRANSIENT_WAIT: Duration = Duration::from_secs(600);
+/// First backoff when a usage limit comes back right after a wait.
+const REPEAT_LIMIT_BACKOFF_MIN: i64 = 5;
+
+/// The limits of one run, from the resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budgets {
+    /// `--max-iter`: iterations this run may use.
+    pub max_iter: u32,
+    /// `--max-duration`: wall-clock limit of the run.
+    pub max_duration: Option<Duration>,
+    /// `--max-cost`, in USD.
+    pub max_cost: Option<f64>,
+    /// `--max-attempts`: iterations a story may take before it is blocked.
+    pub max_attempts: u32,
+    /// `--max-failures`: failed iterations in a row before the run stops.
+    pub max_failures: u32,
+    /// `--max-no-progress`: iterations in a row without any change before the run stops.
+    pub max_no_progress: u32,
+    /// Transient failures in a row before the run stops.
+    pub max_transient_retries: u32,
+    /// First wait after a transient failure (doubles, capped at 10 minutes).
+    pub transient_backoff: Duration,
+    /// Usage-limit waits in one run before it stops.
+    pub max_usage_limit_waits: u32,
+    /// `--no-wait`: stop at a usage limit instead of waiting.
+    pub no_wait: bool,
+    /// Wait for a usage limit without a reset time.
+    pub usage_limit_fallback: Duration,
+    /// Extra wait after a usage limit's reset time.
+    pub usage_limit_margin: Duration,
+    /// The per-iteration wall-clock limit.
+    pub timeout: Duration,
+}
+
+impl Budgets {
+    /// The budgets `cfg` sets.
+    pub fn of(cfg: &RunConfig) -> Budgets {
+        Budgets {
+            max_iter: cfg.max_iter,
+            max_duration: cfg.max_duration,
+            max_cost: cfg.max_cost,
+            max_attempts: cfg.max_attempts,
+            max_failures: cfg.max_failures,
+            max_no_progress: cfg.max_no_progress,
+            max_transient_retries: cfg.max_transient_retries,
+            transient_backoff: cfg.transient_backoff,
+            max_usage_limit_waits: cfg.max_usage_limit_waits,
+            no_wait: cfg.no_wait,
+            usage_limit_fallback: cfg.usage_limit_fallback,
+            usage_limit_margin: cfg.usage_limit_margin,
+            timeout: cfg.timeout,
+        }
+    }
+
+    /// What is left of `--max-duration` after `elapsed` (`None`: no limit; zero when used up).
+    pub fn time_left(&self, elapsed: Duration) -> Option<Duration> {
+        self.max_duration.map(|m| m.saturating_sub(elapsed))
+    }
+
+    fn max_duration_s(&self) -> u64 {
+        self.max_duration.unwrap_or_default().as_secs()
+    }
+}
+
+/// The counters of one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    /// Iterations of the `--max-iter` budget used.
+    pub slot: u32,
+    /// Failed iterations in a row.
+    pub failures_in_a_row: u32,
+    /// Iterations in a row that changed nothing.
+    pub unchanged_in_a_row: u32,
+    /// Transient failures in a row.
+    pub transient_in_a_row: u32,
+    /// Usage limits hit in this run.
+    pub usage_waits: u32,
+    /// Usage limits in a row (a limit right after a wait backs off).
+    pub limit_repeats: u32,
+    /// This run's cost so far, in USD.
+    pub cost_usd: f64,
+}
+
+/// What the run knows before it picks the next story.
+#[derive(Debug, Clone)]
+pub struct Situation<'a> {
+    /// prd.json now.
+    pub prd: &'a Prd,
+    /// The story ids prd.json had when the run started.
+    pub expected_ids: &'a BTreeSet<String>,
+    /// Blocked stories.
+    pub blocked: &'a [String],
+    /// Time since the run started.
+    pub elapsed: Duration,
+    /// Ctrl-C (or SIGTERM/SIGHUP) arrived.
+    pub interrupted: bool,
+    /// `ralph stop` asked the run to end.
+    pub stop_requested: bool,
+    /// This run's id.
+    pub run_id: &'a str,
+}
+
+/// The next iteration to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pick {
+    /// The story.
+    pub story_id: String,
+    /// Its place in the budget (1-based).
+    pub slot: u32,
+    /// Its wall-clock limit: `--timeout`, cut to what is left of `--max-duration`.
+    pub timeout: Duration,
+}
+
+/// Picks the next iteration, or says why the run stops (see the module docs for the order).
+pub fn pick(t: &Tally, b: &Budgets, s: &Situation<'_>) -> Result<Pick, StopReason> {
+    let ids: BTreeSet<String> = s.prd.user_stories.iter().map(|x| x.id.clone()).collect();
+    if s.prd.all_pass() {
+        let missing: Vec<String> = s.expected_ids.difference(&ids).cloned().collect();
+        if missing.is_empty() {
+            return Err(StopReason::Complete);
+        }
+        // Never call a run complete because stories vanished from the PRD.
+        return Err(StopReason::StoriesDeleted {
+            missing,
+            run_id: s.run_id.to_owned(),
+        });
+    }
+    if s.interrupted {
+        return Err(StopReason::Interrupted {
+            agent_running: false,
+        });
+    }
+    if s.stop_requested {
+        return Err(StopReason::StopRequested {
+            during: During::BetweenIterations,
+        });
+    }
+    if t.slot >= b.max_iter {
+        return Err(StopReason::MaxIterations {
+            max_iter: b.max_iter,
+            open: open_ids(s.prd),
+        });
+    }
+    let left = b.time_left(s.elapsed);
+    if left == Some(Duration::ZERO) {
+        return Err(StopReason::MaxDuration {
+            max_duration_s: b.max_duration_s(),
+            during: During::BetweenIterations,
+        });
+    }
+    let Some(story) = s.prd.next_story(s.blocked) else {
+        return Err(if s.blocked.is_empty() {
+            StopReason::NoWorkableStory
+        } else {
+            StopReason::AllBlocked {
+                blocked: s.blocked.to_vec(),
+            }
+        });
+    };
+    // The last iteration may not outlast the run's own limit.
+    let timeout = match left {
+        Some(left) => b.timeout.min(left.max(Duration::from_secs(1))),
+        None => b.timeout,
+    };
+    Ok(Pick {
+        story_id: story.id.clone(),
+        slot: t.slot + 1,
+        timeout,
+    })
+}
+
+/// What the run knows after an iteration was committed and recorded.
+#[derive(Debug, Clone)]
+pub struct Aftermath<'a> {
+    /// The iteration's ledger record.
+    pub record: &'a LedgerRecord,
+    /// Whether its story passes in prd.json now.
+    pub story_passes: bool,
+    /// The story's attempts, this iteration included.
+    pub attempts: u32,
+    /// Whether the story was already blocked.
+    pub already_blocked: bool,
+    /// For a usage limit: when the agent said it resets.
+    pub resume_at: Option<DateTime<Utc>>,
+    /// Time since the run started.
+    pub elapsed: Duration,
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// A random draw in `[0, 1)` for the retry jitter.
+    pub jitter: f64,
+}
+
+/// What the run does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Pick the next story.
+    Continue,
+    /// Wait `wait`, then run the same story again (a transient failure).
+    Retry {
+        /// The backoff.
+        wait: Duration,
+    },
+    /// Wait until `until` (a usage limit's reset plus the margin), then run the same story
+    /// again.
+    WaitUntil {
+        /// The end of the wait.
+        until: DateTime<Utc>,
+    },
+    /// End the run.
+    Stop(StopReason),
+}
+
+/// The policy's answer after an iteration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The counters after this iteration.
+    pub tally: Tally,
+    /// Block the iteration's story (it used up `--max-attempts`).
+    pub block: bool,
+    /// For a usage limit: when it resets, to persist in state.json whatever happens next.
+    pub resume_at: Option<DateTime<Utc>>,
+    /// What to do.
+    pub next: Next,
+}
+
+/// Decides what follows an iteration (see the module docs for the order).
+pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
+    let r = a.record;
+    let rules = r.outcome.rules();
+    let mut t = t.clone();
+    let d = |next: Next, tally: Tally, block: bool, resume_at| Decision {
+        tally,
+        block,
+        resume_at,
+        next,
+    };
+    if rules.uses_budget {
+        t.slot += 1;
+    }
+    if let Some(cost) = r.cost_usd {
+        t.cost_usd += cost;
+    }
+    if r.outcome != Outcome::Transient {
+        t.transient_in_a_row = 0;
+    }
+    if r.outcome != Outcome::UsageLimit {
+        t.limit_repeats = 0;
+    }
+    match rules.next {
+        OutcomeNext::StopInterrupted => {
+            return d(
+                Next::Stop(StopReason::Interrupted {
+                    agent_running: true,
+                }),
+                t,
+                false,
+                None,
+            )
+        }
+        OutcomeNext::StopNeedsHuman => {
+            return d(
+                Next::Stop(StopReason::NeedsHuman {
+                    outcome: r.outcome,
+                    iteration: r.iteration,
+                    message: r.message.clone(),
+                }),
+                t,
+                false,
+                None,
+            )
+        }
+        OutcomeNext::RetryAfterBackoff => return retry(t, b, a),
+        OutcomeNext::WaitForReset => return wait_for_reset(t, b, a),
+        OutcomeNext::Continue => {}
+    }
+    // The story's attempt limit: block it and move on; blocking is the answer to those failures,
+    // so the streaks start again with the next story.
+    if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
+        t.failures_in_a_row = 0;
+        t.unchanged_in_a_row = 0;
+        return d(Next::Continue, t, true, None);
+    }
+    t.failures_in_a_row = match rules.streak {
+        Streak::Failure => t.failures_in_a_row + 1,
+        Streak::Reset => 0,
+        Streak::Neutral => t.failures_in_a_row,
+    };
+    if t.failures_in_a_row >= b.max_failures {
+        let reason = StopReason::MaxFailures {
+            failures: t.failures_in_a_row,
+            max_failures: b.max_failures,
+            last_outcome: r.outcome,
+            last_message: r.message.clone(),
+        };
+        return d(Next::Stop(reason), t, false, None);
+    }
+    let unchanged = r.commits.is_empty()
+        && r.files_changed.is_empty()
+        && r.passes_flipped.is_empty()
+        && r.passes_reverted.is_empty();
+    t.unchanged_in_a_row = if unchanged {
+        t.unchanged_in_a_row + 1
+    } else {
+        0
+    };
+    if t.unchanged_in_a_row >= b.max_no_progress {
+        let reason = StopReason::NoProgress {
+            iterations: t.unchanged_in_a_row,
+            max_no_progress: b.max_no_progress,
+        };
+        return d(Next::Stop(reason), t, false, None);
+    }
+    if let Some(max) = b.max_cost {
+        if t.cost_usd >= max {
+            let reason = StopReason::MaxCost {
+                spent_usd: t.cost_usd,
+                max_usd: max,
+                iteration: r.iteration,
+            };
+            return d(Next::Stop(reason), t, false, None);
+        }
+    }
+    d(Next::Continue, t, false, None)
+}
+
+/// Overload, 5xx, network: not the agent's fault, so it does not use up the budget; wait
+/// (doubling, with jitter) and run the same story again, a bounded number of times in a row.
+fn retry(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
+    t.transient_in_a_row += 1;
+    let next = if t.transient_in_a_row > b.max_transient_retries {
+        Next::Stop(StopReason::TransientRetries {
+            failures: t.transient_in_a_row,
+            last_message: a.record.message.clone(),
+        })
+    } else {
+        let wait = transient_wait(b.transient_backoff, t.transient_in_a_row, a.jitter);
+        if b.time_left(a.elapsed).is_some_and(|left| wait >= left) {
+            Next::Stop(StopReason::MaxDuration {
+                max_duration_s: b.max_duration_s(),
+                during: During::RetryWait,
+            })
+        } else {
+            Next::Retry { wait }
+        }
+    };
+    Decision {
+        tally: t,
+        block: false,
+        resume_at: None,
+        next,
+    }
+}
+
+/// A usage limit: not the agent's failure and not an iteration of the budget; wait for the
+/// reset (persisted, so a restarted ralph waits too) and run the same story again.
+fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
+    t.usage_waits += 1;
+    t.limit_repeats += 1;
+    let at = usage_limit_until(a.resume_at, a.now, b.usage_limit_fallback, t.limit_repeats);
+    let stop = |why| Next::Stop(StopReason::UsageLimit { resume_at: at, why });
+    let next = if b.no_wait {
+        stop(UsageLimitStop::NoWait)
+    } else if t.usage_waits > b.max_usage_limit_waits {
+        stop(UsageLimitStop::TooManyWaits {
+            waits: t.usage_waits,
+        })
+    } else {
+        match wait_for(at, a.now, b, a.elapsed) {
+            Ok(until) => Next::WaitUntil { until },
+            Err(reason) => Next::Stop(reason),
+        }
+    };
+    Decision {
+        tally: t,
+        block: false,
+        resume_at: Some(at),
+        next,
+    }
+}
+
+/// The end of a wait for a usage limit that resets at `at`: `at` plus the margin, or why the run
+/// must not wait (`--no-wait` is the caller's check; here: the wait would pass
+/// `--max-duration`).
+///
+/// # Errors
+/// [`StopReason::UsageLimit`] with [`UsageLimitStop::PastMaxDuration`].
+pub fn wait_for(
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    b: &Budgets,
+    elapsed: Duration,
+) -> Result<DateTime<Utc>, StopReason> {
+    let margin = chrono::Duration::from_std(b.usage_limit_margin).unwrap_or_default();
+    let until = at.max(now) + margin;
+    let wait = (until - now).to_std().unwrap_or_default();
+    if b.time_left(elapsed).is_some_and(|left| wait >= left) {
+        return Err(StopReason::UsageLimit {
+            resume_at: at,
+            why: UsageLimitStop::PastMaxDuration {
+                max_duration_s: b.max_duration_s(),
+            },
+        });
+    }
+    Ok(until)
+}
+
+/// A usage-limit reset that a previous ralph persisted (`at`), met at the start of a run:
+/// `Ok(None)` when it has passed, `Ok(Some(until))` to wait, or why the run stops at once.
+///
+/// # Errors
+/// [`StopReason::UsageLimit`] for `--no-wait` or a reset after `--max-duration`.
+pub fn pending_reset(
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    b: &Budgets,
+    elapsed: Duration,
+) -> Result<Option<DateTime<Utc>>, StopReason> {
+    if at <= now {
+        return Ok(None);
+    }
+    if b.no_wait {
+        return Err(StopReason::UsageLimit {
+            resume_at: at,
+            why: UsageLimitStop::NoWait,
+        });
+    }
+    wait_for(at, now, b, elapsed).map(Some)
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The time passed.
+    Elapsed,
+    /// Ctrl-C (or SIGTERM/SIGHUP).
+    Interrupted,
+    /// `ralph stop` asked the run to end.
+    StopRequested,
+}
+
+/// Whether a wait's end stops the run (`during` says which wait it was).
+pub fn after_wait(end: WaitEnd, during: During) -> Option<StopReason> {
+    match end {
+        WaitEnd::Elapsed => None,
+        WaitEnd::Interrupted => Some(StopReason::Interrupted {
+            agent_running: false,
+        }),
+        WaitEnd::StopRequested => Some(StopReason::StopRequested { during }),
+    }
+}
+
+/// When to try again after a usage limit: the reset time the agent gave, else `fallback` from
+/// now. A limit that comes back right after a wait (`repeat` ≥ 2 in a row) waits at least 5
+/// minutes, doubling with each repeat up to `fallback`, so a reset time that has passed while the
+/// agent still says "limited" (clock skew, a stale message) cannot spin the loop.
+pub fn usage_limit_until(
+    resume_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    fallback: Duration,
+    repeat: u32,
+) -> DateTime<Utc> {
+    let fallback = chrono::Duration::from_std(fallback).unwrap_or(chrono::Duration::hours(1));
+    let until = resume_at.unwrap_or(now + fallback);
+    if repeat < 2 {
+        return until;
+    }
+    let backoff = (chrono::Duration::minutes(REPEAT_LIMIT_BACKOFF_MIN)
+        * (1i32 << (repeat - 2).min(10)))
+    .min(fallback);
+    until.max(now + backoff)
+}
+
+/// The wait before retry `n` (1-based) after transient failures: `base` doubled each time, capped
+/// at 10 minutes, plus up to 20 % jitter (`jitter` in `[0, 1)`) so that many runs do not retry
+/// in step.
+pub fn transient_wait(base: Duration, n: u32, jitter: f64) -> Duration {
+    let doubled = base.saturating_mul(1u32 << n.saturating_sub(1).min(16));
+    let capped = doubled.min(MAX_TRANSIENT_WAIT);
+    capped + capped.mul_f64(jitter.clamp(0.0, 1.0) * 0.2)
+}
+
+/// The open stories of `prd`, by id.
+pub fn open_ids(prd: &Prd) -> Vec<String> {
+    prd.user_stories
+        .iter()
+        .filter(|s| !s.passes)
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

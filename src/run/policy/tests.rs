@@ -1,0 +1,390 @@
+//! The policy as tables: one row per rule, each a situation and the decision it must give.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone as _, Utc};
+
+use super::*;
+use crate::prd::model::Prd;
+
+fn budgets() -> Budgets {
+    Budgets {
+        max_iter: 10,
+        max_duration: None,
+        max_cost: None,
+        max_attempts: 3,
+        max_failures: 3,
+        max_no_progress: 3,
+        max_transient_retries: 2,
+        transient_backoff: Duration::from_secs(30),
+        max_usage_limit_waits: 2,
+        no_wait: false,
+        usage_limit_fallback: Duration::from_secs(3600),
+        usage_limit_margin: Duration::from_secs(30),
+        timeout: Duration::from_secs(1800),
+    }
+}
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()
+}
+
+fn prd(stories: &[(&str, bool)]) -> Prd {
+    let stories: Vec<serde_json::Value> = stories
+        .iter()
+        .enumerate()
+        .map(|(i, (id, passes))| {
+            serde_json::json!({"id": id, "title": id, "description": "", "acceptanceCriteria": ["x"],
+                "priority": i + 1, "passes": passes, "notes": ""})
+        })
+        .collect();
+    serde_json::from_value(
+        serde_json::json!({"project": "p", "description": "", "userStories": stories}),
+    )
+    .unwrap()
+}
+
+fn record(outcome: Outcome, changed: bool) -> LedgerRecord {
+    let mut r = LedgerRecord::new("r", 4, "US-001", outcome, now());
+    if changed {
+        r.files_changed = vec!["a.txt".into()];
+    }
+    r.message = Some("why".into());
+    r
+}
+
+fn after(record: &LedgerRecord) -> Aftermath<'_> {
+    Aftermath {
+        record,
+        story_passes: record.outcome == Outcome::StoryPassed,
+        attempts: 1,
+        already_blocked: false,
+        resume_at: None,
+        elapsed: Duration::from_secs(60),
+        now: now(),
+        jitter: 0.0,
+    }
+}
+
+/// What a decision says, short enough for a table.
+fn kind(d: &Decision) -> String {
+    match &d.next {
+        Next::Continue if d.block => "block".into(),
+        Next::Continue => "continue".into(),
+        Next::Retry { wait } => format!("retry {}s", wait.as_secs()),
+        Next::WaitUntil { until } => format!("wait until {}", until.format("%H:%M:%S")),
+        Next::Stop(r) => format!("stop {}", r.kind()),
+    }
+}
+
+#[test]
+fn decide_table() {
+    type Setup = fn(&mut Tally, &mut Budgets, &mut Aftermath<'_>);
+    let none: Setup = |_, _, _| {};
+    let rows: Vec<(&str, Outcome, bool, Setup, &str)> = vec![
+        (
+            "a passing story goes on",
+            Outcome::StoryPassed,
+            true,
+            none,
+            "continue",
+        ),
+        (
+            "progress goes on",
+            Outcome::Progress,
+            true,
+            none,
+            "continue",
+        ),
+        (
+            "Ctrl-C stops",
+            Outcome::Interrupted,
+            false,
+            none,
+            "stop interrupted",
+        ),
+        (
+            "auth needs a human",
+            Outcome::AuthError,
+            false,
+            none,
+            "stop needs_human",
+        ),
+        (
+            "config needs a human even on a no-change streak",
+            Outcome::ConfigError,
+            false,
+            |t, _, _| t.unchanged_in_a_row = 2,
+            "stop needs_human",
+        ),
+        (
+            "the third attempt blocks",
+            Outcome::AgentError,
+            true,
+            |_, _, a| a.attempts = 3,
+            "block",
+        ),
+        (
+            "an already blocked story is not blocked again",
+            Outcome::AgentError,
+            true,
+            |_, _, a| {
+                a.attempts = 3;
+                a.already_blocked = true
+            },
+            "continue",
+        ),
+        (
+            "the third failure in a row stops",
+            Outcome::VerifyFailed,
+            true,
+            |t, _, _| t.failures_in_a_row = 2,
+            "stop max_failures",
+        ),
+        (
+            "no progress is not a failure",
+            Outcome::NoProgress,
+            false,
+            |t, _, _| t.failures_in_a_row = 2,
+            "continue",
+        ),
+        (
+            "the third unchanged iteration stops",
+            Outcome::NoProgress,
+            false,
+            |t, _, _| t.unchanged_in_a_row = 2,
+            "stop no_progress",
+        ),
+        (
+            "the cost limit stops",
+            Outcome::Progress,
+            true,
+            |t, b, _| {
+                b.max_cost = Some(1.0);
+                t.cost_usd = 1.5
+            },
+            "stop max_cost",
+        ),
+        (
+            "a transient failure retries",
+            Outcome::Transient,
+            false,
+            none,
+            "retry 30s",
+        ),
+        (
+            "the second retry waits twice as long",
+            Outcome::Transient,
+            false,
+            |t, _, _| t.transient_in_a_row = 1,
+            "retry 60s",
+        ),
+        (
+            "too many transient failures stop",
+            Outcome::Transient,
+            false,
+            |t, _, _| t.transient_in_a_row = 2,
+            "stop transient_retries",
+        ),
+        (
+            "a retry past --max-duration stops",
+            Outcome::Transient,
+            false,
+            |_, b, _| b.max_duration = Some(Duration::from_secs(70)),
+            "stop max_duration",
+        ),
+        (
+            "a usage limit waits for its reset plus the margin",
+            Outcome::UsageLimit,
+            false,
+            |_, _, a| a.resume_at = Some(now() + chrono::Duration::hours(2)),
+            "wait until 14:00:30",
+        ),
+        (
+            "a usage limit without a time waits the fallback",
+            Outcome::UsageLimit,
+            false,
+            none,
+            "wait until 13:00:30",
+        ),
+        (
+            "a reset in the past never means waiting for the past",
+            Outcome::UsageLimit,
+            false,
+            |_, _, a| a.resume_at = Some(now() - chrono::Duration::hours(2)),
+            "wait until 12:00:30",
+        ),
+        (
+            "--no-wait stops at a usage limit",
+            Outcome::UsageLimit,
+            false,
+            |_, b, _| b.no_wait = true,
+            "stop usage_limit",
+        ),
+        (
+            "too many usage-limit waits stop",
+            Outcome::UsageLimit,
+            false,
+            |t, _, _| t.usage_waits = 2,
+            "stop usage_limit",
+        ),
+        (
+            "a reset after --max-duration stops",
+            Outcome::UsageLimit,
+            false,
+            |_, b, _| b.max_duration = Some(Duration::from_secs(600)),
+            "stop usage_limit",
+        ),
+    ];
+    for (name, outcome, changed, setup, want) in rows {
+        let r = record(outcome, changed);
+        let mut t = Tally::default();
+        let mut b = budgets();
+        let mut a = after(&r);
+        setup(&mut t, &mut b, &mut a);
+        let d = decide(&t, &b, &a);
+        assert_eq!(kind(&d), want, "{name}");
+    }
+}
+
+#[test]
+fn counters_follow_the_outcome_rules() {
+    let b = budgets();
+    let r = record(Outcome::UsageLimit, false);
+    let d = decide(&Tally::default(), &b, &after(&r));
+    assert_eq!(d.tally.slot, 0, "a usage limit does not use the budget");
+    assert!(
+        d.resume_at.is_some(),
+        "the reset is persisted whatever comes next"
+    );
+    let r = record(Outcome::VerifyFailed, true);
+    let d = decide(&Tally::default(), &b, &after(&r));
+    assert_eq!((d.tally.slot, d.tally.failures_in_a_row), (1, 1));
+    let blocked = decide(
+        &Tally {
+            failures_in_a_row: 2,
+            unchanged_in_a_row: 2,
+            ..Tally::default()
+        },
+        &b,
+        &Aftermath {
+            attempts: 3,
+            ..after(&r)
+        },
+    );
+    assert!(blocked.block);
+    assert_eq!(
+        (
+            blocked.tally.failures_in_a_row,
+            blocked.tally.unchanged_in_a_row
+        ),
+        (0, 0),
+        "blocking starts the streaks again"
+    );
+}
+
+#[test]
+fn pick_table() {
+    let b = budgets();
+    let ids: BTreeSet<String> = ["US-001".to_string(), "US-002".to_string()].into();
+    let open = prd(&[("US-001", false), ("US-002", false)]);
+    let done = prd(&[("US-001", true), ("US-002", true)]);
+    let shrunk = prd(&[("US-001", true)]);
+    let blocked = vec!["US-001".to_string(), "US-002".to_string()];
+    let base = |p: &'static Prd| Situation {
+        prd: p,
+        expected_ids: Box::leak(Box::new(ids.clone())),
+        blocked: &[],
+        elapsed: Duration::from_secs(1),
+        interrupted: false,
+        stop_requested: false,
+        run_id: "r",
+    };
+    let open: &'static Prd = Box::leak(Box::new(open));
+    let done: &'static Prd = Box::leak(Box::new(done));
+    let shrunk: &'static Prd = Box::leak(Box::new(shrunk));
+    let reason = |r: Result<Pick, StopReason>| match r {
+        Ok(p) => format!("pick {}", p.story_id),
+        Err(r) => r.kind().to_string(),
+    };
+    let t = Tally::default();
+    assert_eq!(reason(pick(&t, &b, &base(open))), "pick US-001");
+    assert_eq!(reason(pick(&t, &b, &base(done))), "complete");
+    assert_eq!(reason(pick(&t, &b, &base(shrunk))), "stories_deleted");
+    let s = Situation {
+        interrupted: true,
+        ..base(open)
+    };
+    assert_eq!(reason(pick(&t, &b, &s)), "interrupted");
+    let s = Situation {
+        stop_requested: true,
+        ..base(open)
+    };
+    assert_eq!(reason(pick(&t, &b, &s)), "stop_requested");
+    let spent = Tally {
+        slot: 10,
+        ..Tally::default()
+    };
+    assert_eq!(reason(pick(&spent, &b, &base(open))), "max_iterations");
+    let short = Budgets {
+        max_duration: Some(Duration::from_secs(1)),
+        ..budgets()
+    };
+    assert_eq!(reason(pick(&t, &short, &base(open))), "max_duration");
+    let s = Situation {
+        blocked: &blocked,
+        ..base(open)
+    };
+    assert_eq!(reason(pick(&t, &b, &s)), "all_blocked");
+    // The last iteration's timeout is cut to what is left of --max-duration.
+    let soon = Budgets {
+        max_duration: Some(Duration::from_secs(61)),
+        ..budgets()
+    };
+    let p = pick(&t, &soon, &base(open)).unwrap();
+    assert_eq!(p.timeout, Duration::from_secs(60));
+}
+
+#[test]
+fn waits_end_the_run_on_ctrl_c_and_ralph_stop() {
+    assert_eq!(after_wait(WaitEnd::Elapsed, During::RetryWait), None);
+    assert_eq!(
+        after_wait(WaitEnd::StopRequested, During::UsageLimitWait),
+        Some(StopReason::StopRequested {
+            during: During::UsageLimitWait
+        })
+    );
+    assert!(matches!(
+        after_wait(WaitEnd::Interrupted, During::RetryWait),
+        Some(StopReason::Interrupted {
+            agent_running: false
+        })
+    ));
+}
+
+#[test]
+fn a_usage_limit_repeating_right_after_a_wait_backs_off() {
+    let now = now();
+    let hour = Duration::from_secs(3600);
+    let given = now + chrono::Duration::minutes(30);
+    assert_eq!(usage_limit_until(Some(given), now, hour, 1), given);
+    assert_eq!(
+        usage_limit_until(None, now, hour, 1),
+        now + chrono::Duration::hours(1)
+    );
+    let past = now - chrono::Duration::minutes(1);
+    assert_eq!(
+        usage_limit_until(Some(past), now, hour, 2),
+        now + chrono::Duration::minutes(5)
+    );
+    assert_eq!(
+        usage_limit_until(Some(past), now, hour, 3),
+        now + chrono::Duration::minutes(10)
+    );
+    assert_eq!(
+        usage_limit_until(Some(past), now, hour, 9),
+        now + chrono::Duration::hours(1)
+    );
+    assert_eq!(usage_limit_until(Some(given), now, hour, 2), given);
+}

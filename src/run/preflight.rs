@@ -1,0 +1,161 @@
+//! Every check that can fail before anything is written or started: prd.json exists, the
+//! repository, the prompt template, the backend's settings, the agent program on PATH, the API key
+//! variable of the native backend, and the agent CLI's version (a warning when it does not say).
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use crate::agent::native::NativeSettings;
+use crate::agent::{self, AgentSettings, Backend};
+use crate::config::RunConfig;
+use crate::git::Repo;
+use crate::output::Outputs;
+use crate::prompt::PromptTemplate;
+use crate::protocol::AgentKind;
+use crate::workspace::RunPaths;
+
+/// What preflight found: the pieces every later step uses.
+pub struct Preflight {
+    /// The repository holding prd.json.
+    pub repo: Repo,
+    /// The workspace.
+    pub paths: RunPaths,
+    /// The prompt template.
+    pub template: PromptTemplate,
+    /// The backend (for `local`, rebuilt once its server runs).
+    pub backend: Box<dyn Backend>,
+    /// The agent's argv as shown in the run header.
+    pub agent_words: String,
+    /// The agent CLI's `--version`, when it answered.
+    pub agent_version: Option<String>,
+}
+
+/// Runs every preflight check (see the module docs).
+///
+/// # Errors
+/// A missing prd.json, not a git repository, a bad template, a misconfigured backend, a missing
+/// agent program or API key variable; each names what to fix.
+pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
+    let prd_dir = cfg
+        .prd_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    if !cfg.prd_path.exists() {
+        bail!(
+            "{} does not exist\nhint: create one with `ralph init`, or point ralph at yours with --prd PATH",
+            cfg.prd_path.display()
+        );
+    }
+    let repo = Repo::discover(&prd_dir)?;
+    let paths = RunPaths::new(repo.root(), &cfg.prd_path);
+    let template =
+        PromptTemplate::load_with_default(cfg.template.as_deref(), cfg.agent == AgentKind::Local)?;
+    if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
+        out.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
+    }
+    if cfg.agent == AgentKind::Native {
+        if let Some(var) = &cfg.native.api_key_env {
+            if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+                bail!(
+                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with --api-key-env VAR"
+                );
+            }
+        }
+    }
+    // The local backend's server starts later (after the lock); its URL is not known yet.
+    let backend = build_backend(cfg, &paths, cfg.native.base_url.clone())?;
+    let probe = backend.command("")?;
+    if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
+        let how = match cfg.agent {
+            AgentKind::Exec => "fix --agent-cmd (agent_cmd in ralph.toml)",
+            _ => "install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
+        };
+        let place = if probe.program.components().count() > 1 {
+            "does not exist or is not executable"
+        } else {
+            "was not found on PATH"
+        };
+        bail!(
+            "the agent program `{}` {place}\nhint: {how}",
+            probe.program.display()
+        );
+    }
+    // The CLI's version goes into the run header and every ledger record (a CLI that changed
+    // overnight is the first suspect when its output stops parsing). Only for known CLIs: an
+    // exec command may do anything with `--version`.
+    let agent_version = match cfg.agent {
+        AgentKind::Exec | AgentKind::Native | AgentKind::Local => None,
+        _ => match agent::probe::version(&probe.program, agent::probe::VERSION_TIMEOUT) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                out.warn(format!("cannot tell the agent's version: {e}"));
+                None
+            }
+        },
+    };
+    Ok(Preflight {
+        repo,
+        paths,
+        template,
+        backend,
+        agent_words: shell_words(&probe),
+        agent_version,
+    })
+}
+
+/// The backend for `cfg`; `base_url` is the native/local API URL (for local: the server ralph
+/// started, or the user's `--base-url`).
+///
+/// # Errors
+/// The backend's own refusal (e.g. exec without `--agent-cmd`).
+pub fn build_backend(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    base_url: Option<String>,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let native = matches!(cfg.agent, AgentKind::Native | AgentKind::Local).then(|| {
+        let model = cfg
+            .model
+            .clone()
+            .unwrap_or_else(|| crate::config::LOCAL_MODEL_NAME.to_string());
+        NativeSettings {
+            provider: cfg.native.provider,
+            base_url: base_url.unwrap_or_else(|| "http://127.0.0.1:0/v1".to_string()),
+            api_key_env: cfg.native.api_key_env.clone(),
+            price: cfg.native.prices.get(&model).copied(),
+            model,
+            max_steps: cfg.native.max_steps,
+            max_tokens: cfg.native.max_tokens,
+            context_window: cfg.native.context_window,
+            temperature: cfg.native.temperature,
+            seed: cfg.native.seed,
+            tool_mode: cfg.native.tool_mode,
+            stream: true,
+            command_timeout_s: 120,
+            repo_root: paths.repo_root.clone(),
+            prd_path: paths.prd.clone(),
+            progress_path: paths.progress.clone(),
+            tools: cfg.native.tools.clone(),
+        }
+    });
+    agent::backend(
+        cfg.agent,
+        AgentSettings {
+            repo: paths.repo_root.clone(),
+            model: cfg.model.clone(),
+            agent_cmd: cfg.agent_cmd.clone(),
+            program: cfg.agent_program.clone(),
+            native,
+            keep_api_key: cfg.keep_api_key,
+        },
+    )
+}
+
+/// The argv of `spec`, quoted so that it can be pasted into a shell.
+pub fn shell_words(spec: &crate::process::SpawnSpec) -> String {
+    let mut words = vec![spec.program.display().to_string()];
+    words.extend(spec.args.iter().cloned());
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}

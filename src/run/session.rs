@@ -1,0 +1,420 @@
+//! Opening a run's session, in order: `.ralph/` and the lock; repairs of what a killed process
+//! left (stale git locks, a torn ledger line); state.json (or its rebuild from git history); the
+//! recovery of an iteration left in flight; a usage-limit reset a previous ralph was waiting for;
+//! prd.json, `--unblock` and the feature's attempts; the dirty-tree check; the archive of a
+//! previous feature; the branch; the local model's server; progress.txt; the run header.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use anyhow::bail;
+use chrono::{Local, Utc};
+
+use super::feedback::Pending;
+use super::policy::{self, Budgets, Tally};
+use super::preflight::{build_backend, Preflight};
+use super::{wait, RunEvent};
+use crate::config::RunConfig;
+use crate::git::BranchAction;
+use crate::history::{self, History};
+use crate::local::LocalServer;
+use crate::lock::RunLock;
+use crate::output::Outputs;
+use crate::prd::store::{self, LoadedPrd};
+use crate::process::StopSignals;
+use crate::protocol::run_event::{Setting, WaitReason};
+use crate::protocol::stop::During;
+use crate::protocol::{AgentKind, LedgerRecord, StopReason};
+use crate::state::State;
+use crate::workspace::ensure_ralph_dir;
+
+/// An open session: everything the loop needs, and its counters.
+pub struct Session {
+    /// What preflight found.
+    pub pre: Preflight,
+    /// This run's id (`<UTC timestamp>-<pid hex>`).
+    pub run_id: String,
+    /// state.json's content, saved after every change.
+    pub state: State,
+    /// When the run started.
+    pub started: Instant,
+    /// The budgets.
+    pub budgets: Budgets,
+    /// The counters.
+    pub tally: Tally,
+    /// This run's records, oldest first.
+    pub records: Vec<LedgerRecord>,
+    /// Feedback waiting for its story's next prompt.
+    pub pending: Pending,
+    /// The story ids prd.json had when the run started.
+    pub expected_ids: BTreeSet<String>,
+    /// prd.json when the run started.
+    pub initial: LoadedPrd,
+    /// Why the run ends before its first iteration, when it does (a usage-limit reset it may
+    /// not wait for, Ctrl-C or `ralph stop` during that wait).
+    pub early_stop: Option<StopReason>,
+    /// The local model's server, for `--agent local` (stopped at the end; its guard kills it on
+    /// any early return).
+    pub local_server: Option<LocalServer>,
+    _lock: RunLock,
+}
+
+/// Opens the session (see the module docs).
+///
+/// # Errors
+/// The lock is held by a live ralph; state.json or the ledger is corrupt; prd.json has no
+/// stories; the tree is dirty without `--allow-dirty`; git, archive or I/O failures; the local
+/// model cannot be prepared.
+pub async fn open(
+    cfg: &RunConfig,
+    pre: Preflight,
+    stop: &StopSignals,
+    started: Instant,
+    out: &mut Outputs,
+) -> anyhow::Result<Session> {
+    let paths = pre.paths.clone();
+    ensure_ralph_dir(&paths.ralph_dir)?;
+    let acquired = RunLock::acquire(&paths.ralph_dir)?;
+    if let Some(stale) = &acquired.stale {
+        out.warn(format!(
+            "taking over a stale lock from pid {} on {} (that ralph is no longer running)",
+            stale.pid, stale.host
+        ));
+    }
+    repair(&pre, out)?;
+    let mut state = load_state(&pre, out)?;
+    // A stop asked of an earlier run that ended before it saw the request.
+    crate::stop_request::clear(&paths.ralph_dir);
+    state.stop_reason = None;
+    let run_id = new_run_id();
+    let mut pending = Pending::default();
+    pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, out).await?);
+    // Iteration numbers continue even when state.json was deleted: the ledger and the commit
+    // trailers remember them.
+    state.iteration = state
+        .iteration
+        .max(history::last_recorded_iteration(&paths, &pre.repo));
+    let budgets = Budgets::of(cfg);
+    let early_stop = pending_reset(&mut state, &budgets, &paths, stop, started, out).await?;
+    let initial = store::load(&paths.prd)?;
+    let mut session = Session {
+        expected_ids: initial
+            .prd
+            .user_stories
+            .iter()
+            .map(|s| s.id.clone())
+            .collect(),
+        initial,
+        pre,
+        run_id,
+        state,
+        started,
+        budgets,
+        tally: Tally::default(),
+        records: Vec::new(),
+        pending,
+        early_stop,
+        local_server: None,
+        _lock: acquired.lock,
+    };
+    if session.early_stop.is_some() {
+        return Ok(session);
+    }
+    session.prepare_stories(cfg, out)?;
+    let branch_row = session.prepare_tree(cfg, out)?;
+    if let (AgentKind::Local, None) = (cfg.agent, &cfg.native.base_url) {
+        let server = start_local_server(cfg, out).await?;
+        session.pre.backend = build_backend(cfg, &session.pre.paths, Some(server.base_url()))?;
+        session.local_server = Some(server);
+    }
+    let progress_row = match crate::progress::ensure_exists(&paths.progress, Local::now())? {
+        true => format!("{} (created)", paths.rel(&paths.progress)),
+        false => paths.rel(&paths.progress),
+    };
+    session.header(cfg, branch_row, progress_row, out);
+    Ok(session)
+}
+
+impl Session {
+    /// prd.json's stories, `--unblock`, the feature's attempts and the blocks they imply.
+    fn prepare_stories(&mut self, cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<()> {
+        let paths = &self.pre.paths;
+        self.pre.template.check(&self.initial.prd, paths)?;
+        if self.initial.prd.user_stories.is_empty() {
+            bail!(
+                "{} has no stories\nhint: add at least one story to userStories (see `ralph init` for the format)",
+                paths.prd.display()
+            );
+        }
+        let feature = self.initial.prd.branch_name.clone();
+        if let Some(old) = self.state.enter_feature(feature.as_deref()) {
+            out.notice(format!(
+                "prd.json is a new feature ({}): the attempts and blocks earned in {old} no longer count",
+                feature.as_deref().unwrap_or("no branchName")
+            ));
+        }
+        if cfg.unblock && !self.state.blocked.is_empty() {
+            out.notice(format!(
+                "unblocked {} (--unblock): their attempts start again from 0",
+                self.state.blocked.join(", ")
+            ));
+            for id in std::mem::take(&mut self.state.blocked) {
+                self.state.attempts.remove(&id);
+            }
+        }
+        // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again.
+        for s in &self.initial.prd.user_stories {
+            let tried = self.state.attempts.get(&s.id).copied().unwrap_or(0);
+            if !s.passes && tried >= cfg.max_attempts && !self.state.blocked.contains(&s.id) {
+                self.state.blocked.push(s.id.clone());
+            }
+        }
+        self.state.save(&paths.ralph_dir)?;
+        Ok(())
+    }
+
+    /// The dirty-tree check, the archive of a previous feature and the branch; returns the
+    /// header's branch row.
+    fn prepare_tree(&mut self, cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<String> {
+        let (repo, paths) = (&self.pre.repo, &self.pre.paths);
+        // progress.txt is ralph's own log: an entry (or the file itself) a killed run did not get
+        // to commit is folded into the next checkpoint, not refused as the user's work.
+        let progress_rel = paths.rel(&paths.progress);
+        let dirty: Vec<String> = repo
+            .dirty_paths()?
+            .into_iter()
+            .filter(|p| *p != progress_rel)
+            .collect();
+        if !dirty.is_empty() && !cfg.allow_dirty {
+            let shown: Vec<_> = dirty.iter().take(10).map(|p| format!("  {p}")).collect();
+            bail!(
+                "the working tree has uncommitted changes ({} path{}):\n{}{}\nhint: commit or stash them first (ralph commits after every iteration and must not mix your work into its checkpoints), or pass --allow-dirty to include them",
+                dirty.len(),
+                if dirty.len() == 1 { "" } else { "s" },
+                shown.join("\n"),
+                if dirty.len() > 10 { "\n  …" } else { "" }
+            );
+        }
+        // Before any checkout can swap progress.txt or prd.json: archive the previous feature's
+        // prd.json and progress.txt when branchName changed since the last run.
+        let archived = crate::archive::check(
+            &paths.repo_root,
+            &paths.prd,
+            &paths.progress,
+            &paths.ralph_dir,
+            Local::now().date_naive(),
+        )?;
+        let prd = &self.initial.prd;
+        let branch_row = match &prd.branch_name {
+            Some(branch) => {
+                let action = match repo.ensure_branch(branch, prd.base_branch.as_deref())? {
+                    BranchAction::AlreadyOn => "already checked out".to_string(),
+                    BranchAction::CheckedOut => "checked out".to_string(),
+                    BranchAction::Created { from, .. } => format!("created from {from}"),
+                    BranchAction::Unborn => {
+                        "no commit yet; the first commit lands on it".to_string()
+                    }
+                };
+                format!("{branch} ({action})")
+            }
+            None => format!(
+                "{} (prd.json has no branchName)",
+                repo.current_branch()
+                    .unwrap_or_else(|| "detached HEAD".into())
+            ),
+        };
+        if let Some(done) = archived {
+            let folder = paths.rel(&done.folder);
+            out.emit(RunEvent::Archived {
+                folder: folder.clone(),
+                files: done.files.iter().map(|f| paths.rel(f)).collect(),
+                branch: done.branch.clone(),
+                message: done.describe(&paths.repo_root),
+            });
+            repo.commit_all(
+                &format!(
+                    "ralph: archive {} to {folder}",
+                    done.branch.as_deref().unwrap_or("the previous run")
+                ),
+                "",
+                &[],
+            )?;
+        }
+        Ok(branch_row)
+    }
+
+    /// The run header: one [`RunEvent::RunStarted`] with the effective settings.
+    fn header(&self, cfg: &RunConfig, branch: String, progress: String, out: &mut Outputs) {
+        let paths = &self.pre.paths;
+        let agent = match &self.pre.agent_version {
+            Some(v) => format!("{} {v} ({})", cfg.agent.as_str(), self.pre.agent_words),
+            None => format!("{} ({})", cfg.agent.as_str(), self.pre.agent_words),
+        };
+        let model = match (&cfg.model, cfg.agent) {
+            (Some(m), _) => m.clone(),
+            (None, AgentKind::Local) => match &cfg.native.model_file {
+                Some(f) => f.display().to_string(),
+                None => crate::config::LOCAL_MODEL_NAME.to_string(),
+            },
+            (None, _) => "agent default".into(),
+        };
+        let rows = [
+            ("prd", paths.prd.display().to_string()),
+            ("branch", branch),
+            ("progress", progress),
+            ("agent", agent),
+            ("model", model),
+            ("max-iter", cfg.max_iter.to_string()),
+            (
+                "timeouts",
+                format!(
+                    "{} per iteration, {} idle",
+                    humantime::format_duration(cfg.timeout),
+                    humantime::format_duration(cfg.idle_timeout)
+                ),
+            ),
+            ("ledger", paths.rel(&paths.ledger)),
+        ];
+        out.emit(RunEvent::RunStarted {
+            run_id: self.run_id.clone(),
+            prd: paths.prd.display().to_string(),
+            agent: cfg.agent.as_str().to_string(),
+            max_iter: cfg.max_iter,
+            settings: rows
+                .into_iter()
+                .map(|(key, value)| Setting {
+                    key: key.to_string(),
+                    value,
+                })
+                .collect(),
+        });
+    }
+}
+
+/// Stale git locks nobody holds and a torn ledger line: what a killed process leaves behind.
+fn repair(pre: &Preflight, out: &mut Outputs) -> anyhow::Result<()> {
+    // No other ralph runs here now, so git locks nobody holds were left by a killed process
+    // (e.g. a ralph SIGKILLed inside its checkpoint commit) and would fail every commit.
+    for lock in pre.repo.clear_stale_locks() {
+        out.warn(format!(
+            "removed a stale .git/{lock} that no process held (left by a killed process)"
+        ));
+    }
+    // A ledger line torn by a crash is cut off (its bytes kept beside the ledger) before anything
+    // reads or appends to it.
+    if let crate::ledger::Repair::Dropped { bytes, kept_in } =
+        crate::ledger::repair(&pre.paths.ledger)?
+    {
+        out.warn(format!(
+            "the ledger's last line was torn by a crash; removed it ({bytes} bytes kept in {})",
+            pre.paths.rel(&kept_in)
+        ));
+    }
+    Ok(())
+}
+
+/// state.json, or, when `.ralph/` was deleted (or this is the first run), what git remembers.
+fn load_state(pre: &Preflight, out: &mut Outputs) -> anyhow::Result<State> {
+    if let Some(state) = State::load(&pre.paths.ralph_dir)? {
+        return Ok(state);
+    }
+    let history = History::load(&pre.paths, Some(&pre.repo))?;
+    let feature = store::load(&pre.paths.prd)
+        .ok()
+        .and_then(|l| l.prd.branch_name);
+    let rebuilt = State::rebuild(&history.records, feature.as_deref());
+    if rebuilt.iteration > 0 {
+        out.notice(format!(
+            "no .ralph/state.json: rebuilt from git history ({} iteration{}, last run {})",
+            rebuilt.iteration,
+            if rebuilt.iteration == 1 { "" } else { "s" },
+            rebuilt.run_id.as_deref().unwrap_or("?")
+        ));
+    }
+    Ok(rebuilt)
+}
+
+/// A usage-limit wait that a previous ralph did not finish still holds: wait for it, or say why
+/// the run stops before it starts.
+async fn pending_reset(
+    state: &mut State,
+    budgets: &Budgets,
+    paths: &crate::workspace::RunPaths,
+    stop: &StopSignals,
+    started: Instant,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<StopReason>> {
+    let Some(at) = state.resume_at else {
+        return Ok(None);
+    };
+    match policy::pending_reset(at, Utc::now(), budgets, started.elapsed()) {
+        Err(reason) => return Ok(Some(reason)),
+        Ok(None) => {}
+        Ok(Some(until)) => {
+            out.emit(RunEvent::Waiting {
+                reason: WaitReason::UsageLimit,
+                until,
+                story_id: state
+                    .in_flight
+                    .as_ref()
+                    .map(|f| f.story_id.clone())
+                    .unwrap_or_default(),
+                attempt: 1,
+                max: budgets.max_usage_limit_waits,
+            });
+            let end = wait::until(until, stop, &paths.ralph_dir).await;
+            if let Some(reason) = policy::after_wait(end, During::UsageLimitWait) {
+                if matches!(reason, StopReason::StopRequested { .. }) {
+                    crate::stop_request::clear(&paths.ralph_dir);
+                }
+                return Ok(Some(reason));
+            }
+        }
+    }
+    state.resume_at = None;
+    state.save(&paths.ralph_dir)?;
+    Ok(None)
+}
+
+/// Prepares the local model (once per machine: a virtualenv and the verified GGUF in the cache)
+/// and starts its server on 127.0.0.1.
+async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<LocalServer> {
+    let mut progress = |msg: &str| out.notice(format!("local model: {msg}"));
+    let (python, model_file) = match &cfg.native.model_file {
+        Some(file) => {
+            crate::local::verify_model_file(file)?;
+            let python =
+                crate::local::setup::ensure_venv(&crate::local::cache_dir(), &mut progress)?;
+            (python, file.clone())
+        }
+        None => {
+            let model = crate::local::ensure_setup(&mut progress)?;
+            (model.python, model.model_file)
+        }
+    };
+    out.notice(format!(
+        "local model: starting the server for {} (2 threads, {}-token context)",
+        model_file.display(),
+        cfg.native.context_window
+    ));
+    let server = LocalServer::start(
+        &python,
+        &model_file,
+        crate::local::ServerOptions {
+            ctx: cfg.native.context_window,
+            ..crate::local::ServerOptions::default()
+        },
+    )
+    .await?;
+    out.notice(format!("local model: ready at {}", server.base_url()));
+    Ok(server)
+}
+
+/// A new run id: `<UTC timestamp>-<low 16 bits of the pid, hex>`.
+fn new_run_id() -> String {
+    format!(
+        "{}-{:04x}",
+        Utc::now().format("%Y%m%dT%H%M%S"),
+        std::process::id() & 0xffff
+    )
+}

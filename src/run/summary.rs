@@ -1,0 +1,164 @@
+//! The run's summary, pure: from why it stopped, the final prd.json and this run's ledger
+//! records, the numbers and sentences that `run_finished` carries and the terminal prints.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::prd::model::Prd;
+use crate::protocol::run_event::RunSummary;
+use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
+
+/// What [`summarize`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    /// Why the run ended.
+    pub reason: &'a StopReason,
+    /// prd.json at the end.
+    pub prd: &'a Prd,
+    /// This run's records, oldest first.
+    pub records: &'a [LedgerRecord],
+    /// The run's wall time.
+    pub elapsed: Duration,
+    /// The ledger's path, for display.
+    pub ledger: &'a str,
+    /// The backend.
+    pub agent: AgentKind,
+    /// native: the API key variable.
+    pub api_key_env: Option<&'a str>,
+    /// Blocked stories at the end.
+    pub blocked: &'a [String],
+    /// Attempts per story at the end.
+    pub attempts: &'a BTreeMap<String, u32>,
+}
+
+/// The summary of a run (see the module docs).
+pub fn summarize(i: &Input<'_>) -> RunSummary {
+    let open = crate::run::policy::open_ids(i.prd);
+    let total = i.prd.user_stories.len();
+    let passed = total - open.len();
+    let costs: Vec<f64> = i.records.iter().filter_map(|r| r.cost_usd).collect();
+    let tokens_in: Vec<u64> = i
+        .records
+        .iter()
+        .filter(|r| r.tokens_in.is_some() || r.cache_read_tokens.is_some())
+        .map(|r| {
+            r.tokens_in.unwrap_or(0)
+                + r.cache_read_tokens.unwrap_or(0)
+                + r.cache_creation_tokens.unwrap_or(0)
+        })
+        .collect();
+    let tokens_out: Vec<u64> = i.records.iter().filter_map(|r| r.tokens_out).collect();
+    let status = i.reason.exit_status();
+    RunSummary {
+        stop_reason: i.reason.clone(),
+        exit_code: status.code(),
+        headline: headline(i, open.len(), total),
+        success: *i.reason == StopReason::Complete,
+        passed,
+        open,
+        blocked: i.blocked.to_vec(),
+        iterations: u32::try_from(i.records.len()).unwrap_or(u32::MAX),
+        iteration_range: i
+            .records
+            .first()
+            .zip(i.records.last())
+            .map(|(a, b)| (a.iteration, b.iteration)),
+        elapsed_s: i.elapsed.as_secs_f64(),
+        cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
+        tokens_in: (!tokens_in.is_empty()).then(|| tokens_in.iter().sum()),
+        tokens_out: (!tokens_out.is_empty()).then(|| tokens_out.iter().sum()),
+        ledger: i.ledger.to_owned(),
+        next: next(i),
+        caveats: caveats(i),
+        resume_at: i.reason.resume_at(),
+    }
+}
+
+fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
+    match i.reason {
+        StopReason::Complete => format!("complete: every story passes ({total} of {total})"),
+        StopReason::MaxIterations { max_iter, .. } => {
+            format!("stopped: --max-iter {max_iter} reached with {open} of {total} stories open")
+        }
+        StopReason::Interrupted {
+            agent_running: true,
+        } => "interrupted: the current iteration was stopped and checkpointed".into(),
+        StopReason::Interrupted {
+            agent_running: false,
+        } => "interrupted while no agent was running (nothing to checkpoint)".into(),
+        StopReason::NeedsHuman {
+            outcome, iteration, ..
+        } => format!("stopped: iteration {iteration} ended with {outcome}"),
+        _ => "stopped by a limit before every story passed".into(),
+    }
+}
+
+fn next(i: &Input<'_>) -> String {
+    match i.reason {
+        StopReason::Complete => "review the commits (git log) and merge the branch".into(),
+        StopReason::Interrupted { .. } => {
+            "run `ralph run` again to resume where it stopped".into()
+        }
+        StopReason::NeedsHuman {
+            outcome: Outcome::AuthError,
+            ..
+        } => match i.agent {
+            AgentKind::Native => format!(
+                "check the API key in {} (--api-key-env), then `ralph run`",
+                i.api_key_env.unwrap_or("the key variable")
+            ),
+            _ => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
+        },
+        StopReason::NeedsHuman { .. } => "fix the agent's setup shown above (see `.ralph/runs/` for the transcript), then `ralph run`".into(),
+        StopReason::UsageLimit { .. } => {
+            "`ralph run` again after the reset (it waits for a reset that has not passed)".into()
+        }
+        _ => "check `ralph status` and the transcripts in .ralph/runs/, then `ralph run` to continue"
+            .into(),
+    }
+}
+
+/// What the reader should check even when the run completed: stories marked passing outside
+/// their own iteration, and blocked stories (unless that is why the run stopped).
+fn caveats(i: &Input<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in i.records {
+        let others: Vec<&str> = r
+            .passes_flipped
+            .iter()
+            .filter(|id| **id != r.story_id)
+            .map(String::as_str)
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        let one = others.len() == 1;
+        out.push(format!(
+            "{} {} marked passing during iteration {} ({}), not in {} own iteration: check them",
+            others.join(", "),
+            if one { "was" } else { "were" },
+            r.iteration,
+            r.story_id,
+            if one { "its" } else { "their" },
+        ));
+    }
+    let blocked_is_the_reason = matches!(i.reason, StopReason::AllBlocked { .. });
+    if !i.blocked.is_empty() && !blocked_is_the_reason {
+        let detail: Vec<String> = i
+            .blocked
+            .iter()
+            .map(|id| {
+                format!(
+                    "{id} ({} attempts)",
+                    i.attempts.get(id).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "blocked, so skipped: {}; `ralph run --unblock` gives {} another chance",
+            detail.join(", "),
+            if detail.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    out
+}
