@@ -262,6 +262,8 @@ struct Totals {
     tokens_in: u64,
     /// Output tokens.
     tokens_out: u64,
+    /// Whether any record reported tokens at all.
+    tokens_reported: bool,
 }
 
 impl Totals {
@@ -272,6 +274,7 @@ impl Totals {
             all_estimated: true,
             tokens_in: 0,
             tokens_out: 0,
+            tokens_reported: false,
         };
         for r in records {
             if let Some(c) = r.cost_usd {
@@ -284,6 +287,8 @@ impl Totals {
                 + r.cache_read_tokens.unwrap_or(0)
                 + r.cache_creation_tokens.unwrap_or(0);
             t.tokens_out += r.tokens_out.unwrap_or(0);
+            t.tokens_reported |=
+                r.tokens_in.is_some() || r.tokens_out.is_some() || r.cache_read_tokens.is_some();
         }
         t
     }
@@ -296,6 +301,9 @@ impl Totals {
             Some(c) if self.estimated => format!("{} (partly estimated from [prices])", usd(c)),
             Some(c) => usd(c),
         };
+        if !self.tokens_reported {
+            return format!("{cost}, tokens not reported");
+        }
         format!(
             "{cost}, {} tokens in, {} out",
             self.tokens_in, self.tokens_out

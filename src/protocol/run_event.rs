@@ -229,3 +229,71 @@ pub struct JsonEvent {
     #[serde(flatten)]
     pub event: RunEvent,
 }
+
+/// The JSON Schema (draft 2020-12) of one `--json` line ([`JsonEvent`]) as pretty-printed JSON
+/// with a trailing newline: exactly the content of the committed `run-events.schema.json`.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(JsonEvent);
+    let value = schema.as_value();
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGENERATE: &str = "RALPH_UPDATE_SCHEMA=1 cargo test --features test-fakes schema";
+
+    #[test]
+    fn committed_run_events_schema_matches_the_types() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/run-events.schema.json");
+        let generated = schema_json();
+        if std::env::var_os("RALPH_UPDATE_SCHEMA").is_some() {
+            std::fs::write(path, &generated).unwrap();
+            return;
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "run-events.schema.json is out of date with src/protocol/; regenerate it with `{REGENERATE}`"
+        );
+    }
+
+    #[test]
+    fn every_event_kind_validates_against_the_schema() {
+        let schema: serde_json::Value = serde_json::from_str(&schema_json()).unwrap();
+        let v = jsonschema::validator_for(&schema).unwrap();
+        let at = "2026-12-01T12:00:00.000Z".to_string();
+        let record = LedgerRecord::new("r", 1, "US-001", Outcome::StoryPassed, Utc::now());
+        let events = [
+            RunEvent::Warning {
+                message: "w".into(),
+            },
+            RunEvent::IterationFinished {
+                record: Box::new(record),
+                slot: 1,
+                max_iter: 3,
+            },
+            RunEvent::Waiting {
+                reason: WaitReason::UsageLimit,
+                until: Utc::now(),
+                story_id: "US-001".into(),
+                attempt: 1,
+                max: 3,
+            },
+        ];
+        for event in events {
+            let line = serde_json::to_value(JsonEvent {
+                at: at.clone(),
+                event,
+            })
+            .unwrap();
+            let errors: Vec<String> = v.iter_errors(&line).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{line}: {errors:?}");
+        }
+        let bad = serde_json::json!({"at": at, "event": "no_such_event"});
+        assert!(!v.is_valid(&bad));
+    }
+}

@@ -21,6 +21,7 @@ mod real_codex;
 mod real_gemini;
 mod real_opencode;
 mod run_cases;
+mod run_pipeline;
 mod stop_conditions;
 mod store;
 mod support_llm;
