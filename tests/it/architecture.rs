@@ -166,3 +166,54 @@ fn architecture_the_native_loop_does_not_know_the_outer_loop() {
         "native/ may use only {allowed:?}, but names {bad:?}"
     );
 }
+
+/// `(file, first line, length)` of every `fn` in `path`, measured from its `fn` line to its
+/// closing brace at the same indentation.
+fn functions(path: &Path) -> Vec<(String, usize, usize)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let re = regex::Regex::new(r"^(\s*)(pub(\([a-z]+\))? )?(async )?fn ").unwrap();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(c) = re.captures(line) else { continue };
+        let indent = c[1].to_string();
+        if line.trim_end().ends_with(';') {
+            continue;
+        }
+        let end = lines[i..]
+            .iter()
+            .position(|l| *l == format!("{indent}}}"))
+            .map(|p| i + p)
+            .unwrap_or(i);
+        out.push((line.trim().to_string(), i + 1, end - i + 1));
+    }
+    out
+}
+
+#[test]
+fn architecture_no_function_under_run_is_longer_than_150_lines() {
+    let mut long = Vec::new();
+    for file in rust_files(&src().join("run")) {
+        if file.ends_with("tests.rs") {
+            continue;
+        }
+        for (sig, line, len) in functions(&file) {
+            if len > 150 {
+                long.push(format!("{}:{line}: {len} lines: {sig}", file.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 150 lines:\n{}", long.join("\n"));
+}
+
+#[test]
+fn architecture_no_too_many_arguments_allowance() {
+    let mut found = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        if text.contains("too_many_arguments") {
+            found.push(file.display().to_string());
+        }
+    }
+    assert!(found.is_empty(), "#[allow(clippy::too_many_arguments)] in {found:?}");
+}
