@@ -497,6 +497,72 @@ impl Repo {
             .map_err(op("compare history"))
     }
 
+    /// How many entries HEAD's reflog has (0 without one): taken when an iteration starts, so
+    /// that [`Repo::lost_commits`] looks only at what happened since.
+    pub fn head_reflog_len(&self) -> usize {
+        self.repo.reflog("HEAD").map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Commits that HEAD pointed at in the reflog entries added after the first `since_len`
+    /// (see [`Repo::head_reflog_len`]) which are neither
+    /// reachable from `start` (they were made after it) nor from any branch, tag or HEAD now:
+    /// work an agent committed and then threw away (`git reset --hard`, a deleted branch),
+    /// reachable only from the reflog until git's garbage collection. Oldest first, full shas.
+    /// An empty list when the reflog is missing (`core.logAllRefUpdates` off).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the references or history cannot be read.
+    pub fn lost_commits(
+        &self,
+        start: Option<&str>,
+        since_len: usize,
+    ) -> Result<Vec<String>, GitError> {
+        let Ok(reflog) = self.repo.reflog("HEAD") else {
+            return Ok(Vec::new());
+        };
+        let start = match start {
+            Some(s) => Some(self.resolve_commit(s)?.id()),
+            None => None,
+        };
+        // Tips that keep commits alive: every branch, tag and HEAD (ralph's own `lost-` pins
+        // excluded, so that a second look finds the same commits).
+        let mut tips = Vec::new();
+        for reference in self
+            .repo
+            .references()
+            .map_err(op("list references"))?
+            .flatten()
+        {
+            if reference.name().is_some_and(|n| n.contains("/lost-")) {
+                continue;
+            }
+            if let Ok(commit) = reference.peel_to_commit() {
+                tips.push(commit.id());
+            }
+        }
+        if let Ok(Some(head)) = self.head_commit() {
+            tips.push(head.id());
+        }
+        let mut lost = Vec::new();
+        // The reflog lists the newest entry first; the entries added since are the first ones.
+        let added = reflog.len().saturating_sub(since_len);
+        for i in (0..added).rev() {
+            let Some(entry) = reflog.get(i) else { continue };
+            let oid = entry.id_new();
+            if oid.is_zero() || lost.contains(&oid) || self.repo.find_commit(oid).is_err() {
+                continue;
+            }
+            let reachable = |tip: git2::Oid| {
+                tip == oid || self.repo.graph_descendant_of(tip, oid).unwrap_or(false)
+            };
+            if start.is_some_and(reachable) || tips.iter().any(|t| reachable(*t)) {
+                continue;
+            }
+            lost.push(oid);
+        }
+        Ok(lost.into_iter().map(|o| o.to_string()).collect())
+    }
+
     /// Files that differ between commit `from` and the working tree (staged or not, including
     /// untracked files inside untracked directories, excluding ignored files), relative to the
     /// root with `/` separators. A rename shows as its old and new path. Sorted, no duplicates.

@@ -339,6 +339,7 @@ mod tests {
             message: None,
             verify: Vec::new(),
             findings: Vec::new(),
+            lost_commits: Vec::new(),
             feature: None,
         }
     }

@@ -109,6 +109,11 @@ pub struct LedgerRecord {
     /// HEAD moved), one sentence each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// Commits the agent made during the iteration and then threw away (a `git reset --hard`, a
+    /// deleted branch), full shas, oldest first; each is kept reachable under
+    /// `refs/ralph/<run>/<iteration>/lost-<short sha>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_commits: Vec<String>,
     /// prd.json's `branchName` when the iteration ran (the feature its attempts belong to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature: Option<String>,
@@ -185,6 +190,7 @@ impl LedgerRecord {
             transcript: None,
             verify: Vec::new(),
             findings: Vec::new(),
+            lost_commits: Vec::new(),
             feature: None,
             message: None,
         }

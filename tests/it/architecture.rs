@@ -203,7 +203,11 @@ fn architecture_no_function_under_run_is_longer_than_150_lines() {
             }
         }
     }
-    assert!(long.is_empty(), "functions over 150 lines:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "functions over 150 lines:\n{}",
+        long.join("\n")
+    );
 }
 
 #[test]
@@ -215,5 +219,8 @@ fn architecture_no_too_many_arguments_allowance() {
             found.push(file.display().to_string());
         }
     }
-    assert!(found.is_empty(), "#[allow(clippy::too_many_arguments)] in {found:?}");
+    assert!(
+        found.is_empty(),
+        "#[allow(clippy::too_many_arguments)] in {found:?}"
+    );
 }

@@ -338,3 +338,57 @@ fn every_json_line_of_a_run_matches_the_committed_schema() {
         assert!(names.contains(name), "no {name} event in {names:?}");
     }
 }
+
+#[test]
+fn commits_the_agent_throws_away_are_pinned_and_recorded() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    // An agent that commits twice, then resets both commits away.
+    let agent = env.root.path().join("agent.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\ncat >/dev/null\n\
+         echo one > one.txt && git add one.txt && git commit -qm 'agent: one'\n\
+         echo two > two.txt && git add two.txt && git commit -qm 'agent: two'\n\
+         git reset -q --hard HEAD~2\necho done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent_cmd = agent.display().to_string();
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent_cmd,
+        "--max-iter",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let rec = &env.ledger()[0];
+    let lost: Vec<String> = rec["lost_commits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no lost_commits in {rec}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(lost.len(), 2, "{rec}");
+    let refs = env.git(&[
+        "for-each-ref",
+        "--format=%(refname) %(objectname)",
+        "refs/ralph/",
+    ]);
+    for sha in &lost {
+        assert!(
+            refs.lines()
+                .any(|l| l.contains("/1/lost-") && l.ends_with(sha.as_str())),
+            "{sha} is not pinned:\n{refs}"
+        );
+        let subject = env.git(&["log", "-1", "--format=%s", sha]);
+        assert!(subject.starts_with("agent: "), "{subject}");
+    }
+    assert!(
+        stderr(&out).contains("on no branch any more"),
+        "{}",
+        stderr(&out)
+    );
+}

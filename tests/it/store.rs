@@ -562,6 +562,7 @@ fn record(iteration: u32, outcome: Outcome) -> LedgerRecord {
     LedgerRecord {
         verify: Vec::new(),
         findings: Vec::new(),
+        lost_commits: Vec::new(),
         feature: None,
         run_id: "run-1".into(),
         iteration,

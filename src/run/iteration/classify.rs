@@ -290,6 +290,21 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
             f.iteration
         ));
     }
+    if !obs.lost_commits.is_empty() {
+        let short: Vec<&str> = obs
+            .lost_commits
+            .iter()
+            .map(|s| s.get(..12).unwrap_or(s))
+            .collect();
+        out.push(format!(
+            "the agent's commit{} {} {} on no branch any more (reset or deleted); kept as refs/ralph/{}/{}/lost-<sha>",
+            if short.len() == 1 { "" } else { "s" },
+            short.join(", "),
+            if short.len() == 1 { "is" } else { "are" },
+            f.run_id,
+            f.iteration
+        ));
+    }
     if let Some((before, after)) = &obs.branch_moved {
         out.push(format!(
             "HEAD moved from {} to {}",

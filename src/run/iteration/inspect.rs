@@ -42,6 +42,8 @@ pub struct Observation {
     pub files_changed: Vec<String>,
     /// HEAD no longer contains the iteration's start (its sha).
     pub history_rewritten: Option<String>,
+    /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
+    pub lost_commits: Vec<String>,
     /// HEAD moved to another branch: (before, after).
     pub branch_moved: Option<(Option<String>, Option<String>)>,
     /// Stories still open after the iteration.
@@ -84,6 +86,20 @@ pub async fn inspect(
     obs.open_after = crate::run::policy::open_ids(now);
     obs.story_passes = now.story(&a.story.id).is_some_and(|s| s.passes);
     git_delta(cx, start, &mut obs)?;
+    obs.lost_commits = cx
+        .repo
+        .lost_commits(start.head.as_deref(), start.reflog_len)?;
+    for sha in &obs.lost_commits {
+        cx.repo.set_ref(
+            &format!(
+                "refs/ralph/{}/{}/lost-{}",
+                cx.run_id,
+                a.iteration,
+                sha.get(..12).unwrap_or(sha)
+            ),
+            sha,
+        )?;
+    }
     Ok(obs)
 }
 

@@ -192,6 +192,7 @@ fn draft(
     r.transcript = Some(cx.paths.rel(&e.transcript));
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
+    r.lost_commits = obs.lost_commits.clone();
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {

@@ -46,6 +46,8 @@ pub struct StartPoint {
     pub dirty: DirtySnapshot,
     /// Wall-clock start.
     pub at: DateTime<Utc>,
+    /// HEAD's reflog length, to find commits the agent throws away.
+    pub reflog_len: usize,
     /// Monotonic start, for the duration.
     pub clock: Instant,
 }
@@ -162,6 +164,7 @@ fn start_point(cx: &Cx<'_>, iteration: u32) -> anyhow::Result<StartPoint> {
     // are not the agent's progress.
     let dirty = DirtySnapshot::take(cx.repo, head.as_deref(), &cx.paths.repo_root)?;
     Ok(StartPoint {
+        reflog_len: cx.repo.head_reflog_len(),
         branch: cx.repo.current_branch(),
         head,
         dirty,
