@@ -166,3 +166,45 @@ fn architecture_the_native_loop_does_not_know_the_outer_loop() {
         "native/ may use only {allowed:?}, but names {bad:?}"
     );
 }
+
+#[test]
+fn architecture_only_process_spawns_or_signals() {
+    let patterns = [
+        "Command::new(",
+        "signal::kill(",
+        "killpg(",
+        "libc::kill(",
+        ".spawn()",
+    ];
+    let mut offenders = Vec::new();
+    for (name, path) in top_modules() {
+        if name == "process" {
+            continue;
+        }
+        for file in rust_files(&path) {
+            // driver.rs is replaced by run/ (uses process::tag)
+            if file == src().join("driver.rs") {
+                continue;
+            }
+            let mut in_tests = false;
+            for (n, line) in code_lines(&file).iter().enumerate() {
+                if line.contains("#[cfg(test)]") {
+                    in_tests = true;
+                }
+                if !in_tests && patterns.iter().any(|p| line.contains(p)) {
+                    offenders.push(format!(
+                        "{}:{}: {}",
+                        file.strip_prefix(src()).unwrap().display(),
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "only src/process/ may spawn or signal processes:\n{}",
+        offenders.join("\n")
+    );
+}
