@@ -15,6 +15,7 @@ pub mod commands;
 pub mod completion;
 pub mod config;
 pub mod driver;
+pub mod error;
 pub mod fsutil;
 pub mod protocol;
 
