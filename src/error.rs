@@ -18,6 +18,11 @@
 //! with `hint:` (or the older indented `  hint:`), are taken out of it and printed last; the rule
 //! is in [`split_hint`]. Colours follow the terminal: `error:` red and `hint:` cyan on a tty,
 //! none when stderr is not a terminal or `NO_COLOR` is set.
+//!
+//! Layering: this file names [`ConfigError`] to read its exit code, so it sits above `config`;
+//! the modules `config` depends on (`cli`, `agent`, `native`, `prd`, `process`, `protocol`) keep
+//! returning their own `thiserror` enums, which the printer reads like any other error (the
+//! architecture test would report the import cycle otherwise).
 
 use std::fmt;
 use std::io::Write as _;

@@ -44,8 +44,9 @@ pub enum ProbeError {
     },
 }
 
-/// Runs `program --version` (stdin `/dev/null`, `NO_COLOR=1`, its own process group, killed
-/// with the group after `timeout`) and returns the first non-empty output line, ANSI stripped,
+/// Runs `program --version` through [`crate::process::capture`] (stdin `/dev/null`,
+/// `NO_COLOR=1`, its own process group, killed with the group after `timeout`; anything it leaves
+/// running is killed when it exits) and returns the first non-empty output line, ANSI stripped,
 /// at most 120 characters.
 ///
 /// # Errors
