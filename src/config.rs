@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::cli::RunArgs;
 use crate::protocol::AgentKind;
+use crate::protocol::ExitStatus;
 use crate::protocol::Price;
 use crate::protocol::ProviderKind;
 use crate::protocol::{PrdGuard, ToolMode};
@@ -254,12 +255,61 @@ pub const DEFAULT_MAX_NO_PROGRESS: u32 = 3;
 /// Default time limit of a verify command (10 minutes).
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
+/// Where the value of a setting came from. It decides the exit code of an error about it (see
+/// [`ConfigError::exit_status`]) and how the error names the setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A flag, or its `RALPH_*` environment variable (clap merges the two).
+    CommandLine,
+    /// A key in this ralph.toml.
+    File(PathBuf),
+}
+
+impl Origin {
+    /// `flag` when the value came from the command line, else `` `key` in <file> ``.
+    fn name(&self, flag: &str, key: &str) -> String {
+        match self {
+            Origin::CommandLine => flag.to_owned(),
+            Origin::File(path) => format!("`{key}` in {}", path.display()),
+        }
+    }
+
+    /// How to give the setting another value: `pass <flag> <example>` or `set <key> to <example>`.
+    fn change(&self, flag: &str, key: &str, example: &str) -> String {
+        match self {
+            Origin::CommandLine => format!("pass {flag} {example}"),
+            Origin::File(_) => format!("set {key} to {example}"),
+        }
+    }
+
+    /// How to fall back to the default: `leave it out` (a flag) or `remove it` (a key).
+    fn drop(&self) -> &'static str {
+        match self {
+            Origin::CommandLine => "leave it out",
+            Origin::File(_) => "remove it",
+        }
+    }
+}
+
 /// Errors while resolving settings. Each names the source (flag or file and key) and the fix.
+///
+/// A refused value given on the command line is a usage error (exit 2); the same value written
+/// in ralph.toml, and an unreadable or invalid ralph.toml, are configuration errors (exit 1). See
+/// [`ConfigError::exit_status`].
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// `--max-iter 0` (or `max_iter = 0`).
-    #[error("--max-iter must be at least 1 (got 0)\nhint: pass --max-iter N with N ≥ 1, or leave it out for the default of {DEFAULT_MAX_ITER}")]
-    ZeroIterations,
+    #[error(
+        "{} must be at least 1 (got 0)\nhint: {} with N ≥ 1, or {} for the default of \
+         {DEFAULT_MAX_ITER}",
+        origin.name("--max-iter", "max_iter"),
+        origin.change("--max-iter", "max_iter", "N"),
+        origin.drop()
+    )]
+    ZeroIterations {
+        /// Where the 0 came from.
+        origin: Origin,
+    },
     /// ralph.toml could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -289,38 +339,123 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
-    /// A zero `--timeout` / `--idle-timeout`.
-    #[error("{name} must be longer than 0 seconds\nhint: use a duration like \"30m\" or \"90s\"")]
+    /// A zero `--timeout` / `--idle-timeout` / `--max-duration`.
+    #[error(
+        "{} must be longer than 0 seconds\nhint: use a duration like \"30m\" or \"90s\", or {} \
+         for the default",
+        origin.name(name, key),
+        origin.drop()
+    )]
     ZeroDuration {
-        /// The setting.
+        /// The flag.
         name: &'static str,
+        /// The ralph.toml key.
+        key: &'static str,
+        /// Where the 0 came from.
+        origin: Origin,
     },
     /// A count limit of 0 (`--max-attempts`, `--max-failures`, `--max-no-progress`).
-    #[error("{name} must be at least 1 (got 0)\nhint: leave it out for the default of {default}")]
+    #[error(
+        "{} must be at least 1 (got 0)\nhint: {} for the default of {default}",
+        origin.name(name, key),
+        origin.drop()
+    )]
     ZeroLimit {
-        /// The setting.
+        /// The flag.
         name: &'static str,
+        /// The ralph.toml key.
+        key: &'static str,
         /// Its default.
         default: u32,
+        /// Where the 0 came from.
+        origin: Origin,
     },
     /// A negative or non-finite `--max-cost`.
-    #[error("--max-cost must be a positive amount in USD (got {value})\nhint: e.g. --max-cost 5 for five dollars")]
+    #[error(
+        "{} must be a positive amount in USD (got {value})\nhint: e.g. {} for five dollars",
+        origin.name("--max-cost", "max_cost"),
+        match origin { Origin::CommandLine => "--max-cost 5", Origin::File(_) => "max_cost = 5" }
+    )]
     BadCost {
         /// The value given.
         value: f64,
+        /// Where it came from.
+        origin: Origin,
     },
     /// `--max-steps 0`.
-    #[error("--max-steps must be at least 1 (got 0)\nhint: leave it out for the default")]
-    ZeroSteps,
+    #[error(
+        "{} must be at least 1 (got 0)\nhint: {} for the default",
+        origin.name("--max-steps", "max_steps"),
+        origin.drop()
+    )]
+    ZeroSteps {
+        /// Where the 0 came from.
+        origin: Origin,
+    },
     /// JSON tool mode with the Anthropic API.
-    #[error("--tool-mode json needs --provider openai (the Anthropic Messages API has no response_format)\nhint: use --tool-mode native with --provider anthropic")]
-    JsonModeNeedsOpenai,
+    #[error(
+        "{} json needs {} openai (the Anthropic Messages API has no response_format)\nhint: use \
+         --tool-mode native with --provider anthropic",
+        tool_mode.name("--tool-mode", "tool_mode"),
+        provider.name("--provider", "provider")
+    )]
+    JsonModeNeedsOpenai {
+        /// Where `json` came from.
+        tool_mode: Origin,
+        /// Where `anthropic` came from.
+        provider: Origin,
+    },
     /// `--agent native` without a model.
-    #[error("--agent native needs the model name\nhint: pass --model NAME (e.g. gpt-4.1-mini, claude-sonnet-4-5), or set model in ralph.toml")]
-    MissingModel,
+    #[error(
+        "{} native needs the model name\nhint: pass --model NAME (e.g. gpt-4.1-mini, \
+         claude-sonnet-4-5), or set model in ralph.toml",
+        agent.name("--agent", "agent")
+    )]
+    MissingModel {
+        /// Where `native` came from.
+        agent: Origin,
+    },
     /// `--agent exec` without a command line.
-    #[error("--agent exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set agent_cmd in ralph.toml")]
-    MissingAgentCmd,
+    #[error(
+        "{} exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set \
+         agent_cmd in ralph.toml",
+        agent.name("--agent", "agent")
+    )]
+    MissingAgentCmd {
+        /// Where `exec` came from.
+        agent: Origin,
+    },
+}
+
+impl ConfigError {
+    /// The exit code for this error. [`ExitStatus::Usage`] (2) when the command line alone is
+    /// wrong on its face: a flag (or its `RALPH_*` variable) with a value ralph refuses without
+    /// looking at anything else (a zero count or duration, a negative cost), flags that cannot
+    /// work together, or a flag that needs another one. [`ExitStatus::Failure`] (1) when a value
+    /// in ralph.toml is involved, and for an unreadable or invalid ralph.toml.
+    pub fn exit_status(&self) -> ExitStatus {
+        let from_command_line = match self {
+            ConfigError::ZeroIterations { origin }
+            | ConfigError::ZeroDuration { origin, .. }
+            | ConfigError::ZeroLimit { origin, .. }
+            | ConfigError::BadCost { origin, .. }
+            | ConfigError::ZeroSteps { origin }
+            | ConfigError::MissingModel { agent: origin }
+            | ConfigError::MissingAgentCmd { agent: origin } => *origin == Origin::CommandLine,
+            ConfigError::JsonModeNeedsOpenai {
+                tool_mode,
+                provider,
+            } => *tool_mode == Origin::CommandLine && *provider == Origin::CommandLine,
+            ConfigError::Read { .. } | ConfigError::Parse { .. } | ConfigError::Duration { .. } => {
+                false
+            }
+        };
+        if from_command_line {
+            ExitStatus::Usage
+        } else {
+            ExitStatus::Failure
+        }
+    }
 }
 
 impl RunConfig {
@@ -341,6 +476,14 @@ impl RunConfig {
             None => (FileConfig::default(), cwd.to_path_buf()),
         };
         let file_path = config_path.clone().unwrap_or_default();
+        // Where a value came from: the command line when the flag (or its variable) was given.
+        let origin = |from_flag: bool| {
+            if from_flag {
+                Origin::CommandLine
+            } else {
+                Origin::File(file_path.clone())
+            }
+        };
         let duration =
             |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
                 raw.as_ref()
@@ -357,12 +500,16 @@ impl RunConfig {
 
         let max_iter = args.max_iter.or(file.max_iter).unwrap_or(DEFAULT_MAX_ITER);
         if max_iter == 0 {
-            return Err(ConfigError::ZeroIterations);
+            return Err(ConfigError::ZeroIterations {
+                origin: origin(args.max_iter.is_some()),
+            });
         }
         let agent = args.agent.or(file.agent).unwrap_or(AgentKind::Claude);
         let agent_cmd = args.agent_cmd.clone().or(file.agent_cmd.clone());
         if agent == AgentKind::Exec && agent_cmd.as_deref().is_none_or(|c| c.trim().is_empty()) {
-            return Err(ConfigError::MissingAgentCmd);
+            return Err(ConfigError::MissingAgentCmd {
+                agent: origin(args.agent.is_some()),
+            });
         }
         let output = if args.json {
             OutputMode::Json
@@ -395,11 +542,17 @@ impl RunConfig {
             .or(duration("idle_timeout", &file.idle_timeout)?)
             .unwrap_or(DEFAULT_IDLE_TIMEOUT);
         if timeout.is_zero() {
-            return Err(ConfigError::ZeroDuration { name: "--timeout" });
+            return Err(ConfigError::ZeroDuration {
+                name: "--timeout",
+                key: "timeout",
+                origin: origin(args.timeout.is_some()),
+            });
         }
         if idle_timeout.is_zero() {
             return Err(ConfigError::ZeroDuration {
                 name: "--idle-timeout",
+                key: "idle_timeout",
+                origin: origin(args.idle_timeout.is_some()),
             });
         }
         let local = agent == AgentKind::Local;
@@ -412,7 +565,9 @@ impl RunConfig {
         };
         let model = args.model.clone().or(file.model.clone());
         if agent == AgentKind::Native && model.is_none() {
-            return Err(ConfigError::MissingModel);
+            return Err(ConfigError::MissingModel {
+                agent: origin(args.agent.is_some()),
+            });
         }
         let base_url =
             args.base_url
@@ -469,10 +624,15 @@ impl RunConfig {
         let transient_backoff = duration("transient_backoff", &file.transient_backoff)?
             .unwrap_or(Duration::from_secs(30));
         if native.max_steps == 0 {
-            return Err(ConfigError::ZeroSteps);
+            return Err(ConfigError::ZeroSteps {
+                origin: origin(args.max_steps.is_some()),
+            });
         }
         if native.tool_mode == ToolMode::Json && native.provider == ProviderKind::Anthropic {
-            return Err(ConfigError::JsonModeNeedsOpenai);
+            return Err(ConfigError::JsonModeNeedsOpenai {
+                tool_mode: origin(args.tool_mode.is_some()),
+                provider: origin(args.provider.is_some()),
+            });
         }
         let usage_limit_fallback = duration("usage_limit_fallback", &file.usage_limit_fallback)?
             .unwrap_or(Duration::from_secs(3600));
@@ -485,39 +645,53 @@ impl RunConfig {
         if max_duration == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroDuration {
                 name: "--max-duration",
+                key: "max_duration",
+                origin: origin(args.max_duration.is_some()),
             });
         }
         let count = |name: &'static str,
+                     key: &'static str,
                      flag: Option<u32>,
                      file: Option<u32>,
                      default: u32|
          -> Result<u32, ConfigError> {
             match flag.or(file).unwrap_or(default) {
-                0 => Err(ConfigError::ZeroLimit { name, default }),
+                0 => Err(ConfigError::ZeroLimit {
+                    name,
+                    key,
+                    default,
+                    origin: origin(flag.is_some()),
+                }),
                 n => Ok(n),
             }
         };
         let max_attempts = count(
             "--max-attempts",
+            "max_attempts",
             args.max_attempts,
             file.max_attempts,
             DEFAULT_MAX_ATTEMPTS,
         )?;
         let max_failures = count(
             "--max-failures",
+            "max_failures",
             args.max_failures,
             file.max_failures,
             DEFAULT_MAX_FAILURES,
         )?;
         let max_no_progress = count(
             "--max-no-progress",
+            "max_no_progress",
             args.max_no_progress,
             file.max_no_progress,
             DEFAULT_MAX_NO_PROGRESS,
         )?;
         let max_cost = args.max_cost.or(file.max_cost);
         if let Some(value) = max_cost.filter(|c| !c.is_finite() || *c <= 0.0) {
-            return Err(ConfigError::BadCost { value });
+            return Err(ConfigError::BadCost {
+                value,
+                origin: origin(args.max_cost.is_some()),
+            });
         }
         Ok(RunConfig {
             max_cost,
@@ -691,13 +865,56 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_value_is_a_usage_error_only_when_the_command_line_gave_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args();
+        a.max_failures = Some(0);
+        let err = RunConfig::resolve(&a, dir.path()).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Usage, "{err}");
+
+        std::fs::write(
+            dir.path().join("ralph.toml"),
+            "max_failures = 0\ntool_mode = \"json\"\n",
+        )
+        .unwrap();
+        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Failure, "{err}");
+        assert!(
+            err.to_string().starts_with("`max_failures` in ")
+                && err.to_string().contains("ralph.toml must be at least 1"),
+            "{err}"
+        );
+
+        // Half of a conflict in the file: the fix may be there, so not a usage error.
+        std::fs::write(dir.path().join("ralph.toml"), "tool_mode = \"json\"\n").unwrap();
+        let mut a = args();
+        a.provider = Some(ProviderKind::Anthropic);
+        let err = RunConfig::resolve(&a, dir.path()).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Failure, "{err}");
+        assert!(
+            err.to_string().starts_with("`tool_mode` in ")
+                && err.to_string().contains("json needs --provider openai"),
+            "{err}"
+        );
+        a.tool_mode = Some(ToolMode::Json);
+        let err = RunConfig::resolve(&a, dir.path()).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Usage, "{err}");
+
+        std::fs::write(dir.path().join("ralph.toml"), "max_iters = 1\n").unwrap();
+        let err = RunConfig::resolve(&args(), dir.path()).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Failure, "{err}");
+    }
+
+    #[test]
     fn exec_needs_a_command() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = args();
         a.agent = Some(AgentKind::Exec);
         assert!(matches!(
             RunConfig::resolve(&a, dir.path()),
-            Err(ConfigError::MissingAgentCmd)
+            Err(ConfigError::MissingAgentCmd {
+                agent: Origin::CommandLine
+            })
         ));
     }
 }

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod commands;
 pub mod completion;
 pub mod config;
+pub mod error;
 pub mod fsutil;
 pub mod git;
 pub mod history;

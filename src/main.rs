@@ -1,11 +1,9 @@
 //! The `ralph` binary: parse the command line, run the command, map the result to an exit code.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
 use ralph::cli::{Cli, Command};
-use ralph::protocol::ExitStatus;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,14 +20,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(status) => status.into(),
-        Err(err) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "{} {err:#}",
-                console::style("error:").red().bold().for_stderr()
-            );
-            ExitStatus::Failure.into()
-        }
+        // The one error printer: message, new causes, hints last; the exit code comes from the
+        // error (2 for a usage error, else 1).
+        Err(err) => ralph::error::report(&err).into(),
     }
 }
 

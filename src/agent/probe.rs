@@ -2,11 +2,10 @@
 //! and `ralph doctor`. Every CLI ralph drives answers `--version` with one line on stdout
 //! (`2.1.332 (Claude Code)`, `codex-cli 0.171.0`, `0.61.0`, `1.18.33`).
 
-use std::io::Read as _;
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::process::{ProcessError, SpawnSpec};
 
 /// How long `--version` may take before it is killed: node-based CLIs start in about a second.
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
@@ -22,8 +21,8 @@ pub enum ProbeError {
     Spawn {
         /// The program.
         program: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// Why it could not start.
+        source: ProcessError,
     },
     /// It ran longer than the timeout and was killed.
     #[error("`{program} --version` did not finish within {seconds} s")]
@@ -45,74 +44,45 @@ pub enum ProbeError {
     },
 }
 
-/// Runs `program --version` (stdin `/dev/null`, `NO_COLOR=1`, its own process group, killed
-/// with the group after `timeout`) and returns the first non-empty output line, ANSI stripped,
+/// Runs `program --version` through [`crate::process::capture`] (stdin `/dev/null`,
+/// `NO_COLOR=1`, its own process group, killed with the group after `timeout`; anything it leaves
+/// running is killed when it exits) and returns the first non-empty output line, ANSI stripped,
 /// at most 120 characters.
 ///
 /// # Errors
 /// [`ProbeError`] when it cannot start, times out, exits non-zero or prints nothing.
 pub fn version(program: &Path, timeout: Duration) -> Result<String, ProbeError> {
     let name = program.display().to_string();
-    let mut child = Command::new(program)
-        .arg("--version")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| ProbeError::Spawn {
+    let spec = SpawnSpec {
+        program: program.to_owned(),
+        args: vec!["--version".to_owned()],
+        env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
+        ..SpawnSpec::default()
+    };
+    let out =
+        crate::process::capture(&spec, Some(timeout)).map_err(|source| ProbeError::Spawn {
             program: name.clone(),
             source,
         })?;
-    // A version line is tiny; read both pipes on threads so that neither can fill up.
-    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut out = String::new();
-            if let Some(mut p) = pipe {
-                let mut buf = Vec::new();
-                let _ = p.by_ref().take(64 * 1024).read_to_end(&mut buf);
-                out = String::from_utf8_lossy(&buf).into_owned();
-            }
-            out
-        })
-    };
-    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => break None,
-        }
-    };
-    let Some(status) = status else {
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = child.wait();
+    if out.timed_out {
         return Err(ProbeError::Timeout {
             program: name,
             seconds: timeout.as_secs(),
         });
-    };
-    let out = stdout.join().unwrap_or_default();
-    let err = stderr.join().unwrap_or_default();
+    }
     let first = |s: &str| {
         s.lines()
             .map(|l| crate::process::strip_ansi(l).trim().to_owned())
             .find(|l| !l.is_empty())
     };
-    let line = first(&out).or_else(|| first(&err)).unwrap_or_default();
+    let line = first(&out.stdout)
+        .or_else(|| first(&out.stderr))
+        .unwrap_or_default();
     let line: String = line.chars().take(MAX_CHARS).collect();
-    if !status.success() || line.is_empty() {
+    if !out.success() || line.is_empty() {
         return Err(ProbeError::Failed {
             program: name,
-            code: status.code(),
+            code: out.exit.code,
             output: line,
         });
     }
@@ -122,6 +92,7 @@ pub fn version(program: &Path, timeout: Duration) -> Result<String, ProbeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
         use std::os::unix::fs::PermissionsExt as _;

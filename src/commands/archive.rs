@@ -12,6 +12,7 @@ use anyhow::Context as _;
 
 use crate::archive;
 use crate::cli::ArchiveArgs;
+use crate::error::UserError;
 use crate::git::Repo;
 use crate::lock::{LockError, RunLock};
 use crate::protocol::ExitStatus;
@@ -41,13 +42,23 @@ pub fn run(args: &ArchiveArgs) -> anyhow::Result<ExitStatus> {
     ensure_ralph_dir(&paths.ralph_dir)?;
     let acquired = match RunLock::acquire(&paths.ralph_dir) {
         Ok(acquired) => acquired,
-        Err(LockError::Held { pid, host, .. }) => anyhow::bail!(
-            "a `ralph run` (pid {pid} on {host}) is working on this repository; archiving now could lose what it is writing to progress.txt\nhint: wait for the run to finish (or stop it: `kill {pid}`), then run `ralph archive` again"
-        ),
-        Err(LockError::HeldUnknown { path }) => anyhow::bail!(
-            "a `ralph run` holds {} ; archiving now could lose what it is writing to progress.txt\nhint: wait for the run to finish, then run `ralph archive` again",
-            path.display()
-        ),
+        Err(LockError::Held { pid, host, .. }) => {
+            return Err(UserError::new(format!(
+                "a `ralph run` (pid {pid} on {host}) is working on this repository; archiving now could lose what it is writing to progress.txt"
+            ))
+            .with_hint(format!(
+                "wait for the run to finish (or stop it: `kill {pid}`), then run `ralph archive` again"
+            ))
+            .into())
+        }
+        Err(LockError::HeldUnknown { path }) => {
+            return Err(UserError::new(format!(
+                "a `ralph run` holds {} ; archiving now could lose what it is writing to progress.txt",
+                path.display()
+            ))
+            .with_hint("wait for the run to finish, then run `ralph archive` again")
+            .into())
+        }
         Err(err) => return Err(err.into()),
     };
     if let Some(stale) = &acquired.stale {

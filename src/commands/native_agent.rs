@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use crate::agent::native::{NativeSettings, SETTINGS_VAR};
+use crate::error::UserError;
 use crate::native::llm::{Provider, ProviderConfig, RetryPolicy};
 use crate::native::tools::{ToolContext, ToolRegistry};
 use crate::native::{run_session, SessionConfig};
@@ -46,9 +47,9 @@ pub fn run() -> anyhow::Result<ExitStatus> {
         .context("cannot read the prompt from stdin")?;
     let api_key = match &settings.api_key_env {
         Some(var) => Some(std::env::var(var).map_err(|_| {
-            anyhow::anyhow!(
-                "the API key variable {var} is not set\nhint: export {var}=<your key>, or name another variable with --api-key-env"
-            )
+            UserError::new(format!("the API key variable {var} is not set")).with_hint(format!(
+                "export {var}=<your key>, or name another variable with --api-key-env"
+            ))
         })?),
         None => None,
     };

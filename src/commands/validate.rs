@@ -71,10 +71,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
             writeln!(std::io::stderr(), "✗ {err}").context("writing to stderr")?;
             Ok(ExitStatus::Failure)
         }
-        Err(err) => {
-            writeln!(std::io::stderr(), "error: {err}").context("writing to stderr")?;
-            Ok(ExitStatus::Failure)
-        }
+        Err(err) => Ok(crate::error::report(&err.into())),
     }
 }
 

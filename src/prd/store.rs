@@ -57,7 +57,7 @@ pub struct Violation {
 #[derive(Debug, thiserror::Error)]
 pub enum PrdError {
     /// The file could not be read (missing, unreadable).
-    #[error("cannot read {}: {source}\n  hint: {}", path.display(), io_hint(source))]
+    #[error("cannot read {}: {source}\nhint: {}", path.display(), io_hint(source))]
     Io {
         /// The file, as given.
         path: PathBuf,
@@ -66,7 +66,7 @@ pub enum PrdError {
     },
     /// The file is not JSON at all. `line` and `column` are 1-based (from serde_json).
     #[error(
-        "{}:{line}:{column}: not valid JSON: {message}\n  hint: fix the JSON syntax at line {line}, \
+        "{}:{line}:{column}: not valid JSON: {message}\nhint: fix the JSON syntax at line {line}, \
          column {column} (often a missing comma or quote, or a trailing comma), then run `ralph \
          validate`",
         path.display()
@@ -91,7 +91,7 @@ pub enum PrdError {
     },
     /// [`set_notes`] could not locate the story to edit.
     #[error(
-        "cannot set `notes` of story {story_id:?} in prd.json: {reason}\n  hint: run `ralph \
+        "cannot set `notes` of story {story_id:?} in prd.json: {reason}\nhint: run `ralph \
          validate` and fix the file"
     )]
     RewriteNotes {
@@ -102,7 +102,7 @@ pub enum PrdError {
     },
     /// [`set_passes`] could not locate the value to rewrite.
     #[error(
-        "cannot set `passes` of story {story_id:?} in prd.json: {reason}\n  hint: run `ralph \
+        "cannot set `passes` of story {story_id:?} in prd.json: {reason}\nhint: run `ralph \
          validate` and fix the file"
     )]
     Rewrite {
@@ -157,6 +157,9 @@ fn io_hint(err: &std::io::Error) -> &'static str {
     }
 }
 
+/// The problems as a list, each with its own indented `  hint:` line (the fix belongs to the
+/// problem above it). The error printer keeps such a list whole, and takes a lone hint (one
+/// problem) out to print it last, like any other (see `crate::error::split_hint`).
 fn render_invalid(path: &Path, violations: &[Violation]) -> String {
     let file = path.display();
     let count = violations.len();
@@ -1032,7 +1035,7 @@ mod tests {
         assert_eq!((*line, *column), (1, 13));
         let shown = err.to_string();
         assert!(shown.starts_with("dir/prd.json:1:13: not valid JSON: expected value"));
-        assert!(shown.contains("\n  hint: "));
+        assert!(shown.contains("\nhint: "));
 
         let bad = br#"{"project": "p", "userStories": [{"id": "US-1", "title": "t",
             "acceptanceCriteria": [], "priority": "high", "passes": false}]}"#;

@@ -1,13 +1,31 @@
-//! Spawning and killing agent processes. The only module that starts or signals a child.
+//! Spawning and killing child processes. The only module that starts or signals a child
+//! (`tests/it/architecture.rs` checks it).
 //!
-//! Entry points: [`run`] supervises one agent process; [`group_alive`], [`kill_group`] and
-//! [`group_members`] deal with a group recorded earlier (e.g. by a ralph that was SIGKILLed, so
-//! its agent was orphaned). Files: `supervise.rs` (the run loop), `lines.rs` (bounded line
-//! splitting), `group.rs` (`/proc` scans and group signalling).
+//! Entry points:
+//! - [`run`] supervises one agent process (streamed lines, limits, stop signals);
+//! - [`capture`] runs a short command to completion with a timeout and returns its output (the
+//!   `--version` probe, the local model's `python -m venv` / `pip`);
+//! - [`Service`] keeps a long-lived child (the local model server) until it is stopped or dropped;
+//! - [`group_alive`], [`kill_group`] and [`group_members`] deal with a group recorded earlier
+//!   (e.g. by a ralph that was SIGKILLed, so its agent was orphaned);
+//! - [`AGENT_TAG_VAR`], [`agent_tag`], [`kill_tagged`] and [`group_is_tagged`] find an agent's
+//!   processes by the tag in their environment, wherever they went.
 //!
-//! CONTRACT:
-//! - the child runs in its own process group (`process_group(0)`), stdin is the prompt bytes
-//!   (written in full, then closed) or `/dev/null`, stdout and stderr are drained concurrently;
+//! Callers describe what to run with a [`SpawnSpec`] and read the result; they never build a
+//! `Command` or send a signal themselves. Files: `spawn.rs` (building a child from a spec),
+//! `supervise.rs` (the agent run loop), `lines.rs` (bounded line splitting), `capture.rs`,
+//! `service.rs`, `group.rs` (`/proc` scans and group signalling), `tag.rs`.
+//!
+//! CONTRACT (every child, whichever entry point starts it):
+//! - the child runs in its own process group (`process_group(0)`) and gets
+//!   `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph;
+//! - killing means the whole group, plus descendants that left it with `setsid` and are still
+//!   linked by `/proc` parent links (Linux, best effort); no live process of the group outlives
+//!   [`run`] or [`capture`], nor a [`Service`] that was stopped or dropped.
+//!
+//! CONTRACT of [`run`]:
+//! - stdin is the prompt bytes (written in full, then closed) or `/dev/null`, stdout and stderr
+//!   are drained concurrently;
 //! - lines are read as bytes, split on `\n`, decoded lossily, a trailing `\r` trimmed; a line longer
 //!   than `max_line_bytes` is cut there and `OutputLine::truncated_from` holds its full length;
 //! - `timeout` / `idle_timeout` / `stop.stop` → SIGTERM to the group, `kill_grace`, then SIGKILL;
@@ -17,23 +35,27 @@
 //! - when `on_line` returns [`LineVerdict::Final`], a child that has not exited within
 //!   `final_grace` is terminated (SIGTERM, `kill_grace`, SIGKILL) and the run ends with
 //!   [`EndReason::KilledAfterFinal`];
-//! - the child gets `PR_SET_PDEATHSIG(SIGKILL)` so it dies with ralph;
 //! - when ralph decides to end a run, and at the end of every run, descendants that left the
-//!   group with `setsid` are found through `/proc` parent links and signalled too (Linux, best
-//!   effort); no live process of the group outlives [`run`].
+//!   group with `setsid` are signalled too.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+mod capture;
 mod group;
 mod lines;
+mod service;
+mod spawn;
 mod supervise;
-pub mod tag;
+mod tag;
 
+pub use capture::{capture, Captured, CAPTURE_MAX_BYTES};
 pub use group::{group_alive, group_members, kill_group};
-pub use supervise::{die_with_parent, run};
+pub use service::Service;
+pub use supervise::run;
+pub use tag::{agent_tag, group_is_tagged, kill_tagged, AGENT_TAG_VAR};
 
 /// What to run: built by an agent backend, executed here.
 #[derive(Debug, Clone, Default)]
@@ -221,6 +243,43 @@ pub struct ProcessOutcome {
     pub pid: u32,
     /// Wall time from spawn to the end of reading.
     pub elapsed: Duration,
+}
+
+/// How a child process ended, as reported by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildExit {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+}
+
+impl ChildExit {
+    /// Whether it exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl From<std::process::ExitStatus> for ChildExit {
+    fn from(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt as _;
+        ChildExit {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+impl std::fmt::Display for ChildExit {
+    /// `exit code N`, `killed by signal N`, or `ended abnormally` (neither is known).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(signal)) => write!(f, "killed by signal {signal}"),
+            (None, None) => f.write_str("ended abnormally"),
+        }
+    }
 }
 
 /// Errors starting a process.

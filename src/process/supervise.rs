@@ -17,6 +17,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 
 use super::group::Tree;
 use super::lines::pump;
+use super::spawn;
 use super::{
     EndReason, Limits, LineVerdict, OutputLine, ProcessError, ProcessOutcome, SpawnSpec,
     StopSignals, StreamKind,
@@ -83,19 +84,10 @@ pub async fn run(
     // and would take a healthy agent down with them.
     let mut child = command
         .spawn()
-        .map_err(|source| spawn_error(&spec, source))?;
+        .map_err(|source| spawn::spawn_error(&spec, source))?;
     let started = Instant::now();
-    let Some(pid) = child.id() else {
-        // Only possible once the child has been reaped, which nothing has done yet.
-        return Err(ProcessError::Spawn {
-            program,
-            source: io::Error::other("the child's pid was not available right after spawn"),
-        });
-    };
-    let pgid = i32::try_from(pid).map_err(|_| ProcessError::Spawn {
-        program: program.clone(),
-        source: io::Error::other(format!("pid {pid} does not fit a process group id")),
-    })?;
+    // No pid is only possible once the child has been reaped, which nothing has done yet.
+    let (pid, pgid) = spawn::pgid_of(&spec, child.id())?;
     let mut guard = Guard {
         tree: Tree::new(pgid),
         armed: true,
@@ -221,31 +213,7 @@ pub async fn run(
 
 /// Builds the command: own group, piped output, stdin piped or `/dev/null`, death signal.
 fn build_command(spec: &SpawnSpec) -> Result<Command, ProcessError> {
-    let mut command = Command::new(&spec.program);
-    command.args(&spec.args);
-    if !spec.cwd.as_os_str().is_empty() {
-        // Checked here because a missing cwd fails the spawn with the same ENOENT as a missing
-        // program, and the message must name the right one.
-        if !spec.cwd.is_dir() {
-            return Err(ProcessError::Spawn {
-                program: spec.program.display().to_string(),
-                source: io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!(
-                        "working directory `{}` does not exist or is not a directory",
-                        spec.cwd.display()
-                    ),
-                ),
-            });
-        }
-        command.current_dir(&spec.cwd);
-    }
-    for name in &spec.env_remove {
-        command.env_remove(name);
-    }
-    for (name, value) in &spec.env_set {
-        command.env(name, value);
-    }
+    let mut command = Command::from(spawn::command(spec)?);
     command
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
@@ -254,66 +222,9 @@ fn build_command(spec: &SpawnSpec) -> Result<Command, ProcessError> {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         // A backstop for the direct child only; the group is handled by `Guard`.
         .kill_on_drop(true);
-    die_with_parent(&mut command);
     Ok(command)
-}
-
-/// Makes the child of `command` get SIGKILL when ralph dies (`PR_SET_PDEATHSIG`), so no agent or
-/// server runs on unsupervised. The signal fires when the *spawning thread* exits: spawn from a
-/// tokio worker thread (alive for the whole run), never from `spawn_blocking`.
-pub fn die_with_parent(command: &mut tokio::process::Command) {
-    #[cfg(target_os = "linux")]
-    {
-        let parent = nix::unistd::getpid();
-        // SAFETY: the closure runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed: it makes two syscalls (prctl, getppid) and
-        // allocates nothing (an `io::Error` from an errno is a plain integer).
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-                // If ralph died between fork and prctl, no death signal will ever come.
-                if nix::unistd::getppid() != parent {
-                    return Err(io::Error::from(nix::errno::Errno::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
-}
-
-/// Maps a spawn failure to [`ProcessError`]; ENOENT means the program was not found, unless the
-/// named file exists (then its interpreter or loader is what is missing).
-fn spawn_error(spec: &SpawnSpec, source: io::Error) -> ProcessError {
-    let program = spec.program.display().to_string();
-    if source.kind() != io::ErrorKind::NotFound {
-        return ProcessError::Spawn { program, source };
-    }
-    let path = if spec.program.components().count() > 1 {
-        Some(spec.program.clone())
-    } else {
-        which::which(&spec.program).ok()
-    };
-    match path.filter(|p| p.is_file()) {
-        Some(path) => {
-            let mut head = [0u8; 256];
-            let n = std::fs::File::open(&path)
-                .and_then(|mut f| io::Read::read(&mut f, &mut head))
-                .unwrap_or(0);
-            let first = String::from_utf8_lossy(&head[..n]);
-            let why = match first.lines().next().and_then(|l| l.strip_prefix("#!")) {
-                Some(interp) => format!(
-                    "its interpreter `{}` (from its #! line) does not exist",
-                    interp.trim()
-                ),
-                None => "its dynamic loader or a library it needs is missing".to_string(),
-            };
-            ProcessError::Unrunnable { program, why }
-        }
-        None => ProcessError::NotFound { program },
-    }
 }
 
 /// The signal that ended the child, if a signal did.

@@ -9,7 +9,8 @@ pub enum ExitStatus {
     Success,
     /// 1: an error the user must fix (configuration, auth, git, unreadable or invalid files).
     Failure,
-    /// 2: a usage error on the command line (clap reports these itself).
+    /// 2: a usage error: a command line that is wrong on its face (clap's own errors, and
+    /// flag values ralph refuses, such as `--max-iter 0`).
     Usage,
     /// 3: `--max-iter` was reached with stories still open.
     MaxIterations,

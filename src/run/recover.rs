@@ -13,7 +13,7 @@ use crate::git::Repo;
 use crate::history::History;
 use crate::output::Outputs;
 use crate::prd::store;
-use crate::process::tag::{agent_tag, group_is_tagged, kill_tagged};
+use crate::process::{agent_tag, group_is_tagged, kill_tagged};
 use crate::protocol::{LedgerRecord, Outcome};
 use crate::state::{InFlight, State};
 use crate::workspace::RunPaths;

@@ -224,3 +224,41 @@ fn architecture_no_too_many_arguments_allowance() {
         "#[allow(clippy::too_many_arguments)] in {found:?}"
     );
 }
+
+#[test]
+fn architecture_only_process_spawns_or_signals() {
+    let patterns = [
+        "Command::new(",
+        "signal::kill(",
+        "killpg(",
+        "libc::kill(",
+        ".spawn()",
+    ];
+    let mut offenders = Vec::new();
+    for (name, path) in top_modules() {
+        if name == "process" {
+            continue;
+        }
+        for file in rust_files(&path) {
+            let mut in_tests = false;
+            for (n, line) in code_lines(&file).iter().enumerate() {
+                if line.contains("#[cfg(test)]") {
+                    in_tests = true;
+                }
+                if !in_tests && patterns.iter().any(|p| line.contains(p)) {
+                    offenders.push(format!(
+                        "{}:{}: {}",
+                        file.strip_prefix(src()).unwrap().display(),
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "only src/process/ may spawn or signal processes:\n{}",
+        offenders.join("\n")
+    );
+}

@@ -6,6 +6,7 @@ mod architecture;
 mod archive;
 mod common;
 mod doctor;
+mod errors;
 mod examples;
 mod fake_gemini;
 mod fault_injection;

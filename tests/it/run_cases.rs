@@ -498,7 +498,7 @@ fn case_28_bad_invocations_fail_clearly_before_any_agent() {
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (
             vec!["run", "--max-iter", "0"],
-            1,
+            2,
             "--max-iter must be at least 1",
         ),
         (vec!["run", "--no-such-flag"], 2, "--no-such-flag"),

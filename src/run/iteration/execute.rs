@@ -86,7 +86,7 @@ pub async fn execute(
     };
     // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
     // is no longer linked to it once the agent exited; its tag still names it.
-    let stray = process::tag::kill_tagged(&process::tag::agent_tag(cx.run_id, iteration));
+    let stray = process::kill_tagged(&process::agent_tag(cx.run_id, iteration));
     if stray > 0 {
         out.warn(format!(
             "iteration {iteration}: killed {stray} process{} the agent left running",

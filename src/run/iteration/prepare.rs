@@ -93,10 +93,7 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
     let mut spec = cx.backend.command(&prompt)?;
     // Marks every process of this agent, so that a restarted ralph only kills a process group
     // that is really its own (pids are reused).
-    spec.env_set.push((
-        crate::process::tag::AGENT_TAG_VAR.to_string(),
-        crate::process::tag::agent_tag(cx.run_id, a.iteration),
-    ));
+    spec.set_tag(&crate::process::agent_tag(cx.run_id, a.iteration));
     // Colour codes only get in the way of parsing and of the transcript, whatever the backend.
     spec.set_env_default("NO_COLOR", "1");
     // The prompt is kept next to the transcript, so that the logged command line can be pasted
