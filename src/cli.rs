@@ -200,6 +200,10 @@ pub struct RunArgs {
     /// Give blocked stories another chance: clear their blocked mark and attempt counts.
     #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub unblock: bool,
+    /// Stop the run (exit 4) as soon as a story is blocked, instead of moving on to the next
+    /// story: for jobs where a blocked story needs a human before anything else.
+    #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]
+    pub stop_on_block: bool,
     /// claude: keep ANTHROPIC_API_KEY in claude's environment. By default ralph removes it,
     /// because with it claude bills the API key instead of your subscription.
     #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())]

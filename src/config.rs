@@ -115,6 +115,8 @@ pub struct FileConfig {
     pub max_no_progress: Option<u32>,
     /// `report` or `restore` changes to prd.json beyond the current story's passes/notes.
     pub prd_guard: Option<PrdGuard>,
+    /// Stop the run as soon as a story is blocked.
+    pub stop_on_block: Option<bool>,
     /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
     #[serde(default)]
     pub patterns: crate::agent::classify::ExtraPatterns,
@@ -243,6 +245,8 @@ pub struct RunConfig {
     pub prd_guard: PrdGuard,
     /// Clear blocked stories (and their attempts) before the run.
     pub unblock: bool,
+    /// Stop the run as soon as a story is blocked.
+    pub stop_on_block: bool,
 }
 
 /// Default `--max-attempts`.
@@ -700,6 +704,7 @@ impl RunConfig {
             max_no_progress,
             prd_guard: args.prd_guard.or(file.prd_guard).unwrap_or_default(),
             unblock: args.unblock,
+            stop_on_block: args.stop_on_block || file.stop_on_block.unwrap_or(false),
             keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
             max_duration,
             patterns: file.patterns.clone(),

@@ -113,6 +113,15 @@ pub enum StopReason {
         /// The blocked stories.
         blocked: Vec<String>,
     },
+    /// A story used up `--max-attempts` and `--stop-on-block` asked to stop there (exit 4).
+    StoryBlocked {
+        /// The story.
+        story_id: String,
+        /// Its attempts.
+        attempts: u32,
+        /// Its last iteration's outcome.
+        last_outcome: Outcome,
+    },
     /// No open story can be worked on: each waits for a dependency that does not pass (exit 4).
     NoWorkableStory,
     /// Every remaining story passes, but stories were deleted from prd.json during the run
@@ -168,6 +177,7 @@ impl StopReason {
             StopReason::TransientRetries { .. } => "transient_retries",
             StopReason::UsageLimit { .. } => "usage_limit",
             StopReason::AllBlocked { .. } => "all_blocked",
+            StopReason::StoryBlocked { .. } => "story_blocked",
             StopReason::NoWorkableStory => "no_workable_story",
             StopReason::StoriesDeleted { .. } => "stories_deleted",
             StopReason::StopRequested { .. } => "stop_requested",
@@ -255,6 +265,13 @@ impl StopReason {
             StopReason::AllBlocked { blocked } => format!(
                 "stopped: every open story is blocked ({}) or waits for one; fix what stops them, then `ralph run --unblock`",
                 blocked.join(", ")
+            ),
+            StopReason::StoryBlocked {
+                story_id,
+                attempts,
+                last_outcome,
+            } => format!(
+                "stopped: {story_id} is blocked after {attempts} attempts (last: {last_outcome}) and --stop-on-block is set; fix what stops it, then `ralph run --unblock`"
             ),
             StopReason::NoWorkableStory => "stopped: no open story can be worked on (each waits for a dependency that does not pass)".to_string(),
             StopReason::StoriesDeleted { missing, run_id } => {

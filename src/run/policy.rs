@@ -9,7 +9,8 @@
 //! blocked, or waiting for dependencies).
 //!
 //! After an iteration ([`decide`]): Ctrl-C, an auth or config error, then, for outcomes that are
-//! the agent's doing, the story's `--max-attempts` (block it and go on), `--max-failures` in a
+//! the agent's doing, the story's `--max-attempts` (block it and go on, or stop with
+//! `--stop-on-block`), `--max-failures` in a
 //! row, `--max-no-progress` in a row and `--max-cost`; then a transient failure (retry after a
 //! doubling backoff, `max_transient_retries`, `--max-duration`) or a usage limit (wait for the
 //! reset: `--no-wait`, `max_usage_limit_waits`, `--max-duration`).
@@ -61,6 +62,8 @@ pub struct Budgets {
     pub usage_limit_margin: Duration,
     /// The per-iteration wall-clock limit.
     pub timeout: Duration,
+    /// `--stop-on-block`: a blocked story stops the run.
+    pub stop_on_block: bool,
 }
 
 impl Budgets {
@@ -80,6 +83,7 @@ impl Budgets {
             usage_limit_fallback: cfg.usage_limit_fallback,
             usage_limit_margin: cfg.usage_limit_margin,
             timeout: cfg.timeout,
+            stop_on_block: cfg.stop_on_block,
         }
     }
 
@@ -309,7 +313,15 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
         t.failures_in_a_row = 0;
         t.unchanged_in_a_row = 0;
-        return d(Next::Continue, t, true, None);
+        let next = match b.stop_on_block {
+            true => Next::Stop(StopReason::StoryBlocked {
+                story_id: r.story_id.clone(),
+                attempts: a.attempts,
+                last_outcome: r.outcome,
+            }),
+            false => Next::Continue,
+        };
+        return d(next, t, true, None);
     }
     t.failures_in_a_row = match rules.streak {
         Streak::Failure => t.failures_in_a_row + 1,

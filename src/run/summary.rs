@@ -142,7 +142,10 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
             if one { "its" } else { "their" },
         ));
     }
-    let blocked_is_the_reason = matches!(i.reason, StopReason::AllBlocked { .. });
+    let blocked_is_the_reason = matches!(
+        i.reason,
+        StopReason::AllBlocked { .. } | StopReason::StoryBlocked { .. }
+    );
     if !i.blocked.is_empty() && !blocked_is_the_reason {
         let detail: Vec<String> = i
             .blocked

@@ -331,3 +331,28 @@ fn an_iteration_cut_short_by_max_duration_says_so() {
     let message = rec["message"].as_str().unwrap();
     assert!(message.contains("reached --max-duration 2s"), "{message}");
 }
+
+#[test]
+fn stop_on_block_ends_the_run_at_the_first_blocked_story() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [failing(), failing(), claude_story("US-002", 2, "done")]}));
+    let out = env.ralph(&[
+        "run",
+        "--max-iter",
+        "10",
+        "--max-attempts",
+        "2",
+        "--stop-on-block",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    // US-002 never ran: the block ended the run.
+    assert_eq!(outcomes(&env), ["agent_error", "agent_error"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("why: stopped: US-001 is blocked after 2 attempts"),
+        "{err}"
+    );
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(state["stop_reason"]["kind"], "story_blocked");
+    assert_eq!(state["blocked"], json!(["US-001"]));
+}

@@ -23,6 +23,7 @@ fn budgets() -> Budgets {
         usage_limit_fallback: Duration::from_secs(3600),
         usage_limit_margin: Duration::from_secs(30),
         timeout: Duration::from_secs(1800),
+        stop_on_block: false,
     }
 }
 
