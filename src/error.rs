@@ -3,8 +3,8 @@
 //!
 //! Two tiers: a [`UserError`] says what is wrong, how to fix it (its hint) and which exit code it
 //! means; anything else is an `anyhow::Error` built from the modules' own `thiserror` enums and
-//! exits 1. Errors whose exit code is not 1 are found anywhere in the chain: a [`UserError`], or a
-//! [`ConfigError`] (a refused flag value is a usage error, exit 2).
+//! exits 1. An error whose exit code is not 1 is a [`UserError`] anywhere in the chain (e.g. a
+//! refused flag value, a usage error with exit 2, which `commands/run.rs` turns into one).
 //!
 //! The printer writes, on stderr:
 //! ```text
@@ -19,15 +19,12 @@
 //! is in [`split_hint`]. Colours follow the terminal: `error:` red and `hint:` cyan on a tty,
 //! none when stderr is not a terminal or `NO_COLOR` is set.
 //!
-//! Layering: this file names [`ConfigError`] to read its exit code, so it sits above `config`;
-//! the modules `config` depends on (`cli`, `agent`, `native`, `prd`, `process`, `protocol`) keep
-//! returning their own `thiserror` enums, which the printer reads like any other error (the
-//! architecture test would report the import cycle otherwise).
+//! Layering: this file uses only [`crate::protocol`], so every module may return a
+//! [`UserError`].
 
 use std::fmt;
 use std::io::Write as _;
 
-use crate::config::ConfigError;
 use crate::protocol::ExitStatus;
 
 /// An error the user must fix: what is wrong, optionally how to fix it, and the exit code.
@@ -117,24 +114,14 @@ impl std::error::Error for UserError {
     }
 }
 
-/// The exit code for `err`: that of a [`UserError`] or [`ConfigError`] in its chain (also as an
+/// The exit code for `err`: that of a [`UserError`] in its chain (also as an
 /// `anyhow` context), the outermost first, else [`ExitStatus::Failure`].
 pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
     if let Some(user) = err.downcast_ref::<UserError>() {
         return user.status();
     }
-    if let Some(config) = err.downcast_ref::<ConfigError>() {
-        return config.exit_status();
-    }
     chain(err.as_ref())
-        .find_map(|e| {
-            if let Some(user) = e.downcast_ref::<UserError>() {
-                Some(user.status())
-            } else {
-                e.downcast_ref::<ConfigError>()
-                    .map(ConfigError::exit_status)
-            }
-        })
+        .find_map(|e| e.downcast_ref::<UserError>().map(UserError::status))
         .unwrap_or(ExitStatus::Failure)
 }
 

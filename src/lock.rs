@@ -54,7 +54,7 @@ impl LockInfo {
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another live ralph run holds the lock.
-    #[error("another ralph run (pid {pid} on host {host}, started {}) holds {}\nhint: wait for it to finish or stop it (`kill {pid}`); ralph runs one loop per repository at a time", started_at.to_rfc3339_opts(SecondsFormat::Secs, true), path.display())]
+    #[error("another ralph run (pid {pid} on host {host}, started {}) holds {}\nhint: wait for it to finish, or ask it to stop after its current iteration with `ralph stop` (Ctrl-C in its terminal stops it at once); ralph runs one loop per repository at a time", started_at.to_rfc3339_opts(SecondsFormat::Secs, true), path.display())]
     Held {
         /// Pid of the holder.
         pid: u32,

@@ -15,7 +15,11 @@ use crate::protocol::ExitStatus;
 /// Invalid settings and every preflight failure of the loop; the caller prints them.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let cfg = RunConfig::resolve(args, &cwd)?;
+    // A refused flag value is a usage error (exit 2); the same value in ralph.toml exits 1.
+    let cfg = RunConfig::resolve(args, &cwd).map_err(|e| {
+        let status = e.exit_status();
+        crate::error::UserError::new(e.to_string()).with_status(status)
+    })?;
     // Two worker threads: the agent's pipes and timers on one, signals on the other. Agent
     // processes are spawned from worker threads, which live as long as the runtime, so their
     // parent-death signal does not fire early.
