@@ -1,10 +1,10 @@
 //! The Amp backend (Sourcegraph): `amp -x --stream-json --dangerously-allow-all`, prompt on
 //! stdin.
 //!
-//! This module owns amp's command line and what its `--stream-json` output (a Claude
-//! Code-compatible subset, read by [`crate::agent::claude_shape`]) does differently. Schema source:
-//! `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every CLI); the shared Claude shapes are
-//! §1.
+//! This module owns amp's command line, its facts ([`INFO`]) and what its `--stream-json` output (a
+//! Claude Code-compatible subset, read by [`crate::agent::claude_shape`]) does differently. Schema
+//! source: `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every CLI); the shared Claude
+//! shapes are §1.
 //!
 //! Choices, each forced by what amp does:
 //! - the prompt goes to stdin (`-x` without a value, then stdin closed): the notes' stdin form,
@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::agent::classify::Signal;
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -38,6 +39,17 @@ use crate::protocol::{AgentEvent, AgentKind, Usage};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "amp";
+
+/// Facts about the amp backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Amp,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @sourcegraph/amp`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Amp::new(settings))),
+};
 
 /// The amp backend. Stateless apart from its settings; each [`Backend::parser`] call returns a
 /// fresh [`AmpParser`].
@@ -55,8 +67,8 @@ impl Amp {
 }
 
 impl Backend for Amp {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Amp
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `amp -x --stream-json --dangerously-allow-all [--mode M]`, the prompt on stdin (then

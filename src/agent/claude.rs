@@ -1,9 +1,10 @@
 //! The Claude Code backend: `claude -p --output-format stream-json --verbose`, prompt on stdin.
 //!
-//! This module owns claude's command line, its environment hygiene and what its stream-json output
-//! has beyond the shape it shares with amp and cursor ([`crate::agent::claude_shape`], which holds
-//! the reading rules). Schema source: `notes/agent-protocols.md` §1 (claude-agent-sdk message
-//! parser) and `notes/real-clis.md` §1 (what claude 2.1.332 really prints).
+//! This module owns claude's command line, its environment hygiene, its facts ([`INFO`]) and what
+//! its stream-json output has beyond the shape it shares with amp and cursor
+//! ([`crate::agent::claude_shape`], which holds the reading rules). Schema source:
+//! `notes/agent-protocols.md` §1 (claude-agent-sdk message parser) and `notes/real-clis.md` §1
+//! (what claude 2.1.332 really prints).
 //!
 //! claude's own reading rules:
 //! - `system/init` names the version (`claude_code_version`); `system/api_retry` is retry
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 use crate::agent::classify::Signal;
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -25,6 +27,17 @@ use crate::protocol::{AgentEvent, AgentKind};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "claude";
+
+/// Facts about the claude backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Claude,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @anthropic-ai/claude-code`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Claude::new(settings))),
+};
 
 /// Variables removed from claude's environment. When ralph itself runs inside a Claude Code
 /// session these are set, and a child `claude` then refuses to start ("cannot be launched inside
@@ -85,8 +98,8 @@ impl Claude {
 }
 
 impl Backend for Claude {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Claude
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `claude -p --output-format stream-json --verbose --dangerously-skip-permissions

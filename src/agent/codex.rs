@@ -1,11 +1,11 @@
 //! The OpenAI Codex CLI backend: `codex exec --json`, prompt on stdin.
 //!
-//! This module owns codex's command line and its dialect of the `exec --json` output (one JSON
-//! object per stdout line: `thread.started`, `turn.started`, `item.started|updated|completed`,
-//! `turn.completed`, `turn.failed`, `error`), read into [`AgentEvent`]s over the shared
-//! [`StreamCore`]. Schema source: `notes/agent-protocols.md` §2 (codex-rs `exec_events.rs`,
-//! `core/src/error.rs`) and `notes/real-clis.md` §2, checked against what `@openai/codex@0.171.0`
-//! really prints.
+//! This module owns codex's command line, its facts ([`INFO`]) and its dialect of the `exec --json`
+//! output (one JSON object per stdout line: `thread.started`, `turn.started`,
+//! `item.started|updated|completed`, `turn.completed`, `turn.failed`, `error`), read into
+//! [`AgentEvent`]s over the shared [`StreamCore`]. Schema source: `notes/agent-protocols.md` §2
+//! (codex-rs `exec_events.rs`, `core/src/error.rs`) and `notes/real-clis.md` §2, checked against
+//! what `@openai/codex@0.171.0` really prints.
 //!
 //! Reading rules, each forced by real output:
 //! - every line is parsed as JSON, never prefix-matched; lines that are not JSON objects, and
@@ -33,6 +33,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{json_object, tokens, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -44,6 +45,17 @@ use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "codex";
+
+/// Facts about the codex backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Codex,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @openai/codex`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Codex::new(settings))),
+};
 
 /// The arguments before the optional `-m MODEL` and the final `-` (read the prompt from stdin).
 ///
@@ -78,8 +90,8 @@ impl Codex {
 }
 
 impl Backend for Codex {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Codex
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `codex exec --json --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check

@@ -1,11 +1,11 @@
 //! The Cursor CLI backend: `cursor-agent -p --force --output-format stream-json [-m MODEL]
 //! <prompt>`, the prompt as the last argument.
 //!
-//! This module owns cursor-agent's command line and what its stream-json output does differently
-//! from the shape it shares with claude ([`crate::agent::claude_shape`]: `system/init`, the session
-//! id, `result`). Schema source: `notes/agent-protocols.md` §6 (Cursor CLI, from cursor's
-//! output-format reference and observed runs) and §0 (rules for every CLI). cursor-agent is closed
-//! source: every rule below is read leniently.
+//! This module owns cursor-agent's command line, its facts ([`INFO`]) and what its stream-json
+//! output does differently from the shape it shares with claude ([`crate::agent::claude_shape`]:
+//! `system/init`, the session id, `result`). Schema source: `notes/agent-protocols.md` §6 (Cursor
+//! CLI, from cursor's output-format reference and observed runs) and §0 (rules for every CLI).
+//! cursor-agent is closed source: every rule below is read leniently.
 //!
 //! Choices, each forced by what cursor-agent does:
 //! - the prompt is a positional argument, the only documented form. Linux refuses a single
@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Signal};
 use crate::agent::claude_shape::{self as shape, ResultLine};
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -46,6 +47,19 @@ pub const DEFAULT_PROGRAM: &str = "cursor-agent";
 /// limit for one argument (`MAX_ARG_STRLEN`), with room for the rest of argv and the
 /// environment under macOS's smaller total limit.
 pub const PROMPT_ARG_MAX_BYTES: usize = 100 * 1024;
+
+/// Facts about the cursor backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Cursor,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it from https://cursor.com/cli (`cursor-agent`)",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Arg {
+        max_bytes: PROMPT_ARG_MAX_BYTES,
+    },
+    build: |settings| Ok(Box::new(Cursor::new(settings))),
+};
 
 /// The prompt does not fit in one command-line argument.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +88,8 @@ impl Cursor {
 }
 
 impl Backend for Cursor {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Cursor
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `cursor-agent -p --force --output-format stream-json [-m M] [--] <prompt>`, stdin

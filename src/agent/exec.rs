@@ -19,11 +19,24 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use crate::agent::claude::ENV_REMOVED;
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
+
+/// Facts about the exec backend: no CLI of its own (the program is `--agent-cmd`'s, which may
+/// do anything with `--version`), and plain text has no terminal event.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Exec,
+    program: None,
+    install_hint: "see README.md",
+    version_probe: false,
+    final_event: false,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Exec::new(settings)?)),
+};
 
 /// Why an exec backend could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -90,8 +103,8 @@ impl Exec {
 }
 
 impl Backend for Exec {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Exec
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `program args...` in the repository, the prompt on stdin, `NO_COLOR=1`, and the Claude

@@ -1,10 +1,11 @@
 //! The Gemini CLI backend: `gemini --output-format stream-json --yolo --skip-trust`, prompt on
 //! stdin.
 //!
-//! This module owns gemini's command line and its dialect of the stream-json output (one JSON
-//! object per stdout line), read into [`AgentEvent`]s over the shared [`StreamCore`]. Schema
-//! source: `notes/agent-protocols.md` §5 (gemini-cli `packages/core/src/output/types.ts`, exit
-//! codes) and `notes/real-clis.md` §4, checked against what `@google/gemini-cli@0.61.0` prints.
+//! This module owns gemini's command line, its facts ([`INFO`]) and its dialect of the stream-json
+//! output (one JSON object per stdout line), read into [`AgentEvent`]s over the shared
+//! [`StreamCore`]. Schema source: `notes/agent-protocols.md` §5 (gemini-cli
+//! `packages/core/src/output/types.ts`, exit codes) and `notes/real-clis.md` §4, checked against
+//! what `@google/gemini-cli@0.61.0` prints.
 //!
 //! Invocation, as probed with 0.61.0:
 //! - the prompt goes on stdin, then stdin is closed. With stdin not a TTY the CLI runs headless
@@ -31,6 +32,7 @@
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{json_object, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -42,6 +44,17 @@ use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "gemini";
+
+/// Facts about the gemini backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Gemini,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @google/gemini-cli`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Gemini::new(settings))),
+};
 
 /// Exit code of `FatalAuthenticationError` (no or bad credentials, an auth type the CLI refuses).
 pub const EXIT_AUTH: i32 = 41;
@@ -70,8 +83,8 @@ impl Gemini {
 }
 
 impl Backend for Gemini {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Gemini
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `gemini --output-format stream-json --yolo --skip-trust [-m MODEL]`, the prompt on stdin,

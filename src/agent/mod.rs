@@ -1,10 +1,12 @@
 //! Agent backends: one trait, one module per backend. A backend describes *what* to run
 //! ([`SpawnSpec`]) and how to read its output ([`OutputParser`]); [`crate::process`] runs it.
 //!
-//! A backend file holds only what differs between CLIs: its argv and environment and its
-//! [`stream::Dialect`] (how its output reads). The machinery they share is in [`stream`]
-//! (stderr, the report skeleton) and [`claude_shape`] (the stream-json shape claude, amp and
-//! cursor share).
+//! A backend file holds only what differs between CLIs: its argv and environment, its
+//! [`stream::Dialect`] (how its output reads) and its facts ([`BackendInfo`]: program, install
+//! hint, `--version`, terminal event, how the prompt is passed). The machinery
+//! they share is in [`stream`] (stderr, the report skeleton) and [`claude_shape`] (the
+//! stream-json shape claude, amp and cursor share). Adding a backend: its file, one line in
+//! [`registry::BACKENDS`], and its test fixtures.
 
 use std::path::PathBuf;
 
@@ -22,9 +24,11 @@ pub mod gemini;
 pub mod native;
 pub mod opencode;
 pub mod probe;
+pub mod registry;
 pub mod reset_time;
 pub mod stream;
 
+pub use registry::{info, BackendInfo, PromptVia};
 pub use stream::StderrTail;
 
 /// Settings a backend needs to build its command line.
@@ -88,8 +92,12 @@ pub trait OutputParser: Send {
 
 /// A backend: how to start one fresh agent process for a prompt and how to read it.
 pub trait Backend: Send + Sync {
+    /// Facts about this backend (the same as [`info`] of its kind).
+    fn info(&self) -> &'static BackendInfo;
     /// Which backend this is.
-    fn kind(&self) -> AgentKind;
+    fn kind(&self) -> AgentKind {
+        self.info().kind
+    }
     /// The process to start for `prompt`.
     ///
     /// # Errors
@@ -106,27 +114,7 @@ pub trait Backend: Send + Sync {
 /// Whatever the backend's constructor refuses, e.g. [`exec::ExecError`] when `kind` is
 /// [`AgentKind::Exec`] and `settings.agent_cmd` is missing or cannot be split into words.
 pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
-    Ok(match kind {
-        AgentKind::Claude => Box::new(claude::Claude::new(settings)),
-        AgentKind::Codex => Box::new(codex::Codex::new(settings)),
-        AgentKind::Amp => Box::new(amp::Amp::new(settings)),
-        AgentKind::Opencode => Box::new(opencode::Opencode::new(settings)),
-        AgentKind::Gemini => Box::new(gemini::Gemini::new(settings)),
-        AgentKind::Cursor => Box::new(cursor::Cursor::new(settings)),
-        AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
-        AgentKind::Native | AgentKind::Local => {
-            let native = settings.native.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "internal error: the {} backend needs its settings",
-                    kind.as_str()
-                )
-            })?;
-            // The loop runs in a child process: this same binary, hidden subcommand.
-            let program = std::env::current_exe()
-                .map_err(|e| anyhow::anyhow!("cannot find ralph's own executable: {e}"))?;
-            Box::new(native::Native::new(kind, native, program))
-        }
-    })
+    (info(kind).build)(settings)
 }
 
 #[cfg(test)]

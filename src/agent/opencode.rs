@@ -1,11 +1,11 @@
 //! The OpenCode backend: `opencode run --format json`, prompt on stdin.
 //!
-//! This module owns opencode's command line, the environment that makes it run unattended and its
-//! dialect of the `--format json` output (one JSON event per stdout line, plus logfmt error logs on
-//! stderr), read into [`AgentEvent`]s over the shared [`StreamCore`]. Schema sources:
-//! `notes/agent-protocols.md` §4 (opencode's `run.ts` and `message-v2.ts`) and `notes/real-clis.md`
-//! §3, checked against what opencode 1.18.33 really prints (probed offline against a scripted Chat
-//! Completions server).
+//! This module owns opencode's command line, the environment that makes it run unattended, its
+//! facts ([`INFO`]) and its dialect of the `--format json` output (one JSON event per stdout line,
+//! plus logfmt error logs on stderr), read into [`AgentEvent`]s over the shared [`StreamCore`].
+//! Schema sources: `notes/agent-protocols.md` §4 (opencode's `run.ts` and `message-v2.ts`) and
+//! `notes/real-clis.md` §3, checked against what opencode 1.18.33 really prints (probed offline
+//! against a scripted Chat Completions server).
 //!
 //! Command-line decisions, each verified with 1.18.33:
 //! - the prompt goes on stdin with no positional message: `run` reads a non-TTY stdin to EOF
@@ -52,6 +52,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{precedence, Signal};
+use crate::agent::registry::{BackendInfo, PromptVia};
 use crate::agent::stream::{json_object, Dialect, Parser, StderrTail, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -62,6 +63,17 @@ use crate::protocol::FailureClass;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "opencode";
+
+/// Facts about the opencode backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Opencode,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g opencode-ai`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    build: |settings| Ok(Box::new(Opencode::new(settings))),
+};
 
 /// The variable holding opencode's permission rules (a JSON object, merged over its config).
 pub const PERMISSION_ENV: &str = "OPENCODE_PERMISSION";
@@ -133,8 +145,8 @@ impl Opencode {
 }
 
 impl Backend for Opencode {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Opencode
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `opencode run --format json --print-logs --log-level ERROR --title T [--model M]`, the
