@@ -1,10 +1,10 @@
 //! The Amp backend (Sourcegraph): `amp -x --stream-json --dangerously-allow-all`, prompt on
 //! stdin.
 //!
-//! This module owns amp's command line, its facts ([`INFO`]) and what its `--stream-json` output (a
-//! Claude Code-compatible subset, read by [`crate::agent::claude_shape`]) does differently. Schema
-//! source: `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every CLI); the shared Claude
-//! shapes are §1.
+//! This module owns amp's command line, its facts ([`INFO`], doctor traps) and what its
+//! `--stream-json` output (a Claude Code-compatible subset, read by [`crate::agent::claude_shape`])
+//! does differently. Schema source: `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every
+//! CLI); the shared Claude shapes are §1.
 //!
 //! Choices, each forced by what amp does:
 //! - the prompt goes to stdin (`-x` without a value, then stdin closed): the notes' stdin form,
@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::agent::classify::Signal;
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -48,6 +48,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: true,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: traps,
     build: |settings| Ok(Box::new(Amp::new(settings))),
 };
 
@@ -86,6 +87,14 @@ impl Backend for Amp {
         // The echoed prompt arrives as a `user` line, which never feeds the final text.
         Box::new(AmpParser::new())
     }
+}
+
+/// A headless amp needs `AMP_API_KEY` (or a saved login).
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    cx.unless_set(
+        "AMP_API_KEY",
+        "no AMP_API_KEY: amp needs it (or a saved `amp login`) to run headless",
+    )
 }
 
 /// Reads amp's `--stream-json` output. Memory use is bounded by the largest assistant message,

@@ -1,7 +1,7 @@
 //! The Claude Code backend: `claude -p --output-format stream-json --verbose`, prompt on stdin.
 //!
-//! This module owns claude's command line, its environment hygiene, its facts ([`INFO`]) and what
-//! its stream-json output has beyond the shape it shares with amp and cursor
+//! This module owns claude's command line, its environment hygiene, its facts ([`INFO`], doctor
+//! traps) and what its stream-json output has beyond the shape it shares with amp and cursor
 //! ([`crate::agent::claude_shape`], which holds the reading rules). Schema source:
 //! `notes/agent-protocols.md` §1 (claude-agent-sdk message parser) and `notes/real-clis.md` §1
 //! (what claude 2.1.332 really prints).
@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::agent::classify::Signal;
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -36,6 +36,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: true,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: traps,
     build: |settings| Ok(Box::new(Claude::new(settings))),
 };
 
@@ -115,6 +116,37 @@ impl Backend for Claude {
         // claude never echoes the prompt into the fields the final text comes from.
         Box::new(ClaudeParser::new())
     }
+}
+
+/// Root without `IS_SANDBOX`, an API key that switches billing, a parent Claude Code session,
+/// and an `agent_cmd` running claude's stream-json without `--verbose`.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    if cx.root && cx.env("IS_SANDBOX").as_deref() != Some("1") {
+        out.push(
+            "running as root without IS_SANDBOX=1: claude refuses --dangerously-skip-permissions as root; ralph sets IS_SANDBOX=1 for the claude it starts, a claude you start by hand needs `export IS_SANDBOX=1` (only in a sandbox or container)"
+                .to_owned(),
+        );
+    }
+    if cx.env_set(API_KEY_VAR) {
+        out.push(
+            "ANTHROPIC_API_KEY is set: with it claude bills the API key, not your subscription; ralph removes it for claude unless --keep-api-key"
+                .to_owned(),
+        );
+    }
+    if cx.env_set("CLAUDECODE") {
+        out.push(
+            "running inside a Claude Code session (CLAUDECODE is set): ralph removes CLAUDECODE, CLAUDE_CODE_ENTRYPOINT and CLAUDE_CODE_SSE_PORT for its claude"
+                .to_owned(),
+        );
+    }
+    let cmd = cx.agent_cmd.unwrap_or("");
+    if cmd.contains("claude") && cmd.contains("stream-json") && !cmd.contains("--verbose") {
+        out.push(format!(
+            "agent_cmd `{cmd}` uses claude's stream-json without --verbose, which claude refuses with -p; add --verbose (or use --agent claude)"
+        ));
+    }
+    out
 }
 
 /// Reads claude's stream-json output. Memory use is bounded by the largest single assistant

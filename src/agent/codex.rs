@@ -1,7 +1,7 @@
 //! The OpenAI Codex CLI backend: `codex exec --json`, prompt on stdin.
 //!
-//! This module owns codex's command line, its facts ([`INFO`]) and its dialect of the `exec --json`
-//! output (one JSON object per stdout line: `thread.started`, `turn.started`,
+//! This module owns codex's command line, its facts ([`INFO`], doctor traps) and its dialect of the
+//! `exec --json` output (one JSON object per stdout line: `thread.started`, `turn.started`,
 //! `item.started|updated|completed`, `turn.completed`, `turn.failed`, `error`), read into
 //! [`AgentEvent`]s over the shared [`StreamCore`]. Schema source: `notes/agent-protocols.md` §2
 //! (codex-rs `exec_events.rs`, `core/src/error.rs`) and `notes/real-clis.md` §2, checked against
@@ -33,7 +33,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
 use crate::agent::stream::{json_object, tokens, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -54,6 +54,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: true,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: traps,
     build: |settings| Ok(Box::new(Codex::new(settings))),
 };
 
@@ -111,6 +112,18 @@ impl Backend for Codex {
         // codex never prints the prompt back in `--json` mode.
         Box::new(CodexParser::new())
     }
+}
+
+/// Neither a key nor a saved login.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let codex_home = cx
+        .env_path("CODEX_HOME")
+        .or_else(|| cx.home().map(|h| h.join(".codex")));
+    let logged_in = codex_home.is_some_and(|h| h.join("auth.json").is_file());
+    if cx.env_set("CODEX_API_KEY") || cx.env_set("OPENAI_API_KEY") || logged_in {
+        return Vec::new();
+    }
+    vec!["no CODEX_API_KEY and no saved login ($CODEX_HOME/auth.json): run `codex login` or export CODEX_API_KEY".to_owned()]
 }
 
 /// Reads codex's `exec --json` output. Memory use is bounded by the largest agent message plus

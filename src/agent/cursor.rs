@@ -1,11 +1,12 @@
 //! The Cursor CLI backend: `cursor-agent -p --force --output-format stream-json [-m MODEL]
 //! <prompt>`, the prompt as the last argument.
 //!
-//! This module owns cursor-agent's command line, its facts ([`INFO`]) and what its stream-json
-//! output does differently from the shape it shares with claude ([`crate::agent::claude_shape`]:
-//! `system/init`, the session id, `result`). Schema source: `notes/agent-protocols.md` §6 (Cursor
-//! CLI, from cursor's output-format reference and observed runs) and §0 (rules for every CLI).
-//! cursor-agent is closed source: every rule below is read leniently.
+//! This module owns cursor-agent's command line, its facts ([`INFO`], doctor traps) and what its
+//! stream-json output does differently from the shape it shares with claude
+//! ([`crate::agent::claude_shape`]: `system/init`, the session id, `result`). Schema source:
+//! `notes/agent-protocols.md` §6 (Cursor CLI, from cursor's output-format reference and observed
+//! runs) and §0 (rules for every CLI). cursor-agent is closed source: every rule below is read
+//! leniently.
 //!
 //! Choices, each forced by what cursor-agent does:
 //! - the prompt is a positional argument, the only documented form. Linux refuses a single
@@ -32,7 +33,7 @@ use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Signal};
 use crate::agent::claude_shape::{self as shape, ResultLine};
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -58,6 +59,7 @@ pub const INFO: BackendInfo = BackendInfo {
     prompt: PromptVia::Arg {
         max_bytes: PROMPT_ARG_MAX_BYTES,
     },
+    doctor: traps,
     build: |settings| Ok(Box::new(Cursor::new(settings))),
 };
 
@@ -119,6 +121,11 @@ impl Backend for Cursor {
         // The echoed prompt arrives as a `user` line, which never feeds the final text.
         Box::new(CursorParser::new())
     }
+}
+
+/// Without `CURSOR_API_KEY` a first run tries a browser login.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    cx.unless_set("CURSOR_API_KEY", "no CURSOR_API_KEY: cursor-agent's first run tries a browser login and hangs until the idle timeout")
 }
 
 /// Reads cursor-agent's stream-json output. Memory use is bounded by the largest assistant

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use crate::agent::claude::ENV_REMOVED;
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -35,6 +35,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: false,
     final_event: false,
     prompt: PromptVia::Stdin,
+    doctor: no_traps,
     build: |settings| Ok(Box::new(Exec::new(settings)?)),
 };
 

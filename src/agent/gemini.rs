@@ -1,9 +1,9 @@
 //! The Gemini CLI backend: `gemini --output-format stream-json --yolo --skip-trust`, prompt on
 //! stdin.
 //!
-//! This module owns gemini's command line, its facts ([`INFO`]) and its dialect of the stream-json
-//! output (one JSON object per stdout line), read into [`AgentEvent`]s over the shared
-//! [`StreamCore`]. Schema source: `notes/agent-protocols.md` §5 (gemini-cli
+//! This module owns gemini's command line, its facts ([`INFO`], doctor traps) and its dialect of
+//! the stream-json output (one JSON object per stdout line), read into [`AgentEvent`]s over the
+//! shared [`StreamCore`]. Schema source: `notes/agent-protocols.md` §5 (gemini-cli
 //! `packages/core/src/output/types.ts`, exit codes) and `notes/real-clis.md` §4, checked against
 //! what `@google/gemini-cli@0.61.0` prints.
 //!
@@ -32,7 +32,7 @@
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
 use crate::agent::stream::{json_object, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -53,6 +53,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: true,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: traps,
     build: |settings| Ok(Box::new(Gemini::new(settings))),
 };
 
@@ -101,6 +102,32 @@ impl Backend for Gemini {
         // The echoed prompt is a `role:"user"` message, which the parser never reads as text.
         Box::new(GeminiParser::new())
     }
+}
+
+/// An untrusted folder, and no key a headless gemini could log in with.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    let trusted = cx
+        .home()
+        .map(|h| h.join(".gemini").join("trustedFolders.json"))
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|t| t.contains(&*cx.cwd.to_string_lossy()));
+    if !trusted && cx.env("GEMINI_CLI_TRUST_WORKSPACE").as_deref() != Some("true") {
+        out.push(format!(
+            "{} is not a trusted gemini folder: headless gemini refuses it (exit 55) or silently drops --yolo; ralph passes --skip-trust",
+            cx.cwd.display()
+        ));
+    }
+    if !cx.env_set("GEMINI_API_KEY")
+        && !cx.env_set("GOOGLE_API_KEY")
+        && !cx.env_set("GOOGLE_CLOUD_PROJECT")
+    {
+        out.push(
+            "no GEMINI_API_KEY (or Vertex settings): a headless gemini cannot log in by browser"
+                .to_owned(),
+        );
+    }
+    out
 }
 
 /// What the terminal `result` line said.

@@ -3,7 +3,7 @@
 //!
 //! A backend file holds only what differs between CLIs: its argv and environment, its
 //! [`stream::Dialect`] (how its output reads) and its facts ([`BackendInfo`]: program, install
-//! hint, `--version`, terminal event, how the prompt is passed). The machinery
+//! hint, `--version`, terminal event, how the prompt is passed, doctor traps). The machinery
 //! they share is in [`stream`] (stderr, the report skeleton) and [`claude_shape`] (the
 //! stream-json shape claude, amp and cursor share). Adding a backend: its file, one line in
 //! [`registry::BACKENDS`], and its test fixtures.
@@ -28,7 +28,7 @@ pub mod registry;
 pub mod reset_time;
 pub mod stream;
 
-pub use registry::{info, BackendInfo, PromptVia};
+pub use registry::{info, BackendInfo, DoctorContext, PromptVia};
 pub use stream::StderrTail;
 
 /// Settings a backend needs to build its command line.

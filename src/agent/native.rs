@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 
 use crate::protocol::AgentEvent;
@@ -83,6 +83,7 @@ pub const NATIVE_INFO: BackendInfo = BackendInfo {
     version_probe: false,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: no_traps,
     build: |settings| build(AgentKind::Native, settings),
 };
 

@@ -52,7 +52,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{precedence, Signal};
-use crate::agent::registry::{BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
 use crate::agent::stream::{json_object, Dialect, Parser, StderrTail, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -72,6 +72,7 @@ pub const INFO: BackendInfo = BackendInfo {
     version_probe: true,
     final_event: true,
     prompt: PromptVia::Stdin,
+    doctor: no_traps,
     build: |settings| Ok(Box::new(Opencode::new(settings))),
 };
 

@@ -5,6 +5,8 @@
 //!
 //! [`backend`]: crate::agent::backend
 
+use std::path::{Path, PathBuf};
+
 use crate::agent::{amp, claude, codex, cursor, exec, gemini, native, opencode};
 use crate::agent::{AgentSettings, Backend};
 use crate::protocol::AgentKind;
@@ -19,6 +21,49 @@ pub enum PromptVia {
         /// The largest prompt, in bytes.
         max_bytes: usize,
     },
+}
+
+/// What `ralph doctor` knows of the machine when it asks a backend for its traps.
+#[derive(Debug, Clone, Copy)]
+pub struct DoctorContext<'a> {
+    /// The directory ralph would run in.
+    pub cwd: &'a Path,
+    /// ralph.toml's `agent_cmd`, when set.
+    pub agent_cmd: Option<&'a str>,
+    /// ralph runs as root (effective uid 0).
+    pub root: bool,
+}
+
+impl DoctorContext<'_> {
+    /// Whether the environment variable `var` is set and not empty.
+    pub fn env_set(&self, var: &str) -> bool {
+        std::env::var_os(var).is_some_and(|v| !v.is_empty())
+    }
+
+    /// `trap` alone, unless the environment variable `var` (a key the CLI needs to run
+    /// headless) is set; nothing when it is.
+    pub fn unless_set(&self, var: &str, trap: &str) -> Vec<String> {
+        if self.env_set(var) {
+            Vec::new()
+        } else {
+            vec![trap.to_owned()]
+        }
+    }
+
+    /// The value of the environment variable `var`, when it is set and valid UTF-8.
+    pub fn env(&self, var: &str) -> Option<String> {
+        std::env::var(var).ok()
+    }
+
+    /// The environment variable `var` as a path, when it is set.
+    pub fn env_path(&self, var: &str) -> Option<PathBuf> {
+        std::env::var_os(var).map(PathBuf::from)
+    }
+
+    /// The user's home directory (`$HOME`).
+    pub fn home(&self) -> Option<PathBuf> {
+        self.env_path("HOME")
+    }
 }
 
 /// Facts about one backend that do not depend on its settings.
@@ -37,6 +82,9 @@ pub struct BackendInfo {
     pub final_event: bool,
     /// How the prompt reaches the agent.
     pub prompt: PromptVia,
+    /// The known traps that apply on this machine, each a sentence saying what ralph does
+    /// about it or what to do (`ralph doctor`).
+    pub doctor: fn(&DoctorContext<'_>) -> Vec<String>,
     /// Builds the backend from `settings` (see [`crate::agent::backend`]).
     pub build: fn(AgentSettings) -> anyhow::Result<Box<dyn Backend>>,
 }
@@ -46,6 +94,11 @@ impl BackendInfo {
     pub fn is_cli(&self) -> bool {
         self.program.is_some()
     }
+}
+
+/// Doctor checks of a backend that has none.
+pub fn no_traps(_: &DoctorContext<'_>) -> Vec<String> {
+    Vec::new()
 }
 
 /// Every backend, in the order `ralph doctor` shows them.
