@@ -1,9 +1,9 @@
 //! The Amp backend (Sourcegraph): `amp -x --stream-json --dangerously-allow-all`, prompt on
 //! stdin.
 //!
-//! This module owns amp's command line and the reading of its `--stream-json` output (one JSON
-//! object per stdout line, a Claude Code-compatible subset) into [`AgentEvent`]s and an
-//! [`AgentReport`]. Schema source: `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every
+//! This module owns amp's command line, its facts ([`INFO`], doctor traps) and what its
+//! `--stream-json` output (a Claude Code-compatible subset, read by [`crate::agent::claude_shape`])
+//! does differently. Schema source: `notes/agent-protocols.md` §3 (Amp) and §0 (rules for every
 //! CLI); the shared Claude shapes are §1.
 //!
 //! Choices, each forced by what amp does:
@@ -12,37 +12,45 @@
 //! - amp has no model flag; its model family is chosen by `-m/--mode` (`smart`, `rush`,
 //!   `deep`). ralph's `--model M` is passed as `--mode M`, so `--agent amp --model rush` does
 //!   what a user means; amp itself refuses a mode it does not know;
-//! - amp echoes the prompt as a `user` line: text in `user` lines never becomes the final text
-//!   (the prompt contains the completion promise instruction), nor do tool results;
-//! - the final text is `result.result`; without it, the text blocks of the last top-level
-//!   assistant message (`parent_tool_use_id` null). Blocks sharing a `message.id` belong to one
-//!   message; amp's lines usually carry no id, so each line is then a message of its own;
+//! - amp echoes the prompt as a `user` line, which the shape never reads as text;
+//! - amp's lines usually carry no `message.id`, so each assistant line is then a message of its
+//!   own;
 //! - amp prints no run total for tokens: usage is summed over `assistant` lines, once per
 //!   distinct `message.id` (a repeated id is the same turn printed again and is not added twice);
 //!   lines without an id are each added. `total_cost_usd` is read when a build prints it (the
 //!   notes say amp does not);
 //! - failures: a `result` with `is_error:true` (subtypes `error_during_execution`,
 //!   `error_max_turns`) and an `error` string; its text, the result text of an error result and
-//!   stderr lines go through [`Classifier`]. The notes found no verified wording for amp's credit
-//!   or auth errors, so classification rests on the classifier's shared text rules.
+//!   stderr lines go through the classifier. The notes found no verified wording for amp's
+//!   credit or auth errors, so classification rests on the classifier's shared text rules.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::agent::classify::Signal;
+use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::stream::{Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::SpawnSpec;
 use crate::protocol::fields::str_field;
-use crate::protocol::fields::summarize_tool_input;
-use crate::protocol::AgentEvent;
-use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
-use crate::protocol::FailureClass;
-use crate::protocol::Usage;
+use crate::protocol::{AgentEvent, AgentKind, Usage};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "amp";
+
+/// Facts about the amp backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Amp,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @sourcegraph/amp`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: traps,
+    build: |settings| Ok(Box::new(Amp::new(settings))),
+};
 
 /// The amp backend. Stateless apart from its settings; each [`Backend::parser`] call returns a
 /// fresh [`AmpParser`].
@@ -60,30 +68,19 @@ impl Amp {
 }
 
 impl Backend for Amp {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Amp
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `amp -x --stream-json --dangerously-allow-all [--mode M]`, the prompt on stdin (then
     /// closed), `NO_COLOR=1`. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
         // `-x` with no value: amp takes the message from the piped stdin.
-        let mut args: Vec<String> = ["-x", "--stream-json", "--dangerously-allow-all"]
-            .map(String::from)
-            .to_vec();
-        if let Some(mode) = &self.settings.model {
-            args.push("--mode".into());
-            args.push(mode.clone());
-        }
-        Ok(SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            env_remove: Vec::new(),
-            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
-            stdin: Some(prompt.as_bytes().to_vec()),
-        })
+        let args = self.settings.args_with_model(
+            &["-x", "--stream-json", "--dangerously-allow-all"],
+            "--mode",
+        );
+        Ok(self.settings.cli_spec(DEFAULT_PROGRAM, args, Some(prompt)))
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
@@ -92,331 +89,102 @@ impl Backend for Amp {
     }
 }
 
-/// What the terminal `result` line said.
-#[derive(Debug, Clone, Default)]
-struct ResultLine {
-    text: Option<String>,
-    is_error: bool,
-    subtype: Option<String>,
-    /// The `error` field of an error result (amp SDK shape).
-    error: Option<String>,
-    cost_usd: Option<f64>,
+/// A headless amp needs `AMP_API_KEY` (or a saved login).
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    cx.unless_set(
+        "AMP_API_KEY",
+        "no AMP_API_KEY: amp needs it (or a saved `amp login`) to run headless",
+    )
 }
 
 /// Reads amp's `--stream-json` output. Memory use is bounded by the largest assistant message,
 /// a few stderr lines and one usage entry per distinct `message.id`.
+pub type AmpParser = Parser<AmpDialect>;
+
+/// amp's dialect of the shared shape (see the module docs).
 #[derive(Debug, Default)]
-pub struct AmpParser {
-    session_id: Option<String>,
-    model: Option<String>,
-    /// `message.id` of the last top-level assistant message (None when amp gave none), and its
-    /// text blocks so far.
-    last_message_id: Option<String>,
-    last_message_texts: Vec<String>,
+pub struct AmpDialect {
+    last: LastMessage,
     /// Usage per distinct `message.id` (the largest count seen for each field).
     usage_by_id: BTreeMap<String, Usage>,
     /// Usage of assistant lines without an id, summed.
     usage_unkeyed: Usage,
-    result: Option<ResultLine>,
-    classifier: Classifier,
-    /// Text of the last assistant message that carried an `error` field.
-    assistant_error: Option<String>,
-    stderr_tail: StderrTail,
 }
 
-impl AmpParser {
-    /// A parser for one amp run.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // Not a JSON object: amp's stream is JSON, but a wrapper may print to stdout. The
-            // transcript keeps the raw line.
+impl Dialect for AmpDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = shape::read_line(line, core) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
-        if self.session_id.is_none() {
-            self.session_id = str_field(&v, "session_id");
-        }
-        match v.get("type").and_then(Value::as_str) {
-            Some("system") if str_field(&v, "subtype").as_deref() == Some("init") => {
-                if let Some(id) = str_field(&v, "session_id") {
-                    self.session_id = Some(id);
-                }
-                self.model = str_field(&v, "model").or(self.model.take());
-                vec![AgentEvent::Session {
-                    session_id: self.session_id.clone(),
-                    model: self.model.clone(),
-                    version: None,
-                }]
+        match shape::line_type(&v) {
+            Some("system") if shape::is_init(&v) => shape::on_init(&v, core, None),
+            Some("assistant") => {
+                self.count_usage(&v);
+                shape::on_assistant(&v, core, &mut self.last)
             }
-            Some("assistant") => self.on_assistant(&v),
-            Some("user") => on_user(&v),
-            Some("result") => self.on_result(&v),
+            Some("user") => shape::on_user(&v),
+            Some("result") => on_result(&v, core),
             _ => Vec::new(),
         }
     }
 
-    fn on_assistant(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let Some(message) = v.get("message") else {
-            return Vec::new();
-        };
-        let id = str_field(message, "id");
-        // Usage counts whoever spent it, subagents included.
-        if let Some(u) = message.get("usage") {
-            let usage = usage_of(u);
-            match &id {
-                Some(id) => {
-                    let seen = self.usage_by_id.entry(id.clone()).or_default();
-                    *seen = max_usage(*seen, usage);
-                }
-                None => self.usage_unkeyed = add_usage(self.usage_unkeyed, usage),
-            }
-        }
-        if !v.get("parent_tool_use_id").is_none_or(Value::is_null) {
-            // A subagent's turn: its text is not the agent's final word.
-            return Vec::new();
-        }
-        let blocks = message
-            .get("content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let texts: Vec<&str> = blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect();
-
-        if let Some(code) = v.get("error").and_then(Value::as_str) {
-            // Claude's shape for an API error standing in for an assistant turn: an error, not
-            // something the assistant said.
-            self.classifier.observe(Signal::ErrorCode(code));
-            let message = if texts.is_empty() {
-                code.to_owned()
-            } else {
-                texts.join("\n")
-            };
-            self.classifier.observe(Signal::Text(&message));
-            self.assistant_error = Some(message.clone());
-            return vec![AgentEvent::Error {
-                message: strip_ansi(&message),
-            }];
-        }
-
-        if self.model.is_none() {
-            self.model = str_field(message, "model");
-        }
-        if id.is_none() || id != self.last_message_id {
-            self.last_message_id = id;
-            self.last_message_texts.clear();
-        }
-        self.last_message_texts
-            .extend(texts.iter().map(|t| (*t).to_owned()));
-
-        let mut events = Vec::new();
-        for block in blocks {
-            match block.get("type").and_then(Value::as_str) {
-                Some("text") => {
-                    if let Some(text) = block.get("text").and_then(Value::as_str) {
-                        events.push(AgentEvent::AssistantText {
-                            text: text.to_owned(),
-                        });
-                    }
-                }
-                Some("tool_use") => {
-                    let name = str_field(block, "name").unwrap_or_else(|| "?".to_owned());
-                    let summary = tool_summary(block.get("input").unwrap_or(&Value::Null));
-                    events.push(AgentEvent::ToolCall { name, summary });
-                }
-                _ => {}
-            }
-        }
-        events
-    }
-
-    fn on_result(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let subtype = str_field(v, "subtype");
-        let is_error = v
-            .get("is_error")
-            .and_then(Value::as_bool)
-            .unwrap_or_else(|| subtype.as_deref().is_some_and(|s| s.starts_with("error")));
-        let text = str_field(v, "result");
-        let error = v.get("error").and_then(error_text);
-        if let Some(status) = v
-            .get("api_error_status")
-            .and_then(Value::as_u64)
-            .and_then(|n| u16::try_from(n).ok())
-        {
-            self.classifier.observe(Signal::ApiStatus(status));
-        }
-        if is_error {
-            // Only an error result's text is the agent's own error message; a successful
-            // result is the assistant's answer, which may quote anything.
-            for t in error.iter().chain(text.iter()) {
-                self.classifier.observe(Signal::Text(t));
-            }
-        }
-        if let Some(id) = str_field(v, "session_id") {
-            self.session_id = Some(id);
-        }
-        self.result = Some(ResultLine {
-            text: text.clone(),
-            is_error,
-            subtype,
-            error,
-            cost_usd: v.get("total_cost_usd").and_then(Value::as_f64),
-        });
-        vec![AgentEvent::Final { text, is_error }]
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
-        let clean = strip_ansi(text);
-        let clean = clean.trim();
-        if clean.is_empty() {
-            return Vec::new();
-        }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
-        }]
-    }
-
-    /// The error message to report for a failed run, best source first.
-    fn error_message(&self) -> Option<String> {
-        let from_result = self.result.as_ref().filter(|r| r.is_error).map(|r| {
-            r.error
-                .clone()
-                .or_else(|| r.text.clone())
-                .filter(|t| !t.trim().is_empty())
-                .unwrap_or_else(|| {
-                    format!("amp ended with {}", r.subtype.as_deref().unwrap_or("error"))
-                })
-        });
-        from_result
-            .or_else(|| self.classifier.message().map(str::to_owned))
-            .or_else(|| self.assistant_error.clone())
-            .or_else(|| self.stderr_tail.joined())
-            .map(|m| strip_ansi(&m))
-    }
-
-    /// Tokens over the whole run: one entry per distinct message id plus the id-less lines.
-    fn total_usage(&self) -> Usage {
-        self.usage_by_id
+    /// Usage is the total over the run's messages; the last top-level assistant message stands
+    /// in for a missing `result.result`.
+    fn settle(&mut self, core: &mut StreamCore, _exit_code: Option<i32>) {
+        core.usage = self
+            .usage_by_id
             .values()
-            .fold(self.usage_unkeyed, |sum, u| add_usage(sum, *u))
+            .fold(self.usage_unkeyed, |sum, u| add_usage(sum, *u));
+        self.last.settle(core);
     }
 }
 
-impl OutputParser for AmpParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
-        }
-    }
-
-    /// Report rules:
-    /// - `final_text`: `result.result` when present, else the joined text blocks of the last
-    ///   top-level assistant message, else `None`; never text from a `user` line;
-    /// - `is_error`: `result.is_error` when a result line was seen, else "exit code was not 0";
-    /// - `failure`: the most decisive class among amp's error signals, only when the run failed
-    ///   (error result, or no result line);
-    /// - `usage`: summed over assistant lines, once per distinct `message.id` (tokens);
-    ///   `cost_usd`: `result.total_cost_usd` when printed (USD), else `None`;
-    /// - `resume_at`: for a usage limit, the reset time written in the error message, if any.
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.result.is_some();
-        let is_error = match &self.result {
-            Some(r) => r.is_error,
-            None => exit_code != Some(0),
+impl AmpDialect {
+    /// Adds an assistant line's `message.usage`, once per distinct `message.id`. Usage counts
+    /// whoever spent it, subagents included.
+    fn count_usage(&mut self, v: &Value) {
+        let Some(message) = v.get("message") else {
+            return;
         };
-        let failure = if is_error || !saw_final {
-            self.classifier.best()
-        } else {
-            None
+        let Some(u) = message.get("usage") else {
+            return;
         };
-        let error_message = if is_error || failure.is_some() {
-            self.error_message()
-        } else {
-            None
-        };
-        let final_text = match self.result.as_ref().and_then(|r| r.text.clone()) {
-            Some(text) => Some(text),
-            None if self.last_message_texts.is_empty() => None,
-            None => Some(self.last_message_texts.join("\n")),
-        };
-        let resume_at = match failure {
-            Some(FailureClass::UsageLimit) => {
-                error_message.as_deref().and_then(resume_at_from_text)
+        let usage = shape::usage_of(u);
+        match str_field(message, "id") {
+            Some(id) => {
+                let seen = self.usage_by_id.entry(id).or_default();
+                *seen = max_usage(*seen, usage);
             }
-            _ => None,
-        };
-        AgentReport {
-            final_text,
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: self.result.as_ref().and_then(|r| r.cost_usd),
-            usage: self.total_usage(),
-            session_id: self.session_id,
-            model: self.model,
-            agent_version: None,
-            resume_at,
+            None => self.usage_unkeyed = add_usage(self.usage_unkeyed, usage),
         }
     }
 }
 
-/// Tool results: one event per `tool_result` block of a top-level `user` line. The echoed
-/// prompt (a `user` line with `text` blocks) yields nothing.
-fn on_user(v: &Value) -> Vec<AgentEvent> {
-    if !v.get("parent_tool_use_id").is_none_or(Value::is_null) {
-        return Vec::new();
+/// The `result` line: the shared fields, then amp's cost and, for an error, its `error` string
+/// (the amp SDK's shape) and text, classified; the message is the error, else the text, else
+/// the subtype.
+fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
+    let result = ResultLine::read(v, core, shape::error_prefix);
+    let error = v
+        .get("error")
+        .and_then(shape::error_text)
+        .filter(|s| !s.trim().is_empty());
+    shape::observe_api_status(v, core);
+    if result.is_error {
+        // Only an error result's text is the agent's own error message; a successful
+        // result is the assistant's answer, which may quote anything.
+        for t in error.iter().chain(result.text.iter()) {
+            core.classifier.observe(Signal::Text(t));
+        }
     }
-    v.pointer("/message/content")
-        .and_then(Value::as_array)
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-                .map(|b| AgentEvent::ToolResult {
-                    is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A one-line summary of a tool input. amp's `Bash` names its command `cmd` (claude's says
-/// `command`); everything else has claude's keys (`path`, `pattern`, ...).
-fn tool_summary(input: &Value) -> String {
-    match input.get("cmd").and_then(Value::as_str) {
-        Some(cmd) => summarize_tool_input(&serde_json::json!({ "command": cmd })),
-        None => summarize_tool_input(input),
-    }
-}
-
-/// `result.error`: a string in the amp SDK's types; accept `{message}` too.
-fn error_text(v: &Value) -> Option<String> {
-    v.as_str()
-        .map(str::to_owned)
-        .or_else(|| str_field(v, "message"))
-        .filter(|s| !s.trim().is_empty())
-}
-
-/// `message.usage` → [`Usage`] (tokens; missing counts are 0).
-fn usage_of(u: &Value) -> Usage {
-    let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
-    Usage {
-        input_tokens: n("input_tokens"),
-        output_tokens: n("output_tokens"),
-        cache_read_tokens: n("cache_read_input_tokens"),
-        cache_creation_tokens: n("cache_creation_input_tokens"),
-    }
+    core.error_message = result.is_error.then(|| {
+        error
+            .or_else(|| result.text.clone())
+            .filter(|t| !t.trim().is_empty())
+            .unwrap_or_else(|| result.ended_with("amp", "error"))
+    });
+    core.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64);
+    vec![result.event()]
 }
 
 fn add_usage(a: Usage, b: Usage) -> Usage {
@@ -444,21 +212,14 @@ fn max_usage(a: Usage, b: Usage) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
     use crate::completion::promise_in_final_text;
+    use crate::process::OutputLine;
+    use crate::protocol::{AgentReport, FailureClass};
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(AmpParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<AmpDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {

@@ -1,35 +1,44 @@
 //! The Claude Code backend: `claude -p --output-format stream-json --verbose`, prompt on stdin.
 //!
-//! This module owns claude's command line, its environment hygiene, and the reading of its
-//! stream-json output (one JSON object per stdout line) into [`AgentEvent`]s and an
-//! [`AgentReport`]. Schema source: `notes/agent-protocols.md` §1 (claude-agent-sdk message
-//! parser) and `notes/real-clis.md` §1 (what claude 2.1.332 really prints).
+//! This module owns claude's command line, its environment hygiene, its facts ([`INFO`], doctor
+//! traps) and what its stream-json output has beyond the shape it shares with amp and cursor
+//! ([`crate::agent::claude_shape`], which holds the reading rules). Schema source:
+//! `notes/agent-protocols.md` §1 (claude-agent-sdk message parser) and `notes/real-clis.md` §1
+//! (what claude 2.1.332 really prints).
 //!
-//! Reading rules, each forced by real output:
-//! - every line is parsed as JSON, never prefix-matched: in 2.1.332's `result` line `"type"` is
-//!   not the first key; lines that are not JSON objects, and unknown `type`s, yield no event;
-//! - the final text is `result.result`; without it (error subtypes, a run cut short), the text
-//!   blocks of the last top-level assistant message. Claude prints one `assistant` line per
-//!   content block, so blocks are grouped by `message.id`; subagent traffic
-//!   (`parent_tool_use_id` not null) never counts;
-//! - success is `result.is_error`, never `subtype`: API failures arrive as
-//!   `subtype:"success", is_error:true`;
+//! claude's own reading rules:
+//! - `system/init` names the version (`claude_code_version`); `system/api_retry` is retry
+//!   chatter whose status and error code count only if the run then fails;
+//! - a rejected `rate_limit_event` gives the usage limit's reset time (`resetsAt`);
 //! - cost and usage come from the `result` line only; `assistant.message.usage` repeats across
-//!   the blocks of one turn and must not be summed.
+//!   the blocks of one turn and must not be summed. An error result's text, `errors[]`,
+//!   `api_error_status` and `terminal_reason` go to the classifier.
 
 use serde_json::Value;
 
-use crate::agent::classify::{Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
-use crate::protocol::fields::{str_field, summarize_tool_input};
-use crate::protocol::AgentEvent;
-use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
-use crate::protocol::Usage;
+use crate::agent::classify::Signal;
+use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::stream::{Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::SpawnSpec;
+use crate::protocol::fields::str_field;
+use crate::protocol::{AgentEvent, AgentKind};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "claude";
+
+/// Facts about the claude backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Claude,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @anthropic-ai/claude-code`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: traps,
+    build: |settings| Ok(Box::new(Claude::new(settings))),
+};
 
 /// Variables removed from claude's environment. When ralph itself runs inside a Claude Code
 /// session these are set, and a child `claude` then refuses to start ("cannot be launched inside
@@ -65,44 +74,33 @@ impl Claude {
     /// uid 0 otherwise ("cannot be used with root/sudo privileges"), and ralph exists for
     /// unattended runs, which as root means a sandbox or container.
     fn spec(&self, prompt: &str, as_root: bool) -> SpawnSpec {
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
-        let mut args: Vec<String> = [
-            "-p",
-            "--output-format",
-            "stream-json",
-            // stream-json with -p is refused without --verbose.
-            "--verbose",
-            "--dangerously-skip-permissions",
-        ]
-        .map(String::from)
-        .to_vec();
-        if let Some(model) = &self.settings.model {
-            args.push("--model".into());
-            args.push(model.clone());
-        }
-        let mut env_set = vec![("NO_COLOR".to_owned(), "1".to_owned())];
+        let args = self.settings.args_with_model(
+            &[
+                "-p",
+                "--output-format",
+                "stream-json",
+                // stream-json with -p is refused without --verbose.
+                "--verbose",
+                "--dangerously-skip-permissions",
+            ],
+            "--model",
+        );
+        // On stdin, never argv: no size limit (E2BIG at 128 KiB) and no shell quoting.
+        let mut spec = self.settings.cli_spec(DEFAULT_PROGRAM, args, Some(prompt));
         if as_root {
-            env_set.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
+            spec.env_set.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
         }
-        let mut env_remove: Vec<String> = ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect();
+        spec.env_remove = ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect();
         if !self.settings.keep_api_key {
-            env_remove.push(API_KEY_VAR.to_owned());
+            spec.env_remove.push(API_KEY_VAR.to_owned());
         }
-        SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            env_remove,
-            env_set,
-            // On stdin, never argv: no size limit (E2BIG at 128 KiB) and no shell quoting.
-            stdin: Some(prompt.as_bytes().to_vec()),
-        }
+        spec
     }
 }
 
 impl Backend for Claude {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Claude
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `claude -p --output-format stream-json --verbose --dangerously-skip-permissions
@@ -120,378 +118,146 @@ impl Backend for Claude {
     }
 }
 
-/// What the terminal `result` line said.
-#[derive(Debug, Clone, Default)]
-struct ResultLine {
-    text: Option<String>,
-    is_error: bool,
-    subtype: Option<String>,
-    terminal_reason: Option<String>,
-    errors: Vec<String>,
-    cost_usd: Option<f64>,
-    usage: Usage,
+/// Root without `IS_SANDBOX`, an API key that switches billing, a parent Claude Code session,
+/// and an `agent_cmd` running claude's stream-json without `--verbose`.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    if cx.root && cx.env("IS_SANDBOX").as_deref() != Some("1") {
+        out.push(
+            "running as root without IS_SANDBOX=1: claude refuses --dangerously-skip-permissions as root; ralph sets IS_SANDBOX=1 for the claude it starts, a claude you start by hand needs `export IS_SANDBOX=1` (only in a sandbox or container)"
+                .to_owned(),
+        );
+    }
+    if cx.env_set(API_KEY_VAR) {
+        out.push(
+            "ANTHROPIC_API_KEY is set: with it claude bills the API key, not your subscription; ralph removes it for claude unless --keep-api-key"
+                .to_owned(),
+        );
+    }
+    if cx.env_set("CLAUDECODE") {
+        out.push(
+            "running inside a Claude Code session (CLAUDECODE is set): ralph removes CLAUDECODE, CLAUDE_CODE_ENTRYPOINT and CLAUDE_CODE_SSE_PORT for its claude"
+                .to_owned(),
+        );
+    }
+    let cmd = cx.agent_cmd.unwrap_or("");
+    if cmd.contains("claude") && cmd.contains("stream-json") && !cmd.contains("--verbose") {
+        out.push(format!(
+            "agent_cmd `{cmd}` uses claude's stream-json without --verbose, which claude refuses with -p; add --verbose (or use --agent claude)"
+        ));
+    }
+    out
 }
 
 /// Reads claude's stream-json output. Memory use is bounded by the largest single assistant
 /// message plus a few stderr lines, whatever the length of the run.
+pub type ClaudeParser = Parser<ClaudeDialect>;
+
+/// claude's dialect of the shared shape (see the module docs).
 #[derive(Debug, Default)]
-pub struct ClaudeParser {
-    session_id: Option<String>,
-    model: Option<String>,
-    version: Option<String>,
-    /// `message.id` of the last top-level assistant message, and its text blocks so far.
-    last_message_id: Option<String>,
-    last_message_texts: Vec<String>,
-    result: Option<ResultLine>,
-    classifier: Classifier,
-    /// Text of the last assistant message that carried an `error` field (a synthetic API error).
-    assistant_error: Option<String>,
-    stderr_tail: StderrTail,
-    /// `rate_limit_event.rate_limit_info.resetsAt` (epoch seconds) of a rejected limit.
-    resets_at: Option<i64>,
+pub struct ClaudeDialect {
+    last: LastMessage,
 }
 
-impl ClaudeParser {
-    /// A parser for one claude run.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // Not JSON (or not an object): claude keeps stdout clean in stream-json mode, but a
-            // wrapper or a hook may not. The transcript keeps the raw line.
+impl Dialect for ClaudeDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = shape::read_line(line, core) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
-        if self.session_id.is_none() {
-            // Hook events can precede `system/init`; take the session from any line.
-            self.session_id = str_field(&v, "session_id");
-        }
-        match v.get("type").and_then(Value::as_str) {
-            Some("system") => self.on_system(&v),
-            Some("assistant") => self.on_assistant(&v),
-            Some("user") => on_user(&v),
+        match shape::line_type(&v) {
+            Some("system") if shape::is_init(&v) => {
+                shape::on_init(&v, core, Some("claude_code_version"))
+            }
+            Some("system") => {
+                if v.get("subtype").and_then(Value::as_str) == Some("api_retry") {
+                    // Retry chatter: only decisive if the run then fails.
+                    if let Some(status) = v.get("error_status").and_then(shape::as_status) {
+                        core.classifier.observe(Signal::ApiStatus(status));
+                    }
+                    if let Some(code) = v.get("error").and_then(Value::as_str) {
+                        core.classifier.observe(Signal::ErrorCode(code));
+                    }
+                }
+                Vec::new()
+            }
+            Some("assistant") => shape::on_assistant(&v, core, &mut self.last),
+            Some("user") => shape::on_user(&v),
             Some("rate_limit_event") => {
                 if let Some(status) = v.pointer("/rate_limit_info/status").and_then(Value::as_str) {
-                    self.classifier.observe(Signal::RateLimitStatus(status));
+                    core.classifier.observe(Signal::RateLimitStatus(status));
                     if status == "rejected" {
-                        self.resets_at = v
+                        core.resume_at = v
                             .pointer("/rate_limit_info/resetsAt")
-                            .and_then(Value::as_i64);
+                            .and_then(Value::as_i64)
+                            .and_then(|epoch| chrono::DateTime::from_timestamp(epoch, 0));
                     }
                 }
                 Vec::new()
             }
-            Some("result") => self.on_result(&v),
+            Some("result") => on_result(&v, core),
             _ => Vec::new(),
         }
     }
 
-    fn on_system(&mut self, v: &Value) -> Vec<AgentEvent> {
-        match v.get("subtype").and_then(Value::as_str) {
-            Some("init") => {
-                if let Some(id) = str_field(v, "session_id") {
-                    self.session_id = Some(id);
-                }
-                self.model = str_field(v, "model").or(self.model.take());
-                self.version = str_field(v, "claude_code_version").or(self.version.take());
-                vec![AgentEvent::Session {
-                    session_id: self.session_id.clone(),
-                    model: self.model.clone(),
-                    version: self.version.clone(),
-                }]
-            }
-            Some("api_retry") => {
-                // Retry chatter: only decisive if the run then fails (see `finish`).
-                if let Some(status) = v.get("error_status").and_then(as_status) {
-                    self.classifier.observe(Signal::ApiStatus(status));
-                }
-                if let Some(code) = v.get("error").and_then(Value::as_str) {
-                    self.classifier.observe(Signal::ErrorCode(code));
-                }
-                Vec::new()
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    fn on_assistant(&mut self, v: &Value) -> Vec<AgentEvent> {
-        if !v.get("parent_tool_use_id").is_none_or(Value::is_null) {
-            // A subagent's turn: its text is not the agent's final word.
-            return Vec::new();
-        }
-        let Some(message) = v.get("message") else {
-            return Vec::new();
-        };
-        let blocks = message
-            .get("content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let texts: Vec<&str> = blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect();
-
-        if let Some(code) = v.get("error").and_then(Value::as_str) {
-            // A synthetic message standing for an API error (`"model":"<synthetic>"`): report it
-            // as an error, not as something the assistant said.
-            self.classifier.observe(Signal::ErrorCode(code));
-            let message = if texts.is_empty() {
-                code.to_owned()
-            } else {
-                texts.join("\n")
-            };
-            self.classifier.observe(Signal::Text(&message));
-            self.assistant_error = Some(message.clone());
-            return vec![AgentEvent::Error {
-                message: strip_ansi(&message),
-            }];
-        }
-
-        if self.model.is_none() {
-            self.model = str_field(message, "model").filter(|m| m != "<synthetic>");
-        }
-        let id = str_field(message, "id");
-        if id.is_none() || id != self.last_message_id {
-            self.last_message_id = id;
-            self.last_message_texts.clear();
-        }
-        self.last_message_texts
-            .extend(texts.iter().map(|t| (*t).to_owned()));
-
-        let mut events = Vec::new();
-        for block in blocks {
-            match block.get("type").and_then(Value::as_str) {
-                Some("text") => {
-                    if let Some(text) = block.get("text").and_then(Value::as_str) {
-                        events.push(AgentEvent::AssistantText {
-                            text: text.to_owned(),
-                        });
-                    }
-                }
-                Some("tool_use") => {
-                    let name = str_field(block, "name").unwrap_or_else(|| "?".to_owned());
-                    let summary = summarize_tool_input(block.get("input").unwrap_or(&Value::Null));
-                    events.push(AgentEvent::ToolCall { name, summary });
-                }
-                _ => {}
-            }
-        }
-        events
-    }
-
-    fn on_result(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let subtype = str_field(v, "subtype");
-        // `is_error` decides. Only when a build omits it does the subtype stand in.
-        let is_error = v
-            .get("is_error")
-            .and_then(Value::as_bool)
-            .unwrap_or_else(|| subtype.as_deref().is_some_and(|s| s.starts_with("error")));
-        let text = str_field(v, "result");
-        let errors: Vec<String> = v
-            .get("errors")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(error_entry_text).collect())
-            .unwrap_or_default();
-        let terminal_reason = str_field(v, "terminal_reason");
-
-        if let Some(status) = v.get("api_error_status").and_then(as_status) {
-            self.classifier.observe(Signal::ApiStatus(status));
-        }
-        if let Some(reason) = &terminal_reason {
-            self.classifier.observe(Signal::TerminalReason(reason));
-        }
-        if is_error {
-            // The result text is the agent's own error message only when the run failed; on
-            // success it is the assistant's answer, which may quote anything.
-            if let Some(t) = &text {
-                self.classifier.observe(Signal::Text(t));
-            }
-            for e in &errors {
-                self.classifier.observe(Signal::Text(e));
-            }
-        }
-        if let Some(id) = str_field(v, "session_id") {
-            self.session_id = Some(id);
-        }
-        if self.model.is_none() {
-            self.model = v
-                .get("modelUsage")
-                .and_then(Value::as_object)
-                .and_then(|m| m.keys().next().cloned());
-        }
-        let usage = v.get("usage").map(usage_of).unwrap_or_default();
-        self.result = Some(ResultLine {
-            text: text.clone(),
-            is_error,
-            subtype,
-            terminal_reason,
-            errors,
-            cost_usd: v.get("total_cost_usd").and_then(Value::as_f64),
-            usage,
-        });
-        vec![AgentEvent::Final { text, is_error }]
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
-        let clean = strip_ansi(text);
-        let clean = clean.trim();
-        if clean.is_empty() {
-            return Vec::new();
-        }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
-        }]
-    }
-
-    /// The error message to report for a failed run, best source first.
-    fn error_message(&self) -> Option<String> {
-        let from_result = self.result.as_ref().filter(|r| r.is_error).and_then(|r| {
-            r.text
-                .clone()
-                .filter(|t| !t.trim().is_empty())
-                .or_else(|| (!r.errors.is_empty()).then(|| r.errors.join("; ")))
-                .or_else(|| {
-                    let subtype = r.subtype.as_deref().unwrap_or("error");
-                    Some(match &r.terminal_reason {
-                        Some(reason) => format!("claude ended with {subtype} ({reason})"),
-                        None => format!("claude ended with {subtype}"),
-                    })
-                })
-        });
-        from_result
-            .or_else(|| self.classifier.message().map(str::to_owned))
-            .or_else(|| self.assistant_error.clone())
-            .or_else(|| self.stderr_tail.joined())
-            .map(|m| strip_ansi(&m))
+    /// The last top-level assistant message stands in for a missing `result.result`.
+    fn settle(&mut self, core: &mut StreamCore, _exit_code: Option<i32>) {
+        self.last.settle(core);
     }
 }
 
-impl OutputParser for ClaudeParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
-        }
-    }
-
-    /// Report rules:
-    /// - `final_text`: `result.result` when the result line had one, else the joined text
-    ///   blocks of the last top-level assistant message, else `None`;
-    /// - `is_error`: `result.is_error` when a result line was seen, else "exit code was not 0"
-    ///   (no result line and a non-zero exit or a signal);
-    /// - `failure`: the most decisive class among the agent's error signals, reported only when
-    ///   the run failed (`is_error`, or no result line): retry chatter before a successful
-    ///   result is not a failure;
-    /// - `cost_usd`/`usage`: from the result line only (USD, tokens).
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.result.is_some();
-        let is_error = match &self.result {
-            Some(r) => r.is_error,
-            None => exit_code != Some(0),
-        };
-        let failed = is_error || !saw_final;
-        let failure = if failed { self.classifier.best() } else { None };
-        let error_message = if is_error || failure.is_some() {
-            self.error_message()
-        } else {
-            None
-        };
-        let final_text = match self.result.as_ref().and_then(|r| r.text.clone()) {
-            Some(text) => Some(text),
-            None if self.last_message_texts.is_empty() => None,
-            None => Some(self.last_message_texts.join("\n")),
-        };
-        let resume_at = match (failure, self.resets_at) {
-            (Some(crate::protocol::FailureClass::UsageLimit), Some(epoch)) => {
-                chrono::DateTime::from_timestamp(epoch, 0)
-            }
-            (Some(crate::protocol::FailureClass::UsageLimit), None) => error_message
-                .as_deref()
-                .and_then(crate::agent::classify::resume_at_from_text),
-            _ => None,
-        };
-        AgentReport {
-            final_text,
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: self.result.as_ref().and_then(|r| r.cost_usd),
-            usage: self.result.as_ref().map(|r| r.usage).unwrap_or_default(),
-            resume_at,
-            session_id: self.session_id,
-            model: self.model,
-            agent_version: self.version,
-        }
-    }
-}
-
-/// Tool results: one event per `tool_result` block of a top-level `user` line.
-fn on_user(v: &Value) -> Vec<AgentEvent> {
-    if !v.get("parent_tool_use_id").is_none_or(Value::is_null) {
-        return Vec::new();
-    }
-    v.pointer("/message/content")
+/// The `result` line: the shared fields, then claude's cost, usage, classified error fields
+/// and, for an error, its message (the text, else `errors[]`, else the subtype and reason).
+fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
+    let result = ResultLine::read(v, core, shape::error_prefix);
+    let errors: Vec<String> = v
+        .get("errors")
         .and_then(Value::as_array)
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-                .map(|b| AgentEvent::ToolResult {
-                    is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn as_status(v: &Value) -> Option<u16> {
-    v.as_u64().and_then(|n| u16::try_from(n).ok())
-}
-
-/// `result.errors[]` entries are strings in the builds we have seen; accept `{message}` too.
-fn error_entry_text(v: &Value) -> Option<String> {
-    v.as_str()
-        .map(str::to_owned)
-        .or_else(|| str_field(v, "message"))
-}
-
-/// `result.usage` → [`Usage`] (tokens; missing counts are 0).
-fn usage_of(u: &Value) -> Usage {
-    let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
-    Usage {
-        input_tokens: n("input_tokens"),
-        output_tokens: n("output_tokens"),
-        cache_read_tokens: n("cache_read_input_tokens"),
-        cache_creation_tokens: n("cache_creation_input_tokens"),
+        .map(|a| a.iter().filter_map(shape::error_text).collect())
+        .unwrap_or_default();
+    let terminal_reason = str_field(v, "terminal_reason");
+    shape::observe_api_status(v, core);
+    if let Some(reason) = &terminal_reason {
+        core.classifier.observe(Signal::TerminalReason(reason));
     }
+    if result.is_error {
+        // The result text is the agent's own error message only when the run failed; on
+        // success it is the assistant's answer, which may quote anything.
+        for t in result.text.iter().chain(&errors) {
+            core.classifier.observe(Signal::Text(t));
+        }
+    }
+    core.error_message = result.is_error.then(|| {
+        result
+            .nonblank_text()
+            .or_else(|| (!errors.is_empty()).then(|| errors.join("; ")))
+            .unwrap_or_else(|| match &terminal_reason {
+                Some(reason) => format!("{} ({reason})", result.ended_with("claude", "error")),
+                None => result.ended_with("claude", "error"),
+            })
+    });
+    if core.model.is_none() {
+        core.model = v
+            .get("modelUsage")
+            .and_then(Value::as_object)
+            .and_then(|m| m.keys().next().cloned());
+    }
+    core.usage = v.get("usage").map(shape::usage_of).unwrap_or_default();
+    core.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64);
+    vec![result.event()]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
     use crate::completion::promise_in_final_text;
-    use crate::protocol::FailureClass;
+    use crate::process::{strip_ansi, OutputLine};
+    use crate::protocol::fields::summarize_tool_input;
+    use crate::protocol::{AgentReport, FailureClass, Usage};
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(ClaudeParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<ClaudeDialect>(lines, exit)
     }
 
     const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"/w/repo","session_id":"3f2a9c40-1111","tools":["Task","Bash","Write"],"mcp_servers":[],"model":"claude-opus-5-5","permissionMode":"bypassPermissions","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.332","uuid":"u1"}"#;

@@ -1,10 +1,11 @@
 //! The OpenAI Codex CLI backend: `codex exec --json`, prompt on stdin.
 //!
-//! This module owns codex's command line and the reading of its `exec --json` output (one JSON
-//! object per stdout line: `thread.started`, `turn.started`, `item.started|updated|completed`,
-//! `turn.completed`, `turn.failed`, `error`) into [`AgentEvent`]s and an [`AgentReport`].
-//! Schema source: `notes/agent-protocols.md` §2 (codex-rs `exec_events.rs`, `core/src/error.rs`)
-//! and `notes/real-clis.md` §2, checked against what `@openai/codex@0.171.0` really prints.
+//! This module owns codex's command line, its facts ([`INFO`], doctor traps) and its dialect of the
+//! `exec --json` output (one JSON object per stdout line: `thread.started`, `turn.started`,
+//! `item.started|updated|completed`, `turn.completed`, `turn.failed`, `error`), read into
+//! [`AgentEvent`]s over the shared [`StreamCore`]. Schema source: `notes/agent-protocols.md` §2
+//! (codex-rs `exec_events.rs`, `core/src/error.rs`) and `notes/real-clis.md` §2, checked against
+//! what `@openai/codex@0.171.0` really prints.
 //!
 //! Reading rules, each forced by real output:
 //! - every line is parsed as JSON, never prefix-matched; lines that are not JSON objects, and
@@ -31,18 +32,31 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::agent::classify::{Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::agent::classify::Signal;
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::stream::{json_object, tokens, Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::fields::str_field;
 use crate::protocol::fields::summarize_tool_input;
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
 use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "codex";
+
+/// Facts about the codex backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Codex,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @openai/codex`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: traps,
+    build: |settings| Ok(Box::new(Codex::new(settings))),
+};
 
 /// The arguments before the optional `-m MODEL` and the final `-` (read the prompt from stdin).
 ///
@@ -77,8 +91,8 @@ impl Codex {
 }
 
 impl Backend for Codex {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Codex
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `codex exec --json --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check
@@ -89,21 +103,9 @@ impl Backend for Codex {
     /// stdin anyway when it is not a terminal and append it as a `<stdin>` block. Either way it
     /// waits for EOF, which is why stdin is closed after the prompt. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
-        let mut args: Vec<String> = BASE_ARGS.iter().map(|s| (*s).to_owned()).collect();
-        if let Some(model) = &self.settings.model {
-            args.push("-m".into());
-            args.push(model.clone());
-        }
+        let mut args = self.settings.args_with_model(BASE_ARGS, "-m");
         args.push("-".into());
-        Ok(SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            env_remove: Vec::new(),
-            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
-            stdin: Some(prompt.as_bytes().to_vec()),
-        })
+        Ok(self.settings.cli_spec(DEFAULT_PROGRAM, args, Some(prompt)))
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
@@ -112,63 +114,53 @@ impl Backend for Codex {
     }
 }
 
-/// How the turn ended, when it did.
-#[derive(Debug, Clone, PartialEq)]
-enum Terminal {
-    /// `turn.completed`.
-    Completed,
-    /// `turn.failed`, with its `error.message` when present.
-    Failed(Option<String>),
+/// Neither a key nor a saved login.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let codex_home = cx
+        .env_path("CODEX_HOME")
+        .or_else(|| cx.home().map(|h| h.join(".codex")));
+    let logged_in = codex_home.is_some_and(|h| h.join("auth.json").is_file());
+    if cx.env_set("CODEX_API_KEY") || cx.env_set("OPENAI_API_KEY") || logged_in {
+        return Vec::new();
+    }
+    vec!["no CODEX_API_KEY and no saved login ($CODEX_HOME/auth.json): run `codex login` or export CODEX_API_KEY".to_owned()]
 }
 
 /// Reads codex's `exec --json` output. Memory use is bounded by the largest agent message plus
 /// a few stderr lines and the ids of items still running, whatever the length of the run.
+pub type CodexParser = Parser<CodexDialect>;
+
+/// codex's dialect. In the core: the thread id is the session; the final text is the last
+/// completed `agent_message` (also after a failure, so the transcript shows what the agent last
+/// said); `turn.completed` ends without error and `turn.failed` with one, whose message is the
+/// error message; top-level `error` events are the fallback message.
 #[derive(Debug, Default)]
-pub struct CodexParser {
-    thread_id: Option<String>,
-    /// Text of the last completed `agent_message` item.
-    last_message: Option<String>,
+pub struct CodexDialect {
     /// Ids of tool items whose `item.started` was seen (their call was already reported).
     started: HashSet<String>,
-    terminal: Option<Terminal>,
-    usage: Option<Usage>,
-    classifier: Classifier,
-    /// Message of the last top-level `error` event.
-    last_error_event: Option<String>,
-    stderr_tail: StderrTail,
 }
 
-impl CodexParser {
-    /// A parser for one codex run.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // codex keeps stdout clean in --json mode; a wrapper may not. The transcript keeps
-            // the raw line.
+impl Dialect for CodexDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = json_object(line) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
         match v.get("type").and_then(Value::as_str) {
             Some("thread.started") => {
-                self.thread_id = str_field(&v, "thread_id").or(self.thread_id.take());
-                vec![AgentEvent::Session {
-                    session_id: self.thread_id.clone(),
-                    model: None,
-                    version: None,
-                }]
+                core.session_id = str_field(&v, "thread_id").or(core.session_id.take());
+                vec![core.session_event()]
             }
-            Some("item.started") => self.on_item(&v, false),
-            Some("item.completed") => self.on_item(&v, true),
+            Some("item.started") => self.on_item(&v, false, core),
+            Some("item.completed") => self.on_item(&v, true, core),
             Some("turn.completed") => {
                 if let Some(u) = v.get("usage") {
-                    self.usage = Some(usage_of(u));
+                    core.usage = usage_of(u);
                 }
-                self.terminal = Some(Terminal::Completed);
+                core.saw_final = true;
+                core.is_error = false;
+                core.error_message = None;
                 vec![AgentEvent::Final {
-                    text: self.last_message.clone(),
+                    text: core.final_text.clone(),
                     is_error: false,
                 }]
             }
@@ -179,33 +171,45 @@ impl CodexParser {
                     .map(|m| strip_ansi(m).trim().to_owned())
                     .filter(|m| !m.is_empty());
                 if let Some(m) = &message {
-                    self.observe_error_text(m);
+                    observe_error_text(core, m);
                 }
-                self.terminal = Some(Terminal::Failed(message));
+                core.saw_final = true;
+                core.is_error = true;
+                core.error_message = message;
                 vec![AgentEvent::Final {
-                    text: self.last_message.clone(),
+                    text: core.final_text.clone(),
                     is_error: true,
                 }]
             }
             Some("error") => {
                 // Retry chatter (`Reconnecting... 2/5 (stream disconnected …)`) or the failure
-                // that `turn.failed` repeats: decisive only if the run then fails (`finish`).
+                // that `turn.failed` repeats: decisive only if the run then fails.
                 let Some(message) = str_field(&v, "message")
                     .map(|m| strip_ansi(&m).trim().to_owned())
                     .filter(|m| !m.is_empty())
                 else {
                     return Vec::new();
                 };
-                self.observe_error_text(&message);
-                self.last_error_event = Some(message.clone());
+                observe_error_text(core, &message);
+                core.error_event = Some(message.clone());
                 vec![AgentEvent::Error { message }]
             }
             _ => Vec::new(),
         }
     }
 
+    /// The usual sources, then a note that `turn.failed` said nothing.
+    fn error_message(&self, core: &StreamCore, _exit_code: Option<i32>) -> Option<String> {
+        core.error_message_chain().or_else(|| {
+            (core.saw_final && core.is_error)
+                .then(|| "codex reported turn.failed without a message".to_owned())
+        })
+    }
+}
+
+impl CodexDialect {
     /// `item.started` (`completed == false`) and `item.completed` lines.
-    fn on_item(&mut self, v: &Value, completed: bool) -> Vec<AgentEvent> {
+    fn on_item(&mut self, v: &Value, completed: bool, core: &mut StreamCore) -> Vec<AgentEvent> {
         let Some(item) = v.get("item") else {
             return Vec::new();
         };
@@ -216,7 +220,7 @@ impl CodexParser {
                 let Some(text) = str_field(item, "text") else {
                     return Vec::new();
                 };
-                self.last_message = Some(text.clone());
+                core.final_text = Some(text.clone());
                 vec![AgentEvent::AssistantText { text }]
             }
             ("error", true) => {
@@ -257,98 +261,14 @@ impl CodexParser {
             }
         }
     }
-
-    /// Feeds one of codex's own error messages to the classifier, plus the HTTP status it names.
-    fn observe_error_text(&mut self, message: &str) {
-        if let Some(status) = status_in_message(message) {
-            self.classifier.observe(Signal::ApiStatus(status));
-        }
-        self.classifier.observe(Signal::Text(message));
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
-        let clean = strip_ansi(text);
-        let clean = clean.trim();
-        if clean.is_empty() {
-            return Vec::new();
-        }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
-        }]
-    }
-
-    /// The error message to report for a failed run, best source first.
-    fn error_message(&self) -> Option<String> {
-        let failed = match &self.terminal {
-            Some(Terminal::Failed(m)) => m.clone(),
-            _ => None,
-        };
-        failed
-            .or_else(|| self.classifier.message().map(str::to_owned))
-            .or_else(|| self.last_error_event.clone())
-            .or_else(|| self.stderr_tail.joined())
-            .or_else(|| {
-                matches!(self.terminal, Some(Terminal::Failed(None)))
-                    .then(|| "codex reported turn.failed without a message".to_owned())
-            })
-    }
 }
 
-impl OutputParser for CodexParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
-        }
+/// Feeds one of codex's own error messages to the classifier, plus the HTTP status it names.
+fn observe_error_text(core: &mut StreamCore, message: &str) {
+    if let Some(status) = status_in_message(message) {
+        core.classifier.observe(Signal::ApiStatus(status));
     }
-
-    /// Report rules:
-    /// - `final_text`: the last completed `agent_message`'s text (also after a failure, so the
-    ///   transcript shows what the agent last said), else `None`;
-    /// - `saw_final`/`is_error`: `turn.completed` → not an error; `turn.failed` → error;
-    ///   neither (interrupted, crashed, killed) → error unless the exit code was 0;
-    /// - `failure`: the most decisive class among the agent's error signals, reported only when
-    ///   the run failed: retry chatter and warnings before a completed turn are not a failure;
-    /// - `resume_at` (usage limits): read from the message (`try again at 3:28 PM`), since
-    ///   codex gives no structured reset time in `--json` mode;
-    /// - `usage`: the last `turn.completed.usage` (tokens); `cost_usd`, `model`,
-    ///   `agent_version`: `None`, codex prints none of them.
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.terminal.is_some();
-        let is_error = match &self.terminal {
-            Some(Terminal::Completed) => false,
-            Some(Terminal::Failed(_)) => true,
-            None => exit_code != Some(0),
-        };
-        let failed = is_error || !saw_final;
-        let failure = if failed { self.classifier.best() } else { None };
-        let error_message = if is_error || failure.is_some() {
-            self.error_message()
-        } else {
-            None
-        };
-        let resume_at = match failure {
-            Some(crate::protocol::FailureClass::UsageLimit) => error_message
-                .as_deref()
-                .and_then(crate::agent::classify::resume_at_from_text),
-            _ => None,
-        };
-        AgentReport {
-            final_text: self.last_message,
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: None,
-            usage: self.usage.unwrap_or_default(),
-            session_id: self.thread_id,
-            model: None,
-            agent_version: None,
-            resume_at,
-        }
-    }
+    core.classifier.observe(Signal::Text(message));
 }
 
 /// The tool name and one-line summary shown for a tool-like item, `None` for items that are
@@ -454,7 +374,7 @@ fn status_in_message(message: &str) -> Option<u16> {
 /// it, those written to a cache (`cache_write_input_tokens`) included; ralph's `input_tokens`
 /// is the uncached rest. `output_tokens` already includes `reasoning_output_tokens`.
 fn usage_of(u: &Value) -> Usage {
-    let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let n = |key: &str| tokens(u, key);
     let cached = n("cached_input_tokens");
     let written = n("cache_write_input_tokens");
     Usage {
@@ -470,22 +390,14 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
     use crate::completion::promise_in_final_text;
-    use crate::protocol::FailureClass;
+    use crate::process::OutputLine;
+    use crate::protocol::{AgentReport, FailureClass};
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(CodexParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<CodexDialect>(lines, exit)
     }
 
     // Lines as codex 0.171.0 printed them against the scripted model (notes/real-clis.md §2).

@@ -1,8 +1,9 @@
 //! The Cursor CLI backend: `cursor-agent -p --force --output-format stream-json [-m MODEL]
 //! <prompt>`, the prompt as the last argument.
 //!
-//! This module owns cursor-agent's command line and the reading of its stream-json output (one
-//! JSON object per stdout line) into [`AgentEvent`]s and an [`AgentReport`]. Schema source:
+//! This module owns cursor-agent's command line, its facts ([`INFO`], doctor traps) and what its
+//! stream-json output does differently from the shape it shares with claude
+//! ([`crate::agent::claude_shape`]: `system/init`, the session id, `result`). Schema source:
 //! `notes/agent-protocols.md` §6 (Cursor CLI, from cursor's output-format reference and observed
 //! runs) and §0 (rules for every CLI). cursor-agent is closed source: every rule below is read
 //! leniently.
@@ -24,22 +25,20 @@
 //!   then the exit code decides success. cursor-agent also sometimes does not exit after its
 //!   `result`; the supervisor ends it after a grace period once it has seen [`AgentEvent::Final`];
 //! - failures: cursor has no structured error fields; stderr lines and the text of an error
-//!   result go through [`Classifier`];
+//!   result go through the classifier;
 //! - no cost (`None`); tokens only when a build puts `usage` in the result line (not in the
 //!   documented schema).
 
 use serde_json::Value;
 
-use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
-use crate::protocol::fields::str_field;
+use crate::agent::classify::{resume_at_from_text, Signal};
+use crate::agent::claude_shape::{self as shape, ResultLine};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::stream::{Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::SpawnSpec;
 use crate::protocol::fields::summarize_tool_input;
-use crate::protocol::AgentEvent;
-use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
-use crate::protocol::FailureClass;
-use crate::protocol::Usage;
+use crate::protocol::{AgentEvent, AgentKind, Usage};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH). Newer builds
 /// also install it as `agent`; point `--agent-program` there if only that name exists.
@@ -49,6 +48,20 @@ pub const DEFAULT_PROGRAM: &str = "cursor-agent";
 /// limit for one argument (`MAX_ARG_STRLEN`), with room for the rest of argv and the
 /// environment under macOS's smaller total limit.
 pub const PROMPT_ARG_MAX_BYTES: usize = 100 * 1024;
+
+/// Facts about the cursor backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Cursor,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it from https://cursor.com/cli (`cursor-agent`)",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Arg {
+        max_bytes: PROMPT_ARG_MAX_BYTES,
+    },
+    doctor: traps,
+    build: |settings| Ok(Box::new(Cursor::new(settings))),
+};
 
 /// The prompt does not fit in one command-line argument.
 #[derive(Debug, thiserror::Error)]
@@ -77,8 +90,8 @@ impl Cursor {
 }
 
 impl Backend for Cursor {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Cursor
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `cursor-agent -p --force --output-format stream-json [-m M] [--] <prompt>`, stdin
@@ -93,27 +106,15 @@ impl Backend for Cursor {
             }
             .into());
         }
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
-        let mut args: Vec<String> = ["-p", "--force", "--output-format", "stream-json"]
-            .map(String::from)
-            .to_vec();
-        if let Some(model) = &self.settings.model {
-            args.push("-m".into());
-            args.push(model.clone());
-        }
+        let mut args = self
+            .settings
+            .args_with_model(&["-p", "--force", "--output-format", "stream-json"], "-m");
         if prompt.starts_with('-') {
             // Only then: a prompt that looks like an option must not be parsed as one.
             args.push("--".into());
         }
         args.push(prompt.to_owned());
-        Ok(SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            env_remove: Vec::new(),
-            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
-            stdin: None,
-        })
+        Ok(self.settings.cli_spec(DEFAULT_PROGRAM, args, None))
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
@@ -122,208 +123,95 @@ impl Backend for Cursor {
     }
 }
 
-/// What the terminal `result` line said.
-#[derive(Debug, Clone, Default)]
-struct ResultLine {
-    text: Option<String>,
-    is_error: bool,
-    subtype: Option<String>,
-    usage: Usage,
+/// Without `CURSOR_API_KEY` a first run tries a browser login.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    cx.unless_set("CURSOR_API_KEY", "no CURSOR_API_KEY: cursor-agent's first run tries a browser login and hangs until the idle timeout")
 }
 
 /// Reads cursor-agent's stream-json output. Memory use is bounded by the largest assistant
 /// message plus a few stderr lines.
+pub type CursorParser = Parser<CursorDialect>;
+
+/// cursor's dialect of the shared shape (see the module docs).
 #[derive(Debug, Default)]
-pub struct CursorParser {
-    session_id: Option<String>,
-    model: Option<String>,
+pub struct CursorDialect {
     /// Text of the last `assistant` line.
     last_assistant_text: Option<String>,
-    result: Option<ResultLine>,
-    classifier: Classifier,
-    stderr_tail: StderrTail,
 }
 
-impl CursorParser {
-    /// A parser for one cursor-agent run.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // Not a JSON object; the transcript keeps the raw line.
+impl Dialect for CursorDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = shape::read_line(line, core) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
-        if self.session_id.is_none() {
-            self.session_id = str_field(&v, "session_id");
-        }
-        match v.get("type").and_then(Value::as_str) {
-            Some("system") if str_field(&v, "subtype").as_deref() == Some("init") => {
-                if let Some(id) = str_field(&v, "session_id") {
-                    self.session_id = Some(id);
-                }
-                self.model = str_field(&v, "model").or(self.model.take());
-                vec![AgentEvent::Session {
-                    session_id: self.session_id.clone(),
-                    model: self.model.clone(),
-                    version: None,
-                }]
+        match shape::line_type(&v) {
+            Some("system") if shape::is_init(&v) => shape::on_init(&v, core, None),
+            Some("assistant") => {
+                let Some(text) = v.get("message").and_then(message_text) else {
+                    return Vec::new();
+                };
+                self.last_assistant_text = Some(text.clone());
+                vec![AgentEvent::AssistantText { text }]
             }
-            Some("assistant") => self.on_assistant(&v),
             Some("tool_call") => on_tool_call(&v),
-            Some("result") => self.on_result(&v),
+            Some("result") => on_result(&v, core),
             // `user` is the echoed prompt: never the agent's words.
             _ => Vec::new(),
         }
     }
 
-    fn on_assistant(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let Some(text) = v.get("message").and_then(message_text) else {
-            return Vec::new();
-        };
-        self.last_assistant_text = Some(text.clone());
-        vec![AgentEvent::AssistantText { text }]
+    /// The last assistant line stands in for a missing `result.result`.
+    fn settle(&mut self, core: &mut StreamCore, _exit_code: Option<i32>) {
+        if core.final_text.is_none() {
+            core.final_text = self.last_assistant_text.clone();
+        }
     }
 
-    fn on_result(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let subtype = str_field(v, "subtype");
-        let is_error = v
-            .get("is_error")
-            .and_then(Value::as_bool)
-            .unwrap_or_else(|| subtype.as_deref().is_some_and(|s| s != "success"));
-        let text = str_field(v, "result");
-        if is_error {
-            // Only an error result's text is cursor's own error message.
-            if let Some(t) = &text {
-                self.classifier.observe(Signal::Text(t));
-            }
-            if let Some(e) = v.get("error").and_then(Value::as_str) {
-                self.classifier.observe(Signal::Text(e));
-            }
-        }
-        if let Some(id) = str_field(v, "session_id") {
-            self.session_id = Some(id);
-        }
-        self.result = Some(ResultLine {
-            text: text.clone(),
-            is_error,
-            subtype,
-            usage: v.get("usage").map(usage_of).unwrap_or_default(),
-        });
-        vec![AgentEvent::Final { text, is_error }]
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
-        let clean = strip_ansi(text);
-        let clean = clean.trim();
-        if clean.is_empty() {
-            return Vec::new();
-        }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
-        }]
-    }
-
-    /// The error message to report for a failed run, best source first: an error result's
-    /// text, the stderr line that decided the class, the last stderr lines.
-    fn error_message(&self, exit_code: Option<i32>) -> Option<String> {
-        let from_result = self.result.as_ref().filter(|r| r.is_error).map(|r| {
-            r.text
-                .clone()
-                .filter(|t| !t.trim().is_empty())
-                .unwrap_or_else(|| {
-                    format!(
-                        "cursor-agent ended with {}",
-                        r.subtype.as_deref().unwrap_or("an error")
-                    )
-                })
-        });
-        from_result
-            .or_else(|| self.classifier.message().map(str::to_owned))
-            .or_else(|| self.stderr_tail.joined())
-            .or_else(|| {
-                exit_code.filter(|c| *c != 0).map(|c| {
-                    format!(
-                        "cursor-agent exited with code {c} without a result or an error message"
-                    )
-                })
+    /// The usual sources, then the exit code: cursor may die without a word.
+    fn error_message(&self, core: &StreamCore, exit_code: Option<i32>) -> Option<String> {
+        core.error_message_chain().or_else(|| {
+            exit_code.filter(|c| *c != 0).map(|c| {
+                format!("cursor-agent exited with code {c} without a result or an error message")
             })
-            .map(|m| strip_ansi(&m))
+        })
+    }
+
+    /// cursor prints its limit as several stderr lines; the reset date is not on the first one.
+    fn reset_time(
+        &self,
+        core: &StreamCore,
+        error_message: Option<&str>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        core.reset_time_from(error_message).or_else(|| {
+            core.stderr_tail
+                .joined()
+                .as_deref()
+                .and_then(resume_at_from_text)
+        })
     }
 }
 
-impl OutputParser for CursorParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
+/// The `result` line: the shared fields (a subtype other than `success` is an error when
+/// `is_error` is missing), the usage a build may print, and for an error its text and `error`,
+/// classified; the message is the text, else the subtype. No cost: cursor prints none.
+fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
+    let result = ResultLine::read(v, core, |subtype| subtype != "success");
+    if result.is_error {
+        // Only an error result's text is cursor's own error message.
+        if let Some(t) = &result.text {
+            core.classifier.observe(Signal::Text(t));
+        }
+        if let Some(e) = v.get("error").and_then(Value::as_str) {
+            core.classifier.observe(Signal::Text(e));
         }
     }
-
-    /// Report rules:
-    /// - `final_text`: `result.result` when present, else the text of the last `assistant`
-    ///   line, else `None`; never the echoed `user` prompt or a tool result;
-    /// - `is_error`: `result.is_error` when a result line was seen (the exit code after it means
-    ///   nothing: cursor may have to be killed), else "exit code was not 0";
-    /// - `failure`: the most decisive class among stderr lines and error-result text, only when
-    ///   the run failed;
-    /// - `cost_usd`: always `None`; `usage`: the result line's `usage` when a build prints one
-    ///   (tokens), else zero;
-    /// - `resume_at`: for a usage limit, a reset time written in the error text or the stderr
-    ///   lines around it, if any.
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.result.is_some();
-        let is_error = match &self.result {
-            Some(r) => r.is_error,
-            None => exit_code != Some(0),
-        };
-        let failure = if is_error || !saw_final {
-            self.classifier.best()
-        } else {
-            None
-        };
-        let error_message = if is_error || failure.is_some() {
-            self.error_message(exit_code)
-        } else {
-            None
-        };
-        let final_text = self
-            .result
-            .as_ref()
-            .and_then(|r| r.text.clone())
-            .or_else(|| self.last_assistant_text.clone());
-        let resume_at = match failure {
-            // cursor prints its limit as several stderr lines; the reset date is not on the
-            // first one.
-            Some(FailureClass::UsageLimit) => error_message
-                .as_deref()
-                .and_then(resume_at_from_text)
-                .or_else(|| {
-                    self.stderr_tail
-                        .joined()
-                        .as_deref()
-                        .and_then(resume_at_from_text)
-                }),
-            _ => None,
-        };
-        AgentReport {
-            final_text,
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: None,
-            usage: self.result.as_ref().map(|r| r.usage).unwrap_or_default(),
-            session_id: self.session_id,
-            model: self.model,
-            agent_version: None,
-            resume_at,
-        }
-    }
+    core.error_message = result.is_error.then(|| {
+        result
+            .nonblank_text()
+            .unwrap_or_else(|| result.ended_with("cursor-agent", "an error"))
+    });
+    core.usage = v.get("usage").map(usage_of).unwrap_or_default();
+    vec![result.event()]
 }
 
 /// `tool_call` lines: `started` → [`AgentEvent::ToolCall`], `completed` →
@@ -412,21 +300,14 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
     use crate::completion::promise_in_final_text;
+    use crate::process::OutputLine;
+    use crate::protocol::{AgentReport, FailureClass};
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(CursorParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<CursorDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {

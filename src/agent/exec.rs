@@ -18,13 +18,26 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
-use crate::agent::classify::{Classifier, Signal};
 use crate::agent::claude::ENV_REMOVED;
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::stream::{Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
+
+/// Facts about the exec backend: no CLI of its own (the program is `--agent-cmd`'s, which may
+/// do anything with `--version`), and plain text has no terminal event.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Exec,
+    program: None,
+    install_hint: "see README.md",
+    version_probe: false,
+    final_event: false,
+    prompt: PromptVia::Stdin,
+    doctor: no_traps,
+    build: |settings| Ok(Box::new(Exec::new(settings)?)),
+};
 
 /// Why an exec backend could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -91,8 +104,8 @@ impl Exec {
 }
 
 impl Backend for Exec {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Exec
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `program args...` in the repository, the prompt on stdin, `NO_COLOR=1`, and the Claude
@@ -116,8 +129,18 @@ impl Backend for Exec {
 }
 
 /// Reads plain-text output, removing echoes of the prompt to find the final text.
+pub type ExecParser = Parser<ExecDialect>;
+
+impl ExecParser {
+    /// A parser for one run of `prompt`; `program` names the agent in error messages.
+    pub fn new(prompt: &str, program: &str) -> Self {
+        Parser::with(ExecDialect::new(prompt, program))
+    }
+}
+
+/// The plain-text dialect (see the module docs).
 #[derive(Debug)]
-pub struct ExecParser {
+pub struct ExecDialect {
     program: String,
     /// The prompt's lines, trailing whitespace trimmed, outer blank lines dropped.
     prompt_lines: Vec<String>,
@@ -126,12 +149,10 @@ pub struct ExecParser {
     window: VecDeque<String>,
     /// The last non-empty line that left the window (no echo can cover it any more).
     last_outside: Option<String>,
-    classifier: Classifier,
-    stderr_tail: StderrTail,
 }
 
-impl ExecParser {
-    /// A parser for one run of `prompt`; `program` names the agent in error messages.
+impl ExecDialect {
+    /// The dialect for one run of `prompt`; `program` names the agent in error messages.
     pub fn new(prompt: &str, program: &str) -> Self {
         let lines: Vec<String> = prompt.lines().map(|l| l.trim_end().to_owned()).collect();
         let first = lines.iter().position(|l| !l.is_empty());
@@ -140,13 +161,11 @@ impl ExecParser {
             (Some(a), Some(b)) => lines[a..=b].to_vec(),
             _ => Vec::new(),
         };
-        ExecParser {
+        ExecDialect {
             program: program.to_owned(),
             window: VecDeque::with_capacity(prompt_lines.len().max(1) + 1),
             prompt_lines,
             last_outside: None,
-            classifier: Classifier::new(),
-            stderr_tail: StderrTail::default(),
         }
     }
 
@@ -201,32 +220,26 @@ impl ExecParser {
     }
 }
 
-impl OutputParser for ExecParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        let clean = strip_ansi(&line.text).trim_end().to_owned();
-        match line.stream {
-            StreamKind::Stdout => {
-                let events = if clean.trim().is_empty() {
-                    Vec::new()
-                } else {
-                    vec![AgentEvent::AssistantText {
-                        text: clean.clone(),
-                    }]
-                };
-                self.push_stdout(clean);
-                events
-            }
-            StreamKind::Stderr => {
-                let clean = clean.trim();
-                if clean.is_empty() {
-                    return Vec::new();
-                }
-                self.classifier.observe(Signal::Text(clean));
-                self.stderr_tail.push(clean);
-                // stderr of an arbitrary command is diagnostics, not necessarily errors.
-                Vec::new()
-            }
-        }
+impl Dialect for ExecDialect {
+    /// Every non-blank line is shown as assistant text.
+    fn stdout(&mut self, line: &str, _core: &mut StreamCore) -> Vec<AgentEvent> {
+        let clean = strip_ansi(line).trim_end().to_owned();
+        let events = if clean.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![AgentEvent::AssistantText {
+                text: clean.clone(),
+            }]
+        };
+        self.push_stdout(clean);
+        events
+    }
+
+    /// Classified and kept, not shown: stderr of an arbitrary command is diagnostics, not
+    /// necessarily errors.
+    fn stderr(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        core.note_stderr(line);
+        Vec::new()
     }
 
     /// Report rules: `final_text` is the last non-empty stdout line after removing prompt
@@ -234,31 +247,27 @@ impl OutputParser for ExecParser {
     /// terminal event); `is_error` is "exit code was not 0" (a signal counts as an error);
     /// `failure` and `error_message` come from stderr and are reported only for a failed run.
     /// No cost, usage, session or model: plain text does not carry them.
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let is_error = exit_code != Some(0);
-        let failure = if is_error {
-            self.classifier.best()
-        } else {
-            None
-        };
-        let error_message = is_error.then(|| {
-            self.classifier
-                .message()
-                .map(str::to_owned)
-                .or_else(|| self.stderr_tail.joined())
-                .unwrap_or_else(|| match exit_code {
-                    Some(code) => format!("`{}` exited with code {code}", self.program),
-                    None => format!("`{}` was killed by a signal", self.program),
-                })
-        });
-        AgentReport {
-            final_text: self.final_text(),
-            saw_final: exit_code.is_some(),
-            is_error,
-            error_message,
-            failure,
-            ..AgentReport::default()
-        }
+    fn settle(&mut self, core: &mut StreamCore, exit_code: Option<i32>) {
+        core.final_text = self.final_text();
+        core.saw_final = exit_code.is_some();
+        core.is_error = exit_code != Some(0);
+    }
+
+    /// The usual sources, then the exit code.
+    fn error_message(&self, core: &StreamCore, exit_code: Option<i32>) -> Option<String> {
+        core.error_message_chain().or_else(|| match exit_code {
+            Some(code) => Some(format!("`{}` exited with code {code}", self.program)),
+            None => Some(format!("`{}` was killed by a signal", self.program)),
+        })
+    }
+
+    /// None: an arbitrary command's reset time is not read.
+    fn reset_time(
+        &self,
+        _core: &StreamCore,
+        _error_message: Option<&str>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        None
     }
 }
 
@@ -266,7 +275,8 @@ impl OutputParser for ExecParser {
 mod tests {
     use super::*;
     use crate::completion::promise_in_final_text;
-    use crate::protocol::FailureClass;
+    use crate::process::{OutputLine, StreamKind};
+    use crate::protocol::{AgentReport, FailureClass};
 
     const PROMPT: &str = "# Ralph agent instructions\n\nWork on story US-001.\n\nWhen every story passes, reply with\n<promise>COMPLETE</promise>\n";
 

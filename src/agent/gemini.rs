@@ -1,10 +1,11 @@
 //! The Gemini CLI backend: `gemini --output-format stream-json --yolo --skip-trust`, prompt on
 //! stdin.
 //!
-//! This module owns gemini's command line and the reading of its stream-json output (one JSON
-//! object per stdout line) into [`AgentEvent`]s and an [`AgentReport`]. Schema source:
-//! `notes/agent-protocols.md` §5 (gemini-cli `packages/core/src/output/types.ts`, exit codes)
-//! and `notes/real-clis.md` §4, checked against what `@google/gemini-cli@0.61.0` prints.
+//! This module owns gemini's command line, its facts ([`INFO`], doctor traps) and its dialect of
+//! the stream-json output (one JSON object per stdout line), read into [`AgentEvent`]s over the
+//! shared [`StreamCore`]. Schema source: `notes/agent-protocols.md` §5 (gemini-cli
+//! `packages/core/src/output/types.ts`, exit codes) and `notes/real-clis.md` §4, checked against
+//! what `@google/gemini-cli@0.61.0` prints.
 //!
 //! Invocation, as probed with 0.61.0:
 //! - the prompt goes on stdin, then stdin is closed. With stdin not a TTY the CLI runs headless
@@ -30,18 +31,31 @@
 
 use serde_json::Value;
 
-use crate::agent::classify::{Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::agent::classify::Signal;
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::stream::{json_object, Dialect, Parser, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::fields::{str_field, summarize_tool_input};
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
 use crate::protocol::FailureClass;
 use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "gemini";
+
+/// Facts about the gemini backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Gemini,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g @google/gemini-cli`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: traps,
+    build: |settings| Ok(Box::new(Gemini::new(settings))),
+};
 
 /// Exit code of `FatalAuthenticationError` (no or bad credentials, an auth type the CLI refuses).
 pub const EXIT_AUTH: i32 = 41;
@@ -70,35 +84,50 @@ impl Gemini {
 }
 
 impl Backend for Gemini {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Gemini
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `gemini --output-format stream-json --yolo --skip-trust [-m MODEL]`, the prompt on stdin,
     /// `NO_COLOR=1` (the CLI colours its fatal messages red otherwise). Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
-        let mut args: Vec<String> = ["--output-format", "stream-json", "--yolo", "--skip-trust"]
-            .map(String::from)
-            .to_vec();
-        if let Some(model) = &self.settings.model {
-            args.push("-m".into());
-            args.push(model.clone());
-        }
-        Ok(SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            env_remove: Vec::new(),
-            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
-            stdin: Some(prompt.as_bytes().to_vec()),
-        })
+        let args = self.settings.args_with_model(
+            &["--output-format", "stream-json", "--yolo", "--skip-trust"],
+            "-m",
+        );
+        Ok(self.settings.cli_spec(DEFAULT_PROGRAM, args, Some(prompt)))
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // The echoed prompt is a `role:"user"` message, which the parser never reads as text.
         Box::new(GeminiParser::new())
     }
+}
+
+/// An untrusted folder, and no key a headless gemini could log in with.
+fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    let trusted = cx
+        .home()
+        .map(|h| h.join(".gemini").join("trustedFolders.json"))
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|t| t.contains(&*cx.cwd.to_string_lossy()));
+    if !trusted && cx.env("GEMINI_CLI_TRUST_WORKSPACE").as_deref() != Some("true") {
+        out.push(format!(
+            "{} is not a trusted gemini folder: headless gemini refuses it (exit 55) or silently drops --yolo; ralph passes --skip-trust",
+            cx.cwd.display()
+        ));
+    }
+    if !cx.env_set("GEMINI_API_KEY")
+        && !cx.env_set("GOOGLE_API_KEY")
+        && !cx.env_set("GOOGLE_CLOUD_PROJECT")
+    {
+        out.push(
+            "no GEMINI_API_KEY (or Vertex settings): a headless gemini cannot log in by browser"
+                .to_owned(),
+        );
+    }
+    out
 }
 
 /// What the terminal `result` line said.
@@ -110,51 +139,36 @@ struct ResultLine {
     error_type: Option<String>,
     /// `error.message`, e.g. `[API Error: …]`.
     error_message: Option<String>,
-    usage: Usage,
 }
 
 /// Reads gemini's stream-json output. Memory use is bounded by the assistant text since the
 /// last tool result plus a few stderr lines, whatever the length of the run.
+pub type GeminiParser = Parser<GeminiDialect>;
+
+/// gemini's dialect. In the core: the message of the last `error` event with
+/// `severity:"error"` is the fallback error message; usage comes from `result.stats`.
 #[derive(Debug, Default)]
-pub struct GeminiParser {
-    session_id: Option<String>,
-    model: Option<String>,
+pub struct GeminiDialect {
     /// Assistant deltas since the last `tool_result`, concatenated.
     text: String,
     result: Option<ResultLine>,
-    classifier: Classifier,
     /// The last known JS error class the CLI named on stderr, with the message after it.
     stderr_error: Option<(String, String)>,
     /// The class of the Google API error quoted in the result's message, when its `status` or
     /// `details[].reason` decide one.
     api_error_class: Option<FailureClass>,
-    /// The message of the last `error` event with `severity:"error"`.
-    error_event: Option<String>,
-    stderr_tail: StderrTail,
 }
 
-impl GeminiParser {
-    /// A parser for one gemini run.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // Not a JSON object: the CLI keeps stdout clean in stream-json mode, but a wrapper
-            // may not. The transcript keeps the raw line.
+impl Dialect for GeminiDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = json_object(line) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
         match v.get("type").and_then(Value::as_str) {
             Some("init") => {
-                self.session_id = str_field(&v, "session_id").or(self.session_id.take());
-                self.model = str_field(&v, "model").or(self.model.take());
-                vec![AgentEvent::Session {
-                    session_id: self.session_id.clone(),
-                    model: self.model.clone(),
-                    version: None,
-                }]
+                core.session_id = str_field(&v, "session_id").or(core.session_id.take());
+                core.model = str_field(&v, "model").or(core.model.take());
+                vec![core.session_event()]
             }
             Some("message") => self.on_message(&v),
             Some("tool_use") => {
@@ -174,17 +188,68 @@ impl GeminiParser {
                     return Vec::new();
                 };
                 let message = strip_ansi(&message);
-                self.classifier.observe(Signal::Text(&message));
+                core.classifier.observe(Signal::Text(&message));
                 if v.get("severity").and_then(Value::as_str) != Some("warning") {
-                    self.error_event = Some(message.clone());
+                    core.error_event = Some(message.clone());
                 }
                 vec![AgentEvent::Error { message }]
             }
-            Some("result") => self.on_result(&v),
+            Some("result") => self.on_result(&v, core),
             _ => Vec::new(),
         }
     }
 
+    /// The stderr report naming a JS error class is remembered; otherwise as usual.
+    fn stderr(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        if let Some(named) = named_error_class(strip_ansi(line).trim()) {
+            self.stderr_error = Some(named);
+        }
+        core.stderr(line)
+    }
+
+    /// Report rules beyond the shared skeleton:
+    /// - `final_text`: the assistant deltas after the last `tool_result`, concatenated;
+    /// - `is_error`: with a result line, also a non-zero exit code (a kill by ralph after the
+    ///   result, exit code `None`, is not an error);
+    /// - `failure`: the JS error class (`TerminalQuotaError` → usage limit,
+    ///   `RetryableQuotaError` → transient, `FatalAuthenticationError` → auth,
+    ///   `FatalConfigError`/`FatalUntrustedWorkspaceError`/`ModelNotFoundError`… → config), else
+    ///   a quoted Google API error whose status is `UNAUTHENTICATED` or reason `API_KEY_*` →
+    ///   auth, else the exit code (41 → auth; 42, 44, 52, 55 → config), else the classifier
+    ///   over the error texts plus the HTTP status from the exit code (after an error result,
+    ///   144..=255 is the status & 0xFF: 173 = 429, 145 = 401) or from the quoted API error;
+    /// - `resume_at`: read from the error message (the CLI gives no structured reset time).
+    fn settle(&mut self, core: &mut StreamCore, exit_code: Option<i32>) {
+        if core.saw_final && exit_code.is_some_and(|c| c != 0) {
+            core.is_error = true;
+        }
+        let errored_result = self.result.as_ref().is_some_and(|r| !r.success);
+        if let Some(status) = exit_code.and_then(|c| status_from_exit(c, errored_result)) {
+            core.classifier.observe(Signal::ApiStatus(status));
+        }
+        core.failure = self.structured_failure(exit_code);
+        core.final_text = self.final_text();
+    }
+
+    /// Best source first: the error result's message (else the last error event), the JS
+    /// error class named on stderr, the classifier's text, the last error event, stderr.
+    fn error_message(&self, core: &StreamCore, _exit_code: Option<i32>) -> Option<String> {
+        let from_result = self.result.as_ref().filter(|r| !r.success).and_then(|r| {
+            r.error_message
+                .clone()
+                .filter(|m| !m.trim().is_empty())
+                .or_else(|| core.error_event.clone())
+        });
+        from_result
+            .or_else(|| self.stderr_error.as_ref().map(|(c, m)| format!("{c}: {m}")))
+            .or_else(|| core.classifier.message().map(str::to_owned))
+            .or_else(|| core.error_event.clone())
+            .or_else(|| core.stderr_tail.joined())
+            .map(|m| strip_ansi(&m))
+    }
+}
+
+impl GeminiDialect {
     fn on_message(&mut self, v: &Value) -> Vec<AgentEvent> {
         if v.get("role").and_then(Value::as_str) != Some("assistant") {
             // The echoed prompt (`role:"user"`) holds the promise instruction: never text.
@@ -199,7 +264,7 @@ impl GeminiParser {
         }]
     }
 
-    fn on_result(&mut self, v: &Value) -> Vec<AgentEvent> {
+    fn on_result(&mut self, v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
         let success = v.get("status").and_then(Value::as_str) == Some("success");
         let error = v.get("error");
         let error_type = error
@@ -213,47 +278,33 @@ impl GeminiParser {
         if !success {
             // The result's error is the CLI's own report of why the run failed.
             if let Some(message) = &error_message {
-                self.classifier.observe(Signal::Text(message));
+                core.classifier.observe(Signal::Text(message));
                 if let Some(api) = embedded_api_error(message) {
                     if let Some(code) = api.code {
-                        self.classifier.observe(Signal::ApiStatus(code));
+                        core.classifier.observe(Signal::ApiStatus(code));
                     }
                     self.api_error_class = api.class();
                 }
             }
         }
         let stats = v.get("stats").unwrap_or(&Value::Null);
-        if self.model.is_none() {
-            self.model = stats
+        if core.model.is_none() {
+            core.model = stats
                 .get("models")
                 .and_then(Value::as_object)
                 .and_then(|m| m.keys().next().cloned());
         }
+        core.usage = usage_of(stats);
+        core.saw_final = true;
+        core.is_error = !success;
         self.result = Some(ResultLine {
             success,
             error_type,
             error_message,
-            usage: usage_of(stats),
         });
         vec![AgentEvent::Final {
             text: self.final_text(),
             is_error: !success,
-        }]
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
-        let clean = strip_ansi(text);
-        let clean = clean.trim();
-        if clean.is_empty() {
-            return Vec::new();
-        }
-        if let Some(named) = named_error_class(clean) {
-            self.stderr_error = Some(named);
-        }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
         }]
     }
 
@@ -264,7 +315,7 @@ impl GeminiParser {
     /// The failure class from structured facts, most exact first: the JS error class (the
     /// result's `error.type`, else the one named on stderr), then the CLI's own exit codes.
     /// HTTP statuses carried by the exit code are fed to the classifier instead (see
-    /// [`OutputParser::finish`]), since a 429 alone does not tell a quota from a rate limit.
+    /// [`Dialect::settle`]), since a 429 alone does not tell a quota from a rate limit.
     fn structured_failure(&self, exit_code: Option<i32>) -> Option<FailureClass> {
         let result_type = self
             .result
@@ -282,90 +333,6 @@ impl GeminiParser {
             EXIT_AUTH => Some(FailureClass::Auth),
             EXIT_INPUT | EXIT_SANDBOX | EXIT_CONFIG | EXIT_UNTRUSTED => Some(FailureClass::Config),
             _ => None,
-        }
-    }
-
-    /// The error message to report for a failed run, best source first.
-    fn error_message(&self) -> Option<String> {
-        let from_result = self.result.as_ref().filter(|r| !r.success).and_then(|r| {
-            r.error_message
-                .clone()
-                .filter(|m| !m.trim().is_empty())
-                .or_else(|| self.error_event.clone())
-        });
-        from_result
-            .or_else(|| self.stderr_error.as_ref().map(|(c, m)| format!("{c}: {m}")))
-            .or_else(|| self.classifier.message().map(str::to_owned))
-            .or_else(|| self.error_event.clone())
-            .or_else(|| self.stderr_tail.joined())
-            .map(|m| strip_ansi(&m))
-    }
-}
-
-impl OutputParser for GeminiParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
-        }
-    }
-
-    /// Report rules:
-    /// - `final_text`: the assistant deltas after the last `tool_result`, concatenated, else
-    ///   `None`;
-    /// - `is_error`: with a result line, `status != "success"` or a non-zero exit code (a kill
-    ///   by ralph after the result, exit code `None`, is not an error); without one, "exit code
-    ///   was not 0";
-    /// - `failure` (only when the run failed): the JS error class (`TerminalQuotaError` → usage
-    ///   limit, `RetryableQuotaError` → transient, `FatalAuthenticationError` → auth,
-    ///   `FatalConfigError`/`FatalUntrustedWorkspaceError`/`ModelNotFoundError`… → config), else
-    ///   a quoted Google API error whose status is `UNAUTHENTICATED` or reason `API_KEY_*` →
-    ///   auth, else the exit code (41 → auth; 42, 44, 52, 55 → config), else the classifier
-    ///   over the error texts plus the HTTP status from the exit code (after an error result,
-    ///   144..=255 is the status & 0xFF: 173 = 429, 145 = 401) or from the quoted API error;
-    /// - `resume_at`: for a usage limit, what [`crate::agent::classify::resume_at_from_text`]
-    ///   reads in the error message (the CLI gives no structured reset time), else `None`;
-    /// - `usage`: from `result.stats` (tokens); `cost_usd` is always `None`.
-    fn finish(mut self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.result.is_some();
-        let is_error = match &self.result {
-            Some(r) => !r.success || exit_code.is_some_and(|c| c != 0),
-            None => exit_code != Some(0),
-        };
-        let failed = is_error || !saw_final;
-        let errored_result = self.result.as_ref().is_some_and(|r| !r.success);
-        if let Some(status) = exit_code.and_then(|c| status_from_exit(c, errored_result)) {
-            self.classifier.observe(Signal::ApiStatus(status));
-        }
-        let failure = if failed {
-            self.structured_failure(exit_code)
-                .or_else(|| self.classifier.best())
-        } else {
-            None
-        };
-        let error_message = if is_error || failure.is_some() {
-            self.error_message()
-        } else {
-            None
-        };
-        let resume_at = match failure {
-            Some(FailureClass::UsageLimit) => error_message
-                .as_deref()
-                .and_then(crate::agent::classify::resume_at_from_text),
-            _ => None,
-        };
-        AgentReport {
-            final_text: self.final_text(),
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: None,
-            usage: self.result.as_ref().map(|r| r.usage).unwrap_or_default(),
-            session_id: self.session_id,
-            model: self.model,
-            agent_version: None,
-            resume_at,
         }
     }
 }
@@ -490,20 +457,13 @@ fn usage_of(stats: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
+    use crate::process::OutputLine;
+    use crate::protocol::AgentReport;
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(GeminiParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<GeminiDialect>(lines, exit)
     }
 
     fn has_promise(report: &AgentReport) -> bool {

@@ -1,5 +1,12 @@
 //! Agent backends: one trait, one module per backend. A backend describes *what* to run
 //! ([`SpawnSpec`]) and how to read its output ([`OutputParser`]); [`crate::process`] runs it.
+//!
+//! A backend file holds only what differs between CLIs: its argv and environment, its
+//! [`stream::Dialect`] (how its output reads) and its facts ([`BackendInfo`]: program, install
+//! hint, `--version`, terminal event, how the prompt is passed, doctor traps). The machinery
+//! they share is in [`stream`] (stderr, the report skeleton) and [`claude_shape`] (the
+//! stream-json shape claude, amp and cursor share). Adding a backend: its file, one line in
+//! [`registry::BACKENDS`], and its test fixtures.
 
 use std::path::PathBuf;
 
@@ -9,6 +16,7 @@ use crate::protocol::{AgentEvent, AgentKind, AgentReport};
 pub mod amp;
 pub mod classify;
 pub mod claude;
+pub mod claude_shape;
 pub mod codex;
 pub mod cursor;
 pub mod exec;
@@ -16,7 +24,12 @@ pub mod gemini;
 pub mod native;
 pub mod opencode;
 pub mod probe;
+pub mod registry;
 pub mod reset_time;
+pub mod stream;
+
+pub use registry::{info, BackendInfo, DoctorContext, PromptVia};
+pub use stream::StderrTail;
 
 /// Settings a backend needs to build its command line.
 #[derive(Debug, Clone, Default)]
@@ -43,33 +56,29 @@ impl AgentSettings {
             .clone()
             .unwrap_or_else(|| PathBuf::from(default))
     }
-}
 
-/// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a
-/// failed run can be explained without buffering the whole stream.
-#[derive(Debug, Default, Clone)]
-pub struct StderrTail {
-    lines: std::collections::VecDeque<String>,
-}
-
-impl StderrTail {
-    /// Lines kept.
-    pub const LINES: usize = 8;
-    /// Characters kept per line.
-    pub const LINE_MAX_CHARS: usize = 1000;
-
-    /// Remembers `line` (already ANSI-stripped and trimmed), dropping the oldest beyond [`Self::LINES`].
-    pub fn push(&mut self, line: &str) {
-        if self.lines.len() == Self::LINES {
-            self.lines.pop_front();
+    /// `base`, then `model_flag MODEL` when a model is set (`--model`, `-m`, amp's `--mode`).
+    pub fn args_with_model(&self, base: &[&str], model_flag: &str) -> Vec<String> {
+        let mut args: Vec<String> = base.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(model) = &self.model {
+            args.push(model_flag.to_owned());
+            args.push(model.clone());
         }
-        self.lines
-            .push_back(line.chars().take(Self::LINE_MAX_CHARS).collect());
+        args
     }
 
-    /// The kept lines joined with newlines, or `None` when nothing was written.
-    pub fn joined(&self) -> Option<String> {
-        (!self.lines.is_empty()).then(|| self.lines.iter().cloned().collect::<Vec<_>>().join("\n"))
+    /// How a CLI backend starts: [`AgentSettings::program_or`]`(default)` with `args` in the
+    /// repository, `NO_COLOR=1`, nothing removed from the environment, and `stdin` written then
+    /// closed (`None`: stdin is `/dev/null`). Backends add their own environment to it.
+    pub fn cli_spec(&self, default: &str, args: Vec<String>, stdin: Option<&str>) -> SpawnSpec {
+        SpawnSpec {
+            program: self.program_or(default),
+            args,
+            cwd: self.repo.clone(),
+            env_remove: Vec::new(),
+            env_set: vec![("NO_COLOR".to_owned(), "1".to_owned())],
+            stdin: stdin.map(|s| s.as_bytes().to_vec()),
+        }
     }
 }
 
@@ -83,8 +92,12 @@ pub trait OutputParser: Send {
 
 /// A backend: how to start one fresh agent process for a prompt and how to read it.
 pub trait Backend: Send + Sync {
+    /// Facts about this backend (the same as [`info`] of its kind).
+    fn info(&self) -> &'static BackendInfo;
     /// Which backend this is.
-    fn kind(&self) -> AgentKind;
+    fn kind(&self) -> AgentKind {
+        self.info().kind
+    }
     /// The process to start for `prompt`.
     ///
     /// # Errors
@@ -101,27 +114,7 @@ pub trait Backend: Send + Sync {
 /// Whatever the backend's constructor refuses, e.g. [`exec::ExecError`] when `kind` is
 /// [`AgentKind::Exec`] and `settings.agent_cmd` is missing or cannot be split into words.
 pub fn backend(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
-    Ok(match kind {
-        AgentKind::Claude => Box::new(claude::Claude::new(settings)),
-        AgentKind::Codex => Box::new(codex::Codex::new(settings)),
-        AgentKind::Amp => Box::new(amp::Amp::new(settings)),
-        AgentKind::Opencode => Box::new(opencode::Opencode::new(settings)),
-        AgentKind::Gemini => Box::new(gemini::Gemini::new(settings)),
-        AgentKind::Cursor => Box::new(cursor::Cursor::new(settings)),
-        AgentKind::Exec => Box::new(exec::Exec::new(settings)?),
-        AgentKind::Native | AgentKind::Local => {
-            let native = settings.native.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "internal error: the {} backend needs its settings",
-                    kind.as_str()
-                )
-            })?;
-            // The loop runs in a child process: this same binary, hidden subcommand.
-            let program = std::env::current_exe()
-                .map_err(|e| anyhow::anyhow!("cannot find ralph's own executable: {e}"))?;
-            Box::new(native::Native::new(kind, native, program))
-        }
-    })
+    (info(kind).build)(settings)
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::{Backend, OutputParser};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::{AgentSettings, Backend, OutputParser};
 
 use crate::protocol::AgentEvent;
 
@@ -74,6 +75,40 @@ pub struct NativeSettings {
     pub tools: Option<Vec<String>>,
 }
 
+/// Facts about the native backend: ralph itself, no CLI to install or probe.
+pub const NATIVE_INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Native,
+    program: None,
+    install_hint: "see README.md",
+    version_probe: false,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: no_traps,
+    build: |settings| build(AgentKind::Native, settings),
+};
+
+/// Facts about the local backend: the native loop against a model ralph serves itself.
+pub const LOCAL_INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Local,
+    build: |settings| build(AgentKind::Local, settings),
+    ..NATIVE_INFO
+};
+
+/// The `kind` (`Native` or `Local`) backend for `settings`, run as this same binary's hidden
+/// subcommand.
+fn build(kind: AgentKind, settings: AgentSettings) -> anyhow::Result<Box<dyn Backend>> {
+    let native = settings.native.ok_or_else(|| {
+        anyhow::anyhow!(
+            "internal error: the {} backend needs its settings",
+            kind.as_str()
+        )
+    })?;
+    // The loop runs in a child process: this same binary, hidden subcommand.
+    let program = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find ralph's own executable: {e}"))?;
+    Ok(Box::new(Native::new(kind, native, program)))
+}
+
 /// The backend.
 pub struct Native {
     kind: AgentKind,
@@ -93,8 +128,11 @@ impl Native {
 }
 
 impl Backend for Native {
-    fn kind(&self) -> AgentKind {
-        self.kind
+    fn info(&self) -> &'static BackendInfo {
+        match self.kind {
+            AgentKind::Local => &LOCAL_INFO,
+            _ => &NATIVE_INFO,
+        }
     }
 
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {

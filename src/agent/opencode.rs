@@ -1,9 +1,9 @@
 //! The OpenCode backend: `opencode run --format json`, prompt on stdin.
 //!
-//! This module owns opencode's command line, the environment that makes it run unattended, and
-//! the reading of its `--format json` output (one JSON event per stdout line, plus logfmt error
-//! logs on stderr) into [`AgentEvent`]s and an [`AgentReport`]. Schema sources:
-//! `notes/agent-protocols.md` §4 (opencode's `run.ts` and `message-v2.ts`) and
+//! This module owns opencode's command line, the environment that makes it run unattended, its
+//! facts ([`INFO`]) and its dialect of the `--format json` output (one JSON event per stdout line,
+//! plus logfmt error logs on stderr), read into [`AgentEvent`]s over the shared [`StreamCore`].
+//! Schema sources: `notes/agent-protocols.md` §4 (opencode's `run.ts` and `message-v2.ts`) and
 //! `notes/real-clis.md` §3, checked against what opencode 1.18.33 really prints (probed offline
 //! against a scripted Chat Completions server).
 //!
@@ -37,7 +37,7 @@
 //! - failures: an `error` event, a terminal `reason:"error"`, or a non-zero exit code (older
 //!   builds exit 0 after an error event). Classes come from the structured error first
 //!   (`error.name`, `error.data.statusCode`, the provider's `responseBody`), then from the
-//!   error texts through [`Classifier`].
+//!   error texts through the classifier.
 //!
 //! HTTP 429: opencode has already retried a retryable error five times with backoff (honouring
 //! `retry-after`) before it prints the `error` event, and the AI SDK marks every 429 retryable,
@@ -51,18 +51,30 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::agent::classify::{precedence, resume_at_from_text, Classifier, Signal};
-use crate::agent::{AgentSettings, Backend, OutputParser, StderrTail};
-use crate::process::{strip_ansi, OutputLine, SpawnSpec, StreamKind};
+use crate::agent::classify::{precedence, Signal};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::stream::{json_object, Dialect, Parser, StderrTail, StreamCore};
+use crate::agent::{AgentSettings, Backend, OutputParser};
+use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::fields::{summarize_tool_input, truncate_chars};
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
-use crate::protocol::AgentReport;
 use crate::protocol::FailureClass;
-use crate::protocol::Usage;
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "opencode";
+
+/// Facts about the opencode backend.
+pub const INFO: BackendInfo = BackendInfo {
+    kind: AgentKind::Opencode,
+    program: Some(DEFAULT_PROGRAM),
+    install_hint: "install it with `npm install -g opencode-ai`",
+    version_probe: true,
+    final_event: true,
+    prompt: PromptVia::Stdin,
+    doctor: no_traps,
+    build: |settings| Ok(Box::new(Opencode::new(settings))),
+};
 
 /// The variable holding opencode's permission rules (a JSON object, merged over its config).
 pub const PERMISSION_ENV: &str = "OPENCODE_PERMISSION";
@@ -107,44 +119,35 @@ impl Opencode {
     /// The spawn spec for `prompt`. `user_permission` is the inherited value of
     /// [`PERMISSION_ENV`]; when it is set and not blank it is left alone.
     fn spec(&self, prompt: &str, user_permission: Option<&str>) -> SpawnSpec {
-        let program = self.settings.program_or(DEFAULT_PROGRAM);
-        let mut args: Vec<String> = [
-            "run",
-            "--format",
-            "json",
-            "--print-logs",
-            "--log-level",
-            "ERROR",
-            "--title",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.push(session_title(prompt));
-        if let Some(model) = &self.settings.model {
-            args.push("--model".into());
-            args.push(model.clone());
-        }
-        let mut env_set = vec![("NO_COLOR".to_owned(), "1".to_owned())];
+        let title = session_title(prompt);
+        let args = self.settings.args_with_model(
+            &[
+                "run",
+                "--format",
+                "json",
+                "--print-logs",
+                "--log-level",
+                "ERROR",
+                "--title",
+                &title,
+            ],
+            "--model",
+        );
+        // Nothing to scrub: opencode sets OPENCODE/OPENCODE_PID/AGENT for its own tools
+        // itself, overriding any inherited value, and every other OPENCODE_* variable is
+        // user configuration ralph must pass through.
+        let mut spec = self.settings.cli_spec(DEFAULT_PROGRAM, args, Some(prompt));
         if user_permission.is_none_or(|p| p.trim().is_empty()) {
-            env_set.push((PERMISSION_ENV.to_owned(), ALLOW_ALL.to_owned()));
+            spec.env_set
+                .push((PERMISSION_ENV.to_owned(), ALLOW_ALL.to_owned()));
         }
-        SpawnSpec {
-            program,
-            args,
-            cwd: self.settings.repo.clone(),
-            // Nothing to scrub: opencode sets OPENCODE/OPENCODE_PID/AGENT for its own tools
-            // itself, overriding any inherited value, and every other OPENCODE_* variable is
-            // user configuration ralph must pass through.
-            env_remove: Vec::new(),
-            env_set,
-            stdin: Some(prompt.as_bytes().to_vec()),
-        }
+        spec
     }
 }
 
 impl Backend for Opencode {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Opencode
+    fn info(&self) -> &'static BackendInfo {
+        &INFO
     }
 
     /// `opencode run --format json --print-logs --log-level ERROR --title T [--model M]`, the
@@ -216,67 +219,51 @@ struct ErrorEvent {
 
 /// Reads opencode's `run --format json` output. Memory use is bounded by the text parts of one
 /// step, the error events and a few stderr lines, whatever the length of the run.
+pub type OpencodeParser = Parser<OpencodeDialect>;
+
+/// opencode's dialect. In the core: the session, the summed usage and cost, the provider's
+/// reset time, and the most decisive class read from structured fields the classifier has no
+/// signal for (error names, provider quota codes, opencode's own error classes in logs).
 #[derive(Debug, Default)]
-pub struct OpencodeParser {
-    session_id: Option<String>,
+pub struct OpencodeDialect {
     step: Option<Step>,
     terminal: Option<Terminal>,
     /// A newer build's `done` event was seen.
     done: bool,
     /// Permissions the `done` event says were auto-rejected.
     rejected: Vec<String>,
-    usage: Usage,
-    cost_usd: Option<f64>,
     errors: Vec<ErrorEvent>,
-    /// The most decisive class read from structured fields the [`Classifier`] has no signal
-    /// for (error names, provider quota codes, opencode's own error classes in logs).
-    structured: Option<FailureClass>,
-    classifier: Classifier,
-    /// For a usage limit: when the provider said it resets.
-    resets_at: Option<DateTime<Utc>>,
     /// The error texts of opencode's ERROR log lines on stderr, first one first (capped).
     log_errors: Vec<String>,
     /// opencode printed its usage text: it refused the command line.
     usage_printed: bool,
-    stderr_tail: StderrTail,
 }
 
-impl OpencodeParser {
-    /// A parser for one opencode run.
-    pub fn new() -> Self {
-        Self::default()
+/// Raises the structured class to `class` when that is more decisive.
+fn note_class(core: &mut StreamCore, class: FailureClass) {
+    if core
+        .failure
+        .is_none_or(|c| precedence(class) > precedence(c))
+    {
+        core.failure = Some(class);
     }
+}
 
-    fn note_class(&mut self, class: FailureClass) {
-        if self
-            .structured
-            .is_none_or(|c| precedence(class) > precedence(c))
-        {
-            self.structured = Some(class);
-        }
-    }
-
-    fn on_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text.trim()) else {
-            // opencode keeps stdout clean in json mode; a wrapper may not. The transcript keeps
-            // the raw line.
+impl Dialect for OpencodeDialect {
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(v) = json_object(line) else {
             return Vec::new();
         };
-        let v = Value::Object(obj);
         let mut events = Vec::new();
         let line_session = str_at(&v, "/sessionID").or_else(|| str_at(&v, "/part/sessionID"));
-        if self.session_id.is_none() {
+        if core.session_id.is_none() {
             if let Some(id) = &line_session {
-                self.session_id = Some(id.clone());
-                events.push(AgentEvent::Session {
-                    session_id: Some(id.clone()),
-                    model: None,
-                    version: None,
-                });
+                core.session_id = Some(id.clone());
+                events.push(core.session_event());
             }
         }
         // A line without a session id is taken as the main session's.
-        let main = line_session.is_none() || line_session == self.session_id;
+        let main = line_session.is_none() || line_session == core.session_id;
         match v.get("type").and_then(Value::as_str) {
             Some("step_start") if main => self.step = Some(Step::default()),
             Some("text") if main => {
@@ -289,8 +276,8 @@ impl OpencodeParser {
                 }
             }
             Some("tool_use") if main => events.extend(on_tool_use(&v)),
-            Some("step_finish") => events.extend(self.on_step_finish(&v, main)),
-            Some("error") => events.extend(self.on_error(&v)),
+            Some("step_finish") => events.extend(self.on_step_finish(&v, main, core)),
+            Some("error") => events.extend(self.on_error(&v, core)),
             Some("done") => {
                 self.rejected.extend(
                     v.get("rejected")
@@ -315,98 +302,7 @@ impl OpencodeParser {
         events
     }
 
-    fn on_step_finish(&mut self, v: &Value, main: bool) -> Vec<AgentEvent> {
-        let Some(part) = v.get("part") else {
-            return Vec::new();
-        };
-        if let Some(cost) = part.get("cost").and_then(Value::as_f64) {
-            *self.cost_usd.get_or_insert(0.0) += cost;
-        }
-        if let Some(tokens) = part.get("tokens") {
-            let n = |p: &str| tokens.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-            self.usage.input_tokens += n("/input");
-            // Reasoning tokens are billed as output; ralph's usage has no separate field.
-            self.usage.output_tokens += n("/output") + n("/reasoning");
-            self.usage.cache_read_tokens += n("/cache/read");
-            self.usage.cache_creation_tokens += n("/cache/write");
-        }
-        if !main {
-            return Vec::new();
-        }
-        let step = self.step.take().unwrap_or_default();
-        let reason = part
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        if reason == REASON_TOOL_CALLS {
-            return Vec::new();
-        }
-        let is_error = reason == "error";
-        let text = (!step.texts.is_empty()).then(|| step.texts.join("\n"));
-        self.terminal = Some(Terminal {
-            reason: reason.to_owned(),
-            texts: step.texts,
-        });
-        vec![AgentEvent::Final { text, is_error }]
-    }
-
-    fn on_error(&mut self, v: &Value) -> Vec<AgentEvent> {
-        let err = v.get("error").unwrap_or(&Value::Null);
-        let name = str_at(err, "/name").unwrap_or_else(|| "Error".to_owned());
-        let data = err.get("data").unwrap_or(&Value::Null);
-        let message = str_at(data, "/message")
-            .or_else(|| err.as_str().map(str::to_owned))
-            .or_else(|| str_at(err, "/message"))
-            .map(|m| strip_ansi(&m).trim().to_owned())
-            .filter(|m| !m.is_empty());
-        let status = data
-            .get("statusCode")
-            .and_then(Value::as_u64)
-            .and_then(|s| u16::try_from(s).ok());
-
-        match name.as_str() {
-            "ProviderAuthError" | "LoadAPIKeyError" | "AuthError" => {
-                self.note_class(FailureClass::Auth)
-            }
-            "ContextOverflowError" => self.note_class(FailureClass::Context),
-            _ => {}
-        }
-        if let Some(status) = status {
-            self.classifier.observe(Signal::ApiStatus(status));
-        }
-        let raw_body = str_at(data, "/responseBody").unwrap_or_default();
-        let body: Value = serde_json::from_str(&raw_body).unwrap_or(Value::Null);
-        let codes: Vec<String> = ["/error/type", "/error/code", "/type", "/code"]
-            .iter()
-            .filter_map(|p| str_at(&body, p))
-            .collect();
-        for code in &codes {
-            self.classifier.observe(Signal::ErrorCode(code));
-        }
-        let quota = codes
-            .iter()
-            .any(|c| QUOTA_CODES.contains(&c.as_str()) || c.ends_with("_spend_limit_exceeded"))
-            || ZEN_LIMIT_MARKERS.iter().any(|m| raw_body.contains(m));
-        if quota {
-            self.note_class(FailureClass::UsageLimit);
-            self.resets_at = retry_after(data.get("responseHeaders"), v.get("timestamp"));
-        }
-        if codes.iter().any(|c| c == "context_length_exceeded") {
-            self.note_class(FailureClass::Context);
-        }
-        if let Some(m) = &message {
-            self.classifier.observe(Signal::Text(m));
-        }
-        let shown = describe_error(&name, message.as_deref(), status);
-        self.errors.push(ErrorEvent {
-            name,
-            message,
-            status,
-        });
-        vec![AgentEvent::Error { message: shown }]
-    }
-
-    fn on_stderr(&mut self, text: &str) -> Vec<AgentEvent> {
+    fn stderr(&mut self, text: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
         let clean = strip_ansi(text);
         let clean = clean.trim();
         if clean.is_empty() {
@@ -429,9 +325,9 @@ impl OpencodeParser {
                 return Vec::new();
             };
             if error.contains("ModelNotFoundError") {
-                self.note_class(FailureClass::Config);
+                note_class(core, FailureClass::Config);
             }
-            self.classifier.observe(Signal::Text(&error));
+            core.classifier.observe(Signal::Text(&error));
             if self.log_errors.len() < StderrTail::LINES {
                 self.log_errors
                     .push(error.chars().take(StderrTail::LINE_MAX_CHARS).collect());
@@ -442,15 +338,43 @@ impl OpencodeParser {
             // Log lines below ERROR: noise for the report.
             return Vec::new();
         }
-        self.classifier.observe(Signal::Text(clean));
-        self.stderr_tail.push(clean);
-        vec![AgentEvent::Error {
-            message: clean.to_owned(),
-        }]
+        core.stderr(clean)
+    }
+
+    /// Report rules beyond the shared skeleton:
+    /// - `final_text`: the text parts of the last terminal step (`step_finish.reason` other than
+    ///   `tool-calls`) of the main session, joined with newlines; `None` without one;
+    /// - `saw_final`: a terminal step or a `done` event was seen;
+    /// - `is_error`: an `error` event, a terminal `reason:"error"`, or an exit code other than 0
+    ///   (`None`, killed, included);
+    /// - `failure`: the most decisive of the structured classes and the classifier's; a refused
+    ///   command line is [`FailureClass::Config`];
+    /// - `error_message`: also for a run without a terminal step;
+    /// - `cost_usd`/`usage`: sums over every `step_finish` (USD; tokens, reasoning counted as
+    ///   output); `cost_usd` is `None` when no step finished;
+    /// - `resume_at`: for a usage limit, the provider's `retry-after`, else a reset time written
+    ///   in the message.
+    fn settle(&mut self, core: &mut StreamCore, exit_code: Option<i32>) {
+        core.saw_final = self.terminal.is_some() || self.done;
+        core.is_error = !self.errors.is_empty()
+            || exit_code != Some(0)
+            || self.terminal.as_ref().is_some_and(|t| t.reason == "error");
+        let refused =
+            (self.usage_printed && core.session_id.is_none()).then_some(FailureClass::Config);
+        core.failure = [core.failure, core.classifier.best(), refused]
+            .into_iter()
+            .flatten()
+            .max_by_key(|c| precedence(*c));
+        core.explain_unfinished = true;
+        core.final_text = self
+            .terminal
+            .as_ref()
+            .filter(|t| !t.texts.is_empty())
+            .map(|t| t.texts.join("\n"));
     }
 
     /// The error message to report for a failed run, best source first.
-    fn error_message(&self, exit_code: Option<i32>) -> String {
+    fn error_message(&self, core: &StreamCore, exit_code: Option<i32>) -> Option<String> {
         // `UnknownError` only says "check server logs": the log line is the better message.
         let from_event = self
             .errors
@@ -458,104 +382,130 @@ impl OpencodeParser {
             .find(|e| e.name != "UnknownError" || self.log_errors.is_empty())
             .map(|e| describe_error(&e.name, e.message.as_deref(), e.status));
         if let Some(m) = from_event.or_else(|| self.log_errors.first().cloned()) {
-            return m;
+            return Some(m);
         }
         if self.usage_printed {
-            return "opencode refused its command line and printed its usage; ralph needs \
-                    `opencode run --format json` (opencode 1.x)"
-                .to_owned();
-        }
-        if let Some(m) = self.classifier.message() {
-            return m.to_owned();
-        }
-        if !self.rejected.is_empty() {
-            return format!(
-                "opencode auto-rejected permissions: {}",
-                self.rejected.join(", ")
+            return Some(
+                "opencode refused its command line and printed its usage; ralph needs \
+                 `opencode run --format json` (opencode 1.x)"
+                    .to_owned(),
             );
         }
-        if let Some(t) = &self.terminal {
-            if t.reason == "error" {
-                return "opencode's last step ended with reason `error`".to_owned();
-            }
+        if let Some(m) = core.classifier.message() {
+            return Some(m.to_owned());
         }
-        if let Some(tail) = self.stderr_tail.joined() {
-            return tail;
+        if !self.rejected.is_empty() {
+            return Some(format!(
+                "opencode auto-rejected permissions: {}",
+                self.rejected.join(", ")
+            ));
         }
-        match exit_code {
+        if self.terminal.as_ref().is_some_and(|t| t.reason == "error") {
+            return Some("opencode's last step ended with reason `error`".to_owned());
+        }
+        if let Some(tail) = core.stderr_tail.joined() {
+            return Some(tail);
+        }
+        Some(match exit_code {
             Some(0) => {
                 "opencode exited without a final answer (its last step asked for tools)".to_owned()
             }
             Some(code) => format!("opencode exited with code {code}"),
             None => "opencode was killed by a signal".to_owned(),
-        }
+        })
     }
 }
 
-impl OutputParser for OpencodeParser {
-    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
-        match line.stream {
-            StreamKind::Stdout => self.on_stdout(&line.text),
-            StreamKind::Stderr => self.on_stderr(&line.text),
+impl OpencodeDialect {
+    fn on_step_finish(&mut self, v: &Value, main: bool, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let Some(part) = v.get("part") else {
+            return Vec::new();
+        };
+        if let Some(cost) = part.get("cost").and_then(Value::as_f64) {
+            *core.cost_usd.get_or_insert(0.0) += cost;
         }
+        if let Some(tokens) = part.get("tokens") {
+            let n = |p: &str| tokens.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+            core.usage.input_tokens += n("/input");
+            // Reasoning tokens are billed as output; ralph's usage has no separate field.
+            core.usage.output_tokens += n("/output") + n("/reasoning");
+            core.usage.cache_read_tokens += n("/cache/read");
+            core.usage.cache_creation_tokens += n("/cache/write");
+        }
+        if !main {
+            return Vec::new();
+        }
+        let step = self.step.take().unwrap_or_default();
+        let reason = part
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        if reason == REASON_TOOL_CALLS {
+            return Vec::new();
+        }
+        let is_error = reason == "error";
+        let text = (!step.texts.is_empty()).then(|| step.texts.join("\n"));
+        self.terminal = Some(Terminal {
+            reason: reason.to_owned(),
+            texts: step.texts,
+        });
+        vec![AgentEvent::Final { text, is_error }]
     }
 
-    /// Report rules:
-    /// - `final_text`: the text parts of the last terminal step (`step_finish.reason` other than
-    ///   `tool-calls`) of the main session, joined with newlines; `None` without one;
-    /// - `saw_final`: a terminal step or a `done` event was seen;
-    /// - `is_error`: an `error` event, a terminal `reason:"error"`, or an exit code other than 0
-    ///   (`None`, killed, included);
-    /// - `failure`: only when the run failed or had no terminal step: the most decisive of the
-    ///   structured classes and the [`Classifier`]'s; a refused command line is
-    ///   [`FailureClass::Config`];
-    /// - `error_message`: set when the run failed or had no terminal step;
-    /// - `cost_usd`/`usage`: sums over every `step_finish` (USD; tokens, reasoning counted as
-    ///   output); `cost_usd` is `None` when no step finished;
-    /// - `resume_at`: for a usage limit, the provider's `retry-after`, else a reset time written
-    ///   in the message ([`resume_at_from_text`]).
-    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
-        let saw_final = self.terminal.is_some() || self.done;
-        let is_error = !self.errors.is_empty()
-            || exit_code != Some(0)
-            || self.terminal.as_ref().is_some_and(|t| t.reason == "error");
-        let failed = is_error || !saw_final;
-        let failure = if failed {
-            let refused =
-                (self.usage_printed && self.session_id.is_none()).then_some(FailureClass::Config);
-            [self.structured, self.classifier.best(), refused]
-                .into_iter()
-                .flatten()
-                .max_by_key(|c| precedence(*c))
-        } else {
-            None
-        };
-        let error_message = failed.then(|| self.error_message(exit_code));
-        let resume_at = match failure {
-            Some(FailureClass::UsageLimit) => self
-                .resets_at
-                .or_else(|| error_message.as_deref().and_then(resume_at_from_text)),
-            _ => None,
-        };
-        let final_text = self
-            .terminal
-            .as_ref()
-            .filter(|t| !t.texts.is_empty())
-            .map(|t| t.texts.join("\n"));
-        AgentReport {
-            final_text,
-            saw_final,
-            is_error,
-            error_message,
-            failure,
-            cost_usd: self.cost_usd,
-            usage: self.usage,
-            session_id: self.session_id,
-            // opencode's json events name neither the model nor its own version.
-            model: None,
-            agent_version: None,
-            resume_at,
+    fn on_error(&mut self, v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
+        let err = v.get("error").unwrap_or(&Value::Null);
+        let name = str_at(err, "/name").unwrap_or_else(|| "Error".to_owned());
+        let data = err.get("data").unwrap_or(&Value::Null);
+        let message = str_at(data, "/message")
+            .or_else(|| err.as_str().map(str::to_owned))
+            .or_else(|| str_at(err, "/message"))
+            .map(|m| strip_ansi(&m).trim().to_owned())
+            .filter(|m| !m.is_empty());
+        let status = data
+            .get("statusCode")
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok());
+
+        match name.as_str() {
+            "ProviderAuthError" | "LoadAPIKeyError" | "AuthError" => {
+                note_class(core, FailureClass::Auth)
+            }
+            "ContextOverflowError" => note_class(core, FailureClass::Context),
+            _ => {}
         }
+        if let Some(status) = status {
+            core.classifier.observe(Signal::ApiStatus(status));
+        }
+        let raw_body = str_at(data, "/responseBody").unwrap_or_default();
+        let body: Value = serde_json::from_str(&raw_body).unwrap_or(Value::Null);
+        let codes: Vec<String> = ["/error/type", "/error/code", "/type", "/code"]
+            .iter()
+            .filter_map(|p| str_at(&body, p))
+            .collect();
+        for code in &codes {
+            core.classifier.observe(Signal::ErrorCode(code));
+        }
+        let quota = codes
+            .iter()
+            .any(|c| QUOTA_CODES.contains(&c.as_str()) || c.ends_with("_spend_limit_exceeded"))
+            || ZEN_LIMIT_MARKERS.iter().any(|m| raw_body.contains(m));
+        if quota {
+            note_class(core, FailureClass::UsageLimit);
+            core.resume_at = retry_after(data.get("responseHeaders"), v.get("timestamp"));
+        }
+        if codes.iter().any(|c| c == "context_length_exceeded") {
+            note_class(core, FailureClass::Context);
+        }
+        if let Some(m) = &message {
+            core.classifier.observe(Signal::Text(m));
+        }
+        let shown = describe_error(&name, message.as_deref(), status);
+        self.errors.push(ErrorEvent {
+            name,
+            message,
+            status,
+        });
+        vec![AgentEvent::Error { message: shown }]
     }
 }
 
@@ -683,21 +633,14 @@ fn str_at(v: &Value, pointer: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::stream::test_support::{self, err, out};
     use crate::completion::promise_in_final_text;
+    use crate::process::OutputLine;
+    use crate::protocol::{AgentReport, Usage};
     use std::path::PathBuf;
 
-    fn out(text: &str) -> OutputLine {
-        OutputLine::stdout(text)
-    }
-
-    fn err(text: &str) -> OutputLine {
-        OutputLine::stderr(text)
-    }
-
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        let mut parser: Box<dyn OutputParser> = Box::new(OpencodeParser::new());
-        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
-        (events, parser.finish(exit))
+        test_support::run::<OpencodeDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {

@@ -16,21 +16,11 @@ use std::path::{Path, PathBuf};
 use console::style;
 use serde::Serialize;
 
-use crate::agent::{self, probe, AgentSettings};
+use crate::agent::{self, probe, AgentSettings, DoctorContext};
 use crate::cli::DoctorArgs;
 use crate::config::FileConfig;
 use crate::protocol::AgentKind;
 use crate::protocol::ExitStatus;
-
-/// The CLI backends, in the order they are shown.
-const CLIS: [AgentKind; 6] = [
-    AgentKind::Claude,
-    AgentKind::Codex,
-    AgentKind::Opencode,
-    AgentKind::Gemini,
-    AgentKind::Amp,
-    AgentKind::Cursor,
-];
 
 /// What doctor found for one backend.
 #[derive(Debug, Serialize)]
@@ -78,7 +68,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
 
     let kinds: Vec<AgentKind> = match args.agent {
         Some(k) => vec![k],
-        None => CLIS.to_vec(),
+        None => agent::registry::clis().map(|i| i.kind).collect(),
     };
     let findings: Vec<Finding> = kinds
         .iter()
@@ -91,7 +81,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         .collect();
     // `--agent X` asks about X: its readiness decides the exit code.
     let configured = args.agent.unwrap_or(configured);
-    let configured_ok = if CLIS.contains(&configured) {
+    let configured_ok = if agent::info(configured).is_cli() {
         match findings.iter().find(|f| f.agent == configured.as_str()) {
             Some(f) => f.error.is_none(),
             None => examine(configured, configured_program.clone(), &cwd, &file)
@@ -187,7 +177,7 @@ fn examine(kind: AgentKind, program: Option<PathBuf>, cwd: &Path, file: &FileCon
             Some(format!(
                 "`{}` is not installed or not on PATH; {}; or point ralph at it with --agent-program PATH",
                 program.display(),
-                install_hint(kind)
+                agent::info(kind).install_hint
             )),
         ),
         Some(p) => match probe::version(p, probe::VERSION_TIMEOUT) {
@@ -205,104 +195,13 @@ fn examine(kind: AgentKind, program: Option<PathBuf>, cwd: &Path, file: &FileCon
     }
 }
 
-fn install_hint(kind: AgentKind) -> &'static str {
-    match kind {
-        AgentKind::Claude => "install it with `npm install -g @anthropic-ai/claude-code`",
-        AgentKind::Codex => "install it with `npm install -g @openai/codex`",
-        AgentKind::Opencode => "install it with `npm install -g opencode-ai`",
-        AgentKind::Gemini => "install it with `npm install -g @google/gemini-cli`",
-        AgentKind::Amp => "install it with `npm install -g @sourcegraph/amp`",
-        AgentKind::Cursor => "install it from https://cursor.com/cli (`cursor-agent`)",
-        AgentKind::Exec | AgentKind::Native | AgentKind::Local => "see README.md",
-    }
-}
-
-fn set(var: &str) -> bool {
-    std::env::var_os(var).is_some_and(|v| !v.is_empty())
-}
-
-fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from)
-}
-
-/// The traps that apply to `kind` on this machine, in this directory.
+/// The traps that apply to `kind` on this machine, in this directory (each backend knows its
+/// own: [`agent::BackendInfo::doctor`]).
 fn traps(kind: AgentKind, cwd: &Path, file: &FileConfig) -> Vec<String> {
-    let mut out = Vec::new();
-    let root = nix::unistd::geteuid().is_root();
-    match kind {
-        AgentKind::Claude => {
-            if root && std::env::var("IS_SANDBOX").as_deref() != Ok("1") {
-                out.push(
-                    "running as root without IS_SANDBOX=1: claude refuses --dangerously-skip-permissions as root; ralph sets IS_SANDBOX=1 for the claude it starts, a claude you start by hand needs `export IS_SANDBOX=1` (only in a sandbox or container)"
-                        .to_owned(),
-                );
-            }
-            if set("ANTHROPIC_API_KEY") {
-                out.push(
-                    "ANTHROPIC_API_KEY is set: with it claude bills the API key, not your subscription; ralph removes it for claude unless --keep-api-key"
-                        .to_owned(),
-                );
-            }
-            if set("CLAUDECODE") {
-                out.push(
-                    "running inside a Claude Code session (CLAUDECODE is set): ralph removes CLAUDECODE, CLAUDE_CODE_ENTRYPOINT and CLAUDE_CODE_SSE_PORT for its claude"
-                        .to_owned(),
-                );
-            }
-            let cmd = file.agent_cmd.as_deref().unwrap_or("");
-            if cmd.contains("claude") && cmd.contains("stream-json") && !cmd.contains("--verbose") {
-                out.push(format!(
-                    "agent_cmd `{cmd}` uses claude's stream-json without --verbose, which claude refuses with -p; add --verbose (or use --agent claude)"
-                ));
-            }
-        }
-        AgentKind::Codex => {
-            let codex_home = std::env::var_os("CODEX_HOME")
-                .map(PathBuf::from)
-                .or_else(|| home().map(|h| h.join(".codex")));
-            let logged_in = codex_home.is_some_and(|h| h.join("auth.json").is_file());
-            if !set("CODEX_API_KEY") && !set("OPENAI_API_KEY") && !logged_in {
-                out.push(
-                    "no CODEX_API_KEY and no saved login ($CODEX_HOME/auth.json): run `codex login` or export CODEX_API_KEY"
-                        .to_owned(),
-                );
-            }
-        }
-        AgentKind::Gemini => {
-            let trusted = home()
-                .map(|h| h.join(".gemini").join("trustedFolders.json"))
-                .and_then(|p| std::fs::read_to_string(p).ok())
-                .is_some_and(|t| t.contains(&*cwd.to_string_lossy()));
-            if !trusted && std::env::var("GEMINI_CLI_TRUST_WORKSPACE").as_deref() != Ok("true") {
-                out.push(format!(
-                    "{} is not a trusted gemini folder: headless gemini refuses it (exit 55) or silently drops --yolo; ralph passes --skip-trust",
-                    cwd.display()
-                ));
-            }
-            if !set("GEMINI_API_KEY") && !set("GOOGLE_API_KEY") && !set("GOOGLE_CLOUD_PROJECT") {
-                out.push(
-                    "no GEMINI_API_KEY (or Vertex settings): a headless gemini cannot log in by browser"
-                        .to_owned(),
-                );
-            }
-        }
-        AgentKind::Cursor => {
-            if !set("CURSOR_API_KEY") {
-                out.push(
-                    "no CURSOR_API_KEY: cursor-agent's first run tries a browser login and hangs until the idle timeout"
-                        .to_owned(),
-                );
-            }
-        }
-        AgentKind::Amp => {
-            if !set("AMP_API_KEY") {
-                out.push(
-                    "no AMP_API_KEY: amp needs it (or a saved `amp login`) to run headless"
-                        .to_owned(),
-                );
-            }
-        }
-        AgentKind::Opencode | AgentKind::Exec | AgentKind::Native | AgentKind::Local => {}
-    }
-    out
+    let cx = DoctorContext {
+        cwd,
+        agent_cmd: file.agent_cmd.as_deref(),
+        root: nix::unistd::geteuid().is_root(),
+    };
+    (agent::info(kind).doctor)(&cx)
 }

@@ -1,0 +1,161 @@
+//! Facts about each backend ([`BackendInfo`]) and the registry that finds them by
+//! [`AgentKind`], for code that has only a kind (doctor, preflight) and for the [`backend`]
+//! factory. Each backend file defines its own `INFO`; adding a backend adds one line to
+//! [`BACKENDS`].
+//!
+//! [`backend`]: crate::agent::backend
+
+use std::path::{Path, PathBuf};
+
+use crate::agent::{amp, claude, codex, cursor, exec, gemini, native, opencode};
+use crate::agent::{AgentSettings, Backend};
+use crate::protocol::AgentKind;
+
+/// How a backend hands the prompt to its agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptVia {
+    /// Written to stdin, which is then closed: no size limit.
+    Stdin,
+    /// As a command-line argument, refused above `max_bytes`.
+    Arg {
+        /// The largest prompt, in bytes.
+        max_bytes: usize,
+    },
+}
+
+/// What `ralph doctor` knows of the machine when it asks a backend for its traps.
+#[derive(Debug, Clone, Copy)]
+pub struct DoctorContext<'a> {
+    /// The directory ralph would run in.
+    pub cwd: &'a Path,
+    /// ralph.toml's `agent_cmd`, when set.
+    pub agent_cmd: Option<&'a str>,
+    /// ralph runs as root (effective uid 0).
+    pub root: bool,
+}
+
+impl DoctorContext<'_> {
+    /// Whether the environment variable `var` is set and not empty.
+    pub fn env_set(&self, var: &str) -> bool {
+        std::env::var_os(var).is_some_and(|v| !v.is_empty())
+    }
+
+    /// `trap` alone, unless the environment variable `var` (a key the CLI needs to run
+    /// headless) is set; nothing when it is.
+    pub fn unless_set(&self, var: &str, trap: &str) -> Vec<String> {
+        if self.env_set(var) {
+            Vec::new()
+        } else {
+            vec![trap.to_owned()]
+        }
+    }
+
+    /// The value of the environment variable `var`, when it is set and valid UTF-8.
+    pub fn env(&self, var: &str) -> Option<String> {
+        std::env::var(var).ok()
+    }
+
+    /// The environment variable `var` as a path, when it is set.
+    pub fn env_path(&self, var: &str) -> Option<PathBuf> {
+        std::env::var_os(var).map(PathBuf::from)
+    }
+
+    /// The user's home directory (`$HOME`).
+    pub fn home(&self) -> Option<PathBuf> {
+        self.env_path("HOME")
+    }
+}
+
+/// Facts about one backend that do not depend on its settings.
+#[derive(Debug)]
+pub struct BackendInfo {
+    /// Which backend this is.
+    pub kind: AgentKind,
+    /// The CLI's usual program name, looked up on PATH; `None` when there is no CLI to install
+    /// (exec runs `--agent-cmd`; native and local run ralph itself).
+    pub program: Option<&'static str>,
+    /// How to install the CLI, as a clause: "install it with `npm install -g …`".
+    pub install_hint: &'static str,
+    /// The program answers `--version` (the CLIs do; an exec command may do anything with it).
+    pub version_probe: bool,
+    /// The agent prints a terminal event when its run is over (exec's plain text has none).
+    pub final_event: bool,
+    /// How the prompt reaches the agent.
+    pub prompt: PromptVia,
+    /// The known traps that apply on this machine, each a sentence saying what ralph does
+    /// about it or what to do (`ralph doctor`).
+    pub doctor: fn(&DoctorContext<'_>) -> Vec<String>,
+    /// Builds the backend from `settings` (see [`crate::agent::backend`]).
+    pub build: fn(AgentSettings) -> anyhow::Result<Box<dyn Backend>>,
+}
+
+impl BackendInfo {
+    /// Whether this backend runs an agent CLI the user installs (one `ralph doctor` examines).
+    pub fn is_cli(&self) -> bool {
+        self.program.is_some()
+    }
+}
+
+/// Doctor checks of a backend that has none.
+pub fn no_traps(_: &DoctorContext<'_>) -> Vec<String> {
+    Vec::new()
+}
+
+/// Every backend, in the order `ralph doctor` shows them.
+pub const BACKENDS: [&BackendInfo; 9] = [
+    &claude::INFO,
+    &codex::INFO,
+    &opencode::INFO,
+    &gemini::INFO,
+    &amp::INFO,
+    &cursor::INFO,
+    &exec::INFO,
+    &native::NATIVE_INFO,
+    &native::LOCAL_INFO,
+];
+
+/// The facts about `kind`'s backend.
+///
+/// # Panics
+/// Never for a registered kind; every [`AgentKind`] is in [`BACKENDS`] (a unit test checks).
+pub fn info(kind: AgentKind) -> &'static BackendInfo {
+    match BACKENDS.iter().find(|i| i.kind == kind) {
+        Some(info) => info,
+        None => panic!("no BackendInfo registered for {}", kind.as_str()),
+    }
+}
+
+/// The backends that run an agent CLI the user installs, in doctor's order.
+pub fn clis() -> impl Iterator<Item = &'static BackendInfo> {
+    BACKENDS.into_iter().filter(|i| i.is_cli())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn every_kind_is_registered_once_with_its_own_facts() {
+        for kind in AgentKind::value_variants() {
+            assert_eq!(info(*kind).kind, *kind);
+            assert_eq!(BACKENDS.iter().filter(|i| i.kind == *kind).count(), 1);
+        }
+        let names: Vec<&str> = clis().map(|i| i.kind.as_str()).collect();
+        assert_eq!(
+            names,
+            ["claude", "codex", "opencode", "gemini", "amp", "cursor"]
+        );
+        for kind in [AgentKind::Exec, AgentKind::Native, AgentKind::Local] {
+            assert!(!info(kind).version_probe, "{kind:?}");
+        }
+        assert!(!info(AgentKind::Exec).final_event);
+        assert!(clis().all(|i| i.version_probe && i.final_event));
+        assert_eq!(
+            info(AgentKind::Cursor).prompt,
+            PromptVia::Arg {
+                max_bytes: cursor::PROMPT_ARG_MAX_BYTES
+            }
+        );
+    }
+}

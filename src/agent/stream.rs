@@ -1,0 +1,296 @@
+//! The stream machinery every agent CLI's reader shares: [`StreamCore`] holds what each reader
+//! tracks (classifier, stderr tail, session, terminal event, usage, cost, reset time) and builds
+//! the [`AgentReport`] once; a [`Dialect`] holds only what differs per CLI (how its stdout lines
+//! read, and its few quirks at the end); [`Parser`] drives a dialect line by line as an
+//! [`OutputParser`].
+//!
+//! The report skeleton ([`StreamCore::finish`]), the same for every CLI:
+//! 1. the dialect settles its last facts into the core ([`Dialect::settle`]);
+//! 2. `is_error`: the agent said so ([`StreamCore::is_error`]), or there was no terminal event
+//!    and the exit code was not 0 (a signal counts);
+//! 3. `failure`, only when the run failed (`is_error`, or no terminal event, so retry chatter
+//!    before a successful end never counts): the dialect's structured class
+//!    ([`StreamCore::failure`]), else the [`Classifier`]'s most decisive one;
+//! 4. `error_message`, only for an error, a failure class or (when the dialect asks,
+//!    [`StreamCore::explain_unfinished`]) a run without a terminal event:
+//!    [`Dialect::error_message`], by default [`StreamCore::error_message_chain`];
+//! 5. `resume_at`, only for a usage limit: [`Dialect::reset_time`], by default the structured
+//!    reset time ([`StreamCore::resume_at`]), else the one written in the error message.
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
+use crate::agent::OutputParser;
+use crate::process::{strip_ansi, OutputLine, StreamKind};
+use crate::protocol::{AgentEvent, AgentReport, FailureClass, Usage};
+
+/// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a
+/// failed run can be explained without buffering the whole stream.
+#[derive(Debug, Default, Clone)]
+pub struct StderrTail {
+    lines: VecDeque<String>,
+}
+
+impl StderrTail {
+    /// Lines kept.
+    pub const LINES: usize = 8;
+    /// Characters kept per line.
+    pub const LINE_MAX_CHARS: usize = 1000;
+
+    /// Remembers `line` (already ANSI-stripped and trimmed), dropping the oldest beyond [`Self::LINES`].
+    pub fn push(&mut self, line: &str) {
+        if self.lines.len() == Self::LINES {
+            self.lines.pop_front();
+        }
+        self.lines
+            .push_back(line.chars().take(Self::LINE_MAX_CHARS).collect());
+    }
+
+    /// The kept lines joined with newlines, or `None` when nothing was written.
+    pub fn joined(&self) -> Option<String> {
+        (!self.lines.is_empty()).then(|| self.lines.iter().cloned().collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// What every agent-output reader tracks, and the one place an [`AgentReport`] is built.
+///
+/// A [`Dialect`] fills these fields as lines arrive (or in [`Dialect::settle`]); the fields are
+/// the report's raw material, and [`StreamCore::finish`] applies the rules in the module docs.
+#[derive(Debug, Default)]
+pub struct StreamCore {
+    /// The agent's own error signals (stderr, error results, API statuses).
+    pub classifier: Classifier,
+    /// The last stderr lines.
+    pub stderr_tail: StderrTail,
+    /// The agent's session (or thread) id.
+    pub session_id: Option<String>,
+    /// The model the agent reported.
+    pub model: Option<String>,
+    /// The agent's version, when it reported one.
+    pub version: Option<String>,
+    /// The final text: the terminal event's, else the agent's last words (where the completion
+    /// promise is looked for).
+    pub final_text: Option<String>,
+    /// A terminal event was seen (the agent said its run is over).
+    pub saw_final: bool,
+    /// The agent itself reported the run as failed.
+    pub is_error: bool,
+    /// The terminal event's own error message, when it reported an error.
+    pub error_message: Option<String>,
+    /// The last error the agent reported outside its terminal event (claude's synthetic
+    /// assistant message, codex's `error` event, gemini's `error` event): a fallback message.
+    pub error_event: Option<String>,
+    /// A failure class read from structured fields, which wins over the classifier's.
+    pub failure: Option<FailureClass>,
+    /// Also explain a run that ended without a terminal event when it exited 0 (for CLIs where
+    /// that means the agent stopped half-way).
+    pub explain_unfinished: bool,
+    /// Token usage.
+    pub usage: Usage,
+    /// Cost in USD, when the agent reported one.
+    pub cost_usd: Option<f64>,
+    /// A structured usage-limit reset time (UTC), when the agent gave one.
+    pub resume_at: Option<DateTime<Utc>>,
+}
+
+impl StreamCore {
+    /// The common stderr handling: ANSI stripped and trimmed; a blank line is dropped; anything
+    /// else goes to the classifier and the tail, and is shown as an [`AgentEvent::Error`].
+    pub fn stderr(&mut self, text: &str) -> Vec<AgentEvent> {
+        let Some(clean) = self.note_stderr(text) else {
+            return Vec::new();
+        };
+        vec![AgentEvent::Error { message: clean }]
+    }
+
+    /// Feeds a stderr line (ANSI stripped, trimmed) to the classifier and the tail without
+    /// showing it; returns the cleaned line, or `None` when it was blank.
+    pub fn note_stderr(&mut self, text: &str) -> Option<String> {
+        let clean = strip_ansi(text);
+        let clean = clean.trim();
+        if clean.is_empty() {
+            return None;
+        }
+        self.classifier.observe(Signal::Text(clean));
+        self.stderr_tail.push(clean);
+        Some(clean.to_owned())
+    }
+
+    /// The [`AgentEvent::Session`] for what is known of the session so far.
+    pub fn session_event(&self) -> AgentEvent {
+        AgentEvent::Session {
+            session_id: self.session_id.clone(),
+            model: self.model.clone(),
+            version: self.version.clone(),
+        }
+    }
+
+    /// The usual error message of a failed run, best source first: the terminal event's own
+    /// message, the text that decided the failure class, the last error reported outside the
+    /// terminal event, the last stderr lines; ANSI stripped.
+    pub fn error_message_chain(&self) -> Option<String> {
+        self.error_message
+            .clone()
+            .or_else(|| self.classifier.message().map(str::to_owned))
+            .or_else(|| self.error_event.clone())
+            .or_else(|| self.stderr_tail.joined())
+            .map(|m| strip_ansi(&m))
+    }
+
+    /// The usual reset time of a usage limit: the structured one, else the one written in
+    /// `error_message`.
+    pub fn reset_time_from(&self, error_message: Option<&str>) -> Option<DateTime<Utc>> {
+        self.resume_at
+            .or_else(|| error_message.and_then(resume_at_from_text))
+    }
+
+    /// Builds the report once the process ended with `exit_code` (`None`: killed by a signal),
+    /// by the rules in the module docs.
+    pub fn finish<D: Dialect + ?Sized>(
+        mut self,
+        dialect: &mut D,
+        exit_code: Option<i32>,
+    ) -> AgentReport {
+        dialect.settle(&mut self, exit_code);
+        let saw_final = self.saw_final;
+        let is_error = self.is_error || (!saw_final && exit_code != Some(0));
+        let failed = is_error || !saw_final;
+        let failure = if failed {
+            self.failure.or_else(|| self.classifier.best())
+        } else {
+            None
+        };
+        let explain = is_error || failure.is_some() || (self.explain_unfinished && !saw_final);
+        let error_message = if explain {
+            dialect.error_message(&self, exit_code)
+        } else {
+            None
+        };
+        let resume_at = match failure {
+            Some(FailureClass::UsageLimit) => dialect.reset_time(&self, error_message.as_deref()),
+            _ => None,
+        };
+        AgentReport {
+            final_text: self.final_text,
+            saw_final,
+            is_error,
+            error_message,
+            failure,
+            cost_usd: self.cost_usd,
+            usage: self.usage,
+            session_id: self.session_id,
+            model: self.model,
+            agent_version: self.version,
+            resume_at,
+        }
+    }
+}
+
+/// What differs between agent CLIs' output: how a line reads, and a few end-of-run quirks.
+/// Everything else lives in [`StreamCore`].
+pub trait Dialect: Send {
+    /// Reads one stdout line into events, filling `core`. Never fails: lines that are not this
+    /// CLI's format yield no event.
+    fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent>;
+
+    /// Reads one stderr line; by default [`StreamCore::stderr`].
+    fn stderr(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        core.stderr(line)
+    }
+
+    /// Puts the last facts into `core` once the process ended (a fallback final text, totals,
+    /// what the exit code says), before the report is built. By default nothing.
+    fn settle(&mut self, _core: &mut StreamCore, _exit_code: Option<i32>) {}
+
+    /// The error message of a failed run; by default [`StreamCore::error_message_chain`].
+    fn error_message(&self, core: &StreamCore, _exit_code: Option<i32>) -> Option<String> {
+        core.error_message_chain()
+    }
+
+    /// For a usage limit: when it resets; by default [`StreamCore::reset_time_from`].
+    fn reset_time(&self, core: &StreamCore, error_message: Option<&str>) -> Option<DateTime<Utc>> {
+        core.reset_time_from(error_message)
+    }
+}
+
+/// A reader of one agent run: a [`Dialect`] over a [`StreamCore`], driven line by line.
+#[derive(Debug, Default)]
+pub struct Parser<D> {
+    core: StreamCore,
+    dialect: D,
+}
+
+impl<D: Dialect> Parser<D> {
+    /// A parser reading `dialect`.
+    pub fn with(dialect: D) -> Self {
+        Parser {
+            core: StreamCore::default(),
+            dialect,
+        }
+    }
+}
+
+impl<D: Dialect + Default> Parser<D> {
+    /// A parser for one run, with the dialect's default state.
+    pub fn new() -> Self {
+        Self::with(D::default())
+    }
+}
+
+impl<D: Dialect> OutputParser for Parser<D> {
+    fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
+        match line.stream {
+            StreamKind::Stdout => self.dialect.stdout(&line.text, &mut self.core),
+            StreamKind::Stderr => self.dialect.stderr(&line.text, &mut self.core),
+        }
+    }
+
+    fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {
+        let Parser { core, mut dialect } = *self;
+        core.finish(&mut dialect, exit_code)
+    }
+}
+
+/// `line` as a JSON object, or `None` for anything else (not JSON, an array, a string): the
+/// CLIs keep stdout clean in their JSON modes, but a wrapper or a hook may not, and the
+/// transcript keeps the raw line anyway.
+pub fn json_object(line: &str) -> Option<Value> {
+    match serde_json::from_str::<Value>(line.trim()) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        _ => None,
+    }
+}
+
+/// The tokens under `key` in a usage object, 0 when missing.
+pub fn tokens(usage: &Value, key: &str) -> u64 {
+    usage.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// What the dialects' unit tests share: lines as the runner delivers them, and one run.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A stdout line.
+    pub fn out(text: &str) -> OutputLine {
+        OutputLine::stdout(text)
+    }
+
+    /// A stderr line.
+    pub fn err(text: &str) -> OutputLine {
+        OutputLine::stderr(text)
+    }
+
+    /// Feeds `lines` to a fresh `D` parser, then ends it with `exit`.
+    pub fn run<D: Dialect + Default>(
+        lines: &[OutputLine],
+        exit: Option<i32>,
+    ) -> (Vec<AgentEvent>, AgentReport) {
+        let mut parser: Box<dyn OutputParser> = Box::new(Parser::<D>::new());
+        let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
+        (events, parser.finish(exit))
+    }
+}
