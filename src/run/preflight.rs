@@ -67,15 +67,21 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     // The local backend's server starts later (after the lock); its URL is not known yet.
     let backend = build_backend(cfg, &paths, cfg.native.base_url.clone())?;
     let probe = backend.command("")?;
+    let info = backend.info();
     if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
-        let how = match cfg.agent {
-            AgentKind::Exec => "fix --agent-cmd (agent_cmd in ralph.toml)",
-            _ => "install it, or point ralph at it with --agent-program PATH (agent_program in ralph.toml)",
-        };
         let place = if probe.program.components().count() > 1 {
             "does not exist or is not executable"
         } else {
             "was not found on PATH"
+        };
+        let how = match (cfg.agent, info.program) {
+            (AgentKind::Exec, _) => "fix --agent-cmd (agent_cmd in ralph.toml)".to_string(),
+            (_, Some(_)) => format!(
+                "{}, or point ralph at it with --agent-program PATH; `ralph doctor --agent {}` checks the setup, and `--agent local` runs a small local model with no account",
+                info.install_hint,
+                cfg.agent.as_str()
+            ),
+            (_, None) => "point ralph at it with --agent-program PATH (agent_program in ralph.toml)".to_string(),
         };
         bail!(
             "the agent program `{}` {place}\nhint: {how}",
@@ -83,17 +89,18 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
         );
     }
     // The CLI's version goes into the run header and every ledger record (a CLI that changed
-    // overnight is the first suspect when its output stops parsing). Only for known CLIs: an
-    // exec command may do anything with `--version`.
-    let agent_version = match cfg.agent {
-        AgentKind::Exec | AgentKind::Native | AgentKind::Local => None,
-        _ => match agent::probe::version(&probe.program, agent::probe::VERSION_TIMEOUT) {
+    // overnight is the first suspect when its output stops parsing). Only for CLIs that answer
+    // `--version`: an exec command may do anything with it.
+    let agent_version = if info.version_probe {
+        match agent::probe::version(&probe.program, agent::probe::VERSION_TIMEOUT) {
             Ok(v) => Some(v),
             Err(e) => {
                 out.warn(format!("cannot tell the agent's version: {e}"));
                 None
             }
-        },
+        }
+    } else {
+        None
     };
     Ok(Preflight {
         repo,

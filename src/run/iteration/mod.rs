@@ -108,7 +108,7 @@ pub async fn run(
             iteration: assignment.iteration,
             process: &execution.process,
             report: &execution.report,
-            has_final_event: cx.backend.kind() != crate::protocol::AgentKind::Exec,
+            has_final_event: cx.backend.info().final_event,
             limits: classify::Limits {
                 timeout: cx.cfg.timeout,
                 iteration_timeout: limits.timeout,
