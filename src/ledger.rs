@@ -306,42 +306,22 @@ mod tests {
         let at = DateTime::parse_from_rfc3339("2025-01-31T14:05:09.123Z")
             .unwrap()
             .with_timezone(&Utc);
-        LedgerRecord {
-            run_id: "r1".into(),
-            iteration,
-            story_id: "US-001".into(),
-            story_title: "Add login".into(),
-            backend: "claude".into(),
-            model: Some("sonnet".into()),
-            agent_version: None,
-            started_at: at,
-            ended_at: at,
-            duration_s: 1.5,
-            outcome,
-            exit_code: Some(0),
-            signal: None,
-            tokens_in: Some(10),
-            tokens_out: Some(20),
-            cache_read_tokens: None,
-            cache_creation_tokens: None,
-            cost_usd: Some(0.25),
-            cost_source: Some(CostSource::Agent),
-            head_before: None,
-            head_after: Some("abc".into()),
-            commits: vec!["abc".into()],
-            checkpoint_commit: None,
-            files_changed: vec!["src/a.rs".into()],
-            promise_seen: false,
-            passes_flipped: vec!["US-001".into()],
-            passes_reverted: vec![],
-            session_id: None,
-            transcript: Some(".ralph/runs/r1/iter-001.jsonl".into()),
-            message: None,
-            verify: Vec::new(),
-            findings: Vec::new(),
-            lost_commits: Vec::new(),
-            feature: None,
-        }
+        let mut r = LedgerRecord::new("r1", iteration, "US-001", outcome, at);
+        r.story_title = "Add login".into();
+        r.backend = "claude".into();
+        r.model = Some("sonnet".into());
+        r.duration_s = 1.5;
+        r.exit_code = Some(0);
+        r.tokens_in = Some(10);
+        r.tokens_out = Some(20);
+        r.cost_usd = Some(0.25);
+        r.cost_source = Some(CostSource::Agent);
+        r.head_after = Some("abc".into());
+        r.commits = vec!["abc".into()];
+        r.files_changed = vec!["src/a.rs".into()];
+        r.passes_flipped = vec!["US-001".into()];
+        r.transcript = Some(".ralph/runs/r1/iter-001.jsonl".into());
+        r
     }
 
     #[test]

@@ -559,42 +559,18 @@ fn corrupt_state_names_the_file_and_the_fix() {
 
 fn record(iteration: u32, outcome: Outcome) -> LedgerRecord {
     let at: DateTime<Utc> = "2025-01-31T14:05:09Z".parse().unwrap();
-    LedgerRecord {
-        verify: Vec::new(),
-        findings: Vec::new(),
-        lost_commits: Vec::new(),
-        feature: None,
-        run_id: "run-1".into(),
-        iteration,
-        story_id: "US-001".into(),
-        story_title: "Add login".into(),
-        backend: "exec".into(),
-        model: None,
-        agent_version: None,
-        started_at: at,
-        ended_at: at + chrono::Duration::milliseconds(2500),
-        duration_s: 2.5,
-        outcome,
-        exit_code: Some(0),
-        signal: None,
-        tokens_in: None,
-        tokens_out: None,
-        cache_read_tokens: None,
-        cache_creation_tokens: None,
-        cost_usd: None,
-        cost_source: None,
-        head_before: Some("a".into()),
-        head_after: Some("b".into()),
-        commits: vec![],
-        checkpoint_commit: Some("b".into()),
-        files_changed: vec!["src/main.rs".into()],
-        promise_seen: false,
-        passes_flipped: vec![],
-        passes_reverted: vec![],
-        session_id: None,
-        transcript: Some(".ralph/runs/run-1/iter-001.jsonl".into()),
-        message: None,
-    }
+    let mut r = LedgerRecord::new("run-1", iteration, "US-001", outcome, at);
+    r.story_title = "Add login".into();
+    r.backend = "exec".into();
+    r.ended_at = at + chrono::Duration::milliseconds(2500);
+    r.duration_s = 2.5;
+    r.exit_code = Some(0);
+    r.head_before = Some("a".into());
+    r.head_after = Some("b".into());
+    r.checkpoint_commit = Some("b".into());
+    r.files_changed = vec!["src/main.rs".into()];
+    r.transcript = Some(".ralph/runs/run-1/iter-001.jsonl".into());
+    r
 }
 
 #[test]
