@@ -7,9 +7,18 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::protocol::AgentKind;
 
+/// ralph's version and the git commit it was built from (see build.rs):
+/// `0.1.0 (a1b2c3d4e5f6 2026-12-01)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("RALPH_BUILD_COMMIT"),
+    ")"
+);
+
 /// `ralph`: run a coding agent in a loop over a prd.json until every story passes.
 #[derive(Debug, Parser)]
-#[command(name = "ralph", version, about, propagate_version = true)]
+#[command(name = "ralph", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
@@ -24,6 +33,7 @@ pub enum Command {
     /// Check a prd.json against the schema and the semantic rules; exit 0 (valid) or 1.
     Validate(ValidateArgs),
     /// Run the agent loop until every story passes or a limit is hit.
+    #[command(after_help = crate::protocol::ExitStatus::help_table())]
     Run(Box<RunArgs>),
     /// Show the stories, the next story and the latest run's iterations.
     Status(StatusArgs),
@@ -33,9 +43,44 @@ pub enum Command {
     Stop(StopArgs),
     /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
     Archive(ArchiveArgs),
+    /// Print a shell completion script: `ralph completions bash > ~/.local/share/bash-completion/completions/ralph`.
+    Completions(CompletionsArgs),
+    /// Print ralph's man page (roff), or write one page per command into a directory.
+    Man(ManArgs),
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).
     #[command(name = "__native-agent", hide = true)]
     NativeAgent,
+}
+
+/// The command line as users see it: [`Cli`] without hidden commands (`__native-agent`), for
+/// the completion scripts and the man pages, which would otherwise offer them.
+pub fn visible_command() -> clap::Command {
+    let full = <Cli as clap::CommandFactory>::command();
+    let mut cmd = clap::Command::new("ralph")
+        .version(VERSION)
+        .about(full.get_about().cloned().unwrap_or_default())
+        .subcommand_required(true);
+    for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+        cmd = cmd.subcommand(sub.clone());
+    }
+    cmd
+}
+
+/// Arguments of `ralph completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Arguments of `ralph man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `ralph.1` and one `ralph-<command>.1` per command into this directory instead of
+    /// printing `ralph.1` on stdout.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// Arguments of `ralph init`.

@@ -324,7 +324,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// ralph.toml is not valid TOML or has a wrong key or type.
-    #[error("{path} is not a valid ralph configuration: {message}\nhint: see the commented defaults written by `ralph init`, or README.md (Configuration)")]
+    #[error("{path} is not a valid ralph configuration: {message}\nhint: every key and its default is in the ralph.toml that `ralph init` writes, and in README.md, section Configuration")]
     Parse {
         /// The file.
         path: PathBuf,
@@ -749,8 +749,41 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: suggest_key(&e.to_string()),
     })
+}
+
+/// The TOML parser's message, with its list of every valid key (`unknown field `x`, expected one
+/// of …`) replaced by the closest valid key, as clap does for flags: `did you mean `max_iter`?`.
+fn suggest_key(message: &str) -> String {
+    let Some(start) = message.find("unknown field `") else {
+        return message.to_owned();
+    };
+    let rest = &message[start + "unknown field `".len()..];
+    let Some(end) = rest.find('`') else {
+        return message.to_owned();
+    };
+    let key = &rest[..end];
+    let Some(list_at) = rest.find("expected one of ") else {
+        return message.to_owned();
+    };
+    let list = &rest[list_at + "expected one of ".len()..];
+    let list_end = list.find('\n').unwrap_or(list.len());
+    let keys: Vec<&str> = list[..list_end]
+        .split(", ")
+        .map(|k| k.trim_matches('`'))
+        .collect();
+    let best = keys
+        .iter()
+        .map(|k| (strsim::jaro_winkler(key, k), *k))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let suggestion = match best {
+        Some((score, k)) if score > 0.8 => format!("did you mean `{k}`?"),
+        _ => "it is not a ralph.toml key (README.md, Configuration, lists them all)".to_owned(),
+    };
+    let head = &message[..start];
+    let tail = &list[list_end..];
+    format!("{head}unknown key `{key}`: {suggestion}{tail}")
 }
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {

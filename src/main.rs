@@ -16,6 +16,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
         Command::Archive(args) => ralph::commands::archive::run(args),
+        Command::Completions(args) => ralph::commands::completions::run(args),
+        Command::Man(args) => ralph::commands::man::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),
     };
     match result {

@@ -5,6 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::error::UserError;
 use crate::fsutil::write_atomic;
 
 /// The `.ralph` directory name, at the repository root.
@@ -41,6 +42,16 @@ impl RunPaths {
             ledger: ralph_dir.join(LEDGER_FILE),
             ralph_dir,
         }
+    }
+
+    /// The paths of the workspace of `prd`: its repository's root is the root (outside a git
+    /// repository, prd.json's directory is).
+    pub fn of_prd(prd: &Path) -> RunPaths {
+        let dir = prd.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let root = crate::git::Repo::discover(&dir)
+            .map(|r| r.root().to_path_buf())
+            .unwrap_or(dir);
+        RunPaths::new(&root, prd)
     }
 
     /// `.ralph/prd.snapshot.json`.
@@ -98,4 +109,75 @@ pub fn ensure_ralph_dir(ralph_dir: &Path) -> io::Result<()> {
         write_atomic(&ignore, b"*\n")?;
     }
     Ok(())
+}
+
+/// The prd.json a command works on: `arg` when given (relative to `cwd`), else `prd.json` in
+/// `cwd` or the nearest parent directory that has one, looking no higher than the enclosing git
+/// repository's root (the way git finds its repository), so `ralph status` works from any
+/// subdirectory.
+///
+/// # Errors
+/// A [`UserError`] naming where ralph looked and how to fix it, when no `arg` was given and no
+/// prd.json was found. An `arg` that does not exist is returned as is, for the command to report.
+pub fn locate_prd(arg: Option<&Path>, cwd: &Path) -> Result<PathBuf, UserError> {
+    if let Some(p) = arg {
+        return Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        });
+    }
+    let mut dir = Some(cwd);
+    while let Some(d) = dir {
+        let candidate = d.join("prd.json");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.join(".git").exists() {
+            return Err(not_found(cwd, Some(d)));
+        }
+        dir = d.parent();
+    }
+    Err(not_found(cwd, None))
+}
+
+fn not_found(cwd: &Path, root: Option<&Path>) -> UserError {
+    let looked = match root {
+        Some(root) if root != cwd => format!(
+            "no prd.json in {} or its parent directories up to the repository root {}",
+            cwd.display(),
+            root.display()
+        ),
+        _ => format!("no prd.json in {}", cwd.display()),
+    };
+    UserError::new(looked).with_hint(
+        "create one with `ralph init` (or `ralph init --dir DIR`), or name yours with --prd PATH",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prd_json_is_found_upward_but_not_above_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        let sub = repo.join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        // Above the repository: never found from inside it.
+        std::fs::write(dir.path().join("prd.json"), "{}").unwrap();
+        let err = locate_prd(None, &sub).unwrap_err();
+        assert!(
+            err.to_string().contains("up to the repository root"),
+            "{err}"
+        );
+        std::fs::write(repo.join("prd.json"), "{}").unwrap();
+        assert_eq!(locate_prd(None, &sub).unwrap(), repo.join("prd.json"));
+        assert_eq!(
+            locate_prd(Some(Path::new("x/prd.json")), &sub).unwrap(),
+            sub.join("x/prd.json")
+        );
+    }
 }

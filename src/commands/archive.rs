@@ -6,14 +6,11 @@
 //! Human output: one line naming the folder and a hint to commit; `--json`: one document on
 //! stdout, the [`crate::archive::Archived`] fields plus `"folder_rel"`.
 
-use std::path::Path;
-
 use anyhow::Context as _;
 
 use crate::archive;
 use crate::cli::ArchiveArgs;
 use crate::error::UserError;
-use crate::git::Repo;
 use crate::lock::{LockError, RunLock};
 use crate::protocol::ExitStatus;
 use crate::workspace::{ensure_ralph_dir, RunPaths};
@@ -27,17 +24,8 @@ use crate::workspace::{ensure_ralph_dir, RunPaths};
 /// the path.
 pub fn run(args: &ArchiveArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let prd = match &args.prd {
-        Some(p) if p.is_absolute() => p.clone(),
-        Some(p) => cwd.join(p),
-        None => cwd.join("prd.json"),
-    };
-    let prd_dir = prd.parent().unwrap_or(Path::new(".")).to_path_buf();
-    // Like `ralph status`: outside a git repository, `.ralph/` lives beside prd.json.
-    let root = Repo::discover(&prd_dir)
-        .map(|r| r.root().to_path_buf())
-        .unwrap_or_else(|_| prd_dir.clone());
-    let paths = RunPaths::new(&root, &prd);
+    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let paths = RunPaths::of_prd(&prd);
 
     ensure_ralph_dir(&paths.ralph_dir)?;
     let acquired = match RunLock::acquire(&paths.ralph_dir) {

@@ -1,8 +1,10 @@
 //! One module per subcommand; each exposes `run(args) -> anyhow::Result<ExitStatus>`.
 
 pub mod archive;
+pub mod completions;
 pub mod doctor;
 pub mod init;
+pub mod man;
 pub mod native_agent;
 pub mod run;
 pub mod status;

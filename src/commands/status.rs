@@ -21,23 +21,10 @@ use crate::workspace::RunPaths;
 /// An unreadable or invalid prd.json, an unreadable ledger or state file.
 pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd_path = args
-        .prd
-        .as_ref()
-        .map(|p| {
-            if p.is_absolute() {
-                p.clone()
-            } else {
-                cwd.join(p)
-            }
-        })
-        .unwrap_or_else(|| cwd.join("prd.json"));
+    let prd_path = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
     let loaded = store::load(&prd_path)?;
-    let prd_dir = loaded.path.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let root = Repo::discover(&prd_dir)
-        .map(|r| r.root().to_path_buf())
-        .unwrap_or(prd_dir);
-    let paths = RunPaths::new(&root, &loaded.path);
+    let paths = RunPaths::of_prd(&loaded.path);
+    let root = paths.repo_root.clone();
     let repo = Repo::discover(&root).ok();
     // Without `.ralph/` (deleted, or a fresh clone), git's trailers tell the story.
     let history = History::load(&paths, repo.as_ref())?;

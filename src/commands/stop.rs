@@ -8,7 +8,6 @@
 use std::path::Path;
 
 use crate::cli::StopArgs;
-use crate::git::Repo;
 use crate::lock::LockInfo;
 use crate::protocol::ExitStatus;
 use crate::state::State;
@@ -20,16 +19,9 @@ use crate::workspace::RunPaths;
 /// `.ralph/` cannot be written.
 pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd = match &args.prd {
-        Some(p) if p.is_absolute() => p.clone(),
-        Some(p) => cwd.join(p),
-        None => cwd.join("prd.json"),
-    };
-    let prd_dir = prd.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let root = Repo::discover(&prd_dir)
-        .map(|r| r.root().to_path_buf())
-        .unwrap_or(prd_dir);
-    let paths = RunPaths::new(&root, &prd);
+    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let paths = RunPaths::of_prd(&prd);
+    let root = paths.repo_root.clone();
     let holder = std::fs::read_to_string(paths.ralph_dir.join(crate::lock::LOCK_FILE))
         .ok()
         .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())

@@ -34,6 +34,39 @@ impl ExitStatus {
     }
 }
 
+impl ExitStatus {
+    /// Every status, in code order.
+    pub const ALL: [ExitStatus; 6] = [
+        ExitStatus::Success,
+        ExitStatus::Failure,
+        ExitStatus::Usage,
+        ExitStatus::MaxIterations,
+        ExitStatus::OtherLimit,
+        ExitStatus::Interrupted,
+    ];
+
+    /// What the code means for `ralph run`, in one line (README.md's "Exit codes" table).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExitStatus::Success => "complete: every story passes",
+            ExitStatus::Failure => "an error to fix: prd.json, settings, git, the lock, an auth or config error from the agent",
+            ExitStatus::Usage => "a usage error on the command line (unknown flag, refused value)",
+            ExitStatus::MaxIterations => "--max-iter reached with stories open",
+            ExitStatus::OtherLimit => "stopped by another limit or `ralph stop` (the summary's `why:` line and run_finished's stop_reason say which)",
+            ExitStatus::Interrupted => "interrupted (Ctrl-C, SIGTERM or SIGHUP); `ralph run` resumes",
+        }
+    }
+
+    /// The exit-code table `ralph run --help` ends with.
+    pub fn help_table() -> String {
+        let mut out = String::from("Exit codes:\n");
+        for status in ExitStatus::ALL {
+            out.push_str(&format!("  {:>3}  {}\n", status.code(), status.meaning()));
+        }
+        out
+    }
+}
+
 impl From<ExitStatus> for ExitCode {
     fn from(status: ExitStatus) -> Self {
         ExitCode::from(status.code())
