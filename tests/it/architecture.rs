@@ -245,6 +245,8 @@ fn architecture_only_process_spawns_or_signals() {
                 if line.contains("#[cfg(test)]") {
                     in_tests = true;
                 }
+                // clap's `Command` describes a command line; it runs nothing.
+                let line = line.replace("clap::Command::new(", "");
                 if !in_tests && patterns.iter().any(|p| line.contains(p)) {
                     offenders.push(format!(
                         "{}:{}: {}",

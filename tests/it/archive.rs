@@ -126,7 +126,7 @@ fn archive_by_hand_of_a_prd_elsewhere_and_without_branch() {
 fn archive_by_hand_refuses_while_a_run_holds_the_lock() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"claude_init": {}}, {"sleep_ms": 3_600_000}]]}));
-    let mut run = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let mut run = env.ralph_spawn(&["run", "--max-iter", "1"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while env.agent_calls() == 0 {
         assert!(Instant::now() < deadline, "the run never started its agent");

@@ -157,7 +157,7 @@ fn a_broken_ralph_toml_is_a_config_error_exit_1() {
     );
     assert_eq!(
         lines.last().unwrap(),
-        "hint: see the commented defaults written by `ralph init`, or README.md (Configuration)"
+        "hint: every key and its default is in the ralph.toml that `ralph init` writes, and in README.md, section Configuration"
     );
     assert_eq!(hint_lines(&out), 1);
 

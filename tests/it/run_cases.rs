@@ -322,7 +322,7 @@ fn case_22_sigkill_mid_iteration_then_resume() {
     env.write("prd.json", &serde_json::to_string_pretty(&prd).unwrap());
     env.git(&["commit", "-qam", "three stories"]);
 
-    let mut child = env.ralph_cmd(&["run", "--max-iter", "5"]).spawn().unwrap();
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "5"]);
     // Wait until iteration 3 is in flight with its agent running.
     let deadline = Instant::now() + Duration::from_secs(60);
     let pgid = loop {
@@ -382,7 +382,7 @@ fn case_22_sigkill_mid_iteration_then_resume() {
 fn case_23_second_run_refuses_and_names_the_pid() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"claude_init": {}}, {"sleep_ms": 3_600_000}]]}));
-    let mut first = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let mut first = env.ralph_spawn(&["run", "--max-iter", "1"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while env.agent_calls() == 0 {
         assert!(
@@ -414,7 +414,7 @@ fn ctrl_c_interrupts_checkpoints_and_resume_continues_numbering() {
          {"sleep_ms": 3_600_000}],
         claude_story("US-001", 1, "done")
     ]}));
-    let mut child = env.ralph_cmd(&["run", "--max-iter", "3"]).spawn().unwrap();
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "3"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.path("wip.txt").exists() {
         assert!(Instant::now() < deadline, "agent never started");
@@ -823,7 +823,7 @@ fn sigkill_while_prd_is_broken_restores_it_on_restart() {
         [{"corrupt_prd": true}, {"write_file": {"path": "marker.txt", "content": "x"}}, {"sleep_ms": 3_600_000}],
         claude_story("US-001", 1, "done")
     ]}));
-    let mut child = env.ralph_cmd(&["run", "--max-iter", "3"]).spawn().unwrap();
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "3"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.path("marker.txt").exists() {
         assert!(Instant::now() < deadline, "agent never started");
@@ -1013,19 +1013,17 @@ fn restart_kills_processes_the_agent_moved_out_of_its_group() {
     .unwrap();
     std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let pid_file = env.root.path().join("escapee.pid");
-    let mut child = env
-        .ralph_cmd(&[
-            "run",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            agent.to_str().unwrap(),
-            "--max-iter",
-            "1",
-        ])
-        .env("ESCAPEE", &pid_file)
-        .spawn()
-        .unwrap();
+    let mut cmd = env.ralph_cmd(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        agent.to_str().unwrap(),
+        "--max-iter",
+        "1",
+    ]);
+    cmd.env("ESCAPEE", &pid_file);
+    let mut child = env.ralph_spawn_with(cmd);
     let deadline = Instant::now() + Duration::from_secs(30);
     let escapee: i32 = loop {
         assert!(
@@ -1153,7 +1151,7 @@ fn a_ralph_killed_during_a_usage_limit_wait_waits_for_the_same_reset_when_restar
     env.script(
         &json!({"invocations": [usage_limit_invocation(5), claude_story("US-001", 1, "done")]}),
     );
-    let mut child = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let resume_at = loop {
         assert!(Instant::now() < deadline, "ralph never started waiting");

@@ -205,7 +205,7 @@ fn unknown_counts_are_not_shown_as_zero() {
 fn status_during_the_first_iteration_does_not_say_no_runs_yet() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"claude_init": {}}, {"write_file": {"path": "started", "content": ""}}, {"sleep_ms": 20_000}]]}));
-    let mut child = env.ralph_cmd(&["run", "--max-iter", "1"]).spawn().unwrap();
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.path("started").exists() {
         assert!(Instant::now() < deadline, "agent never started");

@@ -157,6 +157,47 @@ impl TestEnv {
         cmd
     }
 
+    /// Starts `ralph` in the background with its stdout and stderr in files beside the repo
+    /// (`ralph-<n>.stdout`/`.stderr`, see [`TestEnv::spawned_output`]), so that a run a test
+    /// interrupts does not print its banner into the test harness's log.
+    pub fn ralph_spawn(&self, args: &[&str]) -> std::process::Child {
+        self.ralph_spawn_with(self.ralph_cmd(args))
+    }
+
+    /// [`TestEnv::ralph_spawn`] for a command the test configured further (env, cwd).
+    pub fn ralph_spawn_with(&self, mut cmd: Command) -> std::process::Child {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let base = self.root.path().join(format!("ralph-{n}"));
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(base.with_extension("stdout")).expect("stdout file"))
+            .stderr(std::fs::File::create(base.with_extension("stderr")).expect("stderr file"))
+            .spawn()
+            .expect("start ralph")
+    }
+
+    /// What every background ralph of this test printed, for assertion messages.
+    pub fn spawned_output(&self) -> String {
+        let mut out = String::new();
+        let mut files: Vec<_> = std::fs::read_dir(self.root.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("ralph-"))
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            out.push_str(&format!("--- {}\n", f.display()));
+            out.push_str(&std::fs::read_to_string(&f).unwrap_or_default());
+        }
+        out
+    }
+
     /// Runs `ralph` to completion.
     pub fn ralph(&self, args: &[&str]) -> Output {
         self.ralph_cmd(args).output().expect("run ralph")
