@@ -37,6 +37,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Show the stories, the next story and the latest run's iterations.
     Status(StatusArgs),
+    /// One line per iteration across runs, newest last: story, outcome, time, cost, why.
+    Log(LogArgs),
     /// Check each agent CLI: installed, which version, and the known traps on this machine.
     Doctor(DoctorArgs),
     /// Ask the `ralph run` in this repository to stop after its current iteration.
@@ -64,6 +66,36 @@ pub fn visible_command() -> clap::Command {
         cmd = cmd.subcommand(sub.clone());
     }
     cmd
+}
+
+/// Arguments of `ralph log`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The prd.json whose repository to read (default: found upward from the current directory).
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Only this run (its id, or a unique prefix or suffix of it).
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// Only this story.
+    #[arg(long, value_name = "ID")]
+    pub story: Option<String>,
+    /// Only these outcomes (comma-separated, e.g. `verify_failed,agent_error`).
+    #[arg(long, value_name = "OUTCOMES", value_delimiter = ',')]
+    pub outcome: Vec<String>,
+    /// Only iterations that started after this: a date (`2026-12-01`), a time
+    /// (`2026-12-01T08:00:00Z`), or an age (`12h`, `3days`).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only the last N iterations (after the other filters).
+    #[arg(short = 'n', long = "max-count", value_name = "N")]
+    pub max_count: Option<usize>,
+    /// Print the ledger records as JSON lines instead.
+    #[arg(long)]
+    pub json: bool,
+    /// Never page the output.
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// Arguments of `ralph completions`.

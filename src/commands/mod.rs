@@ -4,6 +4,7 @@ pub mod archive;
 pub mod completions;
 pub mod doctor;
 pub mod init;
+pub mod log;
 pub mod man;
 pub mod native_agent;
 pub mod run;

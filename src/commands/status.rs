@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::cli::StatusArgs;
 use crate::git::Repo;
 use crate::history::{History, Source};
+use crate::output::text::usd;
 use crate::prd::store;
 use crate::protocol::ExitStatus;
 use crate::protocol::LedgerRecord;
@@ -298,14 +299,6 @@ impl Totals {
     }
 }
 
-/// `$1.23`, or `$0.0047` below a cent (so a cheap iteration does not read as free).
-fn usd(c: f64) -> String {
-    if c > 0.0 && c < 0.01 {
-        format!("${c:.4}")
-    } else {
-        format!("${c:.2}")
-    }
-}
 
 /// The ralph run holding `.ralph/lock`, when its process is still alive.
 fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {

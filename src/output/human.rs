@@ -423,14 +423,7 @@ fn plural(n: usize, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
-/// `$1.23`, or `$0.0047` below a cent (so a cheap iteration does not read as free).
-pub fn usd(c: f64) -> String {
-    if c > 0.0 && c < 0.01 {
-        format!("${c:.4}")
-    } else {
-        format!("${c:.2}")
-    }
-}
+pub use super::text::usd;
 
 /// `14:00` for a time today, `Tue 1 Dec 14:00` later this year, `2027-01-04 14:00` otherwise
 /// (local time).

@@ -7,6 +7,7 @@ use crate::protocol::RunEvent;
 
 pub mod human;
 pub mod json;
+pub mod text;
 
 /// Something that consumes run events (see the module docs).
 pub trait Sink: Send {

@@ -50,6 +50,7 @@ mod service;
 mod spawn;
 mod supervise;
 mod tag;
+pub mod pager;
 
 pub use capture::{capture, Captured, CAPTURE_MAX_BYTES};
 pub use group::{group_alive, group_members, kill_group};

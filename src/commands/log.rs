@@ -1,0 +1,203 @@
+//! `ralph log`: every iteration across runs, one line each, newest last, from the one reader of
+//! history ([`crate::history`]): the ledger, or, without `.ralph/`, the trailers of ralph's
+//! commits (fewer columns, and it says so). Pages like git when stdout is a terminal.
+//!
+//! ```text
+//!     #  RUN             STORY   OUTCOME          TIME   COST  COMMITS  FILES  WHY
+//!     3  12-01 12:03:54  US-002  verify_failed    1m03s  $0.21        0      2  verify failed for US-002: …
+//! ```
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use crate::cli::LogArgs;
+use crate::error::UserError;
+use crate::git::Repo;
+use crate::history::{History, Source};
+use crate::output::text::{one_line, run_label, short_secs, usd_or_unknown};
+use crate::protocol::{ExitStatus, LedgerRecord, Outcome};
+use crate::workspace::RunPaths;
+
+/// Longest reason shown on a line, in characters.
+const REASON_CHARS: usize = 110;
+
+/// Prints the log (see the module docs).
+///
+/// # Errors
+/// No prd.json found, an unreadable ledger, a bad filter (naming the flag and the fix).
+pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let paths = RunPaths::of_prd(&prd);
+    let repo = Repo::discover(&paths.repo_root).ok();
+    let history = History::load(&paths, repo.as_ref())?;
+    let records = select(&history, args)?;
+    if args.json {
+        let mut out = String::new();
+        for r in &records {
+            out.push_str(&serde_json::to_string(r)?);
+            out.push('\n');
+        }
+        print!("{out}");
+        return Ok(ExitStatus::Success);
+    }
+    let text = render(&records, history.source);
+    if args.no_pager {
+        print!("{text}");
+    } else {
+        crate::process::pager::page(&text);
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The records `args` asks for, oldest first.
+fn select<'a>(history: &'a History, args: &LogArgs) -> Result<Vec<&'a LedgerRecord>, UserError> {
+    let outcomes = args
+        .outcome
+        .iter()
+        .map(|o| {
+            o.trim().parse::<Outcome>().map_err(|e| {
+                UserError::usage(format!("--outcome: {e}"))
+                    .with_hint("name outcomes as the ledger does, comma-separated")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let run = match &args.run {
+        Some(wanted) => Some(resolve_run(history, wanted)?),
+        None => None,
+    };
+    let since = args.since.as_deref().map(parse_since).transpose()?;
+    let mut out: Vec<&LedgerRecord> = history
+        .records
+        .iter()
+        .filter(|r| run.as_deref().is_none_or(|id| r.run_id == id))
+        .filter(|r| args.story.as_deref().is_none_or(|s| r.story_id == s))
+        .filter(|r| outcomes.is_empty() || outcomes.contains(&r.outcome))
+        .filter(|r| since.is_none_or(|t| r.started_at >= t))
+        .collect();
+    if let Some(n) = args.max_count {
+        out.drain(..out.len().saturating_sub(n));
+    }
+    Ok(out)
+}
+
+/// The run id `wanted` names: an id, or a unique prefix or suffix of one.
+fn resolve_run(history: &History, wanted: &str) -> Result<String, UserError> {
+    let mut ids: Vec<&str> = history.records.iter().map(|r| r.run_id.as_str()).collect();
+    ids.dedup();
+    if ids.contains(&wanted) {
+        return Ok(wanted.to_owned());
+    }
+    let matches: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        [] => Err(UserError::usage(format!("--run {wanted}: no such run"))
+            .with_hint(format!("the runs are: {}", ids.join(", ")))),
+        many => Err(UserError::usage(format!(
+            "--run {wanted} names {} runs: {}",
+            many.len(),
+            many.join(", ")
+        ))
+        .with_hint("give more of the run id")),
+    }
+}
+
+/// `--since`: an RFC 3339 time, a date (local midnight), or an age (`12h`, `3days`).
+fn parse_since(text: &str) -> Result<DateTime<Utc>, UserError> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        if let Some(local) = d
+            .and_hms_opt(0, 0, 0)
+            .and_then(|t| t.and_local_timezone(chrono::Local).earliest())
+        {
+            return Ok(local.with_timezone(&Utc));
+        }
+    }
+    if let Ok(age) = humantime::parse_duration(text) {
+        if let Ok(age) = chrono::Duration::from_std(age) {
+            return Ok(Utc::now() - age);
+        }
+    }
+    Err(UserError::usage(format!("--since {text}: not a date, time or age"))
+        .with_hint("write 2026-12-01, 2026-12-01T08:00:00Z, or an age such as 12h or 3days"))
+}
+
+/// Why the iteration ended as it did, on one line: for a failed check, the command, how it
+/// ended and the last line of its output; else the iteration's message.
+pub fn reason(r: &LedgerRecord) -> String {
+    if let Some(v) = r.verify_failures().next() {
+        let last = v
+            .output_tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| format!(": {}", l.trim()))
+            .unwrap_or_default();
+        let text = format!(
+            "{}'s check `{}` {}{last}",
+            v.story_id,
+            one_line(&v.command, 40),
+            v.result.as_deref().unwrap_or("failed")
+        );
+        return one_line(&text, REASON_CHARS);
+    }
+    one_line(r.message.as_deref().unwrap_or_default(), REASON_CHARS)
+}
+
+/// The table.
+fn render(records: &[&LedgerRecord], source: Source) -> String {
+    let mut out = String::new();
+    if records.is_empty() {
+        out.push_str(match source {
+            Source::Empty => "no iterations recorded yet: start with `ralph run`\n",
+            _ => "no iteration matches\n",
+        });
+        return out;
+    }
+    let git = source == Source::Git;
+    let _ = writeln!(
+        out,
+        "{:>5}  {:<14}  {:<10}  {:<15}  {:>6}  {:>7}  {:>7}  {:>5}  WHY",
+        "#", "RUN", "STORY", "OUTCOME", "TIME", "COST", "COMMITS", "FILES"
+    );
+    for r in records {
+        let (time, cost, commits, files) = if git {
+            ("-".into(), "-".into(), "-".into(), "-".into())
+        } else {
+            (
+                short_secs(r.duration_s),
+                usd_or_unknown(r.cost_usd),
+                r.commits.len().to_string(),
+                r.files_changed.len().to_string(),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{:>5}  {:<14}  {:<10}  {:<15}  {:>6}  {:>7}  {:>7}  {:>5}  {}",
+            r.iteration,
+            run_label(&r.run_id),
+            r.story_id,
+            r.outcome.as_str(),
+            time,
+            cost,
+            commits,
+            files,
+            reason(r)
+        );
+    }
+    if git {
+        out.push_str(
+            "from git history: .ralph/ is missing, so only what ralph's commit trailers keep is shown (no durations, costs, changes or reasons)\n",
+        );
+    }
+    out
+}

@@ -1,0 +1,79 @@
+//! Small text formats shared by the terminal outputs and the readers of history (`ralph status`,
+//! `log`, `show`, `report`): money, durations, shortened text.
+
+use std::time::Duration;
+
+/// `$1.23`, or `$0.0047` below a cent (so a cheap iteration does not read as free).
+pub fn usd(c: f64) -> String {
+    if c > 0.0 && c < 0.01 {
+        format!("${c:.4}")
+    } else {
+        format!("${c:.2}")
+    }
+}
+
+/// `$1.23`, or `?` when the cost is unknown.
+pub fn usd_or_unknown(c: Option<f64>) -> String {
+    c.map(usd).unwrap_or_else(|| "?".to_owned())
+}
+
+/// A short duration: `850ms`, `42s`, `3m05s`, `2h03m`.
+pub fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    if s < 60 {
+        return format!("{s}s");
+    }
+    if s < 3600 {
+        return format!("{}m{:02}s", s / 60, s % 60);
+    }
+    format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+}
+
+/// [`short_duration`] of a number of seconds.
+pub fn short_secs(secs: f64) -> String {
+    short_duration(Duration::from_secs_f64(secs.max(0.0)))
+}
+
+/// `s` on one line (whitespace collapsed), cut to `max` characters with `…`.
+pub fn one_line(s: &str, max: usize) -> String {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::protocol::fields::truncate_chars(&joined, max)
+}
+
+/// A run id (`20261201T120354-4eba`) as a short local-looking label: `12-01 12:03:54`; the id
+/// itself when it has another shape.
+pub fn run_label(run_id: &str) -> String {
+    let b = run_id.as_bytes();
+    if run_id.len() >= 15 && b[8] == b'T' && run_id[..8].bytes().all(|c| c.is_ascii_digit()) {
+        format!(
+            "{}-{} {}:{}:{}",
+            &run_id[4..6],
+            &run_id[6..8],
+            &run_id[9..11],
+            &run_id[11..13],
+            &run_id[13..15]
+        )
+    } else {
+        run_id.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(usd(0.0047), "$0.0047");
+        assert_eq!(usd_or_unknown(None), "?");
+        assert_eq!(short_duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(short_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(short_duration(Duration::from_secs(7380)), "2h03m");
+        assert_eq!(one_line("a\n  b", 10), "a b");
+        assert_eq!(run_label("20261201T120354-4eba"), "12-01 12:03:54");
+        assert_eq!(run_label("r1"), "r1");
+    }
+}
