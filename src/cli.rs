@@ -45,6 +45,8 @@ pub enum Command {
     Stop(StopArgs),
     /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
     Archive(ArchiveArgs),
+    /// Send a sample of each configured notification kind and say what happened.
+    Notify(NotifyArgs),
     /// Print a shell completion script: `ralph completions bash > ~/.local/share/bash-completion/completions/ralph`.
     Completions(CompletionsArgs),
     /// Print ralph's man page (roff), or write one page per command into a directory.
@@ -96,6 +98,37 @@ pub struct LogArgs {
     /// Never page the output.
     #[arg(long)]
     pub no_pager: bool,
+}
+
+/// Arguments of `ralph notify`.
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    /// Send one sample notification of each kind to every configured target.
+    #[arg(long)]
+    pub test: bool,
+    /// The notification settings, as for `ralph run` (`--notify-webhook`, `--config`, …).
+    #[command(flatten)]
+    pub run: NotifyRunArgs,
+}
+
+/// The `ralph run` options `ralph notify` reads.
+#[derive(Debug, Args, Default)]
+pub struct NotifyRunArgs {
+    /// The configuration file (default: ./ralph.toml when it exists).
+    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// A webhook URL to test (adds to `[notify] webhook`); repeatable.
+    #[arg(long, value_name = "URL")]
+    pub notify_webhook: Vec<String>,
+    /// The webhook body: json, slack or discord.
+    #[arg(long, value_enum, value_name = "FORMAT", env = "RALPH_NOTIFY_FORMAT")]
+    pub notify_format: Option<crate::notify::WebhookFormat>,
+    /// A command to test.
+    #[arg(long, value_name = "CMD", env = "RALPH_NOTIFY_COMMAND")]
+    pub notify_command: Option<String>,
+    /// Test desktop notifications.
+    #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
+    pub notify_desktop: bool,
 }
 
 /// Arguments of `ralph completions`.
@@ -277,6 +310,19 @@ pub struct RunArgs {
     /// Give blocked stories another chance: clear their blocked mark and attempt counts.
     #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub unblock: bool,
+    /// Also POST notifications (run finished, story passed or blocked, usage-limit wait, needs
+    /// attention) to this webhook URL; repeatable; adds to `[notify] webhook` in ralph.toml.
+    #[arg(long, value_name = "URL")]
+    pub notify_webhook: Vec<String>,
+    /// The webhook body: json (default), slack or discord.
+    #[arg(long, value_enum, value_name = "FORMAT", env = "RALPH_NOTIFY_FORMAT")]
+    pub notify_format: Option<crate::notify::WebhookFormat>,
+    /// Also run this shell command for each notification, with its JSON on stdin.
+    #[arg(long, value_name = "CMD", env = "RALPH_NOTIFY_COMMAND")]
+    pub notify_command: Option<String>,
+    /// Also show desktop notifications (notify-send, or osascript on macOS).
+    #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
+    pub notify_desktop: bool,
     /// Stop the run (exit 4) as soon as a story is blocked, instead of moving on to the next
     /// story: for jobs where a blocked story needs a human before anything else.
     #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]

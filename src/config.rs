@@ -120,6 +120,10 @@ pub struct FileConfig {
     /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
     #[serde(default)]
     pub patterns: crate::agent::classify::ExtraPatterns,
+    /// Notifications: `[notify] webhook = ["…"]`, `command`, `desktop`, … (see
+    /// [`crate::notify`]).
+    #[serde(default)]
+    pub notify: crate::notify::NotifyFile,
 }
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
@@ -233,6 +237,8 @@ pub struct RunConfig {
     pub max_duration: Option<Duration>,
     /// Failure patterns from ralph.toml, added to the built-in ones.
     pub patterns: crate::agent::classify::ExtraPatterns,
+    /// Notifications.
+    pub notify: crate::notify::NotifyConfig,
     /// Cost limit of this run in USD (`None`: no limit).
     pub max_cost: Option<f64>,
     /// Iterations a story may take without passing before it is blocked (≥ 1).
@@ -463,6 +469,40 @@ impl ConfigError {
 }
 
 impl RunConfig {
+    /// Only the notification settings of `args` and the ralph.toml `resolve` would read (for
+    /// `ralph notify --test`, which must work whatever the rest of the file says about agents).
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unreadable or invalid file or a bad `notify.timeout`.
+    pub fn resolve_notify(
+        args: &RunArgs,
+        cwd: &Path,
+    ) -> Result<crate::notify::NotifyConfig, ConfigError> {
+        let config_path = match &args.config {
+            Some(p) => Some(absolute(cwd, p)),
+            None => Some(cwd.join(CONFIG_FILE_NAME)).filter(|p| p.is_file()),
+        };
+        let file = match &config_path {
+            Some(p) => load_file(p)?,
+            None => FileConfig::default(),
+        };
+        let file_path = config_path.unwrap_or_default();
+        let duration =
+            |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+                raw.as_ref()
+                    .map(|value| {
+                        humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
+                            path: file_path.clone(),
+                            key,
+                            value: value.clone(),
+                            message: e.to_string(),
+                        })
+                    })
+                    .transpose()
+            };
+        notify_config(args, &file.notify, &duration)
+    }
+
     /// Resolves flags and environment (already merged by clap into `args`), then `ralph.toml`
     /// (`args.config`, else `<cwd>/ralph.toml` when it exists), then defaults. Relative paths in
     /// the file are taken relative to the file's directory; flag paths relative to `cwd`.
@@ -708,6 +748,7 @@ impl RunConfig {
             keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
             max_duration,
             patterns: file.patterns.clone(),
+            notify: notify_config(args, &file.notify, &duration)?,
             no_wait: args.no_wait,
             usage_limit_fallback,
             usage_limit_margin,
@@ -740,6 +781,33 @@ impl RunConfig {
             config_file: config_path,
         })
     }
+}
+
+/// The notification settings: the `--notify-*` flags add to ralph.toml's `[notify]` table.
+fn notify_config(
+    args: &RunArgs,
+    file: &crate::notify::NotifyFile,
+    duration: &dyn Fn(&'static str, &Option<String>) -> Result<Option<Duration>, ConfigError>,
+) -> Result<crate::notify::NotifyConfig, ConfigError> {
+    use crate::notify::{Kind, NotifyConfig, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT};
+    let mut webhooks = file.webhook.clone();
+    webhooks.extend(args.notify_webhook.iter().cloned());
+    let secret = file.secret.clone().or_else(|| {
+        file.secret_env
+            .as_deref()
+            .and_then(|var| std::env::var(var).ok())
+            .filter(|v| !v.is_empty())
+    });
+    Ok(NotifyConfig {
+        webhooks,
+        format: args.notify_format.or(file.format).unwrap_or_default(),
+        secret,
+        command: args.notify_command.clone().or(file.command.clone()),
+        desktop: args.notify_desktop || file.desktop.unwrap_or(false),
+        kinds: file.events.clone().unwrap_or_else(|| Kind::ALL.to_vec()),
+        timeout: duration("notify.timeout", &file.timeout)?.unwrap_or(DEFAULT_TIMEOUT),
+        attempts: file.attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
+    })
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {

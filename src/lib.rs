@@ -28,6 +28,7 @@ pub mod ledger;
 pub mod local;
 pub mod lock;
 pub mod native;
+pub mod notify;
 pub mod output;
 pub mod prd;
 pub mod process;

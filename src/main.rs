@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
         Command::Archive(args) => ralph::commands::archive::run(args),
+        Command::Notify(args) => ralph::commands::notify::run(args),
         Command::Completions(args) => ralph::commands::completions::run(args),
         Command::Man(args) => ralph::commands::man::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),

@@ -127,8 +127,10 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>, UserError> {
             return Ok(Utc::now() - age);
         }
     }
-    Err(UserError::usage(format!("--since {text}: not a date, time or age"))
-        .with_hint("write 2026-12-01, 2026-12-01T08:00:00Z, or an age such as 12h or 3days"))
+    Err(
+        UserError::usage(format!("--since {text}: not a date, time or age"))
+            .with_hint("write 2026-12-01, 2026-12-01T08:00:00Z, or an age such as 12h or 3days"),
+    )
 }
 
 /// Why the iteration ended as it did, on one line: for a failed check, the command, how it

@@ -7,6 +7,7 @@ pub mod init;
 pub mod log;
 pub mod man;
 pub mod native_agent;
+pub mod notify;
 pub mod run;
 pub mod status;
 pub mod stop;

@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use crate::cli::RunArgs;
 use crate::config::{OutputMode, RunConfig};
-use crate::output::{human::Human, json::Json, Outputs};
+use crate::output::{human::Human, json::Json, notify::Notify, Outputs};
 use crate::process::StopSignals;
 use crate::protocol::ExitStatus;
 
@@ -44,7 +44,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
             let _ = writeln!(std::io::stderr(), "ralph: killing the agent now.");
         });
         let mut out = outputs(&cfg);
-        crate::run::run(cfg, &mut out, stop).await
+        let result = crate::run::run(cfg, &mut out, stop).await;
+        // Pending notifications are delivered (each attempt bounded) before ralph exits.
+        out.close();
+        result
     })
 }
 
@@ -59,6 +62,21 @@ fn outputs(cfg: &RunConfig) -> Outputs {
             out.add(Box::new(Json::new(cfg.verbose)));
             out.add(Box::new(Human::warnings_only()));
         }
+    }
+    if !cfg.notify.is_empty() {
+        let project = crate::prd::store::load(&cfg.prd_path)
+            .map(|l| l.prd.project)
+            .unwrap_or_else(|_| "ralph".into());
+        let paths = crate::workspace::RunPaths::of_prd(&cfg.prd_path);
+        let log = paths.ralph_dir.join("notifications.jsonl");
+        let sink = Notify::new(
+            cfg.notify.clone(),
+            project,
+            paths.repo_root.clone(),
+            log,
+            out.warnings(),
+        );
+        out.add(Box::new(sink));
     }
     out
 }

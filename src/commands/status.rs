@@ -299,7 +299,6 @@ impl Totals {
     }
 }
 
-
 /// The ralph run holding `.ralph/lock`, when its process is still alive.
 fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {
     let text = std::fs::read_to_string(ralph_dir.join(crate::lock::LOCK_FILE)).ok()?;

@@ -7,18 +7,45 @@ use crate::protocol::RunEvent;
 
 pub mod human;
 pub mod json;
+pub mod notify;
 pub mod text;
 
 /// Something that consumes run events (see the module docs).
 pub trait Sink: Send {
     /// Handles one event. Must not fail the run: a sink that cannot write drops the output.
     fn on(&mut self, event: &RunEvent);
+
+    /// The run is over: finish what is pending (e.g. notifications in flight), within the
+    /// sink's own time limits.
+    fn close(&mut self) {}
+}
+
+/// Warnings a sink raises from elsewhere (a notification that failed on the notification
+/// worker): [`Outputs`] turns them into [`RunEvent::Warning`]s for every sink.
+#[derive(Debug, Clone, Default)]
+pub struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    /// Queues a warning.
+    pub fn push(&self, message: String) {
+        if let Ok(mut w) = self.0.lock() {
+            w.push(message);
+        }
+    }
+
+    fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default()
+    }
 }
 
 /// The sinks of one run, in order.
 #[derive(Default)]
 pub struct Outputs {
     sinks: Vec<Box<dyn Sink>>,
+    warnings: Warnings,
 }
 
 impl Outputs {
@@ -32,10 +59,33 @@ impl Outputs {
         self.sinks.push(sink);
     }
 
-    /// Sends `event` to every sink.
+    /// Where sinks queue warnings of their own (see [`Warnings`]).
+    pub fn warnings(&self) -> Warnings {
+        self.warnings.clone()
+    }
+
+    /// Sends `event` to every sink, then any warning a sink queued meanwhile.
     pub fn emit(&mut self, event: RunEvent) {
         for sink in &mut self.sinks {
             sink.on(&event);
+        }
+        for message in self.warnings.take() {
+            self.emit(RunEvent::Warning { message });
+        }
+    }
+
+    /// Ends the run's output: every sink finishes what is pending, and their last warnings are
+    /// shown.
+    pub fn close(&mut self) {
+        for sink in &mut self.sinks {
+            sink.close();
+        }
+        for message in self.warnings.take() {
+            for sink in &mut self.sinks {
+                sink.on(&RunEvent::Warning {
+                    message: message.clone(),
+                });
+            }
         }
     }
 

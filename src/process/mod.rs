@@ -46,11 +46,11 @@ use tokio_util::sync::CancellationToken;
 mod capture;
 mod group;
 mod lines;
+pub mod pager;
 mod service;
 mod spawn;
 mod supervise;
 mod tag;
-pub mod pager;
 
 pub use capture::{capture, Captured, CAPTURE_MAX_BYTES};
 pub use group::{group_alive, group_members, kill_group};

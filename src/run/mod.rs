@@ -153,12 +153,16 @@ async fn drive(
         s.records.push(done.record);
         s.tally = decision.tally;
         if decision.block {
-            block(&mut s.state, &s.records, &story_id, out);
+            s.state.blocked.push(story_id.clone());
         }
         if decision.resume_at.is_some() {
             s.state.resume_at = decision.resume_at;
         }
         s.state.save(&paths.ralph_dir)?;
+        // Said only once state.json has the block (notifications follow what is written).
+        if decision.block {
+            blocked(&s.state, &s.records, &story_id, out);
+        }
         let (until, reason, during) = match decision.next {
             Next::Continue => continue,
             Next::Stop(reason) => return Ok(reason),
@@ -198,14 +202,13 @@ fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
     reason
 }
 
-/// Blocks `story_id` (it used up `--max-attempts`) and says so.
-fn block(
-    state: &mut crate::state::State,
+/// Says that `story_id` is blocked (it used up `--max-attempts`).
+fn blocked(
+    state: &crate::state::State,
     records: &[crate::protocol::LedgerRecord],
     story_id: &str,
     out: &mut Outputs,
 ) {
-    state.blocked.push(story_id.to_owned());
     let last = records.last();
     out.emit(RunEvent::StoryBlocked {
         story_id: story_id.to_owned(),

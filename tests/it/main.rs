@@ -15,6 +15,7 @@ mod llm;
 mod local;
 mod local_e2e;
 mod native_loop;
+mod notify;
 mod prd;
 mod process;
 mod process_trees;

@@ -1,0 +1,433 @@
+//! Notifications: a few moments of a run worth telling someone who is not watching (the run
+//! finished, a story passed, a story is blocked, the run waits for a usage limit, an auth or
+//! config error needs a human), delivered to webhooks, a command, or the desktop.
+//!
+//! This module holds the settings ([`NotifyConfig`], from ralph.toml's `[notify]` table and the
+//! `--notify-*` flags), the message ([`Notification`]) and the delivery of one message to one
+//! target ([`deliver`]), with a time limit per attempt. `output/notify.rs` is the sink that turns
+//! run events into notifications and delivers them in order on a worker, with retries, after
+//! the iteration is written down.
+//!
+//! Webhook bodies: `json` (the [`Notification`] itself), `slack` (`{"text": …}`) or `discord`
+//! (`{"content": …}`). With a secret, the body is signed with HMAC-SHA256 and the signature sent as
+//! `X-Ralph-Signature: sha256=<hex>` (GitHub's convention), so a receiver can check the sender.
+//! Secrets (webhook URLs with tokens, the HMAC secret) are never written to the ledger,
+//! transcripts or reports; [`redact_url`] is how a URL appears in messages.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac as _};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::process::{capture, SpawnSpec};
+use crate::protocol::time::rfc3339;
+
+/// Default time limit of one delivery attempt.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default attempts per notification and target (the first and the retries).
+pub const DEFAULT_ATTEMPTS: u32 = 3;
+
+/// Which kinds of notification exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The run ended (with its typed stop reason).
+    RunFinished,
+    /// A story passed.
+    StoryPassed,
+    /// A story is blocked after `--max-attempts`.
+    StoryBlocked,
+    /// The run waits for a usage limit to reset (with the time).
+    UsageLimitWait,
+    /// An auth or config error: a human must act.
+    NeedsAttention,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 5] = [
+        Kind::RunFinished,
+        Kind::StoryPassed,
+        Kind::StoryBlocked,
+        Kind::UsageLimitWait,
+        Kind::NeedsAttention,
+    ];
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::RunFinished => "run_finished",
+            Kind::StoryPassed => "story_passed",
+            Kind::StoryBlocked => "story_blocked",
+            Kind::UsageLimitWait => "usage_limit_wait",
+            Kind::NeedsAttention => "needs_attention",
+        }
+    }
+}
+
+/// How a webhook's body is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    /// The notification as JSON.
+    #[default]
+    Json,
+    /// Slack incoming webhook: `{"text": "<the sentence>"}`.
+    Slack,
+    /// Discord webhook: `{"content": "<the sentence>"}`.
+    Discord,
+}
+
+/// ralph.toml's `[notify]` table, as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyFile {
+    /// Webhook URLs, each POSTed every notification.
+    #[serde(default)]
+    pub webhook: Vec<String>,
+    /// The body's shape for every webhook.
+    pub format: Option<WebhookFormat>,
+    /// The HMAC-SHA256 key (prefer `secret_env`: ralph.toml is usually committed).
+    pub secret: Option<String>,
+    /// The environment variable holding the HMAC-SHA256 key.
+    pub secret_env: Option<String>,
+    /// A shell command run with the notification's JSON on stdin.
+    pub command: Option<String>,
+    /// Desktop notifications (notify-send, or osascript on macOS).
+    pub desktop: Option<bool>,
+    /// Which kinds to send (default: all).
+    pub events: Option<Vec<Kind>>,
+    /// Time limit of one attempt, humantime syntax (`10s`).
+    pub timeout: Option<String>,
+    /// Attempts per notification and target.
+    pub attempts: Option<u32>,
+}
+
+/// The resolved notification settings of a run.
+#[derive(Clone, Default, PartialEq)]
+pub struct NotifyConfig {
+    /// Webhook URLs.
+    pub webhooks: Vec<String>,
+    /// The body's shape.
+    pub format: WebhookFormat,
+    /// The HMAC key, when set.
+    pub secret: Option<String>,
+    /// The command, when set.
+    pub command: Option<String>,
+    /// Desktop notifications.
+    pub desktop: bool,
+    /// The kinds to send.
+    pub kinds: Vec<Kind>,
+    /// Time limit of one attempt.
+    pub timeout: Duration,
+    /// Attempts per notification and target (≥ 1).
+    pub attempts: u32,
+}
+
+impl std::fmt::Debug for NotifyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyConfig")
+            .field(
+                "webhooks",
+                &self
+                    .webhooks
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
+            .field("format", &self.format)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("command", &self.command)
+            .field("desktop", &self.desktop)
+            .field("kinds", &self.kinds)
+            .field("timeout", &self.timeout)
+            .field("attempts", &self.attempts)
+            .finish()
+    }
+}
+
+impl NotifyConfig {
+    /// Whether anything is configured.
+    pub fn is_empty(&self) -> bool {
+        self.webhooks.is_empty() && self.command.is_none() && !self.desktop
+    }
+
+    /// The targets, in the order notifications go to them.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut out: Vec<Target> = self.webhooks.iter().cloned().map(Target::Webhook).collect();
+        if let Some(c) = &self.command {
+            out.push(Target::Command(c.clone()));
+        }
+        if self.desktop {
+            out.push(Target::Desktop);
+        }
+        out
+    }
+
+    /// Whether `kind` is sent.
+    pub fn wants(&self, kind: Kind) -> bool {
+        self.kinds.contains(&kind)
+    }
+}
+
+/// One place a notification goes.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A webhook URL.
+    Webhook(String),
+    /// A shell command.
+    Command(String),
+    /// The desktop.
+    Desktop,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Webhook(url) => write!(f, "webhook {}", redact_url(url)),
+            Target::Command(c) => write!(f, "command `{c}`"),
+            Target::Desktop => f.write_str("desktop"),
+        }
+    }
+}
+
+/// One notification: the JSON a webhook (format `json`) or the command receives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    /// Which kind.
+    pub kind: Kind,
+    /// One sentence for a person, e.g. `demo: US-002 passed (iteration 4)`.
+    pub text: String,
+    /// When it happened (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    pub at: DateTime<Utc>,
+    /// The project (prd.json's `project`).
+    pub project: String,
+    /// The run id.
+    pub run_id: String,
+    /// The event's details: the story, the iteration, the stop reason, the reset time, …
+    pub details: serde_json::Value,
+}
+
+/// The body of a webhook POST in `format`, and the `X-Ralph-Signature` header value when a
+/// secret is set: `(body, signature)`.
+pub fn webhook_body(
+    n: &Notification,
+    format: WebhookFormat,
+    secret: Option<&str>,
+) -> (Vec<u8>, Option<String>) {
+    let value = match format {
+        WebhookFormat::Json => serde_json::to_value(n).unwrap_or_default(),
+        WebhookFormat::Slack => serde_json::json!({ "text": n.text }),
+        WebhookFormat::Discord => serde_json::json!({ "content": n.text }),
+    };
+    let body = serde_json::to_vec(&value).unwrap_or_default();
+    let signature = secret.map(|key| format!("sha256={}", sign(key.as_bytes(), &body)));
+    (body, signature)
+}
+
+/// HMAC-SHA256 of `body` with `key`, lowercase hex.
+pub fn sign(key: &[u8], body: &[u8]) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(m) => m,
+        // HMAC takes keys of any length; this cannot happen.
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A URL as it may appear in messages: scheme and host only (webhook URLs carry tokens in their
+/// path or query).
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}{}/…",
+            u.scheme(),
+            u.host_str().unwrap_or("?"),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => "<an invalid URL>".to_owned(),
+    }
+}
+
+/// Delivers `n` to `target` once, within `cfg.timeout`.
+///
+/// # Errors
+/// A sentence saying what failed (HTTP status, timeout, exit code), secrets redacted.
+pub async fn deliver(
+    client: &reqwest::Client,
+    target: &Target,
+    n: &Notification,
+    cfg: &NotifyConfig,
+    cwd: &Path,
+) -> Result<(), String> {
+    match target {
+        Target::Webhook(url) => {
+            let (body, signature) = webhook_body(n, cfg.format, cfg.secret.as_deref());
+            let mut req = client
+                .post(url)
+                .timeout(cfg.timeout)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header("X-Ralph-Event", n.kind.as_str())
+                .body(body);
+            if let Some(sig) = signature {
+                req = req.header("X-Ralph-Signature", sig);
+            }
+            match req.send().await {
+                Ok(resp) if resp.status().is_success() => Ok(()),
+                Ok(resp) => Err(format!("HTTP {}", resp.status())),
+                Err(e) if e.is_timeout() => Err(format!(
+                    "no answer within {}",
+                    humantime::format_duration(cfg.timeout)
+                )),
+                Err(e) => Err(without_url(&e.to_string(), url)),
+            }
+        }
+        Target::Command(command) => {
+            let spec = SpawnSpec {
+                program: "bash".into(),
+                args: vec!["-c".into(), command.clone()],
+                cwd: cwd.to_path_buf(),
+                env_remove: Vec::new(),
+                env_set: vec![("RALPH_NOTIFY_KIND".into(), n.kind.as_str().into())],
+                stdin: Some(serde_json::to_vec(n).unwrap_or_default()),
+            };
+            run_blocking(spec, cfg.timeout).await
+        }
+        Target::Desktop => {
+            let Some(spec) = desktop_spec(n, cwd) else {
+                return Err("neither notify-send nor osascript is installed".into());
+            };
+            run_blocking(spec, cfg.timeout).await
+        }
+    }
+}
+
+/// Runs `spec` to completion on a blocking thread (through [`capture`]).
+async fn run_blocking(spec: SpawnSpec, timeout: Duration) -> Result<(), String> {
+    let program = spec.program.display().to_string();
+    let done = tokio::task::spawn_blocking(move || capture(&spec, Some(timeout))).await;
+    match done {
+        Ok(Ok(c)) if c.success() => Ok(()),
+        Ok(Ok(c)) if c.timed_out => Err(format!(
+            "{program} did not finish within {}",
+            humantime::format_duration(timeout)
+        )),
+        Ok(Ok(c)) => Err(format!(
+            "{program} ended with {}{}",
+            c.exit,
+            c.stderr
+                .lines()
+                .last()
+                .map(|l| format!(": {}", l.trim()))
+                .unwrap_or_default()
+        )),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The desktop notifier of this machine: `notify-send` (Linux) or `osascript` (macOS).
+fn desktop_spec(n: &Notification, cwd: &Path) -> Option<SpawnSpec> {
+    let title = format!("ralph: {}", n.project);
+    let (program, args) = if which::which("notify-send").is_ok() {
+        ("notify-send", vec![title, n.text.clone()])
+    } else if which::which("osascript").is_ok() {
+        let script = format!(
+            "display notification {} with title {}",
+            applescript_string(&n.text),
+            applescript_string(&title)
+        );
+        ("osascript", vec!["-e".to_owned(), script])
+    } else {
+        return None;
+    };
+    Some(SpawnSpec {
+        program: PathBuf::from(program),
+        args,
+        cwd: cwd.to_path_buf(),
+        env_remove: Vec::new(),
+        env_set: Vec::new(),
+        stdin: None,
+    })
+}
+
+fn applescript_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `text` with every occurrence of `url` replaced by its redacted form.
+fn without_url(text: &str, url: &str) -> String {
+    let text = text.replace(url, &redact_url(url));
+    // reqwest may print the URL normalized (a trailing slash added).
+    text.replace(&format!("{url}/"), &redact_url(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Notification {
+        Notification {
+            kind: Kind::StoryPassed,
+            text: "demo: US-001 passed".into(),
+            at: Utc::now(),
+            project: "demo".into(),
+            run_id: "r".into(),
+            details: serde_json::json!({"story_id": "US-001"}),
+        }
+    }
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_the_body() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            sign(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        let (body, sig) = webhook_body(&sample(), WebhookFormat::Json, Some("k"));
+        assert_eq!(sig.unwrap(), format!("sha256={}", sign(b"k", &body)));
+    }
+
+    #[test]
+    fn slack_and_discord_bodies_carry_the_sentence() {
+        let (slack, _) = webhook_body(&sample(), WebhookFormat::Slack, None);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&slack).unwrap(),
+            serde_json::json!({"text": "demo: US-001 passed"})
+        );
+        let (discord, sig) = webhook_body(&sample(), WebhookFormat::Discord, None);
+        assert!(sig.is_none());
+        assert!(String::from_utf8_lossy(&discord).contains("\"content\""));
+    }
+
+    #[test]
+    fn urls_lose_their_tokens_in_messages() {
+        assert_eq!(
+            redact_url("https://hooks.slack.com/services/T0/B0/secret-token"),
+            "https://hooks.slack.com/…"
+        );
+        assert_eq!(
+            redact_url("http://127.0.0.1:9/x?token=1"),
+            "http://127.0.0.1:9/…"
+        );
+        let cfg = NotifyConfig {
+            webhooks: vec!["https://h.example/tok".into()],
+            secret: Some("s3cret".into()),
+            ..NotifyConfig::default()
+        };
+        let shown = format!("{cfg:?}");
+        assert!(
+            !shown.contains("tok") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+    }
+}
