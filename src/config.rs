@@ -783,11 +783,15 @@ impl RunConfig {
     }
 }
 
+/// Parses a humantime value of ralph.toml's key, naming the key and file when it is wrong.
+type DurationOf<'a> =
+    &'a dyn Fn(&'static str, &Option<String>) -> Result<Option<Duration>, ConfigError>;
+
 /// The notification settings: the `--notify-*` flags add to ralph.toml's `[notify]` table.
 fn notify_config(
     args: &RunArgs,
     file: &crate::notify::NotifyFile,
-    duration: &dyn Fn(&'static str, &Option<String>) -> Result<Option<Duration>, ConfigError>,
+    duration: DurationOf<'_>,
 ) -> Result<crate::notify::NotifyConfig, ConfigError> {
     use crate::notify::{Kind, NotifyConfig, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT};
     let mut webhooks = file.webhook.clone();

@@ -3,6 +3,7 @@
 //! endpoint (retried, then a warning, the exit code unchanged); a hanging one (cut at its
 //! timeout); the command sink; and `ralph notify --test`.
 
+use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,8 +102,6 @@ impl Drop for Webhook {
         }
     }
 }
-
-use std::io::Read as _;
 
 fn failing() -> Value {
     json!([
