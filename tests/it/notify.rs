@@ -3,7 +3,6 @@
 //! endpoint (retried, then a warning, the exit code unchanged); a hanging one (cut at its
 //! timeout); the command sink; and `ralph notify --test`.
 
-use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
