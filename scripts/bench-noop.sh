@@ -2,7 +2,9 @@
 # A no-op iteration's cost: `ralph run` with an exec agent that does nothing (`true`), N
 # iterations in a fresh tiny repository, for each ralph binary given, best of 3, side by side.
 #   ./scripts/bench-noop.sh [-n N] BIN [BIN...]     e.g. target/release/ralph /tmp/old/ralph
-# Prints ms per iteration for each binary and the ratio to the first one.
+# Prints, per binary, wall ms and CPU ms (user + system, ralph and its children) per iteration,
+# best of 3, and each one's ratio to the first binary. CPU time is the steadier figure on a
+# loaded machine.
 set -euo pipefail
 n=100
 if [[ "${1:-}" == "-n" ]]; then n="$2"; shift 2; fi
@@ -18,22 +20,25 @@ one_run() {
 JSON
   ( cd "$dir" && git init -q -b main && git add -A \
       && git -c user.name=b -c user.email=b@b commit -qm init )
-  local start end
+  local start end cpu
   start=$(date +%s%N)
-  ( cd "$dir" && GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@b GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@b \
-      "$bin" run --quiet --agent exec --agent-cmd true --max-iter "$n" --max-attempts 100000 \
-      --max-failures 100000 --max-no-progress 100000 >/dev/null 2>&1 ) || true
+  cpu=$( cd "$dir" && GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@b GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@b \
+      /usr/bin/time -f '%U %S' "$bin" run --quiet --agent exec --agent-cmd true --max-iter "$n" \
+      --max-attempts 100000 --max-failures 100000 --max-no-progress 100000 2>&1 >/dev/null | tail -1 ) || true
   end=$(date +%s%N)
-  echo $(( (end - start) / n ))
+  echo "$(( (end - start) / n )) $(awk -v c="$cpu" -v n="$n" 'BEGIN{split(c,a," "); printf "%d", (a[1]+a[2])*1e9/n}')"
 }
-base=""
+base_wall=""; base_cpu=""
+printf '%-40s %12s %8s %12s %8s\n' binary "wall ms/it" ratio "cpu ms/it" ratio
 for bin in "$@"; do
-  best=""
+  best_wall=""; best_cpu=""
   for _ in 1 2 3; do
-    ns=$(one_run "$bin")
-    if [[ -z "$best" || "$ns" -lt "$best" ]]; then best="$ns"; fi
+    read -r wall cpu < <(one_run "$bin")
+    if [[ -z "$best_wall" || "$wall" -lt "$best_wall" ]]; then best_wall="$wall"; fi
+    if [[ -z "$best_cpu" || "$cpu" -lt "$best_cpu" ]]; then best_cpu="$cpu"; fi
   done
-  ms=$(awk "BEGIN{printf \"%.2f\", $best/1e6}")
-  if [[ -z "$base" ]]; then base="$best"; ratio="1.00"; else ratio=$(awk "BEGIN{printf \"%.2f\", $best/$base}"); fi
-  printf '%-40s %8s ms/iteration  %sx\n' "$bin" "$ms" "$ratio"
+  [[ -n "$base_wall" ]] || { base_wall="$best_wall"; base_cpu="$best_cpu"; }
+  printf '%-40s %12.2f %7.2fx %12.2f %7.2fx\n' "$bin" \
+    "$(awk "BEGIN{print $best_wall/1e6}")" "$(awk "BEGIN{print $best_wall/$base_wall}")" \
+    "$(awk "BEGIN{print $best_cpu/1e6}")" "$(awk "BEGIN{print $best_cpu/$base_cpu}")"
 done
