@@ -39,6 +39,8 @@ pub enum Command {
     Status(StatusArgs),
     /// One line per iteration across runs, newest last: story, outcome, time, cost, why.
     Log(LogArgs),
+    /// Write the morning report: one self-contained HTML file (or Markdown, or JSON).
+    Report(ReportArgs),
     /// Check each agent CLI: installed, which version, and the known traps on this machine.
     Doctor(DoctorArgs),
     /// Ask the `ralph run` in this repository to stop after its current iteration.
@@ -129,6 +131,32 @@ pub struct NotifyRunArgs {
     /// Test desktop notifications.
     #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
     pub notify_desktop: bool,
+}
+
+/// Arguments of `ralph report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The prd.json whose repository to read (default: found upward from the current directory).
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Report this run (its id, or a unique prefix or suffix) instead of the latest.
+    #[arg(long, value_name = "ID", conflicts_with = "all")]
+    pub run: Option<String>,
+    /// Report every run.
+    #[arg(long)]
+    pub all: bool,
+    /// Where to write the HTML (default: .ralph/report.html).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Open the HTML in the browser when written.
+    #[arg(long)]
+    pub open: bool,
+    /// Print the summary as Markdown on stdout instead (for a CI step summary or a PR comment).
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    /// Print the report's data as JSON on stdout instead.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `ralph completions`.

@@ -592,6 +592,63 @@ impl Repo {
         Ok(paths)
     }
 
+    /// The patch between commits `from` and `to` (unified diff, 3 lines of context), cut after
+    /// `max_bytes` bytes (the cut is said on the last line), and its stat: one
+    /// `(path, added lines, removed lines)` per file.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when either is not a commit; [`GitError::Git`].
+    pub fn patch(
+        &self,
+        from: &str,
+        to: &str,
+        max_bytes: usize,
+    ) -> Result<(String, Vec<(String, usize, usize)>), GitError> {
+        let a = self.resolve_commit(from)?.tree().map_err(op("read tree"))?;
+        let b = self.resolve_commit(to)?.tree().map_err(op("read tree"))?;
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(&a), Some(&b), None)
+            .map_err(op("diff"))?;
+        let mut stat: Vec<(String, usize, usize)> = Vec::new();
+        let mut text = String::new();
+        let mut cut = false;
+        diff.print(git2::DiffFormat::Patch, |delta, _hunk, line| {
+            let path = delta
+                .new_file()
+                .path()
+                .or(delta.old_file().path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            if stat.last().map(|s| &s.0) != Some(&path) {
+                stat.push((path, 0, 0));
+            }
+            if let Some(last) = stat.last_mut() {
+                match line.origin() {
+                    '+' => last.1 += 1,
+                    '-' => last.2 += 1,
+                    _ => {}
+                }
+            }
+            if text.len() < max_bytes {
+                if matches!(line.origin(), '+' | '-' | ' ') {
+                    text.push(line.origin());
+                }
+                text.push_str(&String::from_utf8_lossy(line.content()));
+            } else {
+                cut = true;
+            }
+            true
+        })
+        .map_err(op("diff"))?;
+        if cut {
+            text.push_str(&format!(
+                "\n… (cut at {max_bytes} bytes; `git diff {from} {to}` shows it whole)\n"
+            ));
+        }
+        Ok((text, stat))
+    }
+
     /// Up to `max` ralph commits (those with a `Ralph-Run` trailer), newest first, found by
     /// walking first parents from HEAD. Commits without the trailer are skipped (the walk goes
     /// on past them). Empty on an unborn branch.

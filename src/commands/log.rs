@@ -15,12 +15,9 @@ use crate::cli::LogArgs;
 use crate::error::UserError;
 use crate::git::Repo;
 use crate::history::{History, Source};
-use crate::output::text::{one_line, run_label, short_secs, usd_or_unknown};
+use crate::output::text::{reason, run_label, short_secs, usd_or_unknown};
 use crate::protocol::{ExitStatus, LedgerRecord, Outcome};
 use crate::workspace::RunPaths;
-
-/// Longest reason shown on a line, in characters.
-const REASON_CHARS: usize = 110;
 
 /// Prints the log (see the module docs).
 ///
@@ -131,28 +128,6 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>, UserError> {
         UserError::usage(format!("--since {text}: not a date, time or age"))
             .with_hint("write 2026-12-01, 2026-12-01T08:00:00Z, or an age such as 12h or 3days"),
     )
-}
-
-/// Why the iteration ended as it did, on one line: for a failed check, the command, how it
-/// ended and the last line of its output; else the iteration's message.
-pub fn reason(r: &LedgerRecord) -> String {
-    if let Some(v) = r.verify_failures().next() {
-        let last = v
-            .output_tail
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map(|l| format!(": {}", l.trim()))
-            .unwrap_or_default();
-        let text = format!(
-            "{}'s check `{}` {}{last}",
-            v.story_id,
-            one_line(&v.command, 40),
-            v.result.as_deref().unwrap_or("failed")
-        );
-        return one_line(&text, REASON_CHARS);
-    }
-    one_line(r.message.as_deref().unwrap_or_default(), REASON_CHARS)
 }
 
 /// The table.

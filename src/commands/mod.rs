@@ -8,6 +8,7 @@ pub mod log;
 pub mod man;
 pub mod native_agent;
 pub mod notify;
+pub mod report;
 pub mod run;
 pub mod status;
 pub mod stop;

@@ -61,6 +61,31 @@ pub fn run_label(run_id: &str) -> String {
     }
 }
 
+/// Longest reason, in characters.
+const REASON_CHARS: usize = 110;
+
+/// Why the iteration ended as it did, on one line: for a failed check, the command, how it
+/// ended and the last line of its output; else the iteration's message.
+pub fn reason(r: &crate::protocol::LedgerRecord) -> String {
+    if let Some(v) = r.verify_failures().next() {
+        let last = v
+            .output_tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| format!(": {}", l.trim()))
+            .unwrap_or_default();
+        let text = format!(
+            "{}'s check `{}` {}{last}",
+            v.story_id,
+            one_line(&v.command, 40),
+            v.result.as_deref().unwrap_or("failed")
+        );
+        return one_line(&text, REASON_CHARS);
+    }
+    one_line(r.message.as_deref().unwrap_or_default(), REASON_CHARS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

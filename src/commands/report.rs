@@ -1,0 +1,123 @@
+//! `ralph report`: the morning report of the latest run (or `--run ID`, `--all`), as one
+//! self-contained HTML file (default `.ralph/report.html`, `--open` to view it), as Markdown
+//! (`--markdown`, on stdout) or as JSON (`--json`, on stdout). See [`crate::report`].
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use crate::cli::ReportArgs;
+use crate::error::UserError;
+use crate::git::Repo;
+use crate::history::History;
+use crate::report::{self, Inputs, Scope};
+use crate::state::State;
+use crate::workspace::RunPaths;
+
+/// Writes or prints the report (see the module docs).
+///
+/// # Errors
+/// No prd.json, an unreadable ledger, an unknown `--run`, the HTML file cannot be written.
+pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let prd_path = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let prd = crate::prd::store::load(&prd_path)?;
+    let paths = RunPaths::of_prd(&prd.path);
+    let repo = Repo::discover(&paths.repo_root).ok();
+    let history = History::load(&paths, repo.as_ref())?;
+    let scope = match (&args.run, args.all) {
+        (_, true) => Scope::All,
+        (Some(id), _) => Scope::Run(resolve_run(&history, id)?),
+        (None, false) => Scope::Latest,
+    };
+    let state = State::load(&paths.ralph_dir).ok().flatten();
+    let progress = std::fs::read_to_string(&paths.progress).unwrap_or_default();
+    let data = report::build(
+        &history,
+        &scope,
+        &Inputs {
+            prd: &prd.prd,
+            state: state.as_ref(),
+            repo: repo.as_ref(),
+            progress: &progress,
+        },
+    )
+    .map_err(|e| UserError::usage(e).with_hint("`ralph log` lists the runs"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+        return Ok(crate::protocol::ExitStatus::Success);
+    }
+    if args.markdown {
+        print!("{}", report::markdown::render(&data));
+        return Ok(crate::protocol::ExitStatus::Success);
+    }
+    let html = report::html::render(&data).context("cannot render the report")?;
+    let out: PathBuf = match &args.out {
+        Some(p) if p.is_absolute() => p.clone(),
+        Some(p) => cwd.join(p),
+        None => paths.ralph_dir.join("report.html"),
+    };
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    crate::fsutil::write_atomic(&out, html.as_bytes())?;
+    println!("{}", out.display());
+    if args.open {
+        open(&out);
+    }
+    Ok(crate::protocol::ExitStatus::Success)
+}
+
+/// The run id `wanted` names: an id, or a unique prefix or suffix of one.
+fn resolve_run(history: &History, wanted: &str) -> Result<String, UserError> {
+    let ids: std::collections::BTreeSet<&str> =
+        history.records.iter().map(|r| r.run_id.as_str()).collect();
+    if ids.contains(wanted) {
+        return Ok(wanted.to_owned());
+    }
+    let hits: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        [] => Err(UserError::usage(format!("--run {wanted}: no such run"))
+            .with_hint("`ralph log` lists the runs")),
+        many => Err(UserError::usage(format!(
+            "--run {wanted} names {} runs: {}",
+            many.len(),
+            many.join(", ")
+        ))
+        .with_hint("give more of the run id")),
+    }
+}
+
+/// Opens `file` with the desktop's handler (xdg-open, or open on macOS); a failure only warns.
+fn open(file: &std::path::Path) {
+    let program = if which::which("xdg-open").is_ok() {
+        "xdg-open"
+    } else {
+        "open"
+    };
+    let spec = crate::process::SpawnSpec {
+        program: program.into(),
+        args: vec![file.display().to_string()],
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        env_remove: Vec::new(),
+        env_set: Vec::new(),
+        stdin: None,
+    };
+    match crate::process::capture(&spec, Some(std::time::Duration::from_secs(10))) {
+        Ok(c) if c.success() => {}
+        Ok(c) => eprintln!(
+            "warning: {program} ended with {}; open {} yourself",
+            c.exit,
+            file.display()
+        ),
+        Err(e) => eprintln!(
+            "warning: cannot open the report ({e}); open {} yourself",
+            file.display()
+        ),
+    }
+}
