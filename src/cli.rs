@@ -39,6 +39,8 @@ pub enum Command {
     Status(StatusArgs),
     /// One line per iteration across runs, newest last: story, outcome, time, cost, why.
     Log(LogArgs),
+    /// One iteration, readable: what the agent did, what it cost, why it ended.
+    Show(ShowArgs),
     /// Write the morning report: one self-contained HTML file (or Markdown, or JSON).
     Report(ReportArgs),
     /// Check each agent CLI: installed, which version, and the known traps on this machine.
@@ -131,6 +133,29 @@ pub struct NotifyRunArgs {
     /// Test desktop notifications.
     #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
     pub notify_desktop: bool,
+}
+
+/// Arguments of `ralph show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The iteration: its number (`7`), or `<run>:<n>` when several runs share it.
+    #[arg(value_name = "ITERATION")]
+    pub iteration: String,
+    /// The prd.json whose repository to read (default: found upward from the current directory).
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// Add the iteration's patch (its start to its end).
+    #[arg(long)]
+    pub diff: bool,
+    /// Print the transcript's lines as recorded instead.
+    #[arg(long, conflicts_with_all = ["json", "diff"])]
+    pub raw: bool,
+    /// Print the ledger record and the normalized events as JSON instead.
+    #[arg(long)]
+    pub json: bool,
+    /// Never page the output.
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// Arguments of `ralph report`.

@@ -649,6 +649,15 @@ impl Repo {
         Ok((text, stat))
     }
 
+    /// The subject line of commit `rev`.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `rev` is not a commit.
+    pub fn commit_subject(&self, rev: &str) -> Result<String, GitError> {
+        let commit = self.resolve_commit(rev)?;
+        Ok(commit.summary().unwrap_or_default().to_owned())
+    }
+
     /// Up to `max` ralph commits (those with a `Ralph-Run` trailer), newest first, found by
     /// walking first parents from HEAD. Commits without the trailer are skipped (the walk goes
     /// on past them). Empty on an unborn branch.

@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Status(args) => ralph::commands::status::run(args),
         Command::Log(args) => ralph::commands::log::run(args),
         Command::Report(args) => ralph::commands::report::run(args),
+        Command::Show(args) => ralph::commands::show::run(args),
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
         Command::Archive(args) => ralph::commands::archive::run(args),

@@ -206,6 +206,68 @@ impl Transcript {
     }
 }
 
+/// A transcript read back (see [`read`]).
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// The `meta` record's data.
+    pub meta: serde_json::Value,
+    /// The normalized events, with their time (milliseconds since the agent started).
+    pub events: Vec<(u64, AgentEvent)>,
+    /// Every record as written (one JSON line each), for `ralph show --raw`.
+    pub lines: Vec<String>,
+    /// The `end` note's data (how the process ended and the report), when written.
+    pub end: Option<serde_json::Value>,
+    /// Notes about what was cut or left out (`capped`, `omitted`, truncated lines).
+    pub notes: Vec<String>,
+}
+
+/// Reads the transcript at `path`. Lines that are not JSON (a torn last line) are kept in
+/// [`Recorded::lines`] and otherwise skipped.
+///
+/// # Errors
+/// The file cannot be read.
+pub fn read(path: &Path) -> std::io::Result<Recorded> {
+    let text = std::fs::read_to_string(path)?;
+    let mut out = Recorded::default();
+    for line in text.lines() {
+        out.lines.push(line.to_owned());
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let t = v
+            .get("t_ms")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        match v.get("type").and_then(serde_json::Value::as_str) {
+            Some("meta") => out.meta = v.get("meta").cloned().unwrap_or_default(),
+            Some("event") => {
+                if let Some(e) = v
+                    .get("event")
+                    .and_then(|e| serde_json::from_value::<AgentEvent>(e.clone()).ok())
+                {
+                    out.events.push((t, e));
+                }
+            }
+            Some("end") => out.end = v.get("data").cloned(),
+            Some("capped") | Some("omitted") => out.notes.push(
+                v.get("data")
+                    .map(|d| match d.as_str() {
+                        Some(s) => s.to_owned(),
+                        None => d.to_string(),
+                    })
+                    .unwrap_or_default(),
+            ),
+            Some("line") => {
+                if let Some(note) = v.get("note").and_then(serde_json::Value::as_str) {
+                    out.notes.push(note.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

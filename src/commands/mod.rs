@@ -10,6 +10,7 @@ pub mod native_agent;
 pub mod notify;
 pub mod report;
 pub mod run;
+pub mod show;
 pub mod status;
 pub mod stop;
 pub mod validate;

@@ -1,0 +1,438 @@
+//! `ralph show <iteration>` (or `<run>:<n>`): one iteration, readable, from its ledger record,
+//! its transcript and git: the header (story, backend, model, agent version, times, outcome, cost
+//! and tokens), the prompt's size and where it is, the agent's messages, each tool call with its
+//! input summary and its result, the verify commands and their output, the guard's findings, the
+//! commits and the files changed with a diffstat; `--diff` adds the patch, `--raw` prints the
+//! transcript's lines, `--json` the record and the normalized events. Works for every backend
+//! (ralph's own native loop keeps its tool results in the transcript, bounded and redacted).
+
+use std::fmt::Write as _;
+
+use crate::cli::ShowArgs;
+use crate::error::UserError;
+use crate::git::Repo;
+use crate::history::{History, Source};
+use crate::output::text::{one_line, run_label, short_secs, usd_or_unknown};
+use crate::protocol::{AgentEvent, ExitStatus, LedgerRecord};
+use crate::workspace::RunPaths;
+
+/// Longest agent message or tool result shown, head and tail, in characters.
+const SHOWN_CHARS: usize = 1200;
+/// Largest patch shown with `--diff`, in bytes.
+const PATCH_MAX_BYTES: usize = 512 * 1024;
+
+/// Shows one iteration (see the module docs).
+///
+/// # Errors
+/// No prd.json; an iteration that is not recorded (naming the ones that are); an unreadable
+/// ledger.
+pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
+    let cwd = std::env::current_dir()?;
+    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let paths = RunPaths::of_prd(&prd);
+    let repo = Repo::discover(&paths.repo_root).ok();
+    let history = History::load(&paths, repo.as_ref())?;
+    let record = find(&history, &args.iteration)?;
+    let transcript = record
+        .transcript
+        .as_ref()
+        .map(|t| paths.repo_root.join(t))
+        .and_then(|p| crate::transcript::read(&p).ok());
+    if args.raw {
+        let Some(t) = transcript else {
+            return Err(UserError::new(format!(
+                "iteration {} has no transcript (it is kept in .ralph/runs/, which is missing or was cleaned)",
+                record.iteration
+            ))
+            .into());
+        };
+        page(&(t.lines.join("\n") + "\n"), args.no_pager);
+        return Ok(ExitStatus::Success);
+    }
+    if args.json {
+        let events: Vec<&AgentEvent> = transcript
+            .as_ref()
+            .map(|t| t.events.iter().map(|(_, e)| e).collect())
+            .unwrap_or_default();
+        let doc = serde_json::json!({"record": record, "events": events,
+            "source": history.source.as_str()});
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitStatus::Success);
+    }
+    let mut out = String::new();
+    header(
+        &mut out,
+        record,
+        &paths,
+        transcript.as_ref(),
+        history.source,
+    );
+    agent(&mut out, transcript.as_ref());
+    checks(&mut out, record);
+    changes(&mut out, record, repo.as_ref(), args.diff);
+    page(&out, args.no_pager);
+    Ok(ExitStatus::Success)
+}
+
+fn page(text: &str, no_pager: bool) {
+    if no_pager {
+        print!("{text}");
+    } else {
+        crate::process::pager::page(text);
+    }
+}
+
+/// The record `wanted` names: `<n>` or `<run>:<n>` (the run as an id, prefix or suffix).
+fn find<'a>(history: &'a History, wanted: &str) -> Result<&'a LedgerRecord, UserError> {
+    let (run, n) = match wanted.rsplit_once(':') {
+        Some((run, n)) => (Some(run), n),
+        None => (None, wanted),
+    };
+    let n: u32 = n.trim_start_matches('#').parse().map_err(|_| {
+        UserError::usage(format!("`{wanted}` is not an iteration"))
+            .with_hint("give its number (`ralph show 7`) or `<run>:<n>`; `ralph log` lists them")
+    })?;
+    let hits: Vec<&LedgerRecord> = history
+        .records
+        .iter()
+        .filter(|r| r.iteration == n)
+        .filter(|r| {
+            run.is_none_or(|id| {
+                r.run_id == id || r.run_id.starts_with(id) || r.run_id.ends_with(id)
+            })
+        })
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(one),
+        [] => {
+            let last = history.last_iteration();
+            Err(
+                UserError::usage(format!("no iteration {wanted} is recorded")).with_hint(
+                    if last == 0 {
+                        "no iteration is recorded yet: start with `ralph run`".to_owned()
+                    } else {
+                        format!("iterations 1 to {last} are recorded; `ralph log` lists them")
+                    },
+                ),
+            )
+        }
+        many => Err(UserError::usage(format!(
+            "iteration {n} was recorded by {} runs: {}",
+            many.len(),
+            many.iter()
+                .map(|r| r.run_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .with_hint(format!("name the run: `ralph show {}:{n}`", many[0].run_id))),
+    }
+}
+
+fn header(
+    out: &mut String,
+    r: &LedgerRecord,
+    paths: &RunPaths,
+    t: Option<&crate::transcript::Recorded>,
+    source: Source,
+) {
+    let _ = writeln!(
+        out,
+        "iteration {} · {} {} · {}",
+        r.iteration, r.story_id, r.story_title, r.outcome
+    );
+    let row = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "  {k:<11} {v}");
+    };
+    row(
+        out,
+        "run",
+        format!("{} ({})", r.run_id, run_label(&r.run_id)),
+    );
+    if source == Source::Git {
+        row(
+            out,
+            "source",
+            "git history only: .ralph/ is missing, so there is no record of times, cost, messages or the transcript".into(),
+        );
+    }
+    let mut backend = r.backend.clone();
+    if let Some(m) = &r.model {
+        backend.push_str(&format!(", model {m}"));
+    }
+    if let Some(v) = &r.agent_version {
+        backend.push_str(&format!(", agent {v}"));
+    }
+    if !backend.is_empty() {
+        row(out, "backend", backend);
+    }
+    row(
+        out,
+        "time",
+        format!(
+            "{} → {} UTC ({})",
+            r.started_at.format("%Y-%m-%d %H:%M:%S"),
+            r.ended_at.format("%H:%M:%S"),
+            short_secs(r.duration_s)
+        ),
+    );
+    let tokens = match (r.tokens_in, r.tokens_out) {
+        (None, None) => "tokens not reported".to_owned(),
+        (i, o) => format!(
+            "{} tokens in ({} cache read, {} cache write), {} out",
+            i.unwrap_or(0),
+            r.cache_read_tokens.unwrap_or(0),
+            r.cache_creation_tokens.unwrap_or(0),
+            o.unwrap_or(0)
+        ),
+    };
+    let source_note = match r.cost_source {
+        Some(crate::protocol::CostSource::PriceTable) => " (estimated from [prices])",
+        _ => "",
+    };
+    row(
+        out,
+        "cost",
+        format!("{}{source_note}, {tokens}", usd_or_unknown(r.cost_usd)),
+    );
+    let mut ended = match (r.exit_code, r.signal) {
+        (Some(c), _) => format!("the agent exited with code {c}"),
+        (None, Some(s)) => format!("the agent was killed by signal {s}"),
+        _ => String::new(),
+    };
+    if r.promise_seen {
+        ended.push_str(if ended.is_empty() { "" } else { "; " });
+        ended.push_str("it printed the completion promise");
+    }
+    if !ended.is_empty() {
+        row(out, "ended", ended);
+    }
+    if let Some(m) = &r.message {
+        row(out, "why", m.clone());
+    }
+    if let Some(tp) = &r.transcript {
+        let prompt = paths.repo_root.join(tp).with_extension("prompt.md");
+        let size = std::fs::metadata(&prompt)
+            .map(|m| m.len())
+            .ok()
+            .or_else(|| {
+                t.and_then(|t| {
+                    t.meta
+                        .get("prompt_bytes")
+                        .and_then(serde_json::Value::as_u64)
+                })
+            });
+        row(
+            out,
+            "prompt",
+            match size {
+                Some(b) => format!("{} ({})", paths.rel(&prompt), bytes(b)),
+                None => format!("{} (not kept)", paths.rel(&prompt)),
+            },
+        );
+        row(
+            out,
+            "transcript",
+            if t.is_some() {
+                tp.clone()
+            } else {
+                format!("{tp} (missing)")
+            },
+        );
+    }
+}
+
+fn bytes(b: u64) -> String {
+    if b < 1024 {
+        format!("{b} bytes")
+    } else if b < 1024 * 1024 {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// `text` cut to its head and tail around [`SHOWN_CHARS`], the size of what was left out noted.
+fn head_tail(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= SHOWN_CHARS {
+        return text.to_owned();
+    }
+    let half = SHOWN_CHARS / 2;
+    let head: String = chars[..half].iter().collect();
+    let tail: String = chars[chars.len() - half..].iter().collect();
+    format!(
+        "{head}\n… ({} characters left out of {}) …\n{tail}",
+        chars.len() - 2 * half,
+        chars.len()
+    )
+}
+
+fn indent(text: &str, prefix: &str) -> String {
+    text.lines()
+        .map(|l| format!("{prefix}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn agent(out: &mut String, t: Option<&crate::transcript::Recorded>) {
+    let Some(t) = t else {
+        return;
+    };
+    let _ = writeln!(out, "\nagent");
+    if t.events.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (no events: see `ralph show --raw` for what it printed)"
+        );
+    }
+    for (ms, e) in &t.events {
+        let at = format!("{:>6}", short_secs(*ms as f64 / 1000.0));
+        match e {
+            AgentEvent::Session { model, version, .. } => {
+                let _ = writeln!(
+                    out,
+                    "{at}  session{}{}",
+                    model
+                        .as_ref()
+                        .map(|m| format!(" · {m}"))
+                        .unwrap_or_default(),
+                    version
+                        .as_ref()
+                        .map(|v| format!(" · {v}"))
+                        .unwrap_or_default()
+                );
+            }
+            AgentEvent::AssistantText { text } => {
+                let _ = writeln!(
+                    out,
+                    "{at}  says:\n{}",
+                    indent(&head_tail(text.trim()), "          ")
+                );
+            }
+            AgentEvent::ToolCall { name, summary } => {
+                let _ = writeln!(out, "{at}  → {name}: {}", one_line(summary, 200));
+            }
+            AgentEvent::ToolResult { is_error, .. } => {
+                let _ = writeln!(out, "{at}    ← {}", tool_result(e, *is_error));
+            }
+            AgentEvent::Error { message } => {
+                let _ = writeln!(out, "{at}  error: {}", one_line(message, 300));
+            }
+            AgentEvent::Final { text, is_error } => {
+                let what = if *is_error { "final (error)" } else { "final" };
+                let body = text.as_deref().map(str::trim).unwrap_or("");
+                let _ = writeln!(
+                    out,
+                    "{at}  {what}:\n{}",
+                    indent(&head_tail(body), "          ")
+                );
+            }
+        }
+    }
+    for note in &t.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+}
+
+/// A tool result's line: its output (head and tail) when the transcript kept it, else how it
+/// ended.
+fn tool_result(e: &AgentEvent, is_error: bool) -> String {
+    let v = serde_json::to_value(e).unwrap_or_default();
+    let output = v.get("output").and_then(serde_json::Value::as_str);
+    let exit = v.get("exit_code").and_then(serde_json::Value::as_i64);
+    let status = match (exit, is_error) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, true) => "error".into(),
+        (None, false) => "ok".into(),
+    };
+    match output {
+        Some(o) if !o.trim().is_empty() => {
+            format!(
+                "{status}:\n{}",
+                indent(&head_tail(o.trim_end()), "            ")
+            )
+        }
+        _ => status,
+    }
+}
+
+fn checks(out: &mut String, r: &LedgerRecord) {
+    if !r.verify.is_empty() {
+        let _ = writeln!(out, "\nverify");
+        for v in &r.verify {
+            let result = if v.passed {
+                "passed".to_owned()
+            } else {
+                v.result.clone().unwrap_or_else(|| "failed".into())
+            };
+            let _ = writeln!(out, "  {}: `{}` {result}", v.story_id, v.command);
+            if !v.output_tail.is_empty() {
+                let _ = writeln!(out, "{}", indent(&v.output_tail, "    │ "));
+            }
+        }
+    }
+    if !r.findings.is_empty() || !r.lost_commits.is_empty() {
+        let _ = writeln!(out, "\nfindings");
+        for f in &r.findings {
+            let _ = writeln!(out, "  ⚠ {f}");
+        }
+    }
+}
+
+fn changes(out: &mut String, r: &LedgerRecord, repo: Option<&Repo>, diff: bool) {
+    let _ = writeln!(out, "\ncommits");
+    if r.commits.is_empty() && r.checkpoint_commit.is_none() {
+        let _ = writeln!(out, "  none");
+    }
+    let subject = |sha: &str| {
+        repo.and_then(|g| g.commit_subject(sha).ok())
+            .unwrap_or_default()
+    };
+    for c in &r.commits {
+        let _ = writeln!(out, "  {} {} (the agent's)", short(c), subject(c));
+    }
+    if let Some(c) = &r.checkpoint_commit {
+        let _ = writeln!(out, "  {} {} (ralph's checkpoint)", short(c), subject(c));
+    }
+    for c in &r.lost_commits {
+        let _ = writeln!(
+            out,
+            "  {} {} (thrown away by the agent; kept under refs/ralph/)",
+            short(c),
+            subject(c)
+        );
+    }
+    let (Some(repo), Some(a), Some(b)) = (repo, &r.head_before, &r.head_after) else {
+        if !r.files_changed.is_empty() {
+            let _ = writeln!(out, "\nfiles changed\n  {}", r.files_changed.join("\n  "));
+        }
+        return;
+    };
+    match repo.patch(a, b, PATCH_MAX_BYTES) {
+        Ok((patch, stat)) => {
+            let _ = writeln!(out, "\nfiles changed ({} → {})", short(a), short(b));
+            let width = stat.iter().map(|s| s.0.len()).max().unwrap_or(0).min(60);
+            for (path, add, del) in &stat {
+                let _ = writeln!(out, "  {path:<width$} | +{add} -{del}");
+            }
+            if stat.is_empty() {
+                let _ = writeln!(out, "  none");
+            }
+            if diff {
+                let _ = writeln!(out, "\n{patch}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "\nfiles changed: cannot diff {}..{}: {e}",
+                short(a),
+                short(b)
+            );
+        }
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}
