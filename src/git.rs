@@ -178,6 +178,9 @@ pub enum BranchAction {
     Unborn,
 }
 
+/// One file of a diffstat: `(path, added lines, removed lines)`.
+pub type FileStat = (String, usize, usize);
+
 /// One ralph commit found in history by [`Repo::trailer_history`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrailerRecord {
@@ -603,14 +606,14 @@ impl Repo {
         from: &str,
         to: &str,
         max_bytes: usize,
-    ) -> Result<(String, Vec<(String, usize, usize)>), GitError> {
+    ) -> Result<(String, Vec<FileStat>), GitError> {
         let a = self.resolve_commit(from)?.tree().map_err(op("read tree"))?;
         let b = self.resolve_commit(to)?.tree().map_err(op("read tree"))?;
         let diff = self
             .repo
             .diff_tree_to_tree(Some(&a), Some(&b), None)
             .map_err(op("diff"))?;
-        let mut stat: Vec<(String, usize, usize)> = Vec::new();
+        let mut stat: Vec<FileStat> = Vec::new();
         let mut text = String::new();
         let mut cut = false;
         diff.print(git2::DiffFormat::Patch, |delta, _hunk, line| {
