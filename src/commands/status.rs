@@ -102,12 +102,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let mut stories: Vec<_> = loaded.prd.user_stories.iter().collect();
     stories.sort_by_key(|s| s.priority);
     for s in stories {
+        let text = crate::report::story_status(&loaded.prd, &s.id, &state.blocked);
         let status = if s.passes {
-            style("passes").green()
+            style(text).green()
         } else if state.blocked.contains(&s.id) {
-            style("blocked").red()
+            style(text).red()
         } else {
-            style("open").yellow()
+            style(text).yellow()
         };
         println!(
             "  {:<10} {:<8} {:>4}  {:>8}  {}",
@@ -187,16 +188,29 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         None => println!("no runs yet: start one with `ralph run`"),
         Some(run) => {
             println!("latest run {run}: {} iteration(s)", latest.len());
+            println!(
+                "  {:<5} {:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
+                "#", "STORY", "OUTCOME", "TIME", "COST", "TOKENS IN/OUT"
+            );
             for r in &latest {
-                let cost = r.cost_usd.map(usd).unwrap_or_else(|| "-".into());
+                let tokens = match (r.tokens_in, r.tokens_out) {
+                    (None, None) => "?".to_owned(),
+                    (i, o) => format!(
+                        "{}/{}",
+                        i.unwrap_or(0) + r.cache_read_tokens.unwrap_or(0)
+                            + r.cache_creation_tokens.unwrap_or(0),
+                        o.unwrap_or(0)
+                    ),
+                };
                 println!(
-                    "  #{:<4} {:<8} {:<16} {:>7.0}s  {:>7}  {}",
+                    "  {:<5} {:<10} {:<16} {:>7}  {:>8}  {:>15}  {}",
                     r.iteration,
                     r.story_id,
                     r.outcome.as_str(),
-                    r.duration_s,
-                    cost,
-                    r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
+                    crate::output::text::short_secs(r.duration_s),
+                    crate::output::text::usd_or_unknown(r.cost_usd),
+                    tokens,
+                    r.started_at.format("%Y-%m-%d %H:%M:%S")
                 );
             }
             println!(
