@@ -197,7 +197,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     (None, None) => "?".to_owned(),
                     (i, o) => format!(
                         "{}/{}",
-                        i.unwrap_or(0) + r.cache_read_tokens.unwrap_or(0)
+                        i.unwrap_or(0)
+                            + r.cache_read_tokens.unwrap_or(0)
                             + r.cache_creation_tokens.unwrap_or(0),
                         o.unwrap_or(0)
                     ),
@@ -227,12 +228,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     }
     if running.is_none() {
         if let Some(reason) = &state.stop_reason {
-            println!(
-                "last run stopped: {}",
-                reason
-                    .why()
-                    .unwrap_or_else(|| reason.kind().replace('_', " "))
-            );
+            println!("last run stopped: {}", reason.sentence());
         }
     }
     if ledger_from_git || state_from_git {

@@ -139,13 +139,14 @@ impl Sink for Notify {
                 json!({"until": until, "story_id": story_id}),
             ),
             RunEvent::RunFinished(summary) => {
-                let why = summary
-                    .stop_reason
-                    .why()
-                    .unwrap_or_else(|| summary.headline.clone());
                 let text = match summary.stop_reason {
                     StopReason::Complete => format!("{p}: {}", summary.headline),
-                    _ => format!("{p}: {why} ({} passed, {} open)", summary.passed, summary.open.len()),
+                    _ => format!(
+                        "{p}: stopped: {} ({} passed, {} open)",
+                        summary.stop_reason.sentence(),
+                        summary.passed,
+                        summary.open.len()
+                    ),
                 };
                 self.send(
                     Kind::RunFinished,

@@ -194,6 +194,43 @@ impl StopReason {
         }
     }
 
+    /// Why the run ended, as one sentence for every reason (the readers of history: status,
+    /// report, notifications), without the `stopped: ` prefix.
+    pub fn sentence(&self) -> String {
+        if let Some(why) = self.why() {
+            return why
+                .strip_prefix("stopped: ")
+                .map(str::to_owned)
+                .unwrap_or(why);
+        }
+        match self {
+            StopReason::Complete => "complete: every story passes".to_owned(),
+            StopReason::MaxIterations { max_iter, open } => format!(
+                "--max-iter {max_iter} reached with {} open",
+                if open.is_empty() {
+                    "no story".to_owned()
+                } else {
+                    open.join(", ")
+                }
+            ),
+            StopReason::Interrupted { .. } => {
+                "interrupted (Ctrl-C, SIGTERM or SIGHUP); `ralph run` resumes".to_owned()
+            }
+            StopReason::NeedsHuman {
+                outcome,
+                iteration,
+                message,
+            } => format!(
+                "iteration {iteration} ended with {outcome}{}; a human must fix it before `ralph run`",
+                message
+                    .as_deref()
+                    .map(|m| format!(" ({})", truncate_chars(m, 200)))
+                    .unwrap_or_default()
+            ),
+            _ => self.kind().replace('_', " "),
+        }
+    }
+
     /// The sentence that says why the run stopped, for the summary's `why:` line; `None` for
     /// the reasons the headline already says (complete, `--max-iter`, interrupted, an auth or
     /// config error).

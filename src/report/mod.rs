@@ -300,12 +300,7 @@ fn summary(
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         tokens_in: (!tin.is_empty()).then(|| tin.iter().sum()),
         tokens_out: (!tout.is_empty()).then(|| tout.iter().sum()),
-        stop_text: stop_reason.as_ref().map(|r| {
-            let why = r.why().unwrap_or_else(|| r.kind().replace('_', " "));
-            why.strip_prefix("stopped: ")
-                .map(str::to_owned)
-                .unwrap_or(why)
-        }),
+        stop_text: stop_reason.as_ref().map(StopReason::sentence),
         stop_reason,
         outcomes,
     }

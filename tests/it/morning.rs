@@ -1,0 +1,144 @@
+//! The morning after, as a user reads it: `ralph log`, `ralph show` and `ralph report
+//! --markdown` over a fixed three-run history (tests/fixtures/history/: every outcome, a
+//! usage-limit wait, a verify failure, a blocked story, a rewritten history with a lost commit,
+//! an interrupted iteration), snapshot-tested; then the same with `.ralph/` deleted, from git
+//! trailers alone.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::{text, TestEnv};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/history");
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A repository holding the fixture's prd.json and progress.txt, one ralph commit (with the
+/// trailers) per ledger record, and `.ralph/` with the ledger, state and transcripts.
+fn history() -> TestEnv {
+    let prd: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/prd.json")).unwrap())
+            .unwrap();
+    let env = TestEnv::new(&prd);
+    env.git(&["checkout", "-q", "-b", "ralph/textkit"]);
+    std::fs::copy(format!("{FIXTURE}/progress.txt"), env.path("progress.txt")).unwrap();
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "progress"]);
+    let ledger = std::fs::read_to_string(format!("{FIXTURE}/ledger.jsonl")).unwrap();
+    for line in ledger.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let msg = format!(
+            "ralph: iteration {n} ({story})\n\nOutcome: {o}.\n\nRalph-Run: {run}\nRalph-Iteration: {n}\nRalph-Story: {story}\nRalph-Outcome: {o}\nRalph-Feature: ralph/textkit\n",
+            n = r["iteration"],
+            story = r["story_id"].as_str().unwrap(),
+            o = r["outcome"].as_str().unwrap(),
+            run = r["run_id"].as_str().unwrap()
+        );
+        env.git(&["commit", "-q", "--allow-empty", "-m", &msg]);
+    }
+    let ralph = env.path(".ralph");
+    copy_dir(&Path::new(FIXTURE).join("runs"), &ralph.join("runs"));
+    std::fs::copy(
+        format!("{FIXTURE}/ledger.jsonl"),
+        ralph.join("ledger.jsonl"),
+    )
+    .unwrap();
+    std::fs::copy(format!("{FIXTURE}/state.json"), ralph.join("state.json")).unwrap();
+    std::fs::write(ralph.join(".gitignore"), "*\n").unwrap();
+    env
+}
+
+fn stdout(env: &TestEnv, args: &[&str]) -> String {
+    let out = env.ralph(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn log_show_and_report_read_a_multi_run_history() {
+    let env = history();
+    insta::assert_snapshot!("log", stdout(&env, &["log", "--no-pager"]));
+    insta::assert_snapshot!(
+        "log_filtered",
+        stdout(
+            &env,
+            &[
+                "log",
+                "--no-pager",
+                "--outcome",
+                "verify_failed,usage_limit",
+                "--run",
+                "0a0a"
+            ]
+        )
+    );
+    insta::assert_snapshot!(
+        "log_last_3",
+        stdout(&env, &["log", "--no-pager", "-n", "3"])
+    );
+    insta::assert_snapshot!(
+        "show_verify_failed",
+        stdout(&env, &["show", "2", "--no-pager"])
+    );
+    insta::assert_snapshot!(
+        "show_rewritten_history",
+        stdout(&env, &["show", "20261201T060000-0b0b:14", "--no-pager"])
+    );
+    insta::assert_snapshot!(
+        "show_interrupted",
+        stdout(&env, &["show", "7", "--no-pager"])
+    );
+    insta::assert_snapshot!(
+        "report_markdown_latest",
+        stdout(&env, &["report", "--markdown"])
+    );
+    insta::assert_snapshot!(
+        "report_markdown_all",
+        stdout(&env, &["report", "--markdown", "--all"])
+    );
+    let json: Vec<Value> = stdout(&env, &["log", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(json.len(), 16);
+    assert_eq!(json[1]["verify"][0]["passed"], false);
+}
+
+#[test]
+fn log_and_report_work_from_git_alone() {
+    let env = history();
+    std::fs::remove_dir_all(env.path(".ralph")).unwrap();
+    insta::assert_snapshot!("log_git_only", stdout(&env, &["log", "--no-pager"]));
+    insta::assert_snapshot!(
+        "report_markdown_git_only",
+        stdout(&env, &["report", "--markdown", "--all"])
+    );
+    let show = stdout(&env, &["show", "2", "--no-pager"]);
+    assert!(show.contains("git history only"), "{show}");
+}
+
+#[test]
+fn bad_arguments_name_the_fix() {
+    let env = history();
+    let out = env.ralph(&["show", "99"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("iterations 1 to 16 are recorded"));
+    let out = env.ralph(&["log", "--outcome", "passed"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown outcome `passed`"));
+    let out = env.ralph(&["log", "--since", "last tuesday"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = env.ralph(&["report", "--run", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
