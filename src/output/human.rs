@@ -168,7 +168,7 @@ impl Human {
             colour.apply_to(mark).for_stderr(),
             parts.join(" · ")
         ));
-        if let Some(message) = primary_message(record) {
+        if let Some(message) = record.primary_message() {
             self.eprint(&format!("    {}", style(message).dim().for_stderr()));
         }
         self.verify_tails(record);
@@ -391,20 +391,6 @@ impl Drop for Human {
     }
 }
 
-/// The record's message without its findings (shown as warnings of their own).
-fn primary_message(record: &LedgerRecord) -> Option<&str> {
-    let message = record.message.as_deref()?;
-    if record.findings.is_empty() {
-        return Some(message);
-    }
-    let findings = record.findings.join("; ");
-    let primary = message
-        .strip_suffix(findings.as_str())
-        .unwrap_or(message)
-        .trim_end_matches("; ");
-    (!primary.is_empty()).then_some(primary)
-}
-
 fn outcome_style(outcome: Outcome) -> (&'static str, Style) {
     match outcome {
         Outcome::StoryPassed => ("✓", Style::new().green()),
@@ -442,18 +428,6 @@ pub fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_message_line_leaves_findings_to_their_warnings() {
-        let mut r = LedgerRecord::new("r", 1, "US-001", Outcome::StoryPassed, Utc::now());
-        r.findings = vec!["US-002 edited (title)".into(), "HEAD moved".into()];
-        r.message = Some("US-002 edited (title); HEAD moved".into());
-        assert_eq!(primary_message(&r), None);
-        r.message = Some("verify failed; US-002 edited (title); HEAD moved".into());
-        assert_eq!(primary_message(&r), Some("verify failed"));
-        r.findings.clear();
-        assert_eq!(primary_message(&r), r.message.as_deref());
-    }
 
     #[test]
     fn sub_cent_costs_keep_their_digits() {

@@ -83,7 +83,13 @@ pub fn reason(r: &crate::protocol::LedgerRecord) -> String {
         );
         return one_line(&text, REASON_CHARS);
     }
-    one_line(r.message.as_deref().unwrap_or_default(), REASON_CHARS)
+    let mut text = r.primary_message().unwrap_or_default().to_owned();
+    if text.is_empty() {
+        if let Some(first) = r.findings.first() {
+            text = first.clone();
+        }
+    }
+    one_line(&text, REASON_CHARS)
 }
 
 #[cfg(test)]

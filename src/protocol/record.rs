@@ -196,8 +196,42 @@ impl LedgerRecord {
         }
     }
 
+    /// The message without the findings appended to it (they have a field of their own): why
+    /// the outcome, in a sentence; `None` when that is all the message said.
+    pub fn primary_message(&self) -> Option<&str> {
+        let message = self.message.as_deref()?;
+        if self.findings.is_empty() {
+            return Some(message);
+        }
+        let findings = self.findings.join("; ");
+        let primary = message
+            .strip_suffix(findings.as_str())
+            .unwrap_or(message)
+            .trim_end_matches("; ");
+        (!primary.is_empty()).then_some(primary)
+    }
+
     /// The verify runs of this iteration that failed.
     pub fn verify_failures(&self) -> impl Iterator<Item = &VerifyRecord> {
         self.verify.iter().filter(|v| !v.passed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+
+    #[test]
+    fn the_message_line_leaves_findings_to_their_warnings() {
+        let mut r = LedgerRecord::new("r", 1, "US-001", Outcome::StoryPassed, Utc::now());
+        r.findings = vec!["US-002 edited (title)".into(), "HEAD moved".into()];
+        r.message = Some("US-002 edited (title); HEAD moved".into());
+        assert_eq!(r.primary_message(), None);
+        r.message = Some("verify failed; US-002 edited (title); HEAD moved".into());
+        assert_eq!(r.primary_message(), Some("verify failed"));
+        r.findings.clear();
+        assert_eq!(r.primary_message(), r.message.as_deref());
     }
 }

@@ -24,6 +24,7 @@ mod real_claude;
 mod real_codex;
 mod real_gemini;
 mod real_opencode;
+mod report_browser;
 mod run_cases;
 mod run_pipeline;
 mod stop_conditions;

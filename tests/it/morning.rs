@@ -26,7 +26,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// A repository holding the fixture's prd.json and progress.txt, one ralph commit (with the
 /// trailers) per ledger record, and `.ralph/` with the ledger, state and transcripts.
-fn history() -> TestEnv {
+pub(crate) fn history() -> TestEnv {
     let prd: Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/prd.json")).unwrap())
             .unwrap();
