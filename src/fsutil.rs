@@ -20,6 +20,26 @@ use std::path::Path;
 /// writing, syncing, renaming, syncing the directory); the target is unchanged unless the final
 /// rename happened. The error message names `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes)?;
+    // The rename is durable only once the directory entry is on disk.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
+}
+
+/// [`write_atomic`] without the directory sync: atomic (old or new bytes, never a mix) and the
+/// file's mode kept, but a power loss right after may bring back the old file. For files a later
+/// commit makes durable anyway (the native loop's `write_file` and `edit_file` tools, whose
+/// every write the iteration's checkpoint commits), where a directory sync per write would cost
+/// milliseconds each.
+///
+/// # Errors
+/// As [`write_atomic`].
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let named =
         |e: io::Error| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()));
     let dir = match path.parent() {
@@ -41,8 +61,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .map_err(named)?;
     tmp.as_file().sync_all().map_err(named)?;
     tmp.persist(path).map_err(|e| named(e.error))?;
-    // The rename is durable only once the directory entry is on disk.
-    File::open(dir).and_then(|d| d.sync_all()).map_err(named)?;
     Ok(())
 }
 

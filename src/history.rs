@@ -99,11 +99,13 @@ impl History {
         self.records.iter().map(|r| r.iteration).max().unwrap_or(0)
     }
 
-    /// The newest record of `story_id` whose outcome was a failure or gave no progress, with
-    /// a message: why an open story has not passed yet.
-    pub fn last_failure(&self, story_id: &str) -> Option<&LedgerRecord> {
+    /// The newest record of `story_id` in feature `feature` (prd.json's `branchName`; records
+    /// without one count) that neither passed the story nor made progress: why an open story
+    /// has not passed yet.
+    pub fn last_failure(&self, story_id: &str, feature: Option<&str>) -> Option<&LedgerRecord> {
         self.records.iter().rev().find(|r| {
             r.story_id == story_id
+                && r.feature.as_deref().is_none_or(|f| Some(f) == feature)
                 && !matches!(
                     r.outcome,
                     crate::protocol::Outcome::StoryPassed | crate::protocol::Outcome::Progress

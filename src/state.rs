@@ -52,7 +52,8 @@ pub struct State {
     /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then.
     #[serde(default, with = "rfc3339::option")]
     pub resume_at: Option<DateTime<Utc>>,
-    /// prd.json's `branchName` that `attempts` and `blocked` belong to.
+    /// prd.json's `branchName` that `attempts` and `blocked` belong to (`""`: a prd.json without
+    /// one; absent: a state written before features were recorded).
     #[serde(default)]
     pub feature: Option<String>,
     /// Why the latest run ended (`None` while it runs, or before any run ended).
@@ -145,13 +146,15 @@ impl State {
             run_id: records.last().map(|r| r.run_id.clone()),
             iteration: records.iter().map(|r| r.iteration).max().unwrap_or(0),
             last_outcome: records.last().map(|r| r.outcome.as_str().to_owned()),
-            feature: feature.map(str::to_owned),
+            feature: Some(feature.unwrap_or_default().to_owned()),
             ..State::default()
         };
         for r in records {
-            let same_feature = match (&r.feature, feature) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
+            // A record without a feature comes from an older ralph (or a prd.json without
+            // branchName): it counts.
+            let same_feature = match &r.feature {
+                Some(a) => Some(a.as_str()) == feature,
+                None => true,
             };
             if same_feature && r.outcome.is_attempt() {
                 *state.attempts.entry(r.story_id.clone()).or_insert(0) += 1;
@@ -163,18 +166,23 @@ impl State {
     /// Starts the attempts and blocks afresh when prd.json's `branchName` is not the feature
     /// they were earned in (a new feature reuses story ids). Returns the old feature when it
     /// cleared anything.
+    ///
+    /// `feature` is prd.json's `branchName`; a prd.json without one is the feature `""`. A state
+    /// written before features were recorded (`feature` absent) keeps its attempts once.
     pub fn enter_feature(&mut self, feature: Option<&str>) -> Option<String> {
-        let changed = match (&self.feature, feature) {
-            (Some(old), Some(new)) => old != new,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        let old = self.feature.clone();
-        self.feature = feature.map(str::to_owned);
+        let new = feature.unwrap_or_default();
+        let changed = self.feature.as_deref().is_some_and(|old| old != new);
+        let old = self.feature.replace(new.to_owned());
         if changed && (!self.attempts.is_empty() || !self.blocked.is_empty()) {
             self.attempts.clear();
             self.blocked.clear();
-            return old;
+            return old.map(|o| {
+                if o.is_empty() {
+                    "a prd.json without branchName".to_owned()
+                } else {
+                    o
+                }
+            });
         }
         None
     }

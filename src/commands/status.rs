@@ -29,13 +29,17 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let repo = Repo::discover(&root).ok();
     // Without `.ralph/` (deleted, or a fresh clone), git's trailers tell the story.
     let history = History::load(&paths, repo.as_ref())?;
-    let (state, state_from_git) = match State::load(&paths.ralph_dir).ok().flatten() {
+    let (mut state, state_from_git) = match State::load(&paths.ralph_dir).ok().flatten() {
         Some(state) => (state, false),
         None => (
             State::rebuild(&history.records, loaded.prd.branch_name.as_deref()),
             history.source == Source::Git,
         ),
     };
+    // What `ralph run` will see: attempts and blocks of another feature no longer count (shown
+    // only; state.json is not written).
+    let feature = loaded.prd.branch_name.clone();
+    state.enter_feature(feature.as_deref());
     let ledger_from_git = history.source == Source::Git;
     let ledger = &history.records;
     let latest_run = ledger.last().map(|r| r.run_id.clone());
@@ -60,7 +64,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
                 "attempts": state.attempts.get(&s.id).copied().unwrap_or(0),
                 "blocked": state.blocked.contains(&s.id),
-                "last_failure": (!s.passes).then(|| history.last_failure(&s.id)).flatten().map(|r| json!({
+                "last_failure": (!s.passes).then(|| history.last_failure(&s.id, feature.as_deref())).flatten().map(|r| json!({
                     "iteration": r.iteration, "outcome": r.outcome, "message": r.message,
                     "verify": r.verify_failures().collect::<Vec<_>>()})),
             })).collect::<Vec<_>>(),
@@ -81,7 +85,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "running": running.as_ref().map(|(flight, holder)| json!({
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
-            "source": if ledger_from_git { "git" } else { "ledger" },
+            "source": history.source.as_str(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -122,7 +126,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     // Why each open story has not passed yet: its last failed iteration.
     let mut why_lines = Vec::new();
     for s in loaded.prd.user_stories.iter().filter(|s| !s.passes) {
-        let Some(r) = history.last_failure(&s.id) else {
+        let Some(r) = history.last_failure(&s.id, feature.as_deref()) else {
             continue;
         };
         let reason = r
@@ -187,7 +191,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         }
         None => println!("no runs yet: start one with `ralph run`"),
         Some(run) => {
-            println!("latest run {run}: {} iteration(s)", latest.len());
+            let label = if running.as_ref().is_some_and(|(f, _)| f.run_id != *run) {
+                "previous run"
+            } else {
+                "latest run"
+            };
+            println!("{label} {run}: {} iteration(s)", latest.len());
             println!(
                 "  {:<5} {:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
                 "#", "STORY", "OUTCOME", "TIME", "COST", "TOKENS IN/OUT"
@@ -215,7 +224,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 );
             }
             println!(
-                "this run: {} iteration(s), {}",
+                "{}: {} iteration(s), {}",
+                if label == "previous run" {
+                    "previous run"
+                } else {
+                    "this run"
+                },
                 latest.len(),
                 this_run.describe()
             );

@@ -372,7 +372,7 @@ impl Sink for Human {
                 story_id,
                 attempt,
                 max,
-            } => self.waiting(*reason, *until, story_id, *attempt, *max),
+            } => self.waiting(*reason, *until, story_id.as_deref().unwrap_or("the story"), *attempt, *max),
             RunEvent::RunFinished(summary) => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();

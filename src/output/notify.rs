@@ -121,7 +121,9 @@ impl Sink for Notify {
                 last_message,
             } => self.send(
                 Kind::StoryBlocked,
-                format!("{p}: {story_id} is blocked after {attempts} attempts (last: {last_outcome})"),
+                format!(
+                    "{p}: {story_id} is blocked after {attempts} attempts (last: {last_outcome})"
+                ),
                 json!({"story_id": story_id, "attempts": attempts, "last_outcome": last_outcome,
                     "last_message": last_message}),
             ),
@@ -130,14 +132,17 @@ impl Sink for Notify {
                 until,
                 story_id,
                 ..
-            } => self.send(
-                Kind::UsageLimitWait,
-                format!(
-                    "{p}: the agent hit a usage limit; ralph waits until {} UTC, then runs {story_id} again",
-                    until.format("%Y-%m-%d %H:%M")
+            } => {
+                self.send(
+                    Kind::UsageLimitWait,
+                    format!(
+                    "{p}: the agent hit a usage limit; ralph waits until {} UTC, then goes on{}",
+                    until.format("%Y-%m-%d %H:%M"),
+                    story_id.as_deref().map(|s| format!(" with {s}")).unwrap_or_default()
                 ),
-                json!({"until": until, "story_id": story_id}),
-            ),
+                    json!({"until": until, "story_id": story_id}),
+                )
+            }
             RunEvent::RunFinished(summary) => {
                 let text = match summary.stop_reason {
                     StopReason::Complete => format!("{p}: {}", summary.headline),

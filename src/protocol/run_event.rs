@@ -188,8 +188,9 @@ pub enum RunEvent {
         #[serde(with = "rfc3339")]
         #[schemars(with = "String")]
         until: DateTime<Utc>,
-        /// The story that runs again after the wait.
-        story_id: String,
+        /// The story that runs again after the wait (`None` for a reset a previous ralph was
+        /// waiting for when the run starts).
+        story_id: Option<String>,
         /// The retry number (transient) or the usage-limit wait number of this run (1-based).
         attempt: u32,
         /// The limit of such retries or waits.
@@ -279,7 +280,7 @@ mod tests {
             RunEvent::Waiting {
                 reason: WaitReason::UsageLimit,
                 until: Utc::now(),
-                story_id: "US-001".into(),
+                story_id: Some("US-001".into()),
                 attempt: 1,
                 max: 3,
             },

@@ -179,7 +179,7 @@ async fn drive(
         out.emit(RunEvent::Waiting {
             reason,
             until,
-            story_id,
+            story_id: Some(story_id),
             attempt,
             max,
         });

@@ -313,13 +313,14 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
         t.failures_in_a_row = 0;
         t.unchanged_in_a_row = 0;
-        let next = match b.stop_on_block {
-            true => Next::Stop(StopReason::StoryBlocked {
+        let next = if b.stop_on_block {
+            Next::Stop(StopReason::StoryBlocked {
                 story_id: r.story_id.clone(),
                 attempts: a.attempts,
                 last_outcome: r.outcome,
-            }),
-            false => Next::Continue,
+            })
+        } else {
+            cost_stop(&t, b, r).map_or(Next::Continue, Next::Stop)
         };
         return d(next, t, true, None);
     }
@@ -353,17 +354,20 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         };
         return d(Next::Stop(reason), t, false, None);
     }
-    if let Some(max) = b.max_cost {
-        if t.cost_usd >= max {
-            let reason = StopReason::MaxCost {
-                spent_usd: t.cost_usd,
-                max_usd: max,
-                iteration: r.iteration,
-            };
-            return d(Next::Stop(reason), t, false, None);
-        }
+    if let Some(reason) = cost_stop(&t, b, r) {
+        return d(Next::Stop(reason), t, false, None);
     }
     d(Next::Continue, t, false, None)
+}
+
+/// `--max-cost`: this run's cost reached the limit (the iteration that crossed it is recorded).
+fn cost_stop(t: &Tally, b: &Budgets, r: &LedgerRecord) -> Option<StopReason> {
+    let max = b.max_cost?;
+    (t.cost_usd >= max).then(|| StopReason::MaxCost {
+        spent_usd: t.cost_usd,
+        max_usd: max,
+        iteration: r.iteration,
+    })
 }
 
 /// Overload, 5xx, network: not the agent's fault, so it does not use up the budget; wait

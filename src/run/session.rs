@@ -95,7 +95,6 @@ pub async fn open(
         .iteration
         .max(history::last_recorded_iteration(&paths, &pre.repo));
     let budgets = Budgets::of(cfg);
-    let early_stop = pending_reset(&mut state, &budgets, &paths, stop, started, out).await?;
     let initial = store::load(&paths.prd)?;
     let mut session = Session {
         expected_ids: initial
@@ -113,25 +112,36 @@ pub async fn open(
         tally: Tally::default(),
         records: Vec::new(),
         pending,
-        early_stop,
+        early_stop: None,
         local_server: None,
         _lock: acquired.lock,
     };
-    if session.early_stop.is_some() {
-        return Ok(session);
-    }
     session.prepare_stories(cfg, out)?;
     let branch_row = session.prepare_tree(cfg, out)?;
-    if let (AgentKind::Local, None) = (cfg.agent, &cfg.native.base_url) {
-        let server = start_local_server(cfg, out).await?;
-        session.pre.backend = build_backend(cfg, &session.pre.paths, Some(server.base_url()))?;
-        session.local_server = Some(server);
-    }
     let progress_row = match crate::progress::ensure_exists(&paths.progress, Local::now())? {
         true => format!("{} (created)", paths.rel(&paths.progress)),
         false => paths.rel(&paths.progress),
     };
     session.header(cfg, branch_row, progress_row, out);
+    // A usage-limit reset a previous ralph was waiting for: waited out before the local model's
+    // server takes its memory.
+    session.early_stop = pending_reset(
+        &mut session.state,
+        &session.budgets,
+        &paths,
+        stop,
+        started,
+        out,
+    )
+    .await?;
+    if session.early_stop.is_some() {
+        return Ok(session);
+    }
+    if let (AgentKind::Local, None) = (cfg.agent, &cfg.native.base_url) {
+        let server = start_local_server(cfg, out).await?;
+        session.pre.backend = build_backend(cfg, &session.pre.paths, Some(server.base_url()))?;
+        session.local_server = Some(server);
+    }
     Ok(session)
 }
 
@@ -169,7 +179,8 @@ impl Session {
                 self.state.blocked.push(s.id.clone());
             }
         }
-        self.state.save(&paths.ralph_dir)?;
+        // Saved by the first iteration (or the end of the run): a run refused below (dirty tree,
+        // bad base branch) must leave state.json as it was.
         Ok(())
     }
 
@@ -354,11 +365,7 @@ async fn pending_reset(
             out.emit(RunEvent::Waiting {
                 reason: WaitReason::UsageLimit,
                 until,
-                story_id: state
-                    .in_flight
-                    .as_ref()
-                    .map(|f| f.story_id.clone())
-                    .unwrap_or_default(),
+                story_id: None,
                 attempt: 1,
                 max: budgets.max_usage_limit_waits,
             });

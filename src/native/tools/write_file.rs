@@ -39,7 +39,7 @@ pub(super) struct Args {
 /// # Errors
 /// The I/O error of creating, writing, syncing or renaming the temporary file.
 pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    crate::fsutil::write_atomic(path, bytes)
+    crate::fsutil::replace(path, bytes)
 }
 
 pub(super) fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

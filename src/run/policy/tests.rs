@@ -72,6 +72,7 @@ fn after(record: &LedgerRecord) -> Aftermath<'_> {
 fn kind(d: &Decision) -> String {
     match &d.next {
         Next::Continue if d.block => "block".into(),
+        Next::Stop(r) if d.block => format!("block and stop {}", r.kind()),
         Next::Continue => "continue".into(),
         Next::Retry { wait } => format!("retry {}s", wait.as_secs()),
         Next::WaitUntil { until } => format!("wait until {}", until.format("%H:%M:%S")),
