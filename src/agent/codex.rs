@@ -55,6 +55,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Codex::new(settings))),
 };
 
@@ -110,7 +111,7 @@ impl Backend for Codex {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // codex never prints the prompt back in `--json` mode.
-        Box::new(CodexParser::new())
+        Box::new(CodexParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 

@@ -36,6 +36,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: false,
     prompt: PromptVia::Stdin,
     doctor: no_traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Exec::new(settings)?)),
 };
 

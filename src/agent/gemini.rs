@@ -54,6 +54,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Gemini::new(settings))),
 };
 
@@ -100,7 +101,7 @@ impl Backend for Gemini {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // The echoed prompt is a `role:"user"` message, which the parser never reads as text.
-        Box::new(GeminiParser::new())
+        Box::new(GeminiParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 
