@@ -532,8 +532,8 @@ pub fn limit_notice_at(text: &str) -> Option<usize> {
 }
 
 /// Whether `line` *is* a usage-limit notice rather than a sentence that mentions one: the
-/// notice ([`limit_notice_at`], or `you've hit your …`) starts the line (after an `Error:` or
-/// similar prefix of at most 12 characters), the line is short, and it names a reset time
+/// notice ([`limit_notice_at`], or `you've hit your …`) starts the line (after at most an
+/// `Error:`-like prefix: no other word, no quote), the line is short, and it names a reset time
 /// ralph can read. Used where ralph reads an agent's plain answer (the exec backend), which may
 /// be a limit notice or prose about one.
 pub fn is_limit_notice(line: &str) -> bool {
@@ -548,7 +548,29 @@ pub fn is_limit_notice(line: &str) -> bool {
         .filter_map(|p| lower.find(p))
         .chain(limit_notice_at(&lower))
         .min();
-    start.is_some_and(|at| at <= 12)
+    // Only an `Error:`-like prefix (or the notice's own `You're`, `Claude AI`) may come first:
+    // no other word, no quote (prose quoting a notice is not one).
+    let bare_prefix = |at: usize| {
+        lower.get(..at).is_some_and(|prefix| {
+            let mut rest = prefix.to_owned();
+            for word in [
+                "error",
+                "claude ai",
+                "you're",
+                "you\u{2019}re",
+                "you've",
+                "you\u{2019}ve",
+                "you have",
+                "you",
+            ] {
+                rest = rest.replace(word, "");
+            }
+            !rest.chars().any(|c| {
+                c.is_alphanumeric() || matches!(c, '`' | '\'' | '"' | '\u{201c}' | '\u{2018}')
+            })
+        })
+    };
+    start.is_some_and(|at| at <= 12 && bare_prefix(at))
         && crate::agent::reset_time::resume_at_from_text_at(
             clean,
             chrono::Utc::now(),
