@@ -327,6 +327,25 @@ mod tests {
         );
     }
 
+    /// A successful result that discusses limits is no limit; an `error_during_execution`
+    /// result without text shows its `errors[]`.
+    #[test]
+    fn answer_about_limits_and_errors_array() {
+        let ok = r#"{"type":"result","subtype":"success","is_error":false,"result":"Added a retry for 'Weekly limit reached ∙ resets 5am'.","session_id":"T-1"}"#;
+        let (_, report) = run(&[out(ok)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+
+        let failed = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["Weekly limit reached ∙ resets 5am"],"session_id":"T-1"}"#;
+        let (_, report) = run(&[out(failed)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Weekly limit reached ∙ resets 5am")
+        );
+        assert!(report.resume_at.is_some());
+    }
+
     /// The promise in the echoed prompt or in a tool result is never a claim, with or without
     /// a result line.
     #[test]

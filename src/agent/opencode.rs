@@ -728,6 +728,31 @@ mod tests {
         );
     }
 
+    /// What opencode 1.18.33 printed when the provider answered 404 for the model: a config
+    /// error naming it; and a final answer that discusses limits is no failure.
+    #[test]
+    fn a_missing_model_is_config_and_an_answer_about_limits_is_not_a_limit() {
+        let lines = [
+            err(
+                r#"timestamp=2026-12-01T13:00:35.311Z level=ERROR run=22c96db7 message=process session.id=ses_d messageID=msg_2 error="The model `gpt-nope-9` does not exist or you do not have access to it." stack="AI_APICallError: The model `gpt-nope-9` does not exist""#,
+            ),
+            out(
+                r#"{"type":"error","timestamp":1796130035319,"sessionID":"ses_d","error":{"name":"APIError","data":{"message":"The model `gpt-nope-9` does not exist or you do not have access to it.","statusCode":404,"isRetryable":false,"responseBody":"{\"error\":{\"message\":\"The model `gpt-nope-9` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_request_error\"}}"}}}"#,
+            ),
+        ];
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .starts_with("the model `gpt-nope-9` does not exist"));
+
+        let about = r#"{"type":"text","timestamp":1796003380173,"sessionID":"ses_dd5db4fedffe","part":{"id":"prt_9","messageID":"msg_3","sessionID":"ses_dd5db4fedffe","type":"text","text":"Mapped 'Rate limit exceeded (HTTP 429)' and 'insufficient_quota' to retries.","time":{"start":1,"end":2}}}"#;
+        let (_, report) = run(&[out(START_3), out(about), out(FINISH_STOP)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+    }
+
     #[test]
     fn promise_in_tool_output_does_not_count() {
         let lines = [
