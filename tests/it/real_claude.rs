@@ -323,3 +323,75 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
         );
     }
 }
+
+/// The default environment handling with a key that is meant for a gateway: with
+/// `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` set (the scripted model) and no claude login
+/// in HOME, ralph keeps the key without `--keep-api-key`, and the real CLI completes a story.
+#[test]
+fn ralph_keeps_the_api_key_for_a_base_url_without_keep_api_key() {
+    let Some(claude) =
+        claude_bin_or_skip("ralph_keeps_the_api_key_for_a_base_url_without_keep_api_key")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let home = fx.sandbox.join("home");
+    assert!(
+        !home.join(".claude/.credentials.json").exists() && !home.join(".claude.json").exists(),
+        "the sandbox HOME must have no claude login"
+    );
+    let scenario = example_dir("textkit").join("scenario.json");
+    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
+    ralph
+        .args(["run", "--agent", "claude", "--max-iter", "1"])
+        .env("RALPH_AGENT_PROGRAM", &claude);
+    let out = fx.run_with_model(ralph, &scenario, "ralph-no-keep");
+    // One iteration of three stories: stopped by --max-iter (exit 3) with US-001 done.
+    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{out}");
+    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    assert_eq!(ledger[0]["outcome"], "story_passed", "{}", ledger[0]);
+    assert_eq!(
+        fx.prd_passes()[0],
+        ("US-001".to_owned(), true),
+        "{:?}",
+        fx.prd_passes()
+    );
+}
+
+/// The real CLI told to use a model the API does not have (a 404 `not_found_error`): ralph
+/// stops at once with a config error that names the model, without spending the failure budget.
+#[test]
+fn ralph_stops_at_once_when_the_real_claude_names_a_missing_model() {
+    let Some(claude) =
+        claude_bin_or_skip("ralph_stops_at_once_when_the_real_claude_names_a_missing_model")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let scenario = fx.root.join("missing-model.json");
+    fs::write(
+        &scenario,
+        r#"{"error": {"status": 404, "message": "model: claude-nope-9", "type": "not_found_error"}}"#,
+    )
+    .expect("write scenario");
+    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
+    ralph
+        .args([
+            "run",
+            "--agent",
+            "claude",
+            "--model",
+            "claude-nope-9",
+            "--max-failures",
+            "5",
+        ])
+        .env("RALPH_AGENT_PROGRAM", &claude);
+    let out = fx.run_with_model(ralph, &scenario, "missing-model");
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{out}");
+    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    assert_eq!(ledger[0]["outcome"], "config_error", "{}", ledger[0]);
+    let message = ledger[0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`claude-nope-9`"), "{message}");
+}
