@@ -57,6 +57,27 @@ impl Fixture {
         out
     }
 
+    /// `ralph run --agent claude ARGS…` with the real CLI, under the scripted model.
+    fn ralph_with_model(
+        &self,
+        claude: &Path,
+        args: &[&str],
+        scenario: &Path,
+        name: &str,
+    ) -> RunOutput {
+        let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
+        ralph
+            .args(["run", "--agent", "claude"])
+            .args(args)
+            .env("RALPH_AGENT_PROGRAM", claude);
+        self.run_with_model(ralph, scenario, name)
+    }
+
+    /// `.ralph/ledger.jsonl`, one value per iteration.
+    fn ledger(&self) -> Vec<Value> {
+        read_jsonl(&self.repo.join(".ralph/ledger.jsonl"))
+    }
+
     fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
@@ -219,19 +240,14 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
     };
     let fx = Fixture::textkit();
     let scenario = example_dir("textkit").join("scenario.json");
-    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
-    ralph
-        // The scripted server takes a dummy API key; ralph removes the key unless told to keep it.
-        .args([
-            "run",
-            "--agent",
-            "claude",
-            "--max-iter",
-            "6",
-            "--keep-api-key",
-        ])
-        .env("RALPH_AGENT_PROGRAM", &claude);
-    let out = fx.run_with_model(ralph, &scenario, "ralph");
+    // The scripted server takes a dummy API key, kept anyway for ANTHROPIC_BASE_URL; the flag
+    // must still be accepted.
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--max-iter", "6", "--keep-api-key"],
+        &scenario,
+        "ralph",
+    );
     assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
 
     // Every story passes, and the project's tests (written by the agent) pass.
@@ -243,7 +259,7 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
     assert!(fx.project_tests().contains("Ran 15 tests"));
 
     // One ledger record per iteration, each a passed story, in priority order.
-    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    let ledger = fx.ledger();
     assert_eq!(ledger.len(), 3, "{ledger:#?}");
     for (i, (record, story)) in ledger
         .iter()
@@ -341,14 +357,10 @@ fn ralph_keeps_the_api_key_for_a_base_url_without_keep_api_key() {
         "the sandbox HOME must have no claude login"
     );
     let scenario = example_dir("textkit").join("scenario.json");
-    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
-    ralph
-        .args(["run", "--agent", "claude", "--max-iter", "1"])
-        .env("RALPH_AGENT_PROGRAM", &claude);
-    let out = fx.run_with_model(ralph, &scenario, "ralph-no-keep");
+    let out = fx.ralph_with_model(&claude, &["--max-iter", "1"], &scenario, "ralph-no-keep");
     // One iteration of three stories: stopped by --max-iter (exit 3) with US-001 done.
     assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{out}");
-    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    let ledger = fx.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:#?}");
     assert_eq!(ledger[0]["outcome"], "story_passed", "{}", ledger[0]);
     assert_eq!(
@@ -375,21 +387,14 @@ fn ralph_stops_at_once_when_the_real_claude_names_a_missing_model() {
         r#"{"error": {"status": 404, "message": "model: claude-nope-9", "type": "not_found_error"}}"#,
     )
     .expect("write scenario");
-    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
-    ralph
-        .args([
-            "run",
-            "--agent",
-            "claude",
-            "--model",
-            "claude-nope-9",
-            "--max-failures",
-            "5",
-        ])
-        .env("RALPH_AGENT_PROGRAM", &claude);
-    let out = fx.run_with_model(ralph, &scenario, "missing-model");
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--model", "claude-nope-9", "--max-failures", "5"],
+        &scenario,
+        "missing-model",
+    );
     assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{out}");
-    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    let ledger = fx.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:#?}");
     assert_eq!(ledger[0]["outcome"], "config_error", "{}", ledger[0]);
     let message = ledger[0]["message"].as_str().unwrap_or_default();
