@@ -291,6 +291,16 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         FailureClass::Transient,
         Pattern::Contains("rate_limit_error"),
     ),
+    // A per-minute rate limit (OpenAI's `Rate limit reached for … Please try again in 20s`):
+    // not a plan's allowance, which the limit family covers.
+    (
+        FailureClass::Transient,
+        Pattern::Contains("rate limit reached"),
+    ),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("rate limit exceeded"),
+    ),
     (FailureClass::Auth, Pattern::Contains("permission_error")),
     (
         FailureClass::Transient,
@@ -528,7 +538,36 @@ pub fn limit_notice_at(text: &str) -> Option<usize> {
         )
         .expect("static regex")
     });
-    RE.find(text).map(|m| m.start())
+    // `… limit reached` of something that is not a plan's allowance (a rate limit, a context
+    // or output limit, max turns) is no usage limit, even with "try again" after it.
+    const NOT_USAGE: &[&str] = &[
+        "rate",
+        "context",
+        "token",
+        "tokens",
+        "turn",
+        "turns",
+        "output",
+        "length",
+        "size",
+        "recursion",
+        "loop",
+        "step",
+        "steps",
+        "iteration",
+    ];
+    RE.find_iter(text)
+        .find(|m| {
+            let before = text[..m.start()].trim_end();
+            let word = before
+                .rsplit(|c: char| !c.is_alphanumeric())
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
+            let generic = m.as_str().to_lowercase().starts_with("limit");
+            !(generic && NOT_USAGE.contains(&word.as_str()))
+        })
+        .map(|m| m.start())
 }
 
 /// Whether `line` *is* a usage-limit notice rather than a sentence that mentions one: the
@@ -814,6 +853,8 @@ mod tests {
         ("{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Number of requests has exceeded your rate limit\"}}", FailureClass::Transient),
         ("{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"Your API key does not have permission to use the specified resource.\"}}", FailureClass::Auth),
         ("upstream replied: Internal Server Error", FailureClass::Transient),
+        ("Rate limit reached for gpt-4.1 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.", FailureClass::Transient),
+        ("Rate limit exceeded", FailureClass::Transient),
         ("upstream replied: Bad Gateway", FailureClass::Transient),
         ("upstream replied: Gateway Timeout", FailureClass::Transient),
         // A missing model, in each CLI's words (real claude 2.1.332, codex 0.171.0, opencode
@@ -1015,6 +1056,8 @@ mod tests {
             "Context limit reached \u{00b7} /compact or /clear to continue",
             "Max turns limit reached",
             "rate limit reached, retrying in 2s",
+            "Rate limit reached for requests. Please try again in 1s.",
+            "Output token limit reached, try again with a shorter answer",
         ] {
             assert_ne!(
                 classify(Signal::Text(text)),
