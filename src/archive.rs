@@ -224,7 +224,7 @@ pub fn check(
         Err(err) => return Err(err).with_context(|| format!("cannot read {}", prd.display())),
     };
     let Some(current_doc) = parse_json(&current) else {
-        // The driver refuses an invalid prd.json itself; keep the memory for when it is fixed.
+        // The run refuses an invalid prd.json itself; keep the memory for when it is fixed.
         return Ok(None);
     };
     let new_branch = branch_in(&current_doc);

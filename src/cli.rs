@@ -380,8 +380,9 @@ pub struct RunArgs {
     /// story: for jobs where a blocked story needs a human before anything else.
     #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub stop_on_block: bool,
-    /// claude: keep ANTHROPIC_API_KEY in claude's environment. By default ralph removes it,
-    /// because with it claude bills the API key instead of your subscription.
+    /// claude: always keep ANTHROPIC_API_KEY in claude's environment. Without this ralph removes
+    /// it only when claude has a login of its own (the key would bill the API instead of your
+    /// subscription) and no ANTHROPIC_BASE_URL or ANTHROPIC_AUTH_TOKEN is set.
     #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())]
     pub keep_api_key: bool,
     /// Stop the run (exit 4) once it has run this long, e.g. `8h`; an iteration in progress is

@@ -100,8 +100,9 @@ pub struct FileConfig {
     /// Used by the native backends and by CLIs that report tokens but no cost (codex, gemini).
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
-    /// claude: keep `ANTHROPIC_API_KEY` in claude's environment (it is removed by default
-    /// because it silently switches a subscription login to pay-per-token API billing).
+    /// claude: always keep `ANTHROPIC_API_KEY` in claude's environment (otherwise it is removed
+    /// only when claude has a login of its own, which the key would silently switch to
+    /// pay-per-token API billing).
     pub keep_api_key: Option<bool>,
     /// Wall-clock limit of the whole run, humantime syntax (`8h`).
     pub max_duration: Option<String>,

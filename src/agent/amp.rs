@@ -49,6 +49,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Amp::new(settings))),
 };
 
@@ -173,14 +174,14 @@ fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
     if result.is_error {
         // Only an error result's text is the agent's own error message; a successful
         // result is the assistant's answer, which may quote anything.
-        for t in error.iter().chain(result.text.iter()) {
+        for t in error.iter().chain(result.text.iter()).chain(&result.errors) {
             core.classifier.observe(Signal::Text(t));
         }
     }
     core.error_message = result.is_error.then(|| {
         error
-            .or_else(|| result.text.clone())
-            .filter(|t| !t.trim().is_empty())
+            .or_else(|| result.nonblank_text())
+            .or_else(|| result.joined_errors())
             .unwrap_or_else(|| result.ended_with("amp", "error"))
     });
     core.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64);
@@ -326,6 +327,25 @@ mod tests {
         );
     }
 
+    /// A successful result that discusses limits is no limit; an `error_during_execution`
+    /// result without text shows its `errors[]`.
+    #[test]
+    fn answer_about_limits_and_errors_array() {
+        let ok = r#"{"type":"result","subtype":"success","is_error":false,"result":"Added a retry for 'Weekly limit reached ∙ resets 5am'.","session_id":"T-1"}"#;
+        let (_, report) = run(&[out(ok)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+
+        let failed = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["Weekly limit reached ∙ resets 5am"],"session_id":"T-1"}"#;
+        let (_, report) = run(&[out(failed)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Weekly limit reached ∙ resets 5am")
+        );
+        assert!(report.resume_at.is_some());
+    }
+
     /// The promise in the echoed prompt or in a tool result is never a claim, with or without
     /// a result line.
     #[test]
@@ -417,10 +437,20 @@ mod tests {
 
     #[test]
     fn usage_limit_reset_time_comes_from_the_error_text() {
+        let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"error":"Claude AI usage limit reached|4102444800","session_id":"T-1"}"#;
+        let (_, report) = run(&[out(line)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(report.resume_at.map(|t| t.timestamp()), Some(4_102_444_800));
+
+        // The epoch of a limit long past: stale, so no reset time, and the message says so.
         let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"error":"Claude AI usage limit reached|1753441200","session_id":"T-1"}"#;
         let (_, report) = run(&[out(line)], Some(1));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
-        assert_eq!(report.resume_at.map(|t| t.timestamp()), Some(1_753_441_200));
+        assert_eq!(report.resume_at, None);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Claude AI usage limit reached|1753441200; the reset time it gave (2025-07-25 11:00 UTC) has already passed, so ralph waits usage_limit_fallback instead")
+        );
     }
 
     #[test]

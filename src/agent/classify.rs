@@ -6,14 +6,38 @@
 //! `terminal_reason`, retry notices and rate-limit events. Tool output is never fed in: an agent
 //! that runs `grep "Invalid API key"` over the codebase has not lost its credentials.
 //!
-//! Text is compared case-insensitively after removing ANSI escapes. Several signals can match
-//! in one run (retry chatter with status 429, then a final "You've hit your session limit"), so
-//! [`Classifier`] keeps every match and reports the most decisive class ([`precedence`]).
+//! Text is compared case-insensitively after removing ANSI escapes. Besides the plain substrings,
+//! three things are read out of every text signal:
+//! - the **usage-limit family** ([`Family::LimitNotice`]): any `<kind> limit reached` (5-hour,
+//!   weekly, session, Opus, …) or `out of … usage` that names a reset (`· resets 9pm`,
+//!   `∙ resets Oct 9, 10am`, the legacy `…|<epoch>`), whatever the separator;
+//! - a **missing model** ([`Family::MissingModel`]): every CLI's wording for a model that does
+//!   not exist or the account cannot use (claude's `There's an issue with the selected model
+//!   (…)`, an Anthropic `not_found_error` about `model: …`, OpenAI's ``The model `…` does not
+//!   exist``, Google's `models/… is not found`, opencode's `Model not found: …`), a
+//!   [`FailureClass::Config`] whose model name [`Classifier::missing_model`] keeps;
+//! - **HTTP statuses written in the text** ([`statuses_in_text`]: `API Error: 500 {…}`,
+//!   `unexpected status 401 Unauthorized`, `last status: 503`, `(HTTP 529)`, `"statusCode":502`),
+//!   which count like a structured status: older CLIs print the status only there.
+//!
+//! Several signals can match in one run (retry chatter with status 429, then a final "You've
+//! hit your session limit"), so [`Classifier`] keeps every match and reports the most decisive
+//! class ([`precedence`]): config > auth > usage limit > context > transient. The most specific
+//! reading wins: `exceeded retry limit, last status: 401 Unauthorized` is retry chatter wrapped
+//! around an auth failure, so auth; a 429 that says `You've hit your session limit` is a usage
+//! limit, not a rate limit. What the backends add on top (`crate::agent::stream`): structured
+//! fields decide before text when a dialect reads them (gemini's error class, opencode's error
+//! name), and nothing is classified at all when the agent's own terminal event says the run
+//! succeeded, so an answer that only *discusses* limits or keys is never a failure.
 //!
 //! Sources for the patterns: `notes/agent-protocols.md` §1 (Claude Code errors, limits and exit
 //! codes), §2 (codex `CodexErr` texts), §4–§6 (opencode, gemini, cursor) and `notes/real-clis.md`
 //! (the real CLIs' error runs). Users add their own with `[patterns]` in ralph.toml
 //! ([`ExtraPatterns`]).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use crate::process::strip_ansi;
 use crate::protocol::FailureClass;
@@ -53,6 +77,20 @@ pub enum Pattern {
     TerminalReason(&'static str),
     /// [`Signal::RateLimitStatus`] equals this.
     RateLimitStatus(&'static str),
+    /// [`Signal::Text`] belongs to a family of wordings too varied for one substring.
+    Family(Family),
+}
+
+/// Families of wordings, each recognised by a small set of regular expressions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// A usage-limit notice: `<kind> limit reached` for a plan's kinds (`5-hour`, `weekly`,
+    /// `session`, `Opus`, `usage`, …), any `… limit reached` that names a reset (`· resets 5am`,
+    /// `∙ resets Oct 9, 10am`, `|1753441200`), `out of extra usage` and any `out of … usage`
+    /// that names a reset, `reached your weekly limit`, `you hit your … limit`.
+    LimitNotice,
+    /// A model that does not exist or the account may not use ([`missing_model`]).
+    MissingModel,
 }
 
 /// The classification table: every (class, pattern) pair ralph knows. Order does not matter;
@@ -147,6 +185,12 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
         Pattern::Contains("is no longer supported"),
     ),
     (FailureClass::Config, Pattern::StartsWith("error: unknown")),
+    // A model that does not exist, in each CLI's words, and claude's assistant error code for
+    // it: the same request fails the same way every time.
+    (FailureClass::Config, Pattern::Family(Family::MissingModel)),
+    (FailureClass::Config, Pattern::ErrorCode("model_not_found")),
+    // A commander-style CLI (amp) refusing an option's value, e.g. `--mode`.
+    (FailureClass::Config, Pattern::StartsWith("error: option")),
     // clap's wording (codex) for a flag the installed version does not have.
     (
         FailureClass::Config,
@@ -169,6 +213,11 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (
         FailureClass::UsageLimit,
         Pattern::Contains("hour limit reached"),
+    ),
+    // Every plan's and version's `<kind> limit reached ∙ resets …`, `out of extra usage`.
+    (
+        FailureClass::UsageLimit,
+        Pattern::Family(Family::LimitNotice),
     ),
     (
         FailureClass::UsageLimit,
@@ -233,6 +282,35 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     // Transient: overload, rate limiting, server errors; retry after a backoff.
     (FailureClass::Transient, Pattern::Status(429, 429)),
     (FailureClass::Transient, Pattern::Status(500, 599)),
+    // The Anthropic error envelope's types, when a CLI quotes the body without the status.
+    (
+        FailureClass::Transient,
+        Pattern::Contains("\"type\":\"api_error\""),
+    ),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("rate_limit_error"),
+    ),
+    // A per-minute rate limit (OpenAI's `Rate limit reached for … Please try again in 20s`):
+    // not a plan's allowance, which the limit family covers.
+    (
+        FailureClass::Transient,
+        Pattern::Contains("rate limit reached"),
+    ),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("rate limit exceeded"),
+    ),
+    (FailureClass::Auth, Pattern::Contains("permission_error")),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("internal server error"),
+    ),
+    (FailureClass::Transient, Pattern::Contains("bad gateway")),
+    (
+        FailureClass::Transient,
+        Pattern::Contains("gateway timeout"),
+    ),
     (FailureClass::Transient, Pattern::Contains("overloaded")),
     (
         FailureClass::Transient,
@@ -280,6 +358,11 @@ pub const RULES: &[(FailureClass, Pattern)] = &[
     (
         FailureClass::Context,
         Pattern::TerminalReason("blocking_limit"),
+    ),
+    // Claude Code's `Context limit reached · /compact or /clear to continue`.
+    (
+        FailureClass::Context,
+        Pattern::Contains("context limit reached"),
     ),
     // codex and opencode.
     (
@@ -375,7 +458,9 @@ impl ExtraPatterns {
         {
             report.failure = Some(class);
             if class == FailureClass::UsageLimit && report.resume_at.is_none() {
-                report.resume_at = resume_at_from_text(message);
+                // A reset time that has passed is no time to wait for.
+                report.resume_at = resume_at_from_text(message)
+                    .filter(|at| *at >= chrono::Utc::now() - chrono::Duration::minutes(1));
             }
         }
     }
@@ -396,17 +481,23 @@ pub fn precedence(class: FailureClass) -> u8 {
     }
 }
 
-/// The most decisive class among the [`RULES`] that match `signal`, if any.
+/// The most decisive class among the [`RULES`] that match `signal`, if any. A text signal also
+/// counts as each HTTP status written in it ([`statuses_in_text`]).
 pub fn classify(signal: Signal<'_>) -> Option<FailureClass> {
     // Lowercase once per signal, not once per rule.
     let text = match signal {
         Signal::Text(t) => Some(strip_ansi(t).to_lowercase()),
         _ => None,
     };
+    let statuses = text.as_deref().map(statuses_in_text).unwrap_or_default();
+    let by_status = statuses
+        .into_iter()
+        .filter_map(|status| classify(Signal::ApiStatus(status)));
     RULES
         .iter()
         .filter(|(_, pattern)| matches(*pattern, signal, text.as_deref()))
         .map(|(class, _)| *class)
+        .chain(by_status)
         .max_by_key(|class| precedence(*class))
 }
 
@@ -416,6 +507,10 @@ fn matches(pattern: Pattern, signal: Signal<'_>, lower_text: Option<&str>) -> bo
         (Pattern::StartsWith(p), Signal::Text(_)) => {
             lower_text.is_some_and(|t| t.trim_start().starts_with(p))
         }
+        (Pattern::Family(family), Signal::Text(_)) => lower_text.is_some_and(|t| match family {
+            Family::LimitNotice => limit_notice_at(t).is_some(),
+            Family::MissingModel => missing_model(t).is_some(),
+        }),
         (Pattern::ErrorCode(p), Signal::ErrorCode(code)) => code.trim().eq_ignore_ascii_case(p),
         (Pattern::Status(lo, hi), Signal::ApiStatus(status)) => (lo..=hi).contains(&status),
         (Pattern::TerminalReason(p), Signal::TerminalReason(reason)) => reason == p,
@@ -424,12 +519,194 @@ fn matches(pattern: Pattern, signal: Signal<'_>, lower_text: Option<&str>) -> bo
     }
 }
 
+/// Where a usage-limit notice ([`Family::LimitNotice`]) starts in `text` (a byte offset), if
+/// `text` holds one. Case-insensitive; the separator before `resets` does not matter (`·`,
+/// `∙`, `-`, `|`).
+pub fn limit_notice_at(text: &str) -> Option<usize> {
+    static RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?ix)
+              \b(?:usage|\d+-hour|five-hour|hourly|daily|weekly|monthly|session|opus|sonnet|haiku
+                  |plan|spend|extra\ usage|(?:fast|premium|free)\ requests?)
+                \ limits?\ (?:has\ been\ |was\ )?reached\b
+            | \blimit\ reached\b[^\n]{0,80}?\b(?:resets?|try\ again)\b
+            | \blimit\ reached\s*\|\s*\d{9,11}
+            | \bout\ of\ (?:your\ )?(?:extra|included|free|monthly|weekly)\ usage\b
+            | \bout\ of\ [^\n.]{0,40}?\busage\b[^\n]{0,80}?\bresets?\b
+            | \breached\ your\ (?:(?:weekly|daily|monthly|session|usage|plan|spend|\d+-hour|five-hour|opus|sonnet)\ )+limit
+            | \byou\ (?:have\ )?hit\ your\b[^\n.]{0,40}?\blimit\b",
+        )
+        .expect("static regex")
+    });
+    // `… limit reached` of something that is not a plan's allowance (a rate limit, a context
+    // or output limit, max turns) is no usage limit, even with "try again" after it.
+    const NOT_USAGE: &[&str] = &[
+        "rate",
+        "context",
+        "token",
+        "tokens",
+        "turn",
+        "turns",
+        "output",
+        "length",
+        "size",
+        "recursion",
+        "loop",
+        "step",
+        "steps",
+        "iteration",
+    ];
+    RE.find_iter(text)
+        .find(|m| {
+            let before = text[..m.start()].trim_end();
+            let word = before
+                .rsplit(|c: char| !c.is_alphanumeric())
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
+            let generic = m.as_str().to_lowercase().starts_with("limit");
+            !(generic && NOT_USAGE.contains(&word.as_str()))
+        })
+        .map(|m| m.start())
+}
+
+/// Whether `line` *is* a usage-limit notice rather than a sentence that mentions one: the
+/// notice ([`limit_notice_at`], or `you've hit your …`) starts the line (after at most an
+/// `Error:`-like prefix: no other word, no quote), the line is short, and it names a reset time
+/// ralph can read. Used where ralph reads an agent's plain answer (the exec backend), which may
+/// be a limit notice or prose about one.
+pub fn is_limit_notice(line: &str) -> bool {
+    let clean = strip_ansi(line);
+    let clean = clean.trim();
+    if clean.is_empty() || clean.chars().count() > 300 {
+        return false;
+    }
+    let lower = clean.to_lowercase();
+    let start = ["you've hit your", "you\u{2019}ve hit your"]
+        .iter()
+        .filter_map(|p| lower.find(p))
+        .chain(limit_notice_at(&lower))
+        .min();
+    // Only an `Error:`-like prefix (or the notice's own `You're`, `Claude AI`) may come first:
+    // no other word, no quote (prose quoting a notice is not one).
+    let bare_prefix = |at: usize| {
+        lower.get(..at).is_some_and(|prefix| {
+            let mut rest = prefix.to_owned();
+            for word in [
+                "error",
+                "claude ai",
+                "you're",
+                "you\u{2019}re",
+                "you've",
+                "you\u{2019}ve",
+                "you have",
+                "you",
+            ] {
+                rest = rest.replace(word, "");
+            }
+            !rest.chars().any(|c| {
+                c.is_alphanumeric() || matches!(c, '`' | '\'' | '"' | '\u{201c}' | '\u{2018}')
+            })
+        })
+    };
+    start.is_some_and(|at| at <= 12 && bare_prefix(at))
+        && crate::agent::reset_time::resume_at_from_text_at(
+            clean,
+            chrono::Utc::now(),
+            &chrono::Local,
+        )
+        .is_some()
+}
+
+/// A model the agent's API refused as missing or not available to the account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingModel {
+    /// The model's name as the error gives it, when it gives one.
+    pub name: Option<String>,
+}
+
+/// Whether `text` says that the requested model does not exist (or is not available to the
+/// account), and which model, in the wordings of every CLI ralph drives: claude's
+/// `There's an issue with the selected model (claude-x)`, an Anthropic `not_found_error` whose
+/// message is `model: claude-x`, OpenAI's ``The model `gpt-x` does not exist or you do not have
+/// access to it`` (codex, opencode), codex's `The 'gpt-x' model is not supported when using
+/// Codex with a ChatGPT account`, Google's `models/gemini-x is not found for API version …`,
+/// opencode's `ProviderModelNotFoundError: Model not found: p/m`, gemini's
+/// `ModelNotFoundError`, cursor's `Cannot use this model: x`, and `invalid model name`.
+///
+/// Not a missing model: claude's warning that it does not recognise a custom model's context
+/// window, and codex's `Model metadata for `x` not found` (both say the run goes on).
+pub fn missing_model(text: &str) -> Option<MissingModel> {
+    static NAMED: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+        [
+            r"(?i)issue with the selected model \(([^)\s]+)\)",
+            r#"(?i)not_found_error[^\n]{0,80}?"message"\s*:\s*"model:\s*([^"\s]+)"#,
+            r#"(?i)\bthe model [`'"]?([^\s`'"]+?)[`'"]? does not exist"#,
+            r#"(?i)\bthe [`'"]([^`'"\s]+)[`'"] model is not supported"#,
+            r"(?i)\bmodels/([\w.\-]+) is not found",
+            r"(?i)\bmodel not found:?\s+([^\s,;]+)",
+            r"(?i)\bcannot use this model:?\s+([^\s,;]+)",
+            r#"(?i)\binvalid model(?: name| id)?:?\s+[`'"]?([^\s`'",;]+)"#,
+            r#"(?i)\bmodel [`'"]([^`'"\s]+)[`'"] (?:does not exist|is not available|not found|is not found)"#,
+        ]
+        .iter()
+        .map(|re| Regex::new(re).expect("static regex"))
+        .collect()
+    });
+    static BARE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)\b(?:provider)?modelnotfounderror\b|\bmodel_not_found\b|\bmodel not found\b|\binvalid model(?: name| id)?\b",
+        )
+        .expect("static regex")
+    });
+    let clean = strip_ansi(text);
+    for re in NAMED.iter() {
+        if let Some(caps) = re.captures(&clean) {
+            let name = caps[1]
+                .trim_end_matches(['.', ',', ')', '`', '\'', '"'])
+                .to_owned();
+            return Some(MissingModel {
+                name: (!name.is_empty()).then_some(name),
+            });
+        }
+    }
+    BARE.is_match(&clean).then_some(MissingModel { name: None })
+}
+
+/// The HTTP statuses written in an error text: `API Error: 500 {…}` (claude before it had
+/// `api_error_status`), `unexpected status 401 Unauthorized` and `last status: 429` (codex),
+/// `HTTP 503`, `"status": 529` / `"statusCode": 502` / `"code": 404` in a quoted body, and a
+/// status followed by its reason phrase (`503 Service Unavailable`).
+pub fn statuses_in_text(text: &str) -> Vec<u16> {
+    static RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r#"(?ix)
+              (?: \bapi\ error:?\s*
+                | \b(?:unexpected\ |last\ )?status(?:\ code)?:?\s*
+                | \bhttp(?:/[\d.]+)?\s*
+                | "(?:status|statuscode|status_code|error_status|code)"\s*:\s* )
+              (?P<s>[1-5]\d\d)\b
+            | \b(?P<r>[45]\d\d)\ (?:unauthorized|forbidden|not\ found|too\ many\ requests
+                |internal\ server\ error|bad\ gateway|service\ unavailable|gateway\ timeout|overloaded)\b"#,
+        )
+        .expect("static regex")
+    });
+    let mut out: Vec<u16> = RE
+        .captures_iter(text)
+        .filter_map(|c| c.name("s").or_else(|| c.name("r")))
+        .filter_map(|m| m.as_str().parse().ok())
+        .collect();
+    out.dedup();
+    out
+}
+
 /// Accumulates the signals of one agent run and remembers the most decisive class seen, plus
-/// the first message that produced it (for the report's `error_message`).
+/// the first message that produced it (for the report's `error_message`), and a missing model.
 #[derive(Debug, Clone, Default)]
 pub struct Classifier {
     best: Option<FailureClass>,
     message: Option<String>,
+    missing_model: Option<MissingModel>,
 }
 
 impl Classifier {
@@ -440,6 +717,7 @@ impl Classifier {
 
     /// Feeds one signal; returns the class it matched, if any.
     pub fn observe(&mut self, signal: Signal<'_>) -> Option<FailureClass> {
+        self.note_missing_model(signal);
         let class = classify(signal)?;
         let better = self
             .best
@@ -450,8 +728,32 @@ impl Classifier {
                 Signal::Text(t) => Some(strip_ansi(t).trim().to_owned()),
                 _ => None,
             };
+        } else if self.message.is_none() && self.best == Some(class) {
+            // The same class again, now in words: keep the words for the message.
+            if let Signal::Text(t) = signal {
+                self.message = Some(strip_ansi(t).trim().to_owned());
+            }
         }
         Some(class)
+    }
+
+    fn note_missing_model(&mut self, signal: Signal<'_>) {
+        let found = match signal {
+            Signal::Text(t) => missing_model(t),
+            Signal::ErrorCode(code) if code.trim().eq_ignore_ascii_case("model_not_found") => {
+                Some(MissingModel { name: None })
+            }
+            _ => None,
+        };
+        if let Some(found) = found {
+            if self
+                .missing_model
+                .as_ref()
+                .is_none_or(|m| m.name.is_none() && found.name.is_some())
+            {
+                self.missing_model = Some(found);
+            }
+        }
     }
 
     /// The most decisive class seen so far.
@@ -460,9 +762,15 @@ impl Classifier {
     }
 
     /// The text (ANSI stripped, trimmed) of the signal that set [`Classifier::best`], when it was
-    /// a [`Signal::Text`].
+    /// a [`Signal::Text`] (or a later text of the same class, when the deciding signal was not).
     pub fn message(&self) -> Option<&str> {
         self.message.as_deref()
+    }
+
+    /// The model the agent's API refused as missing, when one of its signals said so (the
+    /// first one that named it).
+    pub fn missing_model(&self) -> Option<&MissingModel> {
+        self.missing_model.as_ref()
     }
 }
 
@@ -534,6 +842,25 @@ mod tests {
         ("Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying.", FailureClass::Context),
         ("ContextOverflowError: prompt exceeds the model's context", FailureClass::Context),
         ("Failed to authenticate. API Error: 401 authentication_error", FailureClass::Auth),
+        // Every plan's and version's limit notice, either separator, every channel.
+        ("Weekly limit reached \u{2219} resets 5am", FailureClass::UsageLimit),
+        ("Session limit reached \u{2219} resets 10am", FailureClass::UsageLimit),
+        ("You're out of extra usage \u{00b7} resets 9pm", FailureClass::UsageLimit),
+        // Claude Code's own context notice, which is no usage limit.
+        ("Context limit reached \u{00b7} /compact or /clear to continue", FailureClass::Context),
+        // Statuses only in the text (claude before `api_error_status`), and quoted envelopes.
+        ("API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", FailureClass::Transient),
+        ("{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Number of requests has exceeded your rate limit\"}}", FailureClass::Transient),
+        ("{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"Your API key does not have permission to use the specified resource.\"}}", FailureClass::Auth),
+        ("upstream replied: Internal Server Error", FailureClass::Transient),
+        ("Rate limit reached for gpt-4.1 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.", FailureClass::Transient),
+        ("Rate limit exceeded", FailureClass::Transient),
+        ("upstream replied: Bad Gateway", FailureClass::Transient),
+        ("upstream replied: Gateway Timeout", FailureClass::Transient),
+        // A missing model, in each CLI's words (real claude 2.1.332, codex 0.171.0, opencode
+        // 1.18.33, gemini 0.61.0 against a 404), and amp refusing an option's value.
+        ("There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model.", FailureClass::Config),
+        ("error: option '-m, --mode <mode>' argument 'turbo' is invalid. Allowed choices are smart, rush, deep.", FailureClass::Config),
     ];
 
     #[test]
@@ -699,6 +1026,179 @@ mod tests {
             None
         );
         assert_eq!(classify(Signal::Text("")), None);
+    }
+
+    /// Claude's limit wordings across plans and versions are one family, whatever the separator
+    /// and wherever they appear; a notice is told from prose about one.
+    #[test]
+    fn limit_family_covers_every_kind_and_separator() {
+        for text in [
+            "5-hour limit reached \u{2219} resets 7pm",
+            "Weekly limit reached \u{2219} resets 5am",
+            "Session limit reached \u{2219} resets 10am",
+            "Opus weekly limit reached \u{00b7} resets Oct 9, 10am",
+            "You're out of extra usage \u{00b7} resets 9pm",
+            "You\u{2019}re out of extra usage",
+            "Claude AI usage limit reached|1753441200",
+            "Monthly limit reached - resets Dec 1",
+            "Daily limit reached | resets 12am (America/New_York)",
+            "Error: Weekly limit reached \u{2219} resets Mon 5am",
+            "You've reached your weekly limit.",
+            "You hit your monthly limit",
+        ] {
+            assert_eq!(
+                classify(Signal::Text(text)),
+                Some(FailureClass::UsageLimit),
+                "{text}"
+            );
+        }
+        for text in [
+            "Context limit reached \u{00b7} /compact or /clear to continue",
+            "Max turns limit reached",
+            "rate limit reached, retrying in 2s",
+            "Rate limit reached for requests. Please try again in 1s.",
+            "Output token limit reached, try again with a shorter answer",
+        ] {
+            assert_ne!(
+                classify(Signal::Text(text)),
+                Some(FailureClass::UsageLimit),
+                "{text}"
+            );
+        }
+        assert!(is_limit_notice("Weekly limit reached \u{2219} resets 5am"));
+        assert!(is_limit_notice(
+            "You're out of extra usage \u{00b7} resets 9pm"
+        ));
+        assert!(is_limit_notice("Claude AI usage limit reached|1753441200"));
+        assert!(is_limit_notice(
+            "Error: You've hit your limit \u{00b7} resets 4pm"
+        ));
+        // Prose about a notice, a notice without a reset time, a long line: not a notice.
+        assert!(!is_limit_notice(
+            "I added handling for \"Weekly limit reached \u{2219} resets 5am\" to parse.rs."
+        ));
+        assert!(!is_limit_notice("Weekly limit reached"));
+        assert!(!is_limit_notice(&format!(
+            "Weekly limit reached \u{2219} resets 5am {}",
+            "x".repeat(400)
+        )));
+    }
+
+    /// The status is often only in the text: older claude prints `API Error: 500 {…}` without
+    /// `api_error_status`; codex writes it into its messages.
+    #[test]
+    fn statuses_written_in_the_text_count() {
+        assert_eq!(
+            statuses_in_text(
+                "API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\"}}"
+            ),
+            [500]
+        );
+        assert_eq!(
+            statuses_in_text("exceeded retry limit, last status: 401 Unauthorized"),
+            [401]
+        );
+        assert_eq!(statuses_in_text("Rate limit exceeded (HTTP 429)"), [429]);
+        assert_eq!(statuses_in_text("{\"error\":{\"code\": 503}}"), [503]);
+        assert_eq!(statuses_in_text("upstream: 502 Bad Gateway"), [502]);
+        assert!(statuses_in_text("wrote 500 lines, exit status 1").is_empty());
+        for (text, class) in [
+            (
+                "API Error: 500 Internal server error. This is a server-side issue",
+                FailureClass::Transient,
+            ),
+            (
+                "API Error: 502 <html>bad gateway</html>",
+                FailureClass::Transient,
+            ),
+            (
+                "API Error: 503 upstream connect error",
+                FailureClass::Transient,
+            ),
+            ("API Error: 504 timeout", FailureClass::Transient),
+            (
+                "API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}",
+                FailureClass::Transient,
+            ),
+            (
+                "API Error: 401 {\"type\":\"error\",\"error\":{\"message\":\"invalid x-api-key\"}}",
+                FailureClass::Auth,
+            ),
+            (
+                "API Error: 403 {\"error\":{\"message\":\"Request not allowed\"}}",
+                FailureClass::Auth,
+            ),
+        ] {
+            assert_eq!(classify(Signal::Text(text)), Some(class), "{text}");
+        }
+    }
+
+    /// A missing model, in every CLI's words, is a config error naming the model; the
+    /// warnings that mention an unknown model while the run goes on are not.
+    #[test]
+    fn missing_model_wordings_name_the_model() {
+        for (text, name) in [
+            ("There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model.", Some("claude-nope-9")),
+            ("API Error: 404 {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-3-opus-nope\"},\"request_id\":\"req_011\"}", Some("claude-3-opus-nope")),
+            ("unexpected status 404 Not Found: The model `gpt-nope-9` does not exist or you do not have access to it., url: http://127.0.0.1:1/v1/responses", Some("gpt-nope-9")),
+            ("Reconnecting... 2/5 (unexpected status 404 Not Found: The model `gpt-nope-9` does not exist or you do not have access to it.)", Some("gpt-nope-9")),
+            ("The 'gpt-4.1' model is not supported when using Codex with a ChatGPT account.", Some("gpt-4.1")),
+            ("ProviderModelNotFoundError: Model not found: fake/nope-model. Did you mean: fake-model?", Some("fake/nope-model")),
+            ("[API Error: models/gemini-nope-9 is not found for API version v1beta, or is not supported for generateContent.]", Some("gemini-nope-9")),
+            ("Cannot use this model: gpt-9. Available models: auto, sonnet-4.5", Some("gpt-9")),
+            ("Invalid model name: sonet", Some("sonet")),
+            ("{\"error\":{\"code\":\"model_not_found\"}}", None),
+            ("ModelNotFoundError: Requested entity was not found.", None),
+        ] {
+            let found = missing_model(text);
+            assert_eq!(found.map(|m| m.name), Some(name.map(str::to_owned)), "{text}");
+            assert_eq!(classify(Signal::Text(text)), Some(FailureClass::Config), "{text}");
+        }
+        for text in [
+            "Claude Code doesn't recognize the model \"claude-nope-9\", so it assumes a context window of 1m tokens.",
+            "[claude-code:unrecognized_model] {\"model\":\"claude-nope-9\",\"query_source\":\"sdk\"}",
+            "Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues.",
+            "API Error: 404 {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"no route for /v1/x\"}}",
+        ] {
+            assert_eq!(missing_model(text), None, "{text}");
+            assert_ne!(classify(Signal::Text(text)), Some(FailureClass::Config), "{text}");
+        }
+        let mut c = Classifier::new();
+        c.observe(Signal::ErrorCode("model_not_found"));
+        c.observe(Signal::ApiStatus(404));
+        c.observe(Signal::Text("There's an issue with the selected model (claude-x). Run --model to pick a different model."));
+        assert_eq!(c.best(), Some(FailureClass::Config));
+        assert_eq!(
+            c.missing_model().and_then(|m| m.name.as_deref()),
+            Some("claude-x")
+        );
+    }
+
+    /// codex's retry chatter comes before the real failure; `exceeded retry limit, last status:
+    /// 401 Unauthorized` is an auth failure, not a transient one, in whatever order.
+    #[test]
+    fn most_specific_class_wins_over_retry_chatter() {
+        let mut c = Classifier::new();
+        for n in 1..=5 {
+            c.observe(Signal::Text(&format!(
+                "Reconnecting... {n}/5 (stream disconnected before completion: error sending request)"
+            )));
+        }
+        assert_eq!(c.best(), Some(FailureClass::Transient));
+        c.observe(Signal::Text(
+            "exceeded retry limit, last status: 401 Unauthorized",
+        ));
+        assert_eq!(c.best(), Some(FailureClass::Auth));
+        assert_eq!(
+            c.message(),
+            Some("exceeded retry limit, last status: 401 Unauthorized")
+        );
+        assert_eq!(
+            classify(Signal::Text(
+                "exceeded retry limit, last status: 503 Service Unavailable"
+            )),
+            Some(FailureClass::Transient)
+        );
     }
 
     /// Claude's subscription limit comes with status 429 and code `rate_limit` too: the usage

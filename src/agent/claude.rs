@@ -17,13 +17,14 @@
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
+use crate::agent::claude_login::{ApiKey, KeptBecause};
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
 use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
-use crate::agent::stream::{Dialect, Parser, StreamCore};
+use crate::agent::stream::{with_note, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
 use crate::protocol::fields::str_field;
-use crate::protocol::{AgentEvent, AgentKind};
+use crate::protocol::{AgentEvent, AgentKind, AgentReport, FailureClass};
 
 /// Program run when [`AgentSettings::program`] is not set (looked up on PATH).
 pub const DEFAULT_PROGRAM: &str = "claude";
@@ -37,6 +38,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: |cx| vec![ApiKey::decide(cx.keep_api_key, &|var| cx.env(var)).describe()],
     build: |settings| Ok(Box::new(Claude::new(settings))),
 };
 
@@ -49,23 +51,36 @@ pub const ENV_REMOVED: &[&str] = &[
     "CLAUDE_CODE_SSE_PORT",
 ];
 
-/// Removed from claude's environment unless `--keep-api-key`: with it set, `claude -p` always
-/// bills this API key, silently instead of the user's subscription login
-/// (`notes/agent-protocols.md` §0.9).
-pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
+/// Removed from claude's environment when claude has a login of its own and nothing says the
+/// key is needed: with it set, `claude -p` always bills this API key, silently instead of the
+/// user's subscription login (`notes/agent-protocols.md` §0.9). See [`ApiKey::decide`].
+pub const API_KEY_VAR: &str = crate::agent::claude_login::API_KEY_VAR;
 
-/// The Claude Code backend. Stateless apart from its settings; each [`Backend::parser`] call
-/// returns a fresh [`ClaudeParser`].
+/// The Claude Code backend. Stateless apart from its settings and what it decided about
+/// `ANTHROPIC_API_KEY`; each [`Backend::parser`] call returns a fresh [`ClaudeParser`].
 #[derive(Debug, Clone)]
 pub struct Claude {
     settings: AgentSettings,
+    api_key: ApiKey,
 }
 
 impl Claude {
     /// A backend that runs `settings.program` (default [`DEFAULT_PROGRAM`]) in `settings.repo`,
-    /// with `--model settings.model` when set.
+    /// with `--model settings.model` when set; what happens to `ANTHROPIC_API_KEY` is decided
+    /// now, from this process's environment and claude's login files ([`ApiKey::from_env`]).
     pub fn new(settings: AgentSettings) -> Self {
-        Claude { settings }
+        let api_key = ApiKey::from_env(settings.keep_api_key);
+        Claude::with_api_key(settings, api_key)
+    }
+
+    /// A backend with the `ANTHROPIC_API_KEY` decision made by the caller.
+    pub fn with_api_key(settings: AgentSettings, api_key: ApiKey) -> Self {
+        Claude { settings, api_key }
+    }
+
+    /// What this backend does with `ANTHROPIC_API_KEY`.
+    pub fn api_key(&self) -> &ApiKey {
+        &self.api_key
     }
 
     /// The spawn spec for `prompt`, as run by a root (`as_root`) or ordinary user.
@@ -91,7 +106,7 @@ impl Claude {
             spec.env_set.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
         }
         spec.env_remove = ENV_REMOVED.iter().map(|s| (*s).to_owned()).collect();
-        if !self.settings.keep_api_key {
+        if self.api_key.removed() {
             spec.env_remove.push(API_KEY_VAR.to_owned());
         }
         spec
@@ -105,16 +120,26 @@ impl Backend for Claude {
 
     /// `claude -p --output-format stream-json --verbose --dangerously-skip-permissions
     /// [--model M]`, the prompt on stdin, `CLAUDECODE`/`CLAUDE_CODE_ENTRYPOINT`/
-    /// `CLAUDE_CODE_SSE_PORT` removed, `ANTHROPIC_API_KEY` removed unless
-    /// [`AgentSettings::keep_api_key`], `NO_COLOR=1`, and `IS_SANDBOX=1` when the effective uid is
-    /// root. Never fails.
+    /// `CLAUDE_CODE_SSE_PORT` removed, `ANTHROPIC_API_KEY` removed when [`ApiKey::decide`]
+    /// says so, `NO_COLOR=1`, and `IS_SANDBOX=1` when the effective uid is root. Never fails.
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec> {
         Ok(self.spec(prompt, nix::unistd::geteuid().is_root()))
     }
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // claude never echoes the prompt into the fields the final text comes from.
-        Box::new(ClaudeParser::new())
+        Box::new(
+            ClaudeParser::with(ClaudeDialect {
+                key_removed: self.api_key.removed(),
+                ..ClaudeDialect::default()
+            })
+            .for_model(self.settings.model.as_deref()),
+        )
+    }
+
+    /// The notice that `ANTHROPIC_API_KEY` is not passed on, when it is not.
+    fn notices(&self) -> Vec<String> {
+        self.api_key.notice().into_iter().collect()
     }
 }
 
@@ -128,9 +153,11 @@ fn traps(cx: &DoctorContext<'_>) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if cx.env_set(API_KEY_VAR) {
+    if let ApiKey::Kept(KeptBecause::NoLogin | KeptBecause::Asked) =
+        ApiKey::decide(cx.keep_api_key, &|var| cx.env(var))
+    {
         out.push(
-            "ANTHROPIC_API_KEY is set: with it claude bills the API key, not your subscription; ralph removes it for claude unless --keep-api-key"
+            "ANTHROPIC_API_KEY is set and kept: claude bills the API key, not a subscription (log in with `claude` and ralph removes the key for it, unless --keep-api-key)"
                 .to_owned(),
         );
     }
@@ -157,6 +184,9 @@ pub type ClaudeParser = Parser<ClaudeDialect>;
 #[derive(Debug, Default)]
 pub struct ClaudeDialect {
     last: LastMessage,
+    /// ralph removed `ANTHROPIC_API_KEY` from this claude's environment: an auth error gets the
+    /// `--keep-api-key` hint.
+    pub key_removed: bool,
 }
 
 impl Dialect for ClaudeDialect {
@@ -203,17 +233,26 @@ impl Dialect for ClaudeDialect {
     fn settle(&mut self, core: &mut StreamCore, _exit_code: Option<i32>) {
         self.last.settle(core);
     }
+
+    /// After an auth error in a claude whose `ANTHROPIC_API_KEY` ralph removed, the message
+    /// ends with the `--keep-api-key` hint.
+    fn annotate(&self, report: &mut AgentReport) {
+        if self.key_removed && report.failure == Some(FailureClass::Auth) {
+            let hint = ApiKey::Removed {
+                login: String::new(),
+            }
+            .auth_hint()
+            .unwrap_or_default();
+            report.error_message = Some(with_note(report.error_message.take(), hint));
+        }
+    }
 }
 
 /// The `result` line: the shared fields, then claude's cost, usage, classified error fields
 /// and, for an error, its message (the text, else `errors[]`, else the subtype and reason).
 fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
     let result = ResultLine::read(v, core, shape::error_prefix);
-    let errors: Vec<String> = v
-        .get("errors")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(shape::error_text).collect())
-        .unwrap_or_default();
+    let errors = &result.errors;
     let terminal_reason = str_field(v, "terminal_reason");
     shape::observe_api_status(v, core);
     if let Some(reason) = &terminal_reason {
@@ -222,14 +261,14 @@ fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
     if result.is_error {
         // The result text is the agent's own error message only when the run failed; on
         // success it is the assistant's answer, which may quote anything.
-        for t in result.text.iter().chain(&errors) {
+        for t in result.text.iter().chain(errors) {
             core.classifier.observe(Signal::Text(t));
         }
     }
     core.error_message = result.is_error.then(|| {
         result
             .nonblank_text()
-            .or_else(|| (!errors.is_empty()).then(|| errors.join("; ")))
+            .or_else(|| result.joined_errors())
             .unwrap_or_else(|| match &terminal_reason {
                 Some(reason) => format!("{} ({reason})", result.ended_with("claude", "error")),
                 None => result.ended_with("claude", "error"),
@@ -375,6 +414,220 @@ mod tests {
         assert!(!promise_in_final_text(
             report.final_text.as_deref().unwrap_or_default()
         ));
+    }
+
+    /// A `rate_limit_event` whose `resetsAt` has already passed is never a time to wait for:
+    /// no `resume_at` (the run waits `usage_limit_fallback`) and the message says why. The text
+    /// of the same message is not used instead: it is the same stale moment.
+    #[test]
+    fn stale_structured_reset_is_reported_and_not_waited_for() {
+        let lines = [
+            out(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1753441200,"rateLimitType":"five_hour"},"session_id":"s1"}"#,
+            ),
+            out(
+                r#"{"type":"result","subtype":"success","is_error":true,"result":"You've hit your session limit · resets 2pm (Europe/Helsinki)","api_error_status":429,"terminal_reason":"api_error","session_id":"s1"}"#,
+            ),
+        ];
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(report.resume_at, None);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("You've hit your session limit · resets 2pm (Europe/Helsinki); the reset time it gave (2025-07-25 11:00 UTC) has already passed, so ralph waits usage_limit_fallback instead")
+        );
+        // A fresh one is the time to wait for.
+        let soon = chrono::Utc::now().timestamp() + 3600;
+        let fresh = out(&format!(
+            r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"rejected","resetsAt":{soon},"rateLimitType":"seven_day"}},"session_id":"s1"}}"#
+        ));
+        let (_, report) = run(&[fresh, lines[1].clone()], Some(1));
+        assert_eq!(report.resume_at.map(|t| t.timestamp()), Some(soon));
+    }
+
+    /// Claude has printed its limit in several wordings (5-hour, weekly, session, extra usage,
+    /// the legacy `|<epoch>`), with `·` or `∙`, as the text of an `is_error` result that exits
+    /// 0, or on stderr with no result at all. One family: a usage limit with its reset time.
+    #[test]
+    fn every_limit_wording_is_a_usage_limit_with_its_reset() {
+        let legacy = format!(
+            "Claude AI usage limit reached|{}",
+            chrono::Utc::now().timestamp() + 3 * 3600
+        );
+        for text in [
+            "Weekly limit reached \u{2219} resets 5am",
+            "Session limit reached \u{2219} resets 10am",
+            "5-hour limit reached \u{00b7} resets 7pm",
+            "You're out of extra usage \u{00b7} resets 9pm",
+            legacy.as_str(),
+        ] {
+            let result = format!(
+                r#"{{"type":"result","subtype":"success","is_error":true,"result":{},"session_id":"s","total_cost_usd":0}}"#,
+                serde_json::Value::String(text.to_owned())
+            );
+            let (_, report) = run(&[out(&result)], Some(0));
+            assert!(report.is_error, "{text}");
+            assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{text}");
+            let at = report.resume_at.expect(text);
+            assert!(at > chrono::Utc::now(), "{text}: {at}");
+            assert!(
+                at < chrono::Utc::now() + chrono::Duration::days(30),
+                "{text}: {at}"
+            );
+            assert_eq!(report.error_message.as_deref(), Some(text));
+
+            let (_, report) = run(&[err(text)], Some(1));
+            assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{text}");
+            assert!(report.resume_at.is_some(), "{text}");
+        }
+    }
+
+    /// Older claude versions end with the status only in the text, no `api_error_status`.
+    #[test]
+    fn status_only_in_the_text_decides_the_class() {
+        for (text, class) in [
+            (
+                r#"API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#,
+                FailureClass::Transient,
+            ),
+            (r#"API Error: 502 Bad Gateway"#, FailureClass::Transient),
+            (
+                r#"API Error: 503 {"type":"error","error":{"type":"api_error","message":"Service Unavailable"}}"#,
+                FailureClass::Transient,
+            ),
+            (
+                r#"API Error: 504 {"type":"error","error":{"type":"timeout_error","message":"Gateway Timeout"}}"#,
+                FailureClass::Transient,
+            ),
+            (
+                r#"API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                FailureClass::Transient,
+            ),
+            (
+                r#"API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                FailureClass::Auth,
+            ),
+            (
+                r#"API Error: 403 {"type":"error","error":{"type":"permission_error","message":"Request not allowed"}}"#,
+                FailureClass::Auth,
+            ),
+        ] {
+            let result = format!(
+                r#"{{"type":"result","subtype":"success","is_error":true,"result":{},"session_id":"s"}}"#,
+                serde_json::Value::String(text.to_owned())
+            );
+            let (_, report) = run(&[out(&result)], Some(1));
+            assert_eq!(report.failure, Some(class), "{text}");
+        }
+    }
+
+    /// What claude 2.1.332 printed for a 404 `not_found_error` about the model: a config error
+    /// (never retried, never a failed iteration), with the model named.
+    #[test]
+    fn a_missing_model_is_a_config_error_naming_it() {
+        let lines = [
+            out(
+                r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"s","model":"claude-nope-9","claude_code_version":"2.1.332"}"#,
+            ),
+            err(
+                r#"Claude Code doesn't recognize the model "claude-nope-9", so it assumes a context window of 1m tokens."#,
+            ),
+            out(
+                r#"{"type":"assistant","message":{"id":"m","model":"<synthetic>","role":"assistant","type":"message","content":[{"type":"text","text":"There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model."}]},"error":"model_not_found","parent_tool_use_id":null,"session_id":"s"}"#,
+            ),
+            out(
+                r#"{"duration_api_ms":0,"session_id":"s","total_cost_usd":0,"terminal_reason":"api_error","is_error":true,"subtype":"success","api_error_status":404,"result":"There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model.","type":"result"}"#,
+            ),
+        ];
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        let message = report.error_message.unwrap_or_default();
+        assert!(
+            message.starts_with("the model `claude-nope-9` does not exist or this account cannot use it: fix --model"),
+            "{message}"
+        );
+        // The same in an older version: the raw 404 envelope, the model only in the message;
+        // and a warning about an unknown model in a run that succeeds changes nothing.
+        let old = r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 404 {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-3-opus-nope\"}}","session_id":"s"}"#;
+        let (_, report) = run(&[out(old)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .contains("`claude-3-opus-nope`"));
+        let (_, report) = run(
+            &[lines[1].clone(), out(FINAL_TEXT), out(RESULT_TYPE_LAST)],
+            Some(0),
+        );
+        assert_eq!(report.failure, None);
+    }
+
+    /// `error_during_execution` results carry no `result` text: the reason is in `errors[]`.
+    #[test]
+    fn error_during_execution_reports_its_errors() {
+        let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"duration_ms":1200,"num_turns":3,"session_id":"s","total_cost_usd":0.02,"errors":["Error: Request was aborted.","[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=tool_use"],"terminal_reason":"aborted_streaming"}"#;
+        let (_, report) = run(&[out(FINAL_TEXT), out(line)], Some(1));
+        assert!(report.is_error);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Error: Request was aborted.; [ede_diagnostic] result_type=user last_content_type=n/a stop_reason=tool_use")
+        );
+        assert_eq!(
+            report.failure, None,
+            "an aborted run uses the failure budget"
+        );
+        // An entry that names a class decides it.
+        let line = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s","errors":[{"message":"API Error: 529 Overloaded"}]}"#;
+        let (_, report) = run(&[out(line)], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Transient));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("API Error: 529 Overloaded")
+        );
+    }
+
+    /// An answer that only discusses limits, keys and models, in a run that finished its story,
+    /// is not a failure: the result says `is_error:false`.
+    #[test]
+    fn an_answer_about_limits_is_not_a_limit() {
+        let answer = "Handled `Weekly limit reached ∙ resets 5am`, `Invalid API key · Please run /login` and `API Error: 500` in parse.rs.\n<promise>COMPLETE</promise>";
+        let result = format!(
+            r#"{{"type":"result","subtype":"success","is_error":false,"result":{},"session_id":"s","total_cost_usd":0.1}}"#,
+            serde_json::Value::String(answer.to_owned())
+        );
+        let (_, report) = run(&[out(&result)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+        assert_eq!(report.resume_at, None);
+        assert!(promise_in_final_text(
+            report.final_text.as_deref().unwrap_or_default()
+        ));
+    }
+
+    /// After an auth error in a claude whose `ANTHROPIC_API_KEY` ralph removed, the message
+    /// ends with the `--keep-api-key` hint; not otherwise.
+    #[test]
+    fn auth_error_after_the_key_was_removed_names_keep_api_key() {
+        let line = r#"{"type":"result","subtype":"success","is_error":true,"result":"OAuth token has expired. Please obtain a new token or refresh your existing token.","api_error_status":401,"session_id":"s"}"#;
+        let mut parser: Box<dyn OutputParser> = Box::new(ClaudeParser::with(ClaudeDialect {
+            key_removed: true,
+            ..ClaudeDialect::default()
+        }));
+        parser.on_line(&out(line));
+        let report = parser.finish(Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        let message = report.error_message.unwrap_or_default();
+        assert!(
+            message.starts_with("OAuth token has expired.")
+                && message.ends_with("run with --keep-api-key to authenticate with the key"),
+            "{message}"
+        );
+        assert_eq!(message.lines().count(), 1, "{message}");
+        let (_, report) = run(&[out(line)], Some(1));
+        assert!(!report
+            .error_message
+            .unwrap_or_default()
+            .contains("--keep-api-key"));
     }
 
     /// Case 16 and the root check: deterministic config errors on stderr, no stdout at all.
@@ -557,11 +810,17 @@ mod tests {
 
     #[test]
     fn command_line_env_and_stdin() {
-        let claude = Claude::new(AgentSettings {
-            repo: PathBuf::from("/w/repo"),
-            model: Some("sonnet".into()),
-            ..AgentSettings::default()
-        });
+        let removed = ApiKey::Removed {
+            login: "/home/u/.claude/.credentials.json".into(),
+        };
+        let claude = Claude::with_api_key(
+            AgentSettings {
+                repo: PathBuf::from("/w/repo"),
+                model: Some("sonnet".into()),
+                ..AgentSettings::default()
+            },
+            removed.clone(),
+        );
         let prompt = "Story \"US-1\" `$(rm -rf ~)` — ünïcode";
         let spec = claude.spec(prompt, false);
         assert_eq!(spec.program, PathBuf::from("claude"));
@@ -588,25 +847,34 @@ mod tests {
             assert!(spec.env_remove.iter().any(|v| v == var), "{var}");
         }
         assert_eq!(spec.env_set, [("NO_COLOR".to_owned(), "1".to_owned())]);
-        let keep = Claude::new(AgentSettings {
-            keep_api_key: true,
-            ..AgentSettings::default()
-        });
-        assert!(!keep
-            .spec(prompt, false)
-            .env_remove
-            .iter()
-            .any(|v| v == "ANTHROPIC_API_KEY"));
+        assert_eq!(claude.notices().len(), 1);
+        for kept in [
+            ApiKey::Unset,
+            ApiKey::Kept(KeptBecause::Asked),
+            ApiKey::Kept(KeptBecause::BaseUrl),
+            ApiKey::Kept(KeptBecause::NoLogin),
+        ] {
+            let keep = Claude::with_api_key(AgentSettings::default(), kept);
+            assert!(!keep
+                .spec(prompt, false)
+                .env_remove
+                .iter()
+                .any(|v| v == "ANTHROPIC_API_KEY"));
+            assert!(keep.notices().is_empty());
+        }
 
         let root = claude.spec(prompt, true);
         assert!(root
             .env_set
             .contains(&("IS_SANDBOX".to_owned(), "1".to_owned())));
 
-        let custom = Claude::new(AgentSettings {
-            program: Some(PathBuf::from("/opt/claude/bin/claude")),
-            ..AgentSettings::default()
-        });
+        let custom = Claude::with_api_key(
+            AgentSettings {
+                program: Some(PathBuf::from("/opt/claude/bin/claude")),
+                ..AgentSettings::default()
+            },
+            removed,
+        );
         let spec = custom.spec("p", false);
         assert_eq!(spec.program, PathBuf::from("/opt/claude/bin/claude"));
         assert!(!spec.args.iter().any(|a| a == "--model"));

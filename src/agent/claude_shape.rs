@@ -185,6 +185,9 @@ pub struct ResultLine {
     pub is_error: bool,
     /// `result`: the final text.
     pub text: Option<String>,
+    /// `errors[]`: what an error result without text (`error_during_execution`) says went
+    /// wrong, each entry a string or an object with a `message`.
+    pub errors: Vec<String>,
 }
 
 impl ResultLine {
@@ -197,6 +200,16 @@ impl ResultLine {
             .and_then(Value::as_bool)
             .unwrap_or_else(|| subtype.as_deref().is_some_and(error_subtype));
         let text = str_field(v, "result");
+        let errors = v
+            .get("errors")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(error_text)
+                    .filter(|e| !e.trim().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
         if let Some(id) = str_field(v, "session_id") {
             core.session_id = Some(id);
         }
@@ -207,7 +220,13 @@ impl ResultLine {
             subtype,
             is_error,
             text,
+            errors,
         }
+    }
+
+    /// `errors[]` joined with `; `, when there is any.
+    pub fn joined_errors(&self) -> Option<String> {
+        (!self.errors.is_empty()).then(|| self.errors.join("; "))
     }
 
     /// The terminal [`AgentEvent::Final`].

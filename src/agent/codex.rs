@@ -55,6 +55,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Codex::new(settings))),
 };
 
@@ -110,7 +111,7 @@ impl Backend for Codex {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // codex never prints the prompt back in `--json` mode.
-        Box::new(CodexParser::new())
+        Box::new(CodexParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 
@@ -472,6 +473,73 @@ mod tests {
         assert_eq!(report.cost_usd, None);
         assert_eq!(report.agent_version, None);
         assert_eq!(report.model, None);
+    }
+
+    /// What codex 0.171.0 printed with retries on: `Reconnecting... n/N` chatter carrying the
+    /// status, then the failure. A 401 behind the chatter (or behind `exceeded retry limit,
+    /// last status: 401 Unauthorized`) is auth, not transient; a 503 is transient; a 404 for the
+    /// model is a config error naming it.
+    #[test]
+    fn retry_chatter_then_the_real_failure() {
+        let failing = |message: &str| {
+            let mut lines = vec![out(TURN_STARTED)];
+            for n in 1..=2 {
+                lines.push(out(&format!(
+                    r#"{{"type":"error","message":{}}}"#,
+                    serde_json::Value::String(format!("Reconnecting... {n}/2 ({message})"))
+                )));
+            }
+            let quoted = serde_json::Value::String(message.to_owned());
+            lines.push(out(&format!(r#"{{"type":"error","message":{quoted}}}"#)));
+            lines.push(out(&format!(
+                r#"{{"type":"turn.failed","error":{{"message":{quoted}}}}}"#
+            )));
+            run(&lines, Some(1)).1
+        };
+        let url = ", url: http://127.0.0.1:18731/v1/responses";
+        let report = failing(&format!(
+            "unexpected status 401 Unauthorized: Incorrect API key provided{url}"
+        ));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        let report = failing("exceeded retry limit, last status: 401 Unauthorized");
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("exceeded retry limit, last status: 401 Unauthorized")
+        );
+        let report = failing(&format!(
+            "unexpected status 503 Service Unavailable: Service Unavailable{url}"
+        ));
+        assert_eq!(report.failure, Some(FailureClass::Transient));
+        let report = failing(&format!("unexpected status 404 Not Found: The model `gpt-nope-9` does not exist or you do not have access to it.{url}"));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .starts_with("the model `gpt-nope-9` does not exist"));
+
+        // Chatter about an auth failure, then a turn that completes: no failure at all.
+        let lines = [
+            out(TURN_STARTED),
+            out(
+                r#"{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: token expired)"}"#,
+            ),
+            out(MESSAGE),
+            out(COMPLETED),
+        ];
+        let (_, report) = run(&lines, Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+    }
+
+    /// An agent message that discusses usage limits, in a completed turn, is no limit.
+    #[test]
+    fn an_answer_about_limits_is_not_a_limit() {
+        let message = r#"{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"Parsed 'You've hit your usage limit. Try again at 3:28 PM.' in limits.rs."}}"#;
+        let (_, report) = run(&[out(TURN_STARTED), out(message), out(COMPLETED)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+        assert_eq!(report.resume_at, None);
     }
 
     /// The promise in command output (the agent printed a file holding it) or in a reasoning

@@ -19,11 +19,16 @@
 //!   refusal names `-f`/`--force` as an alternative to it, so `--force` already clears that gate;
 //! - cursor echoes the prompt as a `user` line, which never becomes the final text, nor do tool
 //!   results (`tool_call` lines);
-//! - the final text is `result.result`, else the text of the last `assistant` line (one line per
-//!   complete message);
+//! - the final text is `result.result`, else the assistant's text since its last tool call:
+//!   builds print one `assistant` line per complete message, and with partial output
+//!   (`--stream-partial-output`, and some builds by default) one line per small chunk, so the
+//!   `assistant` lines after the last tool call are joined (a line that repeats the text so far
+//!   and goes on, a snapshot, replaces it) before the promise is looked for;
 //! - the `result` line may be missing (on failure cursor prints to stderr and exits non-zero):
-//!   then the exit code decides success. cursor-agent also sometimes does not exit after its
-//!   `result`; the supervisor ends it after a grace period once it has seen [`AgentEvent::Final`];
+//!   then the exit code decides ([`StreamCore::exit_decides`]): exit 0 is a finished run, whose
+//!   stderr chatter is never classified; any other exit is a failure. cursor-agent also
+//!   sometimes does not exit after its `result`; the supervisor ends it after a grace period
+//!   once it has seen [`AgentEvent::Final`];
 //! - failures: cursor has no structured error fields; stderr lines and the text of an error
 //!   result go through the classifier;
 //! - no cost (`None`); tokens only when a build puts `usage` in the result line (not in the
@@ -60,6 +65,7 @@ pub const INFO: BackendInfo = BackendInfo {
         max_bytes: PROMPT_ARG_MAX_BYTES,
     },
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Cursor::new(settings))),
 };
 
@@ -119,7 +125,7 @@ impl Backend for Cursor {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // The echoed prompt arrives as a `user` line, which never feeds the final text.
-        Box::new(CursorParser::new())
+        Box::new(CursorParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 
@@ -135,8 +141,26 @@ pub type CursorParser = Parser<CursorDialect>;
 /// cursor's dialect of the shared shape (see the module docs).
 #[derive(Debug, Default)]
 pub struct CursorDialect {
-    /// Text of the last `assistant` line.
-    last_assistant_text: Option<String>,
+    /// The assistant's text since its last tool call, its chunks joined.
+    segment: String,
+    /// A tool call ended the segment: the next assistant line starts a new one.
+    segment_closed: bool,
+}
+
+impl CursorDialect {
+    /// Adds one `assistant` line's text to the current segment.
+    fn push_text(&mut self, text: &str) {
+        if self.segment_closed {
+            self.segment.clear();
+            self.segment_closed = false;
+        }
+        if !self.segment.is_empty() && text.starts_with(self.segment.as_str()) {
+            // A snapshot of the whole message so far (or the complete message after its chunks).
+            self.segment = text.to_owned();
+        } else {
+            self.segment.push_str(text);
+        }
+    }
 }
 
 impl Dialect for CursorDialect {
@@ -150,21 +174,31 @@ impl Dialect for CursorDialect {
                 let Some(text) = v.get("message").and_then(message_text) else {
                     return Vec::new();
                 };
-                self.last_assistant_text = Some(text.clone());
+                self.push_text(&text);
                 vec![AgentEvent::AssistantText { text }]
             }
-            Some("tool_call") => on_tool_call(&v),
+            Some("tool_call") => {
+                self.segment_closed = true;
+                on_tool_call(&v)
+            }
             Some("result") => on_result(&v, core),
             // `user` is the echoed prompt: never the agent's words.
             _ => Vec::new(),
         }
     }
 
-    /// The last assistant line stands in for a missing `result.result`.
+    /// The assistant's text since its last tool call stands in for a missing `result.result`;
+    /// without a `result` line the exit code decides.
     fn settle(&mut self, core: &mut StreamCore, _exit_code: Option<i32>) {
-        if core.final_text.is_none() {
-            core.final_text = self.last_assistant_text.clone();
+        if core
+            .final_text
+            .as_deref()
+            .is_none_or(|t| t.trim().is_empty())
+            && !self.segment.is_empty()
+        {
+            core.final_text = Some(self.segment.clone());
         }
+        core.exit_decides = true;
     }
 
     /// The usual sources, then the exit code: cursor may die without a word.
@@ -204,10 +238,14 @@ fn on_result(v: &Value, core: &mut StreamCore) -> Vec<AgentEvent> {
         if let Some(e) = v.get("error").and_then(Value::as_str) {
             core.classifier.observe(Signal::Text(e));
         }
+        for e in &result.errors {
+            core.classifier.observe(Signal::Text(e));
+        }
     }
     core.error_message = result.is_error.then(|| {
         result
             .nonblank_text()
+            .or_else(|| result.joined_errors())
             .unwrap_or_else(|| result.ended_with("cursor-agent", "an error"))
     });
     core.usage = v.get("usage").map(usage_of).unwrap_or_default();
@@ -401,7 +439,10 @@ mod tests {
         );
         assert_eq!(report.final_text, None);
         assert!(!claims(&report));
-        assert!(!report.saw_final && !report.is_error);
+        assert!(
+            report.saw_final && !report.is_error,
+            "exit 0 without a result decides"
+        );
 
         let (_, report) = run(
             &[
@@ -430,8 +471,19 @@ mod tests {
     /// in for the final text (cursor may die after its last message).
     #[test]
     fn missing_result_leaves_the_exit_code_to_decide() {
-        let (_, report) = run(&[out(INIT), out(FINAL_SAYS)], Some(0));
-        assert!(!report.saw_final && !report.is_error);
+        // Exit 0 without a result line is a finished run (README: the exit code decides), and
+        // stderr chatter before it is not a failure.
+        let (_, report) = run(
+            &[
+                out(INIT),
+                err("Warning: API Error: 529 Overloaded, retrying"),
+                out(FINAL_SAYS),
+            ],
+            Some(0),
+        );
+        assert!(report.saw_final && !report.is_error);
+        assert_eq!(report.failure, None);
+        assert_eq!(report.error_message, None);
         assert!(claims(&report));
 
         let (_, report) = run(&[out(INIT), out(SAYS)], Some(2));
@@ -447,6 +499,64 @@ mod tests {
         assert!(report.saw_final && !report.is_error && claims(&report));
     }
 
+    /// Partial output: the final message arrives as many small `assistant` chunks (the promise
+    /// itself split across two), with no `result` line and exit 0. The chunks after the last
+    /// tool call are joined; a snapshot repeating them replaces them; earlier text does not
+    /// count.
+    #[test]
+    fn chunked_assistant_output_is_joined_before_the_promise_is_looked_for() {
+        let chunk = |t: &str| {
+            out(&format!(
+                r#"{{"type":"assistant","message":{{"role":"assistant","content":[{{"type":"text","text":{}}}]}},"session_id":"s","timestamp_ms":1785855754954}}"#,
+                serde_json::Value::String(t.to_owned())
+            ))
+        };
+        let mut lines = vec![out(INIT), chunk("I'll run "), chunk("the tests.")];
+        lines.extend([out(SHELL_STARTED), out(SHELL_COMPLETED)]);
+        for piece in [
+            "All ",
+            "stories ",
+            "pass.\n<prom",
+            "ise>COMP",
+            "LETE</promise>",
+        ] {
+            lines.push(chunk(piece));
+        }
+        let (events, report) = run(&lines, Some(0));
+        assert_eq!(
+            report.final_text.as_deref(),
+            Some("All stories pass.\n<promise>COMPLETE</promise>")
+        );
+        assert!(claims(&report));
+        assert!(report.saw_final && !report.is_error);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::AssistantText { .. }))
+                .count(),
+            7
+        );
+
+        // The complete message printed again after its chunks replaces them.
+        lines.push(chunk("All stories pass.\n<promise>COMPLETE</promise>"));
+        let (_, report) = run(&lines, Some(0));
+        assert_eq!(
+            report.final_text.as_deref(),
+            Some("All stories pass.\n<promise>COMPLETE</promise>")
+        );
+
+        // The same chunks, then a failure exit: the exit code decides, and the promise is
+        // still the final text (the iteration's classification weighs it).
+        let (_, report) = run(&lines, Some(1));
+        assert!(report.is_error && !report.saw_final);
+        assert!(claims(&report));
+
+        // A result line with empty text leaves the joined chunks as the final text.
+        lines.push(out(r#"{"type":"result","subtype":"success","is_error":false,"result":"","session_id":"s"}"#));
+        let (_, report) = run(&lines, Some(0));
+        assert!(claims(&report));
+    }
+
     #[test]
     fn usage_limit_on_stderr_is_a_usage_limit() {
         let mut lines = vec![out(INIT)];
@@ -454,10 +564,28 @@ mod tests {
         let (events, report) = run(&lines, Some(1));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
         assert!(report.is_error && !report.saw_final);
+        // The captured block's reset date (11/17/2025) is long gone: no time to wait for, and
+        // the message says so (the run waits usage_limit_fallback).
+        assert_eq!(report.resume_at, None);
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("Error: You've hit your usage limit; the reset time it gave (2025-11-17 00:00 UTC) has already passed, so ralph waits usage_limit_fallback instead")
+        );
+        // A block whose date is still ahead gives that date.
+        let mut lines = vec![out(INIT)];
+        lines.extend(
+            USAGE_LIMIT
+                .iter()
+                .map(|l| err(&l.replace("11/17/2025", "11/17/2099"))),
+        );
+        let (_, report) = run(&lines, Some(1));
         assert_eq!(
             report.error_message.as_deref(),
             Some("Error: You've hit your usage limit")
         );
+        assert!(report
+            .resume_at
+            .is_some_and(|t| t.format("%Y").to_string() == "2099"));
         assert_eq!(
             events
                 .iter()

@@ -12,12 +12,28 @@
 //! line and end at the start of one, so the prompt embedded verbatim in longer output (e.g.
 //! `Prompt: <prompt>`) is found too. Only the part that is the prompt is removed.
 //!
+//! Failures: stderr is the agent's error channel (classified when the run failed). Stdout is
+//! mostly the agent's work and its tools' output, so ralph trusts it only this far: the final
+//! line alone (the agent's last word, echoes removed) is read, and only
+//! - as a **usage-limit notice** ([`is_limit_notice`]: the line starts with one of the limit
+//!   wordings and names a reset, e.g. `Weekly limit reached ∙ resets 5am`, or
+//!   `Claude AI usage limit reached|1753441200`), whatever the exit code: `claude -p` in text
+//!   mode prints its limit as its answer, and some versions exit 0 after it. The run is then a
+//!   usage limit with that reset time;
+//! - as one of the **error answers** a CLI prints in text mode instead of an answer
+//!   ([`ANSWER_ERRORS`]: `API Error: 500 …`, `Invalid API key · …`, `There's an issue with the
+//!   selected model (…)`, …), only when the run failed (exit code not 0).
+//!
+//! No other stdout line is ever classified: a test's `401 Unauthorized`, a grep for
+//! "usage limit", or an answer that discusses limits stays what it is.
+//!
 //! Memory stays bounded whatever the output length: the parser keeps a window of as many
 //! lines as the prompt has, plus the last non-empty line that left the window.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
+use crate::agent::classify::{is_limit_notice, Signal};
 use crate::agent::claude::ENV_REMOVED;
 use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
@@ -36,6 +52,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: false,
     prompt: PromptVia::Stdin,
     doctor: no_traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Exec::new(settings)?)),
 };
 
@@ -127,6 +144,24 @@ impl Backend for Exec {
         Box::new(ExecParser::new(prompt, &self.program))
     }
 }
+
+/// How an agent CLI's error answer starts in text mode (`claude -p` without stream-json prints
+/// these as its whole answer and exits 1), lowercase. The final line of a failed exec run that
+/// starts so is classified like the agent's error channel.
+pub const ANSWER_ERRORS: &[&str] = &[
+    "api error",
+    "invalid api key",
+    "not logged in",
+    "failed to authenticate",
+    "oauth token has expired",
+    "credit balance is too low",
+    "prompt is too long",
+    "there's an issue with the selected model",
+    "there\u{2019}s an issue with the selected model",
+    "you've hit your",
+    "you\u{2019}ve hit your",
+    "claude ai usage limit reached",
+];
 
 /// Reads plain-text output, removing echoes of the prompt to find the final text.
 pub type ExecParser = Parser<ExecDialect>;
@@ -244,13 +279,26 @@ impl Dialect for ExecDialect {
 
     /// Report rules: `final_text` is the last non-empty stdout line after removing prompt
     /// echoes (trimmed); `saw_final` is "the process exited by itself" (plain text has no
-    /// terminal event); `is_error` is "exit code was not 0" (a signal counts as an error);
-    /// `failure` and `error_message` come from stderr and are reported only for a failed run.
-    /// No cost, usage, session or model: plain text does not carry them.
+    /// terminal event); `is_error` is "exit code was not 0" (a signal counts as an error) or
+    /// "the final line is a usage-limit notice"; `failure` and `error_message` come from stderr
+    /// and the final line as the module docs say, and are reported only for a failed run. No
+    /// cost, usage, session or model: plain text does not carry them.
     fn settle(&mut self, core: &mut StreamCore, exit_code: Option<i32>) {
-        core.final_text = self.final_text();
+        let final_text = self.final_text();
         core.saw_final = exit_code.is_some();
         core.is_error = exit_code != Some(0);
+        if let Some(line) = &final_text {
+            let lower = line.to_lowercase();
+            if is_limit_notice(line) {
+                core.classifier.observe(Signal::Text(line));
+                core.error_message = Some(line.clone());
+                core.is_error = true;
+            } else if core.is_error && ANSWER_ERRORS.iter().any(|p| lower.starts_with(p)) {
+                core.classifier.observe(Signal::Text(line));
+                core.error_message = Some(line.clone());
+            }
+        }
+        core.final_text = final_text;
     }
 
     /// The usual sources, then the exit code.
@@ -259,15 +307,6 @@ impl Dialect for ExecDialect {
             Some(code) => Some(format!("`{}` exited with code {code}", self.program)),
             None => Some(format!("`{}` was killed by a signal", self.program)),
         })
-    }
-
-    /// None: an arbitrary command's reset time is not read.
-    fn reset_time(
-        &self,
-        _core: &StreamCore,
-        _error_message: Option<&str>,
-    ) -> Option<chrono::DateTime<chrono::Utc>> {
-        None
     }
 }
 
@@ -427,6 +466,69 @@ mod tests {
         );
         let (_, report) = run(PROMPT, "", &[], None);
         assert!(report.is_error && !report.saw_final);
+    }
+
+    /// `claude -p` without stream-json (driven through `--agent exec`) prints its limit as its
+    /// answer, with `∙` or `·`, and may exit 0: a usage limit with its reset time.
+    #[test]
+    fn a_limit_notice_as_the_last_line_is_a_usage_limit() {
+        for exit in [Some(0), Some(1)] {
+            for notice in [
+                "Weekly limit reached \u{2219} resets 5am",
+                "You're out of extra usage \u{00b7} resets 9pm",
+                "5-hour limit reached \u{00b7} resets 7pm (Europe/Berlin)",
+            ] {
+                let (_, report) = run(PROMPT, &format!("{notice}\n"), &[], exit);
+                assert!(report.is_error, "{notice} {exit:?}");
+                assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{notice}");
+                assert_eq!(report.error_message.as_deref(), Some(notice));
+                assert!(
+                    report.resume_at.is_some_and(|t| t > chrono::Utc::now()),
+                    "{notice}: {:?}",
+                    report.resume_at
+                );
+            }
+        }
+    }
+
+    /// A failed text-mode run whose answer is one of claude's error lines is classified by it;
+    /// the same line after exit 0, and any other stdout line, are not.
+    #[test]
+    fn error_answers_count_only_for_a_failed_run() {
+        for (answer, class) in [
+            ("Invalid API key · Please run /login", FailureClass::Auth),
+            ("API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", FailureClass::Transient),
+            ("API Error: 529 Overloaded. This is a server-side issue, usually temporary", FailureClass::Transient),
+            ("There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model.", FailureClass::Config),
+        ] {
+            let (_, report) = run(PROMPT, answer, &[], Some(1));
+            assert_eq!(report.failure, Some(class), "{answer}");
+            let (_, report) = run(PROMPT, answer, &[], Some(0));
+            assert_eq!(report.failure, None, "{answer}");
+        }
+        let (_, report) = run(
+            PROMPT,
+            "There's an issue with the selected model (claude-nope-9). Run --model to pick a different model.",
+            &[],
+            Some(1),
+        );
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .starts_with("the model `claude-nope-9` does not exist"));
+
+        // Tool output on stdout is never read for a class, even in a failed run.
+        let stdout = "curl: (22) The requested URL returned error: 401 Unauthorized\nYou've hit your usage limit in the fixture\ntests failed";
+        let (_, report) = run(PROMPT, stdout, &[], Some(1));
+        assert_eq!(report.failure, None);
+        // An answer that discusses a limit and finishes its story is no limit.
+        let answer =
+            "Added the 'Weekly limit reached ∙ resets 5am' parser.\n<promise>COMPLETE</promise>";
+        let (_, report) = run(PROMPT, answer, &[], Some(0));
+        assert!(!report.is_error && report.failure.is_none() && claims(&report));
+        let answer = "Documented `Weekly limit reached ∙ resets 5am` in README.md.";
+        let (_, report) = run(PROMPT, answer, &[], Some(0));
+        assert!(!report.is_error && report.failure.is_none());
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Gemini::new(settings))),
 };
 
@@ -100,7 +101,7 @@ impl Backend for Gemini {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // The echoed prompt is a `role:"user"` message, which the parser never reads as text.
-        Box::new(GeminiParser::new())
+        Box::new(GeminiParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 
@@ -767,6 +768,69 @@ mod tests {
             report.error_message.as_deref(),
             Some("Invalid stream: The model returned an empty response or malformed tool call.")
         );
+    }
+
+    /// Decision (README, gemini): an `error` event of severity `error` followed by a `result`
+    /// with status `success` and exit 0 is at most a warning. It is shown (an
+    /// [`AgentEvent::Error`]), but the run is not a failure and gets no class, even when the
+    /// event's words would name one; the iteration is judged on what it did (prd.json, verify).
+    #[test]
+    fn an_error_event_before_a_successful_result_is_only_a_warning() {
+        for message in [
+            "Invalid stream: The model returned an empty response or malformed tool call.",
+            "[API Error: You have exhausted your capacity on this model. Your quota will reset after 2h30m40s.]",
+            "Loop detected, stopping execution",
+        ] {
+            let error = out(&format!(
+                r#"{{"type":"error","timestamp":"t","severity":"error","message":{}}}"#,
+                serde_json::Value::String(message.to_owned())
+            ));
+            let text = out(
+                r#"{"type":"message","timestamp":"t","role":"assistant","content":"Done.\n<promise>COMPLETE</promise>","delta":true}"#,
+            );
+            let success =
+                out(r#"{"type":"result","timestamp":"t","status":"success","stats":{}}"#);
+            let (events, report) = run(&[error, text, success], Some(0));
+            assert!(events.contains(&AgentEvent::Error {
+                message: message.to_owned()
+            }));
+            assert!(!report.is_error, "{message}");
+            assert_eq!(report.failure, None, "{message}");
+            assert_eq!(report.error_message, None, "{message}");
+            assert_eq!(report.resume_at, None, "{message}");
+            assert!(crate::completion::promise_in_final_text(
+                report.final_text.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+
+    /// An answer that discusses quotas, in a successful run, is not a usage limit.
+    #[test]
+    fn an_answer_about_quotas_is_not_a_limit() {
+        let text = out(
+            r#"{"type":"message","timestamp":"t","role":"assistant","content":"Handled TerminalQuotaError and 'You have exhausted your capacity' in retry.ts.","delta":true}"#,
+        );
+        let success = out(r#"{"type":"result","timestamp":"t","status":"success","stats":{}}"#);
+        let (_, report) = run(&[text, success], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+    }
+
+    /// What gemini 0.61.0 printed for a model that does not exist (a scripted 404): a config
+    /// error naming the model.
+    #[test]
+    fn a_missing_model_is_a_config_error_naming_it() {
+        let lines = [
+            out(r#"{"type":"init","timestamp":"t","session_id":"s","model":"gemini-nope-9"}"#),
+            err("Error when talking to Gemini API Full report available at: /tmp/gemini-client-error-Turn.run-sendMessageStream-2026-12-01T13-00-48-500Z.json ModelNotFoundError: models/gemini-nope-9 is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods."),
+            out(r#"{"type":"result","timestamp":"t","status":"error","error":{"type":"unknown","message":"[API Error: models/gemini-nope-9 is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods.]"},"stats":{}}"#),
+        ];
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .starts_with("the model `gemini-nope-9` does not exist"));
     }
 
     /// A result followed by a kill from ralph (no exit code) keeps the result's verdict; a

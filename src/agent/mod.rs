@@ -16,6 +16,7 @@ use crate::protocol::{AgentEvent, AgentKind, AgentReport};
 pub mod amp;
 pub mod classify;
 pub mod claude;
+pub mod claude_login;
 pub mod claude_shape;
 pub mod codex;
 pub mod cursor;
@@ -44,7 +45,8 @@ pub struct AgentSettings {
     pub program: Option<PathBuf>,
     /// Settings of the native and local backends (required for them).
     pub native: Option<native::NativeSettings>,
-    /// claude: keep `ANTHROPIC_API_KEY` in its environment (`--keep-api-key`).
+    /// claude: keep `ANTHROPIC_API_KEY` in its environment (`--keep-api-key`); without it the
+    /// key is removed only when claude has a login of its own ([`claude_login::ApiKey`]).
     pub keep_api_key: bool,
 }
 
@@ -106,6 +108,12 @@ pub trait Backend: Send + Sync {
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec>;
     /// A fresh parser for one run of `prompt` (exec uses the prompt to drop an echo of it).
     fn parser(&self, prompt: &str) -> Box<dyn OutputParser>;
+    /// One-line notices about how this backend runs its agent that the user should see once,
+    /// at the start of a run, as warnings (claude: `ANTHROPIC_API_KEY` is not passed on). A
+    /// backend cannot print; the run loop shows these. By default none.
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The backend for `kind`, configured from `settings`.

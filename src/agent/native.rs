@@ -84,6 +84,7 @@ pub const NATIVE_INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: no_traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| build(AgentKind::Native, settings),
 };
 

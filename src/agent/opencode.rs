@@ -73,6 +73,7 @@ pub const INFO: BackendInfo = BackendInfo {
     final_event: true,
     prompt: PromptVia::Stdin,
     doctor: no_traps,
+    notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Opencode::new(settings))),
 };
 
@@ -160,7 +161,7 @@ impl Backend for Opencode {
 
     fn parser(&self, _prompt: &str) -> Box<dyn OutputParser> {
         // opencode never echoes the prompt on stdout in json mode.
-        Box::new(OpencodeParser::new())
+        Box::new(OpencodeParser::new().for_model(self.settings.model.as_deref()))
     }
 }
 
@@ -727,6 +728,31 @@ mod tests {
         );
     }
 
+    /// What opencode 1.18.33 printed when the provider answered 404 for the model: a config
+    /// error naming it; and a final answer that discusses limits is no failure.
+    #[test]
+    fn a_missing_model_is_config_and_an_answer_about_limits_is_not_a_limit() {
+        let lines = [
+            err(
+                r#"timestamp=2026-12-01T13:00:35.311Z level=ERROR run=22c96db7 message=process session.id=ses_d messageID=msg_2 error="The model `gpt-nope-9` does not exist or you do not have access to it." stack="AI_APICallError: The model `gpt-nope-9` does not exist""#,
+            ),
+            out(
+                r#"{"type":"error","timestamp":1796130035319,"sessionID":"ses_d","error":{"name":"APIError","data":{"message":"The model `gpt-nope-9` does not exist or you do not have access to it.","statusCode":404,"isRetryable":false,"responseBody":"{\"error\":{\"message\":\"The model `gpt-nope-9` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_request_error\"}}"}}}"#,
+            ),
+        ];
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report
+            .error_message
+            .unwrap_or_default()
+            .starts_with("the model `gpt-nope-9` does not exist"));
+
+        let about = r#"{"type":"text","timestamp":1796003380173,"sessionID":"ses_dd5db4fedffe","part":{"id":"prt_9","messageID":"msg_3","sessionID":"ses_dd5db4fedffe","type":"text","text":"Mapped 'Rate limit exceeded (HTTP 429)' and 'insufficient_quota' to retries.","time":{"start":1,"end":2}}}"#;
+        let (_, report) = run(&[out(START_3), out(about), out(FINISH_STOP)], Some(0));
+        assert!(!report.is_error);
+        assert_eq!(report.failure, None);
+    }
+
     #[test]
     fn promise_in_tool_output_does_not_count() {
         let lines = [
@@ -797,24 +823,43 @@ mod tests {
         assert_eq!(report.failure, Some(FailureClass::Transient));
     }
 
-    /// A 429 whose body says the quota is gone waits for the reset the provider gave.
+    /// A 429 whose body says the quota is gone waits for the reset the provider gave; a reset
+    /// that has already passed is no time to wait for (the message says so).
     #[test]
     fn quota_429_is_a_usage_limit_with_the_providers_reset() {
-        let line = r#"{"type":"error","timestamp":1796003564686,"sessionID":"ses_q","error":{"name":"APIError","data":{"message":"You exceeded your current quota, please check your plan and billing details.","statusCode":429,"isRetryable":true,"responseHeaders":{"content-type":"application/json","retry-after":"3600"},"responseBody":"{\"error\":{\"message\":\"You exceeded your current quota, please check your plan and billing details.\",\"type\":\"insufficient_quota\",\"param\":null,\"code\":\"insufficient_quota\"}}","metadata":{"url":"https://api.openai.com/v1/chat/completions"}}}}"#;
-        let (_, report) = run(&[out(line)], Some(1));
+        let quota = |timestamp_ms: i64| {
+            format!(
+                r#"{{"type":"error","timestamp":{timestamp_ms},"sessionID":"ses_q","error":{{"name":"APIError","data":{{"message":"You exceeded your current quota, please check your plan and billing details.","statusCode":429,"isRetryable":true,"responseHeaders":{{"content-type":"application/json","retry-after":"3600"}},"responseBody":"{{\"error\":{{\"message\":\"You exceeded your current quota, please check your plan and billing details.\",\"type\":\"insufficient_quota\",\"param\":null,\"code\":\"insufficient_quota\"}}}}","metadata":{{"url":"https://api.openai.com/v1/chat/completions"}}}}}}}}"#
+            )
+        };
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let (_, report) = run(&[out(&quota(now_ms))], Some(1));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
         assert_eq!(
             report.resume_at.map(|t| t.timestamp_millis()),
-            Some(1_796_003_564_686 + 3_600_000)
+            Some(now_ms + 3_600_000)
+        );
+        // The same event replayed two days later: its reset has passed.
+        let (_, report) = run(&[out(&quota(now_ms - 48 * 3_600_000))], Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert_eq!(report.resume_at, None);
+        assert!(
+            report
+                .error_message
+                .as_deref()
+                .is_some_and(|m| m
+                    .ends_with("has already passed, so ralph waits usage_limit_fallback instead")),
+            "{:?}",
+            report.error_message
         );
 
         // opencode Zen's plan limit, reset as an HTTP date.
-        let zen = r#"{"type":"error","timestamp":1796003564686,"sessionID":"ses_z","error":{"name":"APIError","data":{"message":"Usage limit","statusCode":429,"isRetryable":true,"responseHeaders":{"Retry-After":"Mon, 30 Nov 2026 06:00:00 GMT"},"responseBody":"{\"type\":\"error\",\"error\":{\"type\":\"GoUsageLimitError\",\"message\":\"limit\"}}"}}}"#;
+        let zen = r#"{"type":"error","timestamp":1796003564686,"sessionID":"ses_z","error":{"name":"APIError","data":{"message":"Usage limit","statusCode":429,"isRetryable":true,"responseHeaders":{"Retry-After":"Mon, 30 Nov 2099 06:00:00 GMT"},"responseBody":"{\"type\":\"error\",\"error\":{\"type\":\"GoUsageLimitError\",\"message\":\"limit\"}}"}}}"#;
         let (_, report) = run(&[out(zen)], Some(1));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
         assert_eq!(
             report.resume_at.map(|t| t.to_rfc3339()),
-            Some("2026-11-30T06:00:00+00:00".to_owned())
+            Some("2099-11-30T06:00:00+00:00".to_owned())
         );
     }
 
@@ -877,7 +922,7 @@ mod tests {
         assert_eq!(
             report.error_message.as_deref(),
             Some(
-                "ProviderModelNotFoundError: Model not found: nope/nothing. Did you mean: standardcompute?"
+                "the model `nope/nothing` does not exist or this account cannot use it: fix --model (a config error; ralph does not retry it); the agent said: ProviderModelNotFoundError: Model not found: nope/nothing. Did you mean: standardcompute?"
             )
         );
     }

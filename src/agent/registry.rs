@@ -32,6 +32,8 @@ pub struct DoctorContext<'a> {
     pub agent_cmd: Option<&'a str>,
     /// ralph runs as root (effective uid 0).
     pub root: bool,
+    /// `--keep-api-key` is in force (ralph.toml's `keep_api_key`, `RALPH_KEEP_API_KEY`).
+    pub keep_api_key: bool,
 }
 
 impl DoctorContext<'_> {
@@ -85,6 +87,9 @@ pub struct BackendInfo {
     /// The known traps that apply on this machine, each a sentence saying what ralph does
     /// about it or what to do (`ralph doctor`).
     pub doctor: fn(&DoctorContext<'_>) -> Vec<String>,
+    /// What ralph will do on this machine that is worth knowing but not a problem, each a
+    /// sentence (`ralph doctor`'s notes; claude: what happens to `ANTHROPIC_API_KEY`).
+    pub notes: fn(&DoctorContext<'_>) -> Vec<String>,
     /// Builds the backend from `settings` (see [`crate::agent::backend`]).
     pub build: fn(AgentSettings) -> anyhow::Result<Box<dyn Backend>>,
 }
@@ -98,6 +103,11 @@ impl BackendInfo {
 
 /// Doctor checks of a backend that has none.
 pub fn no_traps(_: &DoctorContext<'_>) -> Vec<String> {
+    Vec::new()
+}
+
+/// Doctor notes of a backend that has none.
+pub fn no_notes(_: &DoctorContext<'_>) -> Vec<String> {
     Vec::new()
 }
 

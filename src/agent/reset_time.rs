@@ -14,11 +14,17 @@
 //! | gemini, relative | `Your quota will reset after 2h30m40s.`, `Please retry in 12s` |
 //! | cursor, US date | `Your usage limits will reset when your monthly cycle ends on 11/17/2025.` |
 //!
+//! | claude, weekly | `Weekly limit reached ∙ resets Mon 5am`, `resets Oct 9, 10am`, `resets at 5am` |
+//!
 //! A time without a zone is in the machine's local zone, which is the zone the CLI formatted it
-//! in. A time of day means its next occurrence (a few minutes of lateness tolerated, so a
-//! message read just after the reset does not wait a whole day). A date without a year means
-//! the next such date. Anything else gives `None`, and the caller falls back to a configured
-//! wait.
+//! in. A time of day (and a weekday) means its next occurrence: a time that has passed today is
+//! tomorrow's, except that one passed by at most a few minutes means *now* (the message was read
+//! just after the reset; claude prints minutes when the reset is not on the hour, so a bare
+//! `5am` is exact). A date without a year means the next such date. So a clock time never
+//! yields a time in the past. The absolute forms (an epoch, a date with its year) can be in the
+//! past: [`judge`] calls such a time stale, and the report then carries no reset time (the run
+//! waits `usage_limit_fallback`) and says why. Anything else gives `None`, and the caller falls
+//! back to a configured wait.
 
 use std::sync::LazyLock;
 
@@ -29,10 +35,36 @@ use regex::Regex;
 /// after the reset time means the reset is now, not tomorrow.
 const LATE_TOLERANCE_MINUTES: i64 = 10;
 
+/// How far in the past a reset time may lie and still mean "now" (the reset is due) rather than
+/// a stale time: a clock's skew, the seconds between the agent's message and ralph's reading.
+pub const STALE_AFTER_SECONDS: i64 = 60;
+
 /// The reset time in `text`, relative to the current time and the machine's local zone.
-/// `None` when the text names no reset time ralph can read.
+/// `None` when the text names no reset time ralph can read. An absolute time (an epoch, a date
+/// with its year) may be in the past: see [`judge`].
 pub fn resume_at_from_text(text: &str) -> Option<DateTime<Utc>> {
     resume_at_from_text_at(text, Utc::now(), &chrono::Local)
+}
+
+/// A reset time an agent gave, judged against the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reset {
+    /// A time to wait for: now or later.
+    At(DateTime<Utc>),
+    /// A time that has already passed (by more than [`STALE_AFTER_SECONDS`]): never a time to
+    /// wait for; the caller waits its fallback and says the agent's time was stale.
+    Stale(DateTime<Utc>),
+}
+
+/// Judges `at` against `now`: [`Reset::Stale`] when it passed more than
+/// [`STALE_AFTER_SECONDS`] ago, else [`Reset::At`] of `at`, or of `now` when `at` is a moment
+/// ago (a reset time shown to a user is never in the past).
+pub fn judge(at: DateTime<Utc>, now: DateTime<Utc>) -> Reset {
+    if at < now - Duration::seconds(STALE_AFTER_SECONDS) {
+        Reset::Stale(at)
+    } else {
+        Reset::At(at.max(now))
+    }
 }
 
 /// [`resume_at_from_text`] with an explicit `now` and local zone (`local` is used for times
@@ -116,13 +148,14 @@ fn relative(text: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     Some(now + Duration::from_std(d).ok()?)
 }
 
-/// `resets [Apr 23 at] 2pm [(Europe/Berlin)]`, `try again at [Aug 18th, 2026] 3:28 PM`,
-/// `try again Aug 18`.
+/// `resets [at] [Apr 23 at | Mon] 2pm [(Europe/Berlin)]`, `try again at [Aug 18th, 2026] 3:28
+/// PM`, `try again Aug 18`.
 fn wall_clock<Z: TimeZone>(text: &str, now: DateTime<Utc>, local: &Z) -> Option<DateTime<Utc>> {
     static RE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
             r"(?ix)
-            (?:resets|try\ again(?:\ at)?)\s+
+            (?:\breset(?:s)?(?:\ (?:at|on))?|try\ again(?:\ at)?)\s+
+            (?:(?P<wday>monday|mon|tuesday|tues|tue|wednesday|wed|thursday|thurs|thur|thu|friday|fri|saturday|sat|sunday|sun)\b\.?,?\s+(?:at\s+)?)?
             (?:(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+
                (?P<day>\d{1,2})(?:st|nd|rd|th)?,?
                (?:\s+(?P<year>\d{4}),?)?
@@ -134,7 +167,7 @@ fn wall_clock<Z: TimeZone>(text: &str, now: DateTime<Utc>, local: &Z) -> Option<
     });
     for caps in RE.captures_iter(text) {
         let time = caps.name("time").map(|t| t.as_str().trim());
-        let has_date = caps.name("mon").is_some();
+        let has_date = caps.name("mon").is_some() || caps.name("wday").is_some();
         let time = match time.filter(|t| !t.is_empty()) {
             Some(t) => match parse_time_of_day(t) {
                 Some(t) => Some(t),
@@ -207,6 +240,17 @@ fn resolve<Z: TimeZone>(
                 .map(|t| t.with_timezone(&Utc)),
         }
     };
+    let not_past = |t: DateTime<Utc>| t.max(now);
+    if let (Some(wday), None) = (caps.name("wday"), caps.name("mon")) {
+        let want = weekday_number(wday.as_str())?;
+        let today = now_local.date();
+        return (0..=7)
+            .filter_map(|n| today.checked_add_days(chrono::Days::new(n)))
+            .filter(|d| d.weekday().num_days_from_monday() == want)
+            .filter_map(|d| to_utc(d.and_time(time)))
+            .find(|t| *t >= earliest)
+            .map(not_past);
+    }
     match (caps.name("mon"), caps.name("day")) {
         (Some(mon), Some(day)) => {
             let month = month_number(mon.as_str())?;
@@ -219,6 +263,7 @@ fn resolve<Z: TimeZone>(
                 .filter_map(|y| NaiveDate::from_ymd_opt(y, month, day))
                 .filter_map(|d| to_utc(d.and_time(time)))
                 .find(|t| *t >= earliest)
+                .map(not_past)
         }
         _ => {
             let today = now_local.date();
@@ -226,8 +271,18 @@ fn resolve<Z: TimeZone>(
                 .into_iter()
                 .filter_map(|d| to_utc(d.and_time(time)))
                 .find(|t| *t >= earliest)
+                .map(not_past)
         }
     }
+}
+
+/// `mon` … `sun` as days from Monday.
+fn weekday_number(name: &str) -> Option<u32> {
+    const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+    let prefix = name.get(..3)?.to_ascii_lowercase();
+    DAYS.iter()
+        .position(|d| *d == prefix)
+        .and_then(|i| u32::try_from(i).ok())
 }
 
 fn month_number(name: &str) -> Option<u32> {
@@ -323,12 +378,74 @@ mod tests {
     }
 
     #[test]
-    fn a_reset_just_passed_is_now_not_tomorrow() {
-        // 10:00 UTC now; "resets 9:55am" was five minutes ago.
+    fn a_reset_just_passed_is_now_not_tomorrow_and_never_in_the_past() {
+        // 10:00 UTC now; "resets 9:55am" was five minutes ago: the reset is due now.
         assert_eq!(
             at("You've hit your session limit · resets 9:55am").as_deref(),
-            Some("2026-11-30T09:55:00+00:00")
+            Some("2026-11-30T10:00:00+00:00")
         );
+        // An hour ago is not "now": the next 9am is tomorrow's.
+        assert_eq!(
+            at("Session limit reached \u{2219} resets 9am").as_deref(),
+            Some("2026-12-01T09:00:00+00:00")
+        );
+    }
+
+    /// The wordings claude has used across plans and versions, with either separator.
+    #[test]
+    fn claude_limit_family_reset_times() {
+        for (text, expect) in [
+            (
+                "Weekly limit reached \u{2219} resets 5am",
+                "2026-12-01T05:00:00+00:00",
+            ),
+            (
+                "Session limit reached \u{2219} resets 11am",
+                "2026-11-30T11:00:00+00:00",
+            ),
+            (
+                "You're out of extra usage \u{00b7} resets 9pm",
+                "2026-11-30T21:00:00+00:00",
+            ),
+            (
+                "5-hour limit reached \u{00b7} resets 7pm (Europe/Berlin)",
+                "2026-11-30T18:00:00+00:00",
+            ),
+            (
+                "Weekly limit reached \u{2219} resets Oct 9, 10am",
+                "2027-10-09T10:00:00+00:00",
+            ),
+            (
+                "Weekly limit reached \u{2219} resets Dec 3 at 4pm",
+                "2026-12-03T16:00:00+00:00",
+            ),
+            // 2026-11-30 is a Monday.
+            (
+                "Weekly limit reached \u{2219} resets Mon 5am",
+                "2026-12-07T05:00:00+00:00",
+            ),
+            (
+                "Weekly limit reached \u{2219} resets Thursday at 9:30am",
+                "2026-12-03T09:30:00+00:00",
+            ),
+            (
+                "Opus limit reached - resets at 5pm",
+                "2026-11-30T17:00:00+00:00",
+            ),
+        ] {
+            assert_eq!(at(text).as_deref(), Some(expect), "{text}");
+        }
+    }
+
+    #[test]
+    fn absolute_times_in_the_past_are_stale() {
+        let stale = resume_at_from_text_at("Claude AI usage limit reached|1753441200", now(), &Utc)
+            .map(|t| judge(t, now()));
+        assert!(matches!(stale, Some(Reset::Stale(_))), "{stale:?}");
+        let past = Utc.with_ymd_and_hms(2026, 11, 30, 9, 59, 30).unwrap();
+        assert_eq!(judge(past, now()), Reset::At(now()));
+        let later = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        assert_eq!(judge(later, now()), Reset::At(later));
     }
 
     #[test]

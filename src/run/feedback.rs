@@ -52,12 +52,6 @@ impl Pending {
         self.notes = keep;
         take.into_iter().map(|f| f.text).collect()
     }
-
-    /// Drops general notes (they described an iteration that is no longer the previous one,
-    /// e.g. after a retry that produced its own).
-    pub fn clear_general(&mut self) {
-        self.notes.retain(|f| f.story_id.is_some());
-    }
 }
 
 #[cfg(test)]

@@ -363,7 +363,7 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
 /// `--max-cost`: this run's cost reached the limit (the iteration that crossed it is recorded).
 fn cost_stop(t: &Tally, b: &Budgets, r: &LedgerRecord) -> Option<StopReason> {
     let max = b.max_cost?;
-    (t.cost_usd >= max).then(|| StopReason::MaxCost {
+    (t.cost_usd >= max).then_some(StopReason::MaxCost {
         spent_usd: t.cost_usd,
         max_usd: max,
         iteration: r.iteration,

@@ -67,6 +67,9 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     // The local backend's server starts later (after the lock); its URL is not known yet.
     let backend = build_backend(cfg, &paths, cfg.native.base_url.clone())?;
     let probe = backend.command("")?;
+    for notice in backend.notices() {
+        out.warn(notice);
+    }
     let info = backend.info();
     if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
         let place = if probe.program.components().count() > 1 {

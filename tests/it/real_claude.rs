@@ -57,6 +57,27 @@ impl Fixture {
         out
     }
 
+    /// `ralph run --agent claude ARGS…` with the real CLI, under the scripted model.
+    fn ralph_with_model(
+        &self,
+        claude: &Path,
+        args: &[&str],
+        scenario: &Path,
+        name: &str,
+    ) -> RunOutput {
+        let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
+        ralph
+            .args(["run", "--agent", "claude"])
+            .args(args)
+            .env("RALPH_AGENT_PROGRAM", claude);
+        self.run_with_model(ralph, scenario, name)
+    }
+
+    /// `.ralph/ledger.jsonl`, one value per iteration.
+    fn ledger(&self) -> Vec<Value> {
+        read_jsonl(&self.repo.join(".ralph/ledger.jsonl"))
+    }
+
     fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
@@ -219,19 +240,14 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
     };
     let fx = Fixture::textkit();
     let scenario = example_dir("textkit").join("scenario.json");
-    let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
-    ralph
-        // The scripted server takes a dummy API key; ralph removes the key unless told to keep it.
-        .args([
-            "run",
-            "--agent",
-            "claude",
-            "--max-iter",
-            "6",
-            "--keep-api-key",
-        ])
-        .env("RALPH_AGENT_PROGRAM", &claude);
-    let out = fx.run_with_model(ralph, &scenario, "ralph");
+    // The scripted server takes a dummy API key, kept anyway for ANTHROPIC_BASE_URL; the flag
+    // must still be accepted.
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--max-iter", "6", "--keep-api-key"],
+        &scenario,
+        "ralph",
+    );
     assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
 
     // Every story passes, and the project's tests (written by the agent) pass.
@@ -243,7 +259,7 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
     assert!(fx.project_tests().contains("Ran 15 tests"));
 
     // One ledger record per iteration, each a passed story, in priority order.
-    let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    let ledger = fx.ledger();
     assert_eq!(ledger.len(), 3, "{ledger:#?}");
     for (i, (record, story)) in ledger
         .iter()
@@ -322,4 +338,65 @@ fn ralph_runs_the_textkit_example_to_completion_with_the_real_claude_cli() {
             "no entry for iteration {n}:\n{progress}"
         );
     }
+}
+
+/// The default environment handling with a key that is meant for a gateway: with
+/// `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` set (the scripted model) and no claude login
+/// in HOME, ralph keeps the key without `--keep-api-key`, and the real CLI completes a story.
+#[test]
+fn ralph_keeps_the_api_key_for_a_base_url_without_keep_api_key() {
+    let Some(claude) =
+        claude_bin_or_skip("ralph_keeps_the_api_key_for_a_base_url_without_keep_api_key")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let home = fx.sandbox.join("home");
+    assert!(
+        !home.join(".claude/.credentials.json").exists() && !home.join(".claude.json").exists(),
+        "the sandbox HOME must have no claude login"
+    );
+    let scenario = example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(&claude, &["--max-iter", "1"], &scenario, "ralph-no-keep");
+    // One iteration of three stories: stopped by --max-iter (exit 3) with US-001 done.
+    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{out}");
+    let ledger = fx.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    assert_eq!(ledger[0]["outcome"], "story_passed", "{}", ledger[0]);
+    assert_eq!(
+        fx.prd_passes()[0],
+        ("US-001".to_owned(), true),
+        "{:?}",
+        fx.prd_passes()
+    );
+}
+
+/// The real CLI told to use a model the API does not have (a 404 `not_found_error`): ralph
+/// stops at once with a config error that names the model, without spending the failure budget.
+#[test]
+fn ralph_stops_at_once_when_the_real_claude_names_a_missing_model() {
+    let Some(claude) =
+        claude_bin_or_skip("ralph_stops_at_once_when_the_real_claude_names_a_missing_model")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    let scenario = fx.root.join("missing-model.json");
+    fs::write(
+        &scenario,
+        r#"{"error": {"status": 404, "message": "model: claude-nope-9", "type": "not_found_error"}}"#,
+    )
+    .expect("write scenario");
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--model", "claude-nope-9", "--max-failures", "5"],
+        &scenario,
+        "missing-model",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{out}");
+    let ledger = fx.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    assert_eq!(ledger[0]["outcome"], "config_error", "{}", ledger[0]);
+    let message = ledger[0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`claude-nope-9`"), "{message}");
 }

@@ -537,6 +537,13 @@ fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [claude_story("US-001", 1, "done")],
                        "record_env": ["ANTHROPIC_API_KEY"]}));
+    // A claude login of its own: only then is the key removed (README, claude's environment).
+    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
+    std::fs::write(
+        env.home.join(".claude/.credentials.json"),
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-x"}}"#,
+    )
+    .unwrap();
     let out = env
         .ralph_cmd(&["run", "--max-iter", "1"])
         .env("CLAUDECODE", "1")
@@ -548,7 +555,7 @@ fn nested_session_variables_are_scrubbed_and_sandbox_set_for_root() {
     let calls = env.read("../script.json.calls.jsonl");
     let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
     assert!(call["env"]["CLAUDECODE"].is_null(), "{call}");
-    // An API key would silently bill the API instead of the subscription: removed by default.
+    // An API key would silently bill the API instead of the subscription login: removed.
     assert!(call["env"]["ANTHROPIC_API_KEY"].is_null(), "{call}");
     assert_eq!(call["env"]["NO_COLOR"], "1");
     if nix::unistd::geteuid().is_root() {
@@ -576,6 +583,13 @@ fn keep_api_key_leaves_the_key_to_claude_and_the_command_line_is_logged_pasteabl
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [claude_story("US-001", 1, "done")],
                        "record_env": ["ANTHROPIC_API_KEY"]}));
+    // A claude login of its own: only then is the key removed (README, claude's environment).
+    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
+    std::fs::write(
+        env.home.join(".claude/.credentials.json"),
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-x"}}"#,
+    )
+    .unwrap();
     let out = env
         .ralph_cmd(&["run", "--max-iter", "1", "--keep-api-key", "--verbose"])
         .env("ANTHROPIC_API_KEY", "sk-ant-kept")
