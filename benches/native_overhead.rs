@@ -180,7 +180,13 @@ fn per_step_pieces(rt: &tokio::runtime::Runtime) {
                     name: call.name.clone(),
                     summary,
                 },
-                AgentEvent::ToolResult { is_error },
+                AgentEvent::ToolResult {
+                    is_error,
+                    output: Some(ralph::protocol::fields::bounded_output(
+                        &ralph::redact::redact_env(&content),
+                    )),
+                    exit_code: None,
+                },
             ] {
                 let line = json!({"type": "event", "event": event});
                 writeln!(transcript, "{line}").expect("write the transcript");

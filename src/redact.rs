@@ -36,6 +36,17 @@ pub fn env_secrets() -> Vec<String> {
     values
 }
 
+/// [`env_secrets`] read once per process (the environment of a run does not change).
+pub fn env_secrets_cached() -> &'static [String] {
+    static SECRETS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SECRETS.get_or_init(env_secrets)
+}
+
+/// `text` with the values of this process's secret-looking environment variables redacted.
+pub fn redact_env(text: &str) -> String {
+    redact(text, env_secrets_cached())
+}
+
 /// `text` with every occurrence of each of `secrets` replaced by [`REDACTED`].
 pub fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();

@@ -220,7 +220,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<AmpDialect>(lines, exit)
+        test_support::run_plain::<AmpDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {
@@ -259,7 +259,7 @@ mod tests {
                     name: "Bash".into(),
                     summary: "cargo test".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::AssistantText {
                     text: "Done.\n<promise>COMPLETE</promise>".into()
                 },

@@ -296,7 +296,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<ClaudeDialect>(lines, exit)
+        test_support::run_plain::<ClaudeDialect>(lines, exit)
     }
 
     const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"/w/repo","session_id":"3f2a9c40-1111","tools":["Task","Bash","Write"],"mcp_servers":[],"model":"claude-opus-5-5","permissionMode":"bypassPermissions","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.332","uuid":"u1"}"#;
@@ -328,7 +328,7 @@ mod tests {
                     name: "Write".into(),
                     summary: "/w/repo/hello.txt".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::AssistantText {
                     text: "Created hello.txt. <promise>COMPLETE</promise>".into()
                 },
@@ -761,7 +761,7 @@ mod tests {
             ),
         ];
         let (events, report) = run(&lines, Some(0));
-        assert!(events.contains(&AgentEvent::ToolResult { is_error: false }));
+        assert!(events.contains(&AgentEvent::tool_result(false)));
         assert!(!promise_in_final_text(
             report.final_text.as_deref().unwrap_or_default()
         ));
@@ -801,7 +801,7 @@ mod tests {
         ];
         let (events, report) = run(&lines, Some(0));
         assert_eq!(events.len(), 2, "{events:?}");
-        assert_eq!(events[0], AgentEvent::ToolResult { is_error: true });
+        assert_eq!(events[0], AgentEvent::tool_result(true));
         assert!(report.saw_final);
         assert!(promise_in_final_text(
             report.final_text.as_deref().unwrap_or_default()

@@ -170,10 +170,29 @@ pub fn on_user(v: &Value) -> Vec<AgentEvent> {
                 .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
                 .map(|b| AgentEvent::ToolResult {
                     is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                    output: result_text(b)
+                        .as_deref()
+                        .and_then(super::stream::tool_output),
+                    exit_code: None,
                 })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The text of a `tool_result` block: its `content` string, or its text blocks joined.
+fn result_text(block: &Value) -> Option<String> {
+    match block.get("content")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
 }
 
 /// The fields every CLI's `result` line has.

@@ -257,6 +257,14 @@ impl CodexDialect {
                 }
                 events.push(AgentEvent::ToolResult {
                     is_error: tool_failed(item),
+                    output: item
+                        .get("aggregated_output")
+                        .and_then(Value::as_str)
+                        .and_then(super::stream::tool_output),
+                    exit_code: item
+                        .get("exit_code")
+                        .and_then(Value::as_i64)
+                        .and_then(|c| i32::try_from(c).ok()),
                 });
                 events
             }
@@ -398,7 +406,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<CodexDialect>(lines, exit)
+        test_support::run_plain::<CodexDialect>(lines, exit)
     }
 
     // Lines as codex 0.171.0 printed them against the scripted model (notes/real-clis.md §2).
@@ -440,7 +448,7 @@ mod tests {
                     name: "command".into(),
                     summary: "echo hi > hello.txt".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::AssistantText {
                     text: "Created hello.txt. <promise>COMPLETE</promise>".into()
                 },
@@ -731,7 +739,7 @@ mod tests {
         ];
         let (events, report) = run(&lines, Some(0));
         assert_eq!(events.len(), 4, "{events:?}");
-        assert_eq!(events[1], AgentEvent::ToolResult { is_error: true });
+        assert_eq!(events[1], AgentEvent::tool_result(true));
         assert!(report.saw_final && !report.is_error);
         assert!(promise_in_final_text(
             report.final_text.as_deref().unwrap_or_default()
@@ -759,12 +767,12 @@ mod tests {
                     name: "file_change".into(),
                     summary: "update /w/repo/src/lib.rs, add /w/repo/new.rs".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::ToolCall {
                     name: "docs.search".into(),
                     summary: "tokio".into()
                 },
-                AgentEvent::ToolResult { is_error: true },
+                AgentEvent::tool_result(true),
             ]
         );
     }

@@ -277,9 +277,28 @@ fn on_tool_call(v: &Value) -> Vec<AgentEvent> {
             let summary = summarize_tool_input(call.get("args").unwrap_or(&Value::Null));
             vec![AgentEvent::ToolCall { name, summary }]
         }
-        Some("completed") => vec![AgentEvent::ToolResult {
-            is_error: tool_failed(call.get("result")),
-        }],
+        Some("completed") => {
+            let result = call.get("result");
+            // A shell tool's `{"success": {"stdout", "stderr", "exitCode"}}` (or failure).
+            let outcome = result
+                .and_then(Value::as_object)
+                .and_then(|o| o.values().next());
+            let text = outcome.map(|o| {
+                ["stdout", "stderr", "content", "error", "message"]
+                    .iter()
+                    .filter_map(|k| o.get(*k).and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            vec![AgentEvent::ToolResult {
+                is_error: tool_failed(result),
+                output: text.as_deref().and_then(super::stream::tool_output),
+                exit_code: outcome
+                    .and_then(|o| o.get("exitCode"))
+                    .and_then(Value::as_i64)
+                    .and_then(|c| i32::try_from(c).ok()),
+            }]
+        }
         _ => Vec::new(),
     }
 }
@@ -345,7 +364,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<CursorDialect>(lines, exit)
+        test_support::run_plain::<CursorDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {
@@ -402,7 +421,7 @@ mod tests {
                     name: "shell".into(),
                     summary: "cargo test".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::AssistantText {
                     text: "All stories pass.\n<promise>COMPLETE</promise>".into()
                 },
@@ -678,13 +697,13 @@ mod tests {
                     name: "read".into(),
                     summary: "src/main.rs".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::ToolCall {
                     name: "edit".into(),
                     summary: "src/lib.rs".into()
                 },
-                AgentEvent::ToolResult { is_error: true },
-                AgentEvent::ToolResult { is_error: true },
+                AgentEvent::tool_result(true),
+                AgentEvent::tool_result(true),
                 AgentEvent::ToolCall {
                     name: "linear_search".into(),
                     summary: String::new()

@@ -182,6 +182,12 @@ impl Dialect for GeminiDialect {
                 self.text.clear();
                 vec![AgentEvent::ToolResult {
                     is_error: v.get("status").and_then(Value::as_str) == Some("error"),
+                    output: v
+                        .get("output")
+                        .and_then(Value::as_str)
+                        .or_else(|| v.pointer("/error/message").and_then(Value::as_str))
+                        .and_then(super::stream::tool_output),
+                    exit_code: None,
                 }]
             }
             Some("error") => {
@@ -464,7 +470,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<GeminiDialect>(lines, exit)
+        test_support::run_plain::<GeminiDialect>(lines, exit)
     }
 
     fn has_promise(report: &AgentReport) -> bool {
@@ -515,7 +521,7 @@ mod tests {
                     name: "run_shell_command".into(),
                     summary: "echo hi > hello.txt".into()
                 },
-                &AgentEvent::ToolResult { is_error: false },
+                &AgentEvent::tool_result(false),
                 &AgentEvent::AssistantText {
                     text: "Created hello.txt.\n".into()
                 },

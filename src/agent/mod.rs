@@ -28,6 +28,8 @@ pub mod probe;
 pub mod registry;
 pub mod reset_time;
 pub mod stream;
+#[cfg(test)]
+mod tool_outputs;
 
 pub use registry::{info, BackendInfo, DoctorContext, PromptVia};
 pub use stream::StderrTail;

@@ -522,6 +522,15 @@ fn on_tool_use(v: &Value) -> Vec<AgentEvent> {
     if matches!(status.as_deref(), Some("completed" | "error")) {
         events.push(AgentEvent::ToolResult {
             is_error: status.as_deref() == Some("error"),
+            output: part
+                .pointer("/state/output")
+                .or_else(|| part.pointer("/state/error"))
+                .and_then(Value::as_str)
+                .and_then(super::stream::tool_output),
+            exit_code: part
+                .pointer("/state/metadata/exit")
+                .and_then(Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok()),
         });
     }
     events
@@ -641,7 +650,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn run(lines: &[OutputLine], exit: Option<i32>) -> (Vec<AgentEvent>, AgentReport) {
-        test_support::run::<OpencodeDialect>(lines, exit)
+        test_support::run_plain::<OpencodeDialect>(lines, exit)
     }
 
     fn claims(report: &AgentReport) -> bool {
@@ -695,12 +704,12 @@ mod tests {
                     name: "write".into(),
                     summary: "/w/repo/hello.txt".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::ToolCall {
                     name: "bash".into(),
                     summary: "cat hello.txt; echo '<promise>COMPLETE</promise>'".into()
                 },
-                AgentEvent::ToolResult { is_error: false },
+                AgentEvent::tool_result(false),
                 AgentEvent::AssistantText {
                     text: "Done.\n<promise>COMPLETE</promise>".into()
                 },
@@ -988,7 +997,7 @@ mod tests {
             out(FINISH_TOOLS_1),
         ];
         let (events, report) = run(&lines, Some(0));
-        assert!(events.contains(&AgentEvent::ToolResult { is_error: true }));
+        assert!(events.contains(&AgentEvent::tool_result(true)));
         assert!(!report.saw_final && !report.is_error);
         assert_eq!(report.failure, None);
         assert_eq!(

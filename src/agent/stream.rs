@@ -374,6 +374,23 @@ pub(crate) mod test_support {
         OutputLine::stderr(text)
     }
 
+    /// [`run`], with every tool result reduced to its error flag (most tests are about the
+    /// rest of the stream; the outputs have tests of their own).
+    pub fn run_plain<D: Dialect + Default>(
+        lines: &[OutputLine],
+        exit: Option<i32>,
+    ) -> (Vec<AgentEvent>, AgentReport) {
+        let (events, report) = run::<D>(lines, exit);
+        let plain = events
+            .into_iter()
+            .map(|e| match e {
+                AgentEvent::ToolResult { is_error, .. } => AgentEvent::tool_result(is_error),
+                other => other,
+            })
+            .collect();
+        (plain, report)
+    }
+
     /// Feeds `lines` to a fresh `D` parser, then ends it with `exit`.
     pub fn run<D: Dialect + Default>(
         lines: &[OutputLine],
@@ -383,4 +400,11 @@ pub(crate) mod test_support {
         let events = lines.iter().flat_map(|l| parser.on_line(l)).collect();
         (events, parser.finish(exit))
     }
+}
+
+/// A tool's output as events keep it: bounded ([`crate::protocol::fields::bounded_output`]) and
+/// with secret-looking environment values redacted; `None` when empty.
+pub fn tool_output(text: &str) -> Option<String> {
+    (!text.trim().is_empty())
+        .then(|| crate::protocol::fields::bounded_output(&crate::redact::redact_env(text)))
 }

@@ -427,7 +427,15 @@ pub async fn run_session(
                     return result;
                 }
             };
-            on_event(AgentEvent::ToolResult { is_error });
+            // The transcript keeps what the tool returned (bounded, secrets redacted), so that
+            // `ralph show` can tell what the model saw.
+            on_event(AgentEvent::ToolResult {
+                is_error,
+                output: Some(crate::protocol::fields::bounded_output(
+                    &crate::redact::redact_env(&content),
+                )),
+                exit_code: None,
+            });
             if count >= REPEAT_WARN_AT {
                 content.push_str(&format!(
                     "\n\nWarning: you have made this exact call {count} times. Repeating it will not help; do something different. At {REPEAT_STOP_AT} identical calls the session stops."

@@ -52,6 +52,14 @@ pub enum AgentEvent {
     ToolResult {
         /// Whether the tool reported an error.
         is_error: bool,
+        /// What the tool returned, when the agent's stream carries it: at most
+        /// [`crate::protocol::fields::TOOL_OUTPUT_KEEP_BYTES`] bytes (head and tail, the size of
+        /// what was left out noted), values of secret-looking environment variables redacted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+        /// A shell command's exit code, when the stream gives it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
     },
     /// An error the agent reported.
     Error {
@@ -65,6 +73,17 @@ pub enum AgentEvent {
         /// Whether the agent ended in error (claude `is_error`).
         is_error: bool,
     },
+}
+
+impl AgentEvent {
+    /// A tool result with only its error flag (the stream says nothing more).
+    pub fn tool_result(is_error: bool) -> AgentEvent {
+        AgentEvent::ToolResult {
+            is_error,
+            output: None,
+            exit_code: None,
+        }
+    }
 }
 
 /// What a parser concluded once the process ended.

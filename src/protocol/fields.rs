@@ -47,6 +47,33 @@ pub fn summarize_tool_input(input: &Value) -> String {
     truncate_chars(&one_line, SUMMARY_MAX_CHARS)
 }
 
+/// Most of a tool's output kept in an event, in bytes (head and tail halves).
+pub const TOOL_OUTPUT_KEEP_BYTES: usize = 4096;
+
+/// `text` cut to [`TOOL_OUTPUT_KEEP_BYTES`]: its head and tail, with the size of what was left
+/// out noted between them.
+pub fn bounded_output(text: &str) -> String {
+    if text.len() <= TOOL_OUTPUT_KEEP_BYTES {
+        return text.to_owned();
+    }
+    let half = TOOL_OUTPUT_KEEP_BYTES / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}\n… ({} of {} bytes left out) …\n{}",
+        &text[..head_end],
+        tail_start - head_end,
+        text.len(),
+        &text[tail_start..]
+    )
+}
+
 /// `s` cut to at most `max` characters, with `…` marking a cut.
 pub fn truncate_chars(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {

@@ -191,7 +191,11 @@ fn claude_dialect_end_to_end_through_the_parser() {
                 name: "Bash".into(),
                 summary: "cargo test".into()
             },
-            AgentEvent::ToolResult { is_error: false },
+            AgentEvent::ToolResult {
+                is_error: false,
+                output: Some("test result: ok. 12 passed".into()),
+                exit_code: None
+            },
             AgentEvent::AssistantText {
                 text: "All stories pass.\n<promise>COMPLETE</promise>".into()
             },
@@ -402,9 +406,13 @@ fn claude_parser_survives_hostile_output() {
     ]]}));
     let out = fx.run(fx.claude().as_ref(), "prompt", &[]);
     assert!(out.stdout.len() > 6_000_000);
-    assert!(out
-        .events
-        .contains(&AgentEvent::ToolResult { is_error: false }));
+    assert!(out.events.iter().any(|e| matches!(
+        e,
+        AgentEvent::ToolResult {
+            is_error: false,
+            ..
+        }
+    )));
     assert!(out.events.contains(&AgentEvent::Error {
         message: "warning: coloured".into()
     }));

@@ -142,3 +142,104 @@ fn bad_arguments_name_the_fix() {
     let out = env.ralph(&["report", "--run", "nope"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+/// `ralph show` for ralph's own native loop: its transcript keeps each tool's result (bounded,
+/// redacted), so the morning reader sees what the model saw.
+#[test]
+fn show_reads_a_native_iteration_with_its_tool_results() {
+    use crate::support_llm::{ScriptedLlm, ScriptedReply, SCRIPTED_API_KEY};
+    use ralph::protocol::ProviderKind;
+    let llm = ScriptedLlm::sequence(
+        ProviderKind::Openai,
+        vec![
+            ScriptedReply::tool_calls(vec![(
+                "run_command",
+                serde_json::json!({"command": "echo hello-from-the-tool; echo key=$SHOW_TEST_KEY"}),
+            )]),
+            ScriptedReply::text("I ran it."),
+        ],
+    );
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    let base = llm.base_url();
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--agent",
+            "native",
+            "--model",
+            "scripted",
+            "--base-url",
+            &base,
+            "--api-key-env",
+            "SHOW_TEST_KEY",
+            "--max-iter",
+            "1",
+        ])
+        .env("SHOW_TEST_KEY", SCRIPTED_API_KEY)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let show = stdout(&env, &["show", "1", "--no-pager"]);
+    assert!(
+        show.contains("backend     native, model scripted"),
+        "{show}"
+    );
+    assert!(
+        show.contains("→ run_command: echo hello-from-the-tool"),
+        "{show}"
+    );
+    assert!(show.contains("hello-from-the-tool"), "{show}");
+    assert!(show.contains("I ran it."), "{show}");
+    // The API key never reaches the transcript, even when a tool prints it.
+    let transcript = std::fs::read_dir(env.path(".ralph/runs"))
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        !transcript.contains(SCRIPTED_API_KEY),
+        "the key is in the transcript"
+    );
+    let json: Value = serde_json::from_str(&stdout(&env, &["show", "1", "--json"])).unwrap();
+    assert!(json["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "tool_result"
+            && e["output"]
+                .as_str()
+                .is_some_and(|o| o.contains("hello-from-the-tool"))));
+}
+
+/// `ralph show` for an exec agent: its output lines and its changes.
+#[test]
+fn show_reads_an_exec_iteration() {
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    env.script(&serde_json::json!({"invocations": [[
+        {"stdout": "looking at the repository"},
+        {"write_file": {"path": "notes.txt", "content": "n\n"}},
+        {"stdout": "wrote notes.txt"}
+    ]]}));
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        "claude",
+        "--max-iter",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let show = stdout(&env, &["show", "1", "--no-pager"]);
+    assert!(
+        show.contains("iteration 1 · US-001 Story 1 · progress"),
+        "{show}"
+    );
+    assert!(show.contains("wrote notes.txt"), "{show}");
+    assert!(show.contains("notes.txt"), "{show}");
+    assert!(
+        show.contains("cost        ?, tokens not reported"),
+        "{show}"
+    );
+}

@@ -615,7 +615,7 @@ async fn tool_errors_the_model_can_fix_go_back_as_error_results() {
         let flags: Vec<bool> = events
             .iter()
             .filter_map(|e| match e {
-                AgentEvent::ToolResult { is_error } => Some(*is_error),
+                AgentEvent::ToolResult { is_error, .. } => Some(*is_error),
                 _ => None,
             })
             .collect();
