@@ -360,6 +360,14 @@ pub fn tokens(usage: &Value, key: &str) -> u64 {
 }
 
 /// What the dialects' unit tests share: lines as the runner delivers them, and one run.
+/// A tool's output as events keep it: bounded ([`crate::protocol::fields::bounded_output`]) and
+/// with secret-looking environment values redacted; `None` when empty.
+pub fn tool_output(text: &str) -> Option<String> {
+    (!text.trim().is_empty()).then(|| {
+        crate::protocol::fields::bounded_output(&crate::redact::redact_env(text))
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
