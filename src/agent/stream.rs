@@ -409,10 +409,3 @@ pub(crate) mod test_support {
         (events, parser.finish(exit))
     }
 }
-
-/// A tool's output as events keep it: bounded ([`crate::protocol::fields::bounded_output`]) and
-/// with secret-looking environment values redacted; `None` when empty.
-pub fn tool_output(text: &str) -> Option<String> {
-    (!text.trim().is_empty())
-        .then(|| crate::protocol::fields::bounded_output(&crate::redact::redact_env(text)))
-}
