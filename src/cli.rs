@@ -174,7 +174,7 @@ pub struct ReportArgs {
     #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Open the HTML in the browser when written.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["markdown", "json"])]
     pub open: bool,
     /// Print the summary as Markdown on stdout instead (for a CI step summary or a PR comment).
     #[arg(long, conflicts_with = "json")]

@@ -796,6 +796,14 @@ fn notify_config(
 ) -> Result<crate::notify::NotifyConfig, ConfigError> {
     use crate::notify::{Kind, NotifyConfig, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT};
     let mut webhooks = file.webhook.clone();
+    for var in &file.webhook_env {
+        match std::env::var(var) {
+            Ok(url) if !url.trim().is_empty() => webhooks.push(url),
+            // A missing variable is not an error: the notification just has one target less
+            // (e.g. a local run without the CI secret).
+            _ => tracing::warn!("[notify] webhook_env {var} is not set; that webhook is skipped"),
+        }
+    }
     webhooks.extend(args.notify_webhook.iter().cloned());
     let secret = file.secret.clone().or_else(|| {
         file.secret_env
@@ -953,7 +961,10 @@ mod tests {
                 let key_like = t.split(['=', ' ']).next().is_some_and(|k| {
                     !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                 });
-                if (key_like && t.contains(" = ")) || t.starts_with("[prices") || t == "[patterns]"
+                if (key_like && t.contains(" = "))
+                    || t.starts_with("[prices")
+                    || t == "[patterns]"
+                    || t == "[notify]"
                 {
                     format!("{t}\n")
                 } else {
@@ -973,6 +984,7 @@ mod tests {
         assert_eq!(cfg.max_usage_limit_waits, 3);
         assert!(cfg.native.prices.contains_key("gpt-4.1-mini"));
         assert_eq!(cfg.patterns.usage_limit, ["monthly token budget exhausted"]);
+        assert_eq!(cfg.notify.timeout, Duration::from_secs(10));
     }
 
     #[test]

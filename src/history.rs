@@ -106,9 +106,15 @@ impl History {
         self.records.iter().rev().find(|r| {
             r.story_id == story_id
                 && r.feature.as_deref().is_none_or(|f| Some(f) == feature)
+                // Passing or progress is no failure; a usage limit, a transient error or an
+                // interruption is not the story's doing.
                 && !matches!(
                     r.outcome,
-                    crate::protocol::Outcome::StoryPassed | crate::protocol::Outcome::Progress
+                    crate::protocol::Outcome::StoryPassed
+                        | crate::protocol::Outcome::Progress
+                        | crate::protocol::Outcome::UsageLimit
+                        | crate::protocol::Outcome::Transient
+                        | crate::protocol::Outcome::Interrupted
                 )
         })
     }

@@ -85,9 +85,13 @@ pub enum WebhookFormat {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyFile {
-    /// Webhook URLs, each POSTed every notification.
-    #[serde(default)]
+    /// Webhook URLs, each POSTed every notification (one URL or a list).
+    #[serde(default, deserialize_with = "one_or_many")]
     pub webhook: Vec<String>,
+    /// Environment variables holding webhook URLs (keeps tokens out of ralph.toml, which is
+    /// usually committed and which an agent can read).
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub webhook_env: Vec<String>,
     /// The body's shape for every webhook.
     pub format: Option<WebhookFormat>,
     /// The HMAC-SHA256 key (prefer `secret_env`: ralph.toml is usually committed).
@@ -104,6 +108,20 @@ pub struct NotifyFile {
     pub timeout: Option<String>,
     /// Attempts per notification and target.
     pub attempts: Option<u32>,
+}
+
+/// A string or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// The resolved notification settings of a run.
@@ -188,7 +206,10 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Webhook(url) => write!(f, "webhook {}", redact_url(url)),
-            Target::Command(c) => write!(f, "command `{c}`"),
+            // Only the program: the rest of a command line may carry a token.
+            Target::Command(c) => {
+                write!(f, "command {}", c.split_whitespace().next().unwrap_or("?"))
+            }
             Target::Desktop => f.write_str("desktop"),
         }
     }
@@ -245,17 +266,27 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
 }
 
 /// A URL as it may appear in messages: scheme and host only (webhook URLs carry tokens in their
-/// path or query).
+/// path or query), read from the text as written, so no spelling of the URL can show its path.
 pub fn redact_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => format!(
-            "{}://{}{}/…",
-            u.scheme(),
-            u.host_str().unwrap_or("?"),
-            u.port().map(|p| format!(":{p}")).unwrap_or_default()
-        ),
-        Err(_) => "<an invalid URL>".to_owned(),
+    let Some((scheme, rest)) = url.trim().split_once("://") else {
+        return "<an invalid URL>".to_owned();
+    };
+    // The authority ends at the first `/`, `?` or `#`; user info (`user:token@`) is dropped.
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    if scheme.is_empty()
+        || host.is_empty()
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    {
+        return "<an invalid URL>".to_owned();
     }
+    format!(
+        "{}://{}/…",
+        scheme.to_ascii_lowercase(),
+        host.to_ascii_lowercase()
+    )
 }
 
 /// Delivers `n` to `target` once, within `cfg.timeout`.
@@ -288,7 +319,7 @@ pub async fn deliver(
                     "no answer within {}",
                     humantime::format_duration(cfg.timeout)
                 )),
-                Err(e) => Err(without_url(&e.to_string(), url)),
+                Err(e) => Err(describe_http_error(&e.without_url())),
             }
         }
         Target::Command(command) => {
@@ -364,11 +395,15 @@ fn applescript_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// `text` with every occurrence of `url` replaced by its redacted form.
-fn without_url(text: &str, url: &str) -> String {
-    let text = text.replace(url, &redact_url(url));
-    // reqwest may print the URL normalized (a trailing slash added).
-    text.replace(&format!("{url}/"), &redact_url(url))
+/// An HTTP failure in words, without the URL (reqwest's message names the URL it used).
+fn describe_http_error(e: &reqwest::Error) -> String {
+    if e.is_connect() {
+        "cannot connect".to_owned()
+    } else if e.is_builder() {
+        "not a valid URL".to_owned()
+    } else {
+        e.to_string()
+    }
 }
 
 #[cfg(test)]

@@ -63,7 +63,13 @@ pub struct Transcript {
     omitted_records: u64,
     /// Bytes of the lines left out.
     omitted_bytes: u64,
+    /// When the buffer last went to the file.
+    flushed: Instant,
 }
+
+/// How long written records may sit in the buffer: a ralph killed with SIGKILL loses at most
+/// this much of its transcript.
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl Transcript {
     /// The transcript path of `iteration` in `run_id`, relative to the `.ralph` directory.
@@ -85,6 +91,7 @@ impl Transcript {
             path,
             out: BufWriter::new(file),
             started: Instant::now(),
+            flushed: Instant::now(),
             error: None,
             written: 0,
             cap: MAX_TRANSCRIPT_BYTES,
@@ -118,6 +125,13 @@ impl Transcript {
         self.written += bytes.len() as u64 + 1;
         if let Err(e) = result {
             self.error = Some(e);
+            return;
+        }
+        if self.flushed.elapsed() >= FLUSH_EVERY {
+            self.flushed = Instant::now();
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
         }
     }
 

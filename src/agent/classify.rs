@@ -665,8 +665,19 @@ pub fn missing_model(text: &str) -> Option<MissingModel> {
             let name = caps[1]
                 .trim_end_matches(['.', ',', ')', '`', '\'', '"'])
                 .to_owned();
+            // "Invalid model name" names no model: the word after it is not one.
+            let generic = [
+                "name",
+                "id",
+                "specified",
+                "provided",
+                "given",
+                "selected",
+                "requested",
+            ]
+            .contains(&name.to_ascii_lowercase().as_str());
             return Some(MissingModel {
-                name: (!name.is_empty()).then_some(name),
+                name: (!name.is_empty() && !generic).then_some(name),
             });
         }
     }
@@ -1137,6 +1148,14 @@ mod tests {
     /// warnings that mention an unknown model while the run goes on are not.
     #[test]
     fn missing_model_wordings_name_the_model() {
+        assert_eq!(
+            missing_model("Error: Invalid model name").map(|m| m.name),
+            Some(None)
+        );
+        assert_eq!(
+            missing_model("ModelNotFoundError: Requested entity was not found.").map(|m| m.name),
+            Some(None)
+        );
         for (text, name) in [
             ("There's an issue with the selected model (claude-nope-9). It may not exist or you may not have access to it. Run --model to pick a different model.", Some("claude-nope-9")),
             ("API Error: 404 {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-3-opus-nope\"},\"request_id\":\"req_011\"}", Some("claude-3-opus-nope")),

@@ -204,7 +204,10 @@ impl StreamCore {
             }
         }
         if failure == Some(FailureClass::Config) {
-            if let Some(missing) = self.classifier.missing_model() {
+            let from_message = error_message
+                .as_deref()
+                .and_then(crate::agent::classify::missing_model);
+            if let Some(missing) = self.classifier.missing_model().cloned().or(from_message) {
                 let name = missing
                     .name
                     .clone()
@@ -363,9 +366,8 @@ pub fn tokens(usage: &Value, key: &str) -> u64 {
 /// A tool's output as events keep it: bounded ([`crate::protocol::fields::bounded_output`]) and
 /// with secret-looking environment values redacted; `None` when empty.
 pub fn tool_output(text: &str) -> Option<String> {
-    (!text.trim().is_empty()).then(|| {
-        crate::protocol::fields::bounded_output(&crate::redact::redact_env(text))
-    })
+    (!text.trim().is_empty())
+        .then(|| crate::protocol::fields::bounded_output(&crate::redact::redact_env(text)))
 }
 
 #[cfg(test)]

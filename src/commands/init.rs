@@ -177,7 +177,7 @@ mod tests {
         let uncommented: String = CONFIG_TEMPLATE
             .lines()
             .filter_map(|line| line.strip_prefix("# "))
-            .filter(|line| line.contains(" = "))
+            .filter(|line| line.contains(" = ") || line.starts_with('['))
             .map(|line| format!("{line}\n"))
             .collect();
         let table: toml::Table = uncommented.parse().unwrap();

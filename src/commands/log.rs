@@ -111,6 +111,13 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>, UserError> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
+    for format in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(text, format) {
+            if let Some(local) = t.and_local_timezone(chrono::Local).earliest() {
+                return Ok(local.with_timezone(&Utc));
+            }
+        }
+    }
     if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         if let Some(local) = d
             .and_hms_opt(0, 0, 0)

@@ -55,7 +55,11 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
     let out: PathBuf = match &args.out {
         Some(p) if p.is_absolute() => p.clone(),
         Some(p) => cwd.join(p),
-        None => paths.ralph_dir.join("report.html"),
+        None => {
+            // `.ralph/` ignores itself in git, also when the report is what creates it.
+            crate::workspace::ensure_ralph_dir(&paths.ralph_dir)?;
+            paths.ralph_dir.join("report.html")
+        }
     };
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -251,10 +251,31 @@ fn bytes(b: u64) -> String {
     }
 }
 
-/// `text` cut to its head and tail around [`SHOWN_CHARS`], the size of what was left out noted.
+/// Most lines shown of one message or result (head and tail halves).
+const SHOWN_LINES: usize = 30;
+
+/// `text` cut to its head and tail, around [`SHOWN_LINES`] lines and [`SHOWN_CHARS`]
+/// characters, the size of what was left out noted.
 fn head_tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() > SHOWN_LINES {
+        let half = SHOWN_LINES / 2;
+        let text = format!(
+            "{}\n… ({} of {} lines left out) …\n{}",
+            lines[..half].join("\n"),
+            lines.len() - 2 * half,
+            lines.len(),
+            lines[lines.len() - half..].join("\n")
+        );
+        return head_tail_chars(&text);
+    }
+    head_tail_chars(text)
+}
+
+/// `text` cut to its head and tail around [`SHOWN_CHARS`] characters.
+fn head_tail_chars(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
-    if chars.len() <= SHOWN_CHARS {
+    if chars.len() <= SHOWN_CHARS + SHOWN_CHARS / 4 {
         return text.to_owned();
     }
     let half = SHOWN_CHARS / 2;

@@ -99,14 +99,26 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         loaded.path.display()
     );
     println!();
+    let status_width = loaded
+        .prd
+        .user_stories
+        .iter()
+        .map(|s| crate::report::story_status(&loaded.prd, &s.id, &state.blocked).len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
     println!(
-        "  {:<10} {:<8} {:>4}  {:>8}  TITLE",
+        "  {:<10} {:<status_width$} {:>4}  {:>8}  TITLE",
         "ID", "STATUS", "PRIO", "ATTEMPTS"
     );
     let mut stories: Vec<_> = loaded.prd.user_stories.iter().collect();
     stories.sort_by_key(|s| s.priority);
     for s in stories {
-        let text = crate::report::story_status(&loaded.prd, &s.id, &state.blocked);
+        // Padded before it is coloured: colour codes would count as width.
+        let text = format!(
+            "{:<status_width$}",
+            crate::report::story_status(&loaded.prd, &s.id, &state.blocked)
+        );
         let status = if s.passes {
             style(text).green()
         } else if state.blocked.contains(&s.id) {
@@ -115,7 +127,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             style(text).yellow()
         };
         println!(
-            "  {:<10} {:<8} {:>4}  {:>8}  {}",
+            "  {:<10} {} {:>4}  {:>8}  {}",
             s.id,
             status,
             s.priority,

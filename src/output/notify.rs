@@ -31,8 +31,17 @@ pub struct Notify {
     cfg: NotifyConfig,
     project: String,
     run_id: String,
+    /// One worker per target: a dead endpoint never delays another.
+    workers: Vec<Worker>,
+    warnings: Warnings,
+}
+
+/// One target's queue and thread.
+struct Worker {
+    target: Target,
     tx: Option<mpsc::Sender<Notification>>,
-    worker: Option<JoinHandle<()>>,
+    done: mpsc::Receiver<()>,
+    handle: Option<JoinHandle<()>>,
 }
 
 impl Notify {
@@ -46,34 +55,67 @@ impl Notify {
         log: PathBuf,
         warnings: Warnings,
     ) -> Notify {
-        let (tx, rx) = mpsc::channel::<Notification>();
-        let worker_cfg = cfg.clone();
-        let worker = std::thread::Builder::new()
-            .name("ralph-notify".into())
-            .spawn(move || work(rx, worker_cfg, cwd, log, warnings))
-            .ok();
+        let workers = cfg
+            .targets()
+            .into_iter()
+            .filter_map(|target| {
+                let (tx, rx) = mpsc::channel::<Notification>();
+                let (done_tx, done) = mpsc::channel::<()>();
+                let (c, w, t, cwd, log) = (
+                    cfg.clone(),
+                    warnings.clone(),
+                    target.clone(),
+                    cwd.clone(),
+                    log.clone(),
+                );
+                let handle = std::thread::Builder::new()
+                    .name("ralph-notify".into())
+                    .spawn(move || {
+                        work(rx, &t, c, cwd, log, w);
+                        let _ = done_tx.send(());
+                    })
+                    .ok()?;
+                Some(Worker {
+                    target,
+                    tx: Some(tx),
+                    done,
+                    handle: Some(handle),
+                })
+            })
+            .collect();
         Notify {
             cfg,
             project,
             run_id: String::new(),
-            tx: worker.as_ref().map(|_| tx),
-            worker,
+            workers,
+            warnings,
         }
+    }
+
+    /// The longest wait for the last notifications at the end of a run: every attempt of one
+    /// notification with its backoffs, at most a minute.
+    fn close_wait(&self) -> Duration {
+        let attempts = self.cfg.attempts.max(1);
+        let backoffs = FIRST_BACKOFF * ((1u32 << (attempts - 1).min(10)) - 1);
+        (self.cfg.timeout * attempts + backoffs).min(Duration::from_secs(60))
     }
 
     fn send(&self, kind: Kind, text: String, details: serde_json::Value) {
         if !self.cfg.wants(kind) {
             return;
         }
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Notification {
-                kind,
-                text,
-                at: Utc::now(),
-                project: self.project.clone(),
-                run_id: self.run_id.clone(),
-                details,
-            });
+        let n = Notification {
+            kind,
+            text,
+            at: Utc::now(),
+            project: self.project.clone(),
+            run_id: self.run_id.clone(),
+            details,
+        };
+        for w in &self.workers {
+            if let Some(tx) = &w.tx {
+                let _ = tx.send(n.clone());
+            }
         }
     }
 
@@ -164,11 +206,37 @@ impl Sink for Notify {
     }
 
     fn close(&mut self) {
-        // Closing the channel lets the worker finish the queue and stop.
-        self.tx.take();
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
+        // Closing the channels lets each worker finish its queue and stop; a worker still busy
+        // when the wait is over is left behind (ralph exits) with a warning.
+        for w in &mut self.workers {
+            w.tx.take();
         }
+        let wait = self.close_wait();
+        let deadline = std::time::Instant::now() + wait;
+        let mut said = false;
+        for w in &mut self.workers {
+            let first = w.done.recv_timeout(Duration::from_millis(300));
+            if first.is_err() && !said {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "ralph: delivering the last notifications (at most {})…",
+                    humantime::format_duration(wait)
+                );
+                said = true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if first.is_ok() || w.done.recv_timeout(left).is_ok() {
+                if let Some(h) = w.handle.take() {
+                    let _ = h.join();
+                }
+            } else {
+                self.warnings.push(format!(
+                    "gave up waiting for notifications to {}: they were still being sent when the run ended",
+                    w.target
+                ));
+            }
+        }
+        self.workers.clear();
     }
 }
 
@@ -178,9 +246,10 @@ impl Drop for Notify {
     }
 }
 
-/// The worker: delivers each notification to each target in order, with retries.
+/// One target's worker: delivers each notification in order, with retries.
 fn work(
     rx: mpsc::Receiver<Notification>,
+    target: &Target,
     cfg: NotifyConfig,
     cwd: PathBuf,
     log: PathBuf,
@@ -204,19 +273,16 @@ fn work(
             return;
         }
     };
-    let targets = cfg.targets();
     while let Ok(n) = rx.recv() {
-        for target in &targets {
-            let (result, attempts) =
-                runtime.block_on(deliver_with_retries(&client, target, &n, &cfg, &cwd));
-            record(&log, &n, target, &result, attempts);
-            if let Err(why) = result {
-                warnings.push(format!(
-                    "the {} notification to {target} failed after {attempts} attempt{}: {why}",
-                    n.kind.as_str(),
-                    if attempts == 1 { "" } else { "s" }
-                ));
-            }
+        let (result, attempts) =
+            runtime.block_on(deliver_with_retries(&client, target, &n, &cfg, &cwd));
+        record(&log, &n, target, &result, attempts);
+        if let Err(why) = result {
+            warnings.push(format!(
+                "the {} notification to {target} failed after {attempts} attempt{}: {why}",
+                n.kind.as_str(),
+                if attempts == 1 { "" } else { "s" }
+            ));
         }
     }
 }

@@ -34,9 +34,58 @@ pub fn render(report: &Report) -> Result<String, minijinja::Error> {
         .unwrap_or_else(|| "no tokens".into());
     env.get_template("report.html")?.render(context! {
         r => report,
-        wall => short_secs(s.wall_s),
+        wall => if report.source == "git" { "?".to_owned() } else { short_secs(s.wall_s) },
         cost => s.cost_usd.map(usd).unwrap_or_else(|| "not reported".into()),
         tokens => tokens,
         tokens_total => tokens_total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{History, Source};
+    use crate::protocol::{LedgerRecord, Outcome, VerifyRecord};
+
+    /// A record with every optional field absent, and a silent failed check (`test -f`), must
+    /// render: the template may not assume any of them.
+    #[test]
+    fn a_sparse_history_renders() {
+        let mut r = LedgerRecord::new("r1", 1, "US-001", Outcome::VerifyFailed, chrono::Utc::now());
+        r.verify = vec![VerifyRecord {
+            story_id: "US-001".into(),
+            command: "test -f x".into(),
+            passed: false,
+            result: None,
+            output_tail: String::new(),
+        }];
+        let history = History {
+            records: vec![
+                r,
+                LedgerRecord::new("r1", 2, "US-009", Outcome::Interrupted, chrono::Utc::now()),
+            ],
+            source: Source::Ledger,
+        };
+        let prd: crate::prd::model::Prd = serde_json::from_value(serde_json::json!({
+            "project": "p", "userStories": [{"id": "US-001", "title": "t <b>", "acceptanceCriteria": [],
+            "priority": 1, "passes": false}]})).unwrap();
+        let report = crate::report::build(
+            &history,
+            &crate::report::Scope::All,
+            &crate::report::Inputs {
+                prd: &prd,
+                state: None,
+                repo: None,
+                progress: "",
+            },
+        )
+        .unwrap();
+        let html = render(&report).unwrap();
+        assert!(html.contains("(it printed nothing)"));
+        assert!(html.contains("t &lt;b&gt;"), "titles are escaped");
+        assert!(
+            html.contains("data-story=\"US-009\""),
+            "a story gone from prd.json keeps its row"
+        );
+    }
 }

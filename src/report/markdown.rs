@@ -26,7 +26,11 @@ pub fn render(r: &Report) -> String {
         s.open,
         s.blocked,
         s.iterations,
-        short_secs(s.wall_s),
+        if r.source == "git" {
+            "?".to_owned()
+        } else {
+            short_secs(s.wall_s)
+        },
         s.cost_usd.map(usd).unwrap_or_else(|| "not reported".into()),
         tokens
     );

@@ -252,7 +252,7 @@ pub fn build(history: &History, scope: &Scope, i: &Inputs<'_>) -> Result<Report,
             _ => "ledger".into(),
         },
         summary: summary(&records, i.prd, &blocked, stop_reason),
-        stories: story_rows(&records, i.prd, &blocked),
+        stories: story_rows(&records, i.prd, &blocked, history.source == Source::Git),
         timeline: timeline(&records, i.prd),
         cumulative: cumulative(&records),
         iterations: cards(&records, i.repo),
@@ -337,7 +337,12 @@ pub fn story_status(prd: &Prd, id: &str, blocked: &[String]) -> String {
     }
 }
 
-fn story_rows(records: &[&LedgerRecord], prd: &Prd, blocked: &[String]) -> Vec<StoryRow> {
+fn story_rows(
+    records: &[&LedgerRecord],
+    prd: &Prd,
+    blocked: &[String],
+    times_unknown: bool,
+) -> Vec<StoryRow> {
     let mut stories: Vec<_> = prd.user_stories.iter().collect();
     stories.sort_by_key(|s| s.priority);
     stories
@@ -354,6 +359,7 @@ fn story_rows(records: &[&LedgerRecord], prd: &Prd, blocked: &[String]) -> Vec<S
                 last_outcome: mine.last().map(|r| r.outcome),
                 cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
                 time_to_pass_s: match (mine.first(), passed_at) {
+                    _ if times_unknown => None,
                     (Some(first), Some(pass)) => {
                         Some((pass.ended_at - first.started_at).num_milliseconds() as f64 / 1000.0)
                     }

@@ -145,7 +145,22 @@ fn draft(
         Some(h) => repo.changed_files(h)?,
         None => repo.dirty_paths()?,
     };
-    r.transcript = Some(paths.rel(&paths.transcript(&flight.run_id, flight.iteration)));
+    let transcript = paths.transcript(&flight.run_id, flight.iteration);
+    r.transcript = Some(paths.rel(&transcript));
+    // How long it ran, as far as its transcript saw (ralph was killed at some point after).
+    if let Ok(t) = crate::transcript::read(&transcript) {
+        let last_ms = t
+            .lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("t_ms").and_then(serde_json::Value::as_u64))
+            .max()
+            .unwrap_or(0);
+        r.duration_s = last_ms as f64 / 1000.0;
+        if let Some(backend) = t.meta.get("backend").and_then(serde_json::Value::as_str) {
+            r.backend = backend.to_owned();
+        }
+    }
     let mut message = "ralph was stopped during this iteration; its changes were checkpointed when ralph restarted".to_string();
     if restored_prd {
         message.push_str("; prd.json was invalid and was restored from the iteration's snapshot");

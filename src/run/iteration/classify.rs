@@ -297,12 +297,15 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
             .map(|s| s.get(..12).unwrap_or(s))
             .collect();
         out.push(format!(
-            "the agent's commit{} {} {} on no branch any more (reset or deleted); kept as refs/ralph/{}/{}/lost-<sha>",
+            "the agent's commit{} {} {} on no branch any more (reset or deleted); kept as {}",
             if short.len() == 1 { "" } else { "s" },
             short.join(", "),
             if short.len() == 1 { "is" } else { "are" },
-            f.run_id,
-            f.iteration
+            short
+                .iter()
+                .map(|s| format!("refs/ralph/{}/{}/lost-{s}", f.run_id, f.iteration))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if let Some((before, after)) = &obs.branch_moved {
