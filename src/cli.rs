@@ -121,16 +121,25 @@ pub struct NotifyRunArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
-    /// A webhook URL to test (adds to `[notify] webhook`); repeatable.
+    /// The notification flags.
+    #[command(flatten)]
+    pub notify: NotifyFlags,
+}
+
+/// The notification flags of `ralph run` and `ralph notify`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct NotifyFlags {
+    /// POST notifications (run finished, story passed or blocked, usage-limit wait, needs
+    /// attention) to this webhook URL too; repeatable; adds to `[notify] webhook` in ralph.toml.
     #[arg(long, value_name = "URL")]
     pub notify_webhook: Vec<String>,
-    /// The webhook body: json, slack or discord.
+    /// The webhook body: json (default), slack or discord.
     #[arg(long, value_enum, value_name = "FORMAT", env = "RALPH_NOTIFY_FORMAT")]
     pub notify_format: Option<crate::notify::WebhookFormat>,
-    /// A command to test.
+    /// Also run this shell command for each notification, with its JSON on stdin.
     #[arg(long, value_name = "CMD", env = "RALPH_NOTIFY_COMMAND")]
     pub notify_command: Option<String>,
-    /// Test desktop notifications.
+    /// Also show desktop notifications (notify-send, or osascript on macOS).
     #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
     pub notify_desktop: bool,
 }
@@ -363,19 +372,9 @@ pub struct RunArgs {
     /// Give blocked stories another chance: clear their blocked mark and attempt counts.
     #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub unblock: bool,
-    /// Also POST notifications (run finished, story passed or blocked, usage-limit wait, needs
-    /// attention) to this webhook URL; repeatable; adds to `[notify] webhook` in ralph.toml.
-    #[arg(long, value_name = "URL")]
-    pub notify_webhook: Vec<String>,
-    /// The webhook body: json (default), slack or discord.
-    #[arg(long, value_enum, value_name = "FORMAT", env = "RALPH_NOTIFY_FORMAT")]
-    pub notify_format: Option<crate::notify::WebhookFormat>,
-    /// Also run this shell command for each notification, with its JSON on stdin.
-    #[arg(long, value_name = "CMD", env = "RALPH_NOTIFY_COMMAND")]
-    pub notify_command: Option<String>,
-    /// Also show desktop notifications (notify-send, or osascript on macOS).
-    #[arg(long, env = "RALPH_NOTIFY_DESKTOP", value_parser = clap::builder::BoolishValueParser::new())]
-    pub notify_desktop: bool,
+    /// The notification flags.
+    #[command(flatten)]
+    pub notify: NotifyFlags,
     /// Stop the run (exit 4) as soon as a story is blocked, instead of moving on to the next
     /// story: for jobs where a blocked story needs a human before anything else.
     #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]

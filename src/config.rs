@@ -488,19 +488,7 @@ impl RunConfig {
             None => FileConfig::default(),
         };
         let file_path = config_path.unwrap_or_default();
-        let duration =
-            |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
-                raw.as_ref()
-                    .map(|value| {
-                        humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
-                            path: file_path.clone(),
-                            key,
-                            value: value.clone(),
-                            message: e.to_string(),
-                        })
-                    })
-                    .transpose()
-            };
+        let duration = durations_of(&file_path);
         notify_config(args, &file.notify, &duration)
     }
 
@@ -529,19 +517,7 @@ impl RunConfig {
                 Origin::File(file_path.clone())
             }
         };
-        let duration =
-            |key: &'static str, raw: &Option<String>| -> Result<Option<Duration>, ConfigError> {
-                raw.as_ref()
-                    .map(|value| {
-                        humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
-                            path: file_path.clone(),
-                            key,
-                            value: value.clone(),
-                            message: e.to_string(),
-                        })
-                    })
-                    .transpose()
-            };
+        let duration = durations_of(&file_path);
 
         let max_iter = args.max_iter.or(file.max_iter).unwrap_or(DEFAULT_MAX_ITER);
         if max_iter == 0 {
@@ -784,6 +760,24 @@ impl RunConfig {
     }
 }
 
+/// The parser of ralph.toml's durations (`"30m"`): a wrong one names the key and `file`.
+fn durations_of(
+    file: &Path,
+) -> impl Fn(&'static str, &Option<String>) -> Result<Option<Duration>, ConfigError> + '_ {
+    move |key, raw| {
+        raw.as_ref()
+            .map(|value| {
+                humantime::parse_duration(value).map_err(|e| ConfigError::Duration {
+                    path: file.to_path_buf(),
+                    key,
+                    value: value.clone(),
+                    message: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+}
+
 /// Parses a humantime value of ralph.toml's key, naming the key and file when it is wrong.
 type DurationOf<'a> =
     &'a dyn Fn(&'static str, &Option<String>) -> Result<Option<Duration>, ConfigError>;
@@ -804,7 +798,7 @@ fn notify_config(
             _ => tracing::warn!("[notify] webhook_env {var} is not set; that webhook is skipped"),
         }
     }
-    webhooks.extend(args.notify_webhook.iter().cloned());
+    webhooks.extend(args.notify.notify_webhook.iter().cloned());
     let secret = file.secret.clone().or_else(|| {
         file.secret_env
             .as_deref()
@@ -813,10 +807,14 @@ fn notify_config(
     });
     Ok(NotifyConfig {
         webhooks,
-        format: args.notify_format.or(file.format).unwrap_or_default(),
+        format: args
+            .notify
+            .notify_format
+            .or(file.format)
+            .unwrap_or_default(),
         secret,
-        command: args.notify_command.clone().or(file.command.clone()),
-        desktop: args.notify_desktop || file.desktop.unwrap_or(false),
+        command: args.notify.notify_command.clone().or(file.command.clone()),
+        desktop: args.notify.notify_desktop || file.desktop.unwrap_or(false),
         kinds: file.events.clone().unwrap_or_else(|| Kind::ALL.to_vec()),
         timeout: duration("notify.timeout", &file.timeout)?.unwrap_or(DEFAULT_TIMEOUT),
         attempts: file.attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),

@@ -82,6 +82,35 @@ impl History {
         self.records.last().map(|r| r.run_id.as_str())
     }
 
+    /// The run id `wanted` names: a run id, or a unique prefix or suffix of one.
+    ///
+    /// # Errors
+    /// A message naming the runs there are (none matches) or those that match (several do).
+    pub fn resolve_run(&self, wanted: &str) -> Result<String, String> {
+        let ids: std::collections::BTreeSet<&str> =
+            self.records.iter().map(|r| r.run_id.as_str()).collect();
+        if ids.contains(wanted) {
+            return Ok(wanted.to_owned());
+        }
+        let hits: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
+            .collect();
+        match hits.as_slice() {
+            [one] => Ok((*one).to_owned()),
+            [] => Err(format!(
+                "no run {wanted}; the runs are: {}",
+                ids.into_iter().collect::<Vec<_>>().join(", ")
+            )),
+            many => Err(format!(
+                "{wanted} names {} runs ({}); give more of the id",
+                many.len(),
+                many.join(", ")
+            )),
+        }
+    }
+
     /// The records of run `run_id`, oldest first.
     pub fn run<'a>(&'a self, run_id: &'a str) -> impl Iterator<Item = &'a LedgerRecord> + 'a {
         self.records.iter().filter(move |r| r.run_id == run_id)

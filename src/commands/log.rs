@@ -61,7 +61,11 @@ fn select<'a>(history: &'a History, args: &LogArgs) -> Result<Vec<&'a LedgerReco
         })
         .collect::<Result<Vec<_>, _>>()?;
     let run = match &args.run {
-        Some(wanted) => Some(resolve_run(history, wanted)?),
+        Some(wanted) => Some(
+            history
+                .resolve_run(wanted)
+                .map_err(|e| UserError::usage(format!("--run: {e}")))?,
+        ),
         None => None,
     };
     let since = args.since.as_deref().map(parse_since).transpose()?;
@@ -77,33 +81,6 @@ fn select<'a>(history: &'a History, args: &LogArgs) -> Result<Vec<&'a LedgerReco
         out.drain(..out.len().saturating_sub(n));
     }
     Ok(out)
-}
-
-/// The run id `wanted` names: an id, or a unique prefix or suffix of one.
-fn resolve_run(history: &History, wanted: &str) -> Result<String, UserError> {
-    let mut ids: Vec<&str> = history.records.iter().map(|r| r.run_id.as_str()).collect();
-    ids.dedup();
-    if ids.contains(&wanted) {
-        return Ok(wanted.to_owned());
-    }
-    let matches: Vec<&str> = ids
-        .iter()
-        .copied()
-        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).to_owned()),
-        [] => Err(UserError::usage(format!("--run {wanted}: no such run"))
-            .with_hint(format!("the runs are: {}", ids.join(", ")))),
-        many => Err(UserError::usage(format!(
-            "--run {wanted} names {} runs: {}",
-            many.len(),
-            many.join(", ")
-        ))
-        .with_hint("give more of the run id")),
-    }
 }
 
 /// `--since`: an RFC 3339 time, a date (local midnight), or an age (`12h`, `3days`).

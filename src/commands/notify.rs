@@ -26,10 +26,7 @@ pub fn run(args: &NotifyArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
     let run_args = RunArgs {
         config: args.run.config.clone(),
-        notify_webhook: args.run.notify_webhook.clone(),
-        notify_format: args.run.notify_format,
-        notify_command: args.run.notify_command.clone(),
-        notify_desktop: args.run.notify_desktop,
+        notify: args.run.notify.clone(),
         ..RunArgs::default()
     };
     let cfg = RunConfig::resolve_notify(&run_args, &cwd).map_err(|e| {

@@ -27,7 +27,11 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
     let history = History::load(&paths, repo.as_ref())?;
     let scope = match (&args.run, args.all) {
         (_, true) => Scope::All,
-        (Some(id), _) => Scope::Run(resolve_run(&history, id)?),
+        (Some(id), _) => Scope::Run(
+            history
+                .resolve_run(id)
+                .map_err(|e| UserError::usage(format!("--run: {e}")))?,
+        ),
         (None, false) => Scope::Latest,
     };
     let state = State::load(&paths.ralph_dir).ok().flatten();
@@ -70,31 +74,6 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
         open(&out);
     }
     Ok(crate::protocol::ExitStatus::Success)
-}
-
-/// The run id `wanted` names: an id, or a unique prefix or suffix of one.
-fn resolve_run(history: &History, wanted: &str) -> Result<String, UserError> {
-    let ids: std::collections::BTreeSet<&str> =
-        history.records.iter().map(|r| r.run_id.as_str()).collect();
-    if ids.contains(wanted) {
-        return Ok(wanted.to_owned());
-    }
-    let hits: Vec<&str> = ids
-        .iter()
-        .copied()
-        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
-        .collect();
-    match hits.as_slice() {
-        [one] => Ok((*one).to_owned()),
-        [] => Err(UserError::usage(format!("--run {wanted}: no such run"))
-            .with_hint("`ralph log` lists the runs")),
-        many => Err(UserError::usage(format!(
-            "--run {wanted} names {} runs: {}",
-            many.len(),
-            many.join(", ")
-        ))
-        .with_hint("give more of the run id")),
-    }
 }
 
 /// Opens `file` with the desktop's handler (xdg-open, or open on macOS); a failure only warns.

@@ -196,6 +196,19 @@ impl LedgerRecord {
         }
     }
 
+    /// All input tokens (uncached, cache reads and writes), `None` when none was reported.
+    pub fn input_tokens(&self) -> Option<u64> {
+        let parts = [
+            self.tokens_in,
+            self.cache_read_tokens,
+            self.cache_creation_tokens,
+        ];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    }
+
     /// The message without the findings appended to it (they have a field of their own): why
     /// the outcome, in a sentence; `None` when that is all the message said.
     pub fn primary_message(&self) -> Option<&str> {

@@ -268,15 +268,7 @@ fn summary(
 ) -> Summary {
     let passed = prd.user_stories.iter().filter(|s| s.passes).count();
     let costs: Vec<f64> = records.iter().filter_map(|r| r.cost_usd).collect();
-    let tin: Vec<u64> = records
-        .iter()
-        .filter(|r| r.tokens_in.is_some() || r.cache_read_tokens.is_some())
-        .map(|r| {
-            r.tokens_in.unwrap_or(0)
-                + r.cache_read_tokens.unwrap_or(0)
-                + r.cache_creation_tokens.unwrap_or(0)
-        })
-        .collect();
+    let tin: Vec<u64> = records.iter().filter_map(|r| r.input_tokens()).collect();
     let tout: Vec<u64> = records.iter().filter_map(|r| r.tokens_out).collect();
     let mut outcomes = BTreeMap::new();
     for r in records {
@@ -457,10 +449,7 @@ fn cumulative(records: &[&LedgerRecord]) -> Vec<Cumulative> {
         .iter()
         .map(|r| {
             cost += r.cost_usd.unwrap_or(0.0);
-            tokens += r.tokens_in.unwrap_or(0)
-                + r.cache_read_tokens.unwrap_or(0)
-                + r.cache_creation_tokens.unwrap_or(0)
-                + r.tokens_out.unwrap_or(0);
+            tokens += r.input_tokens().unwrap_or(0) + r.tokens_out.unwrap_or(0);
             Cumulative {
                 iteration: r.iteration,
                 cost_usd: cost,

@@ -40,12 +40,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
     let tokens_in: Vec<u64> = i
         .records
         .iter()
-        .filter(|r| r.tokens_in.is_some() || r.cache_read_tokens.is_some())
-        .map(|r| {
-            r.tokens_in.unwrap_or(0)
-                + r.cache_read_tokens.unwrap_or(0)
-                + r.cache_creation_tokens.unwrap_or(0)
-        })
+        .filter_map(LedgerRecord::input_tokens)
         .collect();
     let tokens_out: Vec<u64> = i.records.iter().filter_map(|r| r.tokens_out).collect();
     let status = i.reason.exit_status();
