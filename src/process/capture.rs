@@ -56,7 +56,8 @@ impl Captured {
 ///   [`Captured::timed_out`] is set;
 /// - once the child has exited, output is read for at most 2 s more; then whatever is left of its
 ///   group (and, on Linux, descendants that left the group and are still linked to it) is
-///   SIGKILLed, so nothing it started outlives the call.
+///   SIGKILLed and, when anything had to be killed, waited for (up to 2 s more), so nothing it
+///   started outlives the call.
 ///
 /// Blocks the calling thread: in async code, call it from `spawn_blocking`.
 ///
@@ -138,15 +139,16 @@ pub fn capture(spec: &SpawnSpec, timeout: Option<Duration>) -> Result<Captured, 
     while open > 0 && done_rx.recv_timeout(remaining(drain_until)).is_ok() {
         open -= 1;
     }
+    let had_to_kill = timed_out || open > 0;
     tree.signal(Signal::SIGKILL);
     let gone_by = Instant::now() + AFTER_KILL_WAIT;
     while open > 0 && done_rx.recv_timeout(remaining(gone_by)).is_ok() {
         open -= 1;
     }
-    if open > 0 {
+    if open > 0 || (had_to_kill && !tree.wait_gone_blocking(remaining(gone_by))) {
         tracing::warn!(
             pid,
-            "a process holding the command's output pipe could not be killed"
+            "a process of the command could not be killed within 2 s"
         );
     }
     let exit = status.map(ChildExit::from).unwrap_or(ChildExit {

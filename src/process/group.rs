@@ -146,6 +146,27 @@ impl Tree {
         }
     }
 
+    /// Blocks until no live process is left in the group or among the escaped descendants
+    /// already found, polling `/proc` every 25 ms; `false` if `limit` passed first.
+    ///
+    /// Death after SIGKILL is asynchronous: a killed process closes its pipes before it is
+    /// removed, so a caller that promises "nothing of the command stays" waits here.
+    pub(crate) fn wait_gone_blocking(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let escaped_live = self.escaped.iter().any(|&(pid, start)| {
+                read_stat(pid).is_some_and(|s| s.start_time == start && s.is_live())
+            });
+            if !escaped_live && !group_alive(self.pgid) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Records live descendants of the group's members that are not in the group.
     fn scan(&mut self) {
         let Some(stats) = proc_stats() else {
