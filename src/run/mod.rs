@@ -158,7 +158,10 @@ async fn drive(
         if decision.resume_at.is_some() {
             s.state.resume_at = decision.resume_at;
         }
-        s.state.save(&paths.ralph_dir)?;
+        // The commit stage saved state.json already; only a block or a wait changes it again.
+        if decision.block || decision.resume_at.is_some() {
+            s.state.save(&paths.ralph_dir)?;
+        }
         // Said only once state.json has the block (notifications follow what is written).
         if decision.block {
             blocked(&s.state, &s.records, &story_id, out);

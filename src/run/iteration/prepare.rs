@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 
 use super::Cx;
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_volatile_if_changed;
 use crate::git::Repo;
 use crate::prd::model::Story;
 use crate::prd::store::LoadedPrd;
@@ -102,10 +102,14 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
     if let Some(dir) = prompt_file.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    write_atomic(&prompt_file, prompt.as_bytes())?;
+    // A new file per iteration, only ever read by a person: no temporary file, no fsync.
+    std::fs::write(&prompt_file, prompt.as_bytes())
+        .with_context(|| format!("cannot write {}", prompt_file.display()))?;
     let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
-    write_atomic(&cx.paths.prd_snapshot(), &a.snapshot.raw)?;
+    // Rewritten only when prd.json changed since the last iteration; not fsynced (prd.json
+    // itself is what a power loss would leave).
+    write_volatile_if_changed(&cx.paths.prd_snapshot(), &a.snapshot.raw)?;
 
     state.run_id = Some(cx.run_id.to_string());
     state.iteration = a.iteration;
