@@ -87,6 +87,8 @@ async fn drive(
         agent_version: s.pre.agent_version.as_deref(),
         warned_unpriced: Default::default(),
     };
+    // Where the previous iteration left the tree clean, while nothing else can have run since.
+    let mut clean_at: Option<String> = None;
     loop {
         let current = store::load(&paths.prd)?;
         // What this feature's prd.json looks like, so that a later run with a new branchName
@@ -124,6 +126,7 @@ async fn drive(
             feedback: s.pending.take_for(&story.id),
             story,
             snapshot: current,
+            clean_at: clean_at.take(),
         };
         let limits = Limits {
             timeout: pick.timeout,
@@ -135,6 +138,7 @@ async fn drive(
         };
         let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
         s.pending.add(done.feedback);
+        let done_clean_at = done.clean_at;
         let story_id = done.record.story_id.clone();
         let decision = policy::decide(
             &s.tally,
@@ -167,7 +171,10 @@ async fn drive(
             blocked(&s.state, &s.records, &story_id, out);
         }
         let (until, reason, during) = match decision.next {
-            Next::Continue => continue,
+            Next::Continue => {
+                clean_at = done_clean_at;
+                continue;
+            }
             Next::Stop(reason) => return Ok(reason),
             Next::Retry { wait } => {
                 let until = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
@@ -235,6 +242,12 @@ async fn finish(
         server.stop().await;
     }
     let paths = &s.pre.paths;
+    // The refs this run wrote go into packed-refs (see iteration::commit::PACK_REFS_EVERY).
+    if !s.records.is_empty() {
+        if let Err(e) = s.pre.repo.pack_refs() {
+            tracing::warn!("{e}");
+        }
+    }
     s.state.stop_reason = Some(reason.clone());
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));

@@ -42,12 +42,24 @@ pub struct Sinks<'a> {
     pub paths: &'a RunPaths,
 }
 
+/// What [`commit`] wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The final record, as the ledger has it.
+    pub record: LedgerRecord,
+    /// Whether the checkpoint left the working tree clean (everything committed).
+    pub tree_clean: bool,
+}
+
+/// Every this many iterations (and at the end of a run) the loose refs ralph writes are packed.
+pub const PACK_REFS_EVERY: u32 = 100;
+
 /// Writes `draft` down (see the module docs) and returns the final record.
 ///
 /// # Errors
 /// progress.txt, git, ledger or state.json could not be written; whatever was written before the
 /// failure stays (a restart recovers the iteration from state.json's in-flight entry).
-pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<LedgerRecord> {
+pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<Written> {
     let Draft {
         mut record,
         progress_summary,
@@ -75,7 +87,8 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         outcome: record.outcome,
         feature: record.feature.clone(),
     };
-    record.checkpoint_commit = at.repo.commit_all(&subject, &body, &trailers.pairs())?;
+    let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
+    record.checkpoint_commit = checkpoint.commit;
     record.head_after = at.repo.head_sha()?;
     if let Some(head) = &record.head_after {
         // Whatever happens to branches later, this iteration's result stays reachable.
@@ -99,7 +112,15 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     state.last_outcome = Some(record.outcome.as_str().to_string());
     state.in_flight = None;
     state.save(&at.paths.ralph_dir)?;
-    Ok(record)
+    if record.iteration % PACK_REFS_EVERY == 0 {
+        if let Err(e) = at.repo.pack_refs() {
+            tracing::warn!("{e}");
+        }
+    }
+    Ok(Written {
+        record,
+        tree_clean: checkpoint.clean,
+    })
 }
 
 /// The iteration's cost: the agent's own report, else its tokens priced from ralph.toml's

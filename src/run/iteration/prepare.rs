@@ -33,6 +33,10 @@ pub struct Assignment {
     pub feedback: Vec<String>,
     /// prd.json when the iteration started (restored from it when the agent breaks it).
     pub snapshot: LoadedPrd,
+    /// The HEAD at which the previous iteration's checkpoint left the working tree clean, when
+    /// the loop went straight on to this one (no wait in between): then nothing is dirty at the
+    /// start and the status walk is skipped. `None` makes the start look at the tree.
+    pub clean_at: Option<String>,
 }
 
 /// Where an iteration started.
@@ -79,7 +83,7 @@ pub struct Launch {
 /// # Errors
 /// git, template and I/O errors on ralph's own files; the agent has not started.
 pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<Prepared> {
-    let start = start_point(cx, a.iteration)?;
+    let start = start_point(cx, &a)?;
     let excerpt = crate::progress::excerpt(&cx.paths.progress, cx.cfg.progress_tail_bytes)?;
     let ctx = PromptContext::new(
         &a.snapshot.prd,
@@ -153,7 +157,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
 }
 
 /// Pins HEAD under `refs/ralph/<run>/<n>/start` and notes what was already dirty.
-fn start_point(cx: &Cx<'_>, iteration: u32) -> anyhow::Result<StartPoint> {
+fn start_point(cx: &Cx<'_>, a: &Assignment) -> anyhow::Result<StartPoint> {
+    let iteration = a.iteration;
     let at = Utc::now();
     let clock = Instant::now();
     let head = cx.repo.head_sha()?;
@@ -162,8 +167,13 @@ fn start_point(cx: &Cx<'_>, iteration: u32) -> anyhow::Result<StartPoint> {
             .set_ref(&format!("refs/ralph/{}/{iteration}/start", cx.run_id), head)?;
     }
     // Changes that exist before the agent starts (ralph's new progress.txt, --allow-dirty work)
-    // are not the agent's progress.
-    let dirty = DirtySnapshot::take(cx.repo, head.as_deref(), &cx.paths.repo_root)?;
+    // are not the agent's progress. Right after a checkpoint that left the tree clean there are
+    // none (a file someone edits in the milliseconds between counts as the agent's).
+    let dirty = if head.is_some() && head == a.clean_at {
+        DirtySnapshot::default()
+    } else {
+        DirtySnapshot::take(cx.repo, head.as_deref(), &cx.paths.repo_root)?
+    };
     Ok(StartPoint {
         reflog_len: cx.repo.head_reflog_len(),
         branch: cx.repo.current_branch(),
