@@ -709,12 +709,12 @@ impl Repo {
     pub fn changed_files(&self, from: &str) -> Result<Vec<String>, GitError> {
         let tree = self.resolve_commit(from)?.tree().map_err(op("read tree"))?;
         let mut opts = DiffOptions::new();
-        // update_index: stat data found stale (a copied tree, a tool that touched files) is
-        // refreshed and written back once, instead of every file being hashed on every call.
+        // Read-only: stale stat data is refreshed and written back by the checkpoint's status
+        // (writing it here too would rewrite the index every iteration for the racily clean
+        // progress.txt the previous checkpoint committed).
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
-            .include_ignored(false)
-            .update_index(true);
+            .include_ignored(false);
         let diff = self
             .repo
             .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
@@ -827,6 +827,29 @@ impl Repo {
             }
         }
         Ok(records)
+    }
+
+    /// ralph's newest commit (one with a `Ralph-Run` trailer) among the first `max_walk` commits
+    /// of HEAD's first-parent line; `None` when there is none that close (or no commit).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when history cannot be read.
+    pub fn newest_trailer(&self, max_walk: usize) -> Result<Option<TrailerRecord>, GitError> {
+        let Some(head) = self.head_commit()? else {
+            return Ok(None);
+        };
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.push(head.id()).map_err(op("walk history"))?;
+        walk.simplify_first_parent().map_err(op("walk history"))?;
+        for oid in walk.take(max_walk) {
+            let oid = oid.map_err(op("walk history"))?;
+            let commit = self.repo.find_commit(oid).map_err(op("read commit"))?;
+            let message = String::from_utf8_lossy(commit.message_bytes());
+            if let Some(record) = parse_trailers(&message, &commit) {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
     }
 
     /// The content of the file at `path` (relative to the repository root, `/`-separated) in
@@ -1111,6 +1134,8 @@ mod tests {
             .as_secs() as i32;
         assert_ne!(index_mtime(&repo), file_mtime);
         assert!(repo.changed_files(&head).unwrap().is_empty());
+        // The checkpoint's status refreshes it (and commits nothing: the content is the same).
+        assert_eq!(repo.checkpoint("none", "", &[]).unwrap().commit, None);
         let reopened = Repo::discover(root).unwrap();
         assert_eq!(
             index_mtime(&reopened),

@@ -1,6 +1,6 @@
 //! Stage 5 of an iteration, and the only place an iteration is written down: the progress.txt
 //! entry first (so the checkpoint carries it), then the checkpoint commit with the trailers,
-//! the `end` ref, the ledger line (the iteration's commit point: once it is written the
+//! the ledger line (the iteration's commit point: once it is written the
 //! iteration happened), and state.json. A crashed iteration recovered at the next start goes
 //! through [`commit`] too, so there is one record builder and one trailer writer.
 
@@ -90,13 +90,6 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
     record.checkpoint_commit = checkpoint.commit;
     record.head_after = at.repo.head_sha()?;
-    if let Some(head) = &record.head_after {
-        // Whatever happens to branches later, this iteration's result stays reachable.
-        at.repo.set_ref(
-            &format!("refs/ralph/{}/{}/end", record.run_id, record.iteration),
-            head,
-        )?;
-    }
     record.ended_at = Utc::now();
     // A recovered iteration's real duration is unknown (ralph was killed during it): it keeps
     // the draft's.
@@ -121,6 +114,23 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         record,
         tree_clean: checkpoint.clean,
     })
+}
+
+/// Points `refs/ralph/<run>/<n>/end` at the iteration's result (HEAD after its checkpoint), so
+/// that whatever happens to branches later it stays reachable. Written when the loop does not go
+/// straight on to the next iteration (before a wait, at the end of a run): otherwise the next
+/// iteration's `start` ref pins the same commit, and one ref per iteration is enough.
+///
+/// # Errors
+/// git errors writing the reference.
+pub fn pin_end(repo: &Repo, record: &LedgerRecord) -> anyhow::Result<()> {
+    if let Some(head) = &record.head_after {
+        repo.set_ref(
+            &format!("refs/ralph/{}/{}/end", record.run_id, record.iteration),
+            head,
+        )?;
+    }
+    Ok(())
 }
 
 /// The iteration's cost: the agent's own report, else its tokens priced from ralph.toml's

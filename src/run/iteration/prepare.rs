@@ -125,7 +125,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         started_at: start.at,
         start_sha: start.head.clone(),
     });
-    state.save(&cx.paths.ralph_dir)?;
+    // Saved by the execute stage once the agent has a pid: one write instead of two. A ralph
+    // killed before the spawn leaves no in-flight entry, which is right: nothing ran.
 
     let meta = TranscriptMeta {
         run_id: cx.run_id.to_string(),
