@@ -93,7 +93,7 @@ pub enum ServerError {
     #[error(
         "the local model server exited before it was ready ({status}); the end of its log \
          {log}:\n{log_tail}\nhint: check that the model file is a llama.cpp GGUF and that the \
-         machine has about 1 GB of free memory"
+         machine has enough free memory (about 2.5 GB for the default model, 1 GB for the small one)"
     )]
     Exited {
         /// How it ended, e.g. `exit code 1`.
@@ -140,7 +140,7 @@ impl LocalServer {
     /// The death signal fires when the
     /// *thread* that spawned the child exits, so await this on a thread that lives as long as the
     /// server should (a tokio worker or the main thread, never `spawn_blocking`).
-    /// Loading the 0.5B model takes about 2 s on 2 cores.
+    /// Loading takes about 2 s for the small model and 3–8 s for the default one on 2 cores.
     ///
     /// # Errors
     /// [`ServerError::Io`] (cache folder, launcher or log file, port probe);

@@ -126,7 +126,7 @@ pub fn build_backend(
         let model = cfg
             .model
             .clone()
-            .unwrap_or_else(|| crate::config::LOCAL_MODEL_NAME.to_string());
+            .unwrap_or_else(|| cfg.native.local_model.pin().name.to_string());
         NativeSettings {
             provider: cfg.native.provider,
             base_url: base_url.unwrap_or_else(|| "http://127.0.0.1:0/v1".to_string()),

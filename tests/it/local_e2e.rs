@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::common::{group_has_live_members, text, TestEnv};
 use crate::local::prepared_or_skip;
+use ralph::local::BuiltinModel;
 
 /// A TestEnv holding a copy of examples/hello-files, with the real model cache.
 fn hello_files_env() -> TestEnv {
@@ -35,7 +36,12 @@ fn local_cmd(env: &TestEnv, args: &[&str]) -> std::process::Command {
 
 #[test]
 fn local_model_completes_the_hello_files_example() {
-    if prepared_or_skip("local_model_completes_the_hello_files_example").is_none() {
+    if prepared_or_skip(
+        "local_model_completes_the_hello_files_example",
+        BuiltinModel::Default,
+    )
+    .is_none()
+    {
         return;
     }
     let env = hello_files_env();
@@ -88,11 +94,26 @@ fn children_matching(pid: u32, needle: &str) -> Vec<i32> {
 
 #[test]
 fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
-    if prepared_or_skip("ctrl_c_during_a_local_run_leaves_no_server_and_no_agent").is_none() {
+    // The small model: this is about process lifetimes, and it loads faster.
+    if prepared_or_skip(
+        "ctrl_c_during_a_local_run_leaves_no_server_and_no_agent",
+        BuiltinModel::Small,
+    )
+    .is_none()
+    {
         return;
     }
     let env = hello_files_env();
-    let mut child = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "3"])
+    let args = [
+        "run",
+        "--agent",
+        "local",
+        "--local-model",
+        "small",
+        "--max-iter",
+        "3",
+    ];
+    let mut child = local_cmd(&env, &args)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
