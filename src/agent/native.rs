@@ -73,6 +73,21 @@ pub struct NativeSettings {
     /// Tools offered by name (`None`: all).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// `mark_story` runs the story's check (its `verify`, else [`NativeSettings::verify`])
+    /// before it records `passes: true`, and refuses with the check's output while it fails
+    /// (on for `local`).
+    #[serde(default)]
+    pub check_on_mark: bool,
+    /// The run's verify command (`--verify`), for stories without their own.
+    #[serde(default)]
+    pub verify: Option<String>,
+    /// Time limit of that check, in seconds (the run's `verify_timeout`).
+    #[serde(default = "default_verify_timeout_s")]
+    pub verify_timeout_s: u64,
+}
+
+fn default_verify_timeout_s() -> u64 {
+    600
 }
 
 /// Facts about the native backend: ralph itself, no CLI to install or probe.
