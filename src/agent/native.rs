@@ -73,11 +73,13 @@ pub struct NativeSettings {
     /// Tools offered by name (`None`: all).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// `mark_story` runs the story's check (its `verify`, else [`NativeSettings::verify`])
-    /// before it records `passes: true`, and refuses with the check's output while it fails
-    /// (on for `local`).
+    /// The `local` backend's protocol around `mark_story`: it runs the story's check (its
+    /// `verify`, else [`NativeSettings::verify`]) before it records `passes: true` and refuses
+    /// with the check's output while it fails; a final answer before any `mark_story` call gets
+    /// a reminder; a successful `mark_story(passes: true)` ends the session
+    /// (`crate::native::SessionConfig::mark_protocol`).
     #[serde(default)]
-    pub check_on_mark: bool,
+    pub mark_protocol: bool,
     /// The run's verify command (`--verify`), for stories without their own.
     #[serde(default)]
     pub verify: Option<String>,

@@ -79,7 +79,7 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             stop: StopSignals::default(),
             // The model must not be able to print the API key through a shell command.
             env_remove: settings.api_key_env.iter().cloned().collect(),
-            story_check: settings.check_on_mark.then(|| StoryCheck {
+            story_check: settings.mark_protocol.then(|| StoryCheck {
                 fallback: settings.verify.clone(),
                 timeout: Duration::from_secs(settings.verify_timeout_s.max(1)),
                 secrets: crate::redact::env_secrets(),
@@ -109,6 +109,7 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             retry: RetryPolicy::default(),
             allowed_tools: settings.tools.clone(),
             redact: api_key_for_redaction.clone().into_iter().collect(),
+            mark_protocol: settings.mark_protocol,
         };
         let secrets: Vec<String> = api_key_for_redaction.into_iter().collect();
         let mut on_event = |event: AgentEvent| {

@@ -145,7 +145,7 @@ pub fn build_backend(
             prd_path: paths.prd.clone(),
             progress_path: paths.progress.clone(),
             tools: cfg.native.tools.clone(),
-            check_on_mark: cfg.agent == AgentKind::Local,
+            mark_protocol: cfg.agent == AgentKind::Local,
             verify: cfg.verify.clone(),
             verify_timeout_s: cfg.verify_timeout.as_secs().max(1),
         }

@@ -14,6 +14,7 @@ mod fault_injection;
 mod llm;
 mod local;
 mod local_e2e;
+mod local_loop;
 mod native_loop;
 mod prd;
 mod process;

@@ -196,19 +196,31 @@ async fn run_check(
     } else {
         format!("The end of its output:\n{output}")
     };
-    Err(ToolError::RespondToModel(format!(
-        "{id} was NOT marked passing: its check `{command}` (run with bash in the repository \
-         root) {failure}. {output}\nFix the files so that the check passes, then call \
-         mark_story again."
+    Err(ToolError::RespondToModel(redact(
+        &format!(
+            "{id} was NOT marked passing: its check `{command}` (run with bash in the repository \
+             root) {failure}. {output}\nFix the files so that the check passes, then call \
+             mark_story again."
+        ),
+        &check.secrets,
     )))
+}
+
+/// `text` with each secret of at least 8 bytes replaced by `[REDACTED]`.
+fn redact(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 8) {
+        text = text.replace(secret.as_str(), "[REDACTED]");
+    }
+    text
 }
 
 /// The kept lines joined, secrets replaced, cut to the last [`CHECK_TAIL_BYTES`] bytes.
 fn bounded(lines: &VecDeque<String>, secrets: &[String]) -> String {
-    let mut text = lines.iter().cloned().collect::<Vec<_>>().join("\n");
-    for secret in secrets.iter().filter(|s| s.len() >= 8) {
-        text = text.replace(secret.as_str(), "[REDACTED]");
-    }
+    let text = redact(
+        &lines.iter().cloned().collect::<Vec<_>>().join("\n"),
+        secrets,
+    );
     if text.len() <= CHECK_TAIL_BYTES {
         return text;
     }
