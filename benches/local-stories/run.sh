@@ -21,7 +21,7 @@ repo="${1:-}"
 shift || true
 
 (cd "$root" && ./scripts/setup-local-model.sh "$model" >/dev/null && cargo build -q)
-ralph="${CARGO_TARGET_DIR:-$root/target}/debug/ralph"
+built="${CARGO_TARGET_DIR:-$root/target}/debug/ralph"
 
 if [ -n "$repo" ] && [ -e "$repo" ] && [ -n "$(ls -A "$repo")" ]; then
   echo "error: $repo exists and is not empty" >&2
@@ -30,6 +30,10 @@ fi
 [ -n "$repo" ] || repo="$(mktemp -d "${TMPDIR:-/tmp}/ralph-local-stories.XXXXXX")/tinyproj"
 mkdir -p "$repo"
 repo="$(cd "$repo" && pwd)"
+# A copy of the binary (each iteration starts it again as `ralph __native-agent`), so a rebuild
+# during a long measurement cannot change the code under test.
+ralph="$repo.ralph"
+cp "$built" "$ralph"
 cp -R "$here/fixture/." "$repo/"
 python3 - "$here/prd.json" "$repo/prd.json" "$@" <<'PY'
 import json, sys
