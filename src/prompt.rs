@@ -160,6 +160,54 @@ fn file_word(word: &str) -> Option<String> {
     (known_ext || BARE_FILE_NAMES.contains(&name)).then(|| word.to_string())
 }
 
+/// One of the files the current story names ([`StoryView::files`]), as it is in the repository
+/// when the prompt is rendered.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileView {
+    /// The path, relative to the repository root.
+    pub path: String,
+    /// Whether it exists (as a file inside the repository).
+    pub exists: bool,
+    /// Its text, when it exists, is UTF-8 and at most [`FILE_VIEW_BYTES`] bytes; else empty.
+    pub content: String,
+}
+
+/// Largest file whose content [`PromptContext::files`] carries.
+pub const FILE_VIEW_BYTES: u64 = 4096;
+/// Most files with content in [`PromptContext::files`].
+const FILE_VIEWS_WITH_CONTENT: usize = 3;
+
+/// The current story's files as they are under `root` (see [`FileView`]). A path that leaves
+/// the repository through a symlink counts as missing.
+fn file_views(root: &Path, files: &[String]) -> Vec<FileView> {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut with_content = 0;
+    files
+        .iter()
+        .map(|path| {
+            let real = std::fs::canonicalize(root.join(path))
+                .ok()
+                .filter(|p| p.starts_with(&root) && p.is_file());
+            let mut view = FileView {
+                path: path.clone(),
+                exists: real.is_some(),
+                content: String::new(),
+            };
+            let small = real
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .is_some_and(|m| m.len() <= FILE_VIEW_BYTES);
+            if let (Some(real), true) = (real, small && with_content < FILE_VIEWS_WITH_CONTENT) {
+                if let Ok(text) = std::fs::read_to_string(real) {
+                    view.content = text;
+                    with_content += 1;
+                }
+            }
+            view
+        })
+        .collect()
+}
+
 /// Everything a template can use. Field names are the template variable names.
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptContext {
@@ -183,6 +231,10 @@ pub struct PromptContext {
     pub story: StoryView,
     /// Every other story, in file order.
     pub other_stories: Vec<StoryView>,
+    /// The files the current story names (`story.files`) as they are now: whether each exists,
+    /// and the text of small ones (the compact local prompt shows them, so a small model edits
+    /// what is there instead of guessing).
+    pub files: Vec<FileView>,
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
     /// Feedback lines from the previous iteration (may be empty).
@@ -211,6 +263,7 @@ impl PromptContext {
             branch_name: prd.branch_name.clone().unwrap_or_default(),
             prd_path: paths.prd.display().to_string(),
             progress_path: paths.progress.display().to_string(),
+            files: file_views(&paths.repo_root, &story_files(story)),
             story: StoryView::from(story),
             other_stories: prd
                 .user_stories
@@ -474,6 +527,7 @@ mod tests {
             "The repository root is /repo",
             "hello.py (in the repository root, not in a folder), src/util.py.",
             "`python3 hello.py | grep -q Hello`",
+            "hello.py does not exist yet.",
             "Note from the previous attempt: verify failed for US-001",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
@@ -485,6 +539,61 @@ mod tests {
             .unwrap();
         assert!(!out.contains("Files for this story"), "{out}");
         assert!(!out.contains("ralph checks this story"), "{out}");
+    }
+
+    #[test]
+    fn the_story_files_are_shown_as_they_are_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("config.py"), "MAX = 3\n").unwrap();
+        std::fs::write(
+            root.join("src/big.py"),
+            "x".repeat(FILE_VIEW_BYTES as usize + 1),
+        )
+        .unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("link.txt"))
+            .unwrap();
+        let files: Vec<String> = ["config.py", "src/big.py", "new.py", "link.txt"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let views = file_views(root, &files);
+        let shown: Vec<(&str, bool, &str)> = views
+            .iter()
+            .map(|v| (v.path.as_str(), v.exists, v.content.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("config.py", true, "MAX = 3\n"),
+                ("src/big.py", true, ""),
+                ("new.py", false, ""),
+                ("link.txt", false, "")
+            ]
+        );
+
+        let mut prd = prd();
+        prd.user_stories[1] = story("Raise MAX", "In config.py set MAX to 5.", &[], None);
+        let story = prd.user_stories[1].clone();
+        let ctx = PromptContext::new(
+            &prd,
+            &story,
+            (1, 10),
+            &RunPaths::new(root, &root.join("prd.json")),
+            String::new(),
+            vec![],
+        );
+        let out = PromptTemplate::load_with_default(None, true)
+            .unwrap()
+            .render(&ctx)
+            .unwrap();
+        assert!(
+            out.contains("config.py now contains:\n```\nMAX = 3\n\n```"),
+            "{out}"
+        );
     }
 
     fn ctx_for_second_story() -> PromptContext {

@@ -10,6 +10,7 @@ use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use ralph::local::setup::{
@@ -56,6 +57,17 @@ pub(crate) fn prepared_or_skip(test: &str, model: BuiltinModel) -> Option<LocalM
             ""
         }
     );
+}
+
+/// Held by each test that runs a model: llama.cpp's threads slow down many times over when two
+/// servers share 2 cores, and the default model needs about 2 GB of RAM.
+static ONE_MODEL_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Waits until no other test of this binary runs a model; hold the guard while yours runs.
+pub(crate) fn one_model_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_MODEL_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 fn script() -> PathBuf {
@@ -388,6 +400,7 @@ async fn the_server_answers_a_real_chat_request_and_stops_completely() {
     ) else {
         return;
     };
+    let _one = one_model_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
     let server = LocalServer::start(&model.python, &model.model_file, options_in(tmp.path()))
@@ -492,6 +505,7 @@ async fn dropping_the_server_without_stop_kills_it() {
     ) else {
         return;
     };
+    let _one = one_model_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = LocalServer::start(&model.python, &model.model_file, options_in(tmp.path()))
         .await

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{group_has_live_members, text, TestEnv};
-use crate::local::prepared_or_skip;
+use crate::local::{one_model_at_a_time, prepared_or_skip};
 use ralph::local::BuiltinModel;
 
 /// A TestEnv holding a copy of `examples/<name>` (its `files`, and prd.json), committed.
@@ -73,6 +73,7 @@ fn local_model_completes_the_hello_files_example() {
     {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = hello_files_env();
     let out = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "10"])
         .output()
@@ -110,6 +111,7 @@ fn local_model_completes_the_first_project_example() {
     {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = example_env(
         "first-project",
         &["README.md", "mathutil.py", "config.py", "src/app.py"],
@@ -166,6 +168,7 @@ fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
     {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = hello_files_env();
     let args = [
         "run",

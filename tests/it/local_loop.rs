@@ -174,6 +174,35 @@ async fn a_failing_check_refuses_mark_story_and_its_output_lets_the_model_fix_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marking_again_after_each_fix_is_not_taken_for_a_stuck_model() {
+    let repo = Repo::new(
+        Some("test \"$(cat hello.txt)\" = hi"),
+        None,
+        Duration::from_secs(30),
+    );
+    // Five wrong fixes, each followed by the same mark_story call, then the right one.
+    let mut replies = Vec::new();
+    for wrong in ["a", "b", "c", "d", "e"] {
+        replies.push(write("hello.txt", wrong));
+        replies.push(mark(true));
+    }
+    replies.push(write("hello.txt", "hi"));
+    replies.push(mark(true));
+    let server = ScriptedLlm::sequence(KIND, replies);
+    let mut cfg = config(true);
+    cfg.max_steps = 20;
+    let result = session(&server, &repo, &cfg).await;
+    assert_eq!(result.end, SessionEnd::Completed, "{result:?}");
+    assert_eq!(server.request_count(), 12);
+    assert!(repo.passes());
+    let last = results(&server.requests()[11]);
+    assert!(
+        last.iter().all(|(text, _)| !text.contains("exact call")),
+        "no repeat warning for mark_story: {last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_check_applies_to_stories_without_verify_and_false_needs_no_check() {
     let repo = Repo::new(
         None,
