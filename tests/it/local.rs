@@ -113,7 +113,8 @@ fn script_config(cache: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
 #[test]
 fn setup_script_reads_the_same_pins_and_paths_as_ralph() {
     let cache = tempfile::tempdir().expect("tempdir");
-    let cases: [(&[&str], &[(&str, &str)], BuiltinModel); 5] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], BuiltinModel);
+    let cases: [Case; 5] = [
         (&[], &[], BuiltinModel::Default),
         (
             &["default"],
@@ -392,6 +393,9 @@ fn a_tampered_model_is_refused_by_its_hash() {
 /// (about 210 prompt and 30 completion tokens). Qwen2.5-Coder-0.5B does not emit the `<tool_call>`
 /// tags its chat template asks for, so llama.cpp's parser finds no native call; the native loop's
 /// lenient parser turns the fenced JSON into a call. The assertion accepts either form.
+// The guard serializes whole tests across the test threads; no task of this test's own runtime
+// takes it, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_answers_a_real_chat_request_and_stops_completely() {
     let Some(model) = prepared_or_skip(
@@ -497,6 +501,9 @@ async fn the_server_answers_a_real_chat_request_and_stops_completely() {
     );
 }
 
+// The guard serializes whole tests across the test threads; no task of this test's own runtime
+// takes it, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_server_without_stop_kills_it() {
     let Some(model) = prepared_or_skip(
