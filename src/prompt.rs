@@ -166,44 +166,19 @@ fn file_word(word: &str) -> Option<String> {
 pub struct FileView {
     /// The path, relative to the repository root.
     pub path: String,
-    /// Whether it exists (as a file inside the repository).
+    /// Whether it exists as a file inside the repository (a symlink leaving it does not count).
     pub exists: bool,
-    /// Its text, when it exists, is UTF-8 and at most [`FILE_VIEW_BYTES`] bytes; else empty.
-    pub content: String,
 }
 
-/// Largest file whose content [`PromptContext::files`] carries.
-pub const FILE_VIEW_BYTES: u64 = 4096;
-/// Most files with content in [`PromptContext::files`].
-const FILE_VIEWS_WITH_CONTENT: usize = 3;
-
-/// The current story's files as they are under `root` (see [`FileView`]). A path that leaves
-/// the repository through a symlink counts as missing.
+/// The current story's files as they are under `root` (see [`FileView`]).
 fn file_views(root: &Path, files: &[String]) -> Vec<FileView> {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut with_content = 0;
     files
         .iter()
-        .map(|path| {
-            let real = std::fs::canonicalize(root.join(path))
-                .ok()
-                .filter(|p| p.starts_with(&root) && p.is_file());
-            let mut view = FileView {
-                path: path.clone(),
-                exists: real.is_some(),
-                content: String::new(),
-            };
-            let small = real
-                .as_ref()
-                .and_then(|p| std::fs::metadata(p).ok())
-                .is_some_and(|m| m.len() <= FILE_VIEW_BYTES);
-            if let (Some(real), true) = (real, small && with_content < FILE_VIEWS_WITH_CONTENT) {
-                if let Ok(text) = std::fs::read_to_string(real) {
-                    view.content = text;
-                    with_content += 1;
-                }
-            }
-            view
+        .map(|path| FileView {
+            path: path.clone(),
+            exists: std::fs::canonicalize(root.join(path))
+                .is_ok_and(|p| p.starts_with(&root) && p.is_file()),
         })
         .collect()
 }
@@ -231,9 +206,8 @@ pub struct PromptContext {
     pub story: StoryView,
     /// Every other story, in file order.
     pub other_stories: Vec<StoryView>,
-    /// The files the current story names (`story.files`) as they are now: whether each exists,
-    /// and the text of small ones (the compact local prompt shows them, so a small model edits
-    /// what is there instead of guessing).
+    /// The files the current story names (`story.files`) and whether each exists now (the
+    /// compact local prompt says which are still to be created).
     pub files: Vec<FileView>,
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
@@ -542,41 +516,35 @@ mod tests {
     }
 
     #[test]
-    fn the_story_files_are_shown_as_they_are_now() {
+    fn the_story_files_say_whether_they_exist() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("src")).unwrap();
         std::fs::write(root.join("config.py"), "MAX = 3\n").unwrap();
-        std::fs::write(
-            root.join("src/big.py"),
-            "x".repeat(FILE_VIEW_BYTES as usize + 1),
-        )
-        .unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("link.txt"))
             .unwrap();
-        let files: Vec<String> = ["config.py", "src/big.py", "new.py", "link.txt"]
+        let files: Vec<String> = ["config.py", "src", "new.py", "link.txt"]
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let views = file_views(root, &files);
-        let shown: Vec<(&str, bool, &str)> = views
-            .iter()
-            .map(|v| (v.path.as_str(), v.exists, v.content.as_str()))
+        let shown: Vec<(String, bool)> = file_views(root, &files)
+            .into_iter()
+            .map(|v| (v.path, v.exists))
             .collect();
-        assert_eq!(
-            shown,
-            [
-                ("config.py", true, "MAX = 3\n"),
-                ("src/big.py", true, ""),
-                ("new.py", false, ""),
-                ("link.txt", false, "")
-            ]
-        );
+        let expected = [
+            ("config.py", true),
+            ("src", false),
+            ("new.py", false),
+            ("link.txt", false),
+        ];
+        let expected: Vec<(String, bool)> =
+            expected.iter().map(|(p, e)| (p.to_string(), *e)).collect();
+        assert_eq!(shown, expected);
 
         let mut prd = prd();
-        prd.user_stories[1] = story("Raise MAX", "In config.py set MAX to 5.", &[], None);
+        prd.user_stories[1] = story("Add new.py", "Create new.py next to config.py.", &[], None);
         let story = prd.user_stories[1].clone();
         let ctx = PromptContext::new(
             &prd,
@@ -590,10 +558,8 @@ mod tests {
             .unwrap()
             .render(&ctx)
             .unwrap();
-        assert!(
-            out.contains("config.py now contains:\n```\nMAX = 3\n\n```"),
-            "{out}"
-        );
+        assert!(out.contains("new.py does not exist yet.\n"), "{out}");
+        assert!(!out.contains("config.py does not exist"), "{out}");
     }
 
     fn ctx_for_second_story() -> PromptContext {
