@@ -45,6 +45,11 @@ use tools::{ToolContext, ToolError, ToolRegistry};
 pub const REPEAT_WARN_AT: u32 = 3;
 /// Identical calls before the session stops as stuck.
 pub const REPEAT_STOP_AT: u32 = 5;
+/// JSON-mode replies cut off by the output limit in a row before the session ends as
+/// [`SessionEnd::Length`]: at temperature 0 a model that ran away inside a string (a small model
+/// copying a regex full of escapes) tends to run away again, and each try costs the whole output
+/// limit of generation time.
+pub const JSON_CUTOFFS_IN_A_ROW: u32 = 2;
 /// How often a session with [`SessionConfig::mark_protocol`] reminds the model to call
 /// `mark_story` when it answers without having called it.
 pub const MARK_REMINDERS: u32 = 2;
@@ -273,6 +278,7 @@ pub async fn run_session(
     // mark_protocol: whether `mark_story` succeeded yet, and the reminders sent.
     let mut marked = false;
     let mut reminders = 0u32;
+    let mut cutoffs = 0u32;
     // Room for the reply and the tool list inside the window.
     let tools_tokens = serde_json::to_string(&specs)
         .map(|s| s.len() / 4)
@@ -371,6 +377,18 @@ pub async fn run_session(
             StopReason::Length
                 if calls.is_empty() && cfg.tool_mode == ToolMode::Json && !final_round =>
             {
+                cutoffs += 1;
+                if cutoffs >= JSON_CUTOFFS_IN_A_ROW {
+                    on_event(AgentEvent::Error {
+                        message: format!(
+                            "stopped: {cutoffs} replies in a row were cut off by the output limit \
+                             ({} tokens)",
+                            cfg.max_tokens
+                        ),
+                    });
+                    result.end = SessionEnd::Length;
+                    return result;
+                }
                 result.steps += 1;
                 messages.push(Message::text(
                     Role::User,
@@ -394,6 +412,7 @@ pub async fn run_session(
             }
             _ => {}
         }
+        cutoffs = 0;
         let remind = cfg.mark_protocol && !marked && reminders < MARK_REMINDERS;
         if calls.is_empty() && !final_round && remind {
             reminders += 1;

@@ -368,3 +368,42 @@ fn a_local_run_fixes_a_failed_check_within_one_iteration() {
     assert!(checked.success());
     assert!(Path::new(&env.path("greeting.txt")).exists());
 }
+
+/// A JSON-mode reply cut off by the output limit is asked again once; a second cut-off in a row
+/// ends the session instead of paying the whole output limit again and again (at temperature 0
+/// a model that ran away inside a string tends to do it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_mode_cut_offs_in_a_row_end_the_session() {
+    let repo = Repo::new(Some("test -f hello.txt"), None, Duration::from_secs(30));
+    let runaway = || {
+        ScriptedReply::text("{\"name\": \"write_file\", \"arguments\": {\"path\": \"a\\n\\n\\n")
+            .stop("length")
+    };
+    let action = |name: &str, arguments: Value| {
+        ScriptedReply::text(json!({"name": name, "arguments": arguments}).to_string())
+    };
+    let mut cfg = config(true);
+    cfg.tool_mode = ToolMode::Json;
+
+    // One cut-off, then a good action: the session goes on.
+    let server = ScriptedLlm::sequence(
+        KIND,
+        vec![
+            runaway(),
+            action("write_file", json!({"path": "hello.txt", "content": "hi"})),
+            runaway(),
+            action("mark_story", json!({"id": "US-001", "passes": true})),
+        ],
+    );
+    let result = session(&server, &repo, &cfg).await;
+    assert_eq!(result.end, SessionEnd::Completed, "{result:?}");
+    assert_eq!(server.request_count(), 4);
+    assert!(repo.passes());
+
+    // Two in a row: the session ends.
+    let repo = Repo::new(Some("test -f hello.txt"), None, Duration::from_secs(30));
+    let server = ScriptedLlm::start(KIND, move |_| runaway());
+    let result = session(&server, &repo, &cfg).await;
+    assert_eq!(result.end, SessionEnd::Length, "{result:?}");
+    assert_eq!(server.request_count(), 2);
+}
