@@ -75,9 +75,15 @@ fn local_model_completes_the_hello_files_example() {
     }
     let _one = one_model_at_a_time();
     let env = hello_files_env();
+    let started = Instant::now();
     let out = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "10"])
         .output()
         .unwrap();
+    eprintln!(
+        "hello-files with the default model: {:?}, {} iterations",
+        started.elapsed(),
+        env.ledger().len()
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let ledger = env.ledger();
     for id in ["US-001", "US-002", "US-003"] {
