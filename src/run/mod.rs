@@ -262,10 +262,10 @@ async fn finish(
     }
     let paths = &s.pre.paths;
     pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
-    // The refs this run wrote go into packed-refs (see iteration::commit::PACK_REFS_EVERY).
+    // The refs and objects this run wrote are packed (see iteration::commit::PACK_REFS_EVERY).
     if s.totals.iterations > 0 {
-        if let Err(e) = s.pre.repo.pack_refs() {
-            tracing::warn!("{e}");
+        for warning in s.pre.repo.housekeeping() {
+            tracing::warn!("{warning}");
         }
     }
     s.state.stop_reason = Some(reason.clone());

@@ -51,7 +51,8 @@ pub struct Written {
     pub tree_clean: bool,
 }
 
-/// Every this many iterations (and at the end of a run) the loose refs ralph writes are packed.
+/// Every this many iterations (and at the end of a run) the loose refs and objects ralph writes are
+/// packed ([`crate::git::Repo::housekeeping`]).
 pub const PACK_REFS_EVERY: u32 = 100;
 
 /// Writes `draft` down (see the module docs) and returns the final record.
@@ -114,8 +115,8 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     state.in_flight = None;
     state.save(&at.paths.ralph_dir)?;
     if record.iteration % PACK_REFS_EVERY == 0 {
-        if let Err(e) = at.repo.pack_refs() {
-            tracing::warn!("{e}");
+        for warning in at.repo.housekeeping() {
+            tracing::warn!("{warning}");
         }
     }
     Ok(Written {
