@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::prd::model::Prd;
-use crate::protocol::run_event::RunSummary;
+use crate::protocol::run_event::{PushSummary, RunSummary};
 use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
 
 /// What [`summarize`] reads.
@@ -29,6 +29,10 @@ pub struct Input<'a> {
     pub blocked: &'a [String],
     /// Attempts per story at the end.
     pub attempts: &'a BTreeMap<String, u32>,
+    /// `--push`: where the remote stands.
+    pub push: Option<&'a PushSummary>,
+    /// Seconds from the first signal to the end of the shutdown, when a signal ended the run.
+    pub shutdown_s: Option<f64>,
 }
 
 /// The summary of a run (see the module docs).
@@ -43,7 +47,8 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         .filter_map(LedgerRecord::input_tokens)
         .collect();
     let tokens_out: Vec<u64> = i.records.iter().filter_map(|r| r.tokens_out).collect();
-    let status = i.reason.exit_status();
+    let unpushed = i.push.is_some_and(|p| p.unpushed_commits > 0);
+    let status = i.reason.exit_status().with_unpushed(unpushed);
     RunSummary {
         stop_reason: i.reason.clone(),
         exit_code: status.code(),
@@ -66,6 +71,8 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         next: next(i),
         caveats: caveats(i),
         resume_at: i.reason.resume_at(),
+        push: i.push.cloned(),
+        shutdown_s: i.shutdown_s,
     }
 }
 
@@ -89,6 +96,17 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
 }
 
 fn next(i: &Input<'_>) -> String {
+    if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
+        if !matches!(
+            i.reason,
+            StopReason::PushRejected { .. } | StopReason::LeaseLost { .. }
+        ) {
+            return format!(
+                "push {} to {} once it can be reached (`git push {} {}`), or run `ralph run --push` again here",
+                p.branch, p.remote, p.remote, p.branch
+            );
+        }
+    }
     match i.reason {
         StopReason::Complete => "review the commits (git log) and merge the branch".into(),
         StopReason::Interrupted { .. } => {
@@ -117,6 +135,18 @@ fn next(i: &Input<'_>) -> String {
 /// their own iteration, and blocked stories (unless that is why the run stopped).
 fn caveats(i: &Input<'_>) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
+        out.push(format!(
+            "not pushed: {} commit{} of {} are only in this clone{}",
+            p.unpushed_commits,
+            if p.unpushed_commits == 1 { "" } else { "s" },
+            p.branch,
+            p.last_error
+                .as_deref()
+                .map(|e| format!(" ({} said: {e})", p.remote))
+                .unwrap_or_default()
+        ));
+    }
     for r in i.records {
         let others: Vec<&str> = r
             .passes_flipped
