@@ -363,7 +363,8 @@ pub struct RunArgs {
     /// even if the agent did not (default on for --agent local, whose small model often forgets).
     #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())]
     pub verify_marks_passing: Option<bool>,
-    /// When the agent hits a usage limit, stop (exit 4) instead of waiting for the reset.
+    /// When the agent hits a usage limit, stop (exit 75, resumable later) instead of waiting for
+    /// the reset.
     #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_wait: bool,
     /// Stop the run (exit 4) once this run's agents cost this much, in USD (from the ledger;

@@ -79,7 +79,7 @@ pub struct FileConfig {
     pub usage_limit_fallback: Option<String>,
     /// Extra wait after a usage limit's reset time (`30s`).
     pub usage_limit_margin: Option<String>,
-    /// Usage-limit waits in one run before it stops (exit 4).
+    /// Usage-limit waits in one run before it stops (exit 75).
     pub max_usage_limit_waits: Option<u32>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
@@ -251,7 +251,7 @@ pub struct RunConfig {
     pub transient_backoff: Duration,
     /// Transient failures in a row before the run stops.
     pub max_transient_retries: u32,
-    /// Stop (exit 4) at a usage limit instead of waiting.
+    /// Stop (exit 75) at a usage limit instead of waiting.
     pub no_wait: bool,
     /// Wait for a usage limit without a reset time.
     pub usage_limit_fallback: Duration,
