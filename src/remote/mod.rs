@@ -415,10 +415,9 @@ impl Remote {
         ))
         .with_status(ExitStatus::LeaseHeld)
         .with_hint(format!(
-            "only one worker may drive a branch; this one did nothing. Retry after that time if the holder is gone (its lease lapses then), or stop it first (see {} in git log {}/{})",
-            lease::TRAILER_HOST,
+            "only one worker may drive a branch; this one did nothing. Retry after that time if the holder is gone (its lease lapses then), or stop it first (`git fetch {} {} && git log -1 FETCH_HEAD` shows the lease)",
             self.settings.remote,
-            self.lease_ref().trim_start_matches("refs/")
+            self.lease_ref()
         ))
     }
 

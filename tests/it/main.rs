@@ -28,6 +28,7 @@ mod real_opencode;
 mod report_browser;
 mod run_cases;
 mod run_pipeline;
+mod scale_out;
 mod stop_conditions;
 mod store;
 mod support_llm;

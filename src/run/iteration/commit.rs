@@ -83,6 +83,11 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         outcome: record.outcome,
         feature: record.feature.clone(),
     };
+    // An agent stopped by a signal may have been killed inside `git commit`: its index.lock
+    // would fail the checkpoint, which must land before the shutdown pushes it.
+    if record.outcome == crate::protocol::Outcome::Interrupted {
+        at.repo.clear_stale_locks();
+    }
     record.checkpoint_commit = at.repo.commit_all(&subject, &body, &trailers.pairs())?;
     record.head_after = at.repo.head_sha()?;
     if let Some(head) = &record.head_after {
