@@ -29,6 +29,7 @@ mod report_browser;
 mod run_cases;
 mod run_pipeline;
 mod scale_out;
+mod slurm;
 mod stop_conditions;
 mod store;
 mod support_llm;
