@@ -12,6 +12,7 @@ mod errors;
 mod examples;
 mod fake_gemini;
 mod fault_injection;
+mod integrations;
 mod llm;
 mod local;
 mod local_e2e;
