@@ -796,6 +796,11 @@ impl RunConfig {
             });
         }
         let push = match (&args.push, &file.push) {
+            // RALPH_PUSH=true / false, as for the other switches.
+            (Some(v), _) if ["true", "1", "yes", "on"].contains(&v.trim()) => {
+                Some("origin".to_owned())
+            }
+            (Some(v), _) if ["false", "0", "no", "off"].contains(&v.trim()) => None,
             (Some(remote), _) => Some(remote.trim().to_owned()),
             (None, Some(PushSetting::On(true))) => Some("origin".to_owned()),
             (None, Some(PushSetting::Remote(r))) => Some(r.trim().to_owned()),

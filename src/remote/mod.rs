@@ -108,6 +108,8 @@ pub struct Remote {
     stop: StopSignals,
     shared: Arc<Shared>,
     renewer: Option<std::thread::JoinHandle<()>>,
+    /// Whether this value owns the lease (the renewal thread's copy does not).
+    owner: bool,
 }
 
 /// How one `git push` ended.
@@ -148,6 +150,7 @@ impl Remote {
                 wake: Condvar::new(),
             }),
             renewer: None,
+            owner: true,
         };
         remote.check_remote()?;
         let mut opened = remote.acquire()?;
@@ -518,16 +521,20 @@ impl Remote {
     // ---- the renewal thread ----
 
     fn start_renewer(&mut self) {
-        let every = (self.settings.lease_ttl / 3).max(Duration::from_millis(200));
+        let every = self.renew_every();
         let shared = Arc::clone(&self.shared);
+        let mut settings = self.settings.clone();
+        // A renewal never outlasts the next one's turn, nor holds up a shutdown for long.
+        settings.op_timeout = settings.op_timeout.min(every).min(Duration::from_secs(20));
         let worker = Remote {
-            settings: self.settings.clone(),
+            settings,
             root: self.root.clone(),
             branch: self.branch.clone(),
             me: self.me.clone(),
             stop: self.stop.clone(),
             shared: Arc::clone(&self.shared),
             renewer: None,
+            owner: false,
         };
         self.renewer = Some(std::thread::spawn(move || loop {
             {
@@ -546,6 +553,10 @@ impl Remote {
 
     /// Pushes a lease renewal alone (between the pushes after iterations).
     fn renew(&self) {
+        // A shutdown has the remote to itself: its push renews the lease anyway.
+        if self.stop.stop.is_cancelled() {
+            return;
+        }
         let mut book = self.book();
         if !book.held || book.lost.is_some() || book.released {
             return;
@@ -791,11 +802,31 @@ impl Remote {
 
 impl Drop for Remote {
     fn drop(&mut self) {
+        // The renewal thread's own handle (a clone without a thread) owns nothing.
         let Some(renewer) = self.renewer.take() else {
+            if !self.owner {
+                return;
+            }
+            self.give_back();
             return;
         };
         self.stop_renewer();
-        let _ = renewer.join();
+        // A renewal in flight ends within its own time limit; wait a little for it, no more (the
+        // process ends soon anyway).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !renewer.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if renewer.is_finished() {
+            let _ = renewer.join();
+        }
+        self.give_back();
+    }
+}
+
+impl Remote {
+    /// Releases a lease still held when the run ended early (an error after it was taken).
+    fn give_back(&mut self) {
         let held = {
             let book = self.book();
             book.held && !book.released
@@ -805,6 +836,11 @@ impl Drop for Remote {
             self.settings.op_timeout = self.settings.op_timeout.min(Duration::from_secs(5));
             self.release(None);
         }
+    }
+
+    /// How often the renewal thread renews: a third of `--lease-ttl` (at least 200 ms).
+    fn renew_every(&self) -> Duration {
+        (self.settings.lease_ttl / 3).max(Duration::from_millis(200))
     }
 }
 
