@@ -112,6 +112,9 @@ pub struct Remote {
     owner: bool,
 }
 
+/// The refspec of ralph's own refs (`start`, `end` and `lost-*` pins), pushed never forced.
+const RALPH_REFS: &str = "refs/ralph/*:refs/ralph/*";
+
 /// How one `git push` ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pushed {
@@ -283,15 +286,21 @@ impl Remote {
         };
         let refspec = format!("{sha}:{}", self.lease_ref());
         let timeout = self.timeout(deadline);
-        match self.git_push(&[&refspec], false, timeout) {
-            Pushed::Ok => {
-                book.last = Some(sha);
-                book.held = false;
-                book.released = true;
-                true
-            }
+        // ralph's refs go along (the `end` pin written at the end of the run), not atomically:
+        // a refused ralph ref must not keep the lease held.
+        let landed = match self.git_push(&[&refspec, RALPH_REFS], false, timeout) {
+            Pushed::Ok => true,
+            Pushed::Rejected(_) => self
+                .ls_remote(&[&self.lease_ref()])
+                .is_ok_and(|refs| refs.iter().any(|(s, _)| *s == sha)),
             _ => false,
+        };
+        if landed {
+            book.last = Some(sha);
+            book.held = false;
+            book.released = true;
         }
+        landed
     }
 
     /// Where the remote stands for this run: the local head, the newest pushed commit, how many
@@ -596,7 +605,7 @@ impl Remote {
         if head.is_some() {
             refspecs.push(&branch);
         }
-        refspecs.push("refs/ralph/*:refs/ralph/*");
+        refspecs.push(RALPH_REFS);
         let atomic = !book.no_atomic;
         let mut result = self.git_push(&refspecs, atomic, self.timeout(deadline));
         if let Pushed::Unreachable(m) | Pushed::Rejected(m) = &result {

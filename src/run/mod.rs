@@ -88,6 +88,8 @@ async fn drive(
         warned_unpriced: Default::default(),
         remote: s.remote.as_ref(),
     };
+    // Where the previous iteration left the tree clean, while nothing else can have run since.
+    let mut clean_at: Option<String> = None;
     loop {
         let current = store::load(&paths.prd)?;
         // What this feature's prd.json looks like, so that a later run with a new branchName
@@ -129,6 +131,7 @@ async fn drive(
             feedback: s.pending.take_for(&story.id),
             story,
             snapshot: current,
+            clean_at: clean_at.take(),
         };
         let limits = Limits {
             timeout: pick.timeout,
@@ -141,10 +144,11 @@ async fn drive(
         let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
         // The remote refused the branch or the lease: nothing more may be pushed.
         if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
-            s.records.push(done.record);
+            s.totals.add(done.record);
             return Ok(reason);
         }
         s.pending.add(done.feedback);
+        let done_clean_at = done.clean_at;
         let story_id = done.record.story_id.clone();
         let decision = policy::decide(
             &s.tally,
@@ -160,7 +164,7 @@ async fn drive(
                 jitter: fastrand::f64(),
             },
         );
-        s.records.push(done.record);
+        s.totals.add(done.record);
         s.tally = decision.tally;
         if decision.block {
             s.state.blocked.push(story_id.clone());
@@ -168,13 +172,19 @@ async fn drive(
         if decision.resume_at.is_some() {
             s.state.resume_at = decision.resume_at;
         }
-        s.state.save(&paths.ralph_dir)?;
+        // The commit stage saved state.json already; only a block or a wait changes it again.
+        if decision.block || decision.resume_at.is_some() {
+            s.state.save(&paths.ralph_dir)?;
+        }
         // Said only once state.json has the block (notifications follow what is written).
         if decision.block {
-            blocked(&s.state, &s.records, &story_id, out);
+            blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
         }
         let (until, reason, during) = match decision.next {
-            Next::Continue => continue,
+            Next::Continue => {
+                clean_at = done_clean_at;
+                continue;
+            }
             Next::Stop(reason) => return Ok(reason),
             Next::Retry { wait } => {
                 let until = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
@@ -182,6 +192,9 @@ async fn drive(
             }
             Next::WaitUntil { until } => (until, WaitReason::UsageLimit, During::UsageLimitWait),
         };
+        if let Some(reason) = before_wait(&s.pre.repo, cx.remote, s.totals.last.as_ref(), out) {
+            return Ok(reason);
+        }
         let (attempt, max) = match reason {
             WaitReason::Retry => (s.tally.transient_in_a_row, cfg.max_transient_retries),
             WaitReason::UsageLimit => (s.tally.usage_waits, cfg.max_usage_limit_waits),
@@ -204,6 +217,44 @@ async fn drive(
     }
 }
 
+/// Pins the result of this run's latest iteration (see [`iteration::commit::pin_end`]).
+fn pin_last(
+    repo: &crate::git::Repo,
+    last: Option<&crate::protocol::LedgerRecord>,
+    out: &mut Outputs,
+) {
+    if let Some(last) = last {
+        if let Err(e) = iteration::commit::pin_end(repo, last) {
+            out.warn(format!(
+                "cannot pin iteration {}'s result: {e:#}",
+                last.iteration
+            ));
+        }
+    }
+}
+
+/// Before a wait: the latest iteration's result is pinned and, with `--push`, the pin goes to the
+/// remote with the branch (the wait may be long, and the worker may be evicted during it). A
+/// remote that refuses this worker stops the run.
+fn before_wait(
+    repo: &crate::git::Repo,
+    remote: Option<&crate::remote::Remote>,
+    last: Option<&crate::protocol::LedgerRecord>,
+    out: &mut Outputs,
+) -> Option<StopReason> {
+    pin_last(repo, last, out);
+    let record = remote?.push();
+    if record.status == crate::protocol::PushStatus::Unreachable {
+        out.warn(format!(
+            "could not push {} to {} before waiting: {}",
+            record.branch,
+            record.remote,
+            record.error.as_deref().unwrap_or("unknown error")
+        ));
+    }
+    policy::after_push(&record)
+}
+
 /// A `ralph stop` request is answered once: its file is removed when the run acts on it.
 fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
     if matches!(reason, StopReason::StopRequested { .. }) {
@@ -215,11 +266,10 @@ fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
 /// Says that `story_id` is blocked (it used up `--max-attempts`).
 fn blocked(
     state: &crate::state::State,
-    records: &[crate::protocol::LedgerRecord],
+    last: Option<&crate::protocol::LedgerRecord>,
     story_id: &str,
     out: &mut Outputs,
 ) {
-    let last = records.last();
     out.emit(RunEvent::StoryBlocked {
         story_id: story_id.to_owned(),
         attempts: state.attempts.get(story_id).copied().unwrap_or(0),
@@ -243,6 +293,13 @@ async fn finish(
         server.stop().await;
     }
     let paths = &s.pre.paths;
+    pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
+    // The refs this run wrote go into packed-refs (see iteration::commit::PACK_REFS_EVERY).
+    if s.totals.iterations > 0 {
+        if let Err(e) = s.pre.repo.pack_refs() {
+            tracing::warn!("{e}");
+        }
+    }
     s.state.stop_reason = Some(reason.clone());
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));
@@ -259,7 +316,7 @@ async fn finish(
     let summary = summary::summarize(&summary::Input {
         reason: &reason,
         prd: &final_prd,
-        records: &s.records,
+        totals: &s.totals,
         elapsed: s.started.elapsed(),
         ledger: &ledger,
         agent: cfg.agent,

@@ -64,7 +64,8 @@ pub async fn recover(
             },
             state,
             draft,
-        )?;
+        )?
+        .record;
         out.warn(format!(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,

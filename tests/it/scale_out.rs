@@ -265,6 +265,14 @@ fn a_pushed_run_resumes_from_a_fresh_clone_and_releases_its_lease() {
     assert_eq!(records[0]["rebuilt"]["last_iteration"], 1);
     assert_eq!(records.len(), 2);
     assert_eq!(r.remote_iterations(), [1, 2, 3]);
+    // ralph's refs on the remote are the local ones: every iteration's start, and an `end` pin
+    // only where the loop did not go straight on (here, the end of the run).
+    let run_id = records[0]["run_id"].as_str().unwrap();
+    for n in [2, 3] {
+        assert!(r.has_ref(&format!("refs/ralph/{run_id}/{n}/start")), "{n}");
+    }
+    assert!(!r.has_ref(&format!("refs/ralph/{run_id}/2/end")));
+    assert!(r.has_ref(&format!("refs/ralph/{run_id}/3/end")));
     // progress.txt goes on: the first worker's entry is still there, then the second's.
     let progress = std::fs::read_to_string(second.join("progress.txt")).unwrap();
     let first_entry = progress.find("iteration 1)").expect("iteration 1's entry");
@@ -534,6 +542,51 @@ fn an_unreachable_remote_is_retried_recorded_and_reported_as_unpushed() {
     let out = r.ralph(&dir, &["run", "--push"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
     assert_eq!(r.remote_iterations(), [1, 2]);
+}
+
+#[test]
+fn before_a_wait_the_iterations_end_pin_is_on_the_remote() {
+    // A transient failure, then a long retry wait: a worker evicted (SIGKILL) during the wait
+    // leaves the remote with the branch and the `end` pin of the iteration before it.
+    let r = Remote::new(
+        1,
+        &json!({"invocations": [[
+            {"claude_init": {}},
+            {"claude_api_error": {"status": 529, "message": "API Error: 529 Overloaded. This is a server-side issue, usually temporary"}},
+            {"exit": 1}
+        ]], "default": []}),
+    );
+    let dir = r.clone("worker");
+    std::fs::write(dir.join("ralph.toml"), "transient_backoff = \"60s\"\n").unwrap();
+    std::fs::write(dir.join(".git/info/exclude"), "ralph.toml\n").unwrap();
+    let mut child = r
+        .ralph(&dir, &["run", "--push"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut pinned = String::new();
+    while Instant::now() < deadline && pinned.is_empty() {
+        pinned = r.remote_git(&[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/ralph/*/1/end",
+        ]);
+        if pinned.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let still_waiting = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_waiting, "ralph should be waiting to retry");
+    let (_, sha) = pinned
+        .trim()
+        .split_once(' ')
+        .expect("an end pin on the remote");
+    assert_eq!(sha, r.remote_git(&["rev-parse", BRANCH]).trim());
+    assert_eq!(ledger(&dir)[0]["outcome"], "transient");
 }
 
 /// Starts `ralph run --push` with an agent that `agent_ignores_term` or not, waits until the

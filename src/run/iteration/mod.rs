@@ -69,6 +69,9 @@ pub struct Done {
     pub resume_at: Option<DateTime<Utc>>,
     /// Whether its story passes in prd.json now.
     pub story_passes: bool,
+    /// HEAD after the checkpoint, when that left the working tree clean (see
+    /// [`Assignment::clean_at`]).
+    pub clean_at: Option<String>,
 }
 
 /// Runs one iteration through every stage. `limits.timeout` is this iteration's wall-clock
@@ -140,7 +143,7 @@ pub async fn run(
             recorded_s: 0.0,
         });
     }
-    let record = commit::commit(
+    let written = commit::commit(
         Sinks {
             repo: cx.repo,
             paths: cx.paths,
@@ -149,12 +152,17 @@ pub async fn run(
         state,
         draft,
     )?;
+    let record = written.record;
     out.emit(RunEvent::IterationFinished {
         record: Box::new(record.clone()),
         slot: assignment.slot,
         max_iter: cx.cfg.max_iter,
     });
     Ok(Done {
+        clean_at: written
+            .tree_clean
+            .then(|| record.head_after.clone())
+            .flatten(),
         record,
         feedback: verdict.feedback,
         resume_at: execution.report.resume_at,
