@@ -1036,6 +1036,37 @@ mod tests {
     }
 
     #[test]
+    fn push_takes_a_remote_or_a_switch_from_flags_env_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let resolve = |push: Option<&str>| {
+            let mut a = args();
+            a.push = push.map(str::to_owned);
+            RunConfig::resolve(&a, dir.path()).unwrap().push
+        };
+        assert_eq!(resolve(None), None);
+        // `--push` alone is `origin` (clap's default_missing_value); RALPH_PUSH=true too.
+        for on in ["origin", "true", "1", "yes", "on"] {
+            assert_eq!(resolve(Some(on)).as_deref(), Some("origin"), "{on}");
+        }
+        for off in ["false", "0", "no", "off"] {
+            assert_eq!(resolve(Some(off)), None, "{off}");
+        }
+        assert_eq!(resolve(Some(" upstream ")).as_deref(), Some("upstream"));
+        let toml = dir.path().join("ralph.toml");
+        std::fs::write(&toml, "push = true\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("origin"));
+        std::fs::write(&toml, "push = \"backup\"\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("backup"));
+        // The flag (or RALPH_PUSH) wins over the file, also to turn it off.
+        assert_eq!(resolve(Some("false")), None);
+        std::fs::write(&toml, "push = false\n").unwrap();
+        assert_eq!(resolve(None), None);
+        let mut a = args();
+        a.push = Some("--force".to_owned());
+        assert!(RunConfig::resolve(&a, dir.path()).is_err());
+    }
+
+    #[test]
     fn zero_iterations_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = args();

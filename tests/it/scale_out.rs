@@ -545,6 +545,20 @@ fn an_unreachable_remote_is_retried_recorded_and_reported_as_unpushed() {
 }
 
 #[test]
+fn a_run_that_fails_after_taking_the_lease_releases_it() {
+    // The lease is taken before the dirty-tree check; refusing the tree gives it back at once,
+    // so the next attempt (anywhere) is not held off for --lease-ttl.
+    let r = Remote::new(1, &working_agent(0));
+    let dir = r.clone("worker");
+    std::fs::write(dir.join("stray.txt"), "not committed\n").unwrap();
+    let out = r.ralph(&dir, &["run", "--push"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", out_text(&out));
+    assert!(out_text(&out).contains("stray.txt"), "{}", out_text(&out));
+    let lease = r.lease().expect("a lease commit");
+    assert!(lease.contains("State: released"), "{lease}");
+}
+
+#[test]
 fn before_a_wait_the_iterations_end_pin_is_on_the_remote() {
     // A transient failure, then a long retry wait: a worker evicted (SIGKILL) during the wait
     // leaves the remote with the branch and the `end` pin of the iteration before it.
