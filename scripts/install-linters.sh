@@ -26,6 +26,11 @@ if ! command -v python3 >/dev/null 2>&1; then
   echo "hint: apt-get install -y python3 python3-venv" >&2
   exit 1
 fi
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  echo "error: python3 cannot create a virtual environment (Debian's python3-venv is missing); it is needed to install ${pins[*]}" >&2
+  echo "hint: apt-get install -y python3-venv" >&2
+  exit 1
+fi
 rm -rf "$dest"
 python3 -m venv "$dest"
 "$dest/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: "${pins[@]}"

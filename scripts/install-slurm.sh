@@ -11,7 +11,19 @@ if have sbatch && have slurmctld && have slurmd && have munged && have mungekey;
   exit 0
 fi
 sudo=""
-if [[ "$(id -u)" != 0 ]]; then sudo="sudo -n"; fi
+if [[ "$(id -u)" != 0 ]]; then
+  if ! have sudo || ! sudo -n true 2>/dev/null; then
+    echo "error: Slurm is not installed, and installing it needs root or passwordless sudo" >&2
+    echo "hint: as root, apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge" >&2
+    exit 1
+  fi
+  sudo="sudo -n"
+fi
+if ! have apt-get; then
+  echo "error: Slurm is not installed and apt-get is not available (a Debian or Ubuntu machine is expected)" >&2
+  echo "hint: install slurmctld, slurmd, the Slurm client commands and munge with this system's package manager" >&2
+  exit 1
+fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq >/dev/null
 # --no-install-recommends keeps out the ~30 plugin and -dev packages the test does not need.

@@ -332,6 +332,7 @@ fn the_integration_scripts_pass_shellcheck() {
         "scripts/slurm-local.sh",
         "scripts/install-slurm.sh",
         "scripts/install-linters.sh",
+        "scripts/test.sh",
     ];
     let out = run(Command::new(linter("shellcheck"))
         .args(files.iter().map(|f| manifest().join(f)))
