@@ -829,3 +829,106 @@ fn preempted_at_random_points_a_fresh_clone_finishes_with_nothing_lost() {
     }
     eprintln!("6 preemptions in {:?}", started.elapsed());
 }
+
+/// The token of the credential tests (GitHub's shape, so the redaction patterns apply too).
+const TOKEN: &str = "ghp_TestToken1234567890";
+
+#[test]
+fn the_git_token_reaches_git_through_the_credential_helper_and_nothing_else() {
+    use std::io::{BufRead, BufReader, Write};
+    // An HTTP "git server" that asks for credentials (401), then refuses what it gets (403),
+    // and keeps the Authorization headers it was sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let server_seen = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten().take(20) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut reader = BufReader::new(&stream);
+            let mut auth = None;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("Authorization: ") {
+                    auth = Some(v.trim().to_owned());
+                }
+            }
+            let status = if let Some(a) = auth {
+                server_seen.lock().unwrap().push(a);
+                "403 Forbidden"
+            } else {
+                "401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"git\""
+            };
+            let _ = write!(
+                &stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    let r = Remote::new(1, &working_agent(0));
+    let dir = r.clone("worker");
+    run_git(
+        &dir,
+        &r.env,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            &format!("http://127.0.0.1:{port}/o/r.git"),
+        ],
+    );
+    std::fs::write(dir.join("ralph.toml"), "push_attempts = 1\n").unwrap();
+    std::fs::write(dir.join(".git/info/exclude"), "ralph.toml\n").unwrap();
+    let out = r
+        .ralph(&dir, &["run", "--push"])
+        .env("RALPH_GIT_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    // The remote refused the credentials: nothing was done, and the run can be retried later.
+    assert_eq!(out.status.code(), Some(75), "{}", out_text(&out));
+    let expected = "Basic eC1hY2Nlc3MtdG9rZW46Z2hwX1Rlc3RUb2tlbjEyMzQ1Njc4OTA=";
+    assert!(
+        seen.lock().unwrap().iter().any(|a| a == expected),
+        "{:?}\n{}",
+        seen.lock().unwrap(),
+        out_text(&out)
+    );
+    assert!(!out_text(&out).contains(TOKEN), "{}", out_text(&out));
+    // The token is in no argument either: the helper reads the variable.
+    assert!(!std::fs::read_to_string(dir.join(".git/config"))
+        .unwrap()
+        .contains(TOKEN));
+}
+
+#[test]
+fn the_git_token_is_kept_from_the_agent_the_ledger_and_the_transcripts() {
+    let mut script = working_agent(0);
+    script["record_env"] = json!(["RALPH_GIT_TOKEN"]);
+    let r = Remote::new(1, &script);
+    let dir = r.clone("worker");
+    let out = r
+        .ralph(&dir, &["run", "--push"])
+        .env("RALPH_GIT_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
+    let calls = std::fs::read_to_string(format!("{}.calls.jsonl", r.env.script.display())).unwrap();
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert!(call["env"]["RALPH_GIT_TOKEN"].is_null(), "{call}");
+    // Nowhere in what ralph wrote: .ralph/ (ledger, state, transcripts), the commits, the lease.
+    let mut stack = vec![dir.join(".ralph")];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        } else {
+            let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+            assert!(!text.contains(TOKEN), "{}", p.display());
+        }
+    }
+    let log = r.remote_git(&["log", "--all", "--format=%B"]);
+    assert!(!log.contains(TOKEN));
+    assert!(!out_text(&out).contains(TOKEN));
+}
