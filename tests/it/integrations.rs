@@ -184,6 +184,54 @@ fn outside_github_actions_nothing_is_written_for_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("::group::"));
 }
 
+#[test]
+fn under_github_actions_a_blocked_story_warns_and_an_auth_error_is_an_error_annotation() {
+    let runner_env = |env: &TestEnv, args: &[&str]| {
+        let runner = env.root.path().join("runner");
+        std::fs::create_dir_all(&runner).unwrap();
+        env.ralph_cmd(args)
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_OUTPUT", runner.join("output"))
+            .env("GITHUB_STEP_SUMMARY", runner.join("summary.md"))
+            .output()
+            .unwrap()
+    };
+    // A story that fails its one attempt: blocked, a warning naming it.
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_result": {"text": "I could not do it", "is_error": true}},
+        {"exit": 1}
+    ]]}));
+    let out = runner_env(&env, &["run", "--max-attempts", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("::warning title=ralph%3A story blocked::US-001 is blocked after 1 attempts"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("::error"), "{}", text(&out));
+    // The agent is not logged in: an error annotation, and one that says a human must act.
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_result": {"text": "Invalid API key · Please run /login", "is_error": true}},
+        {"exit": 1}
+    ]]}));
+    let out = runner_env(&env, &["run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let all = text(&out);
+    assert!(
+        all.contains("::error title=ralph%3A the agent is not logged in::iteration 1 (US-001): "),
+        "{all}"
+    );
+    assert!(
+        all.contains("::error title=ralph%3A a human must act::"),
+        "{all}"
+    );
+}
+
 /// Runs deploy/job/ralph-job.sh (the container's entrypoint, Slurm's task) for task `index` of
 /// `list` with `envs`.
 fn job(r: &Remote, list: &Path, index: &str, envs: &[(&str, &str)]) -> Output {
