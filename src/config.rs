@@ -24,6 +24,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Default wait between SIGTERM and SIGKILL (5 seconds).
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+/// Default `--shutdown-timeout`: inside Kubernetes' default 30 s termination grace period.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+/// Default `--shutdown-timeout` under GitHub Actions (`GITHUB_ACTIONS=true`): a cancelled job
+/// gets SIGINT, SIGTERM 7.5 s later and SIGKILL 2.5 s after that.
+pub const GITHUB_ACTIONS_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(9);
+/// Default `--lease-ttl` (10 minutes).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10 * 60);
 /// Default size of the progress.txt excerpt put in the prompt (16 KiB).
 pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
 /// The configuration file looked for in the current directory.
@@ -72,7 +79,7 @@ pub struct FileConfig {
     pub usage_limit_fallback: Option<String>,
     /// Extra wait after a usage limit's reset time (`30s`).
     pub usage_limit_margin: Option<String>,
-    /// Usage-limit waits in one run before it stops (exit 4).
+    /// Usage-limit waits in one run before it stops (exit 75).
     pub max_usage_limit_waits: Option<u32>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
@@ -127,6 +134,26 @@ pub struct FileConfig {
     /// [`crate::notify`]).
     #[serde(default)]
     pub notify: crate::notify::NotifyFile,
+    /// `--push`: `true` (origin), a remote's name, or `false`.
+    pub push: Option<PushSetting>,
+    /// Deadline of a shutdown on SIGTERM, humantime syntax (`25s`).
+    pub shutdown_timeout: Option<String>,
+    /// `--push`: lifetime of the branch's lease without a renewal, humantime syntax (`10m`).
+    pub lease_ttl: Option<String>,
+    /// `--push`: attempts when the remote cannot be reached (default 4).
+    pub push_attempts: Option<u32>,
+    /// `--push`: the first wait between attempts, humantime syntax (`2s`); it doubles.
+    pub push_backoff: Option<String>,
+}
+
+/// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PushSetting {
+    /// `true`: push to `origin`; `false`: do not push.
+    On(bool),
+    /// Push to this remote.
+    Remote(String),
 }
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
@@ -236,7 +263,7 @@ pub struct RunConfig {
     pub transient_backoff: Duration,
     /// Transient failures in a row before the run stops.
     pub max_transient_retries: u32,
-    /// Stop (exit 4) at a usage limit instead of waiting.
+    /// Stop (exit 75) at a usage limit instead of waiting.
     pub no_wait: bool,
     /// Wait for a usage limit without a reset time.
     pub usage_limit_fallback: Duration,
@@ -266,6 +293,25 @@ pub struct RunConfig {
     pub unblock: bool,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: bool,
+    /// `--push`: the remote to push to after every checkpoint (`None`: never push).
+    pub push: Option<String>,
+    /// The deadline of a shutdown on SIGTERM, SIGINT or SIGHUP.
+    pub shutdown_timeout: Duration,
+    /// `--push`: how long the branch's lease lasts without a renewal.
+    pub lease_ttl: Duration,
+    /// `--push`: attempts at a push (or a lease read) when the remote cannot be reached.
+    pub push_attempts: u32,
+    /// `--push`: the first wait between those attempts (it doubles).
+    pub push_backoff: Duration,
+}
+
+impl RunConfig {
+    /// How long the agent's group may take to exit after SIGTERM: `kill_grace`, but at most
+    /// two fifths of `--shutdown-timeout`, so that the checkpoint, the push and the lease
+    /// release still fit in it.
+    pub fn agent_grace(&self) -> Duration {
+        self.kill_grace.min(self.shutdown_timeout.mul_f64(0.4))
+    }
 }
 
 /// Default `--max-attempts`.
@@ -438,6 +484,19 @@ pub enum ConfigError {
         /// Where `native` came from.
         agent: Origin,
     },
+    /// `--push` (or `push` in ralph.toml) names no usable remote.
+    #[error(
+        "{} `{value}` is not a git remote's name\nhint: {} (a remote from `git remote -v`), or {} to push to origin",
+        origin.name("--push", "push"),
+        origin.change("--push", "push", "\"origin\""),
+        match origin { Origin::CommandLine => "pass --push alone", Origin::File(_) => "set push = true" }
+    )]
+    BadRemote {
+        /// The value given.
+        value: String,
+        /// Where it came from.
+        origin: Origin,
+    },
     /// `--agent exec` without a command line.
     #[error(
         "{} exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set \
@@ -463,6 +522,7 @@ impl ConfigError {
             | ConfigError::ZeroLimit { origin, .. }
             | ConfigError::BadCost { origin, .. }
             | ConfigError::ZeroSteps { origin }
+            | ConfigError::BadRemote { origin, .. }
             | ConfigError::MissingModel { agent: origin }
             | ConfigError::MissingAgentCmd { agent: origin } => *origin == Origin::CommandLine,
             ConfigError::JsonModeNeedsOpenai {
@@ -727,6 +787,54 @@ impl RunConfig {
             file.max_no_progress,
             DEFAULT_MAX_NO_PROGRESS,
         )?;
+        let shutdown_timeout = match args.shutdown_timeout {
+            Some(d) => d,
+            None => duration("shutdown_timeout", &file.shutdown_timeout)?.unwrap_or(
+                if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+                    GITHUB_ACTIONS_SHUTDOWN_TIMEOUT
+                } else {
+                    DEFAULT_SHUTDOWN_TIMEOUT
+                },
+            ),
+        };
+        if shutdown_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                name: "--shutdown-timeout",
+                key: "shutdown_timeout",
+                origin: origin(args.shutdown_timeout.is_some()),
+            });
+        }
+        let lease_ttl = match args.lease_ttl {
+            Some(d) => d,
+            None => duration("lease_ttl", &file.lease_ttl)?.unwrap_or(DEFAULT_LEASE_TTL),
+        };
+        if lease_ttl.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                name: "--lease-ttl",
+                key: "lease_ttl",
+                origin: origin(args.lease_ttl.is_some()),
+            });
+        }
+        let push = match (&args.push, &file.push) {
+            // RALPH_PUSH=true / false, as for the other switches.
+            (Some(v), _) if ["true", "1", "yes", "on"].contains(&v.trim()) => {
+                Some("origin".to_owned())
+            }
+            (Some(v), _) if ["false", "0", "no", "off"].contains(&v.trim()) => None,
+            (Some(remote), _) => Some(remote.trim().to_owned()),
+            (None, Some(PushSetting::On(true))) => Some("origin".to_owned()),
+            (None, Some(PushSetting::Remote(r))) => Some(r.trim().to_owned()),
+            (None, Some(PushSetting::On(false)) | None) => None,
+        };
+        if let Some(remote) = push.as_deref() {
+            if remote.is_empty() || remote.starts_with('-') || remote.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::BadRemote {
+                    value: remote.to_owned(),
+                    origin: origin(args.push.is_some()),
+                });
+            }
+        }
         let max_cost = args.max_cost.or(file.max_cost);
         if let Some(value) = max_cost.filter(|c| !c.is_finite() || *c <= 0.0) {
             return Err(ConfigError::BadCost {
@@ -734,7 +842,15 @@ impl RunConfig {
                 origin: origin(args.max_cost.is_some()),
             });
         }
+        let push_attempts = file.push_attempts.unwrap_or(4).max(1);
+        let push_backoff =
+            duration("push_backoff", &file.push_backoff)?.unwrap_or(Duration::from_secs(2));
         Ok(RunConfig {
+            push_attempts,
+            push_backoff,
+            push,
+            shutdown_timeout,
+            lease_ttl,
             max_cost,
             max_attempts,
             max_failures,
@@ -937,6 +1053,37 @@ mod tests {
         assert_eq!(cfg.timeout, Duration::from_secs(120));
         assert_eq!(cfg.model.as_deref(), Some("haiku"));
         assert_eq!(cfg.prd_path, dir.path().join("docs/prd.json"));
+    }
+
+    #[test]
+    fn push_takes_a_remote_or_a_switch_from_flags_env_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let resolve = |push: Option<&str>| {
+            let mut a = args();
+            a.push = push.map(str::to_owned);
+            RunConfig::resolve(&a, dir.path()).unwrap().push
+        };
+        assert_eq!(resolve(None), None);
+        // `--push` alone is `origin` (clap's default_missing_value); RALPH_PUSH=true too.
+        for on in ["origin", "true", "1", "yes", "on"] {
+            assert_eq!(resolve(Some(on)).as_deref(), Some("origin"), "{on}");
+        }
+        for off in ["false", "0", "no", "off"] {
+            assert_eq!(resolve(Some(off)), None, "{off}");
+        }
+        assert_eq!(resolve(Some(" upstream ")).as_deref(), Some("upstream"));
+        let toml = dir.path().join("ralph.toml");
+        std::fs::write(&toml, "push = true\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("origin"));
+        std::fs::write(&toml, "push = \"backup\"\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("backup"));
+        // The flag (or RALPH_PUSH) wins over the file, also to turn it off.
+        assert_eq!(resolve(Some("false")), None);
+        std::fs::write(&toml, "push = false\n").unwrap();
+        assert_eq!(resolve(None), None);
+        let mut a = args();
+        a.push = Some("--force".to_owned());
+        assert!(RunConfig::resolve(&a, dir.path()).is_err());
     }
 
     #[test]

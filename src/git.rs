@@ -120,6 +120,15 @@ pub enum GitError {
         /// The revision as given.
         rev: String,
     },
+    /// A local branch has commits that another commit (the remote's) does not have, and the
+    /// other way round, so neither can simply follow the other.
+    #[error("branch `{branch}` here and the remote's ({other}) have diverged: each has commits the other lacks\nhint: look at both (`git log --oneline --graph {branch} {other}`), reconcile them by hand (merge or rebase) and push, then run ralph again")]
+    Diverged {
+        /// The local branch.
+        branch: String,
+        /// The other commit (sha).
+        other: String,
+    },
     /// The index holds unresolved merge conflicts, so no tree can be written.
     #[error("the git index has unresolved conflicts, so ralph cannot commit\nhint: resolve them (`git status`), commit, then run ralph again")]
     Conflicted,
@@ -1032,6 +1041,134 @@ impl Repo {
             .find_blob(entry.id())
             .map_err(op("read file from history"))?;
         Ok(Some(blob.content().to_vec()))
+    }
+
+    /// Writes a commit object with an empty tree, `message` and `parent` (a sha), moving no
+    /// reference, and returns its full sha: the lease commits that `--push` sends to the
+    /// remote. Author and committer are git's identity (as for [`Repo::commit_all`]).
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `parent` is not a commit here; [`GitError::Git`].
+    pub fn write_detached_commit(
+        &self,
+        message: &str,
+        parent: Option<&str>,
+    ) -> Result<String, GitError> {
+        let parent = match parent {
+            Some(p) => Some(self.resolve_commit(p)?),
+            None => None,
+        };
+        let tree_id = self
+            .repo
+            .treebuilder(None)
+            .and_then(|b| b.write())
+            .map_err(op("write tree"))?;
+        let tree = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        let config = self.repo.config().map_err(op("read config"))?;
+        let env = |key: &str| std::env::var(key).ok();
+        let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+        let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+        let parents: Vec<&Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(None, &author, &committer, message, &tree, &parents)
+            .map_err(op("commit"))?;
+        Ok(oid.to_string())
+    }
+
+    /// The whole message of commit `rev`.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `rev` is not a commit here.
+    pub fn message_of(&self, rev: &str) -> Result<String, GitError> {
+        let commit = self.resolve_commit(rev)?;
+        Ok(String::from_utf8_lossy(commit.message_bytes()).into_owned())
+    }
+
+    /// The full sha reference `name` (e.g. `refs/remotes/origin/x`) points at; `None` when it
+    /// does not exist or names no commit.
+    pub fn ref_sha(&self, name: &str) -> Option<String> {
+        let reference = self.repo.find_reference(name).ok()?;
+        Some(reference.peel_to_commit().ok()?.id().to_string())
+    }
+
+    /// Puts HEAD on local branch `name` at commit `sha`: creates the branch there when it does
+    /// not exist, or moves it forward to `sha` when `sha` descends from it, checking the tree
+    /// out safely (uncommitted changes are kept unless the switch would overwrite them).
+    /// Returns whether anything moved.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `sha` is not a commit here; [`GitError::Diverged`]
+    /// when the branch has commits `sha` does not have; [`GitError::CheckoutConflict`];
+    /// [`GitError::Git`].
+    pub fn advance_branch(&self, name: &str, sha: &str) -> Result<bool, GitError> {
+        let refname = format!("refs/heads/{name}");
+        if !git2::Reference::is_valid_name(&refname) || name.starts_with('-') {
+            return Err(GitError::InvalidBranchName {
+                name: name.to_owned(),
+            });
+        }
+        let target = self.resolve_commit(sha)?;
+        let on_it = self.current_branch().as_deref() == Some(name);
+        let current = self.ref_sha(&refname);
+        if let Some(current) = &current {
+            if *current == target.id().to_string() {
+                if on_it {
+                    return Ok(false);
+                }
+                self.switch_to(name, &refname, &target)?;
+                return Ok(true);
+            }
+            if !self.is_ancestor(current, sha)? {
+                return Err(GitError::Diverged {
+                    branch: name.to_owned(),
+                    other: sha.to_owned(),
+                });
+            }
+        }
+        // Check out first so that a conflict leaves the branch where it was.
+        self.checkout_commit(name, &target)?;
+        self.repo
+            .reference(
+                &refname,
+                target.id(),
+                true,
+                "ralph: fast-forward from the remote",
+            )
+            .map_err(op("move branch"))?;
+        self.repo.set_head(&refname).map_err(op("switch HEAD"))?;
+        Ok(true)
+    }
+
+    /// The commits every remote-tracking ref of `remote` (`refs/remotes/<remote>/*`) points
+    /// at, full shas.
+    pub fn remote_tracking_shas(&self, remote: &str) -> Vec<String> {
+        let glob = format!("refs/remotes/{remote}/*");
+        let Ok(refs) = self.repo.references_glob(&glob) else {
+            return Vec::new();
+        };
+        refs.flatten()
+            .filter_map(|r| r.peel_to_commit().ok().map(|c| c.id().to_string()))
+            .collect()
+    }
+
+    /// Commits reachable from `to` but from none of `hide` (shas; unknown ones are skipped),
+    /// full shas: what a remote whose refs are `hide` lacks.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `to` is not a commit; [`GitError::Git`].
+    pub fn commits_not_in(&self, to: &str, hide: &[String]) -> Result<Vec<String>, GitError> {
+        let to = self.resolve_commit(to)?;
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.push(to.id()).map_err(op("walk history"))?;
+        for h in hide {
+            if let Ok(commit) = self.resolve_commit(h) {
+                walk.hide(commit.id()).map_err(op("walk history"))?;
+            }
+        }
+        walk.map(|oid| oid.map(|oid| oid.to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(op("walk history"))
     }
 
     /// The commit HEAD points at; `None` on an unborn branch.
