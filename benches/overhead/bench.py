@@ -2,11 +2,14 @@
 """ralph's overhead at the floor (issue 13), measured side by side with a baseline in the same
 run. Normally started by `scripts/bench.sh`, which owns the temporary directory:
 
-    bench.py [--quick] [--only ROW,...] [--json FILE] [--tmp DIR] [RALPH_BIN]
+    bench.py [--quick] [--rows ROW,...] [--json FILE] [--tmp DIR] [--dry-run] [RALPH_BIN]
 
 Without RALPH_BIN it runs `cargo build --release --bin ralph` and uses target/release/ralph.
-Rows (names for --only): p1, p1-big, p1-stale, p2, p2-2g, p3, p4, p5, startup. See README.md,
-"Benchmarks", for what each row measures and how.
+Rows (names for --rows, case-insensitive): p1, p1-big, p1-stale, p2, p2-2g, p3, p4, p5, startup,
+or the issue's groups P1 (p1, p1-big, p1-stale), P2 (p2, p2-2g), P3, P4, P5, startup.
+--quick (or RALPH_BENCH_QUICK=1) runs fewer iterations and a 400 MB stream in place of the 2 GB
+one: a few minutes. --dry-run prints what would run and exits (the CI smoke test of the
+arguments). See README.md, "Benchmarks", for what each row measures and how.
 
 Every ralph run is checked, not just timed: the iterations it was asked for are in its ledger
 (P2: the ledger has the token counts of the stream's last line, so all of it was read); a row
@@ -33,15 +36,20 @@ GEN_HISTORY = os.path.join(HERE, "gen_history.py")
 GEN_STREAM = os.path.join(HERE, "gen_stream.py")
 TRUE = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
 ROWS = ["p1", "p1-big", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup"]
+GROUPS = {"p1": ["p1", "p1-big", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
+          "start-up": ["startup"]}
 MIB = 1024 * 1024
 LIMITS = ["--max-attempts", "100000", "--max-failures", "100000", "--max-no-progress", "100000"]
 STREAM_TOKENS_IN = 424242  # gen_stream.py's result line (input_tokens)
 
 # What --quick and the full run do. runs: how many times each side runs (median taken).
-FULL = dict(p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=10, stale_runs=3, p2_runs=3, p3_n=1000,
-            p5_n=50, p5_runs=3, p4_runs=5, start_runs=5, big_files=5000, big_bytes=40_000_000)
-QUICK = dict(p1_n=20, p1_runs=3, big_n=5, big_runs=1, stale_n=2, stale_runs=1, p2_runs=1, p3_n=60,
-             p5_n=10, p5_runs=1, p4_runs=3, start_runs=3, big_files=5000, big_bytes=40_000_000)
+# p2_big: the size of the "2 GB" row's stream (--quick: 400 MB, and the row says so).
+FULL = dict(p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
+            p2_big=2_000_000_000, p5_n=50, p5_runs=3, p4_runs=5, start_runs=5, big_files=5000,
+            big_bytes=40_000_000)
+QUICK = dict(p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
+             p2_big=400_000_000, p5_n=20, p5_runs=1, p4_runs=3, start_runs=3, big_files=5000,
+             big_bytes=40_000_000)
 
 
 class Failed(Exception):
@@ -251,7 +259,8 @@ class Bench:
         self.p1_tiny = r
         self.add("P1 no-op iteration, tiny repo, %d iterations (median of %d)" % (c["p1_n"], c["p1_runs"]),
                  "%.1f ms/iter" % r, "shell loop %.1f ms/iter" % s, ratio(r, s), "≤ 1.2×", met(r / s <= 1.2),
-                 "CPU (user+sys, with children): ralph %.1f ms/iter, shell loop %.1f ms/iter" % (rc, sc))
+                 "CPU (user+sys, with children): ralph %.1f ms/iter, shell loop %.1f ms/iter (%.2f×)"
+                 % (rc, sc, rc / sc))
 
     def big_template(self):
         if not hasattr(self, "_big"):
@@ -269,19 +278,33 @@ class Bench:
         self.add("P1 on a %s-file repo (%d MB), %d iterations (median of %d)"
                  % (fmt_int(c["big_files"]), c["big_bytes"] // 1_000_000, c["big_n"], c["big_runs"]),
                  "%.1f ms/iter" % r, "shell loop %.1f ms/iter" % s, ratio(r, s), "≤ 2×", met(r / s <= 2),
-                 "CPU: ralph %.1f ms/iter, shell loop %.1f ms/iter" % (rc, sc))
+                 "CPU: ralph %.1f ms/iter, shell loop %.1f ms/iter (%.2f×)" % (rc, sc, rc / sc))
 
     def row_p1_stale(self):
         c = self.cfg
         big = self.big_template()
         if getattr(self, "p1_big", None) is None:
             self.p1_big, _, _, _, _ = self.paired_noop(big, c["big_n"], c["big_runs"], ralph_only=True)
-        r, rc, _, _, per_run = self.paired_noop(big, c["stale_n"], c["stale_runs"], refresh=False, ralph_only=True)
+        # On a stale copy: one iteration (it may pay for re-hashing the tree once), then n more in
+        # the same repository (the figure judged: the issue's "never recovers").
+        firsts, walls, cpus = [], [], []
+        n = c["stale_n"]
+        for _ in range(c["stale_runs"]):
+            repo = self.copy(big, "stale", refresh=False)
+            try:
+                w1, _ = self.ralph_noop(repo, 1)
+                w, cpu = self.ralph_noop(repo, n)
+                firsts.append(w1 * 1e3); walls.append(w / n * 1e3); cpus.append(cpu / n * 1e3)
+            finally:
+                self.remove(repo)
+        r, rc, first = statistics.median(walls), statistics.median(cpus), statistics.median(firsts)
         f = self.p1_big
-        self.add("P1 with stale index stat data (the repo copied with `cp -a`), %d iterations (median of %d)"
-                 % (c["stale_n"], c["stale_runs"]),
+        self.add("P1 with stale index stat data (the repo copied with `cp -a`), %d iterations after the first "
+                 "(median of %d)" % (n, c["stale_runs"]),
                  "%.1f ms/iter" % r, "ralph, fresh index %.1f ms/iter" % f, "%.2f× fresh" % (r / f),
-                 "same as fresh (≤ 1.25×)", met(r / f <= 1.25), "CPU: ralph %.1f ms/iter" % rc)
+                 "same as fresh (≤ 1.25×)", met(r / f <= 1.25),
+                 "CPU: ralph %.1f ms/iter; the first iteration on the copy (a whole `ralph run --max-iter 1`, "
+                 "start-up included) took %.0f ms" % (rc, first))
 
     def stream_file(self, size):
         path = os.path.join(self.tmp, "stream-%d.jsonl" % size)
@@ -314,11 +337,15 @@ class Bench:
                             limit = None
                             if big:
                                 avail = mem_available()
-                                if avail < 13 * 1024 * MIB:
+                                # The shell loop holds the output in bash variables: about 5 bytes
+                                # of memory per byte of output (~10 GiB for 2 GB).
+                                need = 5 * nbytes + 2 * 1024 * MIB
+                                if avail < need + 2 * 1024 * MIB:
                                     skipped = "shell loop skipped: it holds the output in a bash variable " \
-                                              "(~10 GiB for 2 GB) and MemAvailable is %s" % fmt_bytes(avail)
+                                              "(~%s) and MemAvailable is %s" % (fmt_bytes(5 * nbytes), fmt_bytes(avail))
                                     continue
-                                limit = min(avail - 2 * 1024 * MIB, 16 * 1024 * MIB)
+                                # A cap, so a machine shared with others is never run out of memory.
+                                limit = min(avail - 4 * 1024 * MIB, max(need, 12 * 1024 * MIB))
                             pre = (lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))) if limit else None
                             w, rc, rss = self.timed_rss([SHELL_LOOP, "1", "--", fake, "--dangerously-skip-permissions",
                                                          "--print"], repo, env=env, preexec=pre,
@@ -384,7 +411,16 @@ class Bench:
 
     def history_repo(self, packed):
         """A 10,000-iteration repository made by gen_history.py --complete (see there): refs
-        packed, or loose as ralph writes them today."""
+        packed (as ralph leaves them since it packs its refs every 100 iterations and at the end
+        of a run), or loose (as older ralphs left them). Made once per kind and shared by P4 and
+        start-up (start-up, run after P4, adds its iterations to it)."""
+        cache = getattr(self, "_history", {})
+        self._history = cache
+        if packed not in cache:
+            cache[packed] = self.make_history_repo(packed)
+        return cache[packed]
+
+    def make_history_repo(self, packed):
         t = time.perf_counter()
         d = self.fresh_dir("history-packed" if packed else "history-loose")
         subprocess.run([sys.executable, GEN_HISTORY, d, "--complete"] + (["--packed-refs"] if packed else []),
@@ -399,17 +435,20 @@ class Bench:
         log = ["git", "log", "-n", "10000", "--format=%H"]
         for argv in (status, log):  # warm-up, not counted
             self.run(argv, repo)
-        r, g = [], []
+        r, g, rcpu, gcpu = [], [], [], []
         for k in range(runs):
             for which in ((status, log) if k % 2 == 0 else (log, status)):
-                w, rc, _ = self.run(which, repo)
+                w, rc, cpu = self.run(which, repo)
                 if rc != 0:
                     raise Failed("%s exit %d: %s" % (which[1], rc, self.stderr_tail()))
                 (r if which is status else g).append(w * 1e3)
+                (rcpu if which is status else gcpu).append(cpu * 1e3)
         rm, gm = statistics.median(r), statistics.median(g)
+        rc_, gc_ = statistics.median(rcpu), statistics.median(gcpu)
         self.add("P4 `ralph status`, 10,000 ledger records and commits, packed repo (median of %d)" % runs,
                  "%.0f ms" % rm, "git log -n 10000 --format=%%H %.0f ms" % gm, ratio(rm, gm), "≤ 1.5×",
-                 met(rm / gm <= 1.5), "objects in one pack (fast-import), every ref in packed-refs")
+                 met(rm / gm <= 1.5), "objects in one pack (fast-import), every ref in packed-refs; CPU: ralph %.0f ms, "
+                 "git log %.0f ms (%.2f×)" % (rc_, gc_, rc_ / max(gc_, 1e-3)))
 
     def row_p5(self):
         c = self.cfg
@@ -418,13 +457,14 @@ class Bench:
         small = self.tiny_repo("p5-small-template", progress=progress_text(0))
         res = {}
         for name, template in (("big", big), ("small", small)):
-            walls, growths, entries, disk = [], [], [], []
+            walls, growths, entries, disk, cpus = [], [], [], [], []
             for k in range(runs):
                 repo = self.copy(template, "p5")
                 try:
                     git_before, git_disk_before = tree_size(os.path.join(repo, ".git"))
                     prog_before = os.path.getsize(os.path.join(repo, "progress.txt"))
-                    w, _ = self.ralph_noop(repo, n)
+                    w, cpu = self.ralph_noop(repo, n)
+                    cpus.append(cpu / n * 1e3)
                     git_after, git_disk_after = tree_size(os.path.join(repo, ".git"))
                     walls.append(w / n * 1e3)
                     growths.append((git_after - git_before) / n)
@@ -432,14 +472,15 @@ class Bench:
                     entries.append((os.path.getsize(os.path.join(repo, "progress.txt")) - prog_before) / n)
                 finally:
                     self.remove(repo)
-            res[name] = dict(ms=statistics.median(walls), growth=statistics.median(growths),
+            res[name] = dict(ms=statistics.median(walls), cpu=statistics.median(cpus), growth=statistics.median(growths),
                              disk=statistics.median(disk), entry=statistics.median(entries))
         b, s = res["big"], res["small"]
         how = "median of %d" % runs if runs > 1 else "one run"
         self.add("P5 iteration with a 5 MiB progress.txt, %d iterations (%s)" % (n, how),
                  "%.1f ms/iter" % b["ms"], "ralph, fresh progress.txt %.1f ms/iter" % s["ms"], ratio(b["ms"], s["ms"]),
                  "independent of its size (≤ 1.25×)", met(b["ms"] / s["ms"] <= 1.25),
-                 "%+.1f ms/iter for the 5 MiB progress.txt" % (b["ms"] - s["ms"]))
+                 "%+.1f ms/iter for the 5 MiB progress.txt; CPU %.1f vs %.1f ms/iter (%.2f×)"
+                 % (b["ms"] - s["ms"], b["cpu"], s["cpu"], b["cpu"] / s["cpu"]))
         self.add("P5 `.git` growth per iteration, 5 MiB progress.txt",
                  "%s/iter" % fmt_bytes(b["growth"]), "entry ralph appends %s" % fmt_bytes(b["entry"]),
                  "%.0f× entry" % (b["growth"] / b["entry"]), "small multiple (≤ 10×)",
@@ -484,14 +525,14 @@ class Bench:
         self.add("`ralph run` start to the first agent spawn, tiny repo (median of %d)" % runs,
                  "%.1f ms" % r, "shell loop %.1f ms" % s, ratio(r, s), "≤ 2×", met(r / s <= 2),
                  "from just before exec to the agent's first instruction (a bash script; both sides pay its start)")
-        repo = self.history_repo(packed=False)
+        repo = self.history_repo(packed=True)
         progress = fmt_bytes(os.path.getsize(os.path.join(repo, "progress.txt")))
         r2, s2 = self.startup(repo, runs)
         self.add("`ralph run` start to the first agent spawn, 10,000-iteration repo (median of %d)" % runs,
                  "%.1f ms" % r2, "shell loop %.1f ms" % s2, ratio(r2, s2),
                  "≤ 2×, and ≤ 1.25× the tiny repo's", met(r2 / s2 <= 2 and r2 / r <= 1.25),
-                 "%.2f× ralph's tiny-repo start-up; the repo as ralph leaves it: 20,000 loose refs under "
-                 "refs/ralph/, objects in one pack, a %s progress.txt, the ledger and state.json"
+                 "%.2f× ralph's tiny-repo start-up; the repo as ralph leaves it: 20,000 refs under refs/ralph/ "
+                 "in packed-refs, objects in one pack, a %s progress.txt, the ledger and state.json"
                  % (r2 / r, progress))
 
     # ---- output ----------------------------------------------------------------------------
@@ -510,6 +551,28 @@ class Bench:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+def select_rows(ap, spec):
+    """The rows --rows names, in the table's order: row names and the issue's groups (P1 is p1,
+    p1-big and p1-stale; P2 is p2 and p2-2g), case-insensitive. Without --rows, every row."""
+    if not spec:
+        return list(ROWS)
+    wanted = set()
+    for name in (x.strip().lower() for x in spec.split(",") if x.strip()):
+        if name in GROUPS:
+            wanted.update(GROUPS[name])
+        elif name in ROWS:
+            wanted.add(name)
+        else:
+            ap.error("unknown row %r (rows: %s; groups: P1, P2, P3, P4, P5, startup)" % (name, ",".join(ROWS)))
+    if not wanted:
+        ap.error("--rows names no row")
+    return [r for r in ROWS if r in wanted]
+
+
+def p2_big_label(size):
+    return "2 GB" if size == 2_000_000_000 else "%d MB (--quick; 2 GB in the full run)" % (size // 1_000_000)
+
 
 def ratio(a, b):
     return "%.2f×" % (a / b)
@@ -551,6 +614,23 @@ def last_record(path):
 def read_stamp(path):
     with open(path) as f:
         return float(f.read().strip().replace(",", "."))
+
+
+def fsync_probe(tmp):
+    """Median ms of fsync after a small write, and of fsync of a directory, in tmp: context for
+    wall times on a shared machine (ralph syncs its state files and directories)."""
+    path = os.path.join(tmp, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    dfd = os.open(tmp, os.O_RDONLY)
+    files, dirs = [], []
+    try:
+        for _ in range(15):
+            os.write(fd, b"x" * 200)
+            t = time.perf_counter(); os.fsync(fd); files.append(time.perf_counter() - t)
+            t = time.perf_counter(); os.fsync(dfd); dirs.append(time.perf_counter() - t)
+    finally:
+        os.close(fd); os.close(dfd); os.unlink(path)
+    return statistics.median(files) * 1e3, statistics.median(dirs) * 1e3
 
 
 def mem_available():
@@ -612,15 +692,23 @@ def progress_text(size):
 def main():
     ap = argparse.ArgumentParser(description="ralph's overhead, side by side with the shell-loop baseline.")
     ap.add_argument("ralph", nargs="?", help="the ralph binary (default: build target/release/ralph)")
-    ap.add_argument("--quick", action="store_true", help="a smaller smoke run (< 1 min): fewer iterations, no 2 GB")
-    ap.add_argument("--only", help="comma-separated rows: " + ",".join(ROWS))
+    ap.add_argument("--quick", action="store_true",
+                    help="a few minutes: fewer iterations, 400 MB in place of 2 GB (also RALPH_BENCH_QUICK=1)")
+    ap.add_argument("--rows", "--only", dest="rows",
+                    help="comma-separated rows or groups, case-insensitive: P1,P2,P3,P4,P5,startup or "
+                         + ",".join(ROWS))
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--tmp", help="work directory (default: a new one, removed at the end)")
+    ap.add_argument("--dry-run", action="store_true", help="print the rows and settings that would run, and exit")
     a = ap.parse_args()
-    only = a.only.split(",") if a.only else [r for r in ROWS if not (a.quick and r == "p2-2g")]
-    unknown = [r for r in only if r not in ROWS]
-    if unknown:
-        ap.error("unknown rows %s (known: %s)" % (",".join(unknown), ",".join(ROWS)))
+    a.quick = a.quick or os.environ.get("RALPH_BENCH_QUICK", "") not in ("", "0")
+    only = select_rows(ap, a.rows)
+    if a.dry_run:
+        print("rows: %s" % " ".join(only))
+        print("settings%s: %s" % (" (--quick)" if a.quick else "",
+                                  " ".join("%s=%s" % kv for kv in sorted((QUICK if a.quick else FULL).items()))))
+        print("ralph: %s" % (a.ralph or "target/release/ralph, built by cargo build --release --bin ralph"))
+        return 0
     ralph = a.ralph
     if not ralph:
         subprocess.run(["cargo", "build", "--release", "--bin", "ralph"], cwd=ROOT, check=True)
@@ -635,13 +723,15 @@ def main():
     bench = Bench(ralph, tmp, QUICK if a.quick else FULL)
     version = subprocess.run([ralph, "--version"], capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()
+    fsync_file, fsync_dir = fsync_probe(tmp)
     sys.stderr.write("ralph overhead bench%s: %s (%s), %d CPUs, load %.2f %.2f %.2f\n" % (
         " --quick" if a.quick else "", ralph, version, os.cpu_count(), *load))
     started = time.perf_counter()
     try:
         steps = {"p1": bench.row_p1, "p1-big": bench.row_p1_big, "p1-stale": bench.row_p1_stale,
                  "p2": lambda: bench.row_p2(100_000_000, "100 MB", bench.cfg["p2_runs"]),
-                 "p2-2g": lambda: bench.row_p2(2_000_000_000, "2 GB", 1, big=True),
+                 "p2-2g": lambda: bench.row_p2(bench.cfg["p2_big"], p2_big_label(bench.cfg["p2_big"]), 1,
+                                               big=True),
                  "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup}
         for name in ROWS:
             if name not in only:
@@ -659,14 +749,28 @@ def main():
             bench.child.wait()
         if own_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("ralph overhead bench%s — %s (%s); %d CPUs, load at start %.2f; %.0f s" % (
+    end_load = os.getloadavg()
+    print("ralph overhead bench%s — %s (%s)" % (
         " --quick" if a.quick else "", os.path.relpath(ralph, os.getcwd()) if ralph.startswith(os.getcwd()) else ralph,
-        version, os.cpu_count(), load[0], time.perf_counter() - started))
+        version))
+    print("machine: %d CPUs, load %.1f at start and %.1f at the end; fsync %.1f ms (file), %.1f ms (directory); "
+          "took %.0f s" % (os.cpu_count(), load[0], end_load[0], fsync_file, fsync_dir, time.perf_counter() - started))
     print()
     print(bench.table())
+    print()
+    judged = [r for r in bench.rows if r["met"] in ("yes", "no")]
+    print("goals met: %d of %d rows%s" % (sum(r["met"] == "yes" for r in judged), len(judged),
+                                          "" if all(r["met"] == "yes" for r in judged) else
+                                          " (not met: %s)" % "; ".join(r["measure"].split(" (")[0]
+                                                                      for r in judged if r["met"] != "yes")))
+    print("ratio: ralph's figure over the baseline's (time, memory or size), so below 1 ralph does better; "
+          "medians of interleaved runs unless a row says otherwise. met? judges the ralph column's wall "
+          "figure against the goal; on a loaded machine compare ratios, and the CPU figures in the notes.")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"ralph": ralph, "version": version, "quick": a.quick, "rows": bench.rows}, f, indent=2)
+            json.dump({"ralph": ralph, "version": version, "quick": a.quick, "cpus": os.cpu_count(),
+                       "load": [load[0], end_load[0]], "fsync_ms": [fsync_file, fsync_dir], "rows": bench.rows},
+                      f, indent=2)
     return 1 if any(r["ralph"] == "FAILED" for r in bench.rows) else 0
 
 
