@@ -65,6 +65,7 @@ class Bench:
         self.notes = []
         self.child = None
         self.seq = 0
+        self.step = None
         home = os.path.join(tmp, "home")
         os.makedirs(home, exist_ok=True)
         with open(os.path.join(home, ".gitconfig"), "w") as f:
@@ -225,9 +226,10 @@ class Bench:
 
     # ---- rows ------------------------------------------------------------------------------
 
-    def add(self, measure, ralph, base, ratio, goal, met, note=None):
-        self.rows.append(dict(measure=measure, ralph=ralph, baseline=base, ratio=ratio, goal=goal, met=met,
-                              note=note))
+    def add(self, measure, ralph, base, ratio, goal, met, note=None, key=None):
+        """A row of the table; key (default: the --rows name being run) names it in the summary."""
+        self.rows.append(dict(key=key or self.step, measure=measure, ralph=ralph, baseline=base, ratio=ratio,
+                              goal=goal, met=met, note=note))
         sys.stderr.write("  %s: %s | %s | %s | %s\n" % (measure, ralph, base, ratio, met))
 
     def paired_noop(self, template, n, runs, refresh=True, ralph_only=False):
@@ -370,9 +372,10 @@ class Bench:
             rat_t = rat_m = "—"
         self.add("P2 %s of claude stream-json in one iteration: throughput (%s)" % (label, how),
                  "%.0f MB/s" % (nbytes / rt / 1e6), base_t, rat_t, "≥ 300 MB/s", met(nbytes / rt / 1e6 >= 300),
-                 skipped or "whole process: bytes / wall time of `ralph run --max-iter 1`, start-up and commit included")
+                 skipped or "whole process: bytes / wall time of `ralph run --max-iter 1`, start-up and commit included",
+                 key=self.step + " MB/s")
         self.add("P2 %s: peak RSS" % label, "%.1f MiB" % rm, base_m, rat_m, "≤ 16 MiB", met(rm <= 16),
-                 "ru_maxrss (/usr/bin/time %M) of ralph and its children (sh, cat: ~2 MiB)")
+                 "ru_maxrss (/usr/bin/time %M) of ralph and its children (sh, cat: ~2 MiB)", key=self.step + " RSS")
 
     def row_p3(self):
         n = self.cfg["p3_n"]
@@ -480,13 +483,14 @@ class Bench:
                  "%.1f ms/iter" % b["ms"], "ralph, fresh progress.txt %.1f ms/iter" % s["ms"], ratio(b["ms"], s["ms"]),
                  "independent of its size (≤ 1.25×)", met(b["ms"] / s["ms"] <= 1.25),
                  "%+.1f ms/iter for the 5 MiB progress.txt; CPU %.1f vs %.1f ms/iter (%.2f×)"
-                 % (b["ms"] - s["ms"], b["cpu"], s["cpu"], b["cpu"] / s["cpu"]))
+                 % (b["ms"] - s["ms"], b["cpu"], s["cpu"], b["cpu"] / s["cpu"]), key="p5 ms/iter")
         self.add("P5 `.git` growth per iteration, 5 MiB progress.txt",
                  "%s/iter" % fmt_bytes(b["growth"]), "entry ralph appends %s" % fmt_bytes(b["entry"]),
                  "%.0f× entry" % (b["growth"] / b["entry"]), "small multiple (≤ 10×)",
                  met(b["growth"] / b["entry"] <= 10),
                  "apparent size of .git's files; on disk %s/iter. With a fresh progress.txt: %s/iter "
-                 "(on disk %s/iter)" % (fmt_bytes(b["disk"]), fmt_bytes(s["growth"]), fmt_bytes(s["disk"])))
+                 "(on disk %s/iter)" % (fmt_bytes(b["disk"]), fmt_bytes(s["growth"]), fmt_bytes(s["disk"])),
+                 key="p5 .git growth")
 
     def startup(self, repo, runs):
         """Median ms from the exec of ralph (or the shell loop) to the agent's first instruction.
@@ -524,7 +528,8 @@ class Bench:
         r, s = self.startup(tiny, runs)
         self.add("`ralph run` start to the first agent spawn, tiny repo (median of %d)" % runs,
                  "%.1f ms" % r, "shell loop %.1f ms" % s, ratio(r, s), "≤ 2×", met(r / s <= 2),
-                 "from just before exec to the agent's first instruction (a bash script; both sides pay its start)")
+                 "from just before exec to the agent's first instruction (a bash script; both sides pay its start)",
+                 key="startup tiny")
         repo = self.history_repo(packed=True)
         progress = fmt_bytes(os.path.getsize(os.path.join(repo, "progress.txt")))
         r2, s2 = self.startup(repo, runs)
@@ -533,7 +538,7 @@ class Bench:
                  "≤ 2×, and ≤ 1.25× the tiny repo's", met(r2 / s2 <= 2 and r2 / r <= 1.25),
                  "%.2f× ralph's tiny-repo start-up; the repo as ralph leaves it: 20,000 refs under refs/ralph/ "
                  "in packed-refs, objects in one pack, a %s progress.txt, the ledger and state.json"
-                 % (r2 / r, progress))
+                 % (r2 / r, progress), key="startup 10,000")
 
     # ---- output ----------------------------------------------------------------------------
 
@@ -737,6 +742,7 @@ def main():
             if name not in only:
                 continue
             sys.stderr.write("%s ...\n" % name)
+            bench.step = name
             t = time.perf_counter()
             try:
                 steps[name]()
@@ -761,8 +767,7 @@ def main():
     judged = [r for r in bench.rows if r["met"] in ("yes", "no")]
     print("goals met: %d of %d rows%s" % (sum(r["met"] == "yes" for r in judged), len(judged),
                                           "" if all(r["met"] == "yes" for r in judged) else
-                                          " (not met: %s)" % "; ".join(r["measure"].split(" (")[0]
-                                                                      for r in judged if r["met"] != "yes")))
+                                          " (not met: %s)" % ", ".join(r["key"] for r in judged if r["met"] != "yes")))
     print("ratio: ralph's figure over the baseline's (time, memory or size), so below 1 ralph does better; "
           "medians of interleaved runs unless a row says otherwise. met? judges the ralph column's wall "
           "figure against the goal; on a loaded machine compare ratios, and the CPU figures in the notes.")
