@@ -45,10 +45,10 @@ STREAM_TOKENS_IN = 424242  # gen_stream.py's result line (input_tokens)
 # What --quick and the full run do. runs: how many times each side runs (median taken).
 # p2_big: the size of the "2 GB" row's stream (--quick: 400 MB, and the row says so).
 FULL = dict(p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
-            p2_big=2_000_000_000, p5_n=50, p5_runs=3, p4_runs=5, start_runs=5, big_files=5000,
+            p2_big=2_000_000_000, p5_n=50, p5_runs=3, p4_runs=7, start_runs=11, big_files=5000,
             big_bytes=40_000_000)
 QUICK = dict(p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
-             p2_big=400_000_000, p5_n=20, p5_runs=1, p4_runs=3, start_runs=3, big_files=5000,
+             p2_big=400_000_000, p5_n=20, p5_runs=1, p4_runs=5, start_runs=7, big_files=5000,
              big_bytes=40_000_000)
 
 
