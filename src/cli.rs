@@ -329,7 +329,11 @@ pub struct RunArgs {
     /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
     #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
     pub api_key_env: Option<String>,
-    /// local: a GGUF model file to serve instead of the built-in Qwen2.5-Coder-0.5B.
+    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
+    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
+    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
+    pub local_model: Option<crate::local::BuiltinModel>,
+    /// local: a GGUF model file to serve instead of a built-in model.
     #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
     pub model_file: Option<PathBuf>,
     /// native/local: how tool calls are requested (json: response_format json_schema, for models

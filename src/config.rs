@@ -80,6 +80,8 @@ pub struct FileConfig {
     pub base_url: Option<String>,
     /// native: environment variable holding the API key.
     pub api_key_env: Option<String>,
+    /// local: `default` or `small`, the built-in model to serve.
+    pub local_model: Option<crate::local::BuiltinModel>,
     /// local: GGUF file to serve, relative to the directory holding ralph.toml.
     pub model_file: Option<PathBuf>,
     /// native/local: `native` or `json`.
@@ -136,7 +138,9 @@ pub struct NativeOptions {
     pub base_url: Option<String>,
     /// Environment variable with the API key (`None`: no key).
     pub api_key_env: Option<String>,
-    /// local: the GGUF to serve (`None`: the built-in model).
+    /// local: the built-in model to serve when `model_file` is `None`.
+    pub local_model: crate::local::BuiltinModel,
+    /// local: the GGUF to serve (`None`: the built-in model `local_model`).
     pub model_file: Option<PathBuf>,
     /// How tool calls are requested.
     pub tool_mode: ToolMode,
@@ -156,7 +160,7 @@ pub struct NativeOptions {
     pub tools: Option<Vec<String>>,
 }
 
-/// The tools offered to the built-in local model: the few a 0.5B model uses well.
+/// The tools offered to the built-in local model: the few a small model uses well.
 pub const LOCAL_TOOLS: &[&str] = &[
     "write_file",
     "edit_file",
@@ -165,8 +169,16 @@ pub const LOCAL_TOOLS: &[&str] = &[
     "mark_story",
 ];
 
-/// The model name ralph uses for the built-in local model.
-pub const LOCAL_MODEL_NAME: &str = "qwen2.5-coder-0.5b-instruct";
+/// Defaults of the local backend that depend on the built-in model: `(max_steps, max_tokens,
+/// context_window)`. The small model gets few steps and short replies (it answers one explicit
+/// action, and more steps mostly let it wander); the default model gets room to write a small
+/// file in one reply, to read a failed check's output and fix it within the same iteration.
+pub fn local_defaults(model: crate::local::BuiltinModel) -> (u32, u32, u32) {
+    match model {
+        crate::local::BuiltinModel::Default => (12, 768, 8192),
+        crate::local::BuiltinModel::Small => (8, 256, 4096),
+    }
+}
 
 /// How ralph talks to the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -610,10 +622,13 @@ impl RunConfig {
                 (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
                 (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
             });
+        let local_model = args.local_model.or(file.local_model).unwrap_or_default();
+        let (local_steps, local_tokens, local_window) = local_defaults(local_model);
         let native = NativeOptions {
             provider,
             base_url,
             api_key_env,
+            local_model,
             model_file: match (&args.model_file, &file.model_file) {
                 (Some(p), _) => Some(absolute(cwd, p)),
                 (None, Some(p)) => Some(absolute(&file_dir, p)),
@@ -624,14 +639,19 @@ impl RunConfig {
             } else {
                 ToolMode::Native
             }),
-            max_steps: args
-                .max_steps
-                .or(file.max_steps)
-                .unwrap_or(if local { 8 } else { 40 }),
-            max_tokens: file.max_tokens.unwrap_or(if local { 256 } else { 8192 }),
-            context_window: file
-                .context_window
-                .unwrap_or(if local { 4096 } else { 128_000 }),
+            max_steps: args.max_steps.or(file.max_steps).unwrap_or(if local {
+                local_steps
+            } else {
+                40
+            }),
+            max_tokens: file
+                .max_tokens
+                .unwrap_or(if local { local_tokens } else { 8192 }),
+            context_window: file.context_window.unwrap_or(if local {
+                local_window
+            } else {
+                128_000
+            }),
             temperature: file.temperature.or(if local { Some(0.0) } else { None }),
             seed: file.seed.or(if local { Some(42) } else { None }),
             prices: file.prices.clone(),

@@ -265,7 +265,7 @@ impl Session {
             (Some(m), _) => m.clone(),
             (None, AgentKind::Local) => match &cfg.native.model_file {
                 Some(f) => f.display().to_string(),
-                None => crate::config::LOCAL_MODEL_NAME.to_string(),
+                None => cfg.native.local_model.pin().name.to_string(),
             },
             (None, _) => "agent default".into(),
         };
@@ -395,7 +395,7 @@ async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Resul
             (python, file.clone())
         }
         None => {
-            let model = crate::local::ensure_setup(&mut progress)?;
+            let model = crate::local::ensure_setup(cfg.native.local_model, &mut progress)?;
             (model.python, model.model_file)
         }
     };

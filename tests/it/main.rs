@@ -15,6 +15,7 @@ mod fault_injection;
 mod llm;
 mod local;
 mod local_e2e;
+mod local_loop;
 mod morning;
 mod native_loop;
 mod notify;

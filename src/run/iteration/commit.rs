@@ -68,6 +68,14 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         clock,
     } = draft;
     progress::ensure_exists(&at.paths.progress, Local::now())?;
+    // progress.txt stays bounded: its older entries move to progress-history/ (P5).
+    if let Some(rolled) = progress::roll(&at.paths.progress, Local::now())? {
+        tracing::info!(
+            "moved {} bytes of older progress.txt entries to {}",
+            rolled.moved_bytes,
+            rolled.part.display()
+        );
+    }
     progress::append_entry(
         &at.paths.progress,
         &progress::Entry {
