@@ -25,4 +25,6 @@ export RALPH_CLAUDE_BIN="$root/.tools/claude/node_modules/.bin/claude"
 export RALPH_CODEX_BIN="$root/.tools/codex/node_modules/.bin/codex"
 export RALPH_OPENCODE_BIN="$root/.tools/opencode/node_modules/.bin/opencode"
 export RALPH_GEMINI_BIN="$root/.tools/gemini/node_modules/.bin/gemini"
+# The overhead bench (scripts/bench.sh) is not run here, only its argument parsing (no build).
+./scripts/bench.sh --dry-run --quick --rows P1,p4,startup >/dev/null
 cargo test --features test-fakes "$@"
