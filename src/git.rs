@@ -317,6 +317,9 @@ fn pack_refs_at(git_dir: &Path) -> Result<(), GitError> {
 pub struct Repo {
     repo: Repository,
     root: PathBuf,
+    /// When this handle was opened: [`Repo::pack_loose_objects`] packs only loose objects
+    /// written since (ralph's own and its agents'), never a user's older ones.
+    opened_at: std::time::SystemTime,
 }
 
 impl std::fmt::Debug for Repo {
@@ -358,7 +361,11 @@ impl Repo {
                 })
             }
         };
-        Ok(Repo { repo, root })
+        Ok(Repo {
+            repo,
+            root,
+            opened_at: std::time::SystemTime::now(),
+        })
     }
 
     /// The working tree's root directory (absolute, as libgit2 reports it; ends without a
@@ -665,17 +672,29 @@ impl Repo {
     /// progress.txt, deflated but not deltified; packed, successive copies cost about what was
     /// appended (issue 13, P5).
     ///
-    /// The pack and its index are synced to disk before any loose file is removed, and only the
-    /// objects written into the pack are removed, so neither a kill nor a power loss can lose
-    /// one. Nothing is done when there are fewer than 2 or more than `max` loose objects (a
-    /// repository that large is left to `git gc`).
+    /// Only loose objects written since this handle was opened (the run's start) are packed: a
+    /// user's older loose objects are left to `git gc` and cost ralph nothing. The pack and its
+    /// index are synced to disk before any loose file is removed, and only the objects written
+    /// into the pack are removed, so neither a kill nor a power loss can lose one. Nothing is
+    /// done when there are fewer than 2 or more than `max` such objects (so many are left to
+    /// `git gc` too).
     ///
     /// # Errors
     /// [`GitError::Git`] when the pack cannot be built or written, or a file cannot be synced;
     /// the loose objects are then all still there.
     pub fn pack_loose_objects(&self, max: usize) -> Result<usize, GitError> {
         let objects = self.repo.path().join("objects");
-        let loose = loose_objects(&objects, max + 1);
+        // A second of slack: file times may be coarser than the clock.
+        let since = self.opened_at - std::time::Duration::from_secs(1);
+        let loose: Vec<_> = loose_objects(&objects, usize::MAX)
+            .into_iter()
+            .filter(|(_, path)| {
+                std::fs::metadata(path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t >= since)
+            })
+            .take(max + 1)
+            .collect();
         if loose.len() < 2 || loose.len() > max {
             return Ok(0);
         }
@@ -1472,6 +1491,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         git2::Repository::init(root).unwrap();
+        // A user's loose objects from before the run are left to git gc.
+        std::fs::write(root.join("user.txt"), "the user's own work\n").unwrap();
+        git(root, &["add", "user.txt"]);
+        let user_blob = git(root, &["hash-object", "user.txt"]);
+        let user_blob = user_blob.trim();
+        std::thread::sleep(std::time::Duration::from_millis(1200));
         let repo = Repo::discover(root).unwrap();
         let mut log = String::new();
         let mut heads = Vec::new();
@@ -1492,13 +1517,21 @@ mod tests {
             .sum();
         let packed = repo.pack_loose_objects(MAX_LOOSE_TO_PACK).unwrap();
         assert_eq!(packed, 120, "40 commits, trees and blobs");
-        assert!(loose_objects(&root.join(".git/objects"), usize::MAX).is_empty());
+        let left: Vec<_> = loose_objects(&root.join(".git/objects"), usize::MAX)
+            .into_iter()
+            .map(|(oid, _)| oid.to_string())
+            .collect();
+        assert_eq!(
+            left,
+            [user_blob],
+            "only the user's older object stays loose"
+        );
         let fan_out = std::fs::read_dir(root.join(".git/objects"))
             .unwrap()
             .flatten()
             .filter(|e| e.file_name().len() == 2)
             .count();
-        assert_eq!(fan_out, 0, "emptied fan-out folders are removed");
+        assert_eq!(fan_out, 1, "emptied fan-out folders are removed");
         let pack_bytes: u64 = std::fs::read_dir(root.join(".git/objects/pack"))
             .unwrap()
             .flatten()
