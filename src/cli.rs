@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Write a starter prd.json, progress.txt, ralph.toml and .ralph/.gitignore.
     Init(InitArgs),
-    /// Check a prd.json against the schema and the semantic rules; exit 0 (valid) or 1.
+    /// Check a prd.json against the schema and the semantic rules, and lint it; exit 0 (valid) or 1.
     Validate(ValidateArgs),
     /// Run the agent loop until every story passes or a limit is hit.
     #[command(after_help = crate::protocol::ExitStatus::help_table())]
@@ -230,6 +230,9 @@ pub struct ValidateArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Treat the linter's findings (vague criteria, oversized stories, …) as errors: exit 1.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Arguments of `ralph status`.

@@ -73,6 +73,10 @@ pub struct NativeSettings {
     /// Tools offered by name (`None`: all).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// Set for an answer session (`ralph plan`, `ralph convert`): no tools, one reply that must
+    /// follow this JSON Schema (see [`crate::native::answer`]). `None` for `ralph run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_schema: Option<Value>,
 }
 
 /// Facts about the native backend: ralph itself, no CLI to install or probe.

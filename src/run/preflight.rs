@@ -148,6 +148,7 @@ pub fn build_backend(
             prd_path: paths.prd.clone(),
             progress_path: paths.progress.clone(),
             tools: cfg.native.tools.clone(),
+            answer_schema: cfg.native.answer_schema.clone(),
         }
     });
     agent::backend(
