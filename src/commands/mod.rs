@@ -2,11 +2,13 @@
 
 pub mod archive;
 pub mod completions;
+pub mod convert;
 pub mod doctor;
 pub mod init;
 pub mod log;
 pub mod man;
 pub mod native_agent;
+pub mod plan;
 pub mod notify;
 pub mod report;
 pub mod run;

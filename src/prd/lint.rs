@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::prd::model::{Prd, Story};
 
@@ -217,6 +218,55 @@ pub fn lint(prd: &Prd, options: &LintOptions) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// [`lint`] for a JSON document that may break the schema (an agent's draft): each field is
+/// read leniently (a missing or mistyped one counts as empty), so criteria, titles and
+/// dependencies are linted even where another field is wrong. The schema's own problems are for
+/// [`crate::prd::store::validate_value`] to report. No findings for a value that is not an object.
+pub fn lint_value(value: &Value, options: &LintOptions) -> Vec<Finding> {
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let strings = |v: &Value, key: &str| -> Vec<String> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    if !value.is_object() {
+        return Vec::new();
+    }
+    let stories = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|s| Story {
+            id: text(s, "id"),
+            title: text(s, "title"),
+            description: text(s, "description"),
+            acceptance_criteria: strings(s, "acceptanceCriteria"),
+            priority: s.get("priority").and_then(Value::as_i64).unwrap_or(0),
+            passes: s.get("passes").and_then(Value::as_bool).unwrap_or(false),
+            notes: String::new(),
+            depends_on: strings(s, "dependsOn"),
+            verify: s.get("verify").and_then(Value::as_str).map(str::to_string),
+            extra: serde_json::Map::new(),
+        })
+        .collect();
+    let prd = Prd {
+        schema: None,
+        project: text(value, "project"),
+        branch_name: value
+            .get("branchName")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        base_branch: None,
+        description: text(value, "description"),
+        user_stories: stories,
+        extra: serde_json::Map::new(),
+    };
+    lint(&prd, options)
 }
 
 fn lint_criteria(story: &Story, at: &dyn Fn(&str) -> String, out: &mut Vec<Finding>) {
