@@ -7,6 +7,7 @@ mod archive;
 mod classify_kinds;
 mod cli_extras;
 mod common;
+mod convert;
 mod doctor;
 mod errors;
 mod examples;
