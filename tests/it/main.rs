@@ -13,6 +13,7 @@ mod errors;
 mod examples;
 mod fake_gemini;
 mod fault_injection;
+mod lint;
 mod llm;
 mod local;
 mod local_e2e;
