@@ -58,12 +58,12 @@ pub fn print_converted(done: &Converted, input: &Path, cwd: &Path) {
             if attempts == 1 { "" } else { "s" }
         ),
     };
+    let shown = crate::workspace::display_rel(&done.out, cwd);
     for w in &done.warnings {
-        eprintln!("warning: {}: {w}", done.out.display());
+        eprintln!("warning: {shown}: {w}");
     }
     println!(
-        "✓ wrote {}: {count} {noun} from {} ({how})",
-        done.out.display(),
+        "✓ wrote {shown}: {count} {noun} from {} ({how})",
         input.display()
     );
     match &done.replaced {
@@ -74,7 +74,6 @@ pub fn print_converted(done: &Converted, input: &Path, cwd: &Path) {
         _ => {}
     }
     println!(
-        "next: review it, check it with `ralph validate {}`, then start the loop with `ralph run`",
-        done.out.display()
+        "next: review it, check it with `ralph validate {shown}`, then start the loop with `ralph run`"
     );
 }

@@ -20,6 +20,7 @@ mod local_e2e;
 mod morning;
 mod native_loop;
 mod notify;
+mod plan;
 mod prd;
 mod process;
 mod process_trees;
