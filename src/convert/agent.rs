@@ -69,15 +69,16 @@ pub fn draft_schema() -> Value {
 
 /// The example reply shown in the prompt.
 fn example(project: &str) -> String {
+    // Another domain than any real PRD, so that a small model cannot pass it off as the answer.
     let doc = json!({
         "project": project,
-        "branchName": "ralph/reverse-flag",
-        "description": "A --reverse flag for the command line tool.",
+        "branchName": "ralph/notes-export",
+        "description": "Export notes as Markdown files.",
         "userStories": [{
             "id": "US-001",
-            "title": "Add a reverse helper",
-            "description": "As a user, I want `reverse(text)` so that I can flip a line.",
-            "acceptanceCriteria": ["`reverse(\"abc\")` returns `\"cba\"`", "Tests pass"],
+            "title": "Export one note",
+            "description": "As a user, I want `notes export ID` so that I get that note as a file.",
+            "acceptanceCriteria": ["`notes export 3` writes `note-3.md`", "Tests pass"],
             "priority": 1,
             "passes": false,
             "notes": ""
@@ -181,7 +182,7 @@ fn rule_findings(value: &Value) -> Vec<String> {
         if !branch.starts_with("ralph/") {
             out.push(format!(
                 "$.branchName: {branch:?} does not start with \"ralph/\" (fix: use \"ralph/\" and \
-                 the feature's name in kebab case, e.g. \"ralph/reverse-flag\")"
+                 the feature's name in kebab case, e.g. \"ralph/notes-export\")"
             ));
         }
     }

@@ -164,18 +164,19 @@ pub fn questions_prompt(description: &str) -> String {
 /// The prompt asking for the PRD of `description`, with the user's `answers` (none: the agent
 /// writes its assumptions into the PRD) and the project's test command when known.
 pub fn plan_prompt(description: &str, answers: &[Decision], test_command: Option<&str>) -> String {
+    // An example from another domain, so that a small model cannot pass it off as the answer.
     let example = json!({
-        "title": "Reverse flag",
-        "introduction": "Add a --reverse flag to the command line tool so that users can flip its output.",
-        "goals": ["Reverse the output of any command with one flag"],
+        "title": "Notes export",
+        "introduction": "Let users export their notes as Markdown files so that they can keep them outside the app.",
+        "goals": ["Export any note in one step"],
         "userStories": [{
-            "title": "Add a reverse helper",
-            "description": "As a developer, I want a `reverse(text)` function so that the CLI can use it.",
-            "acceptanceCriteria": ["`reverse(\"abc\")` returns `\"cba\"`", "Tests pass"]
+            "title": "Export one note",
+            "description": "As a user, I want `notes export ID` so that I get that note as a file.",
+            "acceptanceCriteria": ["`notes export 3` writes `note-3.md` with the note's text", "Tests pass"]
         }],
-        "functionalRequirements": ["FR-1: `--reverse` reverses each output line"],
-        "nonGoals": ["Reversing files in place"],
-        "assumptions": ["Reversal is by Unicode characters"],
+        "functionalRequirements": ["FR-1: `notes export ID` writes `note-ID.md` in the current directory"],
+        "nonGoals": ["Importing notes"],
+        "assumptions": ["Files are UTF-8"],
         "openQuestions": []
     });
     render_template(

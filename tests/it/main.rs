@@ -21,6 +21,7 @@ mod morning;
 mod native_loop;
 mod notify;
 mod plan;
+mod plan_local;
 mod prd;
 mod process;
 mod process_trees;
