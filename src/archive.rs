@@ -153,7 +153,7 @@ struct Remembered {
 ///
 /// Call it after every iteration and at the end of a run (with prd.json as it is then). The
 /// memory is `<ralph_dir>/prd-memory.json`, one entry per prd path, replaced atomically
-/// (temp file, fsync, rename); `ralph_dir` is created with its self-ignoring `.gitignore` when
+/// (temp file, rename) only when the entry changes; `ralph_dir` is created with its self-ignoring `.gitignore` when
 /// missing. `ralph_dir` must be the `.ralph` directory at the repository root.
 ///
 /// # Errors
@@ -169,17 +169,31 @@ pub fn remember(
         .with_context(|| format!("cannot remember {}: it is not UTF-8", prd.display()))?;
     crate::workspace::ensure_ralph_dir(ralph_dir)?;
     let mut memory = read_memory(ralph_dir);
+    let key = memory_key(ralph_dir, prd);
+    let branch = branch.filter(|b| !b.trim().is_empty());
+    // Called every iteration: an unchanged prd.json costs a read, not a write.
+    if memory.version == MEMORY_VERSION
+        && memory
+            .prds
+            .get(&key)
+            .is_some_and(|r| r.text == text && r.branch.as_deref() == branch)
+    {
+        return Ok(());
+    }
     memory.version = MEMORY_VERSION;
     memory.prds.insert(
-        memory_key(ralph_dir, prd),
+        key,
         Remembered {
-            branch: branch.filter(|b| !b.trim().is_empty()).map(str::to_owned),
+            branch: branch.map(str::to_owned),
             saved_at: Utc::now(),
             text: text.to_owned(),
         },
     );
     let json = serde_json::to_vec_pretty(&memory)?;
-    write_atomic(&ralph_dir.join(MEMORY_FILE), &json)
+    // Not fsynced: rewritten whenever prd.json changes, and a power loss only brings back the
+    // previous version (see docs/durability.md).
+    crate::fsutil::write_volatile(&ralph_dir.join(MEMORY_FILE), &json)
+        .with_context(|| format!("cannot write {}", ralph_dir.join(MEMORY_FILE).display()))
 }
 
 /// The start-up archive check: when prd.json's `branchName` differs from the previous run's,

@@ -201,6 +201,55 @@ pub struct TrailerRecord {
     pub feature: Option<String>,
 }
 
+/// What [`Repo::checkpoint`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The new commit's full sha; `None` when there was nothing to commit.
+    pub commit: Option<String>,
+    /// Whether the working tree matches HEAD afterwards (as far as git can make it: a submodule
+    /// with uncommitted work of its own leaves it dirty).
+    pub clean: bool,
+}
+
+/// Packs the references of the repository whose git directory is `git_dir` (libgit2's
+/// `git_refdb_compress`, which `git2` does not wrap).
+fn pack_refs_at(git_dir: &Path) -> Result<(), GitError> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt as _;
+    let failed = |what: &str| GitError::Git {
+        op: "pack references",
+        source: git2::Error::from_str(&format!(
+            "{what}: {}",
+            git2::Error::last_error(-1).message()
+        )),
+    };
+    let path = CString::new(git_dir.as_os_str().as_bytes())
+        .map_err(|_| failed("the repository path holds a NUL byte"))?;
+    libgit2_sys::init();
+    // SAFETY: plain libgit2 calls on pointers it hands out; each object is freed exactly once,
+    // on every path, and none escapes this function.
+    unsafe {
+        let mut repo: *mut libgit2_sys::git_repository = std::ptr::null_mut();
+        if libgit2_sys::git_repository_open(&mut repo, path.as_ptr()) != 0 {
+            return Err(failed("cannot reopen the repository"));
+        }
+        let mut refdb: *mut libgit2_sys::git_refdb = std::ptr::null_mut();
+        let opened = libgit2_sys::git_repository_refdb(&mut refdb, repo);
+        let packed = if opened == 0 {
+            let rc = libgit2_sys::git_refdb_compress(refdb);
+            libgit2_sys::git_refdb_free(refdb);
+            rc
+        } else {
+            opened
+        };
+        libgit2_sys::git_repository_free(repo);
+        if packed != 0 {
+            return Err(failed("cannot pack the references"));
+        }
+    }
+    Ok(())
+}
+
 /// An open git repository with a working tree.
 pub struct Repo {
     repo: Repository,
@@ -411,7 +460,7 @@ impl Repo {
     /// Stages every change (new, modified and deleted files; ignored files excluded) and commits
     /// it on HEAD, but only when the staged tree differs from HEAD's tree (on an unborn branch:
     /// when it is not empty). Returns the new commit's full sha, or `None` when there was nothing
-    /// to commit.
+    /// to commit. See [`Repo::checkpoint`], which also says whether the tree was left clean.
     ///
     /// The message is `subject`, a blank line, `body` (omitted when blank) and a blank line, then
     /// one `Key: value` line per trailer, in the order given. Line breaks inside the subject or a
@@ -426,19 +475,74 @@ impl Repo {
         body: &str,
         trailers: &[(&str, String)],
     ) -> Result<Option<String>, GitError> {
+        Ok(self.checkpoint(subject, body, trailers)?.commit)
+    }
+
+    /// [`Repo::commit_all`], returning also whether the working tree was left clean.
+    ///
+    /// One status walk finds what changed (refreshing the index's stat data on the way, so a
+    /// copied or touched tree is hashed once, not every iteration), and only those paths are
+    /// staged: the cost follows what changed, not the size of the repository.
+    ///
+    /// # Errors
+    /// As [`Repo::commit_all`].
+    pub fn checkpoint(
+        &self,
+        subject: &str,
+        body: &str,
+        trailers: &[(&str, String)],
+    ) -> Result<Checkpoint, GitError> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false)
+            .exclude_submodules(false)
+            .update_index(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
         let mut index = self.repo.index().map_err(op("read index"))?;
         if index.has_conflicts() {
             return Err(GitError::Conflicted);
         }
-        // `add_all` stages new and modified files (honouring ignore rules); `update_all` stages
-        // deletions of tracked files.
-        index
-            .add_all(["*"], IndexAddOption::DEFAULT, None)
-            .map_err(op("stage changes"))?;
-        index
-            .update_all(["*"], None)
-            .map_err(op("stage deletions"))?;
-        index.write().map_err(op("write index"))?;
+        let mut clean = true;
+        let mut staged = false;
+        for entry in statuses.iter() {
+            let status = entry.status();
+            if status.is_conflicted() {
+                return Err(GitError::Conflicted);
+            }
+            let Some(path) = entry.path().map(Path::new) else {
+                // A path that is not UTF-8: let libgit2 find it itself.
+                index
+                    .add_all(["*"], IndexAddOption::DEFAULT, None)
+                    .map_err(op("stage changes"))?;
+                index
+                    .update_all(["*"], None)
+                    .map_err(op("stage deletions"))?;
+                staged = true;
+                continue;
+            };
+            if status.is_wt_deleted() {
+                index.remove_path(path).map_err(op("stage deletions"))?;
+                staged = true;
+            } else if status.is_wt_new()
+                || status.is_wt_modified()
+                || status.is_wt_typechange()
+                || status.is_wt_renamed()
+            {
+                if self.root.join(path).is_dir() {
+                    // A submodule or a nested repository: staged as git add would, when it can
+                    // be; its own uncommitted work stays dirty.
+                    let _ = index.add_all([path], IndexAddOption::DEFAULT, None);
+                    clean = false;
+                } else {
+                    index.add_path(path).map_err(op("stage changes"))?;
+                }
+                staged = true;
+            }
+        }
+        if staged {
+            index.write().map_err(op("write index"))?;
+        }
         let tree_id = index.write_tree().map_err(op("write tree"))?;
 
         let parent = self.head_commit()?;
@@ -447,7 +551,10 @@ impl Repo {
             None => index.is_empty(),
         };
         if unchanged {
-            return Ok(None);
+            return Ok(Checkpoint {
+                commit: None,
+                clean,
+            });
         }
 
         let tree = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
@@ -461,7 +568,21 @@ impl Repo {
             .repo
             .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)
             .map_err(op("commit"))?;
-        Ok(Some(oid.to_string()))
+        Ok(Checkpoint {
+            commit: Some(oid.to_string()),
+            clean,
+        })
+    }
+
+    /// Moves every loose reference into `packed-refs` (what `git pack-refs --all` does), so that
+    /// the two refs ralph writes per iteration do not pile up as thousands of files that slow
+    /// down every listing of references, ralph's and git's.
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the repository cannot be reopened or the refs cannot be packed
+    /// (e.g. another process holds `packed-refs.lock`); nothing is lost then, the refs stay loose.
+    pub fn pack_refs(&self) -> Result<(), GitError> {
+        pack_refs_at(self.repo.path())
     }
 
     /// Commits reachable from `to` but not from `from` (all of them when `from` is `None`),
@@ -527,6 +648,20 @@ impl Repo {
             Some(s) => Some(self.resolve_commit(s)?.id()),
             None => None,
         };
+        // The usual iteration only added commits that HEAD still contains: answered without
+        // listing every reference.
+        let added = reflog.len().saturating_sub(since_len);
+        let head = self.head_commit().ok().flatten().map(|c| c.id());
+        let kept_by_head = |oid: git2::Oid| {
+            oid.is_zero()
+                || head.is_some_and(|h| {
+                    h == oid || self.repo.graph_descendant_of(h, oid).unwrap_or(false)
+                })
+                || start.is_some_and(|s| s == oid)
+        };
+        if (0..added).all(|i| reflog.get(i).is_none_or(|e| kept_by_head(e.id_new()))) {
+            return Ok(Vec::new());
+        }
         // Tips that keep commits alive: every branch, tag and HEAD (ralph's own `lost-` pins
         // excluded, so that a second look finds the same commits).
         let mut tips = Vec::new();
@@ -548,7 +683,6 @@ impl Repo {
         }
         let mut lost = Vec::new();
         // The reflog lists the newest entry first; the entries added since are the first ones.
-        let added = reflog.len().saturating_sub(since_len);
         for i in (0..added).rev() {
             let Some(entry) = reflog.get(i) else { continue };
             let oid = entry.id_new();
@@ -575,6 +709,9 @@ impl Repo {
     pub fn changed_files(&self, from: &str) -> Result<Vec<String>, GitError> {
         let tree = self.resolve_commit(from)?.tree().map_err(op("read tree"))?;
         let mut opts = DiffOptions::new();
+        // Read-only: stale stat data is refreshed and written back by the checkpoint's status
+        // (writing it here too would rewrite the index every iteration for the racily clean
+        // progress.txt the previous checkpoint committed).
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
             .include_ignored(false);
@@ -690,6 +827,29 @@ impl Repo {
             }
         }
         Ok(records)
+    }
+
+    /// ralph's newest commit (one with a `Ralph-Run` trailer) among the first `max_walk` commits
+    /// of HEAD's first-parent line; `None` when there is none that close (or no commit).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when history cannot be read.
+    pub fn newest_trailer(&self, max_walk: usize) -> Result<Option<TrailerRecord>, GitError> {
+        let Some(head) = self.head_commit()? else {
+            return Ok(None);
+        };
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.push(head.id()).map_err(op("walk history"))?;
+        walk.simplify_first_parent().map_err(op("walk history"))?;
+        for oid in walk.take(max_walk) {
+            let oid = oid.map_err(op("walk history"))?;
+            let commit = self.repo.find_commit(oid).map_err(op("read commit"))?;
+            let message = String::from_utf8_lossy(commit.message_bytes());
+            if let Some(record) = parse_trailers(&message, &commit) {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
     }
 
     /// The content of the file at `path` (relative to the repository root, `/`-separated) in
@@ -884,6 +1044,133 @@ mod tests {
         let path = dir.join("config");
         std::fs::write(&path, contents).unwrap();
         git2::Config::open(&path).unwrap()
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_stages_what_git_add_all_would_and_leaves_the_tree_clean() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git2::Repository::init(root).unwrap();
+        let repo = Repo::discover(root).unwrap();
+        std::fs::write(root.join(".gitignore"), "*.log\n").unwrap();
+        std::fs::write(root.join("keep.txt"), "keep\n").unwrap();
+        std::fs::write(root.join("edit.txt"), "v1\n").unwrap();
+        std::fs::write(root.join("gone.txt"), "bye\n").unwrap();
+        std::fs::write(root.join("run.sh"), "echo\n").unwrap();
+        assert!(repo.checkpoint("one", "", &[]).unwrap().commit.is_some());
+
+        std::fs::write(root.join("edit.txt"), "v2\n").unwrap();
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        std::fs::create_dir_all(root.join("new/deep")).unwrap();
+        std::fs::write(root.join("new/deep/file.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(root.join("debug.log"), "ignored\n").unwrap();
+        std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::os::unix::fs::symlink("keep.txt", root.join("link")).unwrap();
+        let cp = repo.checkpoint("two", "", &[]).unwrap();
+        assert!(cp.commit.is_some() && cp.clean, "{cp:?}");
+        assert_eq!(git(root, &["status", "--porcelain"]), "");
+        let files = git(root, &["ls-files", "-s"]);
+        assert!(
+            files.contains("100755") && files.contains("run.sh"),
+            "{files}"
+        );
+        assert!(
+            files.contains("120000") && files.contains("link"),
+            "{files}"
+        );
+        assert!(files.contains("new/deep/file.rs"), "{files}");
+        assert!(
+            !files.contains("gone.txt") && !files.contains("debug.log"),
+            "{files}"
+        );
+        assert_eq!(git(root, &["show", "HEAD:edit.txt"]), "v2\n");
+        // Nothing left: no empty commit.
+        assert_eq!(repo.checkpoint("three", "", &[]).unwrap().commit, None);
+    }
+
+    #[test]
+    fn stale_stat_data_is_refreshed_once_and_written_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git2::Repository::init(root).unwrap();
+        let repo = Repo::discover(root).unwrap();
+        std::fs::write(root.join("a.txt"), "same\n").unwrap();
+        let head = repo.commit_all("one", "", &[]).unwrap().unwrap();
+        // Same content, new times: what `cp -a` or a tool touching files leaves.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
+        std::fs::File::options()
+            .write(true)
+            .open(root.join("a.txt"))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let index_mtime = |r: &Repo| {
+            let mut index = r.repo.index().unwrap();
+            index.read(true).unwrap();
+            index
+                .get_path(Path::new("a.txt"), 0)
+                .unwrap()
+                .mtime
+                .seconds()
+        };
+        let file_mtime = std::fs::metadata(root.join("a.txt"))
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i32;
+        assert_ne!(index_mtime(&repo), file_mtime);
+        assert!(repo.changed_files(&head).unwrap().is_empty());
+        // The checkpoint's status refreshes it (and commits nothing: the content is the same).
+        assert_eq!(repo.checkpoint("none", "", &[]).unwrap().commit, None);
+        let reopened = Repo::discover(root).unwrap();
+        assert_eq!(
+            index_mtime(&reopened),
+            file_mtime,
+            "the refreshed stat data was not written"
+        );
+    }
+
+    #[test]
+    fn packing_refs_keeps_every_ref_and_leaves_no_loose_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git2::Repository::init(root).unwrap();
+        let repo = Repo::discover(root).unwrap();
+        std::fs::write(root.join("a.txt"), "a\n").unwrap();
+        let head = repo.commit_all("one", "", &[]).unwrap().unwrap();
+        for n in 1..=3 {
+            repo.set_ref(&format!("refs/ralph/run/{n}/start"), &head)
+                .unwrap();
+        }
+        repo.pack_refs().unwrap();
+        assert!(!root.join(".git/refs/ralph/run/1/start").exists());
+        let packed = std::fs::read_to_string(root.join(".git/packed-refs")).unwrap();
+        assert!(packed.contains("refs/ralph/run/3/start"), "{packed}");
+        let listed = git(
+            root,
+            &["for-each-ref", "--format=%(refname)", "refs/ralph/"],
+        );
+        assert_eq!(listed.lines().count(), 3, "{listed}");
+        // A ref written after packing is loose again and wins over nothing.
+        repo.set_ref("refs/ralph/run/4/start", &head).unwrap();
+        assert_eq!(
+            git(root, &["rev-parse", "refs/ralph/run/4/start"]).trim(),
+            head
+        );
     }
 
     #[test]

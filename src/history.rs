@@ -149,15 +149,24 @@ impl History {
     }
 }
 
+/// How many commits down HEAD's first-parent line [`last_recorded_iteration`] looks for ralph's
+/// newest commit.
+pub const NEWEST_COMMIT_WALK: usize = 1_000;
+
 /// The highest iteration number in either the ledger or ralph's commit trailers: iteration
 /// numbers continue even when state.json or the whole `.ralph/` was lost.
+///
+/// Cheap on a long history: the ledger's tail ([`ledger::last_iteration`]) and ralph's newest
+/// commit within [`NEWEST_COMMIT_WALK`] first-parent commits of HEAD (numbers only grow along
+/// a branch), not every record and commit. A lost state.json is rebuilt from the whole history
+/// elsewhere ([`History::load`]).
 pub fn last_recorded_iteration(paths: &RunPaths, repo: &Repo) -> u32 {
-    let from_ledger = ledger::read_all(&paths.ledger)
-        .map(|l| l.records.iter().map(|r| r.iteration).max().unwrap_or(0))
-        .unwrap_or(0);
+    let from_ledger = ledger::last_iteration(&paths.ledger).unwrap_or(0);
     let from_git = repo
-        .trailer_history(MAX_GIT_RECORDS)
-        .map(|h| h.iter().filter_map(|t| t.iteration).max().unwrap_or(0))
+        .newest_trailer(NEWEST_COMMIT_WALK)
+        .ok()
+        .flatten()
+        .and_then(|t| t.iteration)
         .unwrap_or(0);
     from_ledger.max(from_git)
 }

@@ -245,6 +245,46 @@ fn torn_fragment(file: &mut File) -> std::io::Result<Option<(u64, Vec<u8>)>> {
     Ok(Some((start, fragment)))
 }
 
+/// The highest iteration number among the records in the ledger's last `TAIL_BYTES` (64 KiB):
+/// iteration numbers only grow down the file (a recovered iteration repeats its number), so
+/// the newest lines hold the maximum, and a start of `ralph run` does not parse 10,000 records
+/// to find it. 0 for a missing or empty ledger; unparsable lines (a torn last line) are
+/// skipped.
+///
+/// # Errors
+/// [`LedgerError::Io`] naming the file.
+pub fn last_iteration(path: &Path) -> Result<u32, LedgerError> {
+    const TAIL_BYTES: u64 = 64 * 1024;
+    #[derive(serde::Deserialize)]
+    struct Numbered {
+        iteration: u32,
+    }
+    let io = |action: &'static str| {
+        move |source| LedgerError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(io("read")(source)),
+    };
+    let len = file.metadata().map_err(io("read"))?.len();
+    let start = len.saturating_sub(TAIL_BYTES);
+    let mut tail = Vec::with_capacity((len - start) as usize);
+    file.seek(SeekFrom::Start(start)).map_err(io("read"))?;
+    file.read_to_end(&mut tail).map_err(io("read"))?;
+    // Unless the tail is the whole file, its first line is cut: skip it.
+    let lines = tail.split(|&b| b == b'\n').skip(usize::from(start > 0));
+    Ok(lines
+        .filter_map(|line| serde_json::from_slice::<Numbered>(line).ok())
+        .map(|r| r.iteration)
+        .max()
+        .unwrap_or(0))
+}
+
 /// Reads every record, oldest first. A missing file reads as empty. Blank lines are skipped.
 /// An unparsable *last* line is skipped, logged as a warning and reported in
 /// [`LedgerContents::torn_last_line`]; an unparsable line anywhere else is an error.
@@ -322,6 +362,23 @@ mod tests {
         r.passes_flipped = vec!["US-001".into()];
         r.transcript = Some(".ralph/runs/r1/iter-001.jsonl".into());
         r
+    }
+
+    #[test]
+    fn last_iteration_reads_the_tail_only_and_skips_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        assert_eq!(last_iteration(&path).unwrap(), 0);
+        for n in 1..=400 {
+            let mut r = record(n, Outcome::Progress);
+            r.message = Some("x".repeat(300));
+            append(&path, &r).unwrap();
+        }
+        assert!(fs::metadata(&path).unwrap().len() > 64 * 1024);
+        assert_eq!(last_iteration(&path).unwrap(), 400);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"run_id\":\"r\",\"itera").unwrap();
+        assert_eq!(last_iteration(&path).unwrap(), 400);
     }
 
     #[test]

@@ -192,7 +192,9 @@ impl State {
         ralph_dir.join(STATE_FILE)
     }
 
-    /// Loads `<ralph_dir>/state.json`; `Ok(None)` when it does not exist.
+    /// Loads `<ralph_dir>/state.json`; `Ok(None)` when it does not exist, or when it is empty or
+    /// all NUL bytes: what a power loss can leave of a file written without fsync (see
+    /// [`State::save`]); the caller rebuilds it from the ledger and git as for a missing file.
     ///
     /// # Errors
     /// [`StateError::Corrupt`] (with the fix: delete it), [`StateError::NewerVersion`],
@@ -210,6 +212,10 @@ impl State {
                 })
             }
         };
+        if bytes.iter().all(|b| *b == 0) {
+            tracing::warn!(path = %path.display(), "state.json is empty (a power loss?): rebuilding it");
+            return Ok(None);
+        }
         let state: State = match serde_json::from_slice(&bytes) {
             Ok(state) => state,
             Err(source) => return Err(StateError::Corrupt { path, source }),
@@ -224,7 +230,10 @@ impl State {
     }
 
     /// Writes the state to `<ralph_dir>/state.json` atomically (temporary file in the same
-    /// directory, fsync, rename, directory fsync), creating `ralph_dir` when missing.
+    /// directory, rename), creating `ralph_dir` when missing. Not fsynced, on purpose: it is
+    /// saved several times per iteration and everything in it can be rebuilt from the ledger
+    /// (fsynced, the iteration's commit point) and git; a SIGKILLed ralph leaves the old or the
+    /// new file, and a power loss at worst an old or empty one (see `docs/durability.md`).
     ///
     /// # Errors
     /// [`StateError::Io`] naming the file or directory; [`StateError::Serialize`].
@@ -242,7 +251,7 @@ impl State {
         let mut json = serde_json::to_vec_pretty(self).map_err(StateError::Serialize)?;
         json.push(b'\n');
 
-        crate::fsutil::write_atomic(&path, &json).map_err(|source| StateError::Io {
+        crate::fsutil::write_volatile(&path, &json).map_err(|source| StateError::Io {
             action: "replace",
             path: path.clone(),
             source,

@@ -6,7 +6,7 @@
 //! `RALPH_UPDATE_SCHEMA=1 cargo test --features test-fakes schema` rewrites the file.
 //!
 //! The `jsonschema` dependency has its default features off, so nothing is ever fetched over the
-//! network or from disk: the schema only refers to its own `$defs`.
+//! network or from disk: the schema only refers to its own `definitions`.
 
 use std::sync::LazyLock;
 
@@ -17,10 +17,20 @@ use crate::prd::model::Prd;
 #[error("the built-in prd.json schema failed to compile: {0} (this is a bug in ralph)")]
 pub struct SchemaError(String);
 
-/// The JSON Schema (draft 2020-12) of prd.json as pretty-printed JSON with a trailing newline:
+/// The schema in draft-07, the draft every editor understands. Also the cheap one to compile:
+/// `jsonschema` checks a schema against its draft's meta-schema before compiling it, and the
+/// 2020-12 meta-schema (with `$dynamicRef`) made that cost about 30 MiB of memory for as long as
+/// ralph runs, which every agent spawn then had to fork.
+fn generated() -> schemars::Schema {
+    schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<Prd>()
+}
+
+/// The JSON Schema (draft-07) of prd.json as pretty-printed JSON with a trailing newline:
 /// exactly the content of the committed `prd.schema.json`.
 pub fn schema_json() -> String {
-    let schema = schemars::schema_for!(Prd);
+    let schema = generated();
     // Pretty-printing a `Value` cannot fail (its map keys are strings); fall back to the compact
     // form rather than panic.
     let value = schema.as_value();
@@ -30,7 +40,7 @@ pub fn schema_json() -> String {
 }
 
 static VALIDATOR: LazyLock<Result<jsonschema::Validator, String>> = LazyLock::new(|| {
-    let schema = schemars::schema_for!(Prd);
+    let schema = generated();
     jsonschema::validator_for(schema.as_value()).map_err(|err| err.to_string())
 });
 
@@ -69,7 +79,7 @@ mod tests {
         let schema: serde_json::Value = serde_json::from_str(&schema_json()).unwrap();
         assert_eq!(schema["required"], json!(["project", "userStories"]));
         assert_eq!(
-            schema["$defs"]["Story"]["required"],
+            schema["definitions"]["Story"]["required"],
             json!(["id", "title", "acceptanceCriteria", "priority", "passes"])
         );
     }

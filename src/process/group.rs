@@ -30,11 +30,15 @@ pub fn group_alive(pgid: i32) -> bool {
     if pgid <= 1 {
         return false;
     }
-    if let Some(stats) = proc_stats() {
-        return stats.iter().any(|s| s.pgrp == pgid && s.is_live());
+    // One syscall answers the usual case (the group is gone, zombies and all) without reading
+    // every process; EPERM means it exists but belongs to someone else.
+    if matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH)) {
+        return false;
     }
-    // EPERM means it exists but belongs to someone else: still alive.
-    !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+    match proc_stats() {
+        Some(stats) => stats.iter().any(|s| s.pgrp == pgid && s.is_live()),
+        None => true,
+    }
 }
 
 /// Pids of the live (non-zombie) processes in process group `pgid`, ascending.
@@ -119,7 +123,15 @@ impl Tree {
     /// "No such process" counts as success; other errors are logged, since there is nothing
     /// better to do with them mid-shutdown.
     pub(crate) fn signal(&mut self, signal: Signal) {
-        self.scan();
+        // A group without any member (not even a zombie) has no member to walk down from:
+        // nothing new can be found, so only the escapees already known are signalled.
+        let group_empty = matches!(killpg(Pid::from_raw(self.pgid), None), Err(Errno::ESRCH));
+        if group_empty && self.escaped.is_empty() {
+            return;
+        }
+        if !group_empty {
+            self.scan();
+        }
         match killpg(Pid::from_raw(self.pgid), signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(err) => {

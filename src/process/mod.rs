@@ -56,7 +56,9 @@ pub use capture::{capture, Captured, CAPTURE_MAX_BYTES};
 pub use group::{group_alive, group_members, kill_group};
 pub use service::Service;
 pub use supervise::run;
-pub use tag::{agent_tag, group_is_tagged, kill_tagged, AGENT_TAG_VAR};
+pub use tag::{
+    agent_tag, fork_count, group_is_tagged, kill_tagged, kill_tagged_since, AGENT_TAG_VAR,
+};
 
 /// What to run: built by an agent backend, executed here.
 #[derive(Debug, Clone, Default)]
@@ -244,6 +246,10 @@ pub struct ProcessOutcome {
     pub pid: u32,
     /// Wall time from spawn to the end of reading.
     pub elapsed: Duration,
+    /// The machine's fork count (`processes` in `/proc/stat`) just before the spawn; with `pid`
+    /// it bounds which pids can belong to what the child started (see
+    /// [`kill_tagged_since`]). `None` where `/proc/stat` cannot be read.
+    pub forks_before: Option<u64>,
 }
 
 /// How a child process ended, as reported by the kernel.

@@ -82,6 +82,7 @@ pub async fn run(
     // the spawn happens here, on the runtime thread polling this future (tokio worker threads live
     // as long as the runtime), never inside `spawn_blocking`, whose threads exit after 10 s idle
     // and would take a healthy agent down with them.
+    let forks_before = super::fork_count();
     let mut child = command
         .spawn()
         .map_err(|source| spawn::spawn_error(&spec, source))?;
@@ -208,6 +209,7 @@ pub async fn run(
         signal: status.and_then(exit_signal),
         pid,
         elapsed,
+        forks_before,
     })
 }
 

@@ -45,20 +45,69 @@ pub fn group_is_tagged(pgid: i32, tag: &str) -> bool {
 /// left behind: once the agent is gone its descendants are no longer linked to it by parent or
 /// group, but they still carry its tag.
 pub fn kill_tagged(tag: &str) -> usize {
+    kill_matching(tag, |_| true)
+}
+
+/// How many processes (and threads) the machine has forked since boot: the `processes` line of
+/// `/proc/stat` (proc(5)); `None` where it cannot be read.
+pub fn fork_count() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// [`kill_tagged`] for what an agent that just exited left running, reading only the processes
+/// that can be its own: Linux hands out pids upwards from the agent's own `first_pid` (skipping
+/// pids in use) up to the most recently created pid (`/proc/loadavg`), so as long as pids did
+/// not wrap around since the spawn, everything the agent started has a pid in that window.
+/// Wrapping is ruled out when the last pid is not below `first_pid` and fewer than half of
+/// `pid_max` forks happened on the machine since `forks_before` (see [`fork_count`]): a full
+/// cycle needs more. Otherwise (or where `/proc` does not tell) every process is read, as
+/// [`kill_tagged`] does. Returns how many were signalled.
+pub fn kill_tagged_since(tag: &str, first_pid: u32, forks_before: Option<u64>) -> usize {
+    let window =
+        forks_before
+            .zip(fork_count())
+            .zip(last_pid())
+            .and_then(|((before, now), last)| {
+                let forks = now.checked_sub(before)?;
+                (last >= first_pid && forks < pid_max() / 2).then_some(last)
+            });
+    match window {
+        Some(last) => kill_matching(tag, |pid| (first_pid..=last).contains(&pid)),
+        None => kill_tagged(tag),
+    }
+}
+
+/// The most recently created pid on the machine: the last field of `/proc/loadavg` (proc(5)).
+fn last_pid() -> Option<u32> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(4)?
+        .parse()
+        .ok()
+}
+
+/// The kernel's `pid_max` (`/proc/sys/kernel/pid_max`), read once; 32768 (the smallest default)
+/// when unreadable, which only makes [`kill_tagged_since`] fall back to a full scan sooner.
+fn pid_max() -> u64 {
+    static PID_MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PID_MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(32_768)
+    })
+}
+
+/// SIGKILLs the processes among `pids` that carry `tag` (ralph itself excepted).
+fn kill_matching_pids(tag: &str, pids: impl Iterator<Item = i32>) -> usize {
     let needle = needle(tag);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let me = std::process::id() as i32;
     let mut killed = 0;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids {
         if pid == me || !carries(pid, &needle) {
             continue;
         }
@@ -68,6 +117,22 @@ pub fn kill_tagged(tag: &str) -> usize {
         }
     }
     killed
+}
+
+/// SIGKILLs every listed process for which `wanted(pid)` holds and that carries `tag`.
+fn kill_matching(tag: &str, wanted: impl Fn(u32) -> bool) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let pids = entries.flatten().filter_map(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+            .filter(|pid| wanted(*pid))
+            .and_then(|pid| i32::try_from(pid).ok())
+    });
+    kill_matching_pids(tag, pids)
 }
 
 /// `RALPH_AGENT_TAG=<tag>` as it appears in `/proc/<pid>/environ`.
@@ -94,6 +159,38 @@ mod tests {
         spec.set_tag("a/1");
         spec.set_tag("a/2");
         assert_eq!(spec.env_set, [(AGENT_TAG_VAR.to_owned(), "a/2".to_owned())]);
+    }
+
+    #[test]
+    fn a_tagged_process_the_agent_left_is_found_in_its_pid_window() {
+        let tag = format!("window-test-{}/1", std::process::id());
+        let before = fork_count();
+        assert!(before.is_some(), "/proc/stat has no processes line");
+        // The "agent" (sh) starts a background sleep that outlives it, then exits.
+        let mut agent = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"])
+            .env(AGENT_TAG_VAR, &tag)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let first = agent.id();
+        let mut out = String::new();
+        std::io::Read::read_to_string(agent.stdout.as_mut().unwrap(), &mut out).unwrap();
+        agent.wait().unwrap();
+        let stray: i32 = out.trim().parse().unwrap();
+        assert_eq!(kill_tagged_since(&tag, first, before), 1);
+        // Reaped by init or a subreaper; wait until it is no longer a live process.
+        let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{stray}/stat"))
+            .is_ok_and(|s| !s.contains(") Z "))
+        {
+            assert!(
+                std::time::Instant::now() < gone_by,
+                "the stray sleep survived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(kill_tagged_since(&tag, first, before), 0);
     }
 
     #[test]

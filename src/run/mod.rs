@@ -87,6 +87,8 @@ async fn drive(
         agent_version: s.pre.agent_version.as_deref(),
         warned_unpriced: Default::default(),
     };
+    // Where the previous iteration left the tree clean, while nothing else can have run since.
+    let mut clean_at: Option<String> = None;
     loop {
         let current = store::load(&paths.prd)?;
         // What this feature's prd.json looks like, so that a later run with a new branchName
@@ -124,6 +126,7 @@ async fn drive(
             feedback: s.pending.take_for(&story.id),
             story,
             snapshot: current,
+            clean_at: clean_at.take(),
         };
         let limits = Limits {
             timeout: pick.timeout,
@@ -135,6 +138,7 @@ async fn drive(
         };
         let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
         s.pending.add(done.feedback);
+        let done_clean_at = done.clean_at;
         let story_id = done.record.story_id.clone();
         let decision = policy::decide(
             &s.tally,
@@ -150,7 +154,7 @@ async fn drive(
                 jitter: fastrand::f64(),
             },
         );
-        s.records.push(done.record);
+        s.totals.add(done.record);
         s.tally = decision.tally;
         if decision.block {
             s.state.blocked.push(story_id.clone());
@@ -158,19 +162,29 @@ async fn drive(
         if decision.resume_at.is_some() {
             s.state.resume_at = decision.resume_at;
         }
-        s.state.save(&paths.ralph_dir)?;
+        // The commit stage saved state.json already; only a block or a wait changes it again.
+        if decision.block || decision.resume_at.is_some() {
+            s.state.save(&paths.ralph_dir)?;
+        }
         // Said only once state.json has the block (notifications follow what is written).
         if decision.block {
-            blocked(&s.state, &s.records, &story_id, out);
+            blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
         }
         let (until, reason, during) = match decision.next {
-            Next::Continue => continue,
+            Next::Continue => {
+                clean_at = done_clean_at;
+                continue;
+            }
             Next::Stop(reason) => return Ok(reason),
             Next::Retry { wait } => {
+                pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
                 let until = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
                 (until, WaitReason::Retry, During::RetryWait)
             }
-            Next::WaitUntil { until } => (until, WaitReason::UsageLimit, During::UsageLimitWait),
+            Next::WaitUntil { until } => {
+                pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
+                (until, WaitReason::UsageLimit, During::UsageLimitWait)
+            }
         };
         let (attempt, max) = match reason {
             WaitReason::Retry => (s.tally.transient_in_a_row, cfg.max_transient_retries),
@@ -194,6 +208,22 @@ async fn drive(
     }
 }
 
+/// Pins the result of this run's latest iteration (see [`iteration::commit::pin_end`]).
+fn pin_last(
+    repo: &crate::git::Repo,
+    last: Option<&crate::protocol::LedgerRecord>,
+    out: &mut Outputs,
+) {
+    if let Some(last) = last {
+        if let Err(e) = iteration::commit::pin_end(repo, last) {
+            out.warn(format!(
+                "cannot pin iteration {}'s result: {e:#}",
+                last.iteration
+            ));
+        }
+    }
+}
+
 /// A `ralph stop` request is answered once: its file is removed when the run acts on it.
 fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
     if matches!(reason, StopReason::StopRequested { .. }) {
@@ -205,11 +235,10 @@ fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
 /// Says that `story_id` is blocked (it used up `--max-attempts`).
 fn blocked(
     state: &crate::state::State,
-    records: &[crate::protocol::LedgerRecord],
+    last: Option<&crate::protocol::LedgerRecord>,
     story_id: &str,
     out: &mut Outputs,
 ) {
-    let last = records.last();
     out.emit(RunEvent::StoryBlocked {
         story_id: story_id.to_owned(),
         attempts: state.attempts.get(story_id).copied().unwrap_or(0),
@@ -232,6 +261,13 @@ async fn finish(
         server.stop().await;
     }
     let paths = &s.pre.paths;
+    pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
+    // The refs this run wrote go into packed-refs (see iteration::commit::PACK_REFS_EVERY).
+    if s.totals.iterations > 0 {
+        if let Err(e) = s.pre.repo.pack_refs() {
+            tracing::warn!("{e}");
+        }
+    }
     s.state.stop_reason = Some(reason.clone());
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));
@@ -243,7 +279,7 @@ async fn finish(
     let summary = summary::summarize(&summary::Input {
         reason: &reason,
         prd: &final_prd,
-        records: &s.records,
+        totals: &s.totals,
         elapsed: s.started.elapsed(),
         ledger: &ledger,
         agent: cfg.agent,

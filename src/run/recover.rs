@@ -56,7 +56,7 @@ pub async fn recover(
     let mut feedback = Vec::new();
     if !history.contains(&flight.run_id, flight.iteration) {
         let draft = draft(repo, paths, &flight, cfg, restored_prd)?;
-        let record = commit::commit(Sinks { repo, paths }, state, draft)?;
+        let record = commit::commit(Sinks { repo, paths }, state, draft)?.record;
         out.warn(format!(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,

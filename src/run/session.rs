@@ -24,7 +24,7 @@ use crate::prd::store::{self, LoadedPrd};
 use crate::process::StopSignals;
 use crate::protocol::run_event::{Setting, WaitReason};
 use crate::protocol::stop::During;
-use crate::protocol::{AgentKind, LedgerRecord, StopReason};
+use crate::protocol::{AgentKind, StopReason};
 use crate::state::State;
 use crate::workspace::ensure_ralph_dir;
 
@@ -42,8 +42,8 @@ pub struct Session {
     pub budgets: Budgets,
     /// The counters.
     pub tally: Tally,
-    /// This run's records, oldest first.
-    pub records: Vec<LedgerRecord>,
+    /// This run's iterations, as running totals.
+    pub totals: super::summary::RunTotals,
     /// Feedback waiting for its story's next prompt.
     pub pending: Pending,
     /// The story ids prd.json had when the run started.
@@ -110,7 +110,7 @@ pub async fn open(
         started,
         budgets,
         tally: Tally::default(),
-        records: Vec::new(),
+        totals: Default::default(),
         pending,
         early_stop: None,
         local_server: None,

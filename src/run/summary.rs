@@ -8,6 +8,64 @@ use crate::prd::model::Prd;
 use crate::protocol::run_event::RunSummary;
 use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
 
+/// This run's iterations as running totals: what the summary and the loop need of them, kept
+/// without holding every [`LedgerRecord`] in memory (a night of 10,000 iterations stays flat;
+/// the ledger on disk has them all).
+#[derive(Debug, Clone, Default)]
+pub struct RunTotals {
+    /// Iterations recorded in this run.
+    pub iterations: u32,
+    /// The first one's number.
+    pub first_iteration: Option<u32>,
+    /// The latest record, whole.
+    pub last: Option<LedgerRecord>,
+    /// Sum of the reported or priced costs, USD; `None` when no iteration had one.
+    pub cost_usd: Option<f64>,
+    /// Sum of input tokens (cache reads and writes included), when any iteration reported them.
+    pub tokens_in: Option<u64>,
+    /// Sum of output tokens, when any iteration reported them.
+    pub tokens_out: Option<u64>,
+    /// "Marked passing outside its own iteration" sentences, one per such iteration.
+    pub flipped_elsewhere: Vec<String>,
+}
+
+impl RunTotals {
+    /// Adds one iteration's record (oldest first).
+    pub fn add(&mut self, r: LedgerRecord) {
+        self.iterations += 1;
+        self.first_iteration.get_or_insert(r.iteration);
+        let sum_f = |acc: Option<f64>, v: Option<f64>| match (acc, v) {
+            (a, None) => a,
+            (a, Some(v)) => Some(a.unwrap_or(0.0) + v),
+        };
+        let sum_u = |acc: Option<u64>, v: Option<u64>| match (acc, v) {
+            (a, None) => a,
+            (a, Some(v)) => Some(a.unwrap_or(0).saturating_add(v)),
+        };
+        self.cost_usd = sum_f(self.cost_usd, r.cost_usd);
+        self.tokens_in = sum_u(self.tokens_in, r.input_tokens());
+        self.tokens_out = sum_u(self.tokens_out, r.tokens_out);
+        let others: Vec<&str> = r
+            .passes_flipped
+            .iter()
+            .filter(|id| **id != r.story_id)
+            .map(String::as_str)
+            .collect();
+        if !others.is_empty() {
+            let one = others.len() == 1;
+            self.flipped_elsewhere.push(format!(
+                "{} {} marked passing during iteration {} ({}), not in {} own iteration: check them",
+                others.join(", "),
+                if one { "was" } else { "were" },
+                r.iteration,
+                r.story_id,
+                if one { "its" } else { "their" },
+            ));
+        }
+        self.last = Some(r);
+    }
+}
+
 /// What [`summarize`] reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
@@ -15,8 +73,8 @@ pub struct Input<'a> {
     pub reason: &'a StopReason,
     /// prd.json at the end.
     pub prd: &'a Prd,
-    /// This run's records, oldest first.
-    pub records: &'a [LedgerRecord],
+    /// This run's iterations.
+    pub totals: &'a RunTotals,
     /// The run's wall time.
     pub elapsed: Duration,
     /// The ledger's path, for display.
@@ -36,13 +94,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
     let open = crate::run::policy::open_ids(i.prd);
     let total = i.prd.user_stories.len();
     let passed = total - open.len();
-    let costs: Vec<f64> = i.records.iter().filter_map(|r| r.cost_usd).collect();
-    let tokens_in: Vec<u64> = i
-        .records
-        .iter()
-        .filter_map(LedgerRecord::input_tokens)
-        .collect();
-    let tokens_out: Vec<u64> = i.records.iter().filter_map(|r| r.tokens_out).collect();
+    let t = i.totals;
     let status = i.reason.exit_status();
     RunSummary {
         stop_reason: i.reason.clone(),
@@ -52,16 +104,15 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         passed,
         open,
         blocked: i.blocked.to_vec(),
-        iterations: u32::try_from(i.records.len()).unwrap_or(u32::MAX),
-        iteration_range: i
-            .records
-            .first()
-            .zip(i.records.last())
-            .map(|(a, b)| (a.iteration, b.iteration)),
+        iterations: t.iterations,
+        iteration_range: t
+            .first_iteration
+            .zip(t.last.as_ref())
+            .map(|(a, b)| (a, b.iteration)),
         elapsed_s: i.elapsed.as_secs_f64(),
-        cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
-        tokens_in: (!tokens_in.is_empty()).then(|| tokens_in.iter().sum()),
-        tokens_out: (!tokens_out.is_empty()).then(|| tokens_out.iter().sum()),
+        cost_usd: t.cost_usd,
+        tokens_in: t.tokens_in,
+        tokens_out: t.tokens_out,
         ledger: i.ledger.to_owned(),
         next: next(i),
         caveats: caveats(i),
@@ -116,27 +167,7 @@ fn next(i: &Input<'_>) -> String {
 /// What the reader should check even when the run completed: stories marked passing outside
 /// their own iteration, and blocked stories (unless that is why the run stopped).
 fn caveats(i: &Input<'_>) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in i.records {
-        let others: Vec<&str> = r
-            .passes_flipped
-            .iter()
-            .filter(|id| **id != r.story_id)
-            .map(String::as_str)
-            .collect();
-        if others.is_empty() {
-            continue;
-        }
-        let one = others.len() == 1;
-        out.push(format!(
-            "{} {} marked passing during iteration {} ({}), not in {} own iteration: check them",
-            others.join(", "),
-            if one { "was" } else { "were" },
-            r.iteration,
-            r.story_id,
-            if one { "its" } else { "their" },
-        ));
-    }
+    let mut out = i.totals.flipped_elsewhere.clone();
     let blocked_is_the_reason = matches!(
         i.reason,
         StopReason::AllBlocked { .. } | StopReason::StoryBlocked { .. }

@@ -76,11 +76,22 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
         progress.contains("(ralph, iteration 1)") && progress.contains("(ralph, iteration 2)"),
         "{progress}"
     );
-    // Start and end refs keep each iteration's starting point and result reachable.
+    // One start ref per iteration, and an end ref for the run's last one, keep every
+    // iteration's starting point and result reachable from refs/ralph/ alone.
     let refs = env.git(&["for-each-ref", "--format=%(refname)", "refs/ralph/"]);
     let starts = refs.lines().filter(|r| r.ends_with("/start")).count();
-    let ends = refs.lines().filter(|r| r.ends_with("/end")).count();
-    assert_eq!((starts, ends), (2, 2), "{refs}");
+    let ends: Vec<&str> = refs.lines().filter(|r| r.ends_with("/end")).collect();
+    assert_eq!((starts, ends.len()), (2, 1), "{refs}");
+    assert!(ends[0].ends_with("/2/end"), "{refs}");
+    let pinned = env.git(&["rev-list", "--glob=refs/ralph/*"]);
+    for line in env.read(".ralph/ledger.jsonl").lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        let checkpoint = record["checkpoint_commit"].as_str().unwrap();
+        assert!(
+            pinned.contains(checkpoint),
+            "{checkpoint} is not reachable from refs/ralph/"
+        );
+    }
     // Status reads it back.
     let status = env.ralph(&["status", "--json"]);
     let doc: Value = serde_json::from_slice(&status.stdout).unwrap();

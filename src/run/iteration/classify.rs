@@ -347,6 +347,7 @@ mod tests {
 
     fn exited(code: i32) -> ProcessOutcome {
         ProcessOutcome {
+            forks_before: None,
             end: EndReason::Exited,
             exit_code: Some(code),
             signal: None,

@@ -1,6 +1,6 @@
 //! Stage 5 of an iteration, and the only place an iteration is written down: the progress.txt
 //! entry first (so the checkpoint carries it), then the checkpoint commit with the trailers,
-//! the `end` ref, the ledger line (the iteration's commit point: once it is written the
+//! the ledger line (the iteration's commit point: once it is written the
 //! iteration happened), and state.json. A crashed iteration recovered at the next start goes
 //! through [`commit`] too, so there is one record builder and one trailer writer.
 
@@ -42,12 +42,24 @@ pub struct Sinks<'a> {
     pub paths: &'a RunPaths,
 }
 
+/// What [`commit`] wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The final record, as the ledger has it.
+    pub record: LedgerRecord,
+    /// Whether the checkpoint left the working tree clean (everything committed).
+    pub tree_clean: bool,
+}
+
+/// Every this many iterations (and at the end of a run) the loose refs ralph writes are packed.
+pub const PACK_REFS_EVERY: u32 = 100;
+
 /// Writes `draft` down (see the module docs) and returns the final record.
 ///
 /// # Errors
 /// progress.txt, git, ledger or state.json could not be written; whatever was written before the
 /// failure stays (a restart recovers the iteration from state.json's in-flight entry).
-pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<LedgerRecord> {
+pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<Written> {
     let Draft {
         mut record,
         progress_summary,
@@ -75,15 +87,9 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         outcome: record.outcome,
         feature: record.feature.clone(),
     };
-    record.checkpoint_commit = at.repo.commit_all(&subject, &body, &trailers.pairs())?;
+    let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
+    record.checkpoint_commit = checkpoint.commit;
     record.head_after = at.repo.head_sha()?;
-    if let Some(head) = &record.head_after {
-        // Whatever happens to branches later, this iteration's result stays reachable.
-        at.repo.set_ref(
-            &format!("refs/ralph/{}/{}/end", record.run_id, record.iteration),
-            head,
-        )?;
-    }
     record.ended_at = Utc::now();
     // A recovered iteration's real duration is unknown (ralph was killed during it): it keeps
     // the draft's.
@@ -99,7 +105,32 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     state.last_outcome = Some(record.outcome.as_str().to_string());
     state.in_flight = None;
     state.save(&at.paths.ralph_dir)?;
-    Ok(record)
+    if record.iteration % PACK_REFS_EVERY == 0 {
+        if let Err(e) = at.repo.pack_refs() {
+            tracing::warn!("{e}");
+        }
+    }
+    Ok(Written {
+        record,
+        tree_clean: checkpoint.clean,
+    })
+}
+
+/// Points `refs/ralph/<run>/<n>/end` at the iteration's result (HEAD after its checkpoint), so
+/// that whatever happens to branches later it stays reachable. Written when the loop does not go
+/// straight on to the next iteration (before a wait, at the end of a run): otherwise the next
+/// iteration's `start` ref pins the same commit, and one ref per iteration is enough.
+///
+/// # Errors
+/// git errors writing the reference.
+pub fn pin_end(repo: &Repo, record: &LedgerRecord) -> anyhow::Result<()> {
+    if let Some(head) = &record.head_after {
+        repo.set_ref(
+            &format!("refs/ralph/{}/{}/end", record.run_id, record.iteration),
+            head,
+        )?;
+    }
+    Ok(())
 }
 
 /// The iteration's cost: the agent's own report, else its tokens priced from ralph.toml's

@@ -86,7 +86,11 @@ pub async fn execute(
     };
     // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
     // is no longer linked to it once the agent exited; its tag still names it.
-    let stray = process::kill_tagged(&process::agent_tag(cx.run_id, iteration));
+    let stray = process::kill_tagged_since(
+        &process::agent_tag(cx.run_id, iteration),
+        process.pid,
+        process.forks_before,
+    );
     if stray > 0 {
         out.warn(format!(
             "iteration {iteration}: killed {stray} process{} the agent left running",

@@ -67,6 +67,9 @@ pub struct Done {
     pub resume_at: Option<DateTime<Utc>>,
     /// Whether its story passes in prd.json now.
     pub story_passes: bool,
+    /// HEAD after the checkpoint, when that left the working tree clean (see
+    /// [`Assignment::clean_at`]).
+    pub clean_at: Option<String>,
 }
 
 /// Runs one iteration through every stage. `limits.timeout` is this iteration's wall-clock
@@ -127,7 +130,7 @@ pub async fn run(
         &verdict,
         out,
     );
-    let record = commit::commit(
+    let written = commit::commit(
         Sinks {
             repo: cx.repo,
             paths: cx.paths,
@@ -135,12 +138,17 @@ pub async fn run(
         state,
         draft,
     )?;
+    let record = written.record;
     out.emit(RunEvent::IterationFinished {
         record: Box::new(record.clone()),
         slot: assignment.slot,
         max_iter: cx.cfg.max_iter,
     });
     Ok(Done {
+        clean_at: written
+            .tree_clean
+            .then(|| record.head_after.clone())
+            .flatten(),
         record,
         feedback: verdict.feedback,
         resume_at: execution.report.resume_at,

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 
 use super::Cx;
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_volatile_if_changed;
 use crate::git::Repo;
 use crate::prd::model::Story;
 use crate::prd::store::LoadedPrd;
@@ -33,6 +33,10 @@ pub struct Assignment {
     pub feedback: Vec<String>,
     /// prd.json when the iteration started (restored from it when the agent breaks it).
     pub snapshot: LoadedPrd,
+    /// The HEAD at which the previous iteration's checkpoint left the working tree clean, when
+    /// the loop went straight on to this one (no wait in between): then nothing is dirty at the
+    /// start and the status walk is skipped. `None` makes the start look at the tree.
+    pub clean_at: Option<String>,
 }
 
 /// Where an iteration started.
@@ -79,7 +83,7 @@ pub struct Launch {
 /// # Errors
 /// git, template and I/O errors on ralph's own files; the agent has not started.
 pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<Prepared> {
-    let start = start_point(cx, a.iteration)?;
+    let start = start_point(cx, &a)?;
     let excerpt = crate::progress::excerpt(&cx.paths.progress, cx.cfg.progress_tail_bytes)?;
     let ctx = PromptContext::new(
         &a.snapshot.prd,
@@ -102,10 +106,14 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
     if let Some(dir) = prompt_file.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    write_atomic(&prompt_file, prompt.as_bytes())?;
+    // A new file per iteration, only ever read by a person: no temporary file, no fsync.
+    std::fs::write(&prompt_file, prompt.as_bytes())
+        .with_context(|| format!("cannot write {}", prompt_file.display()))?;
     let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
-    write_atomic(&cx.paths.prd_snapshot(), &a.snapshot.raw)?;
+    // Rewritten only when prd.json changed since the last iteration; not fsynced (prd.json
+    // itself is what a power loss would leave).
+    write_volatile_if_changed(&cx.paths.prd_snapshot(), &a.snapshot.raw)?;
 
     state.run_id = Some(cx.run_id.to_string());
     state.iteration = a.iteration;
@@ -117,7 +125,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         started_at: start.at,
         start_sha: start.head.clone(),
     });
-    state.save(&cx.paths.ralph_dir)?;
+    // Saved by the execute stage once the agent has a pid: one write instead of two. A ralph
+    // killed before the spawn leaves no in-flight entry, which is right: nothing ran.
 
     let meta = TranscriptMeta {
         run_id: cx.run_id.to_string(),
@@ -149,7 +158,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
 }
 
 /// Pins HEAD under `refs/ralph/<run>/<n>/start` and notes what was already dirty.
-fn start_point(cx: &Cx<'_>, iteration: u32) -> anyhow::Result<StartPoint> {
+fn start_point(cx: &Cx<'_>, a: &Assignment) -> anyhow::Result<StartPoint> {
+    let iteration = a.iteration;
     let at = Utc::now();
     let clock = Instant::now();
     let head = cx.repo.head_sha()?;
@@ -158,8 +168,13 @@ fn start_point(cx: &Cx<'_>, iteration: u32) -> anyhow::Result<StartPoint> {
             .set_ref(&format!("refs/ralph/{}/{iteration}/start", cx.run_id), head)?;
     }
     // Changes that exist before the agent starts (ralph's new progress.txt, --allow-dirty work)
-    // are not the agent's progress.
-    let dirty = DirtySnapshot::take(cx.repo, head.as_deref(), &cx.paths.repo_root)?;
+    // are not the agent's progress. Right after a checkpoint that left the tree clean there are
+    // none (a file someone edits in the milliseconds between counts as the agent's).
+    let dirty = if head.is_some() && head == a.clean_at {
+        DirtySnapshot::default()
+    } else {
+        DirtySnapshot::take(cx.repo, head.as_deref(), &cx.paths.repo_root)?
+    };
     Ok(StartPoint {
         reflog_len: cx.repo.head_reflog_len(),
         branch: cx.repo.current_branch(),
