@@ -331,7 +331,11 @@ pub struct ConvertArgs {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// The feature, in a sentence or a few (or use --from FILE).
-    #[arg(value_name = "DESCRIPTION", required_unless_present = "from", conflicts_with = "from")]
+    #[arg(
+        value_name = "DESCRIPTION",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
     pub description: Option<String>,
     /// Read the feature's description from this file.
     #[arg(long, value_name = "FILE")]

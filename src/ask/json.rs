@@ -76,12 +76,24 @@ mod tests {
         let bare = r#"{"userStories": [], "project": "p"}"#;
         assert_eq!(extract(bare, "userStories").unwrap()["project"], "p");
         let fenced = "Here it is:\n```json\n{\"userStories\": [1]}\n```\nDone.";
-        assert_eq!(extract(fenced, "userStories").unwrap(), json!({"userStories": [1]}));
+        assert_eq!(
+            extract(fenced, "userStories").unwrap(),
+            json!({"userStories": [1]})
+        );
         let chatty = "An example {\"a\": 1} and the real one: {\"userStories\": [2]} ok";
-        assert_eq!(extract(chatty, "userStories").unwrap(), json!({"userStories": [2]}));
+        assert_eq!(
+            extract(chatty, "userStories").unwrap(),
+            json!({"userStories": [2]})
+        );
         let unterminated = "```json\n{\"userStories\": [3]}\n";
-        assert_eq!(extract(unterminated, "userStories").unwrap(), json!({"userStories": [3]}));
-        assert_eq!(extract("{\"a\": 1}", "userStories").unwrap(), json!({"a": 1}));
+        assert_eq!(
+            extract(unterminated, "userStories").unwrap(),
+            json!({"userStories": [3]})
+        );
+        assert_eq!(
+            extract("{\"a\": 1}", "userStories").unwrap(),
+            json!({"a": 1})
+        );
         assert!(extract("no json here", "userStories").is_none());
         assert!(extract("{\"userStories\": [", "userStories").is_none());
     }

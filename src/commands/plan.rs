@@ -12,7 +12,7 @@
 //! N stories` on stdout, then the next step (or the conversion's lines).
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::ask::{self, Asker, Loop};
 use crate::cli::PlanArgs;
@@ -43,7 +43,16 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitStatus> {
         let mut out = Outputs::new();
         out.add(Box::new(Human::new(false, args.session.verbose)));
         let asker = Asker::open(&args.session, &cwd, &mut out, stop.clone()).await?;
-        let result = plan_with(&asker, args, &description, interactive, &cwd, &mut out, &stop).await;
+        let result = plan_with(
+            &asker,
+            args,
+            &description,
+            interactive,
+            &cwd,
+            &mut out,
+            &stop,
+        )
+        .await;
         asker.close().await;
         out.close();
         result
@@ -197,7 +206,8 @@ fn description(args: &PlanArgs) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn refuse_existing(path: &PathBuf, force: bool) -> anyhow::Result<()> {
+/// Refuses to write over `path` without `--force`.
+fn refuse_existing(path: &Path, force: bool) -> anyhow::Result<()> {
     if !force && path.exists() {
         return Err(UserError::new(format!(
             "{} already exists; refusing to overwrite it",

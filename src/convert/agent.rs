@@ -101,9 +101,7 @@ pub fn prompt(markdown: &str, source: &str, project: &str, test_command: Option<
         })
     });
     // The template is built in; a rendering error is a ralph bug, and the plain parts still work.
-    rendered.unwrap_or_else(|e| {
-        format!("{}\n\n{e}\n\nPRD:\n\n{markdown}", RULES.trim_end())
-    })
+    rendered.unwrap_or_else(|e| format!("{}\n\n{e}\n\nPRD:\n\n{markdown}", RULES.trim_end()))
 }
 
 /// Converts `markdown` (from `source`) with the agent behind `asker`, at most `attempts`
@@ -155,7 +153,12 @@ pub fn check(draft: &Value) -> Checked<Prd> {
     problems.extend(
         lint::lint_value(&value, &LintOptions { brand_new: true })
             .into_iter()
-            .map(|f| format!("{}: {} [{}] (fix: {})", f.json_path, f.message, f.rule, f.hint)),
+            .map(|f| {
+                format!(
+                    "{}: {} [{}] (fix: {})",
+                    f.json_path, f.message, f.rule, f.hint
+                )
+            }),
     );
     problems.extend(rule_findings(&value));
     Checked { usable, problems }
@@ -163,10 +166,7 @@ pub fn check(draft: &Value) -> Checked<Prd> {
 
 /// Sets what the rules fix to one value: `passes: false` and `notes: ""` on every story.
 fn normalize(value: &mut Value) {
-    if let Some(stories) = value
-        .get_mut("userStories")
-        .and_then(Value::as_array_mut)
-    {
+    if let Some(stories) = value.get_mut("userStories").and_then(Value::as_array_mut) {
         for story in stories.iter_mut().filter_map(Value::as_object_mut) {
             story.insert("passes".into(), Value::Bool(false));
             story.insert("notes".into(), Value::String(String::new()));
@@ -222,7 +222,10 @@ mod tests {
         let checked = check(&draft);
         assert!(checked.usable.is_none());
         let text = checked.problems.join("\n");
-        assert!(text.contains("$.userStories[0].priority: expected an integer"), "{text}");
+        assert!(
+            text.contains("$.userStories[0].priority: expected an integer"),
+            "{text}"
+        );
         assert!(text.contains("[vague-criterion]"), "{text}");
         assert!(!text.contains("new-prd-passing"), "normalized: {text}");
     }

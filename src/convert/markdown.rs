@@ -77,7 +77,11 @@ fn render(path: &Path, errors: &[LayoutError]) -> String {
     let noun = if count == 1 { "problem" } else { "problems" };
     let mut out = format!("{file} does not follow ralph's PRD layout ({count} {noun}):");
     for e in errors {
-        let _ = write!(out, "\n{file}:{}: {}\n  hint: {}", e.line, e.message, e.hint);
+        let _ = write!(
+            out,
+            "\n{file}:{}: {}\n  hint: {}",
+            e.line, e.message, e.hint
+        );
     }
     out
 }
@@ -212,8 +216,8 @@ pub fn parse(text: &str, path: &Path) -> Result<ParsedPrd, MarkdownErrors> {
                             if let Some(v) = label_value(text, "project") {
                                 project = Some(v.to_string()).filter(|v| !v.is_empty());
                             } else if let Some(v) = label_value(text, "branch") {
-                                branch = Some(v.trim_matches('`').to_string())
-                                    .filter(|v| !v.is_empty());
+                                branch =
+                                    Some(v.trim_matches('`').to_string()).filter(|v| !v.is_empty());
                             } else {
                                 rest.push((*line, text.as_str()));
                             }
@@ -319,7 +323,10 @@ fn story_heading(text: &str, line: usize, errors: &mut Vec<LayoutError>) -> Draf
         None => {
             errors.push(LayoutError {
                 line,
-                message: format!("story heading {:?} does not read `US-001: Title`", text.trim()),
+                message: format!(
+                    "story heading {:?} does not read `US-001: Title`",
+                    text.trim()
+                ),
                 hint: "write the id as `US-` and digits, then a colon and the title, e.g. `### \
                        US-001: Add a reverse helper`"
                     .into(),
@@ -421,7 +428,10 @@ fn finish_stories(drafts: Vec<Draft>, errors: &mut Vec<LayoutError>) -> Vec<Stor
         }
         if !d.has_criteria {
             let (line, message) = match d.criteria_line {
-                Some(l) => (l, format!("{}: the acceptance criteria list is empty", d.id)),
+                Some(l) => (
+                    l,
+                    format!("{}: the acceptance criteria list is empty", d.id),
+                ),
                 None => (
                     d.line,
                     format!("{} has no `Acceptance Criteria:` list", d.id),
@@ -547,7 +557,10 @@ fn label_value<'a>(text: &'a str, label: &str) -> Option<&'a str> {
 
 /// Whether `text` is the label `label` alone (`Acceptance Criteria`, with or without a colon).
 fn is_label(text: &str, label: &str) -> bool {
-    text.trim().trim_end_matches(':').trim().eq_ignore_ascii_case(label)
+    text.trim()
+        .trim_end_matches(':')
+        .trim()
+        .eq_ignore_ascii_case(label)
 }
 
 fn join_lines<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
@@ -671,15 +684,36 @@ fn blocks(text: &str) -> Vec<Block> {
             Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
             Event::End(TagEnd::CodeBlock) => in_code_block = false,
             Event::Text(t) if !in_code_block => {
-                push_text(&mut heading, &mut paragraph, &mut items, &open_items, in_list, &t);
+                push_text(
+                    &mut heading,
+                    &mut paragraph,
+                    &mut items,
+                    &open_items,
+                    in_list,
+                    &t,
+                );
             }
             Event::Code(c) => {
                 let quoted = format!("`{c}`");
-                push_text(&mut heading, &mut paragraph, &mut items, &open_items, in_list, &quoted);
+                push_text(
+                    &mut heading,
+                    &mut paragraph,
+                    &mut items,
+                    &open_items,
+                    in_list,
+                    &quoted,
+                );
             }
             Event::SoftBreak | Event::HardBreak => {
                 if heading.is_some() || in_list {
-                    push_text(&mut heading, &mut paragraph, &mut items, &open_items, in_list, " ");
+                    push_text(
+                        &mut heading,
+                        &mut paragraph,
+                        &mut items,
+                        &open_items,
+                        in_list,
+                        " ",
+                    );
                 } else if let Some(lines) = paragraph.as_mut() {
                     lines.push((line + 1, String::new()));
                 }
@@ -728,7 +762,10 @@ mod tests {
 
     #[test]
     fn kebab_cases() {
-        assert_eq!(kebab("PRD: Reverse flag for textkit!"), "prd-reverse-flag-for-textkit");
+        assert_eq!(
+            kebab("PRD: Reverse flag for textkit!"),
+            "prd-reverse-flag-for-textkit"
+        );
         assert_eq!(kebab("  Crème brûlée  "), "cr-me-br-l-e");
         assert_eq!(kebab("***"), "feature");
         let long = kebab(&"word ".repeat(30));
@@ -737,8 +774,14 @@ mod tests {
 
     #[test]
     fn labels() {
-        assert_eq!(label_value("Depends on: US-001", "depends on"), Some("US-001"));
-        assert_eq!(label_value("depends ON : US-001", "depends on"), Some("US-001"));
+        assert_eq!(
+            label_value("Depends on: US-001", "depends on"),
+            Some("US-001")
+        );
+        assert_eq!(
+            label_value("depends ON : US-001", "depends on"),
+            Some("US-001")
+        );
         assert_eq!(label_value("Dependencies: x", "depends on"), None);
         assert!(is_label("Acceptance Criteria:", "acceptance criteria"));
         assert!(is_label("acceptance criteria", "acceptance criteria"));

@@ -110,7 +110,12 @@ pub async fn convert(
         Some(prd) => {
             let warnings = lint::lint(&prd, &LintOptions { brand_new: true })
                 .into_iter()
-                .map(|f| format!("{}: {} [{}] (fix: {})", f.json_path, f.message, f.rule, f.hint))
+                .map(|f| {
+                    format!(
+                        "{}: {} [{}] (fix: {})",
+                        f.json_path, f.message, f.rule, f.hint
+                    )
+                })
                 .collect();
             (prd, Route::Layout, warnings)
         }
@@ -118,8 +123,16 @@ pub async fn convert(
             let draft_path = draft_path(req.out);
             let settled = match asker {
                 Some(asker) => {
-                    agent::convert(asker, &text, req.input, &project, req.attempts, &draft_path, out)
-                        .await?
+                    agent::convert(
+                        asker,
+                        &text,
+                        req.input,
+                        &project,
+                        req.attempts,
+                        &draft_path,
+                        out,
+                    )
+                    .await?
                 }
                 None => {
                     let asker = Asker::open(req.session, cwd, out, stop.clone()).await?;
@@ -191,7 +204,11 @@ pub fn default_project(out: &Path) -> String {
     let existing = std::fs::read(out)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v.get("project").and_then(|p| p.as_str()).map(str::to_string))
+        .and_then(|v| {
+            v.get("project")
+                .and_then(|p| p.as_str())
+                .map(str::to_string)
+        })
         .filter(|p| !p.trim().is_empty() && p != "my-project");
     if let Some(p) = existing {
         return p;

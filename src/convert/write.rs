@@ -50,9 +50,11 @@ pub fn write_prd(out: &Path, text: &str, force: bool) -> anyhow::Result<Replaced
         Ok(bytes) => Some(bytes),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => {
-            return Err(UserError::new(format!("cannot read {}: {err}", out.display()))
-                .with_hint("make the file readable, or choose another place with --out PATH")
-                .into())
+            return Err(
+                UserError::new(format!("cannot read {}: {err}", out.display()))
+                    .with_hint("make the file readable, or choose another place with --out PATH")
+                    .into(),
+            )
         }
     };
     let replaced = match old {

@@ -229,7 +229,13 @@ pub fn lint_value(value: &Value, options: &LintOptions) -> Vec<Finding> {
     let strings = |v: &Value, key: &str| -> Vec<String> {
         v.get(key)
             .and_then(Value::as_array)
-            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     if !value.is_object() {
@@ -285,7 +291,10 @@ fn lint_criteria(story: &Story, at: &dyn Fn(&str) -> String, out: &mut Vec<Findi
             None => {}
         }
     }
-    let has_verify = story.verify.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let has_verify = story
+        .verify
+        .as_deref()
+        .is_some_and(|v| !v.trim().is_empty());
     if checkable == 0 && !has_verify {
         out.push(Finding {
             json_path: at(""),

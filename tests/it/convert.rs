@@ -67,7 +67,10 @@ fn lint_findings_of_a_converted_prd_are_warnings_and_strict_refuses_them() {
         text(&out)
     );
     assert!(stderr(&out).contains("(--strict)"), "{}", text(&out));
-    assert!(!env.path("prd.json").exists(), "nothing written under --strict");
+    assert!(
+        !env.path("prd.json").exists(),
+        "nothing written under --strict"
+    );
 
     let out = env.ralph(&["convert", "prd.md"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -79,7 +82,11 @@ fn lint_findings_of_a_converted_prd_are_warnings_and_strict_refuses_them() {
         "{}",
         text(&out)
     );
-    assert!(stdout(&out).contains("✓ wrote prd.json: 1 story"), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("✓ wrote prd.json: 1 story"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -144,7 +151,10 @@ const SMALL_PRD: &str = "# PRD: Search box\n\n## Introduction\n\nFind notes by t
 #[test]
 fn a_prd_with_open_stories_is_replaced_only_with_force_and_then_archived() {
     let env = TestEnv::new(&prd_with_stories(2));
-    env.write("progress.txt", "# Ralph Progress Log\nStarted: x\n---\n\n## it 1\nlearned a thing\n");
+    env.write(
+        "progress.txt",
+        "# Ralph Progress Log\nStarted: x\n---\n\n## it 1\nlearned a thing\n",
+    );
     env.write("tasks/prd-search.md", SMALL_PRD);
     let before = env.read("prd.json");
     let out = env.ralph(&["convert", "tasks/prd-search.md"]);
@@ -159,10 +169,17 @@ fn a_prd_with_open_stories_is_replaced_only_with_force_and_then_archived() {
 
     let out = env.ralph(&["convert", "tasks/prd-search.md", "--force"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(stdout(&out).contains("archived branch ralph/demo"), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("archived branch ralph/demo"),
+        "{}",
+        text(&out)
+    );
     let prd = env.prd();
     assert_eq!(prd["branchName"], "ralph/search-box");
-    assert_eq!(prd["project"], "Demo", "the replaced prd.json names the project");
+    assert_eq!(
+        prd["project"], "Demo",
+        "the replaced prd.json names the project"
+    );
     let archive: Vec<_> = std::fs::read_dir(env.path("archive"))
         .unwrap()
         .flatten()
@@ -176,7 +193,10 @@ fn a_prd_with_open_stories_is_replaced_only_with_force_and_then_archived() {
     assert!(std::fs::read_to_string(archive[0].join("progress.txt"))
         .unwrap()
         .contains("learned a thing"));
-    assert!(!env.read("progress.txt").contains("learned a thing"), "reset");
+    assert!(
+        !env.read("progress.txt").contains("learned a thing"),
+        "reset"
+    );
 }
 
 #[test]
@@ -195,9 +215,16 @@ fn a_finished_prd_is_archived_and_the_init_template_simply_replaced() {
     env.write("tasks/prd-search.md", SMALL_PRD);
     let out = env.ralph(&["convert", "tasks/prd-search.md"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(!env.path("archive").exists(), "the untouched template is not archived");
+    assert!(
+        !env.path("archive").exists(),
+        "the untouched template is not archived"
+    );
     assert_eq!(env.prd()["userStories"][0]["title"], "Search field");
-    assert_eq!(env.prd()["project"], "repo", "the repository's directory name");
+    assert_eq!(
+        env.prd()["project"],
+        "repo",
+        "the repository's directory name"
+    );
 }
 
 /// A draft the scripted model writes: `priority` as a word (a schema error) in US-001 and a
@@ -223,8 +250,10 @@ fn bad_draft() -> Value {
 fn fixed_draft() -> Value {
     let mut v = bad_draft();
     v["userStories"][0]["priority"] = json!(1);
-    v["userStories"][1]["acceptanceCriteria"] =
-        json!(["`notes export --all` writes one `note-<id>.md` per note", "Tests pass"]);
+    v["userStories"][1]["acceptanceCriteria"] = json!([
+        "`notes export --all` writes one `note-<id>.md` per note",
+        "Tests pass"
+    ]);
     v
 }
 
@@ -275,7 +304,11 @@ fn agent_path_feeds_schema_and_lint_problems_back_and_writes_the_corrected_draft
         "{}",
         text(&out)
     );
-    assert!(stderr(&out).contains("prd.json draft 1 has 3 problems; asking again"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("prd.json draft 1 has 3 problems; asking again"),
+        "{}",
+        text(&out)
+    );
     let prd = env.prd();
     assert_eq!(prd["userStories"][0]["priority"], 1);
     assert_eq!(prd["userStories"][1]["dependsOn"], json!(["US-001"]));
@@ -288,18 +321,37 @@ fn agent_path_feeds_schema_and_lint_problems_back_and_writes_the_corrected_draft
         assert!(req.tool_names().is_empty(), "{:?}", req.tool_names());
         assert_eq!(req.body["response_format"]["type"], "json_schema");
         let schema = &req.body["response_format"]["json_schema"]["schema"];
-        assert_eq!(schema["required"], json!(["project", "branchName", "description", "userStories"]));
-        assert!(req.system_text().contains("You have no tools"), "{}", req.system_text());
+        assert_eq!(
+            schema["required"],
+            json!(["project", "branchName", "description", "userStories"])
+        );
+        assert!(
+            req.system_text().contains("You have no tools"),
+            "{}",
+            req.system_text()
+        );
     }
     let first = reqs[0].last_user_text();
-    assert!(first.contains("We need a way to get notes out of the app"), "{first}");
+    assert!(
+        first.contains("We need a way to get notes out of the app"),
+        "{first}"
+    );
     assert!(first.contains("if you cannot describe the change in 2–3 sentences, split it"));
     assert!(!first.contains("previous reply"), "{first}");
     // The feedback request: the previous reply and each problem with its path and fix.
     let feedback = reqs[1].last_user_text();
-    assert!(feedback.starts_with(first.trim_end()), "the first prompt comes first");
-    assert!(feedback.contains("## Your previous reply had problems"), "{feedback}");
-    assert!(feedback.contains("\"priority\": \"high\""), "the previous reply: {feedback}");
+    assert!(
+        feedback.starts_with(first.trim_end()),
+        "the first prompt comes first"
+    );
+    assert!(
+        feedback.contains("## Your previous reply had problems"),
+        "{feedback}"
+    );
+    assert!(
+        feedback.contains("\"priority\": \"high\""),
+        "the previous reply: {feedback}"
+    );
     assert!(
         feedback.contains(
             "- $.userStories[0].priority: expected an integer, got \"high\" (fix: set `priority` \
@@ -313,7 +365,10 @@ fn agent_path_feeds_schema_and_lint_problems_back_and_writes_the_corrected_draft
         ),
         "{feedback}"
     );
-    assert!(feedback.contains("[vague-criterion] (fix: say what to observe"), "{feedback}");
+    assert!(
+        feedback.contains("[vague-criterion] (fix: say what to observe"),
+        "{feedback}"
+    );
     assert!(!env.path("prd.draft.json").exists());
 }
 
@@ -333,7 +388,10 @@ fn a_model_that_never_answers_with_json_gives_up_with_the_draft_kept() {
         "{err}"
     );
     assert!(err.contains("$: the reply holds no JSON object"), "{err}");
-    assert!(err.contains("the last draft is saved in prd.draft.json"), "{err}");
+    assert!(
+        err.contains("the last draft is saved in prd.draft.json"),
+        "{err}"
+    );
     assert_eq!(llm.request_count(), 2);
     assert_eq!(
         env.read("prd.draft.json"),

@@ -30,8 +30,8 @@ fn findings_with(prd: &Value, setup: impl Fn(&TestEnv)) -> Vec<(String, String)>
     let env = TestEnv::new(prd);
     setup(&env);
     let out = env.ralph(&["validate", "--json"]);
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
     assert_eq!(report["valid"], true, "{report}");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     report["warnings"]
@@ -88,11 +88,17 @@ fn a_story_without_a_checkable_criterion_or_verify() {
                 "$.userStories[0].acceptanceCriteria[0]".to_string(),
                 "vague-criterion".to_string()
             ),
-            ("$.userStories[0]".to_string(), "no-checkable-criterion".to_string())
+            (
+                "$.userStories[0]".to_string(),
+                "no-checkable-criterion".to_string()
+            )
         ]
     );
     prd["userStories"][0]["acceptanceCriteria"] = json!([]);
-    assert_eq!(findings(&prd), one("$.userStories[0]", "no-checkable-criterion"));
+    assert_eq!(
+        findings(&prd),
+        one("$.userStories[0]", "no-checkable-criterion")
+    );
     // A verify command is a check of its own.
     prd["userStories"][0]["verify"] = json!("python3 -m unittest -q");
     assert_eq!(findings(&prd), []);
@@ -103,9 +109,15 @@ fn descriptions_too_long_for_one_iteration() {
     let mut prd = clean();
     prd["userStories"][0]["description"] =
         json!("As a writer, I want slugify. It lowers case. It drops accents. It joins words.");
-    assert_eq!(findings(&prd), one("$.userStories[0].description", "long-description"));
+    assert_eq!(
+        findings(&prd),
+        one("$.userStories[0].description", "long-description")
+    );
     prd["userStories"][0]["description"] = json!("word ".repeat(81));
-    assert_eq!(findings(&prd), one("$.userStories[0].description", "long-description"));
+    assert_eq!(
+        findings(&prd),
+        one("$.userStories[0].description", "long-description")
+    );
     prd["userStories"][0]["description"] =
         json!("As a writer, I want slugify. It lowers case and drops accents.");
     assert_eq!(findings(&prd), []);
@@ -114,7 +126,9 @@ fn descriptions_too_long_for_one_iteration() {
 #[test]
 fn more_than_eight_criteria() {
     let mut prd = clean();
-    let nine: Vec<String> = (1..=9).map(|i| format!("slugify(\"{i}\") == \"{i}\"")).collect();
+    let nine: Vec<String> = (1..=9)
+        .map(|i| format!("slugify(\"{i}\") == \"{i}\""))
+        .collect();
     prd["userStories"][0]["acceptanceCriteria"] = json!(nine);
     assert_eq!(
         findings(&prd),
@@ -141,14 +155,20 @@ fn depends_on_a_later_priority() {
 fn duplicate_titles() {
     let mut prd = clean();
     prd["userStories"][1]["title"] = json!("add  SLUGIFY");
-    assert_eq!(findings(&prd), one("$.userStories[1].title", "duplicate-title"));
+    assert_eq!(
+        findings(&prd),
+        one("$.userStories[1].title", "duplicate-title")
+    );
 }
 
 #[test]
 fn a_brand_new_prd_with_stories_already_passing() {
     let mut prd = clean();
     prd["userStories"][0]["passes"] = json!(true);
-    assert_eq!(findings(&prd), one("$.userStories[0].passes", "new-prd-passing"));
+    assert_eq!(
+        findings(&prd),
+        one("$.userStories[0].passes", "new-prd-passing")
+    );
     // Once a run has recorded progress, a passing story is just done work.
     let progressed = findings_with(&prd, |env| {
         env.write(
@@ -162,9 +182,19 @@ fn a_brand_new_prd_with_stories_already_passing() {
 #[test]
 fn a_branch_name_git_refuses() {
     let mut prd = clean();
-    for bad in ["ralph/my feature", "ralph/x..y", "ralph/x.lock", "-x", "ralph/"] {
+    for bad in [
+        "ralph/my feature",
+        "ralph/x..y",
+        "ralph/x.lock",
+        "-x",
+        "ralph/",
+    ] {
         prd["branchName"] = json!(bad);
-        assert_eq!(findings(&prd), one("$.branchName", "bad-branch-name"), "{bad}");
+        assert_eq!(
+            findings(&prd),
+            one("$.branchName", "bad-branch-name"),
+            "{bad}"
+        );
     }
     prd["branchName"] = json!("ralph/my-feature_2");
     assert_eq!(findings(&prd), []);

@@ -78,7 +78,10 @@ fn without_a_terminal_the_prd_holds_assumptions_and_converts_without_a_model() {
         vec![ScriptedReply::text(plan_doc().to_string())],
     );
     let env = TestEnv::new(&prd_with_stories(1));
-    env.write("README.md", "Run the tests: `python3 -m unittest discover -s tests -q`\n");
+    env.write(
+        "README.md",
+        "Run the tests: `python3 -m unittest discover -s tests -q`\n",
+    );
     let out = plan_cmd(&env, &llm, &["add a --reverse flag to textkit's CLI"])
         .stdin(Stdio::null())
         .output()
@@ -96,7 +99,10 @@ fn without_a_terminal_the_prd_holds_assumptions_and_converts_without_a_model() {
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 1, "no question round without a terminal");
     let prompt = first_prompt(&reqs[0]);
-    assert!(prompt.contains("add a --reverse flag to textkit's CLI"), "{prompt}");
+    assert!(
+        prompt.contains("add a --reverse flag to textkit's CLI"),
+        "{prompt}"
+    );
     assert!(prompt.contains("write it under `assumptions`"), "{prompt}");
     assert!(
         prompt.contains("tests run with `python3 -m unittest discover -s tests -q`"),
@@ -107,7 +113,12 @@ fn without_a_terminal_the_prd_holds_assumptions_and_converts_without_a_model() {
 
     let md = env.read("tasks/prd-reverse-flag.md");
     insta::assert_snapshot!("plan_prd_markdown", md);
-    let conv = env.ralph(&["convert", "tasks/prd-reverse-flag.md", "--out", "next/prd.json"]);
+    let conv = env.ralph(&[
+        "convert",
+        "tasks/prd-reverse-flag.md",
+        "--out",
+        "next/prd.json",
+    ]);
     assert!(conv.status.success(), "{}", text(&conv));
     let valid = env.ralph(&["validate", "next/prd.json"]);
     assert!(valid.status.success(), "{}", text(&valid));
@@ -122,9 +133,13 @@ fn plan_convert_chains_into_prd_json_and_refuses_to_overwrite_the_prd_file() {
         ScriptedReply::text(plan_doc().to_string())
     });
     let env = TestEnv::new(&prd_with_stories(1));
-    let out = plan_cmd(&env, &llm, &["--yes", "--convert", "--force", "reverse flag"])
-        .output()
-        .unwrap();
+    let out = plan_cmd(
+        &env,
+        &llm,
+        &["--yes", "--convert", "--force", "reverse flag"],
+    )
+    .output()
+    .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -138,7 +153,9 @@ fn plan_convert_chains_into_prd_json_and_refuses_to_overwrite_the_prd_file() {
     assert_eq!(env.prd()["userStories"][0]["title"], "Add a reverse helper");
     assert_eq!(llm.request_count(), 1, "the layout needs no second session");
 
-    let again = plan_cmd(&env, &llm, &["--yes", "reverse flag"]).output().unwrap();
+    let again = plan_cmd(&env, &llm, &["--yes", "reverse flag"])
+        .output()
+        .unwrap();
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     assert!(
         String::from_utf8_lossy(&again.stderr)
@@ -160,7 +177,9 @@ fn a_reply_without_stories_is_fed_back() {
         ],
     );
     let env = TestEnv::new(&prd_with_stories(1));
-    let out = plan_cmd(&env, &llm, &["--yes", "reverse flag"]).output().unwrap();
+    let out = plan_cmd(&env, &llm, &["--yes", "reverse flag"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -175,7 +194,10 @@ fn a_reply_without_stories_is_fed_back() {
 #[test]
 fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
     let llm = ScriptedLlm::start(ProviderKind::Openai, |req| {
-        if req.last_user_text().contains("Ask the 3 to 5 clarifying questions") {
+        if req
+            .last_user_text()
+            .contains("Ask the 3 to 5 clarifying questions")
+        {
             ScriptedReply::text(questions().to_string())
         } else {
             ScriptedReply::text(plan_doc().to_string())
@@ -183,7 +205,11 @@ fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
     });
     let env = TestEnv::new(&prd_with_stories(1));
     // `script` gives ralph a pseudo-terminal for stdin and stdout; the answers are typed ahead.
-    let mut words = vec![crate::common::ralph_bin().to_string(), "plan".into(), "reverse flag".into()];
+    let mut words = vec![
+        crate::common::ralph_bin().to_string(),
+        "plan".into(),
+        "reverse flag".into(),
+    ];
     words.extend(native_args(&llm.base_url()));
     let line = shlex::try_join(words.iter().map(String::as_str)).unwrap();
     let mut child = Command::new("script")
@@ -211,7 +237,11 @@ fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
     }
     let out = child.wait_with_output().unwrap();
     let screen = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{screen}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{screen}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         screen.contains("1. What should --reverse flip?\r\n   A. The characters of each line\r\n   B. The order of the lines\r\n> "),
         "{screen}"

@@ -66,10 +66,7 @@ fn local_model_plans_a_textkit_feature_that_converts_validates_and_runs() {
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
     assert_eq!(tasks.len(), 1, "{tasks:?}");
-    let md_rel = format!(
-        "tasks/{}",
-        tasks[0].file_name().unwrap().to_string_lossy()
-    );
+    let md_rel = format!("tasks/{}", tasks[0].file_name().unwrap().to_string_lossy());
     let md = env.read(&md_rel);
     eprintln!(
         "--- the local model's PRD ({:.0} s) ---\n{md}",
@@ -144,7 +141,10 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("did not produce a valid prd.json"), "{err}");
-        assert!(err.contains("the last draft is saved in prd.draft.json"), "{err}");
+        assert!(
+            err.contains("the last draft is saved in prd.draft.json"),
+            "{err}"
+        );
         assert!(env.path("prd.draft.json").is_file());
         assert!(!env.path("prd.json").exists());
     }
