@@ -10,6 +10,8 @@
 //! one criterion each, and render to a layout document that converts. Problems go back to the
 //! agent a bounded number of times ([`crate::ask::ask_until_valid`]).
 
+pub mod skills;
+
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -439,14 +441,25 @@ mod tests {
             answer: "Characters".into(),
         }];
         let text = render(&doc(), &decisions);
-        assert!(text.starts_with("# PRD: Reverse flag\n\n## Introduction\n\nAdd a --reverse flag.\n"));
-        assert!(text.contains("- FR-1: reverse lines\n- FR-2: keep newlines\n"), "{text}");
-        assert!(text.contains("## Decisions\n\n- What to flip? → Characters\n"), "{text}");
+        assert!(
+            text.starts_with("# PRD: Reverse flag\n\n## Introduction\n\nAdd a --reverse flag.\n")
+        );
+        assert!(
+            text.contains("- FR-1: reverse lines\n- FR-2: keep newlines\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("## Decisions\n\n- What to flip? → Characters\n"),
+            "{text}"
+        );
         let parsed = markdown::parse(&text, std::path::Path::new("x.md")).unwrap();
         assert_eq!(parsed.title, "Reverse flag");
         assert_eq!(parsed.stories.len(), 2);
         assert_eq!(parsed.stories[1].id, "US-002");
-        assert_eq!(parsed.stories[1].acceptance_criteria, ["`textkit --reverse ab` prints `ba`"]);
+        assert_eq!(
+            parsed.stories[1].acceptance_criteria,
+            ["`textkit --reverse ab` prints `ba`"]
+        );
         assert_eq!(slug("PRD: Reverse flag!"), "reverse-flag");
     }
 
@@ -458,8 +471,14 @@ mod tests {
         assert!(checked.usable.is_none());
         assert!(checked.problems[0].starts_with("$.userStories[1].acceptanceCriteria"));
         let checked = check_plan(&json!({"title": 3}), &[]);
-        assert!(checked.problems[0].starts_with("$: invalid type"), "{:?}", checked.problems);
-        assert!(check_plan(&serde_json::to_value(doc()).unwrap(), &[]).usable.is_some());
+        assert!(
+            checked.problems[0].starts_with("$: invalid type"),
+            "{:?}",
+            checked.problems
+        );
+        assert!(check_plan(&serde_json::to_value(doc()).unwrap(), &[])
+            .usable
+            .is_some());
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod errors;
 mod examples;
 mod fake_gemini;
 mod fault_injection;
+mod init_skills;
 mod lint;
 mod llm;
 mod local;
