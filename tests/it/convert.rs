@@ -54,6 +54,46 @@ fn layout_prds_convert_without_a_model_and_validate() {
     }
 }
 
+/// The example of README.md's "The Markdown PRD layout" converts as the README says, with no
+/// model, to a prd.json that passes `ralph validate --strict`.
+#[test]
+fn the_readme_layout_example_converts_as_documented() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("### The Markdown PRD layout")
+        .nth(1)
+        .expect("README section 'The Markdown PRD layout'");
+    let start = section.find("```markdown\n").expect("a markdown block") + "```markdown\n".len();
+    let example = &section[start..start + section[start..].find("\n```").unwrap() + 1];
+    let env = empty_env();
+    env.write("tasks/prd-reverse-flag.md", example);
+    let out = env.ralph(&["convert", "tasks/prd-reverse-flag.md"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("(ralph's PRD layout, no model)"),
+        "{}",
+        text(&out)
+    );
+    let prd = env.prd();
+    assert_eq!(prd["branchName"], "ralph/reverse-flag-for-textkit", "{prd}");
+    assert_eq!(prd["project"], "repo", "the repository's directory name");
+    assert_eq!(
+        prd["description"],
+        "Add a --reverse flag to the textkit command line so that users can flip its output."
+    );
+    let stories = prd["userStories"].as_array().unwrap();
+    assert_eq!(stories.len(), 2, "{prd}");
+    assert_eq!(stories[1]["dependsOn"], json!(["US-001"]));
+    assert_eq!(
+        stories[1]["verify"],
+        "python3 -m unittest discover -s tests -q"
+    );
+    assert_eq!(stories[0]["priority"], 1);
+    let valid = env.ralph(&["validate", "--strict"]);
+    assert!(valid.status.success(), "{}", text(&valid));
+}
+
 #[test]
 fn lint_findings_of_a_converted_prd_are_warnings_and_strict_refuses_them() {
     let env = empty_env();
