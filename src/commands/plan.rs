@@ -79,7 +79,12 @@ async fn plan_with(
         Vec::new()
     };
     let test_command = ask::facts::test_command(&root);
-    let prompt = plan::plan_prompt(description, &decisions, test_command.as_deref());
+    let prompt = plan::plan_prompt(
+        description,
+        &decisions,
+        test_command.as_deref(),
+        !asker.sends_schema(),
+    );
     let schema = plan::plan_schema();
     let settings = Loop {
         prompt: &prompt,
@@ -94,6 +99,7 @@ async fn plan_with(
     };
     let settled =
         ask::ask_until_valid(asker, &settings, out, |v| plan::check_plan(v, &decisions)).await?;
+    let warnings = settled.warnings;
     let doc: PlanDoc = settled.value;
     let path = args
         .out
@@ -112,6 +118,9 @@ async fn plan_with(
             .with_hint("check the directory's permissions, or choose another place with --out PATH")
     })?;
     let shown = crate::workspace::display_rel(&path, cwd);
+    for w in &warnings {
+        eprintln!("warning: {shown}: {w}");
+    }
     let count = doc.user_stories.len();
     println!(
         "✓ wrote {shown}: {count} {} ({})",

@@ -67,6 +67,11 @@ pub fn draft_schema() -> Value {
     })
 }
 
+/// The story description of the example replies in the prompts of `ralph convert` and `ralph
+/// plan`: a draft with this very sentence copied the example instead of converting the PRD.
+pub const EXAMPLE_STORY_DESCRIPTION: &str =
+    "As a user, I want `notes export ID` so that I get that note as a file.";
+
 /// The example reply shown in the prompt.
 fn example(project: &str) -> String {
     // Another domain than any real PRD, so that a small model cannot pass it off as the answer.
@@ -77,7 +82,7 @@ fn example(project: &str) -> String {
         "userStories": [{
             "id": "US-001",
             "title": "Export one note",
-            "description": "As a user, I want `notes export ID` so that I get that note as a file.",
+            "description": EXAMPLE_STORY_DESCRIPTION,
             "acceptanceCriteria": ["`notes export 3` writes `note-3.md`", "Tests pass"],
             "priority": 1,
             "passes": false,
@@ -87,15 +92,23 @@ fn example(project: &str) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
-/// The first prompt for converting `markdown` (read from `source`).
-pub fn prompt(markdown: &str, source: &str, project: &str, test_command: Option<&str>) -> String {
+/// The first prompt for converting `markdown` (read from `source`); with `show_example`, it
+/// shows an example reply (for agents that do not get the reply's schema, see
+/// [`Asker::sends_schema`]).
+pub fn prompt(
+    markdown: &str,
+    source: &str,
+    project: &str,
+    test_command: Option<&str>,
+    show_example: bool,
+) -> String {
     let env = minijinja::Environment::new();
     let rendered = env.template_from_str(PROMPT).and_then(|t| {
         t.render(minijinja::context! {
             rules => RULES.trim_end(),
             project => project,
             test_command => test_command,
-            example => example(project),
+            example => show_example.then(|| example(project)),
             source => source,
             markdown => markdown.trim_end(),
         })
@@ -124,6 +137,7 @@ pub async fn convert(
         &source.display().to_string(),
         project,
         test_command.as_deref(),
+        !asker.sends_schema(),
     );
     let schema = draft_schema();
     let settings = Loop {
@@ -161,7 +175,35 @@ pub fn check(draft: &Value) -> Checked<Prd> {
             }),
     );
     problems.extend(rule_findings(&value));
+    problems.extend(copied_example(&value));
     Checked { usable, problems }
+}
+
+/// A finding for each story copied from the prompt's example reply (see
+/// [`EXAMPLE_STORY_DESCRIPTION`]): a small model's habit, which would send the loop off to
+/// build the example's feature.
+pub fn copied_example(value: &Value) -> Vec<String> {
+    value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter(|(_, story)| {
+            story
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                == Some(EXAMPLE_STORY_DESCRIPTION)
+        })
+        .map(|(i, _)| {
+            format!(
+                "$.userStories[{i}]: copied from the example in the prompt, not written from \
+                 this PRD (fix: write the stories of the PRD you were given, in its own words)"
+            )
+        })
+        .collect()
 }
 
 /// Sets what the rules fix to one value: `passes: false` and `notes: ""` on every story.
@@ -231,6 +273,28 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_the_example_is_usable_but_fed_back_and_schema_sessions_see_no_example() {
+        let draft: Value = serde_json::from_str(&example("demo")).unwrap();
+        let checked = check(&draft);
+        assert!(checked.usable.is_some());
+        assert_eq!(
+            checked.problems,
+            [
+                "$.userStories[0]: copied from the example in the prompt, not written from this \
+              PRD (fix: write the stories of the PRD you were given, in its own words)"
+            ]
+        );
+        let with = prompt("# T\n\ntext", "x.md", "demo", None, true);
+        assert!(with.contains(EXAMPLE_STORY_DESCRIPTION), "{with}");
+        let without = prompt("# T\n\ntext", "x.md", "demo", None, false);
+        assert!(!without.contains(EXAMPLE_STORY_DESCRIPTION), "{without}");
+        assert!(
+            without.contains("the JSON schema that comes with this request"),
+            "{without}"
+        );
+    }
+
+    #[test]
     fn a_clean_draft_is_usable_without_problems() {
         let draft = json!({
             "project": "p", "branchName": "ralph/x", "description": "d",
@@ -243,7 +307,13 @@ mod tests {
         let checked = check(&draft);
         assert!(checked.problems.is_empty(), "{:?}", checked.problems);
         assert_eq!(checked.usable.unwrap().user_stories[0].id, "US-001");
-        let p = prompt("# Title\n\nfree text", "x.md", "demo", Some("make test"));
+        let p = prompt(
+            "# Title\n\nfree text",
+            "x.md",
+            "demo",
+            Some("make test"),
+            true,
+        );
         assert!(p.contains("`make test`") && p.contains("\"demo\"") && p.contains("free text"));
         assert!(p.contains("if you cannot describe the change in 2–3 sentences"));
     }

@@ -165,7 +165,12 @@ pub fn questions_prompt(description: &str) -> String {
 
 /// The prompt asking for the PRD of `description`, with the user's `answers` (none: the agent
 /// writes its assumptions into the PRD) and the project's test command when known.
-pub fn plan_prompt(description: &str, answers: &[Decision], test_command: Option<&str>) -> String {
+pub fn plan_prompt(
+    description: &str,
+    answers: &[Decision],
+    test_command: Option<&str>,
+    show_example: bool,
+) -> String {
     // An example from another domain, so that a small model cannot pass it off as the answer.
     let example = json!({
         "title": "Notes export",
@@ -173,7 +178,7 @@ pub fn plan_prompt(description: &str, answers: &[Decision], test_command: Option
         "goals": ["Export any note in one step"],
         "userStories": [{
             "title": "Export one note",
-            "description": "As a user, I want `notes export ID` so that I get that note as a file.",
+            "description": crate::convert::agent::EXAMPLE_STORY_DESCRIPTION,
             "acceptanceCriteria": ["`notes export 3` writes `note-3.md` with the note's text", "Tests pass"]
         }],
         "functionalRequirements": ["FR-1: `notes export ID` writes `note-ID.md` in the current directory"],
@@ -188,7 +193,7 @@ pub fn plan_prompt(description: &str, answers: &[Decision], test_command: Option
             answers => answers,
             test_command => test_command,
             rules => crate::convert::agent::RULES.trim_end(),
-            example => serde_json::to_string_pretty(&example).unwrap_or_default(),
+            example => show_example.then(|| serde_json::to_string_pretty(&example).unwrap_or_default()),
         },
     )
 }
@@ -293,10 +298,11 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
             );
         }
     }
-    Checked {
-        usable: problems.is_empty().then_some(doc),
-        problems,
-    }
+    // A copy of the prompt's example is usable (it converts) but fed back, and left as a
+    // warning when the attempts run out.
+    let usable = problems.is_empty().then_some(doc);
+    problems.extend(crate::convert::agent::copied_example(value));
+    Checked { usable, problems }
 }
 
 /// One line of text: newlines folded into spaces, so a value cannot break the layout.

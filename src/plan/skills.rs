@@ -10,8 +10,11 @@
 
 use crate::cli::SkillTarget;
 
+/// The `ralph-prd` skill, a minijinja template (`layout`, `rules`).
 const PRD_SKILL: &str = include_str!("../../templates/skills/ralph-prd.md");
+/// The `ralph-convert` skill, a minijinja template (`rules`, `example`).
 const CONVERT_SKILL: &str = include_str!("../../templates/skills/ralph-convert.md");
+/// ralph's Markdown PRD layout, as `ralph plan` writes it.
 const LAYOUT: &str = include_str!("../../templates/plan/layout.md");
 
 /// The folder, relative to the project root, where `target` reads project skills.
@@ -100,6 +103,20 @@ mod tests {
                 "{path}"
             );
             assert!(!text.contains("{{"), "{path}: unrendered");
+            // The front matter is YAML that every CLI reads: a plain one-line description
+            // (no `: ` or ` #`, which would end or comment the scalar), within the Agent Skills
+            // limit of 1024 characters.
+            let description = text
+                .lines()
+                .nth(2)
+                .and_then(|l| l.strip_prefix("description: "))
+                .unwrap();
+            assert!(
+                !description.contains(": ") && !description.contains(" #"),
+                "{path}"
+            );
+            assert!(description.len() <= 1024, "{path}");
+            assert_eq!(text.lines().nth(3), Some("---"), "{path}");
         }
         assert!(files[0].1.contains("### US-001: <Short title>"));
         assert!(files[1]

@@ -191,6 +191,64 @@ fn a_reply_without_stories_is_fed_back() {
     assert!(env.path("tasks/prd-reverse-flag.md").is_file());
 }
 
+/// A small model copies a prompt's example as its answer, so a native (or local) session,
+/// which gets the reply's schema as `response_format`, is shown none; a reply that copies the
+/// example of the CLI agents' prompt anyway is fed back, and left as a warning when the
+/// attempts run out.
+#[test]
+fn a_schema_session_gets_no_example_and_a_copied_example_is_fed_back() {
+    let mut copied = plan_doc();
+    copied["userStories"][0]["description"] =
+        json!("As a user, I want `notes export ID` so that I get that note as a file.");
+    let llm = ScriptedLlm::sequence(
+        ProviderKind::Openai,
+        vec![
+            ScriptedReply::text(copied.to_string()),
+            ScriptedReply::text(plan_doc().to_string()),
+            ScriptedReply::text(copied.to_string()),
+        ],
+    );
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = plan_cmd(&env, &llm, &["--yes", "reverse flag"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let first = first_prompt(&reqs[0]);
+    assert!(!first.contains("notes export"), "no example: {first}");
+    assert!(
+        first.contains("the JSON schema that comes with this request"),
+        "{first}"
+    );
+    let feedback = first_prompt(&reqs[1]);
+    assert!(
+        feedback.contains("- $.userStories[0]: copied from the example in the prompt"),
+        "{feedback}"
+    );
+    assert!(!env
+        .read("tasks/prd-reverse-flag.md")
+        .contains("notes export"));
+
+    // One attempt, a copy: written (it converts), with the warning.
+    let out = plan_cmd(
+        &env,
+        &llm,
+        &["--yes", "--attempts", "1", "--force", "reverse flag"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "warning: tasks/prd-reverse-flag.md: $.userStories[0]: copied from the example in the \
+             prompt"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
     let llm = ScriptedLlm::start(ProviderKind::Openai, |req| {
