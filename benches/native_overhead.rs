@@ -213,6 +213,7 @@ fn per_step_pieces(rt: &tokio::runtime::Runtime) {
                 temperature: Some(0.0),
                 seed: Some(1),
                 tool_mode: ToolMode::Native,
+                answer_schema: None,
             };
             let body = serde_json::to_vec(&request).expect("encode the request");
             took[4] = t.elapsed();

@@ -29,8 +29,11 @@ use anyhow::{bail, Context as _};
 use chrono::{DateTime, Local, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::error::UserError;
 use crate::git::Repo;
+use crate::lock::{LockError, RunLock};
 use crate::progress;
+use crate::workspace::{ensure_ralph_dir, RunPaths};
 
 /// Name of the folder, beside prd.json, that holds one sub-folder per archived run.
 pub const ARCHIVE_DIR: &str = "archive";
@@ -304,6 +307,48 @@ pub fn archive_current(
         remember(ralph_dir, prd, &bytes, branch.as_deref())?;
     }
     Ok(archived)
+}
+
+/// [`archive_current`] for the workspace `paths`, holding the run lock (`.ralph/lock`) so that it
+/// never races a `ralph run` appending to progress.txt: `ralph archive`, and `ralph convert` when
+/// it replaces a prd.json.
+///
+/// # Errors
+/// A `ralph run` holding the lock (naming its pid, with a hint), a missing prd.json, I/O errors
+/// naming the path.
+pub fn archive_locked(paths: &RunPaths, today: NaiveDate) -> anyhow::Result<Archived> {
+    ensure_ralph_dir(&paths.ralph_dir)?;
+    let acquired = match RunLock::acquire(&paths.ralph_dir) {
+        Ok(acquired) => acquired,
+        Err(LockError::Held { pid, host, .. }) => {
+            return Err(UserError::new(format!(
+                "a `ralph run` (pid {pid} on {host}) is working on this repository; archiving now could lose what it is writing to progress.txt"
+            ))
+            .with_hint(format!(
+                "wait for the run to finish (or stop it: `kill {pid}`), then try again"
+            ))
+            .into())
+        }
+        Err(LockError::HeldUnknown { path }) => {
+            return Err(UserError::new(format!(
+                "a `ralph run` holds {} ; archiving now could lose what it is writing to progress.txt",
+                path.display()
+            ))
+            .with_hint("wait for the run to finish, then try again")
+            .into())
+        }
+        Err(err) => return Err(err.into()),
+    };
+    if let Some(stale) = &acquired.stale {
+        tracing::warn!(
+            "taking over a stale lock from pid {} on {} (that ralph is no longer running)",
+            stale.pid,
+            stale.host
+        );
+    }
+    let done = archive_current(&paths.prd, &paths.progress, &paths.ralph_dir, today)?;
+    drop(acquired);
+    Ok(done)
 }
 
 /// The folder name for `branch` archived on `today`: `<YYYY-MM-DD>-<branch>`, where every `/`

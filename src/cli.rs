@@ -28,9 +28,14 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Write a starter prd.json, progress.txt, ralph.toml and .ralph/.gitignore.
+    /// Write a starter prd.json, progress.txt, ralph.toml and .ralph/.gitignore (and, with
+    /// --skills, the PRD skills for an agent CLI).
     Init(InitArgs),
-    /// Check a prd.json against the schema and the semantic rules; exit 0 (valid) or 1.
+    /// Write a Markdown PRD (tasks/prd-<slug>.md) for a feature through one agent session.
+    Plan(PlanArgs),
+    /// Turn a Markdown PRD into prd.json: ralph's layout with no model, free-form through an agent.
+    Convert(ConvertArgs),
+    /// Check a prd.json against the schema and the semantic rules, and lint it; exit 0 (valid) or 1.
     Validate(ValidateArgs),
     /// Run the agent loop until every story passes or a limit is hit.
     #[command(after_help = crate::protocol::ExitStatus::help_table())]
@@ -219,6 +224,147 @@ pub struct InitArgs {
     /// Directory to initialise (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Also write ralph's PRD-writing and conversion skills where this agent CLI reads them
+    /// (claude: .claude/skills/; amp and codex: .agents/skills/); repeatable or comma-separated.
+    #[arg(long, value_enum, value_name = "CLI", value_delimiter = ',')]
+    pub skills: Vec<SkillTarget>,
+    /// With --skills: write only the skills, not the starter files.
+    #[arg(long, requires = "skills")]
+    pub skills_only: bool,
+}
+
+/// An agent CLI that `ralph init --skills` writes skills for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SkillTarget {
+    /// Claude Code: `.claude/skills/<name>/SKILL.md`.
+    Claude,
+    /// Amp: `.agents/skills/<name>/SKILL.md`.
+    Amp,
+    /// OpenAI Codex CLI: `.agents/skills/<name>/SKILL.md`.
+    Codex,
+}
+
+/// How `ralph plan` and `ralph convert` run their agent session: the `ralph run` options that
+/// choose and configure the backend (same flags, `RALPH_*` variables and ralph.toml keys).
+#[derive(Debug, Args, Default, Clone)]
+pub struct SessionArgs {
+    /// Agent backend (default: claude, or `agent` in ralph.toml).
+    #[arg(long, value_enum, env = "RALPH_AGENT")]
+    pub agent: Option<AgentKind>,
+    /// Command line for `--agent exec`, split into words without a shell.
+    #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")]
+    pub agent_cmd: Option<String>,
+    /// Model name passed to the agent.
+    #[arg(long, env = "RALPH_MODEL")]
+    pub model: Option<String>,
+    /// Path to the agent CLI, when it is not on PATH under its usual name.
+    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
+    pub agent_program: Option<PathBuf>,
+    /// native: the API's wire format (default openai).
+    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
+    pub provider: Option<crate::protocol::ProviderKind>,
+    /// native/local: the API base URL.
+    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
+    pub base_url: Option<String>,
+    /// native: the environment variable holding the API key.
+    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
+    pub api_key_env: Option<String>,
+    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B) or `small`
+    /// (Qwen2.5-Coder-0.5B: faster, weaker).
+    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
+    pub local_model: Option<crate::local::BuiltinModel>,
+    /// local: a GGUF model file to serve instead of the built-in model.
+    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
+    pub model_file: Option<PathBuf>,
+    /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Stream the agent's text and tool calls to the terminal.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// The configuration file (default: ./ralph.toml when it exists).
+    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+impl SessionArgs {
+    /// The same settings as `ralph run` arguments, for [`crate::config::RunConfig::resolve`].
+    pub fn run_args(&self) -> RunArgs {
+        RunArgs {
+            agent: self.agent,
+            agent_cmd: self.agent_cmd.clone(),
+            model: self.model.clone(),
+            agent_program: self.agent_program.clone(),
+            provider: self.provider,
+            base_url: self.base_url.clone(),
+            api_key_env: self.api_key_env.clone(),
+            local_model: self.local_model,
+            model_file: self.model_file.clone(),
+            timeout: self.timeout,
+            verbose: self.verbose,
+            config: self.config.clone(),
+            ..RunArgs::default()
+        }
+    }
+}
+
+/// Arguments of `ralph convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The Markdown PRD (e.g. tasks/prd-my-feature.md).
+    #[arg(value_name = "PRD.md")]
+    pub input: PathBuf,
+    /// Where to write prd.json (default: ./prd.json).
+    #[arg(long, short, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// Replace a prd.json that still has open stories (it is archived first).
+    #[arg(long)]
+    pub force: bool,
+    /// Agent sessions at most on the agent path: the first draft, then one per round of
+    /// feedback (default 3).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub attempts: u32,
+    /// Refuse to write a prd.json with lint findings (exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// How the agent path runs its agent (ralph's layout needs none).
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+/// Arguments of `ralph plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The feature, in a sentence or a few (or use --from FILE).
+    #[arg(
+        value_name = "DESCRIPTION",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
+    pub description: Option<String>,
+    /// Read the feature's description from this file.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// Ask no clarifying questions: the agent writes its assumptions into the PRD (the default
+    /// when stdin or stdout is not a terminal).
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Then convert the PRD into prd.json (as `ralph convert` does).
+    #[arg(long)]
+    pub convert: bool,
+    /// Where to write the PRD (default: tasks/prd-<slug>.md at the repository root).
+    #[arg(long, short, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing PRD file; with --convert, also replace a prd.json with open stories.
+    #[arg(long)]
+    pub force: bool,
+    /// Agent sessions at most for the PRD: the first draft, then one per round of feedback
+    /// (default 3).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub attempts: u32,
+    /// How the agent runs.
+    #[command(flatten)]
+    pub session: SessionArgs,
 }
 
 /// Arguments of `ralph validate`.
@@ -230,6 +376,9 @@ pub struct ValidateArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Treat the linter's findings (vague criteria, oversized stories, …) as errors: exit 1.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Arguments of `ralph status`.

@@ -185,6 +185,9 @@ pub struct NativeOptions {
     pub prices: BTreeMap<String, Price>,
     /// Tools offered to the model (`None`: all).
     pub tools: Option<Vec<String>>,
+    /// The JSON Schema of an answer session's reply (`ralph plan` and `ralph convert` set it for
+    /// each session; never read from ralph.toml): no tools, one schema-shaped reply.
+    pub answer_schema: Option<serde_json::Value>,
 }
 
 /// The tools offered to the built-in local model: the few a small model uses well.
@@ -719,6 +722,7 @@ impl RunConfig {
                 .tools
                 .clone()
                 .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
+            answer_schema: None,
         };
         let verify_timeout =
             duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);

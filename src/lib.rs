@@ -16,10 +16,12 @@
 
 pub mod agent;
 pub mod archive;
+pub mod ask;
 pub mod cli;
 pub mod commands;
 pub mod completion;
 pub mod config;
+pub mod convert;
 pub mod error;
 pub mod fsutil;
 pub mod git;
@@ -30,6 +32,7 @@ pub mod lock;
 pub mod native;
 pub mod notify;
 pub mod output;
+pub mod plan;
 pub mod prd;
 pub mod process;
 pub mod progress;

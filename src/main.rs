@@ -11,6 +11,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Init(args) => ralph::commands::init::run(args),
         Command::Validate(args) => ralph::commands::validate::run(args),
+        Command::Plan(args) => ralph::commands::plan::run(args),
+        Command::Convert(args) => ralph::commands::convert::run(args),
         Command::Run(args) => ralph::commands::run::run(args),
         Command::Status(args) => ralph::commands::status::run(args),
         Command::Log(args) => ralph::commands::log::run(args),

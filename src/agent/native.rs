@@ -86,6 +86,10 @@ pub struct NativeSettings {
     /// Time limit of that check, in seconds (the run's `verify_timeout`).
     #[serde(default = "default_verify_timeout_s")]
     pub verify_timeout_s: u64,
+    /// Set for an answer session (`ralph plan`, `ralph convert`): no tools, one reply that must
+    /// follow this JSON Schema (see [`crate::native::answer`]). `None` for `ralph run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_schema: Option<Value>,
 }
 
 fn default_verify_timeout_s() -> u64 {

@@ -1,8 +1,9 @@
 //! `ralph archive [--prd PATH] [--json]`: archive the current prd.json and progress.txt by hand
 //! (e.g. before writing the next feature's prd.json), then reset progress.txt.
 //!
-//! The work is [`crate::archive::archive_current`]; this module resolves the paths, takes the
-//! run lock so that it never races a `ralph run` (which appends to progress.txt), and prints.
+//! The work is [`crate::archive::archive_locked`] (which takes the run lock so that it never
+//! races a `ralph run`, which appends to progress.txt); this module resolves the paths and
+//! prints.
 //! Human output: one line naming the folder and a hint to commit; `--json`: one document on
 //! stdout, the [`crate::archive::Archived`] fields plus `"folder_rel"`.
 
@@ -10,10 +11,8 @@ use anyhow::Context as _;
 
 use crate::archive;
 use crate::cli::ArchiveArgs;
-use crate::error::UserError;
-use crate::lock::{LockError, RunLock};
 use crate::protocol::ExitStatus;
-use crate::workspace::{ensure_ralph_dir, RunPaths};
+use crate::workspace::RunPaths;
 
 /// Runs `ralph archive`: archives `args.prd` (default `./prd.json`) and the progress.txt beside
 /// it into `archive/<today>-<branchName or no-branch>[-N]/` beside prd.json, and resets
@@ -27,39 +26,7 @@ pub fn run(args: &ArchiveArgs) -> anyhow::Result<ExitStatus> {
     let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
 
-    ensure_ralph_dir(&paths.ralph_dir)?;
-    let acquired = match RunLock::acquire(&paths.ralph_dir) {
-        Ok(acquired) => acquired,
-        Err(LockError::Held { pid, host, .. }) => {
-            return Err(UserError::new(format!(
-                "a `ralph run` (pid {pid} on {host}) is working on this repository; archiving now could lose what it is writing to progress.txt"
-            ))
-            .with_hint(format!(
-                "wait for the run to finish (or stop it: `kill {pid}`), then run `ralph archive` again"
-            ))
-            .into())
-        }
-        Err(LockError::HeldUnknown { path }) => {
-            return Err(UserError::new(format!(
-                "a `ralph run` holds {} ; archiving now could lose what it is writing to progress.txt",
-                path.display()
-            ))
-            .with_hint("wait for the run to finish, then run `ralph archive` again")
-            .into())
-        }
-        Err(err) => return Err(err.into()),
-    };
-    if let Some(stale) = &acquired.stale {
-        tracing::warn!(
-            "taking over a stale lock from pid {} on {} (that ralph is no longer running)",
-            stale.pid,
-            stale.host
-        );
-    }
-
-    let today = chrono::Local::now().date_naive();
-    let done = archive::archive_current(&paths.prd, &paths.progress, &paths.ralph_dir, today)?;
-    drop(acquired);
+    let done = archive::archive_locked(&paths, chrono::Local::now().date_naive())?;
 
     let folder_rel = done
         .folder

@@ -6,6 +6,9 @@
 //! commented out with its default) and `.ralph/.gitignore` (`*`, so transcripts, which can hold
 //! secrets, and the rest of ralph's local state stay out of git).
 //!
+//! With `--skills claude|amp|codex` it also writes ralph's PRD skills where that CLI reads them
+//! ([`crate::plan::skills`]); `--skills-only` writes just those.
+//!
 //! It never overwrites: if any of these files exists and `--force` is not given, it writes
 //! nothing and lists them.
 
@@ -19,7 +22,7 @@ use crate::cli::InitArgs;
 use crate::protocol::ExitStatus;
 
 /// The starter prd.json.
-const PRD_TEMPLATE: &str = include_str!("../../templates/prd.json");
+const PRD_TEMPLATE: &str = crate::convert::write::INIT_TEMPLATE;
 /// The commented default configuration.
 const CONFIG_TEMPLATE: &str = include_str!("../../templates/ralph.toml");
 /// `.ralph/` ignores everything in it, itself included.
@@ -27,17 +30,23 @@ const RALPH_GITIGNORE: &str = "*\n";
 
 /// `ralph init` would overwrite files and `--force` was not given.
 #[derive(Debug, thiserror::Error)]
-#[error("refusing to overwrite existing files in {}: {}\nhint: pass --force to overwrite them, or remove them first", dir.display(), files.join(", "))]
+#[error("refusing to overwrite existing files in {}: {}\nhint: {hint}", dir.display(), files.join(", "))]
 pub struct WouldOverwrite {
     /// The target directory.
     pub dir: PathBuf,
     /// The files that already exist, relative to `dir`.
     pub files: Vec<String>,
+    /// What to do instead: `--force`, or `--skills-only` when only the starter files are in
+    /// the way of new skills.
+    pub hint: String,
 }
 
+/// The hint of [`WouldOverwrite`].
+const FORCE_HINT: &str = "pass --force to overwrite them, or remove them first";
+
 /// The files `init` writes, relative to the target directory, with their contents.
-fn starter_files() -> Vec<(&'static str, String)> {
-    vec![
+fn starter_files() -> Vec<(String, String)> {
+    [
         ("prd.json", PRD_TEMPLATE.to_owned()),
         ("prd.schema.json", crate::prd::schema::schema_json()),
         (
@@ -47,10 +56,26 @@ fn starter_files() -> Vec<(&'static str, String)> {
         ("ralph.toml", CONFIG_TEMPLATE.to_owned()),
         (".ralph/.gitignore", RALPH_GITIGNORE.to_owned()),
     ]
+    .into_iter()
+    .map(|(name, text)| (name.to_owned(), text))
+    .collect()
 }
 
-/// Runs `ralph init`: writes the starter files into `--dir` (default: the current directory,
-/// created when missing), prints what it wrote and the next steps on stdout.
+/// The files `ralph init` writes for `args`: the starter files (unless `--skills-only`), then
+/// the skills.
+fn files_for(args: &InitArgs) -> Vec<(String, String)> {
+    let mut files = if args.skills_only {
+        Vec::new()
+    } else {
+        starter_files()
+    };
+    files.extend(crate::plan::skills::skill_files(&args.skills));
+    files
+}
+
+/// Runs `ralph init`: writes the starter files (and the skills of `--skills`; with
+/// `--skills-only` just those) into `--dir` (default: the current directory, created when
+/// missing), prints what it wrote and the next steps on stdout.
 ///
 /// # Errors
 /// [`WouldOverwrite`] (exit 1) when a file exists and `--force` is not set, in which case
@@ -60,9 +85,27 @@ pub fn run(args: &InitArgs) -> anyhow::Result<ExitStatus> {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let written = write_starter_files(&dir, args.force)?;
+    let written = match write_files(&dir, files_for(args), args.force) {
+        Err(e) => return Err(with_skills_only_hint(e, args)),
+        Ok(written) => written,
+    };
     for name in &written {
         println!("wrote {}", dir.join(name).display());
+    }
+    let skills: Vec<&str> = written
+        .iter()
+        .filter_map(|name| name.strip_suffix("/ralph-prd/SKILL.md"))
+        .collect();
+    if args.skills_only {
+        println!();
+        println!("next steps:");
+        println!(
+            "  1. commit the skills: git add {} && git commit -m \"ralph: PRD skills\"",
+            skills.join(" ")
+        );
+        println!("  2. in the agent CLI, ask for a PRD (the ralph-prd skill), then for prd.json (the ralph-convert skill, or `ralph convert tasks/prd-<name>.md`)");
+        println!("  3. start the loop: ralph run");
+        return Ok(ExitStatus::Success);
     }
     println!();
     println!("next steps:");
@@ -71,35 +114,67 @@ pub fn run(args: &InitArgs) -> anyhow::Result<ExitStatus> {
         println!("  {step}. make it a git repository: git init");
         step += 1;
     }
-    println!("  {step}. edit prd.json: project, branchName and your stories; check it with `ralph validate`");
+    let in_cli = if skills.is_empty() {
+        ""
+    } else {
+        ", or in the agent CLI with the ralph-prd and ralph-convert skills"
+    };
+    println!("  {step}. write your stories: `ralph plan \"<the feature>\"` then `ralph convert tasks/prd-<name>.md`{in_cli}, or edit prd.json by hand; check it with `ralph validate`");
     step += 1;
-    println!("  {step}. commit the files: git add prd.json prd.schema.json progress.txt ralph.toml .ralph/.gitignore && git commit -m \"ralph: init\"");
+    let mut add =
+        String::from("prd.json prd.schema.json progress.txt ralph.toml .ralph/.gitignore");
+    for dir in &skills {
+        add.push(' ');
+        add.push_str(dir);
+    }
+    println!("  {step}. commit the files: git add {add} && git commit -m \"ralph: init\"");
     step += 1;
     println!("  {step}. start the loop: ralph run");
     Ok(ExitStatus::Success)
 }
 
-/// Writes the starter files into `dir` and returns their names, in order. Without `force`,
-/// nothing is written when any of them exists.
-fn write_starter_files(dir: &Path, force: bool) -> anyhow::Result<Vec<&'static str>> {
-    let files = starter_files();
+/// When `--skills` met only the starter files of an earlier `ralph init`, the hint says
+/// `--skills-only` writes just the skills.
+fn with_skills_only_hint(err: anyhow::Error, args: &InitArgs) -> anyhow::Error {
+    match err.downcast::<WouldOverwrite>() {
+        Ok(mut refusal) => {
+            let skills_free = refusal.files.iter().all(|f| !f.ends_with("/SKILL.md"));
+            if !args.skills.is_empty() && !args.skills_only && skills_free {
+                refusal.hint = "to add only the skills to an initialised project, pass \
+                                --skills-only; to overwrite these files, --force"
+                    .to_owned();
+            }
+            refusal.into()
+        }
+        Err(other) => other,
+    }
+}
+
+/// Writes `files` into `dir` and returns their names, in order. Without `force`, nothing is
+/// written when any of them exists.
+fn write_files(
+    dir: &Path,
+    files: Vec<(String, String)>,
+    force: bool,
+) -> anyhow::Result<Vec<String>> {
     if !force {
         let existing: Vec<String> = files
             .iter()
             .filter(|(name, _)| dir.join(name).symlink_metadata().is_ok())
-            .map(|(name, _)| (*name).to_owned())
+            .map(|(name, _)| name.clone())
             .collect();
         if !existing.is_empty() {
             return Err(WouldOverwrite {
                 dir: dir.to_path_buf(),
                 files: existing,
+                hint: FORCE_HINT.to_owned(),
             }
             .into());
         }
     }
     let mut written = Vec::new();
     for (name, contents) in files {
-        let path = dir.join(name);
+        let path = dir.join(&name);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create directory {}", parent.display()))?;
@@ -126,7 +201,7 @@ mod tests {
     fn writes_every_starter_file() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("new");
-        let written = write_starter_files(&target, false).unwrap();
+        let written = write_files(&target, starter_files(), false).unwrap();
         assert_eq!(written, ALL);
         for name in ALL {
             assert!(target.join(name).is_file(), "{name}");
@@ -148,7 +223,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("progress.txt"), "mine").unwrap();
         fs::write(dir.path().join("ralph.toml"), "max_iter = 3\n").unwrap();
-        let err = write_starter_files(dir.path(), false).unwrap_err();
+        let err = write_files(dir.path(), starter_files(), false).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("progress.txt, ralph.toml"), "{msg}");
         assert!(msg.contains("--force"), "{msg}");
@@ -159,7 +234,7 @@ mod tests {
             "mine"
         );
 
-        write_starter_files(dir.path(), true).unwrap();
+        write_files(dir.path(), starter_files(), true).unwrap();
         assert!(fs::read_to_string(dir.path().join("progress.txt"))
             .unwrap()
             .starts_with("# Ralph Progress Log"));

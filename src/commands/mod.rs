@@ -2,12 +2,14 @@
 
 pub mod archive;
 pub mod completions;
+pub mod convert;
 pub mod doctor;
 pub mod init;
 pub mod log;
 pub mod man;
 pub mod native_agent;
 pub mod notify;
+pub mod plan;
 pub mod report;
 pub mod run;
 pub mod show;

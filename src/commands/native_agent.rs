@@ -20,6 +20,8 @@ use crate::protocol::ExitStatus;
 
 /// The built-in system prompt of the native loop.
 pub const SYSTEM_TEMPLATE: &str = include_str!("../../templates/native_system.md");
+/// The system prompt of an answer session (`ralph plan`, `ralph convert`).
+pub const ANSWER_SYSTEM: &str = include_str!("../../templates/native_answer.md");
 
 fn emit(value: &serde_json::Value) {
     emit_line(&value.to_string());
@@ -92,10 +94,13 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             session_stop.stop.cancelled().await;
             tool_stop.kill_now.cancel();
         });
-        let system_prompt = minijinja::Environment::new()
-            .template_from_str(SYSTEM_TEMPLATE)
-            .and_then(|t| t.render(json!({"repo_root": ctx.repo_root})))
-            .context("rendering the native system prompt")?;
+        let system_prompt = match settings.answer_schema {
+            Some(_) => ANSWER_SYSTEM.to_string(),
+            None => minijinja::Environment::new()
+                .template_from_str(SYSTEM_TEMPLATE)
+                .and_then(|t| t.render(json!({"repo_root": ctx.repo_root})))
+                .context("rendering the native system prompt")?,
+        };
         let cfg = SessionConfig {
             model: settings.model.clone(),
             system_prompt,
@@ -116,16 +121,24 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             let line = json!({"type": "event", "event": event}).to_string();
             emit_line(&crate::native::redact(&line, &secrets));
         };
-        let result = run_session(
-            &provider,
-            &tools,
-            &ctx,
-            &cfg,
-            &prompt,
-            &stop.stop,
-            &mut on_event,
-        )
-        .await;
+        let result = match &settings.answer_schema {
+            Some(schema) => {
+                crate::native::answer(&provider, &cfg, schema, &prompt, &stop.stop, &mut on_event)
+                    .await
+            }
+            None => {
+                run_session(
+                    &provider,
+                    &tools,
+                    &ctx,
+                    &cfg,
+                    &prompt,
+                    &stop.stop,
+                    &mut on_event,
+                )
+                .await
+            }
+        };
         let cost = settings.price.map(|p| p.cost(&result.usage));
         emit(&json!({
             "type": "result",

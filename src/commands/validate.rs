@@ -1,10 +1,17 @@
-//! `ralph validate [PATH] [--json]`: check a prd.json against the schema and the semantic rules.
+//! `ralph validate [PATH] [--json] [--strict]`: check a prd.json against the schema and the
+//! semantic rules, then lint it ([`crate::prd::lint`]).
 //!
-//! Human output: on success one line on stdout, `✓ prd.json is valid: N stories (M passing)`; on
-//! failure every problem on stderr (`<file>: <json path>: <message>` and an indented `hint:`
-//! line). With `--json`, one document on stdout in both cases:
-//! `{"valid": bool, "path": "<absolute path>", "violations": [{"jsonPath", "message", "hint"}]}`;
-//! an unreadable or non-JSON file is reported as one violation at `$`.
+//! Human output: on success one line on stdout, `✓ prd.json is valid: N stories (M passing)`,
+//! then each lint finding on stderr as `warning: <file>: <json path>: <message> [<rule>]` with an
+//! indented `hint:` line; on failure every problem on stderr (`<file>: <json path>: <message>`
+//! and an indented `hint:` line). With `--strict`, lint findings make the file invalid (exit 1).
+//! With `--json`, one document on stdout in every case: `{"valid": bool, "path": "<absolute
+//! path>", "violations": [{"jsonPath", "message", "hint"}], "warnings": [{"jsonPath", "rule",
+//! "message", "hint"}]}`; an unreadable or non-JSON file is reported as one violation at `$`.
+//!
+//! The PRD counts as brand-new for the linter (passing stories are then a finding) when no run
+//! has recorded anything for it: no ledger in `.ralph/` and nothing beyond the header in the
+//! progress.txt beside it.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -13,7 +20,8 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::cli::ValidateArgs;
-use crate::prd::store::{self, PrdError, Violation};
+use crate::prd::lint::{self, Finding, LintOptions};
+use crate::prd::store::{self, LoadedPrd, PrdError, Violation};
 use crate::protocol::ExitStatus;
 
 /// The `--json` report.
@@ -22,21 +30,28 @@ struct Report<'a> {
     valid: bool,
     path: String,
     violations: &'a [Violation],
+    warnings: &'a [Finding],
 }
 
 /// Run `ralph validate`. `args.path` defaults to `./prd.json`.
 ///
-/// Returns [`ExitStatus::Success`] when the file is valid and [`ExitStatus::Failure`] when it is
-/// missing, unreadable, not JSON or invalid (after printing why).
+/// Returns [`ExitStatus::Success`] when the file is valid (lint findings are printed as
+/// warnings) and [`ExitStatus::Failure`] when it is missing, unreadable, not JSON or invalid, or
+/// has lint findings under `--strict` (after printing why).
 ///
 /// # Errors
 /// Only when stdout or stderr cannot be written.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
     let path = args.path.as_deref().unwrap_or(Path::new("prd.json"));
     let result = store::load(path);
+    let warnings = match &result {
+        Ok(loaded) => lint_loaded(loaded),
+        Err(_) => Vec::new(),
+    };
+    let lint_ok = !args.strict || warnings.is_empty();
     if args.json {
         let (valid, violations) = match &result {
-            Ok(_) => (true, Vec::new()),
+            Ok(_) => (lint_ok, Vec::new()),
             Err(err) => (false, err.violations()),
         };
         let shown = match &result {
@@ -47,6 +62,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
             valid,
             path: shown.display().to_string(),
             violations: &violations,
+            warnings: &warnings,
         };
         let mut out = std::io::stdout().lock();
         serde_json::to_writer(&mut out, &report).context("writing the report to stdout")?;
@@ -54,6 +70,21 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
         return Ok(status(valid));
     }
     match result {
+        Ok(_) if !lint_ok => {
+            let mut err = std::io::stderr().lock();
+            let count = warnings.len();
+            let noun = if count == 1 { "finding" } else { "findings" };
+            writeln!(
+                err,
+                "✗ {} has {count} lint {noun} (--strict makes them errors):",
+                path.display()
+            )
+            .context("writing to stderr")?;
+            for finding in &warnings {
+                writeln!(err, "{}: {finding}", path.display()).context("writing to stderr")?;
+            }
+            Ok(ExitStatus::Failure)
+        }
         Ok(loaded) => {
             let count = loaded.prd.user_stories.len();
             let noun = if count == 1 { "story" } else { "stories" };
@@ -64,6 +95,11 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
                 loaded.prd.passing_count()
             )
             .context("writing to stdout")?;
+            let mut err = std::io::stderr().lock();
+            for finding in &warnings {
+                writeln!(err, "warning: {}: {finding}", path.display())
+                    .context("writing to stderr")?;
+            }
             Ok(ExitStatus::Success)
         }
         Err(err @ PrdError::Invalid { .. }) => {
@@ -73,6 +109,20 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
         }
         Err(err) => Ok(crate::error::report(&err.into())),
     }
+}
+
+/// The lint findings of a loaded prd.json, brand-new when nothing was recorded for it yet.
+fn lint_loaded(loaded: &LoadedPrd) -> Vec<Finding> {
+    let paths = crate::workspace::RunPaths::of_prd(&loaded.path);
+    let ledger_empty = std::fs::metadata(&paths.ledger).map_or(true, |m| m.len() == 0);
+    let progress_empty = std::fs::read_to_string(&paths.progress)
+        .map_or(true, |text| !crate::archive::progress_has_entries(&text));
+    lint::lint(
+        &loaded.prd,
+        &LintOptions {
+            brand_new: ledger_empty && progress_empty,
+        },
+    )
 }
 
 fn status(valid: bool) -> ExitStatus {

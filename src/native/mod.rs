@@ -238,6 +238,82 @@ fn error_class(e: &LlmError) -> &'static str {
     }
 }
 
+/// Runs one answer session: a single request for `prompt` with no tools, whose whole reply must
+/// follow the JSON Schema `schema` (sent as `response_format` to OpenAI-compatible servers; see
+/// [`ChatRequest::answer_schema`]). `cfg.tool_mode`, `max_steps` and `allowed_tools` do not
+/// apply. Used by `ralph plan` and `ralph convert`, which check the answer themselves.
+///
+/// Never fails: a reply cut off by the output limit ends as [`SessionEnd::Length`] with the
+/// partial text; a failed request as [`SessionEnd::Error`].
+pub async fn answer(
+    provider: &Provider,
+    cfg: &SessionConfig,
+    schema: &Value,
+    prompt: &str,
+    cancel: &CancellationToken,
+    on_event: &mut (dyn FnMut(AgentEvent) + Send),
+) -> SessionResult {
+    let request = ChatRequest {
+        model: cfg.model.clone(),
+        messages: vec![
+            Message::text(Role::System, cfg.system_prompt.clone()),
+            Message::text(Role::User, prompt.to_string()),
+        ],
+        tools: Vec::new(),
+        max_tokens: cfg.max_tokens,
+        temperature: cfg.temperature,
+        seed: cfg.seed,
+        tool_mode: ToolMode::Native,
+        answer_schema: Some(schema.clone()),
+    };
+    let mut result = SessionResult {
+        final_text: String::new(),
+        end: SessionEnd::Completed,
+        usage: Usage::default(),
+        steps: 0,
+        requests: 1,
+        model: None,
+    };
+    let response = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => {
+            result.end = SessionEnd::Cancelled;
+            return result;
+        }
+        r = llm::complete_with_retry(provider, &request, &cfg.retry, |e, attempt, wait| {
+            tracing::warn!(%e, attempt, wait_ms = wait.as_millis() as u64, "retrying the model request");
+        }) => r,
+    };
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            on_event(AgentEvent::Error {
+                message: e.to_string(),
+            });
+            result.end = SessionEnd::Error {
+                error: e.to_string(),
+                class: error_class(&e).into(),
+            };
+            return result;
+        }
+    };
+    add_usage(&mut result.usage, &response.usage);
+    result.model = response.model.clone();
+    if !response.content.trim().is_empty() {
+        on_event(AgentEvent::AssistantText {
+            text: response.content.clone(),
+        });
+    }
+    result.end = match response.stop {
+        StopReason::Length => SessionEnd::Length,
+        StopReason::ContentFilter => SessionEnd::ContentFilter,
+        StopReason::Refusal => SessionEnd::Refusal,
+        _ => SessionEnd::Completed,
+    };
+    result.final_text = response.content;
+    result
+}
+
 /// Runs one session for `prompt`. Events (assistant text, tool calls and results, errors) go to
 /// `on_event` as they happen.
 ///
@@ -324,6 +400,7 @@ pub async fn run_session(
             } else {
                 cfg.tool_mode
             },
+            answer_schema: None,
         };
         result.requests += 1;
         let response: ChatResponse = tokio::select! {

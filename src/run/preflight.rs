@@ -55,42 +55,13 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
         out.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
     }
-    if cfg.agent == AgentKind::Native {
-        if let Some(var) = &cfg.native.api_key_env {
-            if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
-                bail!(
-                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with --api-key-env VAR"
-                );
-            }
-        }
-    }
     // The local backend's server starts later (after the lock); its URL is not known yet.
     let backend = build_backend(cfg, &paths, cfg.native.base_url.clone())?;
-    let probe = backend.command("")?;
+    let probe = check_agent(cfg, backend.as_ref(), &paths.repo_root)?;
     for notice in backend.notices() {
         out.warn(notice);
     }
     let info = backend.info();
-    if which::which_in(&probe.program, std::env::var_os("PATH"), &paths.repo_root).is_err() {
-        let place = if probe.program.components().count() > 1 {
-            "does not exist or is not executable"
-        } else {
-            "was not found on PATH"
-        };
-        let how = match (cfg.agent, info.program) {
-            (AgentKind::Exec, _) => "fix --agent-cmd (agent_cmd in ralph.toml)".to_string(),
-            (_, Some(_)) => format!(
-                "{}, or point ralph at it with --agent-program PATH; `ralph doctor --agent {}` checks the setup, and `--agent local` runs a small local model with no account",
-                info.install_hint,
-                cfg.agent.as_str()
-            ),
-            (_, None) => "point ralph at it with --agent-program PATH (agent_program in ralph.toml)".to_string(),
-        };
-        bail!(
-            "the agent program `{}` {place}\nhint: {how}",
-            probe.program.display()
-        );
-    }
     // The CLI's version goes into the run header and every ledger record (a CLI that changed
     // overnight is the first suspect when its output stops parsing). Only for CLIs that answer
     // `--version`: an exec command may do anything with it.
@@ -113,6 +84,51 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
         agent_words: shell_words(&probe),
         agent_version,
     })
+}
+
+/// The checks on the agent that need no run: the native backend's API key variable is set, and
+/// the agent program exists (on PATH, or at its path). Returns the probe spec (the backend's
+/// command for an empty prompt). Also used by `ralph plan` and `ralph convert`.
+///
+/// # Errors
+/// A missing API key variable or agent program, each with the way to fix it.
+pub fn check_agent(
+    cfg: &RunConfig,
+    backend: &dyn Backend,
+    repo_root: &Path,
+) -> anyhow::Result<crate::process::SpawnSpec> {
+    if cfg.agent == AgentKind::Native {
+        if let Some(var) = &cfg.native.api_key_env {
+            if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+                bail!(
+                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with --api-key-env VAR"
+                );
+            }
+        }
+    }
+    let probe = backend.command("")?;
+    let info = backend.info();
+    if which::which_in(&probe.program, std::env::var_os("PATH"), repo_root).is_err() {
+        let place = if probe.program.components().count() > 1 {
+            "does not exist or is not executable"
+        } else {
+            "was not found on PATH"
+        };
+        let how = match (cfg.agent, info.program) {
+            (AgentKind::Exec, _) => "fix --agent-cmd (agent_cmd in ralph.toml)".to_string(),
+            (_, Some(_)) => format!(
+                "{}, or point ralph at it with --agent-program PATH; `ralph doctor --agent {}` checks the setup, and `--agent local` runs a small local model with no account",
+                info.install_hint,
+                cfg.agent.as_str()
+            ),
+            (_, None) => "point ralph at it with --agent-program PATH (agent_program in ralph.toml)".to_string(),
+        };
+        bail!(
+            "the agent program `{}` {place}\nhint: {how}",
+            probe.program.display()
+        );
+    }
+    Ok(probe)
 }
 
 /// The backend for `cfg`; `base_url` is the native/local API URL (for local: the server ralph
@@ -151,6 +167,7 @@ pub fn build_backend(
             mark_protocol: cfg.agent == AgentKind::Local,
             verify: cfg.verify.clone(),
             verify_timeout_s: cfg.verify_timeout.as_secs().max(1),
+            answer_schema: cfg.native.answer_schema.clone(),
         }
     });
     agent::backend(

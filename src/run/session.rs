@@ -402,7 +402,7 @@ async fn pending_reset(
 
 /// Prepares the local model (once per machine: a virtualenv and the verified GGUF in the cache)
 /// and starts its server on 127.0.0.1.
-async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<LocalServer> {
+pub async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<LocalServer> {
     let mut progress = |msg: &str| out.notice(format!("local model: {msg}"));
     let (python, model_file) = match &cfg.native.model_file {
         Some(file) => {

@@ -111,6 +111,7 @@ fn read_conversation(body: &Value) -> Conversation {
             strings(content, &mut texts);
         }
         conv.story = find_story(&texts);
+        conv.user_text = texts.join("\n");
     }
     let mut texts = Vec::new();
     for m in messages {

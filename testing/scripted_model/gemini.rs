@@ -185,6 +185,7 @@ fn read_conversation(body: &Value) -> Conversation {
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect();
         conv.story = find_story(&texts);
+        conv.user_text = texts.join("\n");
     }
     let mut texts = Vec::new();
     if let Some(system) = body.get("systemInstruction") {

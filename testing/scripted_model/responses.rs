@@ -105,6 +105,7 @@ fn read_conversation(body: &Value) -> Conversation {
         }
     }
     conv.story = find_story(&user_texts);
+    conv.user_text = user_texts.join("\n");
     let mut all = Vec::new();
     if let Some(instructions) = body.get("instructions") {
         strings(instructions, &mut all);

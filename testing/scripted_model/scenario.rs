@@ -55,6 +55,11 @@ pub(crate) struct ScenarioFile {
     /// Story id → steps.
     #[serde(default)]
     stories: BTreeMap<String, Vec<StepFile>>,
+    /// For requests with no `Story ID:` line (ralph plan's and ralph convert's prompts): a
+    /// piece of text of the user's messages → steps. The first key (in sorted order) found in
+    /// them applies.
+    #[serde(default)]
+    prompts: BTreeMap<String, Vec<StepFile>>,
     /// When set, every Messages request gets this error.
     #[serde(default)]
     error: Option<ErrorFile>,
@@ -134,6 +139,8 @@ pub(crate) enum Promise {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Scenario {
     pub(crate) stories: BTreeMap<String, Vec<Step>>,
+    /// Text to look for in the user's messages → steps, for requests without a story id.
+    pub(crate) prompts: BTreeMap<String, Vec<Step>>,
     pub(crate) error: Option<ErrorReply>,
 }
 
@@ -226,47 +233,68 @@ impl Scenario {
             .error
             .map(|e| error_reply(e).map_err(|m| ("error".to_owned(), m)))
             .transpose()?;
-        if file.stories.is_empty() && error.is_none() {
+        if file.stories.is_empty() && file.prompts.is_empty() && error.is_none() {
             return Err((
                 "stories".to_owned(),
-                "no stories and no scenario-level error: add `\"stories\": {\"US-001\": [...]}`"
+                "no stories, no prompts and no scenario-level error: add `\"stories\": \
+                 {\"US-001\": [...]}`"
                     .to_owned(),
             ));
         }
-        let mut stories = BTreeMap::new();
-        for (id, steps) in file.stories {
-            if steps.is_empty() {
+        if let Some(key) = file.prompts.keys().find(|k| k.trim().is_empty()) {
+            return Err((
+                format!("prompts.{key:?}"),
+                "an empty key matches every request: use a piece of the prompt's text".to_owned(),
+            ));
+        }
+        let stories = steps_by_key(file.stories, "stories")?;
+        let prompts = steps_by_key(file.prompts, "prompts")?;
+        Ok(Scenario {
+            stories,
+            prompts,
+            error,
+        })
+    }
+}
+
+/// Validates each list of steps of `lists` (`stories` or `prompts`, named by `field`).
+fn steps_by_key(
+    lists: BTreeMap<String, Vec<StepFile>>,
+    field: &str,
+) -> Result<BTreeMap<String, Vec<Step>>, (String, String)> {
+    let mut stories = BTreeMap::new();
+    for (id, steps) in lists {
+        if steps.is_empty() {
+            return Err((
+                format!("{field}.{id}"),
+                "empty step list: end it with a `final` step".to_owned(),
+            ));
+        }
+        let last = steps.len() - 1;
+        let mut parsed = Vec::with_capacity(steps.len());
+        for (i, step) in steps.into_iter().enumerate() {
+            let at = format!("{field}.{id}[{i}]");
+            let step = parse_step(step).map_err(|m| (at.clone(), m))?;
+            let terminal = !matches!(step, Step::Tool { .. });
+            if terminal && i != last {
                 return Err((
-                    format!("stories.{id}"),
-                    "empty step list: end it with a `final` step".to_owned(),
+                    at,
+                    "a `final` or `error` step must be the last one".to_owned(),
                 ));
             }
-            let last = steps.len() - 1;
-            let mut parsed = Vec::with_capacity(steps.len());
-            for (i, step) in steps.into_iter().enumerate() {
-                let at = format!("stories.{id}[{i}]");
-                let step = parse_step(step).map_err(|m| (at.clone(), m))?;
-                let terminal = !matches!(step, Step::Tool { .. });
-                if terminal && i != last {
-                    return Err((
-                        at,
-                        "a `final` or `error` step must be the last one".to_owned(),
-                    ));
-                }
-                if !terminal && i == last {
-                    return Err((
-                        at,
-                        "the last step must be `final` (or `error`): the client needs an answer \
-                         after the last tool result"
-                            .to_owned(),
-                    ));
-                }
-                parsed.push(step);
+            if !terminal && i == last {
+                return Err((
+                    at,
+                    "the last step must be `final` (or `error`): the client needs an answer \
+                     after the last tool result"
+                        .to_owned(),
+                ));
             }
-            stories.insert(id, parsed);
+            parsed.push(step);
         }
-        Ok(Scenario { stories, error })
+        stories.insert(id, parsed);
     }
+    Ok(stories)
 }
 
 fn error_reply(e: ErrorFile) -> Result<ErrorReply, String> {
@@ -356,6 +384,9 @@ fn parse_step(step: StepFile) -> Result<Step, String> {
 pub(crate) struct Conversation {
     /// The first `Story ID: <id>` in the first user message.
     pub(crate) story: Option<String>,
+    /// The text of the user's messages (each protocol's first user message, or all of them),
+    /// where the scenario's `prompts` keys are looked for when there is no story id.
+    pub(crate) user_text: String,
     /// The repository: see [`find_repo`].
     pub(crate) repo: Option<String>,
     /// How many tool results the conversation holds: the index of the step to answer.
@@ -477,14 +508,24 @@ pub(crate) fn decide(scenario: &Scenario, conv: &Conversation) -> Turn {
     if let Some(e) = &scenario.error {
         return Turn::Error(e.clone());
     }
-    let Some(story) = conv.story.as_deref() else {
-        return Turn::Error(ErrorReply::new(
-            400,
-            "ralph-scripted-model: no `Story ID: <id>` line in the first user message, so no \
-             scripted story applies",
-        ));
+    let prompt = || {
+        scenario
+            .prompts
+            .iter()
+            .find(|(key, _)| conv.user_text.contains(key.as_str()))
     };
-    let Some(steps) = scenario.stories.get(story) else {
+    let (story, steps) = match (conv.story.as_deref(), prompt()) {
+        (Some(story), _) => (story, scenario.stories.get(story)),
+        (None, Some((key, steps))) => (key.as_str(), Some(steps)),
+        (None, None) => {
+            return Turn::Error(ErrorReply::new(
+                400,
+                "ralph-scripted-model: no `Story ID: <id>` line in the first user message and \
+                 none of the scenario's `prompts` in it, so no scripted answer applies",
+            ))
+        }
+    };
+    let Some(steps) = steps else {
         let known: Vec<&str> = scenario.stories.keys().map(String::as_str).collect();
         return Turn::Error(ErrorReply::new(
             400,
@@ -700,6 +741,40 @@ mod tests {
             panic!("expected an error reply")
         };
         assert!(e.message.contains("has 2 steps"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_request_without_a_story_id_is_answered_by_the_prompt_it_contains() {
+        let s = scenario(json!({"prompts": {
+            "writing a product requirements document": [{"final": "{\"title\": \"x\"}", "promise": "never"}],
+            "clarifying questions": [{"final": "questions", "promise": "never"}]
+        }}))
+        .expect("valid");
+        let asked = |text: &str| {
+            decide(
+                &s,
+                &Conversation {
+                    repo: Some("/w".into()),
+                    user_text: text.into(),
+                    ..Conversation::default()
+                },
+            )
+        };
+        assert_eq!(
+            asked("You are writing a product requirements document (PRD)"),
+            Turn::Final {
+                text: "{\"title\": \"x\"}".into(),
+                promise: false
+            }
+        );
+        let Turn::Error(e) = asked("Story-free text nobody scripted") else {
+            panic!("expected an error reply")
+        };
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("`prompts`"), "{}", e.message);
+
+        let (at, _) = scenario(json!({"prompts": {" ": [{"final": "x"}]}})).expect_err("empty");
+        assert_eq!(at, "prompts.\" \"");
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn request() -> ChatRequest {
         temperature: Some(0.0),
         seed: Some(42),
         tool_mode: ToolMode::Native,
+        answer_schema: None,
     }
 }
 

@@ -400,3 +400,145 @@ fn ralph_stops_at_once_when_the_real_claude_names_a_missing_model() {
     let message = ledger[0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("`claude-nope-9`"), "{message}");
 }
+
+/// `ralph plan --yes --agent claude` then `ralph convert`, the real CLI under the scripted
+/// model: the plan prompt gets the PRD as JSON (the scenario's `prompts` answer requests
+/// without a story id), ralph renders it in its layout, and `ralph convert` turns that into a
+/// prd.json `ralph validate --strict` accepts, with no model. Then the agent path of `ralph
+/// convert` through claude: free-form Markdown, one draft, written.
+#[test]
+fn real_claude_plans_a_feature_that_converts_and_validates() {
+    let Some(claude) =
+        claude_bin_or_skip("real_claude_plans_a_feature_that_converts_and_validates")
+    else {
+        return;
+    };
+    let fx = Fixture::textkit();
+    // A new feature: the example's own prd.json goes.
+    fs::remove_file(fx.repo.join("prd.json")).expect("rm prd.json");
+    fx.git(&["commit", "-qam", "no prd.json yet"]);
+
+    let plan_doc = serde_json::json!({
+        "title": "Reverse flag",
+        "introduction": "Add a --reverse flag to the textkit command line so that users can flip its output.",
+        "goals": ["Reverse any output line with one flag"],
+        "userStories": [
+            {"title": "Add a reverse helper",
+             "description": "As a developer, I want `textkit.reverse(text)` so that the CLI can use it.",
+             "acceptanceCriteria": ["`reverse(\"abc\")` returns `\"cba\"`", "Tests pass"]},
+            {"title": "Wire the --reverse flag",
+             "description": "As a user, I want `--reverse` so that the output comes out reversed.",
+             "acceptanceCriteria": ["`python3 -m textkit --reverse abc` prints `cba`", "Tests pass"]}
+        ],
+        "functionalRequirements": ["FR-1: --reverse reverses each line by characters"],
+        "nonGoals": ["Reversing files in place"],
+        "assumptions": ["Reversal is by Unicode characters, not bytes"],
+        "openQuestions": ["Should --reverse combine with other flags?"]
+    });
+    let converted = serde_json::json!({
+        "project": "textkit",
+        "branchName": "ralph/word-count",
+        "description": "Count the words of a text.",
+        "userStories": [{
+            "id": "US-001", "title": "Add word_count",
+            "description": "As a writer, I want `textkit.word_count(text)` so that I can check a draft's length.",
+            "acceptanceCriteria": ["`word_count(\"a b\")` returns 2", "Tests pass"],
+            "priority": 1, "passes": false, "notes": ""
+        }]
+    });
+    let scenario = fx.root.join("plan-scenario.json");
+    fs::write(
+        &scenario,
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "description": "ralph plan and ralph convert's agent path through claude",
+            "prompts": {
+                "You are writing a product requirements document":
+                    [{"final": plan_doc.to_string(), "promise": "never"}],
+                "You are converting a product requirements document":
+                    [{"final": converted.to_string(), "promise": "never"}]
+            }
+        }))
+        .expect("json"),
+    )
+    .expect("write scenario");
+
+    let ralph = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ralph"));
+        cmd.args(args).env("RALPH_AGENT_PROGRAM", &claude);
+        cmd
+    };
+    let out = fx.run_with_model(
+        ralph(&[
+            "plan",
+            "add a --reverse flag to textkit's CLI",
+            "--yes",
+            "--agent",
+            "claude",
+        ]),
+        &scenario,
+        "plan",
+    );
+    assert!(out.success(), "{out}");
+    assert!(
+        out.stdout
+            .starts_with("✓ wrote tasks/prd-reverse-flag.md: 2 stories"),
+        "{out}"
+    );
+    let md = fs::read_to_string(fx.repo.join("tasks/prd-reverse-flag.md")).expect("the PRD");
+    assert!(md.contains("### US-002: Wire the --reverse flag"), "{md}");
+    assert!(md.contains("## Assumptions"), "{md}");
+    // The model was asked once, with the plan prompt and the description.
+    let log = read_jsonl(out.extra_log.as_ref().expect("model log"));
+    let answered: Vec<&Value> = log.iter().filter(|e| e["reply"] == "text").collect();
+    assert_eq!(answered.len(), 1, "{log:?}");
+
+    // ralph convert needs no model for ralph's layout; the result passes validate --strict.
+    let run = |args: &[&str], name: &str| {
+        let mut cmd = ralph(args);
+        cmd.current_dir(&fx.repo);
+        hermetic_env(&mut cmd, &fx.sandbox);
+        run_with_deadline(cmd, &fx.root.join(name), DEADLINE)
+    };
+    let out = run(&["convert", "tasks/prd-reverse-flag.md"], "convert");
+    assert!(out.success(), "{out}");
+    assert!(
+        out.stdout.contains("(ralph's PRD layout, no model)"),
+        "{out}"
+    );
+    let out = run(&["validate", "--strict"], "validate");
+    assert!(out.success(), "{out}");
+    let prd: Value =
+        serde_json::from_str(&fs::read_to_string(fx.repo.join("prd.json")).expect("prd.json"))
+            .expect("JSON");
+    assert_eq!(prd["branchName"], "ralph/reverse-flag");
+    assert_eq!(prd["userStories"][1]["id"], "US-002");
+
+    // Free-form Markdown goes through claude: one draft, checked and written.
+    fs::write(
+        fx.repo.join("notes.md"),
+        "# Word count\n\nWriters want to know how long a draft is. Add word_count(text) to \
+         textkit; it returns the number of words.\n",
+    )
+    .expect("notes.md");
+    let out = fx.run_with_model(
+        ralph(&[
+            "convert",
+            "notes.md",
+            "--out",
+            "words.json",
+            "--agent",
+            "claude",
+        ]),
+        &scenario,
+        "convert-agent",
+    );
+    assert!(out.success(), "{out}");
+    assert!(
+        out.stdout.contains("converted by the agent in 1 attempt"),
+        "{out}"
+    );
+    let words: Value =
+        serde_json::from_str(&fs::read_to_string(fx.repo.join("words.json")).expect("words.json"))
+            .expect("JSON");
+    assert_eq!(words["userStories"][0]["title"], "Add word_count");
+}

@@ -485,6 +485,7 @@ mod tests {
             temperature: Some(0.0),
             seed: Some(1),
             tool_mode: ToolMode::Native,
+            answer_schema: None,
         }
     }
 

@@ -121,6 +121,11 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     /// How tools are requested.
     pub tool_mode: ToolMode,
+    /// A JSON Schema the whole reply must follow (an answer session: no tools). OpenAI-compatible
+    /// servers get it as `response_format: json_schema` (llama.cpp enforces it with a grammar);
+    /// the Messages API has no such field, so there the prompt must describe the format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_schema: Option<serde_json::Value>,
 }
 
 /// Why the model stopped.

@@ -125,11 +125,22 @@ fn request_body(request: &ChatRequest, stream: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     let messages = match request.tool_mode {
+        _ if request.answer_schema.is_some() => native_messages(request),
         ToolMode::Native => native_messages(request),
         ToolMode::Json => json_mode_messages(request),
     };
     body.insert("messages".into(), Value::Array(messages));
+    if let Some(schema) = &request.answer_schema {
+        // Not strict: OpenAI's strict mode refuses `minItems`/`maxItems`, which llama.cpp's
+        // grammar uses to keep a small model's lists short. ralph validates the answer anyway.
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {
+                "name": "answer", "strict": false, "schema": schema}}),
+        );
+    }
     match request.tool_mode {
+        _ if request.answer_schema.is_some() => {}
         ToolMode::Native if !request.tools.is_empty() => {
             let tools = request
                 .tools
@@ -518,7 +529,11 @@ fn finish(raw: Raw, request: &ChatRequest, ids: &IdCounter) -> ChatResponse {
         Some("content_filter") => StopReason::ContentFilter,
         Some(other) => StopReason::Other(other.to_string()),
     };
-    if request.tool_mode == ToolMode::Json && tool_calls.is_empty() && stop != StopReason::Length {
+    if request.tool_mode == ToolMode::Json
+        && request.answer_schema.is_none()
+        && tool_calls.is_empty()
+        && stop != StopReason::Length
+    {
         match json_action(&content, ids) {
             Some(Action::Call(call)) => {
                 tool_calls.push(call);
@@ -666,6 +681,7 @@ mod tests {
             temperature: Some(0.0),
             seed: Some(7),
             tool_mode: mode,
+            answer_schema: None,
         }
     }
 

@@ -1,0 +1,380 @@
+//! Answer sessions: one agent session that returns a document instead of changing the code, for
+//! `ralph plan` and `ralph convert`.
+//!
+//! [`Asker`] resolves the settings the way `ralph run` does (flags > `RALPH_*` > ralph.toml >
+//! defaults, [`crate::config::RunConfig`]), builds the backend with the same
+//! [`crate::run::preflight::build_backend`] (so every backend works: the agent CLIs, `native`,
+//! and `local`, whose model server it starts with [`crate::run::session::start_local_server`]),
+//! and runs each session through [`crate::process::run`] like an iteration. Native and local
+//! sessions offer no tools and send the answer's JSON Schema as `response_format`, which
+//! llama.cpp enforces with a grammar, so even a small local model's reply has the right shape.
+//!
+//! [`ask_until_valid`] is the feedback loop both commands share: ask, pull the JSON out of the
+//! reply ([`json::extract`]), check it, and when it has problems ask again with the previous reply
+//! and the problems, a bounded number of times; then give up naming the file that keeps the last
+//! draft.
+
+pub mod facts;
+pub mod json;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::cli::SessionArgs;
+use crate::config::RunConfig;
+use crate::error::UserError;
+use crate::local::LocalServer;
+use crate::output::Outputs;
+use crate::process::{self, LineVerdict, StopSignals};
+use crate::protocol::{AgentEvent, AgentKind, AgentReport, RunEvent};
+use crate::workspace::RunPaths;
+
+/// Output tokens an answer of the local model may take (a prd.json of a few stories).
+const LOCAL_ANSWER_TOKENS: u32 = 3072;
+/// The local model's context for answer sessions: the prompt, a PRD and the answer.
+const LOCAL_ANSWER_CONTEXT: u32 = 8192;
+
+/// The agent's reply to one session.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The final text (for native/local: the schema-shaped reply).
+    pub text: String,
+    /// What the backend's parser reported.
+    pub report: AgentReport,
+}
+
+/// Runs answer sessions with one backend (see the module docs). Holds the local model's server,
+/// when there is one, until [`Asker::close`] (or drop, which kills it).
+pub struct Asker {
+    cfg: RunConfig,
+    paths: RunPaths,
+    base_url: Option<String>,
+    server: Option<LocalServer>,
+    stop: StopSignals,
+}
+
+impl Asker {
+    /// Resolves the settings from `args` in `cwd` (whose repository root is the agent's working
+    /// directory), checks the agent (program on PATH, API key variable) and, for `local`, starts
+    /// the model server. `stop` cancels a session in flight (Ctrl-C).
+    ///
+    /// # Errors
+    /// Invalid settings (exit 2 for a bad flag value), a missing agent program or API key
+    /// variable, a local model that cannot be set up or started.
+    pub async fn open(
+        args: &SessionArgs,
+        cwd: &Path,
+        out: &mut Outputs,
+        stop: StopSignals,
+    ) -> anyhow::Result<Asker> {
+        let mut cfg = RunConfig::resolve(&args.run_args(), cwd).map_err(|e| {
+            let status = e.exit_status();
+            UserError::new(e.to_string()).with_status(status)
+        })?;
+        // One reply with no tools; for the small local model, room for a PRD and its answer.
+        cfg.native.tools = Some(Vec::new());
+        if cfg.agent == AgentKind::Local {
+            cfg.native.max_tokens = cfg.native.max_tokens.max(LOCAL_ANSWER_TOKENS);
+            cfg.native.context_window = cfg.native.context_window.max(LOCAL_ANSWER_CONTEXT);
+        }
+        let root = crate::git::Repo::discover(cwd)
+            .map(|r| r.root().to_path_buf())
+            .unwrap_or_else(|_| cwd.to_path_buf());
+        let paths = RunPaths::new(&root, &cfg.prd_path);
+        let probe_cfg = with_schema(&cfg, &Value::Bool(true));
+        let probe = crate::run::preflight::build_backend(&probe_cfg, &paths, None)?;
+        crate::run::preflight::check_agent(&probe_cfg, probe.as_ref(), &paths.repo_root)?;
+        for notice in probe.notices() {
+            out.warn(notice);
+        }
+        let mut base_url = cfg.native.base_url.clone();
+        let mut server = None;
+        if cfg.agent == AgentKind::Local && base_url.is_none() {
+            let started = crate::run::session::start_local_server(&cfg, out).await?;
+            base_url = Some(started.base_url());
+            server = Some(started);
+        }
+        Ok(Asker {
+            cfg,
+            paths,
+            base_url,
+            server,
+            stop,
+        })
+    }
+
+    /// The backend in use.
+    pub fn agent(&self) -> AgentKind {
+        self.cfg.agent
+    }
+
+    /// Whether the reply's JSON Schema reaches the model as `response_format` (native and
+    /// local, where llama.cpp enforces it): then a prompt needs no example of the reply, which
+    /// a small model would copy as its answer.
+    pub fn sends_schema(&self) -> bool {
+        matches!(self.cfg.agent, AgentKind::Native | AgentKind::Local)
+    }
+
+    /// The repository root (or the directory ralph was started in, outside a repository): the
+    /// agent's working directory.
+    pub fn root(&self) -> &Path {
+        &self.paths.repo_root
+    }
+
+    /// Runs one session for `prompt`. `schema` is the JSON Schema of the expected reply: sent to
+    /// native/local backends as `response_format`; CLI agents read the format from the prompt.
+    /// Assistant text and tool calls reach `out` as agent events (shown with `--verbose`).
+    ///
+    /// # Errors
+    /// The agent could not start, was stopped (Ctrl-C), timed out, or ended without a reply;
+    /// each error names the backend and what it said.
+    pub async fn ask(
+        &self,
+        prompt: &str,
+        schema: &Value,
+        out: &mut Outputs,
+    ) -> anyhow::Result<Answer> {
+        let cfg = with_schema(&self.cfg, schema);
+        let backend =
+            crate::run::preflight::build_backend(&cfg, &self.paths, self.base_url.clone())?;
+        let spec = backend.command(prompt)?;
+        let mut parser = backend.parser(prompt);
+        let limits = process::Limits {
+            timeout: cfg.timeout,
+            idle_timeout: cfg.idle_timeout,
+            kill_grace: cfg.kill_grace,
+            ..process::Limits::default()
+        };
+        let outcome = process::run(
+            spec,
+            &limits,
+            &self.stop,
+            |_| {},
+            |line| {
+                let mut verdict = LineVerdict::Continue;
+                for event in parser.on_line(&line) {
+                    if matches!(event, AgentEvent::Final { .. }) {
+                        verdict = LineVerdict::Final;
+                    }
+                    out.emit(RunEvent::AgentEvent { agent_event: event });
+                }
+                verdict
+            },
+        )
+        .await?;
+        let report = parser.finish(outcome.exit_code);
+        let agent = self.cfg.agent.as_str();
+        match outcome.end {
+            process::EndReason::Cancelled => {
+                return Err(UserError::new(format!("the {agent} session was stopped"))
+                    .with_status(crate::protocol::ExitStatus::Interrupted)
+                    .into())
+            }
+            process::EndReason::TimedOut | process::EndReason::Idle => {
+                return Err(UserError::new(format!(
+                    "the {agent} session timed out after {}",
+                    humantime::format_duration(match outcome.end {
+                        process::EndReason::Idle => limits.idle_timeout,
+                        _ => limits.timeout,
+                    })
+                ))
+                .with_hint("raise --timeout, or try a faster model")
+                .into())
+            }
+            _ => {}
+        }
+        let text = report.final_text.clone().unwrap_or_default();
+        if text.trim().is_empty() {
+            let said = report
+                .error_message
+                .clone()
+                .unwrap_or_else(|| "nothing".to_string());
+            return Err(UserError::new(format!(
+                "the {agent} session ended without a reply (exit code {}; it said: {said})",
+                outcome
+                    .exit_code
+                    .map_or_else(|| "none".to_string(), |c| c.to_string())
+            ))
+            .with_hint(format!(
+                "check the agent on its own (`ralph doctor --agent {agent}`), or run again with \
+                 --verbose to see what it did"
+            ))
+            .into());
+        }
+        Ok(Answer { text, report })
+    }
+
+    /// Stops the local model's server, if one was started.
+    pub async fn close(self) {
+        if let Some(server) = self.server {
+            server.stop().await;
+        }
+    }
+}
+
+fn with_schema(cfg: &RunConfig, schema: &Value) -> RunConfig {
+    let mut cfg = cfg.clone();
+    cfg.native.answer_schema = Some(schema.clone());
+    cfg
+}
+
+/// The result of checking one draft (see [`ask_until_valid`]).
+#[derive(Debug)]
+pub struct Checked<T> {
+    /// The draft as a usable value: `Some` when it may be written (perhaps with `problems` left
+    /// as warnings), `None` when it may not.
+    pub usable: Option<T>,
+    /// Everything to tell the agent, one line each (path, problem, fix).
+    pub problems: Vec<String>,
+}
+
+/// What [`ask_until_valid`] settled on.
+#[derive(Debug)]
+pub struct Settled<T> {
+    /// The accepted value.
+    pub value: T,
+    /// The problems left (warnings), empty when the last draft was clean.
+    pub warnings: Vec<String>,
+    /// Sessions it took.
+    pub attempts: u32,
+}
+
+/// The feedback loop settings of [`ask_until_valid`].
+#[derive(Debug, Clone)]
+pub struct Loop<'a> {
+    /// The first prompt; later prompts append the previous reply and its problems.
+    pub prompt: &'a str,
+    /// The JSON Schema of the reply.
+    pub schema: &'a Value,
+    /// A top-level key the wanted JSON object has (picks it among several in a chatty reply).
+    pub key: &'a str,
+    /// Sessions at most (at least 1).
+    pub max_attempts: u32,
+    /// Where the last draft is kept when ralph gives up.
+    pub draft_path: PathBuf,
+    /// What is asked for, for messages (`prd.json`, `the PRD`).
+    pub what: &'a str,
+}
+
+/// Asks until `check` finds no problem, at most `settings.max_attempts` times, each time with the
+/// previous reply and its problems appended to the prompt ([`feedback_prompt`]). A clean draft is
+/// returned at once; when the attempts run out, the last usable draft is returned with its
+/// problems as warnings.
+///
+/// # Errors
+/// An agent session that fails (see [`Asker::ask`]); no usable draft after the last attempt: a
+/// [`UserError`] listing the last problems and naming `draft_path`, where the last reply was
+/// saved.
+pub async fn ask_until_valid<T>(
+    asker: &Asker,
+    settings: &Loop<'_>,
+    out: &mut Outputs,
+    check: impl Fn(&Value) -> Checked<T>,
+) -> anyhow::Result<Settled<T>> {
+    let max = settings.max_attempts.max(1);
+    let mut prompt = settings.prompt.to_string();
+    let mut best: Option<(T, Vec<String>, u32)> = None;
+    let mut last = (String::new(), Vec::new());
+    for attempt in 1..=max {
+        out.notice(format!(
+            "asking {} for {} (attempt {attempt} of {max})",
+            asker.agent().as_str(),
+            settings.what
+        ));
+        let answer = asker.ask(&prompt, settings.schema, out).await?;
+        let checked = match json::extract(&answer.text, settings.key) {
+            Some(value) => check(&value),
+            None => Checked {
+                usable: None,
+                problems: vec![format!(
+                    "$: the reply holds no JSON object (fix: reply with exactly one JSON object \
+                     that has a {:?} field, and nothing else)",
+                    settings.key
+                )],
+            },
+        };
+        match checked.usable {
+            Some(value) if checked.problems.is_empty() => {
+                return Ok(Settled {
+                    value,
+                    warnings: Vec::new(),
+                    attempts: attempt,
+                })
+            }
+            Some(value) => best = Some((value, checked.problems.clone(), attempt)),
+            None => {}
+        }
+        if attempt < max {
+            out.warn(format!(
+                "{} draft {attempt} has {} problem{}; asking again",
+                settings.what,
+                checked.problems.len(),
+                if checked.problems.len() == 1 { "" } else { "s" }
+            ));
+        }
+        prompt = feedback_prompt(settings.prompt, &answer.text, &checked.problems);
+        last = (answer.text, checked.problems);
+    }
+    if let Some((value, warnings, attempts)) = best {
+        return Ok(Settled {
+            value,
+            warnings,
+            attempts,
+        });
+    }
+    let (text, problems) = last;
+    let saved = save_draft(&settings.draft_path, &text);
+    let mut message = format!(
+        "the agent did not produce a valid {} in {max} attempt{}; the last draft's problems:",
+        settings.what,
+        if max == 1 { "" } else { "s" }
+    );
+    for p in problems.iter().take(20) {
+        message.push_str("\n  - ");
+        message.push_str(p);
+    }
+    if problems.len() > 20 {
+        message.push_str(&format!("\n  - … ({} in all)", problems.len()));
+    }
+    let hint = match saved {
+        Ok(()) => format!(
+            "the last draft is saved in {}: fix it by hand, or run again (more attempts: \
+             --attempts N; a stronger model: --agent/--model)",
+            settings.draft_path.display()
+        ),
+        Err(e) => format!(
+            "the last draft could not be saved in {} ({e}); run again with --verbose to see it",
+            settings.draft_path.display()
+        ),
+    };
+    Err(UserError::new(message).with_hint(hint).into())
+}
+
+/// The prompt of a retry: the first prompt, then the previous reply and its problems.
+pub fn feedback_prompt(prompt: &str, previous: &str, problems: &[String]) -> String {
+    let mut text = prompt.trim_end().to_string();
+    text.push_str(
+        "\n\n## Your previous reply had problems\n\nralph checked your previous reply and found \
+         the problems listed below. Reply again with the complete, corrected JSON document (not \
+         only the changes), and nothing else.\n\nYour previous reply:\n\n```\n",
+    );
+    let shown: String = previous.trim().chars().take(12_000).collect();
+    text.push_str(&shown);
+    text.push_str("\n```\n\nThe problems (where, what, and the fix):\n\n");
+    for p in problems {
+        text.push_str("- ");
+        text.push_str(p);
+        text.push('\n');
+    }
+    text
+}
+
+fn save_draft(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut body = text.trim().to_string();
+    body.push('\n');
+    crate::fsutil::write_atomic(path, body.as_bytes())
+}

@@ -1,0 +1,320 @@
+//! The agent path of `ralph convert`: free-form Markdown → prd.json through one agent session per
+//! attempt.
+//!
+//! The prompt (`templates/plan/convert_prompt.md`) carries the conversion rules
+//! (`templates/plan/rules.md`, the same text the skills of `ralph init --skills` use), the project
+//! name, the project's test command when ralph can tell it ([`crate::ask::facts`]), an example
+//! of the reply, and the Markdown. Native and local backends also get [`draft_schema`] as the
+//! reply's `response_format`.
+//!
+//! Each draft is normalized where the rules leave one right value (`passes: false`, `notes: ""`)
+//! and then checked: the schema and semantic rules ([`crate::prd::store::validate_value`]), the
+//! linter ([`crate::prd::lint::lint_value`], brand-new), and the conversion rules the schema
+//! cannot say (ids `US-001`…, `branchName` under `ralph/`). Schema problems make a draft unusable;
+//! lint and rule findings are fed back too, but a draft with only those can be written, with
+//! them as warnings, once the attempts run out.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::ask::{self, Asker, Checked, Loop, Settled};
+use crate::output::Outputs;
+use crate::prd::lint::{self, LintOptions};
+use crate::prd::model::Prd;
+use crate::prd::store;
+
+/// The conversion rules, shared with the skills of `ralph init --skills`.
+pub const RULES: &str = include_str!("../../templates/plan/rules.md");
+const PROMPT: &str = include_str!("../../templates/plan/convert_prompt.md");
+
+/// The JSON Schema of a draft prd.json as the agent should write it: every field ralph writes,
+/// all required except `dependsOn` and `verify`, no others; lists kept short (at most 10
+/// stories of at most 8 criteria) so that a small model's grammar-bound reply stays bounded.
+pub fn draft_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "project": {"type": "string"},
+            "branchName": {"type": "string"},
+            "description": {"type": "string"},
+            "userStories": {
+                "type": "array", "minItems": 1, "maxItems": 10,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "title": {"type": "string"},
+                        "description": {"type": "string"},
+                        "acceptanceCriteria": {
+                            "type": "array", "minItems": 1, "maxItems": 8,
+                            "items": {"type": "string"}
+                        },
+                        "priority": {"type": "integer"},
+                        "passes": {"type": "boolean"},
+                        "notes": {"type": "string"},
+                        "dependsOn": {"type": "array", "items": {"type": "string"}},
+                        "verify": {"type": "string"}
+                    },
+                    "required": ["id", "title", "description", "acceptanceCriteria", "priority",
+                                 "passes", "notes"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["project", "branchName", "description", "userStories"],
+        "additionalProperties": false
+    })
+}
+
+/// The story description of the example replies in the prompts of `ralph convert` and `ralph
+/// plan`: a draft with this very sentence copied the example instead of converting the PRD.
+pub const EXAMPLE_STORY_DESCRIPTION: &str =
+    "As a user, I want `notes export ID` so that I get that note as a file.";
+
+/// The example reply shown in the prompt.
+fn example(project: &str) -> String {
+    // Another domain than any real PRD, so that a small model cannot pass it off as the answer.
+    let doc = json!({
+        "project": project,
+        "branchName": "ralph/notes-export",
+        "description": "Export notes as Markdown files.",
+        "userStories": [{
+            "id": "US-001",
+            "title": "Export one note",
+            "description": EXAMPLE_STORY_DESCRIPTION,
+            "acceptanceCriteria": ["`notes export 3` writes `note-3.md`", "Tests pass"],
+            "priority": 1,
+            "passes": false,
+            "notes": ""
+        }]
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// The first prompt for converting `markdown` (read from `source`); with `show_example`, it
+/// shows an example reply (for agents that do not get the reply's schema, see
+/// [`Asker::sends_schema`]).
+pub fn prompt(
+    markdown: &str,
+    source: &str,
+    project: &str,
+    test_command: Option<&str>,
+    show_example: bool,
+) -> String {
+    let env = minijinja::Environment::new();
+    let rendered = env.template_from_str(PROMPT).and_then(|t| {
+        t.render(minijinja::context! {
+            rules => RULES.trim_end(),
+            project => project,
+            test_command => test_command,
+            example => show_example.then(|| example(project)),
+            source => source,
+            markdown => markdown.trim_end(),
+        })
+    });
+    // The template is built in; a rendering error is a ralph bug, and the plain parts still work.
+    rendered.unwrap_or_else(|e| format!("{}\n\n{e}\n\nPRD:\n\n{markdown}", RULES.trim_end()))
+}
+
+/// Converts `markdown` (from `source`) with the agent behind `asker`, at most `attempts`
+/// sessions; the last draft is saved to `draft_path` when none is usable.
+///
+/// # Errors
+/// A failed agent session; no usable draft after the last attempt (naming `draft_path`).
+pub async fn convert(
+    asker: &Asker,
+    markdown: &str,
+    source: &Path,
+    project: &str,
+    attempts: u32,
+    draft_path: &Path,
+    out: &mut Outputs,
+) -> anyhow::Result<Settled<Prd>> {
+    let test_command = ask::facts::test_command(asker.root());
+    let first = prompt(
+        markdown,
+        &source.display().to_string(),
+        project,
+        test_command.as_deref(),
+        !asker.sends_schema(),
+    );
+    let schema = draft_schema();
+    let settings = Loop {
+        prompt: &first,
+        schema: &schema,
+        key: "userStories",
+        max_attempts: attempts,
+        draft_path: draft_path.to_path_buf(),
+        what: "prd.json",
+    };
+    ask::ask_until_valid(asker, &settings, out, check).await
+}
+
+/// Checks one draft (see the module docs).
+pub fn check(draft: &Value) -> Checked<Prd> {
+    let mut value = draft.clone();
+    normalize(&mut value);
+    let mut problems: Vec<String> = store::validate_value(&value)
+        .into_iter()
+        .map(|v| format!("{}: {} (fix: {})", v.json_path, v.message, v.hint))
+        .collect();
+    let usable = if problems.is_empty() {
+        serde_json::from_value::<Prd>(value.clone()).ok()
+    } else {
+        None
+    };
+    problems.extend(
+        lint::lint_value(&value, &LintOptions { brand_new: true })
+            .into_iter()
+            .map(|f| {
+                format!(
+                    "{}: {} [{}] (fix: {})",
+                    f.json_path, f.message, f.rule, f.hint
+                )
+            }),
+    );
+    problems.extend(rule_findings(&value));
+    problems.extend(copied_example(&value));
+    Checked { usable, problems }
+}
+
+/// A finding for each story copied from the prompt's example reply (see
+/// [`EXAMPLE_STORY_DESCRIPTION`]): a small model's habit, which would send the loop off to
+/// build the example's feature.
+pub fn copied_example(value: &Value) -> Vec<String> {
+    value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter(|(_, story)| {
+            story
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                == Some(EXAMPLE_STORY_DESCRIPTION)
+        })
+        .map(|(i, _)| {
+            format!(
+                "$.userStories[{i}]: copied from the example in the prompt, not written from \
+                 this PRD (fix: write the stories of the PRD you were given, in its own words)"
+            )
+        })
+        .collect()
+}
+
+/// Sets what the rules fix to one value: `passes: false` and `notes: ""` on every story.
+fn normalize(value: &mut Value) {
+    if let Some(stories) = value.get_mut("userStories").and_then(Value::as_array_mut) {
+        for story in stories.iter_mut().filter_map(Value::as_object_mut) {
+            story.insert("passes".into(), Value::Bool(false));
+            story.insert("notes".into(), Value::String(String::new()));
+        }
+    }
+}
+
+/// The conversion rules the schema and the linter do not check: ids `US-001`, `US-002`, … in
+/// order, and `branchName` under `ralph/`.
+fn rule_findings(value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(branch) = value.get("branchName").and_then(Value::as_str) {
+        if !branch.starts_with("ralph/") {
+            out.push(format!(
+                "$.branchName: {branch:?} does not start with \"ralph/\" (fix: use \"ralph/\" and \
+                 the feature's name in kebab case, e.g. \"ralph/notes-export\")"
+            ));
+        }
+    }
+    let stories = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (i, story) in stories.iter().enumerate() {
+        let want = format!("US-{:03}", i + 1);
+        if let Some(id) = story.get("id").and_then(Value::as_str) {
+            if id != want {
+                out.push(format!(
+                    "$.userStories[{i}].id: {id:?} should be {want:?} (fix: number the stories \
+                     US-001, US-002, … in order, and update dependsOn to match)"
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_error_is_unusable_and_lint_findings_are_reported_too() {
+        let draft = json!({
+            "project": "p", "branchName": "ralph/x", "description": "d",
+            "userStories": [
+                {"id": "US-001", "title": "a", "description": "d",
+                 "acceptanceCriteria": ["It works correctly"], "priority": "high",
+                 "passes": true, "notes": "x"}
+            ]
+        });
+        let checked = check(&draft);
+        assert!(checked.usable.is_none());
+        let text = checked.problems.join("\n");
+        assert!(
+            text.contains("$.userStories[0].priority: expected an integer"),
+            "{text}"
+        );
+        assert!(text.contains("[vague-criterion]"), "{text}");
+        assert!(!text.contains("new-prd-passing"), "normalized: {text}");
+    }
+
+    #[test]
+    fn a_copy_of_the_example_is_usable_but_fed_back_and_schema_sessions_see_no_example() {
+        let draft: Value = serde_json::from_str(&example("demo")).unwrap();
+        let checked = check(&draft);
+        assert!(checked.usable.is_some());
+        assert_eq!(
+            checked.problems,
+            [
+                "$.userStories[0]: copied from the example in the prompt, not written from this \
+              PRD (fix: write the stories of the PRD you were given, in its own words)"
+            ]
+        );
+        let with = prompt("# T\n\ntext", "x.md", "demo", None, true);
+        assert!(with.contains(EXAMPLE_STORY_DESCRIPTION), "{with}");
+        let without = prompt("# T\n\ntext", "x.md", "demo", None, false);
+        assert!(!without.contains(EXAMPLE_STORY_DESCRIPTION), "{without}");
+        assert!(
+            without.contains("the JSON schema that comes with this request"),
+            "{without}"
+        );
+    }
+
+    #[test]
+    fn a_clean_draft_is_usable_without_problems() {
+        let draft = json!({
+            "project": "p", "branchName": "ralph/x", "description": "d",
+            "userStories": [
+                {"id": "US-001", "title": "a", "description": "As a user, I want a.",
+                 "acceptanceCriteria": ["`a()` returns 1", "Tests pass"], "priority": 1,
+                 "passes": false, "notes": ""}
+            ]
+        });
+        let checked = check(&draft);
+        assert!(checked.problems.is_empty(), "{:?}", checked.problems);
+        assert_eq!(checked.usable.unwrap().user_stories[0].id, "US-001");
+        let p = prompt(
+            "# Title\n\nfree text",
+            "x.md",
+            "demo",
+            Some("make test"),
+            true,
+        );
+        assert!(p.contains("`make test`") && p.contains("\"demo\"") && p.contains("free text"));
+        assert!(p.contains("if you cannot describe the change in 2–3 sentences"));
+    }
+}

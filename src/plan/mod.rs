@@ -1,0 +1,505 @@
+//! `ralph plan`: from a feature description to a Markdown PRD (`tasks/prd-<slug>.md`) through an
+//! agent session.
+//!
+//! The agent answers in JSON, never in Markdown: first (on a terminal) the clarifying questions,
+//! [`Question`]s with options that ralph shows numbered with lettered options; then the PRD
+//! itself, a [`PlanDoc`] (title, introduction, goals, user stories, functional requirements,
+//! non-goals, assumptions, open questions). ralph renders the PRD in its documented layout
+//! ([`render`]), so `ralph convert` reads it with no model, and checks every draft the way
+//! `ralph convert` does: the reply must parse, have 1 to 10 stories with a title and at least
+//! one criterion each, and render to a layout document that converts. Problems go back to the
+//! agent a bounded number of times ([`crate::ask::ask_until_valid`]).
+
+pub mod skills;
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::ask::Checked;
+use crate::convert::markdown;
+
+const QUESTIONS_PROMPT: &str = include_str!("../../templates/plan/questions_prompt.md");
+const PLAN_PROMPT: &str = include_str!("../../templates/plan/plan_prompt.md");
+
+/// Questions asked at most (the prompt asks for 3 to 5).
+pub const MAX_QUESTIONS: usize = 5;
+/// Options shown per question at most.
+pub const MAX_OPTIONS: usize = 6;
+
+/// One clarifying question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// The question.
+    pub question: String,
+    /// Its answer options, most likely first (shown as A, B, C, …).
+    pub options: Vec<String>,
+}
+
+/// A question and the user's answer, as the PRD prompt and the PRD's `Decisions` section show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// The question.
+    pub question: String,
+    /// The chosen option, the user's own words, or that the agent may decide.
+    pub answer: String,
+}
+
+/// One user story of a planned PRD (ralph numbers them `US-001`… in order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStory {
+    /// Short title.
+    pub title: String,
+    /// "As a [user], I want [feature] so that [benefit]."
+    #[serde(default)]
+    pub description: String,
+    /// Checkable criteria.
+    pub acceptance_criteria: Vec<String>,
+}
+
+/// A planned PRD, as the agent returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanDoc {
+    /// The feature's name.
+    pub title: String,
+    /// What the feature is and why, one paragraph.
+    #[serde(default)]
+    pub introduction: String,
+    /// Goals.
+    #[serde(default)]
+    pub goals: Vec<String>,
+    /// The stories, in the order they should be built.
+    pub user_stories: Vec<PlanStory>,
+    /// Functional requirements (rendered `FR-1: …`).
+    #[serde(default)]
+    pub functional_requirements: Vec<String>,
+    /// What the feature will not do.
+    #[serde(default)]
+    pub non_goals: Vec<String>,
+    /// What was assumed where the request did not say.
+    #[serde(default)]
+    pub assumptions: Vec<String>,
+    /// What is still to decide.
+    #[serde(default)]
+    pub open_questions: Vec<String>,
+}
+
+fn strings(min: usize, max: usize) -> Value {
+    json!({"type": "array", "minItems": min, "maxItems": max, "items": {"type": "string"}})
+}
+
+/// The JSON Schema of the clarifying questions reply.
+pub fn questions_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "questions": {
+                "type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "question": {"type": "string"},
+                        "options": strings(2, 4)
+                    },
+                    "required": ["question", "options"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["questions"],
+        "additionalProperties": false
+    })
+}
+
+/// The JSON Schema of the PRD reply ([`PlanDoc`]); lists are kept short so that a small
+/// model's grammar-bound reply stays bounded.
+pub fn plan_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "introduction": {"type": "string"},
+            "goals": strings(1, 5),
+            "userStories": {
+                "type": "array", "minItems": 1, "maxItems": 6,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "description": {"type": "string"},
+                        "acceptanceCriteria": strings(1, 6)
+                    },
+                    "required": ["title", "description", "acceptanceCriteria"],
+                    "additionalProperties": false
+                }
+            },
+            "functionalRequirements": strings(0, 8),
+            "nonGoals": strings(0, 5),
+            "assumptions": strings(0, 6),
+            "openQuestions": strings(0, 5)
+        },
+        "required": ["title", "introduction", "goals", "userStories", "functionalRequirements",
+                     "nonGoals", "assumptions", "openQuestions"],
+        "additionalProperties": false
+    })
+}
+
+fn render_template(template: &str, ctx: minijinja::Value) -> String {
+    let env = minijinja::Environment::new();
+    env.template_from_str(template)
+        .and_then(|t| t.render(ctx))
+        // The templates are built in: an error is a ralph bug; show it rather than nothing.
+        .unwrap_or_else(|e| format!("{template}\n\n(ralph could not render this prompt: {e})"))
+}
+
+/// The prompt asking for clarifying questions about `description`.
+pub fn questions_prompt(description: &str) -> String {
+    render_template(
+        QUESTIONS_PROMPT,
+        minijinja::context! { description => description.trim() },
+    )
+}
+
+/// The prompt asking for the PRD of `description`, with the user's `answers` (none: the agent
+/// writes its assumptions into the PRD) and the project's test command when known.
+pub fn plan_prompt(
+    description: &str,
+    answers: &[Decision],
+    test_command: Option<&str>,
+    show_example: bool,
+) -> String {
+    // An example from another domain, so that a small model cannot pass it off as the answer.
+    let example = json!({
+        "title": "Notes export",
+        "introduction": "Let users export their notes as Markdown files so that they can keep them outside the app.",
+        "goals": ["Export any note in one step"],
+        "userStories": [{
+            "title": "Export one note",
+            "description": crate::convert::agent::EXAMPLE_STORY_DESCRIPTION,
+            "acceptanceCriteria": ["`notes export 3` writes `note-3.md` with the note's text", "Tests pass"]
+        }],
+        "functionalRequirements": ["FR-1: `notes export ID` writes `note-ID.md` in the current directory"],
+        "nonGoals": ["Importing notes"],
+        "assumptions": ["Files are UTF-8"],
+        "openQuestions": []
+    });
+    render_template(
+        PLAN_PROMPT,
+        minijinja::context! {
+            description => description.trim(),
+            answers => answers,
+            test_command => test_command,
+            rules => crate::convert::agent::RULES.trim_end(),
+            example => show_example.then(|| serde_json::to_string_pretty(&example).unwrap_or_default()),
+        },
+    )
+}
+
+/// Checks a questions reply: at least one question with a text; questions beyond
+/// [`MAX_QUESTIONS`] and options beyond [`MAX_OPTIONS`] are dropped.
+pub fn check_questions(value: &Value) -> Checked<Vec<Question>> {
+    #[derive(Deserialize)]
+    struct Reply {
+        questions: Vec<Question>,
+    }
+    match serde_json::from_value::<Reply>(value.clone()) {
+        Ok(reply) => {
+            let questions: Vec<Question> = reply
+                .questions
+                .into_iter()
+                .filter(|q| !q.question.trim().is_empty())
+                .take(MAX_QUESTIONS)
+                .map(|mut q| {
+                    q.options.retain(|o| !o.trim().is_empty());
+                    q.options.truncate(MAX_OPTIONS);
+                    q
+                })
+                .collect();
+            if questions.is_empty() {
+                Checked {
+                    usable: None,
+                    problems: vec![
+                        "$.questions: no question (fix: ask 3 to 5 questions, each with 2 to 4 \
+                         options)"
+                            .into(),
+                    ],
+                }
+            } else {
+                Checked {
+                    usable: Some(questions),
+                    problems: Vec::new(),
+                }
+            }
+        }
+        Err(e) => Checked {
+            usable: None,
+            problems: vec![format!(
+                "$: {e} (fix: reply {{\"questions\": [{{\"question\": \"…\", \"options\": [\"…\", \
+                 \"…\"]}}]}})"
+            )],
+        },
+    }
+}
+
+/// Checks a PRD reply (see the module docs); `decisions` go into the rendered PRD.
+pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
+    let doc = match serde_json::from_value::<PlanDoc>(value.clone()) {
+        Ok(doc) => doc,
+        Err(e) => {
+            return Checked {
+                usable: None,
+                problems: vec![format!(
+                    "$: {e} (fix: reply with one object that has `title`, `introduction`, \
+                     `goals`, `userStories` (each with `title`, `description` and \
+                     `acceptanceCriteria`), `functionalRequirements`, `nonGoals`, \
+                     `assumptions` and `openQuestions`)"
+                )],
+            }
+        }
+    };
+    let mut problems = Vec::new();
+    if doc.title.trim().is_empty() {
+        problems.push("$.title: empty (fix: name the feature in a few words)".to_string());
+    }
+    if doc.user_stories.is_empty() || doc.user_stories.len() > 10 {
+        problems.push(format!(
+            "$.userStories: {} stories (fix: write 1 to 10 stories, each small enough for one \
+             agent session)",
+            doc.user_stories.len()
+        ));
+    }
+    for (i, s) in doc.user_stories.iter().enumerate() {
+        if s.title.trim().is_empty() {
+            problems.push(format!(
+                "$.userStories[{i}].title: empty (fix: a short title saying what changes)"
+            ));
+        }
+        if s.acceptance_criteria.iter().all(|c| c.trim().is_empty()) {
+            problems.push(format!(
+                "$.userStories[{i}].acceptanceCriteria: no criterion (fix: list the checks that \
+                 show the story is done, e.g. an exact output, then \"Tests pass\")"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        // The rendered PRD must convert without a model; anything else is a ralph bug, but it
+        // is reported rather than written.
+        if let Err(errors) =
+            markdown::parse(&render(&doc, decisions), std::path::Path::new("PRD.md"))
+        {
+            problems.extend(
+                errors
+                    .errors
+                    .into_iter()
+                    .map(|e| format!("$: {} (fix: {})", e.message, e.hint)),
+            );
+        }
+    }
+    // A copy of the prompt's example is usable (it converts) but fed back, and left as a
+    // warning when the attempts run out.
+    let usable = problems.is_empty().then_some(doc);
+    problems.extend(crate::convert::agent::copied_example(value));
+    Checked { usable, problems }
+}
+
+/// One line of text: newlines folded into spaces, so a value cannot break the layout.
+fn line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn bullets(out: &mut String, heading: &str, items: &[String], numbered: Option<&str>) {
+    let items: Vec<String> = items
+        .iter()
+        .map(|i| line(i))
+        .filter(|i| !i.is_empty())
+        .collect();
+    if items.is_empty() {
+        return;
+    }
+    let _ = write!(out, "\n## {heading}\n\n");
+    for (n, item) in items.iter().enumerate() {
+        match numbered {
+            Some(prefix) if !item.starts_with(prefix) => {
+                let _ = writeln!(out, "- {prefix}{}: {item}", n + 1);
+            }
+            _ => {
+                let _ = writeln!(out, "- {item}");
+            }
+        }
+    }
+}
+
+/// The PRD in ralph's Markdown layout (README.md, "The Markdown PRD layout"): title,
+/// introduction, goals, user stories `### US-001: …` with their description and criteria,
+/// functional requirements, non-goals, the user's decisions, assumptions, open questions.
+pub fn render(doc: &PlanDoc, decisions: &[Decision]) -> String {
+    let title = line(strip_prd_prefix(&doc.title));
+    let mut out = format!("# PRD: {title}\n");
+    let intro = line(&doc.introduction);
+    if !intro.is_empty() {
+        let _ = write!(out, "\n## Introduction\n\n{intro}\n");
+    }
+    bullets(&mut out, "Goals", &doc.goals, None);
+    out.push_str("\n## User Stories\n");
+    for (i, story) in doc.user_stories.iter().enumerate() {
+        let _ = write!(out, "\n### US-{:03}: {}\n", i + 1, line(&story.title));
+        let description = line(&story.description);
+        if !description.is_empty() {
+            let _ = write!(out, "\n**Description:** {description}\n");
+        }
+        out.push_str("\n**Acceptance Criteria:**\n\n");
+        for criterion in &story.acceptance_criteria {
+            let c = line(criterion);
+            if !c.is_empty() {
+                let _ = writeln!(out, "- [ ] {c}");
+            }
+        }
+    }
+    bullets(
+        &mut out,
+        "Functional Requirements",
+        &doc.functional_requirements,
+        Some("FR-"),
+    );
+    bullets(&mut out, "Non-Goals", &doc.non_goals, None);
+    if !decisions.is_empty() {
+        out.push_str("\n## Decisions\n\n");
+        for d in decisions {
+            let _ = writeln!(out, "- {} → {}", line(&d.question), line(&d.answer));
+        }
+    }
+    bullets(&mut out, "Assumptions", &doc.assumptions, None);
+    bullets(&mut out, "Open Questions", &doc.open_questions, None);
+    out
+}
+
+fn strip_prd_prefix(title: &str) -> &str {
+    let t = title.trim();
+    match t.get(..4) {
+        Some(head) if head.eq_ignore_ascii_case("prd:") => t[4..].trim(),
+        _ => t,
+    }
+}
+
+/// The file name slug of a PRD titled `title`: [`markdown::kebab`].
+pub fn slug(title: &str) -> String {
+    markdown::kebab(strip_prd_prefix(title))
+}
+
+/// The answer to `q` from what the user typed: a letter picks that option, text is the
+/// user's own answer, nothing lets the agent decide.
+pub fn answer_from_input(q: &Question, input: &str) -> String {
+    let input = input.trim();
+    if input.is_empty() {
+        return "no preference: choose the most sensible option and say so under assumptions"
+            .into();
+    }
+    let mut chars = input.chars();
+    if let (Some(c), None) = (chars.next(), chars.next()) {
+        if c.is_ascii_alphabetic() {
+            let index = (c.to_ascii_uppercase() as u8 - b'A') as usize;
+            if let Some(option) = q.options.get(index) {
+                return option.clone();
+            }
+        }
+    }
+    input.to_string()
+}
+
+/// `q` as shown on the terminal: `N. question`, then `   A. option` lines.
+pub fn show_question(n: usize, q: &Question) -> String {
+    let mut out = format!("{n}. {}\n", line(&q.question));
+    for (i, option) in q.options.iter().enumerate() {
+        let letter = char::from(b'A' + u8::try_from(i).unwrap_or(25));
+        let _ = writeln!(out, "   {letter}. {}", line(option));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> PlanDoc {
+        serde_json::from_value(json!({
+            "title": "PRD: Reverse flag",
+            "introduction": "Add a\n--reverse flag.",
+            "goals": ["Flip output"],
+            "userStories": [
+                {"title": "Add reverse()", "description": "As a dev, I want reverse().",
+                 "acceptanceCriteria": ["`reverse(\"ab\")` returns `\"ba\"`", "Tests pass"]},
+                {"title": "Wire the flag", "description": "",
+                 "acceptanceCriteria": ["`textkit --reverse ab` prints `ba`"]}
+            ],
+            "functionalRequirements": ["FR-1: reverse lines", "keep newlines"],
+            "nonGoals": [], "assumptions": ["Characters, not bytes"], "openQuestions": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn rendered_prd_converts_without_a_model() {
+        let decisions = [Decision {
+            question: "What to flip?".into(),
+            answer: "Characters".into(),
+        }];
+        let text = render(&doc(), &decisions);
+        assert!(
+            text.starts_with("# PRD: Reverse flag\n\n## Introduction\n\nAdd a --reverse flag.\n")
+        );
+        assert!(
+            text.contains("- FR-1: reverse lines\n- FR-2: keep newlines\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("## Decisions\n\n- What to flip? → Characters\n"),
+            "{text}"
+        );
+        let parsed = markdown::parse(&text, std::path::Path::new("x.md")).unwrap();
+        assert_eq!(parsed.title, "Reverse flag");
+        assert_eq!(parsed.stories.len(), 2);
+        assert_eq!(parsed.stories[1].id, "US-002");
+        assert_eq!(
+            parsed.stories[1].acceptance_criteria,
+            ["`textkit --reverse ab` prints `ba`"]
+        );
+        assert_eq!(slug("PRD: Reverse flag!"), "reverse-flag");
+    }
+
+    #[test]
+    fn check_plan_reports_missing_criteria_and_bad_shapes() {
+        let mut bad = serde_json::to_value(doc()).unwrap();
+        bad["userStories"][1]["acceptanceCriteria"] = json!([" "]);
+        let checked = check_plan(&bad, &[]);
+        assert!(checked.usable.is_none());
+        assert!(checked.problems[0].starts_with("$.userStories[1].acceptanceCriteria"));
+        let checked = check_plan(&json!({"title": 3}), &[]);
+        assert!(
+            checked.problems[0].starts_with("$: invalid type"),
+            "{:?}",
+            checked.problems
+        );
+        assert!(check_plan(&serde_json::to_value(doc()).unwrap(), &[])
+            .usable
+            .is_some());
+    }
+
+    #[test]
+    fn answers_by_letter_text_or_nothing() {
+        let q = Question {
+            question: "Q?".into(),
+            options: vec!["One".into(), "Two".into()],
+        };
+        assert_eq!(answer_from_input(&q, "b\n"), "Two");
+        assert_eq!(answer_from_input(&q, "z"), "z");
+        assert_eq!(answer_from_input(&q, "my own"), "my own");
+        assert!(answer_from_input(&q, "").starts_with("no preference"));
+        assert_eq!(show_question(2, &q), "2. Q?\n   A. One\n   B. Two\n");
+        let checked = check_questions(&json!({"questions": [
+            {"question": "a", "options": ["x", "y"]}, {"question": " ", "options": []}]}));
+        assert_eq!(checked.usable.unwrap().len(), 1);
+    }
+}
