@@ -18,6 +18,7 @@ pub mod classify;
 pub mod claude;
 pub mod claude_login;
 pub mod claude_shape;
+pub mod claude_turn;
 pub mod codex;
 pub mod cursor;
 pub mod exec;
