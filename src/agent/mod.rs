@@ -119,6 +119,24 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// A fresh parser that reads a `kind` transcript's lines again into the same events as the run
+/// did: for every backend whose events depend on its output lines alone (the settings a
+/// backend's own parser gets, such as the requested model, change only its report). `None` for
+/// exec, whose events also depend on the prompt and the program; its transcripts keep every event
+/// ([`crate::transcript::Transcript::create_replayed`]).
+pub fn replay_parser(kind: AgentKind) -> Option<Box<dyn OutputParser>> {
+    Some(match kind {
+        AgentKind::Claude => Box::new(claude::ClaudeParser::new()),
+        AgentKind::Codex => Box::new(codex::CodexParser::new()),
+        AgentKind::Amp => Box::new(amp::AmpParser::new()),
+        AgentKind::Opencode => Box::new(opencode::OpencodeParser::new()),
+        AgentKind::Gemini => Box::new(gemini::GeminiParser::new()),
+        AgentKind::Cursor => Box::new(cursor::CursorParser::new()),
+        AgentKind::Native | AgentKind::Local => Box::new(native::NativeParser::default()),
+        AgentKind::Exec => return None,
+    })
+}
+
 /// The backend for `kind`, configured from `settings`.
 ///
 /// # Errors
