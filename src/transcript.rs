@@ -12,8 +12,12 @@
 //! ([`Transcript::create_replayed`], the meta record says `"events":"replay"`), the events of a
 //! stdout line kept whole are not written: a reader rebuilds them by reading those lines again
 //! with the backend's parser ([`read_with`]). A stdout line kept with a `note` (cut) and every
-//! stderr line (few and small) have their events written after them, and are not read again. Older transcripts (and backends whose events
-//! depend on more than the lines, such as exec's on the prompt) have every event written.
+//! stderr line (few and small) have their events written after them, and are not read again.
+//! Older transcripts (and backends whose events depend on more than the lines, such as exec's on
+//! the prompt) have every event written.
+//!
+//! A stdout line the parser read as one JSON value exactly as printed is kept as that JSON
+//! (`"json":{...}`, [`Transcript::line_as`]) rather than as an escaped `"text"` string.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -80,6 +84,18 @@ pub struct Transcript {
     line_whole: bool,
 }
 
+/// A `line` record with its text as a string (the fields in this order).
+#[derive(Serialize)]
+struct LineRecord<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    t_ms: u64,
+    stream: StreamKind,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
 /// How long written records may sit in the buffer: a ralph killed with SIGKILL loses at most
 /// this much of its transcript.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
@@ -140,22 +156,28 @@ impl Transcript {
         &self.path
     }
 
-    fn write(&mut self, value: &serde_json::Value) {
+    fn write(&mut self, value: &impl Serialize) {
         if self.error.is_some() {
             return;
         }
-        let bytes = match serde_json::to_vec(value) {
-            Ok(b) => b,
-            Err(e) => {
-                self.error = Some(std::io::Error::other(e));
-                return;
-            }
-        };
-        let result = self
-            .out
-            .write_all(&bytes)
-            .and_then(|_| self.out.write_all(b"\n"));
-        self.written += bytes.len() as u64 + 1;
+        match serde_json::to_vec(value) {
+            Ok(bytes) => self.write_parts(&[&bytes]),
+            Err(e) => self.error = Some(std::io::Error::other(e)),
+        }
+    }
+
+    /// Writes one record made of `parts` (already JSON), and its newline.
+    fn write_parts(&mut self, parts: &[&[u8]]) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut result = Ok(());
+        for part in parts {
+            result = result.and_then(|()| self.out.write_all(part));
+            self.written += part.len() as u64;
+        }
+        let result = result.and_then(|()| self.out.write_all(b"\n"));
+        self.written += 1;
         if let Err(e) = result {
             self.error = Some(e);
             return;
@@ -192,9 +214,31 @@ impl Transcript {
 
     /// Records one raw agent line, cutting it at [`MAX_TRANSCRIPT_LINE_BYTES`].
     pub fn line(&mut self, line: &OutputLine) {
+        self.line_as(line, false);
+    }
+
+    /// [`Transcript::line`] for a line the parser read as one JSON value exactly as printed
+    /// (`is_json`, see [`crate::agent::OutputParser::line_is_json`]): a whole stdout line that
+    /// fits is kept as that JSON (`"json":{...}`) instead of as an escaped string, which costs
+    /// no escaping and keeps more of a run under the cap. Readers get the line's text back
+    /// byte for byte.
+    pub fn line_as(&mut self, line: &OutputLine, is_json: bool) {
         let full_len = line.truncated_from.unwrap_or(line.text.len());
         self.line_whole = false;
         if !self.room_for(full_len) {
+            return;
+        }
+        if is_json
+            && line.stream == StreamKind::Stdout
+            && full_len == line.text.len()
+            && line.text.len() <= MAX_TRANSCRIPT_LINE_BYTES
+        {
+            let head = format!(
+                r#"{{"type":"line","t_ms":{},"stream":"stdout","json":"#,
+                self.elapsed_ms()
+            );
+            self.write_parts(&[head.as_bytes(), line.text.as_bytes(), b"}"]);
+            self.line_whole = true;
             return;
         }
         let mut text = line.text.as_str();
@@ -205,23 +249,22 @@ impl Transcript {
             }
             text = &text[..cut];
         }
-        let mut record = json!({
-            "type": "line",
-            "t_ms": self.elapsed_ms(),
-            "stream": line.stream,
-            "text": text,
-        });
-        if full_len > text.len() {
-            record["note"] = json!(format!(
+        let note = (full_len > text.len()).then(|| {
+            format!(
                 "line truncated: kept {} of {} bytes",
                 text.len(),
                 full_len
-            ));
-        } else {
-            // stderr lines are few and small: their events are written anyway.
-            self.line_whole = line.stream == StreamKind::Stdout;
-        }
-        self.write(&record);
+            )
+        });
+        // stderr lines are few and small: their events are written anyway.
+        self.line_whole = note.is_none() && line.stream == StreamKind::Stdout;
+        self.write(&LineRecord {
+            kind: "line",
+            t_ms: self.elapsed_ms(),
+            stream: line.stream,
+            text,
+            note,
+        });
     }
 
     /// Records one normalized event (of the line recorded last). Not written when readers
@@ -355,7 +398,9 @@ pub fn read_with(
                     out.notes.push(note.to_owned());
                 } else if let Some(replay) = replay.as_mut() {
                     // stderr lines have their events written after them.
-                    if let Some(line) = output_line(&v).filter(|l| l.stream == StreamKind::Stdout) {
+                    if let Some(line) =
+                        output_line(line, &v).filter(|l| l.stream == StreamKind::Stdout)
+                    {
                         out.events.extend(replay(&line).into_iter().map(|e| (t, e)));
                     }
                 }
@@ -366,17 +411,31 @@ pub fn read_with(
     Ok(out)
 }
 
-/// A `line` record as the line the parser saw.
-fn output_line(v: &serde_json::Value) -> Option<OutputLine> {
+/// A `line` record (`record` as written, `v` parsed) as the line the parser saw: its `text`, or
+/// its `json` exactly as written.
+fn output_line(record: &str, v: &serde_json::Value) -> Option<OutputLine> {
+    /// The `json` of a `line` record, borrowed as written.
+    #[derive(serde::Deserialize)]
+    struct JsonLine<'a> {
+        #[serde(borrow)]
+        json: &'a serde_json::value::RawValue,
+    }
     let stream = match v.get("stream").and_then(serde_json::Value::as_str)? {
         "stdout" => StreamKind::Stdout,
         "stderr" => StreamKind::Stderr,
         _ => return None,
     };
-    let text = v.get("text").and_then(serde_json::Value::as_str)?;
+    let text = match v.get("text").and_then(serde_json::Value::as_str) {
+        Some(text) => text.to_owned(),
+        None => serde_json::from_str::<JsonLine<'_>>(record)
+            .ok()?
+            .json
+            .get()
+            .to_owned(),
+    };
     Some(OutputLine {
         stream,
-        text: text.to_owned(),
+        text,
         truncated_from: None,
     })
 }
@@ -553,5 +612,59 @@ mod tests {
         let bare = read(&paths[1]).unwrap();
         assert_eq!(bare.events.len(), 3);
         assert!(bare.notes[0].contains("cannot be rebuilt"), "{:?}", bare.notes);
+    }
+
+    #[test]
+    fn json_lines_are_kept_as_json_and_read_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = TranscriptMeta {
+            run_id: "r1".into(),
+            iteration: 3,
+            story_id: "US-001".into(),
+            backend: "claude".into(),
+            command: "claude -p".into(),
+            head: None,
+            ralph_version: "0".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            prompt_bytes: 1,
+        };
+        let json_lines = [
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"a \"b\"\n\tcafé → \u00e9 \\ /"}]},"n":[1.5e3,-0,null,true]}"#,
+            r#"{"z":1,"a":2,"z":3}"#,
+            r#"[1,2]"#,
+        ];
+        let mut t = Transcript::create_replayed(dir.path(), &meta).unwrap();
+        for line in json_lines {
+            t.line_as(&OutputLine::stdout(line), true);
+        }
+        // Only whole stdout lines are kept as JSON.
+        t.line_as(&OutputLine::stderr(r#"{"on":"stderr"}"#), true);
+        t.line_as(&OutputLine::stdout("not json"), false);
+        let big = format!(r#"{{"t":"{}"}}"#, "y".repeat(MAX_TRANSCRIPT_LINE_BYTES));
+        t.line_as(&OutputLine::stdout(big.clone()), true);
+        let path = t.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let records: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(records[1..4].iter().all(|r| r.get("json").is_some()));
+        assert_eq!(records[4]["text"], r#"{"on":"stderr"}"#);
+        assert_eq!(records[5]["text"], "not json");
+        assert!(records[6]["note"].as_str().unwrap().starts_with("line truncated"));
+        let mut seen = Vec::new();
+        let r = read_with(&path, |_| {
+            Some(Box::new(move |l: &OutputLine| {
+                vec![AgentEvent::AssistantText {
+                    text: l.text.clone(),
+                }]
+            }) as Replay)
+        })
+        .unwrap();
+        seen.extend(r.events.iter().map(|(_, e)| match e {
+            AgentEvent::AssistantText { text } => text.clone(),
+            other => panic!("{other:?}"),
+        }));
+        assert_eq!(seen, [json_lines[0], json_lines[1], json_lines[2], "not json"]);
     }
 }

@@ -25,9 +25,11 @@ use crate::process::strip_ansi;
 use crate::protocol::fields::{str_field, summarize_tool_input};
 use crate::protocol::{AgentEvent, Usage};
 
-/// `line` as a JSON object, with the session id taken from it when none is known yet.
+/// `line` as a JSON object, with the session id taken from it when none is known yet (and
+/// [`StreamCore::line_is_json`] set when nothing surrounds it).
 pub fn read_line(line: &str, core: &mut StreamCore) -> Option<Value> {
     let v = json_object(line)?;
+    core.line_is_json = line.trim().len() == line.len();
     if core.session_id.is_none() {
         core.session_id = str_field(&v, "session_id");
     }
@@ -39,6 +41,7 @@ pub fn read_line(line: &str, core: &mut StreamCore) -> Option<Value> {
 /// `None` for every other line (and for an odd shape), which [`read_line`] then reads.
 pub fn read_turn<'a>(line: &'a str, core: &mut StreamCore) -> Option<Turn<'a>> {
     let turn = crate::agent::claude_turn::read(line.trim())?;
+    core.line_is_json = line.trim().len() == line.len();
     if core.session_id.is_none() {
         core.session_id = turn.session_id().map(str::to_owned);
     }

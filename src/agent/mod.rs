@@ -91,6 +91,12 @@ impl AgentSettings {
 pub trait OutputParser: Send {
     /// Parses one line (stdout or stderr). Never fails: unknown or non-JSON lines yield no event.
     fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent>;
+    /// Whether the stdout line just read was one JSON value exactly as printed (the parser read
+    /// it whole, and it has no surrounding whitespace), so a transcript may keep it as JSON
+    /// rather than as an escaped string. By default `false`, which is always safe.
+    fn line_is_json(&self) -> bool {
+        false
+    }
     /// Called once after the process ended, with its exit code (None when killed by a signal).
     fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport;
 }
