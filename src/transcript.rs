@@ -352,6 +352,18 @@ pub fn read_with(
     for line in text.lines() {
         out.lines.push(line.to_owned());
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            // A `json` line record whose line a `Value` refuses but the parser read (a lone
+            // surrogate escape in a field it skips) is still read again.
+            if let (Some(replay), Ok(r)) = (
+                replay.as_mut(),
+                serde_json::from_str::<JsonLineRecord<'_>>(line),
+            ) {
+                if r.kind == "line" && r.stream == "stdout" {
+                    let line = OutputLine::stdout(r.json.get());
+                    out.events
+                        .extend(replay(&line).into_iter().map(|e| (r.t_ms, e)));
+                }
+            }
             continue;
         };
         let t = v
@@ -411,15 +423,21 @@ pub fn read_with(
     Ok(out)
 }
 
+/// A `line` record with its line as JSON, read without building a `Value`.
+#[derive(serde::Deserialize)]
+struct JsonLineRecord<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(default)]
+    t_ms: u64,
+    stream: &'a str,
+    #[serde(borrow)]
+    json: &'a serde_json::value::RawValue,
+}
+
 /// A `line` record (`record` as written, `v` parsed) as the line the parser saw: its `text`, or
 /// its `json` exactly as written.
 fn output_line(record: &str, v: &serde_json::Value) -> Option<OutputLine> {
-    /// The `json` of a `line` record, borrowed as written.
-    #[derive(serde::Deserialize)]
-    struct JsonLine<'a> {
-        #[serde(borrow)]
-        json: &'a serde_json::value::RawValue,
-    }
     let stream = match v.get("stream").and_then(serde_json::Value::as_str)? {
         "stdout" => StreamKind::Stdout,
         "stderr" => StreamKind::Stderr,
@@ -427,7 +445,7 @@ fn output_line(record: &str, v: &serde_json::Value) -> Option<OutputLine> {
     };
     let text = match v.get("text").and_then(serde_json::Value::as_str) {
         Some(text) => text.to_owned(),
-        None => serde_json::from_str::<JsonLine<'_>>(record)
+        None => serde_json::from_str::<JsonLineRecord<'_>>(record)
             .ok()?
             .json
             .get()
@@ -640,12 +658,15 @@ mod tests {
         // Only whole stdout lines are kept as JSON.
         t.line_as(&OutputLine::stderr(r#"{"on":"stderr"}"#), true);
         t.line_as(&OutputLine::stdout("not json"), false);
+        let lone = r#"{"type":"user","skipped":"\ud800"}"#;
+        t.line_as(&OutputLine::stdout(lone), true);
         let big = format!(r#"{{"t":"{}"}}"#, "y".repeat(MAX_TRANSCRIPT_LINE_BYTES));
         t.line_as(&OutputLine::stdout(big.clone()), true);
         let path = t.finish().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let records: Vec<serde_json::Value> = text
             .lines()
+            .filter(|l| !l.contains(r#"\ud800"#))
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert!(records[1..4].iter().all(|r| r.get("json").is_some()));
@@ -665,6 +686,9 @@ mod tests {
             AgentEvent::AssistantText { text } => text.clone(),
             other => panic!("{other:?}"),
         }));
-        assert_eq!(seen, [json_lines[0], json_lines[1], json_lines[2], "not json"]);
+        assert_eq!(
+            seen,
+            [json_lines[0], json_lines[1], json_lines[2], "not json", lone]
+        );
     }
 }

@@ -9,6 +9,9 @@
 //! a non-string `model`, a duplicate key) fails the typed read, and the caller then reads the
 //! line as a `Value` through the general handlers, so every line gets exactly the events and
 //! facts the general rules give it (the tests at the end compare the two, odd shapes included).
+//! One difference is deliberate: fields ralph does not read are skipped without checking their
+//! `\u` escapes, so a line whose only flaw is a lone surrogate escape (`"\ud800"`) in such a field
+//! is read, where the general path refuses the whole line as invalid JSON.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -621,5 +624,19 @@ mod tests {
         assert!(read(&user).is_some() && read(&assistant).is_some());
         let lines = [user.as_str(), assistant.as_str()];
         assert_eq!(fast(&lines), general(&lines));
+    }
+
+    #[test]
+    fn a_lone_surrogate_in_a_skipped_field_does_not_lose_the_line() {
+        let line = r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]},"tool_use_result":{"stdout":"\ud800"}}"#;
+        assert_eq!(general(&[line]).0, Vec::new(), "the general path refuses it");
+        assert_eq!(
+            fast(&[line]).0,
+            vec![AgentEvent::ToolResult {
+                is_error: false,
+                output: Some("ok".into()),
+                exit_code: None
+            }]
+        );
     }
 }
