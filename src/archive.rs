@@ -65,7 +65,8 @@ pub struct Archived {
     /// The new folder, e.g. `<prd dir>/archive/2026-01-31-ralph-feature-a-2` (absolute when the
     /// prd path was).
     pub folder: PathBuf,
-    /// Every file written into `folder`: `prd.json`, then `progress.txt` when there was one.
+    /// Every file written into `folder`: `prd.json`, then `progress.txt` when there was one,
+    /// then the `progress-history/` folder when progress.txt had moved older entries there.
     pub files: Vec<PathBuf>,
     /// The archived prd.json's `branchName`; `None` only for a manual archive of a prd.json
     /// without one (the folder then says [`NO_BRANCH`]).
@@ -369,8 +370,19 @@ fn archive_into(
         write_synced(&copy, bytes)?;
         files.push(copy);
     }
+    // The entries progress.txt moved out earlier (progress::roll) belong to the same feature.
+    let history = progress.with_file_name(progress::HISTORY_DIR);
+    if history.is_dir() {
+        let moved = folder.join(progress::HISTORY_DIR);
+        fs::rename(&history, &moved)
+            .with_context(|| format!("cannot move {} to {}", history.display(), moved.display()))?;
+        files.push(moved);
+    }
     sync_dir(&folder)?;
     sync_dir(&root)?;
+    if let Some(dir) = progress.parent().filter(|d| !d.as_os_str().is_empty()) {
+        sync_dir(dir)?;
+    }
 
     // Only now that the copies are durable is the original replaced.
     let progress_had_entries = progress_bytes
@@ -663,6 +675,28 @@ mod tests {
         // The new prd.json is now the remembered one: a second start archives nothing.
         assert_eq!(l.check(), None);
         assert_eq!(l.folders(), ["2026-01-31-ralph-feature-a"]);
+    }
+
+    #[test]
+    fn the_progress_history_of_the_old_feature_moves_into_its_archive() {
+        let l = Layout::new();
+        l.previous_run("ralph/feature-a", "US-001");
+        let history = l.progress.with_file_name(progress::HISTORY_DIR);
+        fs::create_dir_all(&history).unwrap();
+        fs::write(history.join("0001.txt"), "# moved\n\n## old entry\n").unwrap();
+        fs::write(&l.prd, prd_json(Some("ralph/feature-b"), "US-900")).unwrap();
+
+        let archived = l.check().expect("archived");
+        let moved = archived.folder.join(progress::HISTORY_DIR);
+        assert_eq!(
+            fs::read_to_string(moved.join("0001.txt")).unwrap(),
+            "# moved\n\n## old entry\n"
+        );
+        assert!(archived.files.contains(&moved));
+        assert!(
+            !history.exists(),
+            "the new feature starts without the old history"
+        );
     }
 
     #[test]

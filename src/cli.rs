@@ -264,6 +264,22 @@ pub struct DoctorArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
+    /// After each iteration's checkpoint, push the run branch and ralph's refs (refs/ralph/*)
+    /// to REMOTE (default origin), never forced, holding a lease on the branch there so that no
+    /// other worker drives it at the same time; a fresh clone resumes from the remote.
+    /// Credentials: git's own (credential helpers, SSH agent), or RALPH_GIT_TOKEN for HTTPS.
+    #[arg(long, value_name = "REMOTE", env = "RALPH_PUSH", num_args = 0..=1, default_missing_value = "origin")]
+    pub push: Option<String>,
+    /// On SIGTERM/SIGINT/SIGHUP, finish within this long: the agent gets a short grace, then
+    /// the checkpoint, ledger, state, push and lease release (default 25s, inside Kubernetes'
+    /// 30 s grace period; 9s under GitHub Actions, whose cancel sends SIGKILL 10 s after SIGINT).
+    #[arg(long, value_name = "DUR", env = "RALPH_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Option<std::time::Duration>,
+    /// --push: how long the branch's lease on the remote lasts without a renewal (default 10m;
+    /// renewed every third of it while the run lives). A worker that dies leaves it for this
+    /// long before another may take the branch over.
+    #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)]
+    pub lease_ttl: Option<std::time::Duration>,
 }
 
 /// Arguments of `ralph archive`.
@@ -329,7 +345,11 @@ pub struct RunArgs {
     /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
     #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
     pub api_key_env: Option<String>,
-    /// local: a GGUF model file to serve instead of the built-in Qwen2.5-Coder-0.5B.
+    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
+    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
+    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
+    pub local_model: Option<crate::local::BuiltinModel>,
+    /// local: a GGUF model file to serve instead of a built-in model.
     #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
     pub model_file: Option<PathBuf>,
     /// native/local: how tool calls are requested (json: response_format json_schema, for models
@@ -347,7 +367,8 @@ pub struct RunArgs {
     /// even if the agent did not (default on for --agent local, whose small model often forgets).
     #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())]
     pub verify_marks_passing: Option<bool>,
-    /// When the agent hits a usage limit, stop (exit 4) instead of waiting for the reset.
+    /// When the agent hits a usage limit, stop (exit 75, resumable later) instead of waiting for
+    /// the reset.
     #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_wait: bool,
     /// Stop the run (exit 4) once this run's agents cost this much, in USD (from the ledger;
@@ -391,4 +412,20 @@ pub struct RunArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
+    /// After each iteration's checkpoint, push the run branch and ralph's refs (refs/ralph/*)
+    /// to REMOTE (default origin), never forced, holding a lease on the branch there so that no
+    /// other worker drives it at the same time; a fresh clone resumes from the remote.
+    /// Credentials: git's own (credential helpers, SSH agent), or RALPH_GIT_TOKEN for HTTPS.
+    #[arg(long, value_name = "REMOTE", env = "RALPH_PUSH", num_args = 0..=1, default_missing_value = "origin")]
+    pub push: Option<String>,
+    /// On SIGTERM/SIGINT/SIGHUP, finish within this long: the agent gets a short grace, then
+    /// the checkpoint, ledger, state, push and lease release (default 25s, inside Kubernetes'
+    /// 30 s grace period; 9s under GitHub Actions, whose cancel sends SIGKILL 10 s after SIGINT).
+    #[arg(long, value_name = "DUR", env = "RALPH_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Option<std::time::Duration>,
+    /// --push: how long the branch's lease on the remote lasts without a renewal (default 10m;
+    /// renewed every third of it while the run lives). A worker that dies leaves it for this
+    /// long before another may take the branch over.
+    #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)]
+    pub lease_ttl: Option<std::time::Duration>,
 }

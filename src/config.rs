@@ -24,6 +24,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Default wait between SIGTERM and SIGKILL (5 seconds).
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+/// Default `--shutdown-timeout`: inside Kubernetes' default 30 s termination grace period.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+/// Default `--shutdown-timeout` under GitHub Actions (`GITHUB_ACTIONS=true`): a cancelled job
+/// gets SIGINT, SIGTERM 7.5 s later and SIGKILL 2.5 s after that.
+pub const GITHUB_ACTIONS_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(9);
+/// Default `--lease-ttl` (10 minutes).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10 * 60);
 /// Default size of the progress.txt excerpt put in the prompt (16 KiB).
 pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
 /// The configuration file looked for in the current directory.
@@ -72,7 +79,7 @@ pub struct FileConfig {
     pub usage_limit_fallback: Option<String>,
     /// Extra wait after a usage limit's reset time (`30s`).
     pub usage_limit_margin: Option<String>,
-    /// Usage-limit waits in one run before it stops (exit 4).
+    /// Usage-limit waits in one run before it stops (exit 75).
     pub max_usage_limit_waits: Option<u32>,
     /// native: `openai` or `anthropic`.
     pub provider: Option<ProviderKind>,
@@ -80,6 +87,8 @@ pub struct FileConfig {
     pub base_url: Option<String>,
     /// native: environment variable holding the API key.
     pub api_key_env: Option<String>,
+    /// local: `default` or `small`, the built-in model to serve.
+    pub local_model: Option<crate::local::BuiltinModel>,
     /// local: GGUF file to serve, relative to the directory holding ralph.toml.
     pub model_file: Option<PathBuf>,
     /// native/local: `native` or `json`.
@@ -125,6 +134,26 @@ pub struct FileConfig {
     /// [`crate::notify`]).
     #[serde(default)]
     pub notify: crate::notify::NotifyFile,
+    /// `--push`: `true` (origin), a remote's name, or `false`.
+    pub push: Option<PushSetting>,
+    /// Deadline of a shutdown on SIGTERM, humantime syntax (`25s`).
+    pub shutdown_timeout: Option<String>,
+    /// `--push`: lifetime of the branch's lease without a renewal, humantime syntax (`10m`).
+    pub lease_ttl: Option<String>,
+    /// `--push`: attempts when the remote cannot be reached (default 4).
+    pub push_attempts: Option<u32>,
+    /// `--push`: the first wait between attempts, humantime syntax (`2s`); it doubles.
+    pub push_backoff: Option<String>,
+}
+
+/// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PushSetting {
+    /// `true`: push to `origin`; `false`: do not push.
+    On(bool),
+    /// Push to this remote.
+    Remote(String),
 }
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
@@ -136,7 +165,9 @@ pub struct NativeOptions {
     pub base_url: Option<String>,
     /// Environment variable with the API key (`None`: no key).
     pub api_key_env: Option<String>,
-    /// local: the GGUF to serve (`None`: the built-in model).
+    /// local: the built-in model to serve when `model_file` is `None`.
+    pub local_model: crate::local::BuiltinModel,
+    /// local: the GGUF to serve (`None`: the built-in model `local_model`).
     pub model_file: Option<PathBuf>,
     /// How tool calls are requested.
     pub tool_mode: ToolMode,
@@ -156,7 +187,7 @@ pub struct NativeOptions {
     pub tools: Option<Vec<String>>,
 }
 
-/// The tools offered to the built-in local model: the few a 0.5B model uses well.
+/// The tools offered to the built-in local model: the few a small model uses well.
 pub const LOCAL_TOOLS: &[&str] = &[
     "write_file",
     "edit_file",
@@ -165,8 +196,16 @@ pub const LOCAL_TOOLS: &[&str] = &[
     "mark_story",
 ];
 
-/// The model name ralph uses for the built-in local model.
-pub const LOCAL_MODEL_NAME: &str = "qwen2.5-coder-0.5b-instruct";
+/// Defaults of the local backend that depend on the built-in model: `(max_steps, max_tokens,
+/// context_window)`. The small model gets few steps and short replies (it answers one explicit
+/// action, and more steps mostly let it wander); the default model gets room to write a small
+/// file in one reply, to read a failed check's output and fix it within the same iteration.
+pub fn local_defaults(model: crate::local::BuiltinModel) -> (u32, u32, u32) {
+    match model {
+        crate::local::BuiltinModel::Default => (12, 768, 8192),
+        crate::local::BuiltinModel::Small => (8, 256, 4096),
+    }
+}
 
 /// How ralph talks to the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +263,7 @@ pub struct RunConfig {
     pub transient_backoff: Duration,
     /// Transient failures in a row before the run stops.
     pub max_transient_retries: u32,
-    /// Stop (exit 4) at a usage limit instead of waiting.
+    /// Stop (exit 75) at a usage limit instead of waiting.
     pub no_wait: bool,
     /// Wait for a usage limit without a reset time.
     pub usage_limit_fallback: Duration,
@@ -254,6 +293,25 @@ pub struct RunConfig {
     pub unblock: bool,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: bool,
+    /// `--push`: the remote to push to after every checkpoint (`None`: never push).
+    pub push: Option<String>,
+    /// The deadline of a shutdown on SIGTERM, SIGINT or SIGHUP.
+    pub shutdown_timeout: Duration,
+    /// `--push`: how long the branch's lease lasts without a renewal.
+    pub lease_ttl: Duration,
+    /// `--push`: attempts at a push (or a lease read) when the remote cannot be reached.
+    pub push_attempts: u32,
+    /// `--push`: the first wait between those attempts (it doubles).
+    pub push_backoff: Duration,
+}
+
+impl RunConfig {
+    /// How long the agent's group may take to exit after SIGTERM: `kill_grace`, but at most
+    /// two fifths of `--shutdown-timeout`, so that the checkpoint, the push and the lease
+    /// release still fit in it.
+    pub fn agent_grace(&self) -> Duration {
+        self.kill_grace.min(self.shutdown_timeout.mul_f64(0.4))
+    }
 }
 
 /// Default `--max-attempts`.
@@ -426,6 +484,19 @@ pub enum ConfigError {
         /// Where `native` came from.
         agent: Origin,
     },
+    /// `--push` (or `push` in ralph.toml) names no usable remote.
+    #[error(
+        "{} `{value}` is not a git remote's name\nhint: {} (a remote from `git remote -v`), or {} to push to origin",
+        origin.name("--push", "push"),
+        origin.change("--push", "push", "\"origin\""),
+        match origin { Origin::CommandLine => "pass --push alone", Origin::File(_) => "set push = true" }
+    )]
+    BadRemote {
+        /// The value given.
+        value: String,
+        /// Where it came from.
+        origin: Origin,
+    },
     /// `--agent exec` without a command line.
     #[error(
         "{} exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set \
@@ -451,6 +522,7 @@ impl ConfigError {
             | ConfigError::ZeroLimit { origin, .. }
             | ConfigError::BadCost { origin, .. }
             | ConfigError::ZeroSteps { origin }
+            | ConfigError::BadRemote { origin, .. }
             | ConfigError::MissingModel { agent: origin }
             | ConfigError::MissingAgentCmd { agent: origin } => *origin == Origin::CommandLine,
             ConfigError::JsonModeNeedsOpenai {
@@ -610,10 +682,13 @@ impl RunConfig {
                 (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
                 (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
             });
+        let local_model = args.local_model.or(file.local_model).unwrap_or_default();
+        let (local_steps, local_tokens, local_window) = local_defaults(local_model);
         let native = NativeOptions {
             provider,
             base_url,
             api_key_env,
+            local_model,
             model_file: match (&args.model_file, &file.model_file) {
                 (Some(p), _) => Some(absolute(cwd, p)),
                 (None, Some(p)) => Some(absolute(&file_dir, p)),
@@ -624,14 +699,19 @@ impl RunConfig {
             } else {
                 ToolMode::Native
             }),
-            max_steps: args
-                .max_steps
-                .or(file.max_steps)
-                .unwrap_or(if local { 8 } else { 40 }),
-            max_tokens: file.max_tokens.unwrap_or(if local { 256 } else { 8192 }),
-            context_window: file
-                .context_window
-                .unwrap_or(if local { 4096 } else { 128_000 }),
+            max_steps: args.max_steps.or(file.max_steps).unwrap_or(if local {
+                local_steps
+            } else {
+                40
+            }),
+            max_tokens: file
+                .max_tokens
+                .unwrap_or(if local { local_tokens } else { 8192 }),
+            context_window: file.context_window.unwrap_or(if local {
+                local_window
+            } else {
+                128_000
+            }),
             temperature: file.temperature.or(if local { Some(0.0) } else { None }),
             seed: file.seed.or(if local { Some(42) } else { None }),
             prices: file.prices.clone(),
@@ -707,6 +787,54 @@ impl RunConfig {
             file.max_no_progress,
             DEFAULT_MAX_NO_PROGRESS,
         )?;
+        let shutdown_timeout = match args.shutdown_timeout {
+            Some(d) => d,
+            None => duration("shutdown_timeout", &file.shutdown_timeout)?.unwrap_or(
+                if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+                    GITHUB_ACTIONS_SHUTDOWN_TIMEOUT
+                } else {
+                    DEFAULT_SHUTDOWN_TIMEOUT
+                },
+            ),
+        };
+        if shutdown_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                name: "--shutdown-timeout",
+                key: "shutdown_timeout",
+                origin: origin(args.shutdown_timeout.is_some()),
+            });
+        }
+        let lease_ttl = match args.lease_ttl {
+            Some(d) => d,
+            None => duration("lease_ttl", &file.lease_ttl)?.unwrap_or(DEFAULT_LEASE_TTL),
+        };
+        if lease_ttl.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                name: "--lease-ttl",
+                key: "lease_ttl",
+                origin: origin(args.lease_ttl.is_some()),
+            });
+        }
+        let push = match (&args.push, &file.push) {
+            // RALPH_PUSH=true / false, as for the other switches.
+            (Some(v), _) if ["true", "1", "yes", "on"].contains(&v.trim()) => {
+                Some("origin".to_owned())
+            }
+            (Some(v), _) if ["false", "0", "no", "off"].contains(&v.trim()) => None,
+            (Some(remote), _) => Some(remote.trim().to_owned()),
+            (None, Some(PushSetting::On(true))) => Some("origin".to_owned()),
+            (None, Some(PushSetting::Remote(r))) => Some(r.trim().to_owned()),
+            (None, Some(PushSetting::On(false)) | None) => None,
+        };
+        if let Some(remote) = push.as_deref() {
+            if remote.is_empty() || remote.starts_with('-') || remote.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::BadRemote {
+                    value: remote.to_owned(),
+                    origin: origin(args.push.is_some()),
+                });
+            }
+        }
         let max_cost = args.max_cost.or(file.max_cost);
         if let Some(value) = max_cost.filter(|c| !c.is_finite() || *c <= 0.0) {
             return Err(ConfigError::BadCost {
@@ -714,7 +842,15 @@ impl RunConfig {
                 origin: origin(args.max_cost.is_some()),
             });
         }
+        let push_attempts = file.push_attempts.unwrap_or(4).max(1);
+        let push_backoff =
+            duration("push_backoff", &file.push_backoff)?.unwrap_or(Duration::from_secs(2));
         Ok(RunConfig {
+            push_attempts,
+            push_backoff,
+            push,
+            shutdown_timeout,
+            lease_ttl,
             max_cost,
             max_attempts,
             max_failures,
@@ -917,6 +1053,37 @@ mod tests {
         assert_eq!(cfg.timeout, Duration::from_secs(120));
         assert_eq!(cfg.model.as_deref(), Some("haiku"));
         assert_eq!(cfg.prd_path, dir.path().join("docs/prd.json"));
+    }
+
+    #[test]
+    fn push_takes_a_remote_or_a_switch_from_flags_env_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let resolve = |push: Option<&str>| {
+            let mut a = args();
+            a.push = push.map(str::to_owned);
+            RunConfig::resolve(&a, dir.path()).unwrap().push
+        };
+        assert_eq!(resolve(None), None);
+        // `--push` alone is `origin` (clap's default_missing_value); RALPH_PUSH=true too.
+        for on in ["origin", "true", "1", "yes", "on"] {
+            assert_eq!(resolve(Some(on)).as_deref(), Some("origin"), "{on}");
+        }
+        for off in ["false", "0", "no", "off"] {
+            assert_eq!(resolve(Some(off)), None, "{off}");
+        }
+        assert_eq!(resolve(Some(" upstream ")).as_deref(), Some("upstream"));
+        let toml = dir.path().join("ralph.toml");
+        std::fs::write(&toml, "push = true\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("origin"));
+        std::fs::write(&toml, "push = \"backup\"\n").unwrap();
+        assert_eq!(resolve(None).as_deref(), Some("backup"));
+        // The flag (or RALPH_PUSH) wins over the file, also to turn it off.
+        assert_eq!(resolve(Some("false")), None);
+        std::fs::write(&toml, "push = false\n").unwrap();
+        assert_eq!(resolve(None), None);
+        let mut a = args();
+        a.push = Some("--force".to_owned());
+        assert!(RunConfig::resolve(&a, dir.path()).is_err());
     }
 
     #[test]

@@ -120,6 +120,15 @@ pub enum GitError {
         /// The revision as given.
         rev: String,
     },
+    /// A local branch has commits that another commit (the remote's) does not have, and the
+    /// other way round, so neither can simply follow the other.
+    #[error("branch `{branch}` here and the remote's ({other}) have diverged: each has commits the other lacks\nhint: look at both (`git log --oneline --graph {branch} {other}`), reconcile them by hand (merge or rebase) and push, then run ralph again")]
+    Diverged {
+        /// The local branch.
+        branch: String,
+        /// The other commit (sha).
+        other: String,
+    },
     /// The index holds unresolved merge conflicts, so no tree can be written.
     #[error("the git index has unresolved conflicts, so ralph cannot commit\nhint: resolve them (`git status`), commit, then run ralph again")]
     Conflicted,
@@ -211,6 +220,58 @@ pub struct Checkpoint {
     pub clean: bool,
 }
 
+/// Most loose objects [`Repo::housekeeping`] packs at once: past that, packing is left to `git gc`
+/// (a repository that large was filled by something else than ralph's checkpoints).
+pub const MAX_LOOSE_TO_PACK: usize = 20_000;
+
+/// Up to `limit` loose objects under `objects` (`<xx>/<38 hex>` files), with their paths.
+fn loose_objects(objects: &Path, limit: usize) -> Vec<(git2::Oid, PathBuf)> {
+    let mut found = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(objects) else {
+        return found;
+    };
+    for dir in dirs.flatten() {
+        let prefix = dir.file_name();
+        let Some(prefix) = prefix
+            .to_str()
+            .filter(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+        else {
+            continue;
+        };
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let name = file.file_name();
+            let Some(rest) = name.to_str().filter(|r| r.len() == 38) else {
+                continue;
+            };
+            if let Ok(oid) = git2::Oid::from_str(&format!("{prefix}{rest}")) {
+                found.push((oid, file.path()));
+                if found.len() >= limit {
+                    return found;
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Removes the empty folders under `dir` (deepest first; `dir` itself too when it ends up empty).
+/// Best effort: a folder that cannot be read or removed is left.
+fn remove_empty_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_empty_dirs(&entry.path());
+        }
+    }
+    // Fails, as it should, when something is still inside.
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// Packs the references of the repository whose git directory is `git_dir` (libgit2's
 /// `git_refdb_compress`, which `git2` does not wrap).
 fn pack_refs_at(git_dir: &Path) -> Result<(), GitError> {
@@ -247,6 +308,8 @@ fn pack_refs_at(git_dir: &Path) -> Result<(), GitError> {
             return Err(failed("cannot pack the references"));
         }
     }
+    // The folders of ralph's per-iteration refs are left empty (git pack-refs removes them too).
+    remove_empty_dirs(&git_dir.join("refs").join("ralph"));
     Ok(())
 }
 
@@ -269,6 +332,12 @@ impl Repo {
     /// [`GitError::NotARepo`] when no repository contains `path`; [`GitError::Bare`] for a bare
     /// repository; [`GitError::Git`] for other libgit2 failures (e.g. permissions).
     pub fn discover(path: &Path) -> Result<Repo, GitError> {
+        // libgit2 keeps every object it reads in a per-repository cache (up to 256 MiB) for the
+        // life of the handle. ralph reads each iteration's new commit and trees once, so over a
+        // night that cache only grows (issue 13, P3); nothing ralph does reads an object twice
+        // in a way the cache would speed up.
+        static NO_OBJECT_CACHE: std::sync::Once = std::sync::Once::new();
+        NO_OBJECT_CACHE.call_once(|| git2::opts::enable_caching(false));
         let repo = Repository::discover(path).map_err(|err| {
             if err.code() == ErrorCode::NotFound {
                 GitError::NotARepo {
@@ -572,6 +641,99 @@ impl Repo {
             commit: Some(oid.to_string()),
             clean,
         })
+    }
+
+    /// Packs the repository's loose refs ([`Repo::pack_refs`]) and loose objects
+    /// ([`Repo::pack_loose_objects`], at most [`MAX_LOOSE_TO_PACK`] of them): what ralph does
+    /// every [`crate::run::iteration::commit::PACK_REFS_EVERY`] iterations and at the end of a
+    /// run, so that a long night leaves a compact repository. Failures are returned as warnings
+    /// (nothing is lost when packing fails: the loose files stay).
+    pub fn housekeeping(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Err(e) = self.pack_refs() {
+            warnings.push(e.to_string());
+        }
+        if let Err(e) = self.pack_loose_objects(MAX_LOOSE_TO_PACK) {
+            warnings.push(e.to_string());
+        }
+        warnings
+    }
+
+    /// Moves the loose objects of the repository into one new pack with deltas between them
+    /// (what `git repack -d` does for loose objects), and returns how many it packed. Each
+    /// iteration's checkpoint adds loose objects, chief among them a whole new copy of
+    /// progress.txt, deflated but not deltified; packed, successive copies cost about what was
+    /// appended (issue 13, P5).
+    ///
+    /// The pack and its index are synced to disk before any loose file is removed, and only the
+    /// objects written into the pack are removed, so neither a kill nor a power loss can lose
+    /// one. Nothing is done when there are fewer than 2 or more than `max` loose objects (a
+    /// repository that large is left to `git gc`).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the pack cannot be built or written, or a file cannot be synced;
+    /// the loose objects are then all still there.
+    pub fn pack_loose_objects(&self, max: usize) -> Result<usize, GitError> {
+        let objects = self.repo.path().join("objects");
+        let loose = loose_objects(&objects, max + 1);
+        if loose.len() < 2 || loose.len() > max {
+            return Ok(0);
+        }
+        let io = |what: &'static str| {
+            move |e: std::io::Error| GitError::Git {
+                op: what,
+                source: git2::Error::from_str(&e.to_string()),
+            }
+        };
+        let mut pb = self.repo.packbuilder().map_err(op("pack objects"))?;
+        pb.set_threads(1);
+        for (oid, _) in &loose {
+            pb.insert_object(*oid, None).map_err(op("pack objects"))?;
+        }
+        let pack_dir = objects.join("pack");
+        std::fs::create_dir_all(&pack_dir).map_err(io("pack objects"))?;
+        pb.write(&pack_dir, 0o444).map_err(op("pack objects"))?;
+        let name = pb
+            .name()
+            .ok_or_else(|| GitError::Git {
+                op: "pack objects",
+                source: git2::Error::from_str("libgit2 wrote a pack without a name"),
+            })?
+            .to_owned();
+        for ext in ["pack", "idx"] {
+            let file = pack_dir.join(format!("pack-{name}.{ext}"));
+            std::fs::File::open(&file)
+                .and_then(|f| f.sync_all())
+                .map_err(io("sync the new pack"))?;
+        }
+        std::fs::File::open(&pack_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync the new pack"))?;
+        // Every object inserted is in the synced pack; only then do their loose files go.
+        if pb.written() != loose.len() {
+            return Err(GitError::Git {
+                op: "pack objects",
+                source: git2::Error::from_str(&format!(
+                    "libgit2 wrote {} of {} objects into pack-{name}; the loose objects are kept",
+                    pb.written(),
+                    loose.len()
+                )),
+            });
+        }
+        let removed = loose
+            .iter()
+            .filter(|(_, path)| std::fs::remove_file(path).is_ok())
+            .count();
+        // Emptied fan-out folders go, as `git prune-packed` removes them.
+        for (_, path) in &loose {
+            if let Some(fan_out) = path.parent() {
+                let _ = std::fs::remove_dir(fan_out);
+            }
+        }
+        if let Ok(odb) = self.repo.odb() {
+            let _ = odb.refresh();
+        }
+        Ok(removed)
     }
 
     /// Moves every loose reference into `packed-refs` (what `git pack-refs --all` does), so that
@@ -881,6 +1043,134 @@ impl Repo {
         Ok(Some(blob.content().to_vec()))
     }
 
+    /// Writes a commit object with an empty tree, `message` and `parent` (a sha), moving no
+    /// reference, and returns its full sha: the lease commits that `--push` sends to the
+    /// remote. Author and committer are git's identity (as for [`Repo::commit_all`]).
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `parent` is not a commit here; [`GitError::Git`].
+    pub fn write_detached_commit(
+        &self,
+        message: &str,
+        parent: Option<&str>,
+    ) -> Result<String, GitError> {
+        let parent = match parent {
+            Some(p) => Some(self.resolve_commit(p)?),
+            None => None,
+        };
+        let tree_id = self
+            .repo
+            .treebuilder(None)
+            .and_then(|b| b.write())
+            .map_err(op("write tree"))?;
+        let tree = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        let config = self.repo.config().map_err(op("read config"))?;
+        let env = |key: &str| std::env::var(key).ok();
+        let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+        let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+        let parents: Vec<&Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(None, &author, &committer, message, &tree, &parents)
+            .map_err(op("commit"))?;
+        Ok(oid.to_string())
+    }
+
+    /// The whole message of commit `rev`.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `rev` is not a commit here.
+    pub fn message_of(&self, rev: &str) -> Result<String, GitError> {
+        let commit = self.resolve_commit(rev)?;
+        Ok(String::from_utf8_lossy(commit.message_bytes()).into_owned())
+    }
+
+    /// The full sha reference `name` (e.g. `refs/remotes/origin/x`) points at; `None` when it
+    /// does not exist or names no commit.
+    pub fn ref_sha(&self, name: &str) -> Option<String> {
+        let reference = self.repo.find_reference(name).ok()?;
+        Some(reference.peel_to_commit().ok()?.id().to_string())
+    }
+
+    /// Puts HEAD on local branch `name` at commit `sha`: creates the branch there when it does
+    /// not exist, or moves it forward to `sha` when `sha` descends from it, checking the tree
+    /// out safely (uncommitted changes are kept unless the switch would overwrite them).
+    /// Returns whether anything moved.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `sha` is not a commit here; [`GitError::Diverged`]
+    /// when the branch has commits `sha` does not have; [`GitError::CheckoutConflict`];
+    /// [`GitError::Git`].
+    pub fn advance_branch(&self, name: &str, sha: &str) -> Result<bool, GitError> {
+        let refname = format!("refs/heads/{name}");
+        if !git2::Reference::is_valid_name(&refname) || name.starts_with('-') {
+            return Err(GitError::InvalidBranchName {
+                name: name.to_owned(),
+            });
+        }
+        let target = self.resolve_commit(sha)?;
+        let on_it = self.current_branch().as_deref() == Some(name);
+        let current = self.ref_sha(&refname);
+        if let Some(current) = &current {
+            if *current == target.id().to_string() {
+                if on_it {
+                    return Ok(false);
+                }
+                self.switch_to(name, &refname, &target)?;
+                return Ok(true);
+            }
+            if !self.is_ancestor(current, sha)? {
+                return Err(GitError::Diverged {
+                    branch: name.to_owned(),
+                    other: sha.to_owned(),
+                });
+            }
+        }
+        // Check out first so that a conflict leaves the branch where it was.
+        self.checkout_commit(name, &target)?;
+        self.repo
+            .reference(
+                &refname,
+                target.id(),
+                true,
+                "ralph: fast-forward from the remote",
+            )
+            .map_err(op("move branch"))?;
+        self.repo.set_head(&refname).map_err(op("switch HEAD"))?;
+        Ok(true)
+    }
+
+    /// The commits every remote-tracking ref of `remote` (`refs/remotes/<remote>/*`) points
+    /// at, full shas.
+    pub fn remote_tracking_shas(&self, remote: &str) -> Vec<String> {
+        let glob = format!("refs/remotes/{remote}/*");
+        let Ok(refs) = self.repo.references_glob(&glob) else {
+            return Vec::new();
+        };
+        refs.flatten()
+            .filter_map(|r| r.peel_to_commit().ok().map(|c| c.id().to_string()))
+            .collect()
+    }
+
+    /// Commits reachable from `to` but from none of `hide` (shas; unknown ones are skipped),
+    /// full shas: what a remote whose refs are `hide` lacks.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `to` is not a commit; [`GitError::Git`].
+    pub fn commits_not_in(&self, to: &str, hide: &[String]) -> Result<Vec<String>, GitError> {
+        let to = self.resolve_commit(to)?;
+        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
+        walk.push(to.id()).map_err(op("walk history"))?;
+        for h in hide {
+            if let Ok(commit) = self.resolve_commit(h) {
+                walk.hide(commit.id()).map_err(op("walk history"))?;
+            }
+        }
+        walk.map(|oid| oid.map(|oid| oid.to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(op("walk history"))
+    }
+
     /// The commit HEAD points at; `None` on an unborn branch.
     fn head_commit(&self) -> Result<Option<Commit<'_>>, GitError> {
         match self.repo.head() {
@@ -1158,6 +1448,10 @@ mod tests {
         }
         repo.pack_refs().unwrap();
         assert!(!root.join(".git/refs/ralph/run/1/start").exists());
+        assert!(
+            !root.join(".git/refs/ralph").exists(),
+            "empty ref folders are removed"
+        );
         let packed = std::fs::read_to_string(root.join(".git/packed-refs")).unwrap();
         assert!(packed.contains("refs/ralph/run/3/start"), "{packed}");
         let listed = git(
@@ -1171,6 +1465,62 @@ mod tests {
             git(root, &["rev-parse", "refs/ralph/run/4/start"]).trim(),
             head
         );
+    }
+
+    #[test]
+    fn packing_loose_objects_keeps_every_object_and_deltifies_a_growing_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git2::Repository::init(root).unwrap();
+        let repo = Repo::discover(root).unwrap();
+        let mut log = String::new();
+        let mut heads = Vec::new();
+        for n in 0..40 {
+            for k in 0..40 {
+                log.push_str(&format!("entry {n}.{k}: the agent did {} things\n", n * k));
+            }
+            std::fs::write(root.join("progress.txt"), &log).unwrap();
+            heads.push(
+                repo.commit_all(&format!("iteration {n}"), "", &[])
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        let loose_bytes: u64 = loose_objects(&root.join(".git/objects"), usize::MAX)
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
+            .sum();
+        let packed = repo.pack_loose_objects(MAX_LOOSE_TO_PACK).unwrap();
+        assert_eq!(packed, 120, "40 commits, trees and blobs");
+        assert!(loose_objects(&root.join(".git/objects"), usize::MAX).is_empty());
+        let fan_out = std::fs::read_dir(root.join(".git/objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 2)
+            .count();
+        assert_eq!(fan_out, 0, "emptied fan-out folders are removed");
+        let pack_bytes: u64 = std::fs::read_dir(root.join(".git/objects/pack"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+        assert!(
+            pack_bytes * 5 < loose_bytes,
+            "pack {pack_bytes} B vs loose {loose_bytes} B: successive copies are not deltified"
+        );
+        // git itself reads every object and finds the repository sound.
+        git(root, &["fsck", "--strict", "--no-dangling"]);
+        assert_eq!(git(root, &["show", "HEAD:progress.txt"]), log);
+        assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "40");
+        // The handle that packed goes on working: a new commit, then packing again.
+        std::fs::write(root.join("progress.txt"), format!("{log}one more\n")).unwrap();
+        repo.commit_all("after", "", &[]).unwrap().unwrap();
+        assert_eq!(repo.pack_loose_objects(MAX_LOOSE_TO_PACK).unwrap(), 3);
+        git(root, &["fsck", "--strict", "--no-dangling"]);
+        // Too many loose objects: left alone.
+        std::fs::write(root.join("progress.txt"), "x").unwrap();
+        repo.commit_all("x", "", &[]).unwrap().unwrap();
+        assert_eq!(repo.pack_loose_objects(2).unwrap(), 0);
     }
 
     #[test]

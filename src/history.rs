@@ -45,7 +45,9 @@ pub struct History {
 
 impl History {
     /// Reads the ledger at `paths.ledger`; when it has no record, the trailers of ralph's commits
-    /// reachable from HEAD in `repo` (when given).
+    /// reachable from HEAD in `repo` (when given). A ledger whose first record is marked
+    /// `rebuilt` (started anew in a fresh clone) is preceded by the earlier iterations git
+    /// remembers.
     ///
     /// # Errors
     /// A ledger line other than the last that is not a valid record, or an unreadable ledger
@@ -57,6 +59,23 @@ impl History {
             Vec::new()
         };
         if !records.is_empty() {
+            // A ledger started anew over git history (a fresh clone): the iterations before it
+            // come from the trailers.
+            let mut records = records;
+            if let (Some(first), Some(repo)) = (records.first(), repo) {
+                if first.rebuilt.is_some() {
+                    let before = first.iteration;
+                    let mut earlier: Vec<LedgerRecord> = repo
+                        .trailer_history(MAX_GIT_RECORDS)
+                        .map(|t| records_from_git(&t))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|r| r.iteration < before)
+                        .collect();
+                    earlier.append(&mut records);
+                    records = earlier;
+                }
+            }
             return Ok(History {
                 records,
                 source: Source::Ledger,

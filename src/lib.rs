@@ -36,6 +36,7 @@ pub mod progress;
 pub mod prompt;
 pub mod protocol;
 pub mod redact;
+pub mod remote;
 pub mod report;
 pub mod run;
 pub mod signals;

@@ -4,11 +4,20 @@
 //! a `# Ralph Progress Log` header with a `Started:` line and `---`, a `## Codebase Patterns`
 //! section near the top that the agent curates with reusable learnings, then one `## ...` block
 //! per iteration ending in `---`. ralph adds its own short block per iteration (time, iteration,
-//! story, outcome, commit) and never rewrites earlier content.
+//! story, outcome, commit) and never edits earlier content (see [`roll`] for where older entries
+//! go).
 //!
-//! The file grows without bound, so prompts get an [`excerpt`]: the Codebase Patterns section
-//! (the most valuable part, kept even when the file is large) plus as much of the newest
-//! content as fits.
+//! Prompts get an [`excerpt`]: the Codebase Patterns section (the most valuable part, kept
+//! even when the file is large) plus as much of the newest content as fits.
+//!
+//! The log stays append-only, but progress.txt itself does not grow without bound: once it is
+//! over [`ROLL_AT_BYTES`], [`roll`] moves its older entries, unchanged and in order, into the
+//! next numbered file of `progress-history/` beside it ([`HISTORY_DIR`]) and keeps the header,
+//! the Codebase Patterns section and the newest entries. Each history file is written once and
+//! never changed, so an iteration's checkpoint hashes and stores a progress.txt of bounded size
+//! whatever the length of the night (issue 13, P5): the log's history costs git one blob per
+//! moved part, not one copy of the whole log per iteration. Reading `progress-history/*.txt` in
+//! name order, then progress.txt's entries, gives the whole log.
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -20,6 +29,22 @@ use crate::protocol::Outcome;
 
 /// The heading of the section the agent keeps its reusable learnings in.
 pub const PATTERNS_HEADING: &str = "## Codebase Patterns";
+
+/// The folder, beside progress.txt, that [`roll`] moves older entries into: `0001.txt`,
+/// `0002.txt`, … oldest first.
+pub const HISTORY_DIR: &str = "progress-history";
+
+/// Size of progress.txt (bytes) above which [`roll`] moves its older entries out: 32 KiB, twice
+/// the prompt's default excerpt, so the agent and the prompt still see a good stretch of recent
+/// entries and a checkpoint stores at most a few KiB (compressed) of progress.txt.
+pub const ROLL_AT_BYTES: u64 = 32 * 1024;
+
+/// About how many bytes of the newest entries [`roll`] keeps in progress.txt (8 KiB; it cuts
+/// at an entry heading, so a little less or, for one long newest entry, all of it).
+pub const ROLL_KEEP_BYTES: usize = 8 * 1024;
+
+/// The line in progress.txt's header that points at [`HISTORY_DIR`] once entries have moved.
+const HISTORY_LINE_PREFIX: &str = "Earlier entries: ";
 
 /// How timestamps are written (local time, with the UTC offset so logs from different machines
 /// compare).
@@ -169,6 +194,196 @@ pub fn append_entry(path: &Path, entry: &Entry) -> Result<(), ProgressError> {
     file.write_all(text.as_bytes())
         .map_err(io_error("append to", path))?;
     Ok(())
+}
+
+/// What [`roll`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rolled {
+    /// The history file the older entries went into, e.g. `<dir>/progress-history/0003.txt`.
+    pub part: PathBuf,
+    /// Bytes moved out of progress.txt into it.
+    pub moved_bytes: usize,
+}
+
+/// Keeps progress.txt bounded without losing a line: when `path` is larger than
+/// [`ROLL_AT_BYTES`], its entries older than the newest [`ROLL_KEEP_BYTES`] or so (cut at an
+/// entry heading) move, byte for byte and in order, into a new numbered file in
+/// [`HISTORY_DIR`] beside it, and progress.txt keeps its header (with an `Earlier entries:` line
+/// naming that folder), the whole `## Codebase Patterns` section and the newest entries.
+///
+/// Costs one `stat` when the file is small. Crash-safe: the history file is complete (written to
+/// a temporary name and renamed) before progress.txt is replaced (atomically, its mode kept);
+/// a crash between the two is noticed on the next call, which sees that the newest history file
+/// already holds the entries it would move and only shortens progress.txt. Returns `None` when
+/// nothing moved (small file, missing file, or nothing older than the newest entries).
+///
+/// # Errors
+/// [`ProgressError`] naming the file or folder that could not be read or written.
+pub fn roll(path: &Path, now: DateTime<Local>) -> Result<Option<Rolled>, ProgressError> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.len() > ROLL_AT_BYTES => {}
+        Ok(_) => return Ok(None),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ProgressError {
+                action: "read",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+    let bytes = fs::read(path).map_err(io_error("read", path))?;
+    // Invalid UTF-8 is never rewritten (it would be replaced): such a file is left as it is.
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        tracing::warn!(
+            "{} is not valid UTF-8; ralph leaves it as it is instead of moving its older entries to {HISTORY_DIR}/",
+            path.display()
+        );
+        return Ok(None);
+    };
+    let (head, body) = text.split_at(head_len(text));
+    let keep_from = keep_start(body, ROLL_KEEP_BYTES);
+    let moved = &body[..keep_from];
+    if moved.trim().is_empty() {
+        return Ok(None);
+    }
+    let dir = path
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join(HISTORY_DIR);
+    fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
+    let (last, last_number) = newest_part(&dir)?;
+    let part_text = format!(
+        "# Ralph Progress Log: entries moved from progress.txt on {}\n\n{moved}",
+        now.format(TIME_FORMAT)
+    );
+    // A crash after the part was written and before progress.txt was shortened: the part is
+    // already there, so it is not written twice.
+    let already = last
+        .as_ref()
+        .and_then(|p| fs::read(p).ok())
+        .is_some_and(|old| part_body(&old) == moved.as_bytes());
+    let part = match (already, last) {
+        (true, Some(last)) => last,
+        _ => {
+            let part = dir.join(format!("{:04}.txt", last_number + 1));
+            let tmp = dir.join(format!(".{:04}.txt.tmp", last_number + 1));
+            fs::write(&tmp, part_text.as_bytes()).map_err(io_error("write", &tmp))?;
+            fs::rename(&tmp, &part).map_err(io_error("write", &part))?;
+            part
+        }
+    };
+    let pointer = format!(
+        "{HISTORY_LINE_PREFIX}{HISTORY_DIR}/ ({} oldest first, moved there by ralph when this file passed {} KiB)",
+        part.file_name().map_or_else(String::new, |n| format!("up to {},", n.to_string_lossy())),
+        ROLL_AT_BYTES / 1024
+    );
+    let new_text = format!("{}{}", with_pointer(head, &pointer), &body[keep_from..]);
+    crate::fsutil::write_volatile(path, new_text.as_bytes()).map_err(io_error("write", path))?;
+    Ok(Some(Rolled {
+        part,
+        moved_bytes: moved.len(),
+    }))
+}
+
+/// Length of the part of progress.txt that [`roll`] never moves: everything up to the end of
+/// the Codebase Patterns section, or, without one, up to the first entry heading.
+fn head_len(text: &str) -> usize {
+    if let Some((_, end)) = patterns_section(text) {
+        return end;
+    }
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("## ") {
+            return offset;
+        }
+        offset += line.len();
+    }
+    text.len()
+}
+
+/// Where the entries [`roll`] keeps start in `body`: the oldest entry heading (`## ` at a line
+/// start) with at most `keep` bytes from it to the end, else the newest entry heading (a long
+/// newest entry is kept whole), else 0 (no heading: nothing moves).
+fn keep_start(body: &str, keep: usize) -> usize {
+    let mut newest = 0;
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
+        if line.starts_with("## ") {
+            if body.len() - offset <= keep {
+                return offset;
+            }
+            newest = offset;
+        }
+        offset += line.len();
+    }
+    newest
+}
+
+/// The newest numbered file in `dir` (`NNNN.txt`) and its number (0 when there is none).
+fn newest_part(dir: &Path) -> Result<(Option<PathBuf>, u32), ProgressError> {
+    let mut newest: (Option<PathBuf>, u32) = (None, 0);
+    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
+        let entry = entry.map_err(io_error("list", dir))?;
+        let name = entry.file_name();
+        let Some(number) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".txt"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if number >= newest.1 {
+            newest = (Some(entry.path()), number);
+        }
+    }
+    Ok(newest)
+}
+
+/// A history file's content after its first line and the blank line that follows.
+fn part_body(bytes: &[u8]) -> &[u8] {
+    match bytes.windows(2).position(|w| w == b"\n\n") {
+        Some(pos) => &bytes[pos + 2..],
+        None => &[],
+    }
+}
+
+/// `head` with its `Earlier entries:` line replaced by `pointer`, or with `pointer` inserted
+/// after the `Started:` line (at the top when there is none).
+fn with_pointer(head: &str, pointer: &str) -> String {
+    // Only the header above the Codebase Patterns heading is ralph's to change.
+    let split = patterns_section(head).map_or(head.len(), |(start, _)| start);
+    let (head, patterns) = head.split_at(split);
+    let mut out = String::with_capacity(head.len() + patterns.len() + pointer.len() + 1);
+    let mut placed = false;
+    let has_line = head.lines().any(|l| l.starts_with(HISTORY_LINE_PREFIX));
+    let has_started = head.lines().any(|l| l.starts_with("Started:"));
+    if !has_line && !has_started {
+        out.push_str(pointer);
+        out.push('\n');
+        placed = true;
+    }
+    for line in head.split_inclusive('\n') {
+        if line.starts_with(HISTORY_LINE_PREFIX) {
+            if !placed {
+                out.push_str(pointer);
+                out.push('\n');
+                placed = true;
+            }
+            continue;
+        }
+        out.push_str(line);
+        if !placed && !has_line && line.starts_with("Started:") {
+            if !line.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(pointer);
+            out.push('\n');
+            placed = true;
+        }
+    }
+    out.push_str(patterns);
+    out
 }
 
 /// A prompt-sized view of progress.txt, at most about `max_bytes` bytes (plus short markers).
@@ -396,5 +611,138 @@ mod tests {
         let out = excerpt_of(&text, 101);
         assert!(out.contains("earlier bytes omitted"));
         assert!(out.ends_with('é'));
+    }
+
+    /// The entries of a progress log as one text: the history parts' bodies in name order, then
+    /// progress.txt after its head.
+    fn whole_log(dir: &Path) -> String {
+        let mut parts: Vec<_> = fs::read_dir(dir.join(HISTORY_DIR))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        parts.sort();
+        let mut out = String::new();
+        for part in parts {
+            let bytes = fs::read(&part).unwrap();
+            out.push_str(std::str::from_utf8(part_body(&bytes)).unwrap());
+        }
+        let text = fs::read_to_string(dir.join("progress.txt")).unwrap();
+        out.push_str(&text[head_len(&text)..]);
+        out
+    }
+
+    fn grow(path: &Path, from: u32, to: u32) {
+        for i in from..to {
+            append_entry(
+                path,
+                &entry(
+                    i,
+                    &format!("did thing {i}\nwith detail {}", "x".repeat(300)),
+                ),
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_small_progress_txt_is_not_rolled() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("progress.txt");
+        assert_eq!(roll(&path, at()).unwrap(), None, "a missing file");
+        grow(&path, 1, 10);
+        let before = fs::read(&path).unwrap();
+        assert_eq!(roll(&path, at()).unwrap(), None);
+        assert_eq!(fs::read(&path).unwrap(), before);
+        assert!(!tmp.path().join(HISTORY_DIR).exists());
+    }
+
+    #[test]
+    fn rolling_moves_older_entries_byte_for_byte_and_keeps_patterns_and_the_newest() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("progress.txt");
+        ensure_exists(&path, at()).unwrap();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"- Use the repo's Makefile for checks\n")
+            .unwrap();
+        drop(file);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        grow(&path, 1, 200);
+        let entries_before = {
+            let text = fs::read_to_string(&path).unwrap();
+            text[head_len(&text)..].to_owned()
+        };
+
+        let rolled = roll(&path, at()).unwrap().expect("a large file rolls");
+        assert_eq!(rolled.part, tmp.path().join(HISTORY_DIR).join("0001.txt"));
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(
+            text.len() as u64 <= ROLL_KEEP_BYTES as u64 + 1024,
+            "{} bytes",
+            text.len()
+        );
+        assert!(
+            text.starts_with("# Ralph Progress Log\nStarted: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nEarlier entries: progress-history/ (up to 0001.txt"),
+            "{text}"
+        );
+        assert!(text.contains("## Codebase Patterns\n\n- Use the repo's Makefile for checks\n"));
+        assert!(
+            text.contains("(ralph, iteration 199)"),
+            "the newest entry stays"
+        );
+        assert!(!text.contains("(ralph, iteration 1)\n"));
+        assert_eq!(
+            whole_log(tmp.path()),
+            entries_before,
+            "nothing lost or reordered"
+        );
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640, "the file keeps its mode");
+
+        // More nights: each roll adds the next part, the pointer is updated, not repeated.
+        grow(&path, 200, 400);
+        let entries_before = whole_log(tmp.path());
+        let rolled = roll(&path, at()).unwrap().expect("rolls again");
+        assert!(rolled.part.ends_with("0002.txt"));
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches("Earlier entries:").count(), 1, "{text}");
+        assert!(text.contains("up to 0002.txt"));
+        assert_eq!(whole_log(tmp.path()), entries_before);
+        assert!(excerpt(&path, 4096).unwrap().contains("Makefile"));
+    }
+
+    #[test]
+    fn a_roll_interrupted_after_writing_its_part_does_not_write_it_twice() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("progress.txt");
+        grow(&path, 1, 150);
+        let original = fs::read(&path).unwrap();
+        roll(&path, at()).unwrap().unwrap();
+        // As if killed before progress.txt was replaced: the part exists, the file is whole.
+        fs::write(&path, &original).unwrap();
+        let rolled = roll(&path, at()).unwrap().unwrap();
+        assert!(rolled.part.ends_with("0001.txt"), "{:?}", rolled.part);
+        assert_eq!(
+            fs::read_dir(tmp.path().join(HISTORY_DIR)).unwrap().count(),
+            1
+        );
+        let text = String::from_utf8(original).unwrap();
+        assert_eq!(whole_log(tmp.path()), text[head_len(&text)..]);
+    }
+
+    #[test]
+    fn one_long_newest_entry_is_kept_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("progress.txt");
+        grow(&path, 1, 5);
+        append_entry(&path, &entry(5, &"long line\n".repeat(5000))).unwrap();
+        roll(&path, at()).unwrap().unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("(ralph, iteration 5)"));
+        assert!(!text.contains("(ralph, iteration 4)"));
+        assert_eq!(text.matches("long line").count(), 5000);
     }
 }

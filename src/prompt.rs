@@ -56,6 +56,11 @@ pub struct StoryView {
     pub passes: bool,
     /// Notes (may be empty).
     pub notes: String,
+    /// The story's own `verify` command, or empty.
+    pub verify: String,
+    /// The file paths the story names (title, description, acceptance criteria, `verify`), in
+    /// order of first mention, relative to the repository root as written: see [`story_files`].
+    pub files: Vec<String>,
 }
 
 impl From<&Story> for StoryView {
@@ -68,8 +73,114 @@ impl From<&Story> for StoryView {
             priority: s.priority,
             passes: s.passes,
             notes: s.notes.clone(),
+            verify: s.verify.clone().unwrap_or_default(),
+            files: story_files(s),
         }
     }
+}
+
+/// Most paths [`story_files`] lists for one story.
+const MAX_STORY_FILES: usize = 8;
+
+/// File extensions [`story_files`] takes as naming a file (a dotted name with another ending,
+/// such as `mathutil.add` or `0.1.0`, is code or a version, not a file).
+const FILE_EXTENSIONS: &[&str] = &[
+    "py", "pyi", "rs", "js", "mjs", "cjs", "ts", "tsx", "jsx", "json", "toml", "yaml", "yml", "md",
+    "rst", "txt", "sh", "bash", "zsh", "c", "h", "cc", "cpp", "hpp", "go", "rb", "java", "kt",
+    "swift", "php", "pl", "lua", "r", "html", "htm", "css", "scss", "csv", "tsv", "cfg", "ini",
+    "conf", "xml", "sql", "lock", "gradle", "ipynb", "vue", "svelte", "dart", "scala", "ex", "exs",
+    "hs", "ml", "zig", "tex", "bat", "ps1", "mk", "cmake", "proto", "svg", "log", "env", "tf",
+];
+
+/// File names without an extension that [`story_files`] knows.
+const BARE_FILE_NAMES: &[&str] = &[
+    "README",
+    "VERSION",
+    "LICENSE",
+    "CHANGELOG",
+    "NOTICE",
+    "AUTHORS",
+    "CONTRIBUTORS",
+    "TODO",
+    "Makefile",
+    "Dockerfile",
+    "Procfile",
+    "Gemfile",
+    "Rakefile",
+    "Justfile",
+    ".gitignore",
+    ".dockerignore",
+    ".editorconfig",
+    ".env",
+];
+
+/// The file paths a story names, so a compact prompt can state them plainly: words of its
+/// title, description, acceptance criteria and `verify` command that look like a relative path
+/// to a file (`hello.py`, `src/app.js`, `docs/notes.md`, `VERSION`, `Makefile`), without quotes,
+/// backticks, a leading `./` or sentence punctuation; in order of first mention, each once, at
+/// most 8. A word counts when its last part has a known file extension or is a well-known bare
+/// file name; absolute paths, `..`, URLs, options and words with shell syntax are left out.
+pub fn story_files(story: &Story) -> Vec<String> {
+    let texts = std::iter::once(story.title.as_str())
+        .chain(std::iter::once(story.description.as_str()))
+        .chain(story.acceptance_criteria.iter().map(String::as_str))
+        .chain(story.verify.as_deref());
+    let mut files: Vec<String> = Vec::new();
+    for text in texts {
+        for word in text.split(|c: char| c.is_whitespace() || c == '`') {
+            if let Some(path) = file_word(word) {
+                if !files.contains(&path) && files.len() < MAX_STORY_FILES {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    files
+}
+
+/// `word` as a relative file path, if it looks like one (see [`story_files`]).
+fn file_word(word: &str) -> Option<String> {
+    let word = word
+        .trim_start_matches(['"', '\'', '(', '[', '{', '<'])
+        .trim_end_matches(['"', '\'', ')', ']', '}', '>', ',', ';', ':', '!', '?', '.']);
+    let word = word.strip_prefix("./").unwrap_or(word);
+    let plain = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
+    if word.is_empty() || !plain || word.starts_with(['/', '-']) || word.ends_with('/') {
+        return None;
+    }
+    if word.split('/').any(|part| part.is_empty() || part == "..") {
+        return None;
+    }
+    let name = word.rsplit('/').next().unwrap_or(word);
+    let known_ext = name
+        .rsplit_once('.')
+        .is_some_and(|(stem, ext)| !stem.is_empty() && FILE_EXTENSIONS.contains(&ext));
+    (known_ext || BARE_FILE_NAMES.contains(&name)).then(|| word.to_string())
+}
+
+/// One of the files the current story names ([`StoryView::files`]), as it is in the repository
+/// when the prompt is rendered.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileView {
+    /// The path, relative to the repository root.
+    pub path: String,
+    /// Whether it exists as a file inside the repository (a symlink leaving it does not count).
+    pub exists: bool,
+}
+
+/// The current story's files as they are under `root` (see [`FileView`]).
+fn file_views(root: &Path, files: &[String]) -> Vec<FileView> {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    files
+        .iter()
+        .map(|path| FileView {
+            path: path.clone(),
+            exists: std::fs::canonicalize(root.join(path))
+                .is_ok_and(|p| p.starts_with(&root) && p.is_file()),
+        })
+        .collect()
 }
 
 /// Everything a template can use. Field names are the template variable names.
@@ -95,6 +206,9 @@ pub struct PromptContext {
     pub story: StoryView,
     /// Every other story, in file order.
     pub other_stories: Vec<StoryView>,
+    /// The files the current story names (`story.files`) and whether each exists now (the
+    /// compact local prompt says which are still to be created).
+    pub files: Vec<FileView>,
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
     /// Feedback lines from the previous iteration (may be empty).
@@ -123,6 +237,7 @@ impl PromptContext {
             branch_name: prd.branch_name.clone().unwrap_or_default(),
             prd_path: paths.prd.display().to_string(),
             progress_path: paths.progress.display().to_string(),
+            files: file_views(&paths.repo_root, &story_files(story)),
             story: StoryView::from(story),
             other_stories: prd
                 .user_stories
@@ -304,6 +419,151 @@ mod tests {
         }
         // The prompt must never end on the promise: an agent that echoes it must not complete.
         assert!(!out.trim_end().ends_with(PROMISE));
+    }
+
+    fn story(title: &str, description: &str, criteria: &[&str], verify: Option<&str>) -> Story {
+        serde_json::from_value(serde_json::json!({
+            "id": "US-001", "title": title, "description": description,
+            "acceptanceCriteria": criteria, "priority": 1, "passes": false, "notes": "",
+            "verify": verify,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn story_files_are_the_paths_the_story_names() {
+        let s = story(
+            "Create hello.py",
+            "Create `hello.py` in the repository root that prints Hello. See docs/usage.md.",
+            &[
+                "running ./hello.py prints Hello",
+                "mathutil.add(2, 3) returns 5; VERSION holds 0.1.0",
+                "(src/app.js) is unchanged, as is \"config.toml\"",
+            ],
+            Some("python3 hello.py | grep -q Hello && test -f VERSION && grep -q 'def add' mathutil.py"),
+        );
+        assert_eq!(
+            story_files(&s),
+            [
+                "hello.py",
+                "docs/usage.md",
+                "VERSION",
+                "src/app.js",
+                "config.toml",
+                "mathutil.py"
+            ]
+        );
+        for not_a_file in [
+            "mathutil.add",
+            "0.1.0",
+            "e.g.",
+            "/etc/passwd.txt",
+            "../up.py",
+            "https://x.io/a.py",
+            "--out=a.txt",
+            "$HOME/a.py",
+            "a*.py",
+            "src/",
+            ".py",
+        ] {
+            assert_eq!(file_word(not_a_file), None, "{not_a_file}");
+        }
+        let many: Vec<String> = (0..20).map(|i| format!("f{i}.txt")).collect();
+        let s = story("t", &many.join(" "), &[], None);
+        assert_eq!(story_files(&s).len(), MAX_STORY_FILES);
+    }
+
+    #[test]
+    fn the_local_prompt_states_the_root_the_files_and_the_check() {
+        let mut prd = prd();
+        prd.user_stories[1] = story(
+            "Create hello.py",
+            "Create hello.py that prints Hello, and keep src/util.py.",
+            &["python3 hello.py prints Hello"],
+            Some("python3 hello.py | grep -q Hello"),
+        );
+        let story = prd.user_stories[1].clone();
+        let ctx = PromptContext::new(
+            &prd,
+            &story,
+            (1, 10),
+            &RunPaths::new(Path::new("/repo"), Path::new("/repo/prd.json")),
+            String::new(),
+            vec!["verify failed for US-001".into()],
+        );
+        let out = PromptTemplate::load_with_default(None, true)
+            .unwrap()
+            .render(&ctx)
+            .unwrap();
+        for needle in [
+            "Story US-001: Create hello.py",
+            "- python3 hello.py prints Hello",
+            "The repository root is /repo",
+            "hello.py (in the repository root, not in a folder), src/util.py.",
+            "`python3 hello.py | grep -q Hello`",
+            "hello.py does not exist yet.",
+            "Note from the previous attempt: verify failed for US-001",
+        ] {
+            assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+        }
+        // Without files or a check, neither line appears.
+        let out = PromptTemplate::load_with_default(None, true)
+            .unwrap()
+            .render(&ctx_for_second_story())
+            .unwrap();
+        assert!(!out.contains("Files for this story"), "{out}");
+        assert!(!out.contains("ralph checks this story"), "{out}");
+    }
+
+    #[test]
+    fn the_story_files_say_whether_they_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("config.py"), "MAX = 3\n").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("link.txt"))
+            .unwrap();
+        let files: Vec<String> = ["config.py", "src", "new.py", "link.txt"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let shown: Vec<(String, bool)> = file_views(root, &files)
+            .into_iter()
+            .map(|v| (v.path, v.exists))
+            .collect();
+        let expected = [
+            ("config.py", true),
+            ("src", false),
+            ("new.py", false),
+            ("link.txt", false),
+        ];
+        let expected: Vec<(String, bool)> =
+            expected.iter().map(|(p, e)| (p.to_string(), *e)).collect();
+        assert_eq!(shown, expected);
+
+        let mut prd = prd();
+        prd.user_stories[1] = story("Add new.py", "Create new.py next to config.py.", &[], None);
+        let story = prd.user_stories[1].clone();
+        let ctx = PromptContext::new(
+            &prd,
+            &story,
+            (1, 10),
+            &RunPaths::new(root, &root.join("prd.json")),
+            String::new(),
+            vec![],
+        );
+        let out = PromptTemplate::load_with_default(None, true)
+            .unwrap()
+            .render(&ctx)
+            .unwrap();
+        assert!(out.contains("new.py does not exist yet.\n"), "{out}");
+        assert!(!out.contains("config.py does not exist"), "{out}");
+    }
+
+    fn ctx_for_second_story() -> PromptContext {
+        ctx(vec![])
     }
 
     #[test]

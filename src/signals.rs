@@ -91,6 +91,7 @@ pub fn install(stop: StopSignals) -> io::Result<SignalWatcher> {
             let name = sig.as_str();
             // Only the first signal is recorded; later ones find it already set.
             let _ = seen.set(name);
+            stop.record(name);
             match escalation(count) {
                 Escalation::Stop => {
                     tracing::info!(signal = name, "stopping: the agent gets SIGTERM and a short grace; signal again to kill it at once");

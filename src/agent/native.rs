@@ -73,6 +73,23 @@ pub struct NativeSettings {
     /// Tools offered by name (`None`: all).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// The `local` backend's protocol around `mark_story`: it runs the story's check (its
+    /// `verify`, else [`NativeSettings::verify`]) before it records `passes: true` and refuses
+    /// with the check's output while it fails; a final answer before any `mark_story` call gets
+    /// a reminder; a successful `mark_story(passes: true)` ends the session
+    /// (`crate::native::SessionConfig::mark_protocol`).
+    #[serde(default)]
+    pub mark_protocol: bool,
+    /// The run's verify command (`--verify`), for stories without their own.
+    #[serde(default)]
+    pub verify: Option<String>,
+    /// Time limit of that check, in seconds (the run's `verify_timeout`).
+    #[serde(default = "default_verify_timeout_s")]
+    pub verify_timeout_s: u64,
+}
+
+fn default_verify_timeout_s() -> u64 {
+    600
 }
 
 /// Facts about the native backend: ralph itself, no CLI to install or probe.

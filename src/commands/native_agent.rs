@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::agent::native::{NativeSettings, SETTINGS_VAR};
 use crate::error::UserError;
 use crate::native::llm::{Provider, ProviderConfig, RetryPolicy};
-use crate::native::tools::{ToolContext, ToolRegistry};
+use crate::native::tools::{StoryCheck, ToolContext, ToolRegistry};
 use crate::native::{run_session, SessionConfig};
 use crate::process::StopSignals;
 use crate::protocol::AgentEvent;
@@ -79,6 +79,11 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             stop: StopSignals::default(),
             // The model must not be able to print the API key through a shell command.
             env_remove: settings.api_key_env.iter().cloned().collect(),
+            story_check: settings.mark_protocol.then(|| StoryCheck {
+                fallback: settings.verify.clone(),
+                timeout: Duration::from_secs(settings.verify_timeout_s.max(1)),
+                secrets: crate::redact::env_secrets(),
+            }),
         };
         // A stop for the session also stops the running tool.
         let tool_stop = ctx.stop.clone();
@@ -104,6 +109,7 @@ pub fn run() -> anyhow::Result<ExitStatus> {
             retry: RetryPolicy::default(),
             allowed_tools: settings.tools.clone(),
             redact: api_key_for_redaction.clone().into_iter().collect(),
+            mark_protocol: settings.mark_protocol,
         };
         let secrets: Vec<String> = api_key_for_redaction.into_iter().collect();
         let mut on_event = |event: AgentEvent| {

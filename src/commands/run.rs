@@ -5,6 +5,7 @@ use std::io::Write as _;
 
 use crate::cli::RunArgs;
 use crate::config::{OutputMode, RunConfig};
+use crate::output::github::{GitHubActions, RunnerEnv};
 use crate::output::{human::Human, json::Json, notify::Notify, Outputs};
 use crate::process::StopSignals;
 use crate::protocol::ExitStatus;
@@ -55,6 +56,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
 /// summary), or the `--json` stream (warnings still reach stderr).
 fn outputs(cfg: &RunConfig) -> Outputs {
     let mut out = Outputs::new();
+    // First, so that an iteration's group opens before the terminal prints its first line.
+    if let Some(sink) = github_actions(cfg) {
+        out.add(Box::new(sink));
+    }
     match cfg.output {
         OutputMode::Human => out.add(Box::new(Human::new(false, cfg.verbose))),
         OutputMode::Quiet => out.add(Box::new(Human::new(true, cfg.verbose))),
@@ -79,4 +84,38 @@ fn outputs(cfg: &RunConfig) -> Outputs {
         out.add(Box::new(sink));
     }
     out
+}
+
+/// The GitHub Actions sink, under `GITHUB_ACTIONS=true` only; its step summary is the Markdown
+/// report of the run that just finished (`ralph report --markdown`).
+fn github_actions(cfg: &RunConfig) -> Option<GitHubActions> {
+    let prd_path = cfg.prd_path.clone();
+    let branch = crate::prd::store::load(&prd_path)
+        .ok()
+        .and_then(|l| l.prd.branch_name);
+    let report = Box::new(move || markdown_report(&prd_path));
+    GitHubActions::new(&RunnerEnv::from_env(), branch, report)
+}
+
+/// The Markdown report of the latest run of the repository holding `prd_path`.
+fn markdown_report(prd_path: &std::path::Path) -> Option<String> {
+    use crate::report::{self, Inputs, Scope};
+    let prd = crate::prd::store::load(prd_path).ok()?;
+    let paths = crate::workspace::RunPaths::of_prd(&prd.path);
+    let repo = crate::git::Repo::discover(&paths.repo_root).ok();
+    let history = crate::history::History::load(&paths, repo.as_ref()).ok()?;
+    let state = crate::state::State::load(&paths.ralph_dir).ok().flatten();
+    let progress = std::fs::read_to_string(&paths.progress).unwrap_or_default();
+    let data = report::build(
+        &history,
+        &Scope::Latest,
+        &Inputs {
+            prd: &prd.prd,
+            state: state.as_ref(),
+            repo: repo.as_ref(),
+            progress: &progress,
+        },
+    )
+    .ok()?;
+    Some(report::markdown::render(&data))
 }

@@ -44,8 +44,9 @@ pub struct ServerOptions {
     /// Context window in tokens (llama.cpp `n_ctx`), one slot. Default 4096.
     pub ctx: u32,
     /// Where the server's stdout and stderr go, truncated at start; the launcher script
-    /// `llama_server.py` is written to the same folder. Default `<cache>/server.log`
-    /// ([`cache_dir`]). Two servers at once need two files.
+    /// `llama_server.py` is written to the same folder. Default `<cache>/server-<pid>.log`
+    /// ([`cache_dir`], ralph's process id): two ralphs sharing the cache must not write into one
+    /// file. Logs of the default name older than a day are deleted when a server starts.
     pub log_file: PathBuf,
     /// How long to wait for `GET /health` to answer 200 (model loaded). Default 120 s.
     pub ready_timeout: Duration,
@@ -56,7 +57,7 @@ impl Default for ServerOptions {
         ServerOptions {
             threads: 2,
             ctx: 4096,
-            log_file: cache_dir().join("server.log"),
+            log_file: cache_dir().join(format!("server-{}.log", std::process::id())),
             ready_timeout: Duration::from_secs(120),
         }
     }
@@ -93,7 +94,7 @@ pub enum ServerError {
     #[error(
         "the local model server exited before it was ready ({status}); the end of its log \
          {log}:\n{log_tail}\nhint: check that the model file is a llama.cpp GGUF and that the \
-         machine has about 1 GB of free memory"
+         machine has enough free memory (about 2.5 GB for the default model, 1 GB for the small one)"
     )]
     Exited {
         /// How it ended, e.g. `exit code 1`.
@@ -140,7 +141,7 @@ impl LocalServer {
     /// The death signal fires when the
     /// *thread* that spawned the child exits, so await this on a thread that lives as long as the
     /// server should (a tokio worker or the main thread, never `spawn_blocking`).
-    /// Loading the 0.5B model takes about 2 s on 2 cores.
+    /// Loading takes about 2 s for the small model and 3–8 s for the default one on 2 cores.
     ///
     /// # Errors
     /// [`ServerError::Io`] (cache folder, launcher or log file, port probe);
@@ -160,6 +161,7 @@ impl LocalServer {
             _ => PathBuf::from("."),
         };
         let launcher = write_launcher(&dir)?;
+        prune_old_logs(&dir, Duration::from_secs(24 * 3600));
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .no_proxy()
@@ -309,6 +311,29 @@ fn write_launcher(dir: &Path) -> Result<PathBuf, ServerError> {
     Ok(path)
 }
 
+/// Deletes `server-<pid>.log` files in `dir` not modified for `age` (best effort).
+fn prune_old_logs(dir: &Path, age: Duration) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("server-") && name.ends_with(".log")) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|elapsed| elapsed > age);
+        if old {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// A port that was free on 127.0.0.1 a moment ago.
 fn free_port() -> Result<u16, ServerError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -393,6 +418,34 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
             std::thread::sleep(Duration::from_millis(30));
         }
         false
+    }
+
+    #[test]
+    fn each_ralph_logs_to_its_own_file_and_old_logs_are_pruned() {
+        let name = ServerOptions::default().log_file;
+        assert!(
+            name.ends_with(format!("server-{}.log", std::process::id())),
+            "{}",
+            name.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("server-1.log");
+        let new = dir.path().join("server-2.log");
+        let other = dir.path().join("notes.log");
+        for file in [&old, &new, &other] {
+            fs::write(file, "x").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3 * 24 * 3600);
+        for file in [&old, &other] {
+            File::options()
+                .write(true)
+                .open(file)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        prune_old_logs(dir.path(), Duration::from_secs(24 * 3600));
+        assert!(!old.exists() && new.exists() && other.exists());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

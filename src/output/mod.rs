@@ -1,10 +1,12 @@
 //! The outputs of a run. Every line a user sees comes from a [`RunEvent`] sent to the
 //! [`Outputs`], which hands it to each [`Sink`]: the terminal ([`human::Human`]), the `--json`
-//! stream ([`json::Json`]), and any later one (a report, notifications) as a new file here, not
-//! an edit of the loop. Sinks only read events; they never decide anything.
+//! stream ([`json::Json`]), GitHub Actions' groups, annotations, step summary and outputs
+//! ([`github::GitHubActions`], only under `GITHUB_ACTIONS=true`), notifications, and any later
+//! one as a new file here, not an edit of the loop. Sinks only read events; they never decide anything.
 
 use crate::protocol::RunEvent;
 
+pub mod github;
 pub mod human;
 pub mod json;
 pub mod notify;

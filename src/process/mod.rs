@@ -165,6 +165,38 @@ pub struct StopSignals {
     pub stop: CancellationToken,
     /// SIGKILL the group at once.
     pub kill_now: CancellationToken,
+    /// The first signal and when it came (set by [`StopSignals::record`]), from which a
+    /// shutdown's deadline counts.
+    pub cause: std::sync::Arc<std::sync::OnceLock<StopCause>>,
+}
+
+/// What asked a run to stop, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopCause {
+    /// The signal's name, e.g. `SIGTERM`.
+    pub signal: &'static str,
+    /// When it arrived.
+    pub at: std::time::Instant,
+}
+
+impl StopSignals {
+    /// Records `signal` as the cause of the stop, if none is recorded yet (the first one wins).
+    pub fn record(&self, signal: &'static str) {
+        let _ = self.cause.set(StopCause {
+            signal,
+            at: std::time::Instant::now(),
+        });
+    }
+
+    /// The recorded cause; when the stop was cancelled without one (a test, an embedder), a
+    /// cause named `stop` dated now is recorded and returned. `None` while no stop was asked.
+    pub fn stopped(&self) -> Option<StopCause> {
+        if !self.stop.is_cancelled() {
+            return None;
+        }
+        self.record("stop");
+        self.cause.get().copied()
+    }
 }
 
 /// Which pipe a line came from.

@@ -16,6 +16,14 @@ pub enum ExitStatus {
     MaxIterations,
     /// 4: stopped by another limit (reserved for budgets, blocked stories, `ralph stop`).
     OtherLimit,
+    /// 5: another worker holds the branch's lease on the remote (`--push`): it drives this
+    /// branch now, so this worker did nothing. Not a failure of the work; do not retry before
+    /// the holder's lease expires.
+    LeaseHeld,
+    /// 75 (`EX_TEMPFAIL`): resumable later without a human: a usage limit the run could not
+    /// wait out (`--no-wait`, past `--max-duration`, too many waits; `resume_at` says when), or
+    /// work that could not be pushed (`--push` with the remote unreachable).
+    TempFail,
     /// 130: interrupted by Ctrl-C, SIGTERM or SIGHUP.
     Interrupted,
 }
@@ -29,6 +37,8 @@ impl ExitStatus {
             ExitStatus::Usage => 2,
             ExitStatus::MaxIterations => 3,
             ExitStatus::OtherLimit => 4,
+            ExitStatus::LeaseHeld => 5,
+            ExitStatus::TempFail => 75,
             ExitStatus::Interrupted => 130,
         }
     }
@@ -36,12 +46,14 @@ impl ExitStatus {
 
 impl ExitStatus {
     /// Every status, in code order.
-    pub const ALL: [ExitStatus; 6] = [
+    pub const ALL: [ExitStatus; 8] = [
         ExitStatus::Success,
         ExitStatus::Failure,
         ExitStatus::Usage,
         ExitStatus::MaxIterations,
         ExitStatus::OtherLimit,
+        ExitStatus::LeaseHeld,
+        ExitStatus::TempFail,
         ExitStatus::Interrupted,
     ];
 
@@ -49,10 +61,12 @@ impl ExitStatus {
     pub fn meaning(self) -> &'static str {
         match self {
             ExitStatus::Success => "complete: every story passes",
-            ExitStatus::Failure => "an error to fix: prd.json, settings, git, the lock, an auth or config error from the agent",
+            ExitStatus::Failure => "an error to fix: prd.json, settings, git, the lock, an auth or config error from the agent, a push the remote rejected",
             ExitStatus::Usage => "a usage error on the command line (unknown flag, refused value)",
             ExitStatus::MaxIterations => "--max-iter reached with stories open",
             ExitStatus::OtherLimit => "stopped by another limit or `ralph stop` (the summary's `why:` line and run_finished's stop_reason say which)",
+            ExitStatus::LeaseHeld => "--push: another worker holds the branch's lease (the message names it); nothing was done",
+            ExitStatus::TempFail => "resumable later: a usage limit not waited out (run again after resume_at), or work not pushed (remote unreachable)",
             ExitStatus::Interrupted => "interrupted (Ctrl-C, SIGTERM or SIGHUP); `ralph run` resumes",
         }
     }
@@ -64,6 +78,19 @@ impl ExitStatus {
             out.push_str(&format!("  {:>3}  {}\n", status.code(), status.meaning()));
         }
         out
+    }
+}
+
+impl ExitStatus {
+    /// The status of a run that ended with `self` but left work the remote does not have
+    /// (`--push` could not reach it): a run that completed or used its `--max-iter` budget exits
+    /// [`ExitStatus::TempFail`] instead, so a scheduler retries it; every other status is kept
+    /// (the summary says what is unpushed).
+    pub fn with_unpushed(self, unpushed: bool) -> ExitStatus {
+        match self {
+            ExitStatus::Success | ExitStatus::MaxIterations if unpushed => ExitStatus::TempFail,
+            other => other,
+        }
     }
 }
 

@@ -120,6 +120,82 @@ pub struct LedgerRecord {
     /// A human note, e.g. the error message or why the outcome was chosen.
     #[serde(default)]
     pub message: Option<String>,
+    /// `--push`: what pushing this iteration's checkpoint (and renewing the lease) did; absent
+    /// without `--push`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushRecord>,
+    /// For an iteration a signal ended (SIGTERM, SIGINT, SIGHUP): how long the shutdown took
+    /// up to this record, against `--shutdown-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown: Option<ShutdownRecord>,
+    /// On the first record of a ledger that started while git already had ralph's iterations
+    /// (a fresh clone, a deleted `.ralph/`): the ledger was started anew and its earlier
+    /// history is in the commit trailers only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<Rebuilt>,
+}
+
+/// How a `--push` after an iteration went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PushStatus {
+    /// The remote has the branch, ralph's refs and the renewed lease.
+    Pushed,
+    /// The remote could not be reached (retried with backoff); the work is local only and the
+    /// next push sends it.
+    Unreachable,
+    /// The remote refused the branch: someone else moved it. The run stops.
+    Rejected,
+    /// The remote refused the lease renewal: another worker holds the lease now. The run stops.
+    LeaseLost,
+}
+
+/// What `--push` did after one iteration (the ledger's `push` field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PushRecord {
+    /// The remote's name, e.g. `origin`.
+    pub remote: String,
+    /// The run branch.
+    pub branch: String,
+    /// How it went.
+    pub status: PushStatus,
+    /// The commit pushed (or that was to be pushed), full sha.
+    #[serde(default)]
+    pub head: Option<String>,
+    /// Push attempts made (1 when the first one settled it).
+    pub attempts: u32,
+    /// Wall time of all attempts and the backoff between them, in seconds.
+    pub duration_s: f64,
+    /// git's last error, credentials removed; `None` when it was pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The shutdown of an iteration ended by a signal (the ledger's `shutdown` field). Times are
+/// seconds from the signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ShutdownRecord {
+    /// The first signal, e.g. `SIGTERM`.
+    pub signal: String,
+    /// `--shutdown-timeout`, in seconds.
+    pub timeout_s: f64,
+    /// From the signal to the agent's process group being gone.
+    pub agent_stopped_s: f64,
+    /// From the signal to this record being written: the agent stopped, the checkpoint
+    /// committed and, with `--push`, pushed. The lease release follows (the run's
+    /// `run_finished` has the whole shutdown).
+    pub recorded_s: f64,
+}
+
+/// The mark on the first record of a ledger started anew over history kept in git.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Rebuilt {
+    /// Where the earlier history is: `git` (the `Ralph-*` commit trailers).
+    pub from: String,
+    /// How many iterations git had recorded.
+    pub iterations: u32,
+    /// The highest iteration number among them.
+    pub last_iteration: u32,
 }
 
 /// One verify command run after an iteration.
@@ -193,6 +269,9 @@ impl LedgerRecord {
             lost_commits: Vec::new(),
             feature: None,
             message: None,
+            push: None,
+            shutdown: None,
+            rebuilt: None,
         }
     }
 

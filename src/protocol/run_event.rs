@@ -76,6 +76,33 @@ pub struct RunSummary {
     #[serde(with = "rfc3339::option")]
     #[schemars(with = "Option<String>")]
     pub resume_at: Option<DateTime<Utc>>,
+    /// `--push`: where the run branch stands on the remote at the end; absent without `--push`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushSummary>,
+    /// When a signal ended the run: seconds from the first signal to the end of the shutdown
+    /// (agent stopped, checkpoint, ledger, state, push, lease released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_s: Option<f64>,
+}
+
+/// Where a `--push` run left the remote (the summary's `push` field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PushSummary {
+    /// The remote's name, e.g. `origin`.
+    pub remote: String,
+    /// The run branch.
+    pub branch: String,
+    /// The local branch's head at the end (full sha).
+    pub local_head: Option<String>,
+    /// The newest commit the remote is known to have from this run (full sha).
+    pub pushed_head: Option<String>,
+    /// Commits on the local branch that the remote does not have (0: all pushed).
+    pub unpushed_commits: u32,
+    /// Why they are not pushed: git's last error, credentials removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Whether this worker released the branch's lease.
+    pub lease_released: bool,
 }
 
 impl RunSummary {

@@ -99,7 +99,7 @@ pub enum StopReason {
         /// The last one's message.
         last_message: Option<String>,
     },
-    /// A usage limit that the run did not wait out (exit 4).
+    /// A usage limit that the run did not wait out (exit 75, `EX_TEMPFAIL`: resumable later).
     UsageLimit {
         /// When the limit resets (UTC); `ralph run` after it continues.
         #[serde(with = "rfc3339")]
@@ -142,6 +142,26 @@ pub enum StopReason {
         /// Whether an agent was running (its iteration was stopped and checkpointed).
         agent_running: bool,
     },
+    /// `--push`: the remote refused the run branch (someone else moved it); the local work is
+    /// kept, committed on the local branch (exit 1).
+    PushRejected {
+        /// The remote's name, e.g. `origin`.
+        remote: String,
+        /// The run branch.
+        branch: String,
+        /// What git said, credentials removed.
+        message: String,
+    },
+    /// `--push`: another worker took the branch's lease (this one's had expired, e.g. during a
+    /// network partition); this worker stops at once, its local work kept (exit 5).
+    LeaseLost {
+        /// The remote's name.
+        remote: String,
+        /// The run branch.
+        branch: String,
+        /// Who holds the lease now (`host pid N job J`), when known.
+        holder: Option<String>,
+    },
     /// An auth or config error: a human must act (exit 1).
     NeedsHuman {
         /// `auth_error` or `config_error`.
@@ -160,7 +180,9 @@ impl StopReason {
             StopReason::Complete => ExitStatus::Success,
             StopReason::MaxIterations { .. } => ExitStatus::MaxIterations,
             StopReason::Interrupted { .. } => ExitStatus::Interrupted,
-            StopReason::NeedsHuman { .. } => ExitStatus::Failure,
+            StopReason::NeedsHuman { .. } | StopReason::PushRejected { .. } => ExitStatus::Failure,
+            StopReason::UsageLimit { .. } => ExitStatus::TempFail,
+            StopReason::LeaseLost { .. } => ExitStatus::LeaseHeld,
             _ => ExitStatus::OtherLimit,
         }
     }
@@ -182,6 +204,8 @@ impl StopReason {
             StopReason::StoriesDeleted { .. } => "stories_deleted",
             StopReason::StopRequested { .. } => "stop_requested",
             StopReason::Interrupted { .. } => "interrupted",
+            StopReason::PushRejected { .. } => "push_rejected",
+            StopReason::LeaseLost { .. } => "lease_lost",
             StopReason::NeedsHuman { .. } => "needs_human",
         }
     }
@@ -320,6 +344,14 @@ impl StopReason {
                     if one { "it" } else { "them" },
                 )
             }
+            StopReason::PushRejected { remote, branch, message } => format!(
+                "stopped: {remote} rejected the push of {branch} (someone else moved it: {}); the local branch keeps every commit. Fetch, look at both histories, and reconcile them by hand before `ralph run --push` again",
+                truncate_chars(message, 200)
+            ),
+            StopReason::LeaseLost { remote, branch, holder } => format!(
+                "stopped: another worker{} took the lease on {branch} at {remote} (this worker's had expired); its local work is kept but not pushed",
+                holder.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+            ),
             StopReason::StopRequested { during } => match during {
                 During::BetweenIterations => {
                     "stopped by `ralph stop` (after the iteration in progress finished)".to_string()
@@ -363,6 +395,36 @@ mod tests {
                 3,
             ),
             (StopReason::NoWorkableStory, 4),
+            (
+                StopReason::UsageLimit {
+                    resume_at: Utc::now(),
+                    why: UsageLimitStop::NoWait,
+                },
+                75,
+            ),
+            (
+                StopReason::UsageLimit {
+                    resume_at: Utc::now(),
+                    why: UsageLimitStop::PastMaxDuration { max_duration_s: 60 },
+                },
+                75,
+            ),
+            (
+                StopReason::PushRejected {
+                    remote: "origin".into(),
+                    branch: "ralph/x".into(),
+                    message: "non-fast-forward".into(),
+                },
+                1,
+            ),
+            (
+                StopReason::LeaseLost {
+                    remote: "origin".into(),
+                    branch: "ralph/x".into(),
+                    holder: None,
+                },
+                5,
+            ),
             (
                 StopReason::StopRequested {
                     during: During::BetweenIterations,

@@ -14,6 +14,12 @@ pub fn render(r: &Report) -> String {
     if let Some(why) = &s.stop_text {
         let _ = writeln!(out, "**Why it stopped:** {why}\n");
     }
+    if let Some(at) = &s.resume_at {
+        let _ = writeln!(
+            out,
+            "**Resumes at:** {at} (`ralph run` after it continues)\n"
+        );
+    }
     let tokens = match (s.tokens_in, s.tokens_out) {
         (None, None) => "not reported".to_owned(),
         (i, o) => format!("{} in / {} out", i.unwrap_or(0), o.unwrap_or(0)),

@@ -85,6 +85,9 @@ pub struct Summary {
     pub stop_reason: Option<StopReason>,
     /// That reason in one sentence.
     pub stop_text: Option<String>,
+    /// When the run can resume by itself (the reset of the usage limit it stopped at), RFC 3339
+    /// UTC.
+    pub resume_at: Option<String>,
     /// Outcomes and how many iterations ended with each.
     pub outcomes: BTreeMap<String, usize>,
 }
@@ -293,6 +296,10 @@ fn summary(
         tokens_in: (!tin.is_empty()).then(|| tin.iter().sum()),
         tokens_out: (!tout.is_empty()).then(|| tout.iter().sum()),
         stop_text: stop_reason.as_ref().map(StopReason::sentence),
+        resume_at: stop_reason
+            .as_ref()
+            .and_then(StopReason::resume_at)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         stop_reason,
         outcomes,
     }

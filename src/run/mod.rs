@@ -65,7 +65,7 @@ pub async fn run(
         Some(reason) => reason,
         None => drive(&cfg, &mut session, &stop, out).await?,
     };
-    Ok(finish(&cfg, session, reason, out).await)
+    Ok(finish(&cfg, session, reason, &stop, out).await)
 }
 
 /// The loop: pick, run an iteration, decide, until the policy says stop.
@@ -86,6 +86,7 @@ async fn drive(
         run_id: &s.run_id,
         agent_version: s.pre.agent_version.as_deref(),
         warned_unpriced: Default::default(),
+        remote: s.remote.as_ref(),
     };
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;
@@ -110,6 +111,10 @@ async fn drive(
             stop_requested: crate::stop_request::pending(&paths.ralph_dir),
             run_id: &s.run_id,
         };
+        // The renewal thread found the lease taken by another worker.
+        if let Some(reason) = cx.remote.and_then(crate::remote::Remote::lost) {
+            return Ok(reason);
+        }
         let pick = match policy::pick(&s.tally, &s.budgets, &situation) {
             Ok(pick) => pick,
             Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
@@ -131,12 +136,17 @@ async fn drive(
         let limits = Limits {
             timeout: pick.timeout,
             idle_timeout: cfg.idle_timeout,
-            kill_grace: cfg.kill_grace,
+            kill_grace: cfg.agent_grace(),
             exit_drain: EXIT_DRAIN,
             final_grace: FINAL_GRACE,
             max_line_bytes: MAX_LINE_BYTES,
         };
         let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
+        // The remote refused the branch or the lease: nothing more may be pushed.
+        if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
+            s.totals.add(done.record);
+            return Ok(reason);
+        }
         s.pending.add(done.feedback);
         let done_clean_at = done.clean_at;
         let story_id = done.record.story_id.clone();
@@ -177,15 +187,14 @@ async fn drive(
             }
             Next::Stop(reason) => return Ok(reason),
             Next::Retry { wait } => {
-                pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
                 let until = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
                 (until, WaitReason::Retry, During::RetryWait)
             }
-            Next::WaitUntil { until } => {
-                pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
-                (until, WaitReason::UsageLimit, During::UsageLimitWait)
-            }
+            Next::WaitUntil { until } => (until, WaitReason::UsageLimit, During::UsageLimitWait),
         };
+        if let Some(reason) = before_wait(&s.pre.repo, cx.remote, s.totals.last.as_ref(), out) {
+            return Ok(reason);
+        }
         let (attempt, max) = match reason {
             WaitReason::Retry => (s.tally.transient_in_a_row, cfg.max_transient_retries),
             WaitReason::UsageLimit => (s.tally.usage_waits, cfg.max_usage_limit_waits),
@@ -224,6 +233,28 @@ fn pin_last(
     }
 }
 
+/// Before a wait: the latest iteration's result is pinned and, with `--push`, the pin goes to the
+/// remote with the branch (the wait may be long, and the worker may be evicted during it). A
+/// remote that refuses this worker stops the run.
+fn before_wait(
+    repo: &crate::git::Repo,
+    remote: Option<&crate::remote::Remote>,
+    last: Option<&crate::protocol::LedgerRecord>,
+    out: &mut Outputs,
+) -> Option<StopReason> {
+    pin_last(repo, last, out);
+    let record = remote?.push();
+    if record.status == crate::protocol::PushStatus::Unreachable {
+        out.warn(format!(
+            "could not push {} to {} before waiting: {}",
+            record.branch,
+            record.remote,
+            record.error.as_deref().unwrap_or("unknown error")
+        ));
+    }
+    policy::after_push(&record)
+}
+
 /// A `ralph stop` request is answered once: its file is removed when the run acts on it.
 fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
     if matches!(reason, StopReason::StopRequested { .. }) {
@@ -255,6 +286,7 @@ async fn finish(
     cfg: &RunConfig,
     mut s: Session,
     reason: StopReason,
+    stop: &StopSignals,
     out: &mut Outputs,
 ) -> ExitStatus {
     if let Some(server) = s.local_server.take() {
@@ -262,16 +294,21 @@ async fn finish(
     }
     let paths = &s.pre.paths;
     pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
-    // The refs this run wrote go into packed-refs (see iteration::commit::PACK_REFS_EVERY).
+    // The refs and objects this run wrote are packed (see iteration::commit::PACK_REFS_EVERY).
     if s.totals.iterations > 0 {
-        if let Err(e) = s.pre.repo.pack_refs() {
-            tracing::warn!("{e}");
+        for warning in s.pre.repo.housekeeping() {
+            tracing::warn!("{warning}");
         }
     }
     s.state.stop_reason = Some(reason.clone());
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));
     }
+    let push = s
+        .remote
+        .take()
+        .map(|remote| hand_back(remote, &reason, out));
+    let shutdown_s = stop.stopped().map(|c| c.at.elapsed().as_secs_f64());
     let final_prd = store::load(&paths.prd)
         .map(|l| l.prd)
         .unwrap_or_else(|_| s.initial.prd.clone());
@@ -286,7 +323,44 @@ async fn finish(
         api_key_env: cfg.native.api_key_env.as_deref(),
         blocked: &s.state.blocked,
         attempts: &s.state.attempts,
+        push: push.as_ref(),
+        shutdown_s,
     });
+    let status = reason
+        .exit_status()
+        .with_unpushed(push.as_ref().is_some_and(|p| p.unpushed_commits > 0));
     out.emit(RunEvent::RunFinished(Box::new(summary)));
-    reason.exit_status()
+    status
+}
+
+/// `--push` at the end of a run: what is not on the remote yet is pushed (unless the remote
+/// refused this worker), and the lease is released with the usage-limit reset the run stopped
+/// at; returns where the remote stands.
+fn hand_back(
+    remote: crate::remote::Remote,
+    reason: &StopReason,
+    out: &mut Outputs,
+) -> crate::protocol::run_event::PushSummary {
+    let refused = matches!(
+        reason,
+        StopReason::PushRejected { .. } | StopReason::LeaseLost { .. }
+    );
+    if let Some(record) = (!refused).then(|| remote.push_if_needed()).flatten() {
+        if record.status != crate::protocol::PushStatus::Pushed {
+            out.warn(format!(
+                "could not push {} to {} at the end: {}",
+                remote.branch(),
+                remote.name(),
+                record.error.as_deref().unwrap_or("unknown error")
+            ));
+        }
+    }
+    if !matches!(reason, StopReason::LeaseLost { .. }) && !remote.release(reason.resume_at()) {
+        out.warn(format!(
+            "could not release the lease on {} at {}; it lapses by itself after --lease-ttl",
+            remote.branch(),
+            remote.name()
+        ));
+    }
+    remote.summary()
 }

@@ -204,6 +204,29 @@ pub fn pick(t: &Tally, b: &Budgets, s: &Situation<'_>) -> Result<Pick, StopReaso
     })
 }
 
+/// After an iteration's push (`--push`): the remote refused the branch (someone else moved it)
+/// or the lease renewal (another worker took it), and the run must stop; `None` when it was
+/// pushed or the remote could not be reached (the run goes on locally).
+pub fn after_push(push: &crate::protocol::PushRecord) -> Option<StopReason> {
+    use crate::protocol::PushStatus;
+    match push.status {
+        PushStatus::Pushed | PushStatus::Unreachable => None,
+        PushStatus::Rejected => Some(StopReason::PushRejected {
+            remote: push.remote.clone(),
+            branch: push.branch.clone(),
+            message: push.error.clone().unwrap_or_default(),
+        }),
+        PushStatus::LeaseLost => Some(StopReason::LeaseLost {
+            remote: push.remote.clone(),
+            branch: push.branch.clone(),
+            holder: push
+                .error
+                .as_deref()
+                .map(|e| e.trim_start_matches("the lease is held by ").to_owned()),
+        }),
+    }
+}
+
 /// What the run knows after an iteration was committed and recorded.
 #[derive(Debug, Clone)]
 pub struct Aftermath<'a> {

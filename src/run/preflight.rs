@@ -129,7 +129,7 @@ pub fn build_backend(
         let model = cfg
             .model
             .clone()
-            .unwrap_or_else(|| crate::config::LOCAL_MODEL_NAME.to_string());
+            .unwrap_or_else(|| cfg.native.local_model.pin().name.to_string());
         NativeSettings {
             provider: cfg.native.provider,
             base_url: base_url.unwrap_or_else(|| "http://127.0.0.1:0/v1".to_string()),
@@ -148,6 +148,9 @@ pub fn build_backend(
             prd_path: paths.prd.clone(),
             progress_path: paths.progress.clone(),
             tools: cfg.native.tools.clone(),
+            mark_protocol: cfg.agent == AgentKind::Local,
+            verify: cfg.verify.clone(),
+            verify_timeout_s: cfg.verify_timeout.as_secs().max(1),
         }
     });
     agent::backend(

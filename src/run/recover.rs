@@ -56,7 +56,16 @@ pub async fn recover(
     let mut feedback = Vec::new();
     if !history.contains(&flight.run_id, flight.iteration) {
         let draft = draft(repo, paths, &flight, cfg, restored_prd)?;
-        let record = commit::commit(Sinks { repo, paths }, state, draft)?.record;
+        let record = commit::commit(
+            Sinks {
+                repo,
+                paths,
+                remote: None,
+            },
+            state,
+            draft,
+        )?
+        .record;
         out.warn(format!(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,
@@ -176,5 +185,6 @@ fn draft(
         ),
         body: "Outcome: interrupted (ralph was killed during this iteration).".to_string(),
         clock: None,
+        signal_at: None,
     })
 }

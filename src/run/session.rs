@@ -56,6 +56,9 @@ pub struct Session {
     /// The local model's server, for `--agent local` (stopped at the end; its guard kills it on
     /// any early return).
     pub local_server: Option<LocalServer>,
+    /// `--push`: the remote, its lease held (released at the end; its guard releases it on any
+    /// early return).
+    pub remote: Option<crate::remote::Remote>,
     _lock: RunLock,
 }
 
@@ -82,11 +85,24 @@ pub async fn open(
         ));
     }
     repair(&pre, out)?;
+    let run_id = new_run_id();
+    // Before state.json is read or rebuilt: a fresh clone takes its numbering from the run
+    // branch's history, which comes from the remote.
+    let (remote, lease_resume_at) = match &cfg.push {
+        Some(name) => {
+            let (remote, resume_at) = open_remote(cfg, name, &pre, &run_id, stop, out)?;
+            (Some(remote), resume_at)
+        }
+        None => (None, None),
+    };
     let mut state = load_state(&pre, out)?;
     // A stop asked of an earlier run that ended before it saw the request.
     crate::stop_request::clear(&paths.ralph_dir);
     state.stop_reason = None;
-    let run_id = new_run_id();
+    // A usage-limit reset the worker that released the lease was waiting for.
+    if let Some(at) = lease_resume_at {
+        state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
+    }
     let mut pending = Pending::default();
     pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, out).await?);
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
@@ -114,6 +130,7 @@ pub async fn open(
         pending,
         early_stop: None,
         local_server: None,
+        remote,
         _lock: acquired.lock,
     };
     session.prepare_stories(cfg, out)?;
@@ -265,7 +282,7 @@ impl Session {
             (Some(m), _) => m.clone(),
             (None, AgentKind::Local) => match &cfg.native.model_file {
                 Some(f) => f.display().to_string(),
-                None => crate::config::LOCAL_MODEL_NAME.to_string(),
+                None => cfg.native.local_model.pin().name.to_string(),
             },
             (None, _) => "agent default".into(),
         };
@@ -395,7 +412,7 @@ async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Resul
             (python, file.clone())
         }
         None => {
-            let model = crate::local::ensure_setup(&mut progress)?;
+            let model = crate::local::ensure_setup(cfg.native.local_model, &mut progress)?;
             (model.python, model.model_file)
         }
     };
@@ -417,11 +434,69 @@ async fn start_local_server(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Resul
     Ok(server)
 }
 
-/// A new run id: `<UTC timestamp>-<low 16 bits of the pid, hex>`.
+/// A new run id: `<UTC timestamp>-<low 16 bits of the pid, hex><32 random bits, hex>`. The
+/// random part keeps the ids of workers that start in the same second with the same pid (one
+/// container each) apart, since `--push` sends every run's refs to one remote.
 fn new_run_id() -> String {
     format!(
-        "{}-{:04x}",
+        "{}-{:04x}{:08x}",
         Utc::now().format("%Y%m%dT%H%M%S"),
-        std::process::id() & 0xffff
+        std::process::id() & 0xffff,
+        fastrand::u32(..)
     )
+}
+
+/// `--push`: takes the run branch's lease on the remote and brings the local branch level with
+/// the remote's (checked out from it in a fresh clone, moved forward when behind). Returns the
+/// remote and a usage-limit reset the previous worker recorded.
+fn open_remote(
+    cfg: &RunConfig,
+    name: &str,
+    pre: &Preflight,
+    run_id: &str,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<(crate::remote::Remote, Option<chrono::DateTime<Utc>>)> {
+    let paths = &pre.paths;
+    let branch = match store::load(&paths.prd)?.prd.branch_name {
+        Some(b) => b,
+        None => pre.repo.current_branch().ok_or_else(|| {
+            crate::error::UserError::new(
+                "--push needs a branch to push, but prd.json has no branchName and HEAD is detached",
+            )
+            .with_hint("set branchName in prd.json (e.g. \"ralph/my-feature\")")
+        })?,
+    };
+    let settings = crate::remote::Settings {
+        remote: name.to_owned(),
+        lease_ttl: cfg.lease_ttl,
+        attempts: cfg.push_attempts,
+        backoff: cfg.push_backoff,
+        op_timeout: std::time::Duration::from_secs(120),
+        shutdown_timeout: cfg.shutdown_timeout,
+    };
+    let (remote, opened) =
+        crate::remote::Remote::open(settings, &paths.repo_root, &branch, run_id, stop)?;
+    for w in opened.warnings {
+        out.warn(w);
+    }
+    if let Some(remote_head) = &opened.remote_head {
+        let local = pre.repo.ref_sha(&format!("refs/heads/{branch}"));
+        let ahead = match &local {
+            Some(l) => pre.repo.is_ancestor(remote_head, l)?,
+            None => false,
+        };
+        if !ahead && pre.repo.advance_branch(&branch, remote_head)? {
+            out.notice(format!(
+                "{branch}: {} from {name} ({})",
+                if local.is_some() {
+                    "moved forward to the commit"
+                } else {
+                    "checked out the run branch"
+                },
+                remote_head.get(..12).unwrap_or(remote_head)
+            ));
+        }
+    }
+    Ok((remote, opened.resume_at))
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::prd::model::Prd;
-use crate::protocol::run_event::RunSummary;
+use crate::protocol::run_event::{PushSummary, RunSummary};
 use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
 
 /// This run's iterations as running totals: what the summary and the loop need of them, kept
@@ -87,6 +87,10 @@ pub struct Input<'a> {
     pub blocked: &'a [String],
     /// Attempts per story at the end.
     pub attempts: &'a BTreeMap<String, u32>,
+    /// `--push`: where the remote stands.
+    pub push: Option<&'a PushSummary>,
+    /// Seconds from the first signal to the end of the shutdown, when a signal ended the run.
+    pub shutdown_s: Option<f64>,
 }
 
 /// The summary of a run (see the module docs).
@@ -95,7 +99,8 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
     let total = i.prd.user_stories.len();
     let passed = total - open.len();
     let t = i.totals;
-    let status = i.reason.exit_status();
+    let unpushed = i.push.is_some_and(|p| p.unpushed_commits > 0);
+    let status = i.reason.exit_status().with_unpushed(unpushed);
     RunSummary {
         stop_reason: i.reason.clone(),
         exit_code: status.code(),
@@ -117,6 +122,8 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         next: next(i),
         caveats: caveats(i),
         resume_at: i.reason.resume_at(),
+        push: i.push.cloned(),
+        shutdown_s: i.shutdown_s,
     }
 }
 
@@ -140,6 +147,17 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
 }
 
 fn next(i: &Input<'_>) -> String {
+    if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
+        if !matches!(
+            i.reason,
+            StopReason::PushRejected { .. } | StopReason::LeaseLost { .. }
+        ) {
+            return format!(
+                "push {} to {} once it can be reached (`git push {} {}`), or run `ralph run --push` again here",
+                p.branch, p.remote, p.remote, p.branch
+            );
+        }
+    }
     match i.reason {
         StopReason::Complete => "review the commits (git log) and merge the branch".into(),
         StopReason::Interrupted { .. } => {
@@ -167,7 +185,20 @@ fn next(i: &Input<'_>) -> String {
 /// What the reader should check even when the run completed: stories marked passing outside
 /// their own iteration, and blocked stories (unless that is why the run stopped).
 fn caveats(i: &Input<'_>) -> Vec<String> {
-    let mut out = i.totals.flipped_elsewhere.clone();
+    let mut out = Vec::new();
+    if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
+        out.push(format!(
+            "not pushed: {} commit{} of {} are only in this clone{}",
+            p.unpushed_commits,
+            if p.unpushed_commits == 1 { "" } else { "s" },
+            p.branch,
+            p.last_error
+                .as_deref()
+                .map(|e| format!(" ({} said: {e})", p.remote))
+                .unwrap_or_default()
+        ));
+    }
+    out.extend(i.totals.flipped_elsewhere.iter().cloned());
     let blocked_is_the_reason = matches!(
         i.reason,
         StopReason::AllBlocked { .. } | StopReason::StoryBlocked { .. }

@@ -56,9 +56,9 @@ fn with_work(before: Vec<Value>, after: Vec<Value>) -> Value {
 }
 
 /// A usage limit does not use up an iteration: the story's attempts stay at zero, ralph stops at
-/// once under `--no-wait` (exit 4) and remembers when to resume.
+/// once under `--no-wait` (exit 75, resumable later) and remembers when to resume.
 fn assert_usage_limit_stop(env: &TestEnv, out: &std::process::Output) {
-    assert_eq!(out.status.code(), Some(4), "{}", text(out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(out));
     assert_eq!(outcomes(env), ["usage_limit"]);
     let state = state(env);
     assert!(

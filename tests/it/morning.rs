@@ -283,4 +283,27 @@ fn show_rebuilds_a_claude_iteration_from_its_raw_lines() {
     let show = stdout(&env, &["show", "1", "--no-pager"]);
     assert!(show.contains("→ Grep: fn main in src"), "{show}");
     assert!(show.contains("→ Bash: ls -la"), "{show}");
+#[test]
+fn a_run_stopped_at_a_usage_limit_reports_when_it_resumes() {
+    // Exit 75 and its reset: `resume_at` in the report's Markdown, HTML and JSON.
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    let resets = chrono::Utc::now().timestamp() + 3600;
+    env.script(&serde_json::json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets}},
+        {"exit": 1}
+    ]]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let data: Value = serde_json::from_str(&stdout(&env, &["report", "--json"])).unwrap();
+    let at = data["summary"]["resume_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("resume_at in {data}"));
+    let parsed = chrono::DateTime::parse_from_rfc3339(at).unwrap();
+    assert!((parsed.timestamp() - resets).abs() < 120, "{at}");
+    let md = stdout(&env, &["report", "--markdown"]);
+    assert!(md.contains(&format!("**Resumes at:** {at}")), "{md}");
+    stdout(&env, &["report"]);
+    let html = env.read(".ralph/report.html");
+    assert!(html.contains(&format!("data-at=\"{at}\"")), "{at}");
 }

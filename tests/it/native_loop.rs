@@ -106,6 +106,7 @@ fn config() -> SessionConfig {
         },
         allowed_tools: None,
         redact: Vec::new(),
+        mark_protocol: false,
     }
 }
 
@@ -891,6 +892,7 @@ async fn secrets_in_tool_output_never_reach_the_model() {
         );
         let cfg = SessionConfig {
             redact: vec!["sk-test-secret-0123456789".into()],
+            mark_protocol: false,
             ..config()
         };
         let (r, _) = session(&server, false, &repo, &cfg).await;

@@ -135,7 +135,7 @@ fn fake_codex_usage_limit_stops_with_no_wait_without_using_an_attempt() {
         fake_agent_bin(),
         "--no-wait",
     ]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     let ledger = env.ledger();
     assert_eq!(outcomes(&ledger), ["usage_limit"]);
     assert_eq!(ledger[0]["exit_code"], 1);
@@ -437,8 +437,8 @@ fn real_codex_usage_limit_stops_the_run_without_using_an_iteration() {
         "limit",
     );
     eprintln!("ralph + codex, usage limit: {:.1?}", started.elapsed());
-    // Stopped by the limit (4), not "max iterations reached" (3).
-    assert_eq!(out.status.and_then(|s| s.code()), Some(4), "{out}");
+    // Stopped by the limit (75, resumable later), not "max iterations reached" (3).
+    assert_eq!(out.status.and_then(|s| s.code()), Some(75), "{out}");
     assert!(out.stderr.contains("usage limit"), "{out}");
 
     let ledger = read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));

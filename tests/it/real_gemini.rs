@@ -224,7 +224,7 @@ fn ralph_records_the_real_gemini_quota_error_as_a_usage_limit() {
         &["--max-iter", "3", "--no-wait"],
         "quota",
     );
-    assert_eq!(out.status.and_then(|s| s.code()), Some(4), "{out}");
+    assert_eq!(out.status.and_then(|s| s.code()), Some(75), "{out}");
     assert!(
         format!("{}{}", out.stdout, out.stderr).contains("usage limit"),
         "{out}"

@@ -139,7 +139,7 @@ fn fake_opencode_exhausted_quota_is_a_usage_limit_with_the_providers_reset() {
     ]}));
     let before = chrono::Utc::now();
     let out = env.ralph(&["run", "--agent", "opencode", "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     // The provider's `retry-after: 3600` is the reset ralph would wait for.
     let state: Value =

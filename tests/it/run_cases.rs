@@ -1136,7 +1136,7 @@ fn no_wait_stops_at_a_usage_limit_and_a_restart_honours_the_persisted_reset() {
         &json!({"invocations": [usage_limit_invocation(3600), claude_story("US-001", 1, "done")]}),
     );
     let out = env.ralph(&["run", "--no-wait", "--json"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert_eq!(outcomes(&env), ["usage_limit"]);
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     let resume_at = state["resume_at"].as_str().expect("resume_at persisted");
@@ -1160,7 +1160,7 @@ fn no_wait_stops_at_a_usage_limit_and_a_restart_honours_the_persisted_reset() {
     );
     // A restarted ralph still knows about the limit: with --no-wait it stops at once.
     let out = env.ralph(&["run", "--no-wait"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not waiting (--no-wait)"),
         "{}",
@@ -1222,7 +1222,7 @@ fn a_usage_limit_that_resets_after_max_duration_stops_the_run_at_once() {
     );
     let t = Instant::now();
     let out = env.ralph(&["run", "--max-duration", "10m"]);
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(t.elapsed() < Duration::from_secs(60));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("after --max-duration 10m ends"), "{stderr}");

@@ -28,6 +28,8 @@ mod run_command;
 mod search;
 mod write_file;
 
+pub use mark_story::{StoryCheck, CHECK_TAIL_BYTES, CHECK_TAIL_LINES};
+
 /// Default wall-clock limit for one `run_command` call: 120 s.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -54,11 +56,14 @@ pub struct ToolContext {
     /// Environment variables removed before `run_command` starts its shell, e.g. the API key
     /// variable, so the model cannot print a secret into the transcript.
     pub env_remove: Vec<String>,
+    /// The check `mark_story` runs before it records `passes: true` (`None`: it records without
+    /// one). See [`StoryCheck`].
+    pub story_check: Option<StoryCheck>,
 }
 
 impl ToolContext {
     /// A context with the defaults: [`DEFAULT_COMMAND_TIMEOUT`], [`DEFAULT_MAX_OUTPUT_BYTES`], no
-    /// stop requested, nothing removed from the environment. `repo_root` must be canonical
+    /// stop requested, nothing removed from the environment, no story check. `repo_root` must be canonical
     /// (see [`std::fs::canonicalize`]).
     pub fn new(repo_root: PathBuf, prd_path: PathBuf, progress_path: PathBuf) -> ToolContext {
         ToolContext {
@@ -69,6 +74,7 @@ impl ToolContext {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             stop: crate::process::StopSignals::default(),
             env_remove: Vec::new(),
+            story_check: None,
         }
     }
 }
@@ -171,7 +177,7 @@ impl Tool {
             Tool::ListFiles => blocking(parse(self, args)?, ctx, list_files::run).await,
             Tool::Search => blocking(parse(self, args)?, ctx, search::run).await,
             Tool::RunCommand => run_command::run(parse(self, args)?, ctx).await,
-            Tool::MarkStory => blocking(parse(self, args)?, ctx, mark_story::run).await,
+            Tool::MarkStory => mark_story::run(parse(self, args)?, ctx).await,
             Tool::AppendProgress => blocking(parse(self, args)?, ctx, append_progress::run).await,
         }
     }
@@ -179,11 +185,11 @@ impl Tool {
 
 /// Runs a tool's file-system work on the blocking pool, so a walk over a large repository does
 /// not stall the runtime that also drives the HTTP stream and the signal handling.
-async fn blocking<A: Send + 'static>(
+async fn blocking<A: Send + 'static, T: Send + 'static>(
     args: A,
     ctx: &ToolContext,
-    work: fn(A, &ToolContext) -> Result<ToolOutput, ToolError>,
-) -> Result<ToolOutput, ToolError> {
+    work: fn(A, &ToolContext) -> Result<T, ToolError>,
+) -> Result<T, ToolError> {
     let ctx = ctx.clone();
     tokio::task::spawn_blocking(move || work(args, &ctx))
         .await

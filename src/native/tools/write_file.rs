@@ -56,13 +56,80 @@ pub(super) fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
             ToolError::RespondToModel(format!("cannot create the directories for `{rel}`: {err}"))
         })?;
     }
-    write_atomic(&path.abs, args.content.as_bytes())
+    let unfenced = if is_markdown(rel) {
+        None
+    } else {
+        strip_fence(&args.content)
+    };
+    let content = unfenced.as_deref().unwrap_or(&args.content);
+    write_atomic(&path.abs, content.as_bytes())
         .map_err(|err| ToolError::RespondToModel(format!("cannot write `{rel}`: {err}")))?;
-    let bytes = args.content.len();
-    let lines = args.content.lines().count();
+    let bytes = content.len();
+    let lines = content.lines().count();
     let how = if created { "created" } else { "replaced" };
+    let note = if unfenced.is_some() {
+        " The ``` fence around the content was removed: give a file's text only."
+    } else {
+        ""
+    };
     Ok(ToolOutput {
-        content: format!("Wrote {bytes} bytes ({lines} lines) to `{rel}` ({how})."),
+        content: format!("Wrote {bytes} bytes ({lines} lines) to `{rel}` ({how}).{note}"),
         summary: summary(&format!("write_file {rel}: {bytes} bytes, {how}")),
     })
+}
+
+/// Whether `rel` is a Markdown or reStructuredText file, where a ``` fence is content.
+fn is_markdown(rel: &str) -> bool {
+    let lower = rel.to_ascii_lowercase();
+    [".md", ".markdown", ".mdx", ".rst"]
+        .iter()
+        .any(|ext| lower.ends_with(ext))
+}
+
+/// The inside of `content` when all of it is one Markdown code block (a first line of ``` and an
+/// optional language word, a last line of ```, no other fence line), as small models write a
+/// file's content; `None` otherwise.
+fn strip_fence(content: &str) -> Option<String> {
+    let trimmed = content.trim();
+    let (first, rest) = trimmed.split_once('\n')?;
+    let lang = first.trim_end().strip_prefix("```")?;
+    if lang.contains(char::is_whitespace) || lang.contains('`') {
+        return None;
+    }
+    let inner = rest.trim_end().strip_suffix("```")?;
+    if inner
+        .lines()
+        .any(|line| line.trim_start().starts_with("```"))
+    {
+        return None;
+    }
+    let inner = inner.trim_end_matches([' ', '\t']);
+    let mut text = inner.trim_end_matches('\n').to_string();
+    text.push('\n');
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_fenced_block_is_unwrapped_other_content_is_kept() {
+        assert_eq!(
+            strip_fence("```python\ndef add(a, b):\n    return a + b\n```").as_deref(),
+            Some("def add(a, b):\n    return a + b\n")
+        );
+        assert_eq!(strip_fence("```\nhi\n```\n").as_deref(), Some("hi\n"));
+        for kept in [
+            "def f():\n    pass\n",
+            "```python\na = 1\n```\ntext\n```\nb\n```",
+            "```not a language\nx\n```",
+            "```python\nno closing fence\n",
+            "intro\n```\ncode\n```",
+        ] {
+            assert_eq!(strip_fence(kept), None, "{kept:?}");
+        }
+        assert!(is_markdown("docs/README.md") && is_markdown("a.RST"));
+        assert!(!is_markdown("hello.py"));
+    }
 }

@@ -31,6 +31,8 @@ pub struct Draft {
     /// When the iteration started (monotonic), for the duration; `None` keeps the record's
     /// (a recovered iteration).
     pub clock: Option<Instant>,
+    /// When the signal that ended the iteration came, for the record's `shutdown.recorded_s`.
+    pub signal_at: Option<Instant>,
 }
 
 /// The places [`commit`] writes to.
@@ -40,6 +42,8 @@ pub struct Sinks<'a> {
     pub repo: &'a Repo,
     /// The workspace.
     pub paths: &'a RunPaths,
+    /// `--push`: where the checkpoint goes before the ledger line is written.
+    pub remote: Option<&'a crate::remote::Remote>,
 }
 
 /// What [`commit`] wrote.
@@ -51,7 +55,8 @@ pub struct Written {
     pub tree_clean: bool,
 }
 
-/// Every this many iterations (and at the end of a run) the loose refs ralph writes are packed.
+/// Every this many iterations (and at the end of a run) the loose refs and objects ralph writes are
+/// packed ([`crate::git::Repo::housekeeping`]).
 pub const PACK_REFS_EVERY: u32 = 100;
 
 /// Writes `draft` down (see the module docs) and returns the final record.
@@ -66,8 +71,20 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         subject,
         body,
         clock,
+        signal_at,
     } = draft;
+    // A ledger that starts while git already has ralph's iterations (a fresh clone, a deleted
+    // `.ralph/`) says so on its first record.
+    record.rebuilt = rebuilt_mark(at);
     progress::ensure_exists(&at.paths.progress, Local::now())?;
+    // progress.txt stays bounded: its older entries move to progress-history/ (P5).
+    if let Some(rolled) = progress::roll(&at.paths.progress, Local::now())? {
+        tracing::info!(
+            "moved {} bytes of older progress.txt entries to {}",
+            rolled.moved_bytes,
+            rolled.part.display()
+        );
+    }
     progress::append_entry(
         &at.paths.progress,
         &progress::Entry {
@@ -87,10 +104,24 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         outcome: record.outcome,
         feature: record.feature.clone(),
     };
+    // An agent stopped by a signal may have been killed inside `git commit`: its index.lock
+    // would fail the checkpoint, which must land before the shutdown pushes it.
+    if record.outcome == crate::protocol::Outcome::Interrupted {
+        at.repo.clear_stale_locks();
+    }
     let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
     record.checkpoint_commit = checkpoint.commit;
     record.head_after = at.repo.head_sha()?;
+    // The iteration's commit point waits for the push: the ledger then says whether the remote
+    // has it. (The `end` ref is pinned later, before a wait or at the end, and goes with the
+    // next push or the lease's release.)
+    if let Some(remote) = at.remote {
+        record.push = Some(remote.push());
+    }
     record.ended_at = Utc::now();
+    if let (Some(shutdown), Some(signal_at)) = (record.shutdown.as_mut(), signal_at) {
+        shutdown.recorded_s = signal_at.elapsed().as_secs_f64();
+    }
     // A recovered iteration's real duration is unknown (ralph was killed during it): it keeps
     // the draft's.
     if let Some(c) = clock {
@@ -106,8 +137,8 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     state.in_flight = None;
     state.save(&at.paths.ralph_dir)?;
     if record.iteration % PACK_REFS_EVERY == 0 {
-        if let Err(e) = at.repo.pack_refs() {
-            tracing::warn!("{e}");
+        for warning in at.repo.housekeeping() {
+            tracing::warn!("{warning}");
         }
     }
     Ok(Written {
@@ -131,6 +162,26 @@ pub fn pin_end(repo: &Repo, record: &LedgerRecord) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The `rebuilt` mark for a record about to start a new ledger when git already remembers
+/// iterations; `None` when the ledger has records (or git has none).
+fn rebuilt_mark(at: Sinks<'_>) -> Option<crate::protocol::Rebuilt> {
+    let empty = std::fs::metadata(&at.paths.ledger).map_or(true, |m| m.len() == 0);
+    if !empty {
+        return None;
+    }
+    let from_git = crate::history::records_from_git(
+        &at.repo
+            .trailer_history(crate::history::MAX_GIT_RECORDS)
+            .ok()?,
+    );
+    let last = from_git.iter().map(|r| r.iteration).max()?;
+    Some(crate::protocol::Rebuilt {
+        from: "git".to_owned(),
+        iterations: u32::try_from(from_git.len()).unwrap_or(u32::MAX),
+        last_iteration: last,
+    })
 }
 
 /// The iteration's cost: the agent's own report, else its tokens priced from ralph.toml's

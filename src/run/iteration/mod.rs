@@ -54,6 +54,8 @@ pub struct Cx<'a> {
     pub agent_version: Option<&'a str>,
     /// Whether the "cost unknown" warning was given in this run.
     pub warned_unpriced: std::sync::atomic::AtomicBool,
+    /// `--push`: the remote each checkpoint is pushed to.
+    pub remote: Option<&'a crate::remote::Remote>,
 }
 
 /// What an iteration hands back to the loop.
@@ -103,6 +105,8 @@ pub async fn run(
         command: command_line,
     });
     let execution = execute::execute(cx, state, launch, assignment.iteration, limits, out).await?;
+    // A signal ended (or came during) the agent: how long its stop took is part of the record.
+    let agent_stopped = cx.stop.stopped().map(|c| (c, c.at.elapsed()));
     let observation = inspect::inspect(cx, &assignment, &start, out).await?;
     let verdict = classify::classify(
         &Facts {
@@ -121,7 +125,7 @@ pub async fn run(
         },
         &observation,
     );
-    let draft = draft(
+    let mut draft = draft(
         cx,
         &assignment,
         &start,
@@ -130,10 +134,20 @@ pub async fn run(
         &verdict,
         out,
     );
+    if let Some((cause, stopped_after)) = agent_stopped {
+        draft.signal_at = Some(cause.at);
+        draft.record.shutdown = Some(crate::protocol::ShutdownRecord {
+            signal: cause.signal.to_owned(),
+            timeout_s: cx.cfg.shutdown_timeout.as_secs_f64(),
+            agent_stopped_s: stopped_after.as_secs_f64(),
+            recorded_s: 0.0,
+        });
+    }
     let written = commit::commit(
         Sinks {
             repo: cx.repo,
             paths: cx.paths,
+            remote: cx.remote,
         },
         state,
         draft,
@@ -214,6 +228,7 @@ fn draft(
         subject: format!("ralph: iteration {} ({})", a.iteration, a.story.id),
         body: format!("Outcome: {}.", v.outcome.as_str()),
         clock: Some(start.clock),
+        signal_at: None,
         record: r,
     }
 }

@@ -1,0 +1,4 @@
+"""Settings of the app."""
+
+MAX_RETRIES = 3
+TIMEOUT_SECONDS = 10

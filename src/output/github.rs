@@ -1,0 +1,328 @@
+//! GitHub Actions awareness, only when `GITHUB_ACTIONS=true` (the runner sets it):
+//!
+//! - each iteration's log lines are folded into a `::group::` (opened at `iteration_started`,
+//!   closed before whatever comes after the iteration);
+//! - a blocked story becomes a `::warning::` annotation, an auth or config error (and a push the
+//!   remote refused) an `::error::` one, a push that could not reach the remote a `::warning::`;
+//! - at the end, the Markdown report is appended to `$GITHUB_STEP_SUMMARY`, and the run's
+//!   numbers are written to `$GITHUB_OUTPUT`: `exit_code`, `stop_reason`, `passed`, `open`,
+//!   `open_stories`, `blocked`, `cost_usd`, `branch`, `resume_at`, `run_id`,
+//!   `unpushed_commits`.
+//!
+//! Workflow commands go to stderr, where the terminal output goes (the runner reads commands
+//! from both streams, and `--json` keeps stdout to itself). Missing or unwritable files are
+//! skipped with a warning on stderr: the run never fails for its CI decorations.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use super::Sink;
+use crate::protocol::run_event::RunSummary;
+use crate::protocol::{LedgerRecord, Outcome, PushStatus, RunEvent};
+
+/// Renders the Markdown report of the run that just finished (called once, at the end).
+pub type MarkdownReport = Box<dyn FnMut() -> Option<String> + Send>;
+
+/// The GitHub Actions sink (see the module docs).
+pub struct GitHubActions {
+    summary_file: Option<PathBuf>,
+    output_file: Option<PathBuf>,
+    branch: Option<String>,
+    run_id: Option<String>,
+    report: MarkdownReport,
+    in_group: bool,
+    err: Box<dyn std::io::Write + Send>,
+}
+
+/// What the sink reads from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerEnv {
+    /// `GITHUB_ACTIONS`: the sink exists only when it is `true`.
+    pub github_actions: bool,
+    /// `GITHUB_STEP_SUMMARY`: the file the step's Markdown summary is appended to.
+    pub step_summary: Option<PathBuf>,
+    /// `GITHUB_OUTPUT`: the file the step's outputs are appended to.
+    pub output: Option<PathBuf>,
+}
+
+impl RunnerEnv {
+    /// The runner's variables from this process's environment.
+    pub fn from_env() -> RunnerEnv {
+        let path = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        RunnerEnv {
+            github_actions: std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true"),
+            step_summary: path("GITHUB_STEP_SUMMARY"),
+            output: path("GITHUB_OUTPUT"),
+        }
+    }
+}
+
+impl GitHubActions {
+    /// The sink, when `env` says the run is under GitHub Actions (else `None`). `branch` is
+    /// prd.json's `branchName`; `report` renders the Markdown summary at the end.
+    pub fn new(
+        env: &RunnerEnv,
+        branch: Option<String>,
+        report: MarkdownReport,
+    ) -> Option<GitHubActions> {
+        Self::with_writer(env, branch, report, Box::new(std::io::stderr()))
+    }
+
+    /// [`GitHubActions::new`] writing the workflow commands to `err` (tests).
+    pub fn with_writer(
+        env: &RunnerEnv,
+        branch: Option<String>,
+        report: MarkdownReport,
+        err: Box<dyn std::io::Write + Send>,
+    ) -> Option<GitHubActions> {
+        env.github_actions.then(|| GitHubActions {
+            summary_file: env.step_summary.clone(),
+            output_file: env.output.clone(),
+            branch,
+            run_id: None,
+            report,
+            in_group: false,
+            err,
+        })
+    }
+
+    fn command(&mut self, line: String) {
+        let _ = writeln!(self.err, "{line}");
+        let _ = self.err.flush();
+    }
+
+    fn end_group(&mut self) {
+        if std::mem::take(&mut self.in_group) {
+            self.command("::endgroup::".into());
+        }
+    }
+
+    fn annotate(&mut self, level: &str, title: &str, message: &str) {
+        self.command(format!(
+            "::{level} title={}::{}",
+            escape_property(title),
+            escape_data(message)
+        ));
+    }
+
+    fn iteration(&mut self, r: &LedgerRecord) {
+        let why = r.primary_message().unwrap_or("no message");
+        match r.outcome {
+            Outcome::AuthError => self.annotate(
+                "error",
+                "ralph: the agent is not logged in",
+                &format!("iteration {} ({}): {why}", r.iteration, r.story_id),
+            ),
+            Outcome::ConfigError => self.annotate(
+                "error",
+                "ralph: the agent's configuration is wrong",
+                &format!("iteration {} ({}): {why}", r.iteration, r.story_id),
+            ),
+            _ => {}
+        }
+        if let Some(p) = &r.push {
+            let detail = p.error.as_deref().unwrap_or("no message");
+            match p.status {
+                PushStatus::Pushed => {}
+                PushStatus::Unreachable => self.annotate(
+                    "warning",
+                    "ralph: push failed",
+                    &format!(
+                        "iteration {} is not on {} yet ({} attempts): {detail}",
+                        r.iteration, p.remote, p.attempts
+                    ),
+                ),
+                PushStatus::Rejected => self.annotate(
+                    "error",
+                    "ralph: push rejected",
+                    &format!("{} refused {}: {detail}", p.remote, p.branch),
+                ),
+                PushStatus::LeaseLost => self.annotate(
+                    "error",
+                    "ralph: lease lost",
+                    &format!("{}: {detail}", p.branch),
+                ),
+            }
+        }
+    }
+
+    fn finished(&mut self, s: &RunSummary) {
+        if s.exit_code == 1 {
+            let text = s.stop_reason.sentence();
+            self.annotate("error", "ralph: a human must act", &text);
+        }
+        if let Some(file) = self.summary_file.clone() {
+            if let Some(mut md) = (self.report)() {
+                md.push_str(&format!(
+                    "\n**Exit code:** {} ({})\n",
+                    s.exit_code,
+                    s.stop_reason.kind()
+                ));
+                if let Some(at) = s.resume_at {
+                    md.push_str(&format!(
+                        "\n**Resumable at:** {} (rerun the job then)\n",
+                        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ));
+                }
+                if let Some(p) = s.push.as_ref().filter(|p| p.unpushed_commits > 0) {
+                    md.push_str(&format!(
+                        "\n**Not pushed:** {} commit(s) of {} are not on {}\n",
+                        p.unpushed_commits, p.branch, p.remote
+                    ));
+                }
+                self.append(&file, &format!("{md}\n"), "GITHUB_STEP_SUMMARY");
+            }
+        }
+        if let Some(file) = self.output_file.clone() {
+            let text = outputs(s, self.branch.as_deref(), self.run_id.as_deref())
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}\n"))
+                .collect::<String>();
+            self.append(&file, &text, "GITHUB_OUTPUT");
+        }
+    }
+
+    fn append(&mut self, file: &PathBuf, text: &str, var: &str) {
+        let result = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(e) = result {
+            let message = format!("cannot write ${var} ({}): {e}", file.display());
+            self.annotate("warning", "ralph", &message);
+        }
+    }
+}
+
+impl Sink for GitHubActions {
+    fn on(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::RunStarted { run_id, .. } => self.run_id = Some(run_id.clone()),
+            RunEvent::IterationStarted {
+                iteration,
+                story_id,
+                story_title,
+                ..
+            } => {
+                self.end_group();
+                self.command(format!(
+                    "::group::iteration {iteration} · {}",
+                    escape_data(&format!("{story_id} {story_title}"))
+                ));
+                self.in_group = true;
+            }
+            RunEvent::IterationFinished { record, .. } => self.iteration(record),
+            RunEvent::StoryBlocked {
+                story_id,
+                attempts,
+                last_outcome,
+                last_message,
+            } => {
+                self.end_group();
+                self.annotate(
+                    "warning",
+                    "ralph: story blocked",
+                    &format!(
+                        "{story_id} is blocked after {attempts} attempts (last: {last_outcome}{})",
+                        last_message
+                            .as_deref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    ),
+                );
+            }
+            RunEvent::Waiting { .. } => self.end_group(),
+            RunEvent::RunFinished(summary) => {
+                self.end_group();
+                self.finished(summary);
+            }
+            _ => {}
+        }
+    }
+
+    fn close(&mut self) {
+        self.end_group();
+    }
+}
+
+/// The `$GITHUB_OUTPUT` pairs of a finished run (values on one line; absent ones empty).
+pub fn outputs(
+    s: &RunSummary,
+    branch: Option<&str>,
+    run_id: Option<&str>,
+) -> Vec<(&'static str, String)> {
+    let branch = s
+        .push
+        .as_ref()
+        .map(|p| p.branch.clone())
+        .or(branch.map(str::to_owned))
+        .unwrap_or_default();
+    vec![
+        ("exit_code", s.exit_code.to_string()),
+        ("stop_reason", s.stop_reason.kind().to_owned()),
+        ("passed", s.passed.to_string()),
+        ("open", s.open.len().to_string()),
+        ("open_stories", s.open.join(",")),
+        ("blocked", s.blocked.join(",")),
+        (
+            "cost_usd",
+            s.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_default(),
+        ),
+        ("branch", branch),
+        (
+            "resume_at",
+            s.resume_at
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+        ),
+        ("run_id", run_id.unwrap_or_default().to_owned()),
+        (
+            "unpushed_commits",
+            s.push
+                .as_ref()
+                .map(|p| p.unpushed_commits.to_string())
+                .unwrap_or_default(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.replace(['\r', '\n'], " ")))
+    .collect()
+}
+
+/// A workflow command's message: `%`, CR and LF escaped.
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A workflow command's property value: as [`escape_data`], and `:` and `,` too.
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_escape_what_would_end_them() {
+        assert_eq!(escape_data("50% done\nnext"), "50%25 done%0Anext");
+        assert_eq!(escape_property("a: b, c"), "a%3A b%2C c");
+    }
+
+    #[test]
+    fn nothing_happens_outside_github_actions() {
+        let env = RunnerEnv {
+            github_actions: false,
+            step_summary: Some("/tmp/x".into()),
+            output: Some("/tmp/y".into()),
+        };
+        assert!(GitHubActions::new(&env, None, Box::new(|| None)).is_none());
+    }
+}
