@@ -283,6 +283,8 @@ fn show_rebuilds_a_claude_iteration_from_its_raw_lines() {
     let show = stdout(&env, &["show", "1", "--no-pager"]);
     assert!(show.contains("→ Grep: fn main in src"), "{show}");
     assert!(show.contains("→ Bash: ls -la"), "{show}");
+}
+
 #[test]
 fn a_run_stopped_at_a_usage_limit_reports_when_it_resumes() {
     // Exit 75 and its reset: `resume_at` in the report's Markdown, HTML and JSON.
