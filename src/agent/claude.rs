@@ -191,6 +191,13 @@ pub struct ClaudeDialect {
 
 impl Dialect for ClaudeDialect {
     fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent> {
+        // Nearly every byte is in assistant and user lines: read those without a `Value`.
+        if let Some(turn) = shape::read_turn(line, core) {
+            return match turn.kind() {
+                Some("assistant") => turn.on_assistant(core, &mut self.last),
+                _ => turn.on_user(),
+            };
+        }
         let Some(v) = shape::read_line(line, core) else {
             return Vec::new();
         };

@@ -19,18 +19,33 @@
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
+use crate::agent::claude_turn::Turn;
 use crate::agent::stream::{json_object, tokens, StreamCore};
 use crate::process::strip_ansi;
 use crate::protocol::fields::{str_field, summarize_tool_input};
 use crate::protocol::{AgentEvent, Usage};
 
-/// `line` as a JSON object, with the session id taken from it when none is known yet.
+/// `line` as a JSON object, with the session id taken from it when none is known yet (and
+/// [`StreamCore::line_is_json`] set when nothing surrounds it).
 pub fn read_line(line: &str, core: &mut StreamCore) -> Option<Value> {
     let v = json_object(line)?;
+    core.line_is_json = line.trim().len() == line.len();
     if core.session_id.is_none() {
         core.session_id = str_field(&v, "session_id");
     }
     Some(v)
+}
+
+/// `line` as an `assistant` or `user` line read into borrowed structs
+/// ([`crate::agent::claude_turn`]), with the session id taken from it when none is known yet;
+/// `None` for every other line (and for an odd shape), which [`read_line`] then reads.
+pub fn read_turn<'a>(line: &'a str, core: &mut StreamCore) -> Option<Turn<'a>> {
+    let turn = crate::agent::claude_turn::read(line.trim())?;
+    core.line_is_json = line.trim().len() == line.len();
+    if core.session_id.is_none() {
+        core.session_id = turn.session_id().map(str::to_owned);
+    }
+    Some(turn)
 }
 
 /// The line's `type`.
@@ -71,7 +86,7 @@ pub struct LastMessage {
 
 impl LastMessage {
     /// Adds the text blocks of a message line with `id`.
-    fn push(&mut self, id: Option<String>, texts: &[&str]) {
+    pub(crate) fn push(&mut self, id: Option<String>, texts: &[&str]) {
         if id.is_none() || id != self.id {
             self.id = id;
             self.texts.clear();

@@ -18,6 +18,7 @@ pub mod classify;
 pub mod claude;
 pub mod claude_login;
 pub mod claude_shape;
+pub mod claude_turn;
 pub mod codex;
 pub mod cursor;
 pub mod exec;
@@ -90,6 +91,12 @@ impl AgentSettings {
 pub trait OutputParser: Send {
     /// Parses one line (stdout or stderr). Never fails: unknown or non-JSON lines yield no event.
     fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent>;
+    /// Whether the stdout line just read was one JSON value exactly as printed (the parser read
+    /// it whole, and it has no surrounding whitespace), so a transcript may keep it as JSON
+    /// rather than as an escaped string. By default `false`, which is always safe.
+    fn line_is_json(&self) -> bool {
+        false
+    }
     /// Called once after the process ended, with its exit code (None when killed by a signal).
     fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport;
 }
@@ -116,6 +123,24 @@ pub trait Backend: Send + Sync {
     fn notices(&self) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// A fresh parser that reads a `kind` transcript's lines again into the same events as the run
+/// did: for every backend whose events depend on its output lines alone (the settings a
+/// backend's own parser gets, such as the requested model, change only its report). `None` for
+/// exec, whose events also depend on the prompt and the program; its transcripts keep every event
+/// ([`crate::transcript::Transcript::create_replayed`]).
+pub fn replay_parser(kind: AgentKind) -> Option<Box<dyn OutputParser>> {
+    Some(match kind {
+        AgentKind::Claude => Box::new(claude::ClaudeParser::new()),
+        AgentKind::Codex => Box::new(codex::CodexParser::new()),
+        AgentKind::Amp => Box::new(amp::AmpParser::new()),
+        AgentKind::Opencode => Box::new(opencode::OpencodeParser::new()),
+        AgentKind::Gemini => Box::new(gemini::GeminiParser::new()),
+        AgentKind::Cursor => Box::new(cursor::CursorParser::new()),
+        AgentKind::Native | AgentKind::Local => Box::new(native::NativeParser::default()),
+        AgentKind::Exec => return None,
+    })
 }
 
 /// The backend for `kind`, configured from `settings`.

@@ -112,6 +112,9 @@ pub struct StreamCore {
     /// The CLI may end without its terminal event, and then its exit code decides (cursor):
     /// exit 0 without a terminal event counts as the end of the run.
     pub exit_decides: bool,
+    /// The line being read is one JSON value exactly as it was printed (no surrounding
+    /// whitespace): set by the readers that parsed it whole, cleared before every line.
+    pub line_is_json: bool,
 }
 
 impl StreamCore {
@@ -335,10 +338,15 @@ impl<D: Dialect + Default> Parser<D> {
 
 impl<D: Dialect> OutputParser for Parser<D> {
     fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
+        self.core.line_is_json = false;
         match line.stream {
             StreamKind::Stdout => self.dialect.stdout(&line.text, &mut self.core),
             StreamKind::Stderr => self.dialect.stderr(&line.text, &mut self.core),
         }
+    }
+
+    fn line_is_json(&self) -> bool {
+        self.core.line_is_json
     }
 
     fn finish(self: Box<Self>, exit_code: Option<i32>) -> AgentReport {

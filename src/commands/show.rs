@@ -37,7 +37,7 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
         .transcript
         .as_ref()
         .map(|t| paths.repo_root.join(t))
-        .and_then(|p| crate::transcript::read(&p).ok());
+        .and_then(|p| crate::transcript::read_with(&p, replayer).ok());
     if args.raw {
         let Some(t) = transcript else {
             return Err(UserError::new(format!(
@@ -72,6 +72,14 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     changes(&mut out, record, repo.as_ref(), args.diff);
     page(&out, args.no_pager);
     Ok(ExitStatus::Success)
+}
+
+/// The parser that rebuilds the events of a transcript written by `backend`, when there is one
+/// ([`crate::agent::replay_parser`]).
+fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
+    let kind: crate::protocol::AgentKind = serde_json::from_value(serde_json::json!(backend)).ok()?;
+    let mut parser = crate::agent::replay_parser(kind)?;
+    Some(Box::new(move |line| parser.on_line(line)))
 }
 
 fn page(text: &str, no_pager: bool) {

@@ -144,7 +144,7 @@ pub(crate) async fn pump<R>(
         };
         let len = chunk.len();
         let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+        while let Some(pos) = memchr::memchr(b'\n', rest) {
             line.push(&rest[..pos]);
             if tx.send(line.take(stream)).await.is_err() {
                 return;

@@ -17,7 +17,25 @@ pub fn str_field(v: &Value, key: &str) -> Option<String> {
 /// description, prompt or skill, a todo count, or the compact JSON. Whitespace is collapsed and
 /// the result cut at [`SUMMARY_MAX_CHARS`] characters (with `…`).
 pub fn summarize_tool_input(input: &Value) -> String {
-    let get = |key: &str| input.get(key).and_then(Value::as_str);
+    summarize_with(
+        |key| input.get(key).and_then(Value::as_str),
+        input.get("todos").and_then(Value::as_array).map(Vec::len),
+        || match input {
+            Value::Null => String::new(),
+            other => other.to_string(),
+        },
+    )
+}
+
+/// [`summarize_tool_input`] over an input read some other way: `get(key)` is the input's
+/// string field `key` (`None` when missing or not a string), `todos` the length of its `todos`
+/// array, and `compact()` the input as compact JSON (empty for `null`), asked for only when no
+/// field says more.
+pub fn summarize_with<'a>(
+    get: impl Fn(&str) -> Option<&'a str>,
+    todos: Option<usize>,
+    compact: impl FnOnce() -> String,
+) -> String {
     let text = if let Some(command) = get("command").or_else(|| get("cmd")) {
         command.to_owned()
     } else if let Some(path) = ["file_path", "filePath", "notebook_path", "dir_path"]
@@ -35,13 +53,10 @@ pub fn summarize_tool_input(input: &Value) -> String {
         .find_map(|k| get(k))
     {
         s.to_owned()
-    } else if let Some(todos) = input.get("todos").and_then(Value::as_array) {
-        format!("{} todos", todos.len())
+    } else if let Some(todos) = todos {
+        format!("{todos} todos")
     } else {
-        match input {
-            Value::Null => String::new(),
-            other => other.to_string(),
-        }
+        compact()
     };
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     truncate_chars(&one_line, SUMMARY_MAX_CHARS)

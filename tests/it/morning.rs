@@ -244,6 +244,47 @@ fn show_reads_an_exec_iteration() {
     );
 }
 
+/// A claude iteration's transcript keeps each stdout line once (no event records beside it):
+/// `ralph show` rebuilds the events from the raw lines, and they are the ones `ralph run
+/// --json --verbose` showed live.
+#[test]
+fn show_rebuilds_a_claude_iteration_from_its_raw_lines() {
+    let env = TestEnv::new(&crate::common::prd_with_stories(1));
+    let assistant = serde_json::json!({"type": "assistant", "message": {"id": "m1", "content": [
+        {"type": "text", "text": "Looking at \"the\" repo"},
+        {"type": "tool_use", "name": "Grep", "input": {"pattern": "fn main", "path": "src"}}]}});
+    let result = serde_json::json!({"type": "user", "message": {"content": [
+        {"type": "tool_result", "is_error": true, "content": [{"type": "text", "text": "no match"}]}]}});
+    env.script(&serde_json::json!({"invocations": [[
+        {"claude_init": {}},
+        {"stdout": assistant.to_string()},
+        {"claude_tool": {"name": "Bash", "input": {"command": "ls -la"}, "result": "a\nb"}},
+        {"stdout": result.to_string()},
+        {"stderr": "a warning on stderr"},
+        {"claude_result": {"text": "Done."}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1", "--json", "--verbose"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let live: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "agent_event")
+        .map(|e| e["agent_event"].clone())
+        .collect();
+    assert!(live.len() >= 7, "{live:?}");
+    let json: Value = serde_json::from_str(&stdout(&env, &["show", "1", "--json"])).unwrap();
+    assert_eq!(json["events"].as_array().unwrap(), &live);
+    let transcript = env.read(env.ledger()[0]["transcript"].as_str().unwrap());
+    let written: Vec<&str> = transcript
+        .lines()
+        .filter(|l| l.starts_with(r#"{"type":"event""#))
+        .collect();
+    assert_eq!(written.len(), 1, "only the stderr line's event: {written:?}");
+    let show = stdout(&env, &["show", "1", "--no-pager"]);
+    assert!(show.contains("→ Grep: fn main in src"), "{show}");
+    assert!(show.contains("→ Bash: ls -la"), "{show}");
+}
+
 #[test]
 fn a_run_stopped_at_a_usage_limit_reports_when_it_resumes() {
     // Exit 75 and its reset: `resume_at` in the report's Markdown, HTML and JSON.

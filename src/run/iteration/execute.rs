@@ -60,9 +60,10 @@ pub async fn execute(
                 let _ = state_ref.save(&ralph_dir);
             },
             |line| {
-                transcript_ref.line(&line);
+                let events = parser_ref.on_line(&line);
+                transcript_ref.line_as(&line, parser_ref.line_is_json());
                 let mut verdict = LineVerdict::Continue;
-                for event in parser_ref.on_line(&line) {
+                for event in events {
                     if matches!(event, AgentEvent::Final { .. }) {
                         verdict = LineVerdict::Final;
                     }

@@ -141,7 +141,13 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         started_at: start.at.to_rfc3339(),
         prompt_bytes: prompt.len(),
     };
-    let transcript = Transcript::create(&cx.paths.ralph_dir, &meta).with_context(|| {
+    // The raw output is stored once when a reader can rebuild the events from it.
+    let create = if crate::agent::replay_parser(cx.backend.kind()).is_some() {
+        Transcript::create_replayed
+    } else {
+        Transcript::create
+    };
+    let transcript = create(&cx.paths.ralph_dir, &meta).with_context(|| {
         format!(
             "cannot write a transcript under {}",
             cx.paths.ralph_dir.display()
