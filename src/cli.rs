@@ -413,22 +413,13 @@ pub struct DoctorArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
-    /// After each iteration's checkpoint, push the run branch and ralph's refs (refs/ralph/*)
-    /// to REMOTE (default origin), never forced, holding a lease on the branch there so that no
-    /// other worker drives it at the same time; a fresh clone resumes from the remote.
-    /// Credentials: git's own (credential helpers, SSH agent), or RALPH_GIT_TOKEN for HTTPS.
-    #[arg(long, value_name = "REMOTE", env = "RALPH_PUSH", num_args = 0..=1, default_missing_value = "origin")]
-    pub push: Option<String>,
-    /// On SIGTERM/SIGINT/SIGHUP, finish within this long: the agent gets a short grace, then
-    /// the checkpoint, ledger, state, push and lease release (default 25s, inside Kubernetes'
-    /// 30 s grace period; 9s under GitHub Actions, whose cancel sends SIGKILL 10 s after SIGINT).
-    #[arg(long, value_name = "DUR", env = "RALPH_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Option<std::time::Duration>,
-    /// --push: how long the branch's lease on the remote lasts without a renewal (default 10m;
-    /// renewed every third of it while the run lives). A worker that dies leaves it for this
-    /// long before another may take the branch over.
-    #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)]
-    pub lease_ttl: Option<std::time::Duration>,
+    /// --agent exec: the command line to check (as `ralph run --agent-cmd`).
+    #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")]
+    pub agent_cmd: Option<String>,
+    /// --agent local: which built-in model to check, `default` or `small` (as `ralph run
+    /// --local-model`).
+    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
+    pub local_model: Option<crate::local::BuiltinModel>,
 }
 
 /// Arguments of `ralph archive`.

@@ -135,6 +135,17 @@ pub fn story_files(story: &Story) -> Vec<String> {
             }
         }
     }
+    // A bare name that the story also names with an extension ("Add a CHANGELOG" and
+    // `CHANGELOG.md`) is that file, not a second one without an extension.
+    let named = files.clone();
+    files.retain(|f| {
+        let bare = !f.rsplit('/').next().unwrap_or(f).contains('.');
+        !(bare
+            && named.iter().any(|g| {
+                g.strip_prefix(f.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+            }))
+    });
     files
 }
 
@@ -468,6 +479,13 @@ mod tests {
         ] {
             assert_eq!(file_word(not_a_file), None, "{not_a_file}");
         }
+        let s = story(
+            "Add a CHANGELOG",
+            "Create CHANGELOG.md in the repository root; README stays as it is.",
+            &[],
+            Some("test -f CHANGELOG.md"),
+        );
+        assert_eq!(story_files(&s), ["CHANGELOG.md", "README"]);
         let many: Vec<String> = (0..20).map(|i| format!("f{i}.txt")).collect();
         let s = story("t", &many.join(" "), &[], None);
         assert_eq!(story_files(&s).len(), MAX_STORY_FILES);

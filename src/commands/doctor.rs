@@ -56,7 +56,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         .config
         .clone()
         .or_else(|| Some(cwd.join(crate::config::CONFIG_FILE_NAME)).filter(|p| p.is_file()));
-    let file: FileConfig = match &config_path {
+    let mut file: FileConfig = match &config_path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -66,6 +66,13 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         }
         None => FileConfig::default(),
     };
+    // The flags (and their RALPH_* variables, read by clap) win over ralph.toml, as in `ralph run`.
+    if let Some(cmd) = args.agent_cmd.clone().filter(|c| !c.trim().is_empty()) {
+        file.agent_cmd = Some(cmd);
+    }
+    if let Some(model) = args.local_model {
+        file.local_model = Some(model);
+    }
     let env_agent = std::env::var("RALPH_AGENT")
         .ok()
         .and_then(|v| <AgentKind as clap::ValueEnum>::from_str(&v, true).ok());
@@ -142,6 +149,8 @@ fn print_finding(f: &Finding) {
     println!("{:<9} {head}", style(f.agent).bold());
     match &f.path {
         Some(p) => println!("          {}", p.display()),
+        // No program to look for (exec without a command): the error below says what is missing.
+        None if f.program.is_empty() => {}
         None if f.program.contains('/') => {
             println!(
                 "          `{}` does not exist or is not executable",
@@ -250,7 +259,7 @@ fn examine_builtin(kind: AgentKind, cx: &DoctorContext<'_>, file: &FileConfig) -
     };
     match kind {
         AgentKind::Exec => {
-            let Some(cmd) = setting("RALPH_AGENT_CMD", file.agent_cmd.clone()) else {
+            let Some(cmd) = file.agent_cmd.clone().filter(|c| !c.trim().is_empty()) else {
                 return Finding::failed(
                     kind,
                     String::new(),
@@ -312,11 +321,9 @@ fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
         ));
         return f;
     }
-    // The built-in model a run would serve: RALPH_LOCAL_MODEL, else ralph.toml, else the default.
-    let builtin = setting("RALPH_LOCAL_MODEL")
-        .and_then(|v| <local_setup::BuiltinModel as clap::ValueEnum>::from_str(&v, true).ok())
-        .or(file.local_model)
-        .unwrap_or_default();
+    // The built-in model a run would serve: --local-model (or RALPH_LOCAL_MODEL), else
+    // ralph.toml, else the default.
+    let builtin = file.local_model.unwrap_or_default();
     let pin = builtin.pin();
     let status = local_setup::inspect(&local_setup::cache_dir(), pin);
     let setup = "scripts/setup-local-model.sh";

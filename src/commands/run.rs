@@ -32,7 +32,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         let stop = StopSignals::default();
         let _signals = crate::signals::install(stop.clone())?;
         let notice = stop.clone();
-        let grace = cfg.kill_grace;
+        let grace = cfg.agent_grace();
         // Say at once what a Ctrl-C does: the agent may take the whole grace period to exit.
         tokio::spawn(async move {
             notice.stop.cancelled().await;

@@ -320,7 +320,7 @@ async fn finish(
     let push = s
         .remote
         .take()
-        .map(|remote| hand_back(remote, &reason, out));
+        .map(|remote| hand_back(remote, &reason, s.state.resume_at, out));
     let shutdown_s = stop.stopped().map(|c| c.at.elapsed().as_secs_f64());
     let final_prd = store::load(&paths.prd)
         .map(|l| l.prd)
@@ -348,10 +348,11 @@ async fn finish(
 
 /// `--push` at the end of a run: what is not on the remote yet is pushed (unless the remote
 /// refused this worker), and the lease is released with the usage-limit reset the run stopped
-/// at; returns where the remote stands.
+/// at or was waiting for; returns where the remote stands.
 fn hand_back(
     remote: crate::remote::Remote,
     reason: &StopReason,
+    pending_reset: Option<chrono::DateTime<chrono::Utc>>,
     out: &mut Outputs,
 ) -> crate::protocol::run_event::PushSummary {
     let refused = matches!(
@@ -368,7 +369,12 @@ fn hand_back(
             ));
         }
     }
-    if !matches!(reason, StopReason::LeaseLost { .. }) && !remote.release(reason.resume_at()) {
+    // A run stopped some other way during a usage-limit wait (a SIGTERM, `ralph stop`) still
+    // hands its reset on, so that the next worker waits for it instead of calling the agent.
+    let resume_at = reason
+        .resume_at()
+        .or(pending_reset.filter(|at| *at > chrono::Utc::now()));
+    if !matches!(reason, StopReason::LeaseLost { .. }) && !remote.release(resume_at) {
         out.warn(format!(
             "could not release the lease on {} at {}; it lapses by itself after --lease-ttl",
             remote.branch(),

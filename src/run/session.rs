@@ -180,6 +180,14 @@ impl Session {
                 feature.as_deref().unwrap_or("no branchName")
             ));
         }
+        // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again,
+        // before `--unblock`, so that it also frees the stories a fresh clone finds blocked.
+        for s in &self.initial.prd.user_stories {
+            let tried = self.state.attempts.get(&s.id).copied().unwrap_or(0);
+            if !s.passes && tried >= cfg.max_attempts && !self.state.blocked.contains(&s.id) {
+                self.state.blocked.push(s.id.clone());
+            }
+        }
         if cfg.unblock && !self.state.blocked.is_empty() {
             out.notice(format!(
                 "unblocked {} (--unblock): their attempts start again from 0",
@@ -187,13 +195,6 @@ impl Session {
             ));
             for id in std::mem::take(&mut self.state.blocked) {
                 self.state.attempts.remove(&id);
-            }
-        }
-        // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again.
-        for s in &self.initial.prd.user_stories {
-            let tried = self.state.attempts.get(&s.id).copied().unwrap_or(0);
-            if !s.passes && tried >= cfg.max_attempts && !self.state.blocked.contains(&s.id) {
-                self.state.blocked.push(s.id.clone());
             }
         }
         // Saved by the first iteration (or the end of the run): a run refused below (dirty tree,

@@ -142,6 +142,16 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
         StopReason::NeedsHuman {
             outcome, iteration, ..
         } => format!("stopped: iteration {iteration} ended with {outcome}"),
+        StopReason::UsageLimit { .. } => {
+            "stopped at a usage limit before every story passed: resumable later".into()
+        }
+        StopReason::PushRejected { remote, .. } => {
+            format!("stopped: {remote} refused the push; the work is kept on the local branch")
+        }
+        StopReason::LeaseLost { .. } => {
+            "stopped: another worker took the branch over; the work is kept on the local branch"
+                .into()
+        }
         _ => "stopped by a limit before every story passed".into(),
     }
 }
@@ -177,6 +187,13 @@ fn next(i: &Input<'_>) -> String {
         StopReason::UsageLimit { .. } => {
             "`ralph run` again after the reset (it waits for a reset that has not passed)".into()
         }
+        StopReason::PushRejected { remote, branch, .. } => format!(
+            "reconcile the two histories (`git fetch {remote}` and `git log --oneline --graph {branch} {remote}/{branch}`), push, then `ralph run --push`"
+        ),
+        StopReason::LeaseLost { .. } => {
+            "check who drives the branch now (the warning above names it) before running again here"
+                .into()
+        }
         _ => "check `ralph status` and the transcripts in .ralph/runs/, then `ralph run` to continue"
             .into(),
     }
@@ -188,10 +205,11 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
         out.push(format!(
-            "not pushed: {} commit{} of {} are only in this clone{}",
+            "not pushed: {} commit{} of {} {} only in this clone{}",
             p.unpushed_commits,
             if p.unpushed_commits == 1 { "" } else { "s" },
             p.branch,
+            if p.unpushed_commits == 1 { "is" } else { "are" },
             p.last_error
                 .as_deref()
                 .map(|e| format!(" ({} said: {e})", p.remote))
