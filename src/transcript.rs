@@ -249,13 +249,8 @@ impl Transcript {
             }
             text = &text[..cut];
         }
-        let note = (full_len > text.len()).then(|| {
-            format!(
-                "line truncated: kept {} of {} bytes",
-                text.len(),
-                full_len
-            )
-        });
+        let note = (full_len > text.len())
+            .then(|| format!("line truncated: kept {} of {} bytes", text.len(), full_len));
         // stderr lines are few and small: their events are written anyway.
         self.line_whole = note.is_none() && line.stream == StreamKind::Stdout;
         self.write(&LineRecord {
@@ -629,7 +624,11 @@ mod tests {
         // Without a parser the written events are there, and a note says what is missing.
         let bare = read(&paths[1]).unwrap();
         assert_eq!(bare.events.len(), 3);
-        assert!(bare.notes[0].contains("cannot be rebuilt"), "{:?}", bare.notes);
+        assert!(
+            bare.notes[0].contains("cannot be rebuilt"),
+            "{:?}",
+            bare.notes
+        );
     }
 
     #[test]
@@ -672,7 +671,10 @@ mod tests {
         assert!(records[1..4].iter().all(|r| r.get("json").is_some()));
         assert_eq!(records[4]["text"], r#"{"on":"stderr"}"#);
         assert_eq!(records[5]["text"], "not json");
-        assert!(records[6]["note"].as_str().unwrap().starts_with("line truncated"));
+        assert!(records[6]["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("line truncated"));
         let mut seen = Vec::new();
         let r = read_with(&path, |_| {
             Some(Box::new(move |l: &OutputLine| {
@@ -688,7 +690,13 @@ mod tests {
         }));
         assert_eq!(
             seen,
-            [json_lines[0], json_lines[1], json_lines[2], "not json", lone]
+            [
+                json_lines[0],
+                json_lines[1],
+                json_lines[2],
+                "not json",
+                lone
+            ]
         );
     }
 }

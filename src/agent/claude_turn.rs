@@ -198,7 +198,9 @@ impl<'a> Turn<'a> {
                 .filter(|m| *m != "<synthetic>")
                 .map(str::to_owned);
         }
-        let id = message.and_then(|m| m.id.as_ref()).map(|t| t.as_str().to_owned());
+        let id = message
+            .and_then(|m| m.id.as_ref())
+            .map(|t| t.as_str().to_owned());
         last.push(id, &texts);
 
         let mut events = Vec::new();
@@ -629,7 +631,11 @@ mod tests {
     #[test]
     fn a_lone_surrogate_in_a_skipped_field_does_not_lose_the_line() {
         let line = r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]},"tool_use_result":{"stdout":"\ud800"}}"#;
-        assert_eq!(general(&[line]).0, Vec::new(), "the general path refuses it");
+        assert_eq!(
+            general(&[line]).0,
+            Vec::new(),
+            "the general path refuses it"
+        );
         assert_eq!(
             fast(&[line]).0,
             vec![AgentEvent::ToolResult {

@@ -77,7 +77,8 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
 /// The parser that rebuilds the events of a transcript written by `backend`, when there is one
 /// ([`crate::agent::replay_parser`]).
 fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
-    let kind: crate::protocol::AgentKind = serde_json::from_value(serde_json::json!(backend)).ok()?;
+    let kind: crate::protocol::AgentKind =
+        serde_json::from_value(serde_json::json!(backend)).ok()?;
     let mut parser = crate::agent::replay_parser(kind)?;
     Some(Box::new(move |line| parser.on_line(line)))
 }

@@ -279,7 +279,11 @@ fn show_rebuilds_a_claude_iteration_from_its_raw_lines() {
         .lines()
         .filter(|l| l.starts_with(r#"{"type":"event""#))
         .collect();
-    assert_eq!(written.len(), 1, "only the stderr line's event: {written:?}");
+    assert_eq!(
+        written.len(),
+        1,
+        "only the stderr line's event: {written:?}"
+    );
     let show = stdout(&env, &["show", "1", "--no-pager"]);
     assert!(show.contains("→ Grep: fn main in src"), "{show}");
     assert!(show.contains("→ Bash: ls -la"), "{show}");
