@@ -522,7 +522,7 @@ pub struct RunArgs {
     /// before the run stops with exit 4 (default 3).
     #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")]
     pub max_failures: Option<u32>,
-    /// Iterations in a row that change nothing (no commit, no file, no prd.json change) before
+    /// Iterations in a row that change nothing but notes (no commit, no file beyond prd.json and progress.txt) before
     /// the run stops with exit 4 (default 3).
     #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")]
     pub max_no_progress: Option<u32>,

@@ -48,7 +48,15 @@ if [[ "$out" != /dev/null ]] && ! tail -n "+$((before + 1))" "$out" 2>/dev/null 
   echo "exit_code=$rc" >>"$out"
 fi
 prd="${INPUT_PRD:-prd.json}"
-name="ralph-$(printf '%s' "${prd%/prd.json}" | tr -c 'A-Za-z0-9._-' '-')-${GITHUB_RUN_ATTEMPT:-1}"
+# ralph-<the PRD's folder, or its name without .json>-<attempt>; plain ralph-<attempt> for the
+# repository's own prd.json.
+case "$prd" in
+  prd.json | ./prd.json) stem="" ;;
+  */prd.json) stem="${prd%/prd.json}" ;;
+  *) stem="${prd%.json}" ;;
+esac
+stem="${stem#./}"
+name="ralph-${stem:+$(printf '%s' "$stem" | tr -c 'A-Za-z0-9._-' '-')-}${GITHUB_RUN_ATTEMPT:-1}"
 echo "artifact_name=$name" >>"$out"
 if [[ "$rc" == 75 && "${INPUT_FAIL_ON_RESUMABLE:-false}" != true ]]; then
   echo "::notice title=ralph::resumable later (exit 75): a usage limit or unpushed work; the next scheduled run resumes it"

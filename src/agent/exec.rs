@@ -24,6 +24,10 @@
 //!   ([`ANSWER_ERRORS`]: `API Error: 500 …`, `Invalid API key · …`, `There's an issue with the
 //!   selected model (…)`, …), only when the run failed (exit code not 0).
 //!
+//! Exit code 127 or 126 with no class from stderr or the final line is `config_error`: a shell,
+//! `env` or a wrapper script says so when it could not run a command (not found, not
+//! executable), and it would fail the same way every iteration.
+//!
 //! No other stdout line is ever classified: a test's `401 Unauthorized`, a grep for
 //! "usage limit", or an answer that discusses limits stays what it is.
 //!
@@ -41,6 +45,7 @@ use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
 use crate::protocol::AgentEvent;
 use crate::protocol::AgentKind;
+use crate::protocol::FailureClass;
 
 /// Facts about the exec backend: no CLI of its own (the program is `--agent-cmd`'s, which may
 /// do anything with `--version`), and plain text has no terminal event.
@@ -298,6 +303,28 @@ impl Dialect for ExecDialect {
                 core.error_message = Some(line.clone());
             }
         }
+        // 126 and 127 are how a shell (or env, or a wrapper script) says it could not run a
+        // command: not executable, not found. The same command fails the same way next time,
+        // so it is a setup error that stops the run, not a failure to retry.
+        if let Some(code @ (126 | 127)) = exit_code {
+            if core.failure.is_none() && core.classifier.best().is_none() {
+                let said = core
+                    .stderr_tail
+                    .joined()
+                    .and_then(|t| t.lines().last().map(str::to_owned));
+                let why = if code == 127 {
+                    "not found"
+                } else {
+                    "not executable"
+                };
+                core.failure = Some(FailureClass::Config);
+                core.error_message = Some(format!(
+                    "`{}` exited with code {code}: a command it runs was {why}{}; it would fail the same way every iteration, so fix --agent-cmd (agent_cmd in ralph.toml) and run again",
+                    self.program,
+                    said.map(|s| format!(" ({s})")).unwrap_or_default()
+                ));
+            }
+        }
         core.final_text = final_text;
     }
 
@@ -466,6 +493,41 @@ mod tests {
         );
         let (_, report) = run(PROMPT, "", &[], None);
         assert!(report.is_error && !report.saw_final);
+    }
+
+    /// Exit 127 or 126 (a shell's "not found" and "not executable", e.g. `bash agent.sh` with
+    /// no agent.sh) is a setup error that stops the run, naming the command and what the shell
+    /// said; a classified failure or any other exit code is left as it was.
+    #[test]
+    fn a_command_the_shell_could_not_run_is_a_config_error() {
+        let (_, report) = run(
+            PROMPT,
+            "",
+            &["bash: ./agent.sh: No such file or directory"],
+            Some(127),
+        );
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        let msg = report.error_message.unwrap();
+        assert!(msg.contains("`my-agent` exited with code 127"), "{msg}");
+        assert!(
+            msg.contains("./agent.sh: No such file or directory"),
+            "{msg}"
+        );
+        assert!(msg.contains("--agent-cmd"), "{msg}");
+
+        let (_, report) = run(
+            PROMPT,
+            "",
+            &["/bin/sh: 1: ./a: Permission denied"],
+            Some(126),
+        );
+        assert_eq!(report.failure, Some(FailureClass::Config));
+        assert!(report.error_message.unwrap().contains("not executable"));
+
+        let (_, report) = run(PROMPT, "", &["Error: Invalid API key"], Some(127));
+        assert_eq!(report.failure, Some(FailureClass::Auth));
+        let (_, report) = run(PROMPT, "", &["boom"], Some(2));
+        assert_ne!(report.failure, Some(FailureClass::Config));
     }
 
     /// `claude -p` without stream-json (driven through `--agent exec`) prints its limit as its

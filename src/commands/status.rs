@@ -56,9 +56,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let this_run = Totals::of(latest.iter().copied());
     let (total_cost, total_in, total_out) = (all.cost_usd, all.tokens_in, all.tokens_out);
 
+    let elsewhere = repo
+        .as_ref()
+        .and_then(|r| feature_elsewhere(r, feature.as_deref()));
     if args.json {
         let doc = json!({
             "prd": loaded.path,
+            "feature_branch_elsewhere": elsewhere,
             "project": loaded.prd.project,
             "stories": loaded.prd.user_stories.iter().map(|s| json!({
                 "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
@@ -98,6 +102,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         loaded.prd.user_stories.len(),
         loaded.path.display()
     );
+    if let Some(b) = &elsewhere {
+        println!(
+            "{} this is prd.json as checked out here; the run's work is on {b}, not checked out (`git checkout {}` shows where it stands)",
+            style("note:").yellow().bold(),
+            b.trim_start_matches("origin/")
+        );
+    }
     println!();
     let status_width = loaded
         .prd
@@ -336,6 +347,34 @@ impl Totals {
 }
 
 /// The ralph run holding `.ralph/lock`, when its process is still alive.
+/// Where the feature's work is when it is not what is checked out: prd.json's `branchName`
+/// when HEAD is on another branch and that branch exists here (`ralph/x`) or only on origin
+/// (`origin/ralph/x`, a fresh clone), with commits HEAD does not have. `None` otherwise.
+fn feature_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<String> {
+    let feature = feature.filter(|f| !f.is_empty())?;
+    if repo.current_branch().as_deref() == Some(feature) {
+        return None;
+    }
+    let head = repo.head_sha().ok().flatten();
+    [
+        (format!("refs/heads/{feature}"), feature.to_owned()),
+        (
+            format!("refs/remotes/origin/{feature}"),
+            format!("origin/{feature}"),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(refname, shown)| {
+        let sha = repo.ref_sha(&refname)?;
+        // Merged (or the same commit): what is checked out already has the work.
+        let merged = match &head {
+            Some(h) => repo.is_ancestor(&sha, h).unwrap_or(false),
+            None => false,
+        };
+        (!merged).then_some(shown)
+    })
+}
+
 fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {
     let text = std::fs::read_to_string(ralph_dir.join(crate::lock::LOCK_FILE)).ok()?;
     let info: crate::lock::LockInfo = serde_json::from_str(&text).ok()?;

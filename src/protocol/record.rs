@@ -171,6 +171,35 @@ pub struct PushRecord {
     pub error: Option<String>,
 }
 
+impl PushRecord {
+    /// One sentence on a push that did not land (what happened, what follows, git's last error
+    /// line in parentheses), or `None` when it was pushed.
+    pub fn problem(&self) -> Option<String> {
+        let what = match self.status {
+            PushStatus::Pushed => return None,
+            PushStatus::Unreachable => format!(
+                "could not push {} to {} ({} attempts); the work is committed here and the next push sends it",
+                self.branch, self.remote, self.attempts
+            ),
+            PushStatus::Rejected => format!(
+                "{} refused {}: someone else moved the branch, so the run stops",
+                self.remote, self.branch
+            ),
+            PushStatus::LeaseLost => format!(
+                "{} refused the lease renewal for {}: another worker holds it now, so the run stops",
+                self.remote, self.branch
+            ),
+        };
+        let error = self
+            .error
+            .as_deref()
+            .and_then(|e| e.lines().rev().find(|l| !l.trim().is_empty()))
+            .map(|l| format!(" (git: {})", l.trim()))
+            .unwrap_or_default();
+        Some(format!("{what}{error}"))
+    }
+}
+
 /// The shutdown of an iteration ended by a signal (the ledger's `shutdown` field). Times are
 /// seconds from the signal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -299,7 +299,7 @@ impl StopReason {
                 iterations,
                 max_no_progress,
             } => format!(
-                "stopped: {iterations} iterations in a row changed nothing (no commit, no file, no prd.json change; --max-no-progress {max_no_progress})"
+                "stopped: {iterations} iterations in a row changed nothing but notes (no commit, no file beyond prd.json and progress.txt; --max-no-progress {max_no_progress})"
             ),
             StopReason::TransientRetries {
                 failures,

@@ -338,6 +338,7 @@ async fn finish(
         attempts: &s.state.attempts,
         push: push.as_ref(),
         shutdown_s,
+        pending_reset: s.state.resume_at,
     });
     let status = reason
         .exit_status()

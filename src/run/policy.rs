@@ -361,8 +361,10 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         };
         return d(Next::Stop(reason), t, false, None);
     }
+    // No commit, no flip, and no file changed (or only the notes, which classify already judged
+    // no_progress: prd.json's notes and progress.txt are not work).
     let unchanged = r.commits.is_empty()
-        && r.files_changed.is_empty()
+        && (r.files_changed.is_empty() || r.outcome == Outcome::NoProgress)
         && r.passes_flipped.is_empty()
         && r.passes_reverted.is_empty();
     t.unchanged_in_a_row = if unchanged {

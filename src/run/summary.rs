@@ -91,6 +91,9 @@ pub struct Input<'a> {
     pub push: Option<&'a PushSummary>,
     /// Seconds from the first signal to the end of the shutdown, when a signal ended the run.
     pub shutdown_s: Option<f64>,
+    /// A usage-limit reset still pending in state.json (UTC), e.g. when Ctrl-C or SIGTERM ended
+    /// the wait for it: the summary's `resume_at` when it is still in the future.
+    pub pending_reset: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The summary of a run (see the module docs).
@@ -121,7 +124,10 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         ledger: i.ledger.to_owned(),
         next: next(i),
         caveats: caveats(i),
-        resume_at: i.reason.resume_at(),
+        resume_at: i
+            .reason
+            .resume_at()
+            .or(i.pending_reset.filter(|at| *at > chrono::Utc::now())),
         push: i.push.cloned(),
         shutdown_s: i.shutdown_s,
     }

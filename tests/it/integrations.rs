@@ -105,7 +105,11 @@ fn the_actions_steps_run_in_a_simulated_runner() {
     assert_eq!(o["branch"], "ralph/demo");
     assert_eq!(o["cost_usd"], "0.0200");
     assert_eq!(o["resume_at"], "");
-    assert!(o["artifact_name"].starts_with("ralph-"), "{o:?}");
+    // The repository's own prd.json: no "prd.json" in the name.
+    assert!(
+        o["artifact_name"].starts_with("ralph-") && !o["artifact_name"].contains("json"),
+        "{o:?}"
+    );
     let summary = std::fs::read_to_string(runner.join("summary.md")).unwrap();
     assert!(summary.contains("## ralph: Demo"), "{summary}");
     assert!(

@@ -99,6 +99,32 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
     assert_eq!(doc["iterations"].as_array().unwrap().len(), 2);
 }
 
+/// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
+/// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
+/// the work is merged.
+#[test]
+fn status_away_from_the_feature_branch_says_where_the_work_is() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    env.git(&["checkout", "-q", "main"]);
+    let out = env.ralph(&["status"]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("0/1 stories pass"), "{shown}");
+    assert!(
+        shown.contains("the run's work is on ralph/demo")
+            && shown.contains("git checkout ralph/demo"),
+        "{shown}"
+    );
+    let doc: Value = serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(doc["feature_branch_elsewhere"], "ralph/demo");
+    env.git(&["merge", "-q", "--ff-only", "ralph/demo"]);
+    let shown = String::from_utf8_lossy(&env.ralph(&["status"]).stdout).into_owned();
+    assert!(!shown.contains("the run's work is on"), "{shown}");
+    assert!(shown.contains("1/1 stories pass"), "{shown}");
+}
+
 #[test]
 fn case_01_echoed_prompt_is_not_a_completion() {
     let env = TestEnv::new(&prd_with_stories(1));
@@ -1212,6 +1238,49 @@ fn a_ralph_killed_during_a_usage_limit_wait_waits_for_the_same_reset_when_restar
     // The wait did not use up the budget: one iteration was allowed and the story passed.
     assert_eq!(outcomes(&env), ["usage_limit", "story_passed"]);
     assert_eq!(env.agent_calls(), 2);
+}
+
+/// Ctrl-C (GitHub Actions' cancel) during a usage-limit wait: the run ends interrupted, and its
+/// summary, `$GITHUB_OUTPUT` included, still says when the run can resume.
+#[test]
+fn a_wait_cut_short_by_ctrl_c_still_reports_when_the_run_can_resume() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(
+        &json!({"invocations": [usage_limit_invocation(3600), claude_story("US-001", 1, "done")]}),
+    );
+    let outputs = env.root.path().join("github_output");
+    let mut cmd = env.ralph_cmd(&["run", "--max-iter", "1"]);
+    cmd.env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &outputs);
+    let mut child = env.ralph_spawn_with(cmd);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resume_at = loop {
+        assert!(Instant::now() < deadline, "ralph never started waiting");
+        if let Ok(s) = std::fs::read_to_string(env.path(".ralph/state.json")) {
+            let v: Value = serde_json::from_str(&s).unwrap_or(Value::Null);
+            if let Some(r) = v["resume_at"].as_str() {
+                break chrono::DateTime::parse_from_rfc3339(r).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{}", env.spawned_output());
+    let outputs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outputs.contains("stop_reason=interrupted\n"), "{outputs}");
+    let expected = resume_at
+        .with_timezone(&chrono::Utc)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert!(
+        outputs.contains(&format!("resume_at={expected}\n")),
+        "{expected} in {outputs}"
+    );
 }
 
 #[test]

@@ -522,6 +522,12 @@ fn an_unreachable_remote_is_retried_recorded_and_reported_as_unpushed() {
         .as_str()
         .unwrap()
         .contains("does not appear to be a git repository"));
+    // Said when it happened (a warning after the iteration, on stderr beside --json).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("iteration 1: could not push ralph/demo to origin (2 attempts)"),
+        "{stderr}"
+    );
     let finished: Value = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -130,6 +130,37 @@ fn iterations_that_change_nothing_stop_the_run() {
     );
 }
 
+/// An agent that only writes notes (its story's `notes` in prd.json, a line in progress.txt)
+/// changes no work: each iteration is no_progress, and the no-progress limit stops the run.
+#[test]
+fn iterations_that_only_write_notes_stop_the_run_like_ones_that_change_nothing() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let notes_only = |n: usize| {
+        let mut prd = prd_with_stories(1);
+        prd["userStories"][0]["notes"] = json!(format!("attempt {n}: still stuck on the parser"));
+        json!([
+            {"claude_init": {}},
+            {"write_file": {"path": "prd.json",
+                            "content": serde_json::to_string_pretty(&prd).unwrap() + "\n"}},
+            {"append_file": {"path": "progress.txt", "content": format!("attempt {n}: stuck\n")}},
+            {"claude_result": {"text": "Wrote down where I am."}}
+        ])
+    };
+    env.script(&json!({"invocations": [notes_only(1), notes_only(2), notes_only(3)]}));
+    let out = env.ralph(&["run", "--max-iter", "10", "--max-attempts", "10"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(
+        outcomes(&env),
+        ["no_progress", "no_progress", "no_progress"]
+    );
+    // The notes are still kept: committed with the iteration, not thrown away.
+    let prd: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
+    assert_eq!(
+        prd["userStories"][0]["notes"],
+        "attempt 3: still stuck on the parser"
+    );
+}
+
 #[test]
 fn ralph_stop_finishes_the_current_iteration_then_stops() {
     let env = TestEnv::new(&prd_with_stories(3));

@@ -152,7 +152,10 @@ fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
     if obs.flipped.iter().any(|id| id == f.story_id) {
         return Outcome::StoryPassed;
     }
-    let changed = !obs.agent_commits.is_empty() || !obs.files_changed.is_empty();
+    // Notes in prd.json or progress.txt alone are not work: an agent that only writes down
+    // that it is stuck must reach the no-progress limit like one that changes nothing.
+    let changed =
+        !obs.agent_commits.is_empty() || (!obs.files_changed.is_empty() && !obs.memory_only);
     let exited = f.process.end == EndReason::Exited;
     let failed_exit = exited && f.process.exit_code != Some(0);
     let no_final = f.has_final_event && !f.report.saw_final;
@@ -244,7 +247,7 @@ fn outcome_feedback(
         Outcome::Stalled => Feedback::about(story, format!("The previous iteration was {msg}. Avoid commands that wait for input or run forever.")),
         Outcome::AgentError => Feedback::about(story, format!("The previous iteration ended with an agent error: {msg}")),
         Outcome::NoProgress => Feedback::about(story, format!(
-            "The previous iteration changed nothing (no commit, no file change). Make concrete progress on {story}."
+            "The previous iteration changed nothing but notes (no commit, no file change beyond prd.json and progress.txt). Make concrete progress on {story}."
         )),
         Outcome::Progress => Feedback::about(story, format!(
             "The previous iteration made changes but {story} does not pass yet: finish it, run the checks, and mark it as passing (set its passes to true in prd.json, or call mark_story if you have that tool)."

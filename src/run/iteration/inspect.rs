@@ -40,6 +40,9 @@ pub struct Observation {
     pub agent_commits: Vec<String>,
     /// Files the iteration changed (not those already dirty and untouched).
     pub files_changed: Vec<String>,
+    /// Every file in `files_changed` is one of the run's memory files (prd.json, progress.txt,
+    /// progress-history/): the agent only wrote notes, not work (false when nothing changed).
+    pub memory_only: bool,
     /// HEAD no longer contains the iteration's start (its sha).
     pub history_rewritten: Option<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
@@ -279,6 +282,8 @@ fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::
         start
             .dirty
             .changed_since(cx.repo, start.head.as_deref(), &cx.paths.repo_root)?;
+    obs.memory_only =
+        !obs.files_changed.is_empty() && obs.files_changed.iter().all(|p| is_memory(cx, p));
     if let (Some(before), Some(now)) = (&start.head, &head) {
         if !cx.repo.is_ancestor(before, now)? {
             obs.history_rewritten = Some(before.clone());
@@ -289,6 +294,20 @@ fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::
         obs.branch_moved = Some((start.branch.clone(), branch));
     }
     Ok(())
+}
+
+/// Whether `rel` (relative to the repository root, `/`-separated) is prd.json, progress.txt or
+/// a file under progress.txt's `progress-history/`.
+fn is_memory(cx: &Cx<'_>, rel: &str) -> bool {
+    let path = cx.paths.repo_root.join(rel);
+    let history = cx
+        .paths
+        .progress
+        .parent()
+        .map(|d| d.join(crate::progress::HISTORY_DIR));
+    path == cx.paths.prd
+        || path == cx.paths.progress
+        || history.is_some_and(|h| path.starts_with(h))
 }
 
 /// Story ids whose `passes` went from `!to` to `to` between `before` and `after`.

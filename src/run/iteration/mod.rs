@@ -158,6 +158,10 @@ pub async fn run(
         slot: assignment.slot,
         max_iter: cx.cfg.max_iter,
     });
+    // `--push`: a push that did not land is said when it happens, not only in the summary.
+    if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
+        out.warn(format!("iteration {}: {problem}", record.iteration));
+    }
     Ok(Done {
         clean_at: written
             .tree_clean

@@ -159,6 +159,13 @@ fn decide_table() {
             "stop no_progress",
         ),
         (
+            "the third iteration that only wrote notes stops",
+            Outcome::NoProgress,
+            true,
+            |t, _, _| t.unchanged_in_a_row = 2,
+            "stop no_progress",
+        ),
+        (
             "the cost limit stops",
             Outcome::Progress,
             true,
