@@ -184,7 +184,8 @@ pub struct ReportArgs {
     /// Report every run.
     #[arg(long)]
     pub all: bool,
-    /// Where to write the HTML (default: .ralph/report.html).
+    /// Where to write the report (default: the HTML to .ralph/report.html, `--markdown` and
+    /// `--json` to stdout).
     #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Open the HTML in the browser when written.

@@ -39,6 +39,9 @@ pub const TRAILER_OUTCOME: &str = "Ralph-Outcome";
 /// Trailer key naming prd.json's `branchName` (the feature the iteration's attempts belong to),
 /// when prd.json has one.
 pub const TRAILER_FEATURE: &str = "Ralph-Feature";
+/// Trailer key listing the stories `--unblock` freed before the iteration (comma-separated
+/// ids), on the first checkpoint after the unblock only.
+pub const TRAILER_UNBLOCKED: &str = "Ralph-Unblocked";
 
 /// The trailers of one ralph iteration commit: the one definition that the commit stage writes
 /// ([`Trailers::pairs`]) and [`Repo::trailer_history`] reads back, so resume from git cannot
@@ -55,6 +58,8 @@ pub struct Trailers {
     pub outcome: Outcome,
     /// `Ralph-Feature`: prd.json's `branchName`, when it has one.
     pub feature: Option<String>,
+    /// `Ralph-Unblocked`: stories `--unblock` freed before this iteration (omitted when none).
+    pub unblocked: Vec<String>,
 }
 
 impl Trailers {
@@ -68,6 +73,9 @@ impl Trailers {
         ];
         if let Some(feature) = &self.feature {
             pairs.push((TRAILER_FEATURE, feature.clone()));
+        }
+        if !self.unblocked.is_empty() {
+            pairs.push((TRAILER_UNBLOCKED, self.unblocked.join(", ")));
         }
         pairs
     }
@@ -208,6 +216,8 @@ pub struct TrailerRecord {
     pub outcome: Option<Outcome>,
     /// Value of `Ralph-Feature`, when present (commits of older ralphs have none).
     pub feature: Option<String>,
+    /// The ids in `Ralph-Unblocked` (empty when absent).
+    pub unblocked: Vec<String>,
 }
 
 /// What [`Repo::checkpoint`] did.
@@ -1295,6 +1305,7 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
     let mut story_id = None;
     let mut outcome = None;
     let mut feature = None;
+    let mut unblocked = Vec::new();
     for (key, value) in trailers.iter() {
         let value = value.trim();
         if key.eq_ignore_ascii_case(TRAILER_RUN) {
@@ -1307,6 +1318,14 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
             outcome = value.parse().ok();
         } else if key.eq_ignore_ascii_case(TRAILER_FEATURE) {
             feature = Some(value.to_owned());
+        } else if key.eq_ignore_ascii_case(TRAILER_UNBLOCKED) {
+            unblocked.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_owned),
+            );
         }
     }
     let committed_at = DateTime::from_timestamp(commit.time().seconds(), 0).unwrap_or_default();
@@ -1318,6 +1337,7 @@ fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
         story_id,
         outcome,
         feature,
+        unblocked,
     })
 }
 

@@ -213,6 +213,7 @@ pub fn records_from_git(history: &[TrailerRecord]) -> Vec<LedgerRecord> {
             );
             r.head_after = Some(t.sha.clone());
             r.checkpoint_commit = Some(t.sha.clone());
+            r.unblocked = t.unblocked.clone();
             r.feature = t.feature.clone();
             Some(r)
         })

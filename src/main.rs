@@ -8,6 +8,19 @@ use ralph::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    if matches!(
+        cli.command,
+        Command::Validate(_)
+            | Command::Status(_)
+            | Command::Log(_)
+            | Command::Report(_)
+            | Command::Show(_)
+            | Command::Doctor(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+    ) {
+        ralph::process::pager::die_quietly_on_closed_stdout();
+    }
     let result = match &cli.command {
         Command::Init(args) => ralph::commands::init::run(args),
         Command::Validate(args) => ralph::commands::validate::run(args),

@@ -59,6 +59,10 @@ pub struct State {
     /// Why the latest run ended (`None` while it runs, or before any run ended).
     #[serde(default)]
     pub stop_reason: Option<StopReason>,
+    /// Stories `--unblock` freed that no checkpoint has recorded yet: the next iteration's
+    /// record and commit carry them (`Ralph-Unblocked`), then this is emptied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unblocked: Vec<String>,
 }
 
 impl Default for State {
@@ -74,6 +78,7 @@ impl Default for State {
             resume_at: None,
             feature: None,
             stop_reason: None,
+            unblocked: Vec::new(),
         }
     }
 }
@@ -138,7 +143,7 @@ impl State {
     /// The state a lost `.ralph/state.json` would have held, rebuilt from recorded iterations
     /// (`records`, oldest first, e.g. [`crate::history::History`] read from git trailers): the
     /// last iteration number, the latest run id, the last outcome, and the attempts per story
-    /// of the feature `feature` (prd.json's `branchName`; records of another feature do not
+    /// (counted from its last `--unblock`, a record's `unblocked`) of the feature `feature` (prd.json's `branchName`; records of another feature do not
     /// count, records without one do). Blocked stories, the in-flight iteration and a pending
     /// usage-limit reset are not in git; the caller decides blocking again from the attempts.
     pub fn rebuild(records: &[LedgerRecord], feature: Option<&str>) -> State {
@@ -156,6 +161,12 @@ impl State {
                 Some(a) => Some(a.as_str()) == feature,
                 None => true,
             };
+            // `--unblock` before this iteration: the story's earlier attempts no longer count.
+            if same_feature {
+                for id in &r.unblocked {
+                    state.attempts.remove(id);
+                }
+            }
             if same_feature && r.outcome.is_attempt() {
                 *state.attempts.entry(r.story_id.clone()).or_insert(0) += 1;
             }
@@ -176,6 +187,7 @@ impl State {
         if changed && (!self.attempts.is_empty() || !self.blocked.is_empty()) {
             self.attempts.clear();
             self.blocked.clear();
+            self.unblocked.clear();
             return old.map(|o| {
                 if o.is_empty() {
                     "a prd.json without branchName".to_owned()

@@ -121,11 +121,24 @@ pub fn ensure_ralph_dir(ralph_dir: &Path) -> io::Result<()> {
 /// prd.json was found. An `arg` that does not exist is returned as is, for the command to report.
 pub fn locate_prd(arg: Option<&Path>, cwd: &Path) -> Result<PathBuf, UserError> {
     if let Some(p) = arg {
-        return Ok(if p.is_absolute() {
+        let path = if p.is_absolute() {
             p.to_path_buf()
         } else {
             cwd.join(p)
-        });
+        };
+        // A directory stands for the prd.json in it, when there is one.
+        if path.is_dir() {
+            let inside = path.join("prd.json");
+            if inside.is_file() {
+                return Ok(inside);
+            }
+            return Err(UserError::new(format!(
+                "--prd {} is a directory with no prd.json in it",
+                p.display()
+            ))
+            .with_hint("give the path of the prd.json file (e.g. --prd features/x/prd.json), or create one there with `ralph init --dir DIR`"));
+        }
+        return Ok(path);
     }
     let mut dir = Some(cwd);
     while let Some(d) = dir {
@@ -158,6 +171,21 @@ fn not_found(cwd: &Path, root: Option<&Path>) -> UserError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prd_directory_means_its_prd_json_or_says_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let feature = dir.path().join("feature");
+        std::fs::create_dir_all(&feature).unwrap();
+        let err = locate_prd(Some(Path::new("feature")), dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("is a directory with no prd.json"), "{text}");
+        std::fs::write(feature.join("prd.json"), "{}").unwrap();
+        assert_eq!(
+            locate_prd(Some(Path::new("feature")), dir.path()).unwrap(),
+            feature.join("prd.json")
+        );
+    }
 
     #[test]
     fn prd_json_is_found_upward_but_not_above_the_repository() {

@@ -121,8 +121,8 @@ pub fn run(args: &InitArgs) -> anyhow::Result<ExitStatus> {
     };
     println!("  {step}. write your stories: `ralph plan \"<the feature>\"` then `ralph convert tasks/prd-<name>.md`{in_cli}, or edit prd.json by hand; check it with `ralph validate`");
     step += 1;
-    let mut add =
-        String::from("prd.json prd.schema.json progress.txt ralph.toml .ralph/.gitignore");
+    // Not .ralph/.gitignore: it ignores itself (`*`), so `git add` would refuse it.
+    let mut add = String::from("prd.json prd.schema.json progress.txt ralph.toml");
     for dir in &skills {
         add.push(' ');
         add.push_str(dir);

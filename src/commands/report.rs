@@ -47,33 +47,53 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
         },
     )
     .map_err(|e| UserError::usage(e).with_hint("`ralph log` lists the runs"))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&data)?);
-        return Ok(crate::protocol::ExitStatus::Success);
-    }
-    if args.markdown {
-        print!("{}", report::markdown::render(&data));
+    let given = args.out.as_ref().map(|p| {
+        if p.is_absolute() {
+            p.clone()
+        } else {
+            cwd.join(p)
+        }
+    });
+    if args.json || args.markdown {
+        let text = if args.json {
+            serde_json::to_string_pretty(&data)? + "\n"
+        } else {
+            report::markdown::render(&data)
+        };
+        // On stdout, or into `--out` when given (then its path is printed, as for the HTML).
+        match &given {
+            None => print!("{text}"),
+            Some(out) => {
+                write_report(out, &text)?;
+                println!("{}", out.display());
+            }
+        }
         return Ok(crate::protocol::ExitStatus::Success);
     }
     let html = report::html::render(&data).context("cannot render the report")?;
-    let out: PathBuf = match &args.out {
-        Some(p) if p.is_absolute() => p.clone(),
-        Some(p) => cwd.join(p),
+    let out: PathBuf = match given {
+        Some(p) => p,
         None => {
             // `.ralph/` ignores itself in git, also when the report is what creates it.
             crate::workspace::ensure_ralph_dir(&paths.ralph_dir)?;
             paths.ralph_dir.join("report.html")
         }
     };
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    crate::fsutil::write_atomic(&out, html.as_bytes())?;
+    write_report(&out, &html)?;
     println!("{}", out.display());
     if args.open {
         open(&out);
     }
     Ok(crate::protocol::ExitStatus::Success)
+}
+
+/// Writes `text` to `out` atomically, creating its directory.
+fn write_report(out: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    crate::fsutil::write_atomic(out, text.as_bytes())?;
+    Ok(())
 }
 
 /// Opens `file` with the desktop's handler (xdg-open, or open on macOS); a failure only warns.

@@ -410,7 +410,7 @@ fn hint_for(segments: &[Seg]) -> String {
         _ => match (in_story, last_key(segments)) {
             (false, Some("project")) => "set `project` to the project's name, e.g. \"My App\"",
             (false, Some("userStories")) => {
-                "set `userStories` to an array of story objects ([] when there are none yet)"
+                "set `userStories` to an array of at least one story object (`ralph init` writes a starter, `ralph plan` drafts them)"
             }
             (false, Some("branchName" | "baseBranch")) => {
                 "use a branch name string such as \"ralph/my-feature\", or remove the field"

@@ -25,6 +25,17 @@ pub fn page(text: &str) {
     let _ = out.flush();
 }
 
+/// For the commands that only print (`status`, `log`, `show`, `report`, `doctor`, ...): a closed
+/// stdout (`ralph status | head -2`) ends ralph quietly, as it does `git log` or `ls`, through
+/// SIGPIPE's default action (exit by signal 13, 141 in a shell), instead of a panic in the
+/// middle of a `println!`. Not for `ralph run`, whose closed output must not stop a night's run.
+pub fn die_quietly_on_closed_stdout() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: called at the start of main, before any thread exists; SIG_DFL installs no
+    // handler code.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 /// Starts the pager, or `None` when output should go to stdout directly (see the module docs)
 /// or the pager cannot start.
 fn start() -> Option<Child> {

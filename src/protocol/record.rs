@@ -117,6 +117,11 @@ pub struct LedgerRecord {
     /// prd.json's `branchName` when the iteration ran (the feature its attempts belong to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature: Option<String>,
+    /// Stories `ralph run --unblock` freed just before this iteration: their attempts count
+    /// from 0 again from this record on (also kept in the commit's `Ralph-Unblocked` trailer,
+    /// so a resume from git does not block them again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unblocked: Vec<String>,
     /// A human note, e.g. the error message or why the outcome was chosen.
     #[serde(default)]
     pub message: Option<String>,
@@ -297,6 +302,7 @@ impl LedgerRecord {
             findings: Vec::new(),
             lost_commits: Vec::new(),
             feature: None,
+            unblocked: Vec::new(),
             message: None,
             push: None,
             shutdown: None,

@@ -195,6 +195,10 @@ impl Session {
             ));
             for id in std::mem::take(&mut self.state.blocked) {
                 self.state.attempts.remove(&id);
+                // Recorded by the next checkpoint, so that git remembers it too.
+                if !self.state.unblocked.contains(&id) {
+                    self.state.unblocked.push(id);
+                }
             }
         }
         // Saved by the first iteration (or the end of the run): a run refused below (dirty tree,

@@ -178,3 +178,73 @@ fn status_stop_and_archive_find_prd_json_from_a_subdirectory() {
         "{err}"
     );
 }
+
+/// `ralph status | head -2` and the like: a reader that closes the pipe early ends ralph
+/// quietly (SIGPIPE, as `git log` or `ls`), never with a panic (exit 101) and a backtrace.
+#[test]
+fn a_closed_stdout_ends_the_printing_commands_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let env = TestEnv::new(&prd_with_stories(3));
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["validate"],
+        &["report", "--json"],
+        &["doctor"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = env
+            .ralph_cmd(args)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+        assert!(
+            out.status.signal() == Some(13) || out.status.code().is_some(),
+            "{args:?}: {:?}",
+            out.status
+        );
+    }
+}
+
+/// The commit command `ralph init` prints works as printed in a fresh repository.
+#[test]
+fn the_commit_step_ralph_init_prints_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out));
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.name", "t"]);
+    git(&["config", "user.email", "t@example.com"]);
+    let out = Command::new(ralph_bin())
+        .arg("init")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let step = stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once("commit the files: ")
+                .map(|(_, c)| c.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no commit step in {stdout}"));
+    let run = Command::new("sh")
+        .args(["-c", &step])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "`{step}`: {}", text(&run));
+}

@@ -107,6 +107,16 @@ fn log_show_and_report_read_a_multi_run_history() {
         "report_markdown_all",
         stdout(&env, &["report", "--markdown", "--all"])
     );
+    // `--out` takes the Markdown too: the same text in the file, its path on stdout.
+    let printed = stdout(
+        &env,
+        &["report", "--markdown", "--all", "--out", "summary.md"],
+    );
+    assert!(printed.trim_end().ends_with("summary.md"), "{printed}");
+    assert_eq!(
+        env.read("summary.md"),
+        stdout(&env, &["report", "--markdown", "--all"])
+    );
     let json: Vec<Value> = stdout(&env, &["log", "--json"])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -99,6 +99,34 @@ fn full_run_passes_every_story_commits_with_trailers_and_logs_progress() {
     assert_eq!(doc["iterations"].as_array().unwrap().len(), 2);
 }
 
+/// An agent that rewrites its story's `verify` to something that always passes (and marks the
+/// story passing) is judged by the check the story had when the iteration started.
+#[test]
+fn an_agent_cannot_pass_its_story_by_rewriting_its_verify() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    let mut cheat = prd.clone();
+    cheat["userStories"][0]["verify"] = json!("true");
+    cheat["userStories"][0]["passes"] = json!(true);
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "prd.json",
+                        "content": serde_json::to_string_pretty(&cheat).unwrap() + "\n"}},
+        {"claude_result": {"text": "done <promise>COMPLETE</promise>"}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["verify_failed"]);
+    let record = env.ledger().pop().unwrap();
+    assert_eq!(
+        record["verify"][0]["command"], "test -f file-1.txt",
+        "{record}"
+    );
+    let now: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
+    assert_eq!(now["userStories"][0]["passes"], false);
+}
+
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
 /// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
 /// the work is merged.
@@ -320,6 +348,26 @@ fn case_17_corrupted_prd_is_restored_and_reported_to_the_next_prompt() {
         "prd.json must be restored byte for byte"
     );
     assert!(stdin_of(&env, 2).contains("prd.json was not valid after the previous iteration"));
+}
+
+/// A prd.json that is valid JSON but not a valid PRD (the agent deleted every story): the
+/// message, in the ledger and the next prompt, names the problem, not only "1 problem:".
+#[test]
+fn an_invalid_prd_after_the_agent_names_the_problem() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let mut emptied = prd_with_stories(1);
+    emptied["userStories"] = json!([]);
+    env.script(&json!({"invocations": [
+        [{"write_file": {"path": "prd.json", "content": emptied.to_string()}}, {"claude_result": {"text": "oops"}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"claude_result": {"text": "ok"}}]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env)[0], "prd_corrupted");
+    let message = env.ledger()[0]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("userStories"), "{message}");
+    assert!(!message.contains("hint:"), "{message}");
+    assert!(stdin_of(&env, 2).contains("userStories"));
 }
 
 #[test]

@@ -61,6 +61,37 @@ fn case_24_a_story_that_fails_three_times_is_blocked_and_the_loop_moves_on() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// `--unblock` is kept in git (the `Ralph-Unblocked` trailer of the next checkpoint): with
+/// `.ralph/` lost afterwards, the attempts rebuilt from the trailers start from the unblock, so
+/// the story is not blocked again by the attempts it had before.
+#[test]
+fn an_unblock_survives_a_lost_ralph_dir() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [failing(), failing(), failing(), failing()]}));
+    let out = env.ralph(&["run", "--max-iter", "10"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 3);
+    let out = env.ralph(&["run", "--max-iter", "1", "--unblock"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 4);
+    let message = env.git(&["log", "-1", "--format=%B"]);
+    assert!(message.contains("Ralph-Unblocked: US-001"), "{message}");
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert!(
+        state.get("unblocked").is_none(),
+        "recorded, so cleared: {state}"
+    );
+
+    // .ralph/ is lost: from git, US-001 has 1 attempt since the unblock, not 4.
+    std::fs::remove_dir_all(env.path(".ralph")).unwrap();
+    let status: Value = serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["stories"][0]["attempts"], 1, "{status}");
+    assert_eq!(status["stories"][0]["blocked"], false, "{status}");
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 #[test]
 fn case_25_the_cost_limit_stops_after_the_iteration_that_crossed_it_is_committed() {
     let env = TestEnv::new(&prd_with_stories(3));

@@ -188,8 +188,16 @@ fn outcome_message(outcome: Outcome, f: &Facts<'_>, obs: &Observation) -> Option
         Outcome::PrdCorrupted => obs.corrupted.as_deref().map(|e| {
             format!(
                 "prd.json was invalid after the iteration and was restored: {}",
-                // The error's first line names the problem; its hint is for humans editing by hand.
-                truncate_chars(e.lines().next().unwrap_or(e), 300)
+                // The error's lines name the problems (a list after a header ending in `:`);
+                // its hints are for humans editing by hand.
+                truncate_chars(
+                    &e.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    500
+                )
             )
         }),
         // The last iteration of a run with --max-duration gets only what is left of it.

@@ -97,12 +97,14 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
             summary: progress_summary,
         },
     )?;
+    record.unblocked = state.unblocked.clone();
     let trailers = Trailers {
         run_id: record.run_id.clone(),
         iteration: record.iteration,
         story_id: record.story_id.clone(),
         outcome: record.outcome,
         feature: record.feature.clone(),
+        unblocked: record.unblocked.clone(),
     };
     // An agent stopped by a signal may have been killed inside `git commit`: its index.lock
     // would fail the checkpoint, which must land before the shutdown pushes it.
@@ -128,6 +130,8 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         record.duration_s = c.elapsed().as_secs_f64();
     }
     ledger::append(&at.paths.ledger, &record)?;
+    // The unblock is on record now (ledger and trailer).
+    state.unblocked.clear();
 
     if record.outcome.is_attempt() {
         *state.attempts.entry(record.story_id.clone()).or_insert(0) += 1;

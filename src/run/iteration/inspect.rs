@@ -132,7 +132,8 @@ fn read_back(
     }
 }
 
-/// The verify gate: a story the agent marked passing must pass its check, or its `passes` goes
+/// The verify gate: a story the agent marked passing must pass its check (its `verify` as it
+/// was before the iteration, else `--verify`), or its `passes` goes
 /// back to false (the rest of prd.json is left byte for byte as the agent wrote it). With
 /// `verify_marks_passing`, the current story's passing check marks it passing (only its
 /// `passes` bytes change).
@@ -147,10 +148,15 @@ async fn verify_gate(
     let Some(current) = &after else {
         return Ok(after);
     };
-    let command_of = |prd: &Prd, id: &str| {
-        prd.story(id)
-            .and_then(|s| s.verify.clone())
-            .or_else(|| cx.cfg.verify.clone())
+    // The check is the one the story had when the iteration started: an agent that rewrites
+    // its story's `verify` (to `true`, say) does not choose its own test. Only a story the
+    // agent added has no earlier check, and gets its own.
+    let command_of = |now: &Prd, id: &str| {
+        match a.snapshot.prd.story(id) {
+            Some(before) => before.verify.clone(),
+            None => now.story(id).and_then(|s| s.verify.clone()),
+        }
+        .or_else(|| cx.cfg.verify.clone())
     };
     for id in flipped {
         let Some(command) = command_of(&current.prd, id) else {
@@ -177,9 +183,8 @@ async fn verify_gate(
     let checked = obs.verify.iter().any(|v| &v.story_id == id);
     let command = after
         .as_ref()
-        .and_then(|l| l.prd.story(id))
-        .filter(|s| !s.passes && !checked)
-        .and_then(|s| s.verify.clone().or_else(|| cx.cfg.verify.clone()));
+        .filter(|l| l.prd.story(id).is_some_and(|s| !s.passes && !checked))
+        .and_then(|l| command_of(&l.prd, id));
     if let Some(command) = command {
         let record = run_verify(cx, &command, id, out).await?;
         let passed = record.passed;
