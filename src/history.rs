@@ -214,6 +214,7 @@ pub fn records_from_git(history: &[TrailerRecord]) -> Vec<LedgerRecord> {
             r.head_after = Some(t.sha.clone());
             r.checkpoint_commit = Some(t.sha.clone());
             r.unblocked = t.unblocked.clone();
+            r.from_git = true;
             r.feature = t.feature.clone();
             Some(r)
         })

@@ -130,8 +130,10 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
         "{:>5}  {:<14}  {:<10}  {:<15}  {:>6}  {:>7}  {:>7}  {:>5}  WHY",
         "#", "RUN", "STORY", "OUTCOME", "TIME", "COST", "COMMITS", "FILES"
     );
+    let mut some_from_git = false;
     for r in records {
-        let (time, cost, commits, files) = if git {
+        some_from_git |= r.from_git;
+        let (time, cost, commits, files) = if git || r.from_git {
             ("-".into(), "-".into(), "-".into(), "-".into())
         } else {
             (
@@ -158,6 +160,10 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
     if git {
         out.push_str(
             "from git history: .ralph/ is missing, so only what ralph's commit trailers keep is shown (no durations, costs, changes or reasons)\n",
+        );
+    } else if some_from_git {
+        out.push_str(
+            "rows with - are from git history (before this ledger began, e.g. .ralph/ was deleted): only what ralph's commit trailers keep is shown\n",
         );
     }
     out

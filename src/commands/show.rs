@@ -32,7 +32,11 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     let paths = RunPaths::of_prd(&prd);
     let repo = Repo::discover(&paths.repo_root).ok();
     let history = History::load(&paths, repo.as_ref())?;
-    let record = find(&history, &args.iteration)?;
+    let found = find(&history, &args.iteration)?;
+    let filled = found
+        .from_git
+        .then(|| fill_from_git(found, repo.as_ref(), &prd));
+    let record = filled.as_ref().unwrap_or(found);
     let transcript = record
         .transcript
         .as_ref()
@@ -72,6 +76,32 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     changes(&mut out, record, repo.as_ref(), args.diff);
     page(&out, args.no_pager);
     Ok(ExitStatus::Success)
+}
+
+/// A record rebuilt from git with what git still knows beyond the trailers: the story's title
+/// (from prd.json now), the iteration's start (its `refs/ralph/<run>/<n>/start` pin, so that
+/// `--diff` and the diffstat work) and the agent's own commits (from the start to ralph's
+/// checkpoint, which is left out).
+fn fill_from_git(r: &LedgerRecord, repo: Option<&Repo>, prd: &std::path::Path) -> LedgerRecord {
+    let mut r = r.clone();
+    if r.story_title.is_empty() {
+        if let Ok(loaded) = crate::prd::store::load(prd) {
+            if let Some(s) = loaded.prd.story(&r.story_id) {
+                r.story_title = s.title.clone();
+            }
+        }
+    }
+    let Some(repo) = repo else {
+        return r;
+    };
+    let start = repo.ref_sha(&format!("refs/ralph/{}/{}/start", r.run_id, r.iteration));
+    if let (Some(start), Some(end)) = (&start, &r.checkpoint_commit) {
+        if let Ok(commits) = repo.commits_between(Some(start), end) {
+            r.commits = commits.into_iter().filter(|c| c != end).collect();
+        }
+        r.head_before = Some(start.clone());
+    }
+    r
 }
 
 /// The parser that rebuilds the events of a transcript written by `backend`, when there is one
@@ -157,11 +187,11 @@ fn header(
         "run",
         format!("{} ({})", r.run_id, run_label(&r.run_id)),
     );
-    if source == Source::Git {
+    if source == Source::Git || r.from_git {
         row(
             out,
             "source",
-            "git history only: .ralph/ is missing, so there is no record of times, cost, messages or the transcript".into(),
+            "git history only: this iteration is known from its commit's trailers, not the ledger, so there is no record of times, cost, messages or the transcript".into(),
         );
     }
     let mut backend = r.backend.clone();
@@ -181,7 +211,7 @@ fn header(
             "{} → {} UTC ({})",
             r.started_at.format("%Y-%m-%d %H:%M:%S"),
             r.ended_at.format("%H:%M:%S"),
-            short_secs(r.duration_s)
+            crate::output::text::record_secs(r)
         ),
     );
     let tokens = match (r.tokens_in, r.tokens_out) {

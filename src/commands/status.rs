@@ -240,7 +240,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     r.iteration,
                     r.story_id,
                     r.outcome.as_str(),
-                    crate::output::text::short_secs(r.duration_s),
+                    crate::output::text::record_secs(r),
                     crate::output::text::usd_or_unknown(r.cost_usd),
                     tokens,
                     r.started_at.format("%Y-%m-%d %H:%M:%S")

@@ -189,12 +189,15 @@ impl Human {
                 | Outcome::Interrupted
         );
         if !moved {
+            let why = record
+                .primary_message()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
             self.warn(&format!(
-                "iteration {} ({}): {} {}",
+                "iteration {} ({}): {}{why}",
                 record.iteration,
                 record.story_id,
                 record.outcome.as_str(),
-                record.message.as_deref().unwrap_or("")
             ));
             self.verify_tails(record);
         } else {

@@ -32,6 +32,26 @@ pub fn short_duration(d: Duration) -> String {
     format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
 }
 
+/// An iteration's wall time for a table: [`short_secs`], or `?` for a record rebuilt from git
+/// (its trailers keep no time).
+pub fn record_secs(r: &crate::protocol::LedgerRecord) -> String {
+    if r.from_git {
+        "?".to_owned()
+    } else {
+        short_secs(r.duration_s)
+    }
+}
+
+/// A count of an iteration's agent commits or changed files for a table: `n`, or `?` for a
+/// record rebuilt from git (its trailers keep neither).
+pub fn record_count(r: &crate::protocol::LedgerRecord, n: usize) -> String {
+    if r.from_git {
+        "?".to_owned()
+    } else {
+        n.to_string()
+    }
+}
+
 /// [`short_duration`] of a number of seconds.
 pub fn short_secs(secs: f64) -> String {
     short_duration(Duration::from_secs_f64(secs.max(0.0)))

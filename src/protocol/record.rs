@@ -138,6 +138,11 @@ pub struct LedgerRecord {
     /// history is in the commit trailers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuilt: Option<Rebuilt>,
+    /// Read back from a commit's trailers, not from the ledger (never written to a ledger): only
+    /// the run, iteration, story, outcome, feature and commit are known; the duration, cost,
+    /// tokens, the agent's commits and the files changed are not (shown as `?`, never as 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_git: bool,
 }
 
 /// How a `--push` after an iteration went.
@@ -307,6 +312,7 @@ impl LedgerRecord {
             push: None,
             shutdown: None,
             rebuilt: None,
+            from_git: false,
         }
     }
 

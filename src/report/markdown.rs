@@ -68,8 +68,8 @@ pub fn render(r: &Report) -> String {
             rec.outcome,
             c.duration,
             c.cost,
-            rec.commits.len(),
-            rec.files_changed.len(),
+            crate::output::text::record_count(rec, rec.commits.len()),
+            crate::output::text::record_count(rec, rec.files_changed.len()),
             escape(&c.reason)
         );
     }

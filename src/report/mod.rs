@@ -409,7 +409,7 @@ fn timeline(records: &[&LedgerRecord], prd: &Prd) -> Timeline {
                             r.iteration,
                             r.story_id,
                             r.outcome,
-                            crate::output::text::short_secs(r.duration_s)
+                            crate::output::text::record_secs(r)
                         ),
                     }
                 })
@@ -490,7 +490,7 @@ fn cards(records: &[&LedgerRecord], repo: Option<&Repo>) -> Vec<Card> {
                 _ => (None, Vec::new()),
             };
             Card {
-                duration: crate::output::text::short_secs(r.duration_s),
+                duration: crate::output::text::record_secs(r),
                 cost: crate::output::text::usd_or_unknown(r.cost_usd),
                 reason: crate::output::text::reason(r),
                 diff,

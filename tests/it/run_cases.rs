@@ -127,6 +127,47 @@ fn an_agent_cannot_pass_its_story_by_rewriting_its_verify() {
     assert_eq!(now["userStories"][0]["passes"], false);
 }
 
+/// After `.ralph/` was deleted and a new run began, the iterations before it come from git:
+/// log, status and show say "?"/"-" for what the trailers do not keep, never "0ms" or "0
+/// commits", and show still finds the story's title, the agent's commit and the diff.
+#[test]
+fn iterations_known_only_from_git_are_never_shown_as_measured() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    std::fs::remove_dir_all(env.path(".ralph")).unwrap();
+    env.script(&json!({"invocations": [claude_story("US-002", 2, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let log = String::from_utf8_lossy(&env.ralph(&["log", "--no-pager"]).stdout).into_owned();
+    let first = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(!first.contains("0ms"), "{log}");
+    assert!(first.contains(" - "), "{log}");
+    assert!(log.contains("rows with - are from git history"), "{log}");
+    let second = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 "))
+        .unwrap();
+    assert!(!second.contains(" - "), "{log}");
+
+    let show = String::from_utf8_lossy(&env.ralph(&["show", "1", "--no-pager", "--diff"]).stdout)
+        .into_owned();
+    assert!(show.contains("US-001 Story 1"), "{show}");
+    assert!(show.contains("feat: US-001 (the agent's)"), "{show}");
+    assert!(show.contains("+story 1"), "the patch: {show}");
+    assert!(!show.contains("(0ms)"), "{show}");
+
+    let md =
+        String::from_utf8_lossy(&env.ralph(&["report", "--markdown", "--all"]).stdout).into_owned();
+    let row = md.lines().find(|l| l.starts_with("| 1 | US-001")).unwrap();
+    assert!(row.contains("| ? | ? | ? | ? |"), "{md}");
+}
+
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
 /// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
 /// the work is merged.
