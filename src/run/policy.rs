@@ -281,6 +281,15 @@ pub struct Decision {
     pub next: Next,
 }
 
+/// No commit, no flip, and no file changed (or only the notes, which classify already judged
+/// no_progress: prd.json's notes and progress.txt are not work).
+fn is_unchanged(r: &LedgerRecord) -> bool {
+    r.commits.is_empty()
+        && (r.files_changed.is_empty() || r.outcome == Outcome::NoProgress)
+        && r.passes_flipped.is_empty()
+        && r.passes_reverted.is_empty()
+}
+
 /// Decides what follows an iteration (see the module docs for the order).
 pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     let r = a.record;
@@ -331,11 +340,18 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         OutcomeNext::WaitForReset => return wait_for_reset(t, b, a),
         OutcomeNext::Continue => {}
     }
-    // The story's attempt limit: block it and move on; blocking is the answer to those failures,
-    // so the streaks start again with the next story.
+    // The story's attempt limit: block it and move on; blocking is the answer to its failures,
+    // so the failure streak starts again with the next story. The no-change streak does not:
+    // iterations that change nothing at all, across stories, mean the agent or its setup is
+    // stuck, so the next story's first unchanged iteration ends the run (this iteration's is
+    // counted below before returning).
     if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
         t.failures_in_a_row = 0;
-        t.unchanged_in_a_row = 0;
+        t.unchanged_in_a_row = if is_unchanged(r) {
+            t.unchanged_in_a_row + 1
+        } else {
+            0
+        };
         let next = if b.stop_on_block {
             Next::Stop(StopReason::StoryBlocked {
                 story_id: r.story_id.clone(),
@@ -361,13 +377,7 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         };
         return d(Next::Stop(reason), t, false, None);
     }
-    // No commit, no flip, and no file changed (or only the notes, which classify already judged
-    // no_progress: prd.json's notes and progress.txt are not work).
-    let unchanged = r.commits.is_empty()
-        && (r.files_changed.is_empty() || r.outcome == Outcome::NoProgress)
-        && r.passes_flipped.is_empty()
-        && r.passes_reverted.is_empty();
-    t.unchanged_in_a_row = if unchanged {
+    t.unchanged_in_a_row = if is_unchanged(r) {
         t.unchanged_in_a_row + 1
     } else {
         0

@@ -161,6 +161,24 @@ fn iterations_that_change_nothing_stop_the_run() {
     );
 }
 
+/// With the default limits (3 attempts, 3 unchanged in a row), an agent that changes nothing
+/// gets its first story blocked, and the next story's first unchanged iteration ends the run: it
+/// does not spend 3 iterations on every story of the PRD.
+#[test]
+fn an_agent_that_changes_nothing_stops_the_run_across_stories_with_default_limits() {
+    let env = TestEnv::new(&prd_with_stories(4));
+    env.script(&json!({"default": idle()}));
+    let out = env.ralph(&["run", "--max-iter", "20"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["no_progress"; 4]);
+    let err = stderr(&out);
+    assert!(err.contains("US-001 is blocked after 3 attempts"), "{err}");
+    assert!(
+        err.contains("4 iterations in a row changed nothing"),
+        "{err}"
+    );
+}
+
 /// An agent that only writes notes (its story's `notes` in prd.json, a line in progress.txt)
 /// changes no work: each iteration is no_progress, and the no-progress limit stops the run.
 #[test]

@@ -289,8 +289,27 @@ fn counters_follow_the_outcome_rules() {
             blocked.tally.unchanged_in_a_row
         ),
         (0, 0),
-        "blocking starts the streaks again"
+        "blocking starts the failure streak again; a changed iteration ends the no-change one"
     );
+    // An agent that changes nothing: its third unchanged iteration blocks the story (the attempt
+    // limit comes first) and keeps the no-change streak; the next story's first unchanged
+    // iteration stops the run.
+    let idle = record(Outcome::NoProgress, false);
+    let blocked = decide(
+        &Tally {
+            unchanged_in_a_row: 2,
+            ..Tally::default()
+        },
+        &b,
+        &Aftermath {
+            attempts: 3,
+            ..after(&idle)
+        },
+    );
+    assert_eq!(kind(&blocked), "block");
+    assert_eq!(blocked.tally.unchanged_in_a_row, 3);
+    let next = decide(&blocked.tally, &b, &after(&idle));
+    assert_eq!(kind(&next), "stop no_progress");
 }
 
 #[test]
