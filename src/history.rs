@@ -148,23 +148,31 @@ impl History {
     }
 
     /// The newest record of `story_id` in feature `feature` (prd.json's `branchName`; records
-    /// without one count) that neither passed the story nor made progress: why an open story
-    /// has not passed yet.
+    /// without one count) that is a failure of the story: why an open story has not passed yet.
+    /// `None` when the story's newest decisive record passed it (progress, usage limits,
+    /// transient errors and interruptions are skipped).
     pub fn last_failure(&self, story_id: &str, feature: Option<&str>) -> Option<&LedgerRecord> {
-        self.records.iter().rev().find(|r| {
-            r.story_id == story_id
-                && r.feature.as_deref().is_none_or(|f| Some(f) == feature)
-                // Passing or progress is no failure; a usage limit, a transient error or an
-                // interruption is not the story's doing.
-                && !matches!(
+        use crate::protocol::Outcome;
+        self.records
+            .iter()
+            .rev()
+            .filter(|r| {
+                r.story_id == story_id && r.feature.as_deref().is_none_or(|f| Some(f) == feature)
+            })
+            // Progress is no failure; a usage limit, a transient error or an interruption is not
+            // the story's doing.
+            .find(|r| {
+                !matches!(
                     r.outcome,
-                    crate::protocol::Outcome::StoryPassed
-                        | crate::protocol::Outcome::Progress
-                        | crate::protocol::Outcome::UsageLimit
-                        | crate::protocol::Outcome::Transient
-                        | crate::protocol::Outcome::Interrupted
+                    Outcome::Progress
+                        | Outcome::UsageLimit
+                        | Outcome::Transient
+                        | Outcome::Interrupted
                 )
-        })
+            })
+            // A story that passed since (prd.json shown from another branch, or reopened by
+            // hand) has no failure to explain.
+            .filter(|r| r.outcome != Outcome::StoryPassed)
     }
 }
 
@@ -221,4 +229,32 @@ pub fn records_from_git(history: &[TrailerRecord]) -> Vec<LedgerRecord> {
         .collect();
     out.sort_by_key(|r| r.iteration);
     out
+}
+
+/// Where the feature's work is when it is not what is checked out: prd.json's `branchName`
+/// when HEAD is on another branch and that branch exists here (`ralph/x`) or only on origin
+/// (`origin/ralph/x`, a fresh clone), with commits HEAD does not have. `None` otherwise.
+pub fn feature_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<String> {
+    let feature = feature.filter(|f| !f.is_empty())?;
+    if repo.current_branch().as_deref() == Some(feature) {
+        return None;
+    }
+    let head = repo.head_sha().ok().flatten();
+    [
+        (format!("refs/heads/{feature}"), feature.to_owned()),
+        (
+            format!("refs/remotes/origin/{feature}"),
+            format!("origin/{feature}"),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(refname, shown)| {
+        let sha = repo.ref_sha(&refname)?;
+        // Merged (or the same commit): what is checked out already has the work.
+        let merged = match &head {
+            Some(h) => repo.is_ancestor(&sha, h).unwrap_or(false),
+            None => false,
+        };
+        (!merged).then_some(shown)
+    })
 }

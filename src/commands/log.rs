@@ -39,7 +39,21 @@ pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
         print!("{out}");
         return Ok(ExitStatus::Success);
     }
-    let text = render(&records, history.source);
+    let mut text = render(&records, history.source);
+    if history.source == Source::Empty {
+        let feature = crate::prd::store::load(&prd)
+            .ok()
+            .and_then(|l| l.prd.branch_name);
+        if let Some(b) = repo
+            .as_ref()
+            .and_then(|r| crate::history::feature_elsewhere(r, feature.as_deref()))
+        {
+            text.push_str(&format!(
+                "the run's iterations are on {b}, not checked out here: `git checkout {}`\n",
+                b.trim_start_matches("origin/")
+            ));
+        }
+    }
     if args.no_pager {
         print!("{text}");
     } else {

@@ -58,7 +58,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
 
     let elsewhere = repo
         .as_ref()
-        .and_then(|r| feature_elsewhere(r, feature.as_deref()));
+        .and_then(|r| crate::history::feature_elsewhere(r, feature.as_deref()));
     if args.json {
         let doc = json!({
             "prd": loaded.path,
@@ -212,7 +212,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         None if running.is_some() => {
             println!("no iteration recorded yet: the first one is running (see above)")
         }
-        None => println!("no runs yet: start one with `ralph run`"),
+        None => match &elsewhere {
+            Some(b) => println!(
+                "no runs on this branch: the run's iterations are on {b} (`git checkout {}`)",
+                b.trim_start_matches("origin/")
+            ),
+            None => println!("no runs yet: start one with `ralph run`"),
+        },
         Some(run) => {
             let label = if running.as_ref().is_some_and(|(f, _)| f.run_id != *run) {
                 "previous run"
@@ -265,7 +271,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     }
     if running.is_none() {
         if let Some(reason) = &state.stop_reason {
-            println!("last run stopped: {}", reason.sentence());
+            // Its stories are those of the feature's branch, not of the prd.json shown here.
+            let on = elsewhere
+                .as_deref()
+                .map(|b| format!(" (on {b})"))
+                .unwrap_or_default();
+            println!("last run stopped{on}: {}", reason.sentence());
         }
     }
     if ledger_from_git || state_from_git {
@@ -347,34 +358,6 @@ impl Totals {
 }
 
 /// The ralph run holding `.ralph/lock`, when its process is still alive.
-/// Where the feature's work is when it is not what is checked out: prd.json's `branchName`
-/// when HEAD is on another branch and that branch exists here (`ralph/x`) or only on origin
-/// (`origin/ralph/x`, a fresh clone), with commits HEAD does not have. `None` otherwise.
-fn feature_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<String> {
-    let feature = feature.filter(|f| !f.is_empty())?;
-    if repo.current_branch().as_deref() == Some(feature) {
-        return None;
-    }
-    let head = repo.head_sha().ok().flatten();
-    [
-        (format!("refs/heads/{feature}"), feature.to_owned()),
-        (
-            format!("refs/remotes/origin/{feature}"),
-            format!("origin/{feature}"),
-        ),
-    ]
-    .into_iter()
-    .find_map(|(refname, shown)| {
-        let sha = repo.ref_sha(&refname)?;
-        // Merged (or the same commit): what is checked out already has the work.
-        let merged = match &head {
-            Some(h) => repo.is_ancestor(&sha, h).unwrap_or(false),
-            None => false,
-        };
-        (!merged).then_some(shown)
-    })
-}
-
 fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {
     let text = std::fs::read_to_string(ralph_dir.join(crate::lock::LOCK_FILE)).ok()?;
     let info: crate::lock::LockInfo = serde_json::from_str(&text).ok()?;

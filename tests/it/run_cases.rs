@@ -174,13 +174,23 @@ fn iterations_known_only_from_git_are_never_shown_as_measured() {
 #[test]
 fn status_away_from_the_feature_branch_says_where_the_work_is() {
     let env = TestEnv::new(&prd_with_stories(1));
-    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
-    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let idle = json!([{"claude_init": {}}, {"claude_result": {"text": "Looked around."}}]);
+    env.script(&json!({"invocations": [idle, claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     env.git(&["checkout", "-q", "main"]);
     let out = env.ralph(&["status"]);
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(shown.contains("0/1 stories pass"), "{shown}");
+    // The story passed on its branch: no old failure is given as the reason it is open.
+    assert!(
+        !shown.contains("why open stories have not passed"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("last run stopped (on ralph/demo): complete"),
+        "{shown}"
+    );
     assert!(
         shown.contains("the run's work is on ralph/demo")
             && shown.contains("git checkout ralph/demo"),
@@ -188,6 +198,29 @@ fn status_away_from_the_feature_branch_says_where_the_work_is() {
     );
     let doc: Value = serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
     assert_eq!(doc["feature_branch_elsewhere"], "ralph/demo");
+    // A fresh clone sits on main, with the work on origin/ralph/demo and no .ralph/.
+    let clone = env.root.path().join("clone");
+    env.git(&[
+        "clone",
+        "-q",
+        env.path("").to_str().unwrap(),
+        clone.to_str().unwrap(),
+    ]);
+    let in_clone = |args: &[&str]| {
+        let out = env.ralph_cmd(args).current_dir(&clone).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = in_clone(&["status"]);
+    assert!(
+        shown.contains("the run's work is on origin/ralph/demo"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("no runs on this branch: the run's iterations are on origin/ralph/demo"),
+        "{shown}"
+    );
+    let log = in_clone(&["log", "--no-pager"]);
+    assert!(log.contains("`git checkout ralph/demo`"), "{log}");
     env.git(&["merge", "-q", "--ff-only", "ralph/demo"]);
     let shown = String::from_utf8_lossy(&env.ralph(&["status"]).stdout).into_owned();
     assert!(!shown.contains("the run's work is on"), "{shown}");
