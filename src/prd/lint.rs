@@ -18,6 +18,7 @@
 //! | `duplicate-title` | two stories with the same title (case and spacing ignored) |
 //! | `new-prd-passing` | a brand-new PRD (nothing recorded yet) with stories already passing |
 //! | `bad-branch-name` | a `branchName` git would refuse as a branch name |
+//! | `starter-story` | a story still as `ralph init` wrote it (same title and description): a placeholder, not work |
 //!
 //! The linter is pure: it reads the typed [`Prd`] and [`LintOptions`], never a file.
 
@@ -83,6 +84,8 @@ pub enum Rule {
     NewPrdPassing,
     /// A `branchName` that is not a valid git branch name.
     BadBranchName,
+    /// A story still as `ralph init`'s starter prd.json has it.
+    StarterStory,
 }
 
 impl Rule {
@@ -97,6 +100,7 @@ impl Rule {
             Rule::DuplicateTitle => "duplicate-title",
             Rule::NewPrdPassing => "new-prd-passing",
             Rule::BadBranchName => "bad-branch-name",
+            Rule::StarterStory => "starter-story",
         }
     }
 }
@@ -205,6 +209,18 @@ pub fn lint(prd: &Prd, options: &LintOptions) -> Vec<Finding> {
                 }
             }
         }
+        if is_starter_story(story) {
+            out.push(Finding {
+                json_path: at(""),
+                rule: Rule::StarterStory,
+                message: format!(
+                    "{} is still the example story `ralph init` wrote ({:?}): an agent would work on a placeholder",
+                    story.id, story.title
+                ),
+                hint: "replace the example stories with your own (`ralph plan \"<the feature>\"` drafts them), or remove them"
+                    .into(),
+            });
+        }
         if options.brand_new && story.passes {
             out.push(Finding {
                 json_path: at(".passes"),
@@ -218,6 +234,33 @@ pub fn lint(prd: &Prd, options: &LintOptions) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Whether `story` has the title and description of one of the stories in `ralph init`'s
+/// starter prd.json (`templates/prd.json`).
+pub fn is_starter_story(story: &Story) -> bool {
+    static STARTER: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    let starter = STARTER.get_or_init(|| {
+        let value: Value =
+            serde_json::from_str(crate::convert::write::INIT_TEMPLATE).unwrap_or_default();
+        value["userStories"]
+            .as_array()
+            .map(|stories| {
+                stories
+                    .iter()
+                    .map(|s| {
+                        (
+                            s["title"].as_str().unwrap_or_default().to_owned(),
+                            s["description"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    starter
+        .iter()
+        .any(|(title, description)| *title == story.title && *description == story.description)
 }
 
 /// [`lint`] for a JSON document that may break the schema (an agent's draft): each field is

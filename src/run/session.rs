@@ -173,6 +173,14 @@ impl Session {
                 paths.prd.display()
             );
         }
+        for s in &self.initial.prd.user_stories {
+            if !s.passes && crate::prd::lint::is_starter_story(s) {
+                out.warn(format!(
+                    "{} is still the example story `ralph init` wrote ({:?}): the agent will work on a placeholder; replace the example stories with your own (`ralph plan \"<the feature>\"` drafts them)",
+                    s.id, s.title
+                ));
+            }
+        }
         let feature = self.initial.prd.branch_name.clone();
         if let Some(old) = self.state.enter_feature(feature.as_deref()) {
             out.notice(format!(

@@ -45,7 +45,7 @@ fn init_skills_writes_both_skills_where_each_cli_reads_them() {
     }
     // The next steps commit the skills with the rest.
     assert!(
-        stdout(&out).contains(".ralph/.gitignore .claude/skills .agents/skills && git commit"),
+        stdout(&out).contains("ralph.toml .claude/skills .agents/skills && git commit"),
         "{}",
         text(&out)
     );

@@ -230,3 +230,35 @@ fn strict_makes_findings_errors_and_humans_see_warnings() {
     assert_eq!(report["violations"], json!([]));
     assert_eq!(report["warnings"][0]["rule"], "vague-criterion");
 }
+
+#[test]
+fn stories_still_as_ralph_init_wrote_them() {
+    let starter: Value = serde_json::from_str(include_str!("../../templates/prd.json")).unwrap();
+    let got = findings(&starter);
+    for path in ["$.userStories[0]", "$.userStories[1]"] {
+        assert!(
+            got.contains(&(path.to_string(), "starter-story".to_string())),
+            "{got:?}"
+        );
+    }
+    // Edited (a new title), a story is the user's own.
+    let mut own = starter.clone();
+    own["userStories"][0]["title"] = json!("Add the invoices table");
+    own["userStories"][1]["title"] = json!("List invoices on the dashboard");
+    assert!(
+        !findings(&own)
+            .iter()
+            .any(|(_, rule)| rule == "starter-story"),
+        "{:?}",
+        findings(&own)
+    );
+    // `ralph run` says so before it spends anything on them.
+    let env = TestEnv::new(&starter);
+    env.script(&json!({"default": [{"claude_init": {}}, {"claude_result": {"text": "ok"}}]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("US-001 is still the example story `ralph init` wrote"),
+        "{stderr}"
+    );
+}
