@@ -61,6 +61,37 @@ pub const INFO: BackendInfo = BackendInfo {
     build: |settings| Ok(Box::new(Exec::new(settings)?)),
 };
 
+/// Interpreters whose first argument (not a flag) is the script to run.
+const INTERPRETERS: &[&str] = &[
+    "bash", "sh", "dash", "zsh", "ksh", "fish", "python", "python3", "node", "deno", "bun", "ruby",
+    "perl", "php",
+];
+
+/// The script an `--agent-cmd` runs through an interpreter (`bash ./agent.sh`, `python3
+/// tools/agent.py`) when it does not exist, relative to `dir` (the repository root, where the
+/// agent runs); `None` when the command is not an interpreter with a script argument, or the
+/// script exists. `-c`/`-e`/`-m` forms (code, not a file) are never a script.
+pub fn missing_script(agent_cmd: &str, dir: &std::path::Path) -> Option<String> {
+    let words = shlex::split(agent_cmd)?;
+    let (program, args) = words.split_first()?;
+    let name = std::path::Path::new(program).file_name()?.to_str()?;
+    if !INTERPRETERS.contains(&name) {
+        return None;
+    }
+    let mut script = None;
+    for arg in args {
+        if matches!(arg.as_str(), "-c" | "-e" | "-m" | "--eval" | "-") {
+            return None;
+        }
+        if !arg.starts_with('-') {
+            script = Some(arg);
+            break;
+        }
+    }
+    let script = script?;
+    (!dir.join(script).exists()).then(|| script.clone())
+}
+
 /// Why an exec backend could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -498,6 +529,26 @@ mod tests {
     /// Exit 127 or 126 (a shell's "not found" and "not executable", e.g. `bash agent.sh` with
     /// no agent.sh) is a setup error that stops the run, naming the command and what the shell
     /// said; a classified failure or any other exit code is left as it was.
+    #[test]
+    fn a_missing_script_of_an_interpreter_is_found_before_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.sh"), "echo hi\n").unwrap();
+        let missing = |cmd: &str| missing_script(cmd, dir.path());
+        assert_eq!(
+            missing("bash ./missing.sh"),
+            Some("./missing.sh".to_owned())
+        );
+        assert_eq!(
+            missing("/usr/bin/python3 -u tools/agent.py --x"),
+            Some("tools/agent.py".to_owned())
+        );
+        assert_eq!(missing("bash ./agent.sh"), None);
+        assert_eq!(missing("bash -c 'claude -p'"), None);
+        assert_eq!(missing("python3 -m my_agent"), None);
+        assert_eq!(missing("my-agent --flag"), None);
+        assert_eq!(missing("bash"), None);
+    }
+
     #[test]
     fn a_command_the_shell_could_not_run_is_a_config_error() {
         let (_, report) = run(

@@ -270,9 +270,12 @@ fn examine_builtin(kind: AgentKind, cx: &DoctorContext<'_>, file: &FileConfig) -
                 .and_then(|w| w.into_iter().next())
                 .unwrap_or_default();
             let path = which::which_in(&program, std::env::var_os("PATH"), cx.cwd).ok();
-            let error = path.is_none().then(|| {
-                format!("`{program}` (the first word of agent_cmd `{cmd}`) is not installed or not on PATH")
-            });
+            let error = match &path {
+                None => Some(format!("`{program}` (the first word of agent_cmd `{cmd}`) is not installed or not on PATH")),
+                Some(_) => crate::agent::exec::missing_script(&cmd, cx.cwd).map(|script| {
+                    format!("the script `{script}` that agent_cmd `{cmd}` runs does not exist here")
+                }),
+            };
             Finding {
                 agent: kind.as_str(),
                 program,

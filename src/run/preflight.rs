@@ -108,6 +108,14 @@ pub fn check_agent(
     }
     let probe = backend.command("")?;
     let info = backend.info();
+    if let (AgentKind::Exec, Some(cmd)) = (cfg.agent, &cfg.agent_cmd) {
+        if let Some(script) = crate::agent::exec::missing_script(cmd, repo_root) {
+            bail!(
+                "the agent script `{script}` of --agent-cmd `{cmd}` does not exist (the agent runs in {})\nhint: fix --agent-cmd (agent_cmd in ralph.toml): give the script's path relative to the repository root, or an absolute one",
+                repo_root.display()
+            );
+        }
+    }
     if which::which_in(&probe.program, std::env::var_os("PATH"), repo_root).is_err() {
         let place = if probe.program.components().count() > 1 {
             "does not exist or is not executable"

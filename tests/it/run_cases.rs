@@ -168,6 +168,36 @@ fn iterations_known_only_from_git_are_never_shown_as_measured() {
     assert!(row.contains("| ? | ? | ? | ? |"), "{md}");
 }
 
+/// `--agent-cmd "bash ./missing.sh"`: the script is looked for before the run (not found out by
+/// three failed iterations), and doctor says the same.
+#[test]
+fn an_exec_agent_script_that_does_not_exist_is_refused_before_the_run() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "bash ./missing.sh"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "the agent script `./missing.sh` of --agent-cmd `bash ./missing.sh` does not exist"
+        ),
+        "{stderr}"
+    );
+    assert!(!env.path(".ralph/ledger.jsonl").exists());
+    let out = env.ralph(&[
+        "doctor",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        "bash ./missing.sh",
+    ]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("the script `./missing.sh`"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
 /// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
 /// the work is merged.
