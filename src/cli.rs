@@ -65,6 +65,39 @@ pub enum Command {
     NativeAgent,
 }
 
+/// Parses the command line like [`clap::Parser::parse`], printing clap's message and exiting
+/// with its code (2 for a usage error, 0 for `--help`/`--version`) when it fails. A value clap
+/// refuses that came from a `RALPH_*` environment variable (e.g. `RALPH_MAX_ITER=abc`) gets a
+/// hint naming the variable: clap's message names only the flag.
+pub fn parse() -> Cli {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match <Cli as clap::Parser>::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            if matches!(
+                e.kind(),
+                ErrorKind::InvalidValue | ErrorKind::ValueValidation
+            ) {
+                if let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) {
+                    let mut from_env: Vec<String> = std::env::vars()
+                        .filter(|(k, v)| k.starts_with("RALPH_") && v == value)
+                        .map(|(k, _)| k)
+                        .collect();
+                    from_env.sort();
+                    if !from_env.is_empty() {
+                        eprintln!(
+                            "hint: the value comes from the environment ({}={value}): fix or unset it",
+                            from_env.join(", ")
+                        );
+                    }
+                }
+            }
+            std::process::exit(e.exit_code());
+        }
+    }
+}
+
 /// The command line as users see it: [`Cli`] without hidden commands (`__native-agent`), for
 /// the completion scripts and the man pages, which would otherwise offer them.
 pub fn visible_command() -> clap::Command {

@@ -2,11 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use ralph::cli::{Cli, Command};
+use ralph::cli::Command;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = ralph::cli::parse();
     init_logging();
     if matches!(
         cli.command,

@@ -248,3 +248,24 @@ fn the_commit_step_ralph_init_prints_works() {
         .unwrap();
     assert!(run.status.success(), "`{step}`: {}", text(&run));
 }
+
+/// A bad value from a `RALPH_*` variable: clap names only the flag, ralph adds the variable.
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = env
+        .ralph_cmd(&["run"])
+        .env("RALPH_MAX_ITER", "abc")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'abc' for '--max-iter <N>'"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: the value comes from the environment (RALPH_MAX_ITER=abc)"),
+        "{stderr}"
+    );
+}
