@@ -404,7 +404,7 @@ pub struct PlanArgs {
 /// Arguments of `ralph validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// The prd.json to check (default: ./prd.json).
+    /// The prd.json to check (default: the one found from here upward to the repository root).
     #[arg(value_name = "PATH")]
     pub path: Option<PathBuf>,
     /// Print the result as JSON on stdout.

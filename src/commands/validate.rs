@@ -33,7 +33,8 @@ struct Report<'a> {
     warnings: &'a [Finding],
 }
 
-/// Run `ralph validate`. `args.path` defaults to `./prd.json`.
+/// Run `ralph validate`. `args.path` defaults to the prd.json found from the current directory
+/// upward (as for `ralph status`), else `./prd.json`.
 ///
 /// Returns [`ExitStatus::Success`] when the file is valid (lint findings are printed as
 /// warnings) and [`ExitStatus::Failure`] when it is missing, unreadable, not JSON or invalid, or
@@ -42,7 +43,26 @@ struct Report<'a> {
 /// # Errors
 /// Only when stdout or stderr cannot be written.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitStatus> {
-    let path = args.path.as_deref().unwrap_or(Path::new("prd.json"));
+    // Without a path, the prd.json the other commands use: here, or found upward up to the
+    // repository root; when there is none, ./prd.json (whose error says how to create one).
+    let found = match &args.path {
+        Some(_) => None,
+        None => std::env::current_dir().ok().and_then(|cwd| {
+            let found = crate::workspace::locate_prd(None, &cwd).ok()?;
+            // Shown as given when it is here (`prd.json`), absolute when found above.
+            Some(
+                found
+                    .strip_prefix(&cwd)
+                    .map(Path::to_path_buf)
+                    .unwrap_or(found),
+            )
+        }),
+    };
+    let path = args
+        .path
+        .as_deref()
+        .or(found.as_deref())
+        .unwrap_or(Path::new("prd.json"));
     let result = store::load(path);
     let warnings = match &result {
         Ok(loaded) => lint_loaded(loaded),

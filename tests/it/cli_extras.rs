@@ -269,3 +269,21 @@ fn a_bad_value_from_the_environment_names_the_variable() {
         "{stderr}"
     );
 }
+
+/// `ralph validate` in a subdirectory checks the prd.json the other commands find upward.
+#[test]
+fn validate_in_a_subdirectory_finds_the_prd_upward() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    std::fs::create_dir_all(env.path("src/deep")).unwrap();
+    let out = env
+        .ralph_cmd(&["validate"])
+        .current_dir(env.path("src/deep"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is valid: 2 stories"),
+        "{}",
+        text(&out)
+    );
+}
