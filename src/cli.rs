@@ -557,7 +557,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")]
     pub max_failures: Option<u32>,
     /// Iterations in a row that change nothing but notes (no commit, no file beyond prd.json and
-    /// progress.txt) before the run stops with exit 4 (default 3); counted across stories.
+    /// progress.txt) before the run stops with exit 4 (default 3); it goes on across a story
+    /// blocked without a single change.
     #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")]
     pub max_no_progress: Option<u32>,
     /// What to do when an iteration changes prd.json beyond the current story's passes/notes:

@@ -341,14 +341,14 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         OutcomeNext::Continue => {}
     }
     // The story's attempt limit: block it and move on; blocking is the answer to its failures,
-    // so the failure streak starts again with the next story. The no-change streak does not:
-    // iterations that change nothing at all, across stories, mean the agent or its setup is
-    // stuck, so the next story's first unchanged iteration ends the run (this iteration's is
-    // counted below before returning).
+    // so the streaks start again with the next story. Except one: when not one attempt at this
+    // story changed anything, the agent or its setup is stuck rather than the story hard, so the
+    // no-change streak goes on and the next story's first unchanged iteration ends the run.
     if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
         t.failures_in_a_row = 0;
-        t.unchanged_in_a_row = if is_unchanged(r) {
-            t.unchanged_in_a_row + 1
+        let unchanged = t.unchanged_in_a_row + 1;
+        t.unchanged_in_a_row = if is_unchanged(r) && unchanged >= a.attempts {
+            unchanged
         } else {
             0
         };

@@ -293,7 +293,8 @@ fn counters_follow_the_outcome_rules() {
     );
     // An agent that changes nothing: its third unchanged iteration blocks the story (the attempt
     // limit comes first) and keeps the no-change streak; the next story's first unchanged
-    // iteration stops the run.
+    // iteration stops the run. A story that changed something in an earlier attempt is merely
+    // hard: its block starts the streak again.
     let idle = record(Outcome::NoProgress, false);
     let blocked = decide(
         &Tally {
@@ -310,6 +311,19 @@ fn counters_follow_the_outcome_rules() {
     assert_eq!(blocked.tally.unchanged_in_a_row, 3);
     let next = decide(&blocked.tally, &b, &after(&idle));
     assert_eq!(kind(&next), "stop no_progress");
+    let hard = decide(
+        &Tally {
+            unchanged_in_a_row: 1,
+            ..Tally::default()
+        },
+        &b,
+        &Aftermath {
+            attempts: 3,
+            ..after(&idle)
+        },
+    );
+    assert_eq!(kind(&hard), "block");
+    assert_eq!(hard.tally.unchanged_in_a_row, 0);
 }
 
 #[test]
