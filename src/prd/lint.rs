@@ -242,7 +242,7 @@ pub fn is_starter_story(story: &Story) -> bool {
     static STARTER: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
     let starter = STARTER.get_or_init(|| {
         let value: Value =
-            serde_json::from_str(crate::convert::write::INIT_TEMPLATE).unwrap_or_default();
+            serde_json::from_str(include_str!("../../templates/prd.json")).unwrap_or_default();
         value["userStories"]
             .as_array()
             .map(|stories| {
