@@ -49,13 +49,36 @@ pub async fn recover(
             }
         }
     }
+    let unchecked = if history_has(paths, &flight) {
+        Vec::new()
+    } else {
+        unchecked_passes(paths)?
+    };
+    if !unchecked.is_empty() {
+        out.warn(format!(
+            "iteration {} was interrupted before ralph checked the stories it marked passing: {} set back to not passing, until an iteration passes its check",
+            flight.iteration,
+            unchecked.join(", ")
+        ));
+    }
     let history = History::load(paths, None).unwrap_or(History {
         records: Vec::new(),
         source: crate::history::Source::Empty,
     });
     let mut feedback = Vec::new();
     if !history.contains(&flight.run_id, flight.iteration) {
-        let draft = draft(repo, paths, &flight, cfg, restored_prd)?;
+        let mut draft = draft(repo, paths, &flight, cfg, restored_prd)?;
+        if !unchecked.is_empty() {
+            let note = format!(
+                "; ralph was killed before checking {}, so their passes went back to false",
+                unchecked.join(", ")
+            );
+            if let Some(m) = draft.record.message.as_mut() {
+                m.push_str(&note);
+            }
+            draft.progress_summary.push_str(&note);
+            draft.record.passes_reverted = unchecked.clone();
+        }
         let record = commit::commit(
             Sinks {
                 repo,
@@ -88,6 +111,44 @@ pub async fn recover(
     state.in_flight = None;
     state.save(&paths.ralph_dir)?;
     Ok(feedback)
+}
+
+/// Whether the ledger already has the in-flight iteration (ralph was killed after its commit
+/// point): then it was checked and written down, and nothing is undone.
+fn history_has(paths: &RunPaths, flight: &InFlight) -> bool {
+    History::load(paths, None).is_ok_and(|h| h.contains(&flight.run_id, flight.iteration))
+}
+
+/// Stories prd.json marks passing that did not pass when the interrupted iteration started (its
+/// snapshot, `.ralph/prd.snapshot.json`): ralph was killed before its verify gate judged them,
+/// so their `passes` goes back to false (only those bytes change). Returns their ids.
+///
+/// # Errors
+/// prd.json could not be rewritten.
+fn unchecked_passes(paths: &RunPaths) -> anyhow::Result<Vec<String>> {
+    let (Ok(now), Ok(raw_before)) = (store::load(&paths.prd), std::fs::read(paths.prd_snapshot()))
+    else {
+        return Ok(Vec::new());
+    };
+    let Ok(before) = store::parse_bytes(&paths.prd_snapshot(), &raw_before) else {
+        return Ok(Vec::new());
+    };
+    let ids: Vec<String> = now
+        .prd
+        .user_stories
+        .iter()
+        .filter(|s| s.passes && before.prd.story(&s.id).is_some_and(|b| !b.passes))
+        .map(|s| s.id.clone())
+        .collect();
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let mut raw = std::fs::read(&paths.prd)?;
+    for id in &ids {
+        raw = store::set_passes(&raw, id, false)?;
+    }
+    write_atomic(&paths.prd, &raw)?;
+    Ok(ids)
 }
 
 /// Kills the interrupted agent's processes: every one carrying its tag, and its recorded process
@@ -166,6 +227,16 @@ fn draft(
             .max()
             .unwrap_or(0);
         r.duration_s = last_ms as f64 / 1000.0;
+        // Lines still in ralph's write buffer died with it: the file's last write is a later
+        // sign of life.
+        if let Some(written) = std::fs::metadata(&transcript)
+            .and_then(|m| m.modified())
+            .ok()
+            .map(chrono::DateTime::<Utc>::from)
+        {
+            let secs = (written - flight.started_at).num_milliseconds() as f64 / 1000.0;
+            r.duration_s = r.duration_s.max(secs);
+        }
         if let Some(backend) = t.meta.get("backend").and_then(serde_json::Value::as_str) {
             r.backend = backend.to_owned();
         }

@@ -125,6 +125,13 @@ fn an_agent_cannot_pass_its_story_by_rewriting_its_verify() {
     );
     let now: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
     assert_eq!(now["userStories"][0]["passes"], false);
+    // The edited check itself is put back, whatever prd_guard says: the next iteration is
+    // judged by the story's own check too.
+    assert_eq!(now["userStories"][0]["verify"], "test -f file-1.txt");
+    assert!(
+        record["findings"].to_string().contains("ralph put it back"),
+        "{record}"
+    );
 }
 
 /// After `.ralph/` was deleted and a new run began, the iterations before it come from git:
@@ -196,6 +203,53 @@ fn an_exec_agent_script_that_does_not_exist_is_refused_before_the_run() {
         "{}",
         text(&out)
     );
+}
+
+/// A story the agent marked passing is never left passing unchecked: not when ralph is killed
+/// (SIGKILL) before its verify gate, and not when a stop (SIGTERM) ends the agent before it.
+#[test]
+fn a_story_marked_passing_by_an_interrupted_iteration_is_not_left_passing() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        let env = TestEnv::new(&prd);
+        env.script(&json!({"invocations": [[
+            {"claude_init": {}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ], [{"claude_init": {}}, {"claude_result": {"text": "Looked around."}}]]}));
+        let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
+        let marker = env.root.path().join("agent-started");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !marker.exists() {
+            assert!(Instant::now() < deadline, "the agent never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        child.wait().unwrap();
+        if signal == Signal::SIGKILL {
+            // The restart writes the interrupted iteration down, with the mark undone.
+            let out = env.ralph(&["run", "--max-iter", "1"]);
+            assert_eq!(out.status.code(), Some(3), "{signal}: {}", text(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(
+                    "interrupted before ralph checked the stories it marked passing: US-001"
+                ),
+                "{stderr}"
+            );
+            assert_eq!(env.ledger()[0]["passes_reverted"], json!(["US-001"]));
+        }
+        let now: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
+        assert_eq!(now["userStories"][0]["passes"], false, "{signal}");
+        assert_eq!(env.ledger()[0]["outcome"], "interrupted", "{signal}");
+        let status: Value =
+            serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+        assert_eq!(status["complete"], false, "{signal}");
+    }
 }
 
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched

@@ -30,6 +30,9 @@ pub struct Observation {
     pub reverted: Vec<String>,
     /// The verify commands run, in order.
     pub verify: Vec<VerifyRecord>,
+    /// Stories the agent marked passing whose check a stop (Ctrl-C, SIGTERM) left unrun: set
+    /// back to not passing.
+    pub unchecked: Vec<String>,
     /// ralph marked the current story passing because its check passed (`verify_marks_passing`).
     pub marked_by_ralph: bool,
     /// What changed beyond the current story's `passes`/`notes`, one sentence each.
@@ -74,6 +77,12 @@ pub async fn inspect(
     after = verify_gate(cx, a, after, &flipped, &mut obs, out).await?;
     if let Some(agent) = &after {
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
+        if !obs.unchecked.is_empty() {
+            obs.guard.push(format!(
+                "ralph was stopped before checking {}, so their passes went back to false",
+                obs.unchecked.join(", ")
+            ));
+        }
     }
     after = guard(cx, a, after, &mut obs)?;
     let reported = agent_prd.as_ref().unwrap_or(prd_of(&after, snapshot));
@@ -81,6 +90,7 @@ pub async fn inspect(
     obs.flipped = flipped
         .into_iter()
         .filter(|id| !obs.verify.iter().any(|v| !v.passed && &v.story_id == id))
+        .filter(|id| !obs.unchecked.contains(id))
         .collect();
     if obs.marked_by_ralph {
         obs.flipped.push(a.story.id.clone());
@@ -158,20 +168,30 @@ async fn verify_gate(
         }
         .or_else(|| cx.cfg.verify.clone())
     };
+    // Stories with a check that a stop (Ctrl-C, SIGTERM) left unchecked: not passing either.
+    let mut unchecked = Vec::new();
     for id in flipped {
         let Some(command) = command_of(&current.prd, id) else {
             continue;
         };
         if cx.stop.stop.is_cancelled() {
-            break;
+            unchecked.push(id.clone());
+            continue;
         }
         obs.verify.push(run_verify(cx, &command, id, out).await?);
     }
-    let failed: Vec<&VerifyRecord> = obs.verify.iter().filter(|v| !v.passed).collect();
+    obs.unchecked = unchecked.clone();
+    let failed: Vec<&str> = obs
+        .verify
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.story_id.as_str())
+        .chain(unchecked.iter().map(String::as_str))
+        .collect();
     if !failed.is_empty() {
         let mut raw = std::fs::read(&cx.paths.prd)?;
-        for f in &failed {
-            raw = store::set_passes(&raw, &f.story_id, false)?;
+        for id in &failed {
+            raw = store::set_passes(&raw, id, false)?;
         }
         write_atomic(&cx.paths.prd, &raw)?;
         after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
@@ -239,8 +259,9 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Ve
     out
 }
 
-/// With `prd_guard = restore`, puts prd.json back as it was except the current story's
-/// `passes` and `notes` when the agent changed anything else.
+/// With `prd_guard = restore`, or whatever it says when the agent changed a story's `verify`,
+/// puts prd.json back as it was except the current story's `passes` and `notes` when the agent
+/// changed anything else.
 fn guard(
     cx: &Cx<'_>,
     a: &Assignment,
@@ -250,10 +271,29 @@ fn guard(
     let Some(current) = &after else {
         return Ok(after);
     };
-    if cx.cfg.prd_guard != PrdGuard::Restore {
+    let snapshot = &a.snapshot;
+    // A story's check is the user's, not the agent's: an edited `verify` is always put back,
+    // whatever `prd_guard` says, or the next iteration would be judged by the agent's own check.
+    let checks_edited: Vec<&str> = snapshot
+        .prd
+        .user_stories
+        .iter()
+        .filter(|before| {
+            current
+                .prd
+                .story(&before.id)
+                .is_some_and(|now| now.verify != before.verify)
+        })
+        .map(|before| before.id.as_str())
+        .collect();
+    if !checks_edited.is_empty() {
+        obs.guard.push(format!(
+            "the agent changed the verify command of {}; ralph put it back (a story's check is not the agent's to change)",
+            checks_edited.join(", ")
+        ));
+    } else if cx.cfg.prd_guard != PrdGuard::Restore {
         return Ok(after);
     }
-    let snapshot = &a.snapshot;
     let id = &a.story.id;
     let beyond_story = !obs.guard.is_empty()
         || snapshot.prd.user_stories.iter().any(|before| {
