@@ -499,7 +499,35 @@ fn open_remote(
             Some(l) => pre.repo.is_ancestor(remote_head, l)?,
             None => false,
         };
-        if !ahead && pre.repo.advance_branch(&branch, remote_head)? {
+        let advanced = if ahead {
+            false
+        } else {
+            match pre.repo.advance_branch(&branch, remote_head) {
+                Ok(moved) => moved,
+                // A ralph killed here left an iteration's changes, and meanwhile another worker
+                // took the lease over and moved the branch on: both touch the same files.
+                Err(crate::git::GitError::CheckoutConflict { .. }) => {
+                    let flight = crate::state::State::load(&paths.ralph_dir)
+                        .ok()
+                        .flatten()
+                        .and_then(|s| s.in_flight);
+                    let Some(flight) = flight else {
+                        return Err(crate::git::GitError::CheckoutConflict { branch }.into());
+                    };
+                    return Err(crate::error::UserError::new(format!(
+                        "{branch} moved on at {name} (another worker took over after this ralph was killed during iteration {}), and the changes that iteration left here conflict with the new commits",
+                        flight.iteration
+                    ))
+                    .with_hint(format!(
+                        "keep them aside and follow the remote: `git stash push --include-untracked -m \"ralph iteration {}\"`, then `ralph run --push` again (the stash keeps them; `git stash show -p` shows them)",
+                        flight.iteration
+                    ))
+                    .into());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if advanced {
             out.notice(format!(
                 "{branch}: {} from {name} ({})",
                 if local.is_some() {

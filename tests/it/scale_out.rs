@@ -938,3 +938,44 @@ fn the_git_token_is_kept_from_the_agent_the_ledger_and_the_transcripts() {
     assert!(!log.contains(TOKEN));
     assert!(!out_text(&out).contains(TOKEN));
 }
+
+/// A worker killed mid-iteration, whose lease another worker took over and whose branch it moved
+/// on: restarted in its own clone, ralph says what happened and how to keep the leftover
+/// changes, and following that hint the clone follows the remote.
+#[test]
+fn a_killed_worker_whose_branch_moved_on_says_how_to_keep_its_leftovers() {
+    let mut script = working_agent(0);
+    script["invocations"] = json!([[
+        {"claude_init": {}},
+        {"write_file": {"path": "work.txt", "content": "c1's half-done work\n"}},
+        {"write_file": {"path": "agent-started", "content": ""}},
+        {"sleep_ms": 60_000}
+    ]]);
+    let r = Remote::new(1, &script);
+    let c1 = r.clone("c1");
+    std::fs::write(c1.join(".git/info/exclude"), "agent-started\n").unwrap();
+    let mut child = r
+        .ralph(&c1, &["run", "--push", "--quiet"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    agent_started(&c1);
+    signal(&child, nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    crate::fault_injection::wait_no_processes(&r.env.script, Duration::from_secs(5));
+
+    let c2 = r.clone("c2");
+    let out = r.ralph(&c2, &["run", "--push"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
+
+    let out = r.ralph(&c1, &["run", "--push"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", out_text(&out));
+    let text = out_text(&out);
+    assert!(text.contains("ralph/demo moved on at origin"), "{text}");
+    assert!(text.contains("git stash push --include-untracked"), "{text}");
+    run_git(&c1, &r.env, &["stash", "push", "--include-untracked", "-m", "kept"]);
+    let out = r.ralph(&c1, &["run", "--push"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
+    assert!(run_git(&c1, &r.env, &["stash", "show", "-p", "--include-untracked"])
+        .contains("c1's half-done work"));
+}
