@@ -38,7 +38,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
             notice.stop.cancelled().await;
             let _ = writeln!(
                 std::io::stderr(),
-                "\nralph: stopping — the agent gets up to {} to exit, then its work is checkpointed. Press Ctrl-C again to kill it now.",
+                "\nralph: stopping — a running agent gets up to {} to exit, then its work is checkpointed. Press Ctrl-C again to kill it now.",
                 humantime::format_duration(grace)
             );
             notice.kill_now.cancelled().await;

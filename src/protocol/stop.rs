@@ -335,12 +335,13 @@ impl StopReason {
                 "stopped: {story_id} is blocked after {attempts} attempts (last: {last_outcome}) and --stop-on-block is set; fix what stops it, then `ralph run --unblock`"
             ),
             StopReason::NoWorkableStory => "stopped: no open story can be worked on (each waits for a dependency that does not pass)".to_string(),
-            StopReason::StoriesDeleted { missing, run_id } => {
+            StopReason::StoriesDeleted { missing, .. } => {
                 let one = missing.len() == 1;
                 format!(
-                    "stopped: every remaining story passes, but {} {} deleted from prd.json during the run; restore {} (e.g. `git show refs/ralph/{run_id}/<n>/start:prd.json`) and run again",
+                    "stopped: every remaining story passes, but {} {} deleted from prd.json during the run; restore {} (`git log -p -- prd.json` shows the commit that removed {}, and `git show <that commit>^:prd.json` the file before it) and run again",
                     missing.join(", "),
                     if one { "was" } else { "were" },
+                    if one { "it" } else { "them" },
                     if one { "it" } else { "them" },
                 )
             }

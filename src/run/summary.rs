@@ -144,7 +144,8 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
         } => "interrupted: the current iteration was stopped and checkpointed".into(),
         StopReason::Interrupted {
             agent_running: false,
-        } => "interrupted while no agent was running (nothing to checkpoint)".into(),
+        } => "interrupted between iterations: every iteration so far is recorded and committed"
+            .into(),
         StopReason::NeedsHuman {
             outcome, iteration, ..
         } => format!("stopped: iteration {iteration} ended with {outcome}"),

@@ -252,6 +252,45 @@ fn a_story_marked_passing_by_an_interrupted_iteration_is_not_left_passing() {
     }
 }
 
+/// A stop (SIGTERM) while the verify gate runs a story's check: the check said nothing, so the
+/// story is not passing, and the iteration is not a failed attempt (no verify_failed).
+#[test]
+fn a_check_cut_short_by_a_stop_is_unchecked_not_failed() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] =
+        json!("touch ../verify-started; sleep 30; test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [claude_story("US-001", 1, "done")]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
+    let marker = env.root.path().join("verify-started");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the check never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{}", env.spawned_output());
+    let record = env.ledger().pop().unwrap();
+    assert_ne!(record["outcome"], "verify_failed", "{record}");
+    assert!(
+        record["findings"]
+            .to_string()
+            .contains("stopped before checking US-001"),
+        "{record}"
+    );
+    let now: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
+    assert_eq!(now["userStories"][0]["passes"], false);
+    assert!(
+        env.spawned_output()
+            .contains("interrupted between iterations"),
+        "{}",
+        env.spawned_output()
+    );
+}
+
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
 /// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
 /// the work is merged.

@@ -972,10 +972,19 @@ fn a_killed_worker_whose_branch_moved_on_says_how_to_keep_its_leftovers() {
     assert_eq!(out.status.code(), Some(1), "{}", out_text(&out));
     let text = out_text(&out);
     assert!(text.contains("ralph/demo moved on at origin"), "{text}");
-    assert!(text.contains("git stash push --include-untracked"), "{text}");
-    run_git(&c1, &r.env, &["stash", "push", "--include-untracked", "-m", "kept"]);
+    assert!(
+        text.contains("git stash push --include-untracked"),
+        "{text}"
+    );
+    run_git(
+        &c1,
+        &r.env,
+        &["stash", "push", "--include-untracked", "-m", "kept"],
+    );
     let out = r.ralph(&c1, &["run", "--push"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
-    assert!(run_git(&c1, &r.env, &["stash", "show", "-p", "--include-untracked"])
-        .contains("c1's half-done work"));
+    assert!(
+        run_git(&c1, &r.env, &["stash", "show", "-p", "--include-untracked"])
+            .contains("c1's half-done work")
+    );
 }

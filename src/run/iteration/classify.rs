@@ -215,7 +215,7 @@ fn outcome_message(outcome: Outcome, f: &Facts<'_>, obs: &Observation) -> Option
             dur(f.limits.idle_timeout)
         )),
         Outcome::Interrupted => {
-            Some("interrupted by the user; changes kept in a checkpoint commit".into())
+            Some("interrupted by Ctrl-C or a stop signal; changes kept in a checkpoint commit".into())
         }
         Outcome::AgentError => agent_said().or_else(|| {
             Some(match (f.process.exit_code, report.saw_final) {
