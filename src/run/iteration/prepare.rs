@@ -127,8 +127,11 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         started_at: start.at,
         start_sha: start.head.clone(),
     });
-    // Saved by the execute stage once the agent has a pid: one write instead of two. A ralph
-    // killed before the spawn leaves no in-flight entry, which is right: nothing ran.
+    // Saved now, before the agent exists: a spawned agent can change the tree before ralph
+    // gets to write anything else, and a ralph killed in that moment must find the iteration on
+    // restart (or it would refuse the agent's files as a user's uncommitted work). The execute
+    // stage saves it again with the agent's process group id.
+    state.save(&cx.paths.ralph_dir)?;
 
     let meta = TranscriptMeta {
         run_id: cx.run_id.to_string(),
