@@ -228,7 +228,8 @@ impl Sink for GitHubActions {
                     "warning",
                     "ralph: story blocked",
                     &format!(
-                        "{story_id} is blocked after {attempts} attempts (last: {last_outcome}{})",
+                        "{story_id} is blocked after {attempts} attempt{} (last: {last_outcome}{})",
+                        if *attempts == 1 { "" } else { "s" },
                         last_message
                             .as_deref()
                             .map(|m| format!(": {m}"))

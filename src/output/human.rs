@@ -367,7 +367,7 @@ impl Sink for Human {
                 last_outcome,
                 ..
             } => self.warn(&format!(
-                "{story_id} is blocked after {attempts} attempts (last: {last_outcome}); moving on to the next story"
+                "{story_id} is blocked after {attempts} attempt{} (last: {last_outcome}); moving on to the next story", if *attempts == 1 { "" } else { "s" }
             )),
             RunEvent::Waiting {
                 reason,

@@ -164,7 +164,8 @@ impl Sink for Notify {
             } => self.send(
                 Kind::StoryBlocked,
                 format!(
-                    "{p}: {story_id} is blocked after {attempts} attempts (last: {last_outcome})"
+                    "{p}: {story_id} is blocked after {attempts} attempt{} (last: {last_outcome})",
+                    if *attempts == 1 { "" } else { "s" }
                 ),
                 json!({"story_id": story_id, "attempts": attempts, "last_outcome": last_outcome,
                     "last_message": last_message}),

@@ -299,7 +299,7 @@ impl StopReason {
                 iterations,
                 max_no_progress,
             } => format!(
-                "stopped: {iterations} iterations in a row changed nothing but notes (no commit, no file beyond prd.json and progress.txt; --max-no-progress {max_no_progress})"
+                "stopped: {iterations} iterations in a row changed nothing, or only notes (no commit, no file beyond prd.json and progress.txt; --max-no-progress {max_no_progress})"
             ),
             StopReason::TransientRetries {
                 failures,
@@ -332,7 +332,7 @@ impl StopReason {
                 attempts,
                 last_outcome,
             } => format!(
-                "stopped: {story_id} is blocked after {attempts} attempts (last: {last_outcome}) and --stop-on-block is set; fix what stops it, then `ralph run --unblock`"
+                "stopped: {story_id} is blocked after {attempts} attempt{} (last: {last_outcome}) and --stop-on-block is set; fix what stops it, then `ralph run --unblock`", if *attempts == 1 { "" } else { "s" }
             ),
             StopReason::NoWorkableStory => "stopped: no open story can be worked on (each waits for a dependency that does not pass)".to_string(),
             StopReason::StoriesDeleted { missing, .. } => {

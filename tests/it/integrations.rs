@@ -210,8 +210,9 @@ fn under_github_actions_a_blocked_story_warns_and_an_auth_error_is_an_error_anno
     let out = runner_env(&env, &["run", "--max-attempts", "1"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(
-        text(&out)
-            .contains("::warning title=ralph%3A story blocked::US-001 is blocked after 1 attempts"),
+        text(&out).contains(
+            "::warning title=ralph%3A story blocked::US-001 is blocked after 1 attempt ("
+        ),
         "{}",
         text(&out)
     );
