@@ -46,6 +46,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         });
         let mut out = outputs(&cfg);
         let result = crate::run::run(cfg, &mut out, stop).await;
+        if let Err(e) = &result {
+            out.failed(i32::from(crate::error::exit_status(e).code()), &e.to_string());
+        }
         // Pending notifications are delivered (each attempt bounded) before ralph exits.
         out.close();
         result

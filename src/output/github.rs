@@ -249,6 +249,33 @@ impl Sink for GitHubActions {
     fn close(&mut self) {
         self.end_group();
     }
+
+    /// An `::error` annotation, a line in the step summary, and the outputs a workflow can
+    /// branch on: `exit_code`, `stop_reason=error`, `branch` (the others empty).
+    fn failed(&mut self, exit_code: i32, message: &str) {
+        self.end_group();
+        self.annotate("error", "ralph: the run ended with an error", message);
+        if let Some(file) = self.summary_file.clone() {
+            let md = format!(
+                "## ralph\n\n**The run ended with an error** (exit code {exit_code}): {message}\n\n"
+            );
+            self.append(&file, &md, "GITHUB_STEP_SUMMARY");
+        }
+        if let Some(file) = self.output_file.clone() {
+            let one_line = message
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let text = format!(
+                "exit_code={exit_code}\nstop_reason=error\nerror={one_line}\nbranch={}\nrun_id={}\n",
+                self.branch.as_deref().unwrap_or_default(),
+                self.run_id.as_deref().unwrap_or_default()
+            );
+            self.append(&file, &text, "GITHUB_OUTPUT");
+        }
+    }
 }
 
 /// The `$GITHUB_OUTPUT` pairs of a finished run (values on one line; absent ones empty).

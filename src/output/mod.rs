@@ -20,6 +20,12 @@ pub trait Sink: Send {
     /// The run is over: finish what is pending (e.g. notifications in flight), within the
     /// sink's own time limits.
     fn close(&mut self) {}
+
+    /// The run ended with an error instead of its summary (no [`RunEvent::RunFinished`]): it
+    /// could not start (an unreachable remote, a refused dirty tree) or could not go on.
+    /// `exit_code` is ralph's exit code, `message` the error (lines: the problem, then hints). The terminal prints
+    /// the error itself; this is for sinks another program reads (GitHub Actions' outputs).
+    fn failed(&mut self, _exit_code: i32, _message: &str) {}
 }
 
 /// Warnings a sink raises from elsewhere (a notification that failed on the notification
@@ -88,6 +94,14 @@ impl Outputs {
                     message: message.clone(),
                 });
             }
+        }
+    }
+
+    /// Tells every sink the run ended with an error instead of its summary (see
+    /// [`Sink::failed`]).
+    pub fn failed(&mut self, exit_code: i32, message: &str) {
+        for sink in &mut self.sinks {
+            sink.failed(exit_code, message);
         }
     }
 

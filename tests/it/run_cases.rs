@@ -291,6 +291,39 @@ fn a_check_cut_short_by_a_stop_is_unchecked_not_failed() {
     );
 }
 
+/// Under GitHub Actions, a run that ends with an error instead of its summary (here a refused
+/// dirty tree) still gives the workflow its outputs, an annotation and a summary line.
+#[test]
+fn under_github_actions_a_run_that_cannot_start_still_writes_its_outputs() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("stray.txt", "not committed\n");
+    let outputs = env.root.path().join("github_output");
+    let summary = env.root.path().join("step_summary");
+    let out = env
+        .ralph_cmd(&["run"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &outputs)
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let written = std::fs::read_to_string(&outputs).unwrap();
+    assert!(written.contains("exit_code=1\n"), "{written}");
+    assert!(written.contains("stop_reason=error\n"), "{written}");
+    assert!(
+        written.contains("error=the working tree has uncommitted changes (1 path): stray.txt"),
+        "{written}"
+    );
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(md.contains("The run ended with an error"), "{md}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("::error title=ralph%3A the run ended with an error::"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
 /// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
 /// the work is merged.
