@@ -20,66 +20,19 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
 use git2::{
     build::CheckoutBuilder, BranchType, Commit, DiffOptions, ErrorCode, IndexAddOption, ObjectType,
     Repository, Signature, Sort, StatusOptions,
 };
 
-use crate::protocol::Outcome;
+mod pack;
+mod trailers;
 
-/// Trailer key naming the run id in every ralph commit.
-pub const TRAILER_RUN: &str = "Ralph-Run";
-/// Trailer key naming the iteration number (a decimal `u32`) in every ralph commit.
-pub const TRAILER_ITERATION: &str = "Ralph-Iteration";
-/// Trailer key naming the story id in every ralph commit.
-pub const TRAILER_STORY: &str = "Ralph-Story";
-/// Trailer key naming the iteration's [`Outcome`] (snake_case) in every ralph commit.
-pub const TRAILER_OUTCOME: &str = "Ralph-Outcome";
-/// Trailer key naming prd.json's `branchName` (the feature the iteration's attempts belong to),
-/// when prd.json has one.
-pub const TRAILER_FEATURE: &str = "Ralph-Feature";
-/// Trailer key listing the stories `--unblock` freed before the iteration (comma-separated
-/// ids), on the first checkpoint after the unblock only.
-pub const TRAILER_UNBLOCKED: &str = "Ralph-Unblocked";
-
-/// The trailers of one ralph iteration commit: the one definition that the commit stage writes
-/// ([`Trailers::pairs`]) and [`Repo::trailer_history`] reads back, so resume from git cannot
-/// drift from what was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trailers {
-    /// `Ralph-Run`: the run id.
-    pub run_id: String,
-    /// `Ralph-Iteration`: the iteration number.
-    pub iteration: u32,
-    /// `Ralph-Story`: the story id.
-    pub story_id: String,
-    /// `Ralph-Outcome`: how the iteration ended.
-    pub outcome: Outcome,
-    /// `Ralph-Feature`: prd.json's `branchName`, when it has one.
-    pub feature: Option<String>,
-    /// `Ralph-Unblocked`: stories `--unblock` freed before this iteration (omitted when none).
-    pub unblocked: Vec<String>,
-}
-
-impl Trailers {
-    /// The `(key, value)` pairs in commit order, for [`Repo::commit_all`].
-    pub fn pairs(&self) -> Vec<(&'static str, String)> {
-        let mut pairs = vec![
-            (TRAILER_RUN, self.run_id.clone()),
-            (TRAILER_ITERATION, self.iteration.to_string()),
-            (TRAILER_STORY, self.story_id.clone()),
-            (TRAILER_OUTCOME, self.outcome.as_str().to_owned()),
-        ];
-        if let Some(feature) = &self.feature {
-            pairs.push((TRAILER_FEATURE, feature.clone()));
-        }
-        if !self.unblocked.is_empty() {
-            pairs.push((TRAILER_UNBLOCKED, self.unblocked.join(", ")));
-        }
-        pairs
-    }
-}
+pub use pack::MAX_LOOSE_TO_PACK;
+pub use trailers::{
+    TrailerRecord, Trailers, TRAILER_FEATURE, TRAILER_ITERATION, TRAILER_OUTCOME, TRAILER_RUN,
+    TRAILER_STORY, TRAILER_UNBLOCKED,
+};
 
 /// Identity used when neither the environment nor the git configuration names one.
 const FALLBACK_NAME: &str = "ralph";
@@ -198,28 +151,6 @@ pub enum BranchAction {
 /// One file of a diffstat: `(path, added lines, removed lines)`.
 pub type FileStat = (String, usize, usize);
 
-/// One ralph commit found in history by [`Repo::trailer_history`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrailerRecord {
-    /// Full sha of the commit.
-    pub sha: String,
-    /// Committer time of the commit (UTC).
-    pub committed_at: DateTime<Utc>,
-    /// Value of `Ralph-Run`.
-    pub run_id: String,
-    /// Value of `Ralph-Iteration`, when present and a valid number.
-    pub iteration: Option<u32>,
-    /// Value of `Ralph-Story`, when present.
-    pub story_id: Option<String>,
-    /// Value of `Ralph-Outcome`, when present and one of the known outcomes (an unknown value,
-    /// e.g. from a newer ralph, reads as `None`).
-    pub outcome: Option<Outcome>,
-    /// Value of `Ralph-Feature`, when present (commits of older ralphs have none).
-    pub feature: Option<String>,
-    /// The ids in `Ralph-Unblocked` (empty when absent).
-    pub unblocked: Vec<String>,
-}
-
 /// What [`Repo::checkpoint`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -228,99 +159,6 @@ pub struct Checkpoint {
     /// Whether the working tree matches HEAD afterwards (as far as git can make it: a submodule
     /// with uncommitted work of its own leaves it dirty).
     pub clean: bool,
-}
-
-/// Most loose objects [`Repo::housekeeping`] packs at once: past that, packing is left to `git gc`
-/// (a repository that large was filled by something else than ralph's checkpoints).
-pub const MAX_LOOSE_TO_PACK: usize = 20_000;
-
-/// Up to `limit` loose objects under `objects` (`<xx>/<38 hex>` files), with their paths.
-fn loose_objects(objects: &Path, limit: usize) -> Vec<(git2::Oid, PathBuf)> {
-    let mut found = Vec::new();
-    let Ok(dirs) = std::fs::read_dir(objects) else {
-        return found;
-    };
-    for dir in dirs.flatten() {
-        let prefix = dir.file_name();
-        let Some(prefix) = prefix
-            .to_str()
-            .filter(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
-        else {
-            continue;
-        };
-        let Ok(files) = std::fs::read_dir(dir.path()) else {
-            continue;
-        };
-        for file in files.flatten() {
-            let name = file.file_name();
-            let Some(rest) = name.to_str().filter(|r| r.len() == 38) else {
-                continue;
-            };
-            if let Ok(oid) = git2::Oid::from_str(&format!("{prefix}{rest}")) {
-                found.push((oid, file.path()));
-                if found.len() >= limit {
-                    return found;
-                }
-            }
-        }
-    }
-    found
-}
-
-/// Removes the empty folders under `dir` (deepest first; `dir` itself too when it ends up empty).
-/// Best effort: a folder that cannot be read or removed is left.
-fn remove_empty_dirs(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_empty_dirs(&entry.path());
-        }
-    }
-    // Fails, as it should, when something is still inside.
-    let _ = std::fs::remove_dir(dir);
-}
-
-/// Packs the references of the repository whose git directory is `git_dir` (libgit2's
-/// `git_refdb_compress`, which `git2` does not wrap).
-fn pack_refs_at(git_dir: &Path) -> Result<(), GitError> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt as _;
-    let failed = |what: &str| GitError::Git {
-        op: "pack references",
-        source: git2::Error::from_str(&format!(
-            "{what}: {}",
-            git2::Error::last_error(-1).message()
-        )),
-    };
-    let path = CString::new(git_dir.as_os_str().as_bytes())
-        .map_err(|_| failed("the repository path holds a NUL byte"))?;
-    libgit2_sys::init();
-    // SAFETY: plain libgit2 calls on pointers it hands out; each object is freed exactly once,
-    // on every path, and none escapes this function.
-    unsafe {
-        let mut repo: *mut libgit2_sys::git_repository = std::ptr::null_mut();
-        if libgit2_sys::git_repository_open(&mut repo, path.as_ptr()) != 0 {
-            return Err(failed("cannot reopen the repository"));
-        }
-        let mut refdb: *mut libgit2_sys::git_refdb = std::ptr::null_mut();
-        let opened = libgit2_sys::git_repository_refdb(&mut refdb, repo);
-        let packed = if opened == 0 {
-            let rc = libgit2_sys::git_refdb_compress(refdb);
-            libgit2_sys::git_refdb_free(refdb);
-            rc
-        } else {
-            opened
-        };
-        libgit2_sys::git_repository_free(repo);
-        if packed != 0 {
-            return Err(failed("cannot pack the references"));
-        }
-    }
-    // The folders of ralph's per-iteration refs are left empty (git pack-refs removes them too).
-    remove_empty_dirs(&git_dir.join("refs").join("ralph"));
-    Ok(())
 }
 
 /// An open git repository with a working tree.
@@ -660,122 +498,6 @@ impl Repo {
         })
     }
 
-    /// Packs the repository's loose refs ([`Repo::pack_refs`]) and loose objects
-    /// ([`Repo::pack_loose_objects`], at most [`MAX_LOOSE_TO_PACK`] of them): what ralph does
-    /// every [`crate::run::iteration::commit::PACK_REFS_EVERY`] iterations and at the end of a
-    /// run, so that a long night leaves a compact repository. Failures are returned as warnings
-    /// (nothing is lost when packing fails: the loose files stay).
-    pub fn housekeeping(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
-        if let Err(e) = self.pack_refs() {
-            warnings.push(e.to_string());
-        }
-        if let Err(e) = self.pack_loose_objects(MAX_LOOSE_TO_PACK) {
-            warnings.push(e.to_string());
-        }
-        warnings
-    }
-
-    /// Moves the loose objects of the repository into one new pack with deltas between them
-    /// (what `git repack -d` does for loose objects), and returns how many it packed. Each
-    /// iteration's checkpoint adds loose objects, chief among them a whole new copy of
-    /// progress.txt, deflated but not deltified; packed, successive copies cost about what was
-    /// appended (issue 13, P5).
-    ///
-    /// Only loose objects written since this handle was opened (the run's start) are packed: a
-    /// user's older loose objects are left to `git gc` and cost ralph nothing. The pack and its
-    /// index are synced to disk before any loose file is removed, and only the objects written
-    /// into the pack are removed, so neither a kill nor a power loss can lose one. Nothing is
-    /// done when there are fewer than 2 or more than `max` such objects (so many are left to
-    /// `git gc` too).
-    ///
-    /// # Errors
-    /// [`GitError::Git`] when the pack cannot be built or written, or a file cannot be synced;
-    /// the loose objects are then all still there.
-    pub fn pack_loose_objects(&self, max: usize) -> Result<usize, GitError> {
-        let objects = self.repo.path().join("objects");
-        // A second of slack: file times may be coarser than the clock.
-        let since = self.opened_at - std::time::Duration::from_secs(1);
-        let loose: Vec<_> = loose_objects(&objects, usize::MAX)
-            .into_iter()
-            .filter(|(_, path)| {
-                std::fs::metadata(path)
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t >= since)
-            })
-            .take(max + 1)
-            .collect();
-        if loose.len() < 2 || loose.len() > max {
-            return Ok(0);
-        }
-        let io = |what: &'static str| {
-            move |e: std::io::Error| GitError::Git {
-                op: what,
-                source: git2::Error::from_str(&e.to_string()),
-            }
-        };
-        let mut pb = self.repo.packbuilder().map_err(op("pack objects"))?;
-        pb.set_threads(1);
-        for (oid, _) in &loose {
-            pb.insert_object(*oid, None).map_err(op("pack objects"))?;
-        }
-        let pack_dir = objects.join("pack");
-        std::fs::create_dir_all(&pack_dir).map_err(io("pack objects"))?;
-        pb.write(&pack_dir, 0o444).map_err(op("pack objects"))?;
-        let name = pb
-            .name()
-            .ok_or_else(|| GitError::Git {
-                op: "pack objects",
-                source: git2::Error::from_str("libgit2 wrote a pack without a name"),
-            })?
-            .to_owned();
-        for ext in ["pack", "idx"] {
-            let file = pack_dir.join(format!("pack-{name}.{ext}"));
-            std::fs::File::open(&file)
-                .and_then(|f| f.sync_all())
-                .map_err(io("sync the new pack"))?;
-        }
-        std::fs::File::open(&pack_dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("sync the new pack"))?;
-        // Every object inserted is in the synced pack; only then do their loose files go.
-        if pb.written() != loose.len() {
-            return Err(GitError::Git {
-                op: "pack objects",
-                source: git2::Error::from_str(&format!(
-                    "libgit2 wrote {} of {} objects into pack-{name}; the loose objects are kept",
-                    pb.written(),
-                    loose.len()
-                )),
-            });
-        }
-        let removed = loose
-            .iter()
-            .filter(|(_, path)| std::fs::remove_file(path).is_ok())
-            .count();
-        // Emptied fan-out folders go, as `git prune-packed` removes them.
-        for (_, path) in &loose {
-            if let Some(fan_out) = path.parent() {
-                let _ = std::fs::remove_dir(fan_out);
-            }
-        }
-        if let Ok(odb) = self.repo.odb() {
-            let _ = odb.refresh();
-        }
-        Ok(removed)
-    }
-
-    /// Moves every loose reference into `packed-refs` (what `git pack-refs --all` does), so that
-    /// the two refs ralph writes per iteration do not pile up as thousands of files that slow
-    /// down every listing of references, ralph's and git's.
-    ///
-    /// # Errors
-    /// [`GitError::Git`] when the repository cannot be reopened or the refs cannot be packed
-    /// (e.g. another process holds `packed-refs.lock`); nothing is lost then, the refs stay loose.
-    pub fn pack_refs(&self) -> Result<(), GitError> {
-        pack_refs_at(self.repo.path())
-    }
-
     /// Commits reachable from `to` but not from `from` (all of them when `from` is `None`),
     /// oldest first, as full shas. Both are revisions (sha, branch, `HEAD`, ...).
     ///
@@ -987,60 +709,6 @@ impl Repo {
     pub fn commit_subject(&self, rev: &str) -> Result<String, GitError> {
         let commit = self.resolve_commit(rev)?;
         Ok(commit.summary().unwrap_or_default().to_owned())
-    }
-
-    /// Up to `max` ralph commits (those with a `Ralph-Run` trailer), newest first, found by
-    /// walking first parents from HEAD. Commits without the trailer are skipped (the walk goes
-    /// on past them). Empty on an unborn branch.
-    ///
-    /// # Errors
-    /// [`GitError::Git`] when history cannot be read.
-    pub fn trailer_history(&self, max: usize) -> Result<Vec<TrailerRecord>, GitError> {
-        let mut records = Vec::new();
-        let Some(head) = self.head_commit()? else {
-            return Ok(records);
-        };
-        if max == 0 {
-            return Ok(records);
-        }
-        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
-        walk.push(head.id()).map_err(op("walk history"))?;
-        walk.simplify_first_parent().map_err(op("walk history"))?;
-        for oid in walk {
-            let oid = oid.map_err(op("walk history"))?;
-            let commit = self.repo.find_commit(oid).map_err(op("read commit"))?;
-            let message = String::from_utf8_lossy(commit.message_bytes());
-            if let Some(record) = parse_trailers(&message, &commit) {
-                records.push(record);
-                if records.len() >= max {
-                    break;
-                }
-            }
-        }
-        Ok(records)
-    }
-
-    /// ralph's newest commit (one with a `Ralph-Run` trailer) among the first `max_walk` commits
-    /// of HEAD's first-parent line; `None` when there is none that close (or no commit).
-    ///
-    /// # Errors
-    /// [`GitError::Git`] when history cannot be read.
-    pub fn newest_trailer(&self, max_walk: usize) -> Result<Option<TrailerRecord>, GitError> {
-        let Some(head) = self.head_commit()? else {
-            return Ok(None);
-        };
-        let mut walk = self.repo.revwalk().map_err(op("walk history"))?;
-        walk.push(head.id()).map_err(op("walk history"))?;
-        walk.simplify_first_parent().map_err(op("walk history"))?;
-        for oid in walk.take(max_walk) {
-            let oid = oid.map_err(op("walk history"))?;
-            let commit = self.repo.find_commit(oid).map_err(op("read commit"))?;
-            let message = String::from_utf8_lossy(commit.message_bytes());
-            if let Some(record) = parse_trailers(&message, &commit) {
-                return Ok(Some(record));
-            }
-        }
-        Ok(None)
     }
 
     /// The content of the file at `path` (relative to the repository root, `/`-separated) in
@@ -1297,50 +965,6 @@ fn commit_message(subject: &str, body: &str, trailers: &[(&str, String)]) -> Str
     message
 }
 
-/// Extracts a [`TrailerRecord`] from a commit message, if it carries `Ralph-Run`.
-fn parse_trailers(message: &str, commit: &Commit<'_>) -> Option<TrailerRecord> {
-    let trailers = git2::message_trailers_strs(message).ok()?;
-    let mut run_id = None;
-    let mut iteration = None;
-    let mut story_id = None;
-    let mut outcome = None;
-    let mut feature = None;
-    let mut unblocked = Vec::new();
-    for (key, value) in trailers.iter() {
-        let value = value.trim();
-        if key.eq_ignore_ascii_case(TRAILER_RUN) {
-            run_id = Some(value.to_owned());
-        } else if key.eq_ignore_ascii_case(TRAILER_ITERATION) {
-            iteration = value.parse().ok();
-        } else if key.eq_ignore_ascii_case(TRAILER_STORY) {
-            story_id = Some(value.to_owned());
-        } else if key.eq_ignore_ascii_case(TRAILER_OUTCOME) {
-            outcome = value.parse().ok();
-        } else if key.eq_ignore_ascii_case(TRAILER_FEATURE) {
-            feature = Some(value.to_owned());
-        } else if key.eq_ignore_ascii_case(TRAILER_UNBLOCKED) {
-            unblocked.extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|id| !id.is_empty())
-                    .map(str::to_owned),
-            );
-        }
-    }
-    let committed_at = DateTime::from_timestamp(commit.time().seconds(), 0).unwrap_or_default();
-    Some(TrailerRecord {
-        sha: commit.id().to_string(),
-        committed_at,
-        run_id: run_id?,
-        iteration,
-        story_id,
-        outcome,
-        feature,
-        unblocked,
-    })
-}
-
 /// The identity git would use: the environment variables, then `user.name`/`user.email`, then
 /// the ralph fallback (per field).
 fn identity(
@@ -1471,109 +1095,6 @@ mod tests {
             file_mtime,
             "the refreshed stat data was not written"
         );
-    }
-
-    #[test]
-    fn packing_refs_keeps_every_ref_and_leaves_no_loose_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        git2::Repository::init(root).unwrap();
-        let repo = Repo::discover(root).unwrap();
-        std::fs::write(root.join("a.txt"), "a\n").unwrap();
-        let head = repo.commit_all("one", "", &[]).unwrap().unwrap();
-        for n in 1..=3 {
-            repo.set_ref(&format!("refs/ralph/run/{n}/start"), &head)
-                .unwrap();
-        }
-        repo.pack_refs().unwrap();
-        assert!(!root.join(".git/refs/ralph/run/1/start").exists());
-        assert!(
-            !root.join(".git/refs/ralph").exists(),
-            "empty ref folders are removed"
-        );
-        let packed = std::fs::read_to_string(root.join(".git/packed-refs")).unwrap();
-        assert!(packed.contains("refs/ralph/run/3/start"), "{packed}");
-        let listed = git(
-            root,
-            &["for-each-ref", "--format=%(refname)", "refs/ralph/"],
-        );
-        assert_eq!(listed.lines().count(), 3, "{listed}");
-        // A ref written after packing is loose again and wins over nothing.
-        repo.set_ref("refs/ralph/run/4/start", &head).unwrap();
-        assert_eq!(
-            git(root, &["rev-parse", "refs/ralph/run/4/start"]).trim(),
-            head
-        );
-    }
-
-    #[test]
-    fn packing_loose_objects_keeps_every_object_and_deltifies_a_growing_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        git2::Repository::init(root).unwrap();
-        // A user's loose objects from before the run are left to git gc.
-        std::fs::write(root.join("user.txt"), "the user's own work\n").unwrap();
-        git(root, &["add", "user.txt"]);
-        let user_blob = git(root, &["hash-object", "user.txt"]);
-        let user_blob = user_blob.trim();
-        std::thread::sleep(std::time::Duration::from_millis(1200));
-        let repo = Repo::discover(root).unwrap();
-        let mut log = String::new();
-        let mut heads = Vec::new();
-        for n in 0..40 {
-            for k in 0..40 {
-                log.push_str(&format!("entry {n}.{k}: the agent did {} things\n", n * k));
-            }
-            std::fs::write(root.join("progress.txt"), &log).unwrap();
-            heads.push(
-                repo.commit_all(&format!("iteration {n}"), "", &[])
-                    .unwrap()
-                    .unwrap(),
-            );
-        }
-        let loose_bytes: u64 = loose_objects(&root.join(".git/objects"), usize::MAX)
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
-            .sum();
-        let packed = repo.pack_loose_objects(MAX_LOOSE_TO_PACK).unwrap();
-        assert_eq!(packed, 120, "40 commits, trees and blobs");
-        let left: Vec<_> = loose_objects(&root.join(".git/objects"), usize::MAX)
-            .into_iter()
-            .map(|(oid, _)| oid.to_string())
-            .collect();
-        assert_eq!(
-            left,
-            [user_blob],
-            "only the user's older object stays loose"
-        );
-        let fan_out = std::fs::read_dir(root.join(".git/objects"))
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().len() == 2)
-            .count();
-        assert_eq!(fan_out, 1, "emptied fan-out folders are removed");
-        let pack_bytes: u64 = std::fs::read_dir(root.join(".git/objects/pack"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.metadata().unwrap().len())
-            .sum();
-        assert!(
-            pack_bytes * 5 < loose_bytes,
-            "pack {pack_bytes} B vs loose {loose_bytes} B: successive copies are not deltified"
-        );
-        // git itself reads every object and finds the repository sound.
-        git(root, &["fsck", "--strict", "--no-dangling"]);
-        assert_eq!(git(root, &["show", "HEAD:progress.txt"]), log);
-        assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "40");
-        // The handle that packed goes on working: a new commit, then packing again.
-        std::fs::write(root.join("progress.txt"), format!("{log}one more\n")).unwrap();
-        repo.commit_all("after", "", &[]).unwrap().unwrap();
-        assert_eq!(repo.pack_loose_objects(MAX_LOOSE_TO_PACK).unwrap(), 3);
-        git(root, &["fsck", "--strict", "--no-dangling"]);
-        // Too many loose objects: left alone.
-        std::fs::write(root.join("progress.txt"), "x").unwrap();
-        repo.commit_all("x", "", &[]).unwrap().unwrap();
-        assert_eq!(repo.pack_loose_objects(2).unwrap(), 0);
     }
 
     #[test]
