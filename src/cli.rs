@@ -549,7 +549,8 @@ pub struct RunArgs {
     /// the iteration that crosses it is finished, committed and recorded first).
     #[arg(long, value_name = "USD", env = "RALPH_MAX_COST")]
     pub max_cost: Option<f64>,
-    /// Iterations a story may take without passing before it is blocked and skipped (default 3).
+    /// Iterations a story may take without passing before it is blocked and skipped (default 3;
+    /// 5 for `--agent local`).
     #[arg(long, value_name = "N", env = "RALPH_MAX_ATTEMPTS")]
     pub max_attempts: Option<u32>,
     /// Failed iterations in a row (agent error, timeout, stall, broken prd.json, failed verify)
@@ -557,8 +558,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")]
     pub max_failures: Option<u32>,
     /// Iterations in a row that change nothing but notes (no commit, no file beyond prd.json and
-    /// progress.txt) before the run stops with exit 4 (default 3); it goes on across a story
-    /// blocked without a single change.
+    /// progress.txt) before the run stops with exit 4 (default 3; 5 for `--agent local`); it goes on
+    /// across a story blocked without a single change.
     #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")]
     pub max_no_progress: Option<u32>,
     /// What to do when an iteration changes prd.json beyond the current story's passes/notes:

@@ -324,6 +324,12 @@ pub const DEFAULT_MAX_FAILURES: u32 = 3;
 /// Default `--max-no-progress`.
 pub const DEFAULT_MAX_NO_PROGRESS: u32 = 3;
 
+/// Default of `max_attempts` and `max_no_progress` for `--agent local`: a model on this machine
+/// costs only time per attempt, and a small model's success on a story is partly chance (the
+/// same story passes on one try and fails on another), so it gets more tries before a story is
+/// blocked.
+pub const DEFAULT_LOCAL_ATTEMPTS: u32 = 5;
+
 /// Default time limit of a verify command (10 minutes).
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
@@ -775,7 +781,11 @@ impl RunConfig {
             "max_attempts",
             args.max_attempts,
             file.max_attempts,
-            DEFAULT_MAX_ATTEMPTS,
+            if agent == AgentKind::Local {
+                DEFAULT_LOCAL_ATTEMPTS
+            } else {
+                DEFAULT_MAX_ATTEMPTS
+            },
         )?;
         let max_failures = count(
             "--max-failures",
@@ -789,7 +799,11 @@ impl RunConfig {
             "max_no_progress",
             args.max_no_progress,
             file.max_no_progress,
-            DEFAULT_MAX_NO_PROGRESS,
+            if agent == AgentKind::Local {
+                DEFAULT_LOCAL_ATTEMPTS
+            } else {
+                DEFAULT_MAX_NO_PROGRESS
+            },
         )?;
         let shutdown_timeout = match args.shutdown_timeout {
             Some(d) => d,
@@ -1040,6 +1054,20 @@ mod tests {
         assert_eq!(cfg.idle_timeout, Duration::from_secs(600));
         assert_eq!(cfg.prd_path, dir.path().join("prd.json"));
         assert!(cfg.config_file.is_none());
+    }
+
+    #[test]
+    fn the_local_model_gets_more_attempts_unless_told_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RunConfig::resolve(&args(), dir.path()).unwrap();
+        assert_eq!((cfg.max_attempts, cfg.max_no_progress), (3, 3));
+        let mut a = args();
+        a.agent = Some(AgentKind::Local);
+        let cfg = RunConfig::resolve(&a, dir.path()).unwrap();
+        assert_eq!((cfg.max_attempts, cfg.max_no_progress), (5, 5));
+        a.max_attempts = Some(2);
+        let cfg = RunConfig::resolve(&a, dir.path()).unwrap();
+        assert_eq!((cfg.max_attempts, cfg.max_no_progress), (2, 5));
     }
 
     #[test]
