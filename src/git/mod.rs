@@ -999,7 +999,8 @@ mod tests {
         git2::Config::open(&path).unwrap()
     }
 
-    fn git(dir: &Path, args: &[&str]) -> String {
+    /// `git <args>` in `dir`, its stdout (the test fails when git does); also for `pack`'s tests.
+    pub(super) fn git(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
             .args(args)
             .current_dir(dir)

@@ -219,16 +219,7 @@ impl Repo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
+    use crate::git::tests::git;
 
     #[test]
     fn packing_refs_keeps_every_ref_and_leaves_no_loose_file() {
