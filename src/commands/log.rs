@@ -128,6 +128,41 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>, UserError> {
     )
 }
 
+/// What a row's one-line reason cannot hold and a reader must not miss, in full: a history
+/// rewrite by the agent (with the reference that keeps its commits), acceptance criteria it
+/// proposed (kept in the ledger, shown whole by `ralph show`).
+fn notes(r: &LedgerRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(h) = &r.history_rewrite {
+        out.push(match (&h.kept_at, h.restored) {
+            (Some(kept), true) => format!(
+                "the agent rewrote history; ralph put its checkpoints back ({} is on the branch again); the agent's history is kept at {kept}",
+                h.start
+            ),
+            _ => format!(
+                "the agent rewrote history; ralph did not put it back ({}); the iteration's start {} is kept at refs/ralph/{}/{}/start",
+                h.error.as_deref().unwrap_or("unknown reason"),
+                h.start,
+                r.run_id,
+                r.iteration
+            ),
+        });
+    }
+    for p in &r.criteria_proposals {
+        out.push(format!(
+            "the agent proposed new acceptance criteria for {} (put back; `ralph show {}` shows them)",
+            p.story_id, r.iteration
+        ));
+    }
+    if !r.passes_refused.is_empty() {
+        out.push(format!(
+            "passes not counted (set back to false): {}",
+            r.passes_refused.join(", ")
+        ));
+    }
+    out
+}
+
 /// The table.
 fn render(records: &[&LedgerRecord], source: Source) -> String {
     let mut out = String::new();
@@ -170,6 +205,9 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
             files,
             reason(r)
         );
+        for note in notes(r) {
+            let _ = writeln!(out, "{:>5}  ↳ {note}", "");
+        }
     }
     if git {
         out.push_str(

@@ -437,6 +437,52 @@ fn checks(out: &mut String, r: &LedgerRecord) {
             let _ = writeln!(out, "  ⚠ {f}");
         }
     }
+    if let Some(h) = &r.history_rewrite {
+        let _ = writeln!(out, "\nhistory rewritten by the agent");
+        let _ = writeln!(out, "  iteration start  {}", h.start);
+        let _ = writeln!(out, "  agent's HEAD     {}", h.agent_head);
+        match (&h.kept_at, h.restored) {
+            (Some(kept), true) => {
+                let _ = writeln!(
+                    out,
+                    "  ralph put the branch back on the start, with the agent's changes on top"
+                );
+                let _ = writeln!(out, "  kept at          {kept}");
+                if !h.conflicts.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "  agent's version kept where both changed: {}",
+                        h.conflicts.join(", ")
+                    );
+                }
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "  not put back: {}",
+                    h.error.as_deref().unwrap_or("unknown reason")
+                );
+            }
+        }
+    }
+    for p in &r.criteria_proposals {
+        let _ = writeln!(
+            out,
+            "\nacceptance criteria the agent proposed for {} (ralph put the original back; to accept, copy them into prd.json)",
+            p.story_id
+        );
+        let _ = writeln!(out, "  original");
+        for c in &p.original {
+            let _ = writeln!(out, "    - {c}");
+        }
+        let _ = writeln!(out, "  proposed");
+        if p.proposed.is_empty() {
+            let _ = writeln!(out, "    (none)");
+        }
+        for c in &p.proposed {
+            let _ = writeln!(out, "    - {c}");
+        }
+    }
 }
 
 fn changes(out: &mut String, r: &LedgerRecord, repo: Option<&Repo>, diff: bool) {

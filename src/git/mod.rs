@@ -26,9 +26,11 @@ use git2::{
 };
 
 mod pack;
+mod restore;
 mod trailers;
 
 pub use pack::MAX_LOOSE_TO_PACK;
+pub use restore::Restored;
 pub use trailers::{
     TrailerRecord, Trailers, TRAILER_FEATURE, TRAILER_ITERATION, TRAILER_OUTCOME, TRAILER_RUN,
     TRAILER_STORY, TRAILER_UNBLOCKED,
@@ -402,20 +404,13 @@ impl Repo {
         Ok(self.checkpoint(subject, body, trailers)?.commit)
     }
 
-    /// [`Repo::commit_all`], returning also whether the working tree was left clean.
-    ///
-    /// One status walk finds what changed (refreshing the index's stat data on the way, so a
-    /// copied or touched tree is hashed once, not every iteration), and only those paths are
-    /// staged: the cost follows what changed, not the size of the repository.
+    /// Stages every change in the working tree as [`Repo::checkpoint`] commits it (new,
+    /// modified and deleted files; ignored files excluded; the index is written) and returns the
+    /// staged tree's id and whether the working tree is clean against it.
     ///
     /// # Errors
     /// As [`Repo::commit_all`].
-    pub fn checkpoint(
-        &self,
-        subject: &str,
-        body: &str,
-        trailers: &[(&str, String)],
-    ) -> Result<Checkpoint, GitError> {
+    fn stage_all(&self) -> Result<(git2::Oid, bool), GitError> {
         let mut opts = StatusOptions::new();
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
@@ -468,11 +463,64 @@ impl Repo {
             index.write().map_err(op("write index"))?;
         }
         let tree_id = index.write_tree().map_err(op("write tree"))?;
+        Ok((tree_id, clean))
+    }
 
+    /// The files the next checkpoint would change against commit `from` (every file of the
+    /// staged tree when `from` is `None`): the working tree is staged as [`Repo::checkpoint`]
+    /// stages it (so a file only removed from the index, `git rm --cached`, is staged back and
+    /// does not count), and the staged tree is compared with `from`'s. Paths relative to the
+    /// root, `/`-separated, sorted, no duplicates (a rename shows as both paths).
+    ///
+    /// # Errors
+    /// As [`Repo::commit_all`]; [`GitError::UnknownRevision`] when `from` is not a commit.
+    pub fn staged_changes(&self, from: Option<&str>) -> Result<Vec<String>, GitError> {
+        let (tree_id, _) = self.stage_all()?;
+        let staged = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        let base = match from {
+            Some(rev) => Some(self.resolve_commit(rev)?.tree().map_err(op("read tree"))?),
+            None => None,
+        };
+        let diff = self
+            .repo
+            .diff_tree_to_tree(base.as_ref(), Some(&staged), None)
+            .map_err(op("diff"))?;
+        let mut paths = Vec::new();
+        for delta in diff.deltas() {
+            for file in [delta.old_file(), delta.new_file()] {
+                if let Some(path) = file.path_bytes() {
+                    paths.push(String::from_utf8_lossy(path).into_owned());
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
+
+    /// [`Repo::commit_all`], returning also whether the working tree was left clean.
+    ///
+    /// One status walk finds what changed (refreshing the index's stat data on the way, so a
+    /// copied or touched tree is hashed once, not every iteration), and only those paths are
+    /// staged: the cost follows what changed, not the size of the repository.
+    ///
+    /// # Errors
+    /// As [`Repo::commit_all`].
+    pub fn checkpoint(
+        &self,
+        subject: &str,
+        body: &str,
+        trailers: &[(&str, String)],
+    ) -> Result<Checkpoint, GitError> {
+        let (tree_id, clean) = self.stage_all()?;
         let parent = self.head_commit()?;
         let unchanged = match &parent {
             Some(parent) => parent.tree_id() == tree_id,
-            None => index.is_empty(),
+            None => self
+                .repo
+                .find_tree(tree_id)
+                .map_err(op("read tree"))?
+                .is_empty(),
         };
         if unchanged {
             return Ok(Checkpoint {

@@ -32,7 +32,10 @@ pub use agent_event::{AgentEvent, AgentReport, FailureClass};
 pub use exit::ExitStatus;
 pub use kinds::{AgentKind, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
-pub use record::{LedgerRecord, PushRecord, PushStatus, Rebuilt, ShutdownRecord, VerifyRecord};
+pub use record::{
+    CriteriaProposal, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,
+    ShutdownRecord, VerifyRecord,
+};
 pub use run_event::RunEvent;
 pub use stop::StopReason;
 pub use usage::{CostSource, Price, Usage};

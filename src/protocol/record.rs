@@ -114,6 +114,20 @@ pub struct LedgerRecord {
     /// `refs/ralph/<run>/<iteration>/lost-<short sha>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_commits: Vec<String>,
+    /// The agent rewrote the branch's history in this iteration (HEAD no longer contained the
+    /// iteration's start), and what ralph did about it; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_rewrite: Option<HistoryRewrite>,
+    /// Stories the agent marked passing whose pass ralph did not count and set back to false:
+    /// the iteration changed nothing but notes (prd.json, progress.txt, progress-history/), or
+    /// it rewrote that story's acceptance criteria. `message` says which and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passes_refused: Vec<String>,
+    /// Acceptance criteria the agent rewrote in prd.json, one entry per story: ralph put the
+    /// original back (the next attempt works against it) and keeps the agent's text here, for a
+    /// person to accept by editing prd.json.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub criteria_proposals: Vec<CriteriaProposal>,
     /// prd.json's `branchName` when the iteration ran (the feature its attempts belong to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature: Option<String>,
@@ -226,6 +240,72 @@ pub struct ShutdownRecord {
     pub recorded_s: f64,
 }
 
+/// A history rewrite by the agent (the ledger's `history_rewrite` field): HEAD no longer
+/// contained the iteration's start when the agent finished (`git reset --hard HEAD~1`, a
+/// rebase, an amended commit), which would have taken ralph's earlier checkpoints and progress
+/// entries off the branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryRewrite {
+    /// The iteration's start (full sha), also kept under `refs/ralph/<run>/<n>/start`.
+    pub start: String,
+    /// HEAD as the agent left it (full sha).
+    pub agent_head: String,
+    /// The full name of the reference that keeps the agent's rewritten history reachable, e.g.
+    /// `refs/ralph/<run>/<n>/rewritten`; `null` when ralph did not restore (then the agent's
+    /// HEAD is still on the branch).
+    #[serde(default)]
+    pub kept_at: Option<String>,
+    /// Whether ralph put the branch back: it contains `start` again, with the agent's changes
+    /// re-applied on top and committed by the checkpoint.
+    pub restored: bool,
+    /// Files the agent's changes and ralph's history both changed where the merge could not
+    /// join them: they hold the agent's version (notes files keep both sides' lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+    /// Why ralph did not restore, when it did not (HEAD on another branch, a git error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl HistoryRewrite {
+    /// One sentence on what happened and what ralph did, naming the references in full.
+    pub fn sentence(&self, start_ref: &str) -> String {
+        let start = self.start.get(..12).unwrap_or(&self.start);
+        let agent = self.agent_head.get(..12).unwrap_or(&self.agent_head);
+        match (&self.kept_at, self.restored) {
+            (Some(kept), true) => {
+                let conflicts = if self.conflicts.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (where both changed {}, the agent's version was kept)",
+                        self.conflicts.join(", ")
+                    )
+                };
+                format!(
+                    "the agent rewrote history (HEAD {agent} no longer contained the iteration's start {start}); ralph put its checkpoints back: the branch contains {start} again with the agent's changes re-applied on top{conflicts}, and the agent's rewritten history is kept at {kept}"
+                )
+            }
+            _ => format!(
+                "history was rewritten: HEAD {agent} no longer contains the iteration's start {start} (kept at {start_ref}); ralph did not put it back: {}",
+                self.error.as_deref().unwrap_or("unknown reason")
+            ),
+        }
+    }
+}
+
+/// Acceptance criteria an agent rewrote (the ledger's `criteria_proposals` field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CriteriaProposal {
+    /// The story whose criteria the agent rewrote.
+    pub story_id: String,
+    /// The criteria prd.json had (and has again: ralph put them back).
+    pub original: Vec<String>,
+    /// The agent's text, as it left prd.json (empty when it removed them all, or left
+    /// something that is not a list of strings).
+    pub proposed: Vec<String>,
+}
+
 /// The mark on the first record of a ledger started anew over history kept in git.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Rebuilt {
@@ -306,6 +386,9 @@ impl LedgerRecord {
             verify: Vec::new(),
             findings: Vec::new(),
             lost_commits: Vec::new(),
+            history_rewrite: None,
+            passes_refused: Vec::new(),
+            criteria_proposals: Vec::new(),
             feature: None,
             unblocked: Vec::new(),
             message: None,

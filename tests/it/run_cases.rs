@@ -463,7 +463,7 @@ fn case_06_promise_as_last_line_without_newline_is_seen() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
         {"read_stdin": true},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-466.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"stdout": format!("Finished the work.\n{PROMISE}")}
     ]]}));
     let out = env.ralph(&[
@@ -504,7 +504,7 @@ fn case_08_grandchild_holding_stdout_does_not_hang_and_is_killed() {
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
         {"spawn_grandchild": {"ignore_term": true, "hold_stdout": true, "sleep_s": 120}},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-507.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"claude_result": {"text": "done"}},
         {"exit": 0}
     ]]}));
@@ -534,7 +534,7 @@ fn case_09_agent_that_never_exits_after_its_result_is_finished_after_a_grace() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-537.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"claude_result": {"text": "done"}},
         {"sleep_ms": 3_600_000}
     ]]}));
@@ -1052,6 +1052,7 @@ fn case_18_a_deleted_story_never_makes_the_run_complete() {
     only_first["userStories"].as_array_mut().unwrap().remove(1);
     only_first["userStories"][0]["passes"] = json!(true);
     env.script(&json!({"invocations": [[
+        {"write_file": {"path": "file-1.txt", "content": "story 1\n"}},
         {"write_file": {"path": "prd.json", "content": serde_json::to_string_pretty(&only_first).unwrap()}},
         {"claude_result": {"text": format!("done\n{PROMISE}")}}
     ]]}));
@@ -1083,8 +1084,8 @@ fn case_18_a_deleted_story_never_makes_the_run_complete() {
 fn case_18_passes_flipped_on_another_story_is_reported_in_the_ledger_feedback_and_summary() {
     let env = TestEnv::new(&prd_with_stories(2));
     env.script(&json!({"invocations": [
-        [{"set_passes": {"id": "US-002", "passes": true}}, {"claude_result": {"text": "did 2"}}],
-        [{"save_stdin": "../stdin-2.txt"}, {"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "did 1"}}]
+        [{"write_file": {"path": "work-1086.txt", "content": "work\n"}}, {"set_passes": {"id": "US-002", "passes": true}}, {"claude_result": {"text": "did 2"}}],
+        [{"save_stdin": "../stdin-2.txt"}, {"write_file": {"path": "work-1087.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}}, {"claude_result": {"text": "did 1"}}]
     ]}));
     let out = env.ralph(&["run", "--max-iter", "3"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -1607,7 +1608,7 @@ fn a_cli_reporting_only_tokens_is_priced_from_ralph_toml_and_status_shows_the_ru
     env.git(&["commit", "-qm", "prices"]);
     env.script(&json!({"invocations": [[
         {"claude_init": {"model": "claude-fake-1"}},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-1610.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"git_commit": "feat: US-001"},
         {"claude_result": {"text": "done", "omit_cost": true,
                            "usage": {"input_tokens": 1000, "output_tokens": 2000}}}
@@ -1670,7 +1671,7 @@ fn case_14_hostile_output_does_not_crash_the_run_and_the_transcript_keeps_it() {
         {"stdout_bytes": [0xff, 0xfe, 0x7b, 0x0a]},
         {"stdout": "plain text, not JSON\r"},
         {"stderr": "\u{1b}[31mcoloured warning\u{1b}[0m"},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-1673.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"git_commit": "feat: US-001"},
         {"claude_result": {"text": "Done.\n<promise>COMPLETE</promise>"}},
         {"stdout_raw": "partial line without newline"}
@@ -1704,7 +1705,7 @@ fn case_15_two_gigabytes_of_output_keep_memory_and_the_transcript_bounded() {
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
         {"stdout_flood": {"line": "some agent chatter that is not JSON, over and over ".repeat(20), "bytes": gib2}},
-        {"set_passes": {"id": "US-001", "passes": true}},
+        {"write_file": {"path": "work-1707.txt", "content": "work\n"}}, {"set_passes": {"id": "US-001", "passes": true}},
         {"git_commit": "feat: US-001"},
         {"claude_result": {"text": "done"}}
     ]]}));

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::inspect::Observation;
+use super::inspect::{Observation, Refusal};
 use crate::completion::promise_in_final_text;
 use crate::process::{EndReason, ProcessOutcome};
 use crate::protocol::{AgentReport, FailureClass, Outcome};
@@ -69,11 +69,31 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
         .as_deref()
         .is_some_and(promise_in_final_text);
     let outcome = outcome(f, obs, promise_seen);
-    let mut message = outcome_message(outcome, f, obs);
+    // A premature claim is either the promise printed too early or a refused pass.
+    let promise_claim = promise_seen && !obs.open_after.is_empty();
+    let mut message = outcome_message(outcome, f, obs)
+        .filter(|_| outcome != Outcome::PrematureClaim || promise_claim);
     let mut feedback: Vec<Feedback> =
         outcome_feedback(outcome, f.story_id, obs, message.as_deref())
+            .filter(|_| outcome != Outcome::PrematureClaim || promise_claim)
             .into_iter()
             .collect();
+    for (id, why) in &obs.refused {
+        let (said, told) = refusal_text(id, *why);
+        append(&mut message, said);
+        feedback.push(Feedback::about(id, told));
+    }
+    if !obs.criteria_proposals.is_empty() {
+        let ids: Vec<&str> = obs
+            .criteria_proposals
+            .iter()
+            .map(|p| p.story_id.as_str())
+            .collect();
+        feedback.push(Feedback::general(format!(
+            "In the previous iteration you rewrote the acceptance criteria of {} in prd.json. A story's criteria are not yours to change: ralph put the original text back, and it is what the story is judged against. If a criterion is wrong, do the rest of the work and explain the problem in the story's `notes`; a person will decide.",
+            ids.join(", ")
+        )));
+    }
     if obs.marked_by_ralph {
         append(
             &mut message,
@@ -125,6 +145,20 @@ fn append(message: &mut Option<String>, more: String) {
     });
 }
 
+/// What the ledger says about a refused pass, and what the next prompt tells the agent.
+fn refusal_text(id: &str, why: Refusal) -> (String, String) {
+    match why {
+        Refusal::NotesOnly => (
+            format!("{id} was marked passing on an iteration that changed nothing but notes (prd.json, progress.txt, progress-history/), and no earlier iteration of it did any work; ralph set its passes back to false"),
+            format!("In the previous iteration you set {id}'s passes to true, but the iteration changed nothing except notes (prd.json, progress.txt): no code, no test, no commit. ralph set it back to false. A story passes only on an iteration that does its work: change the code (and tests) it needs, then mark it passing."),
+        ),
+        Refusal::CriteriaEdited => (
+            format!("{id} was marked passing in the iteration that rewrote its acceptance criteria; ralph put the criteria back and set its passes back to false"),
+            format!("In the previous iteration you rewrote {id}'s acceptance criteria and marked it passing. ralph put the original criteria back and did not count the pass: meet the criteria as written, then mark it passing."),
+        ),
+    }
+}
+
 /// The outcome, in the order the module docs give.
 fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
     match f.process.end {
@@ -149,13 +183,19 @@ fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
     if promise_seen && !obs.open_after.is_empty() {
         return Outcome::PrematureClaim;
     }
+    // A pass the iteration did not earn (notes only, or its criteria rewritten) is a claim, not
+    // a pass.
+    if obs.refused.iter().any(|(id, _)| id == f.story_id) {
+        return Outcome::PrematureClaim;
+    }
     if obs.flipped.iter().any(|id| id == f.story_id) {
         return Outcome::StoryPassed;
     }
     // Notes in prd.json or progress.txt alone are not work: an agent that only writes down
-    // that it is stuck must reach the no-progress limit like one that changes nothing.
-    let changed =
-        !obs.agent_commits.is_empty() || (!obs.files_changed.is_empty() && !obs.memory_only);
+    // that it is stuck must reach the no-progress limit like one that changes nothing. An
+    // agent's commits count by what they change (a commit that removes every file from the
+    // index, which the checkpoint stages back, changes nothing).
+    let changed = !obs.files_changed.is_empty() && !obs.memory_only;
     let exited = f.process.end == EndReason::Exited;
     let failed_exit = exited && f.process.exit_code != Some(0);
     let no_final = f.has_final_event && !f.report.saw_final;
@@ -293,12 +333,19 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
                 .to_string(),
         );
     }
-    if let Some(before) = &obs.history_rewritten {
+    if let Some(rewrite) = &obs.history_rewrite {
+        out.push(rewrite.sentence(&format!("refs/ralph/{}/{}/start", f.run_id, f.iteration)));
+    }
+    if !obs.passes_kept.is_empty() {
         out.push(format!(
-            "history was rewritten: HEAD no longer contains the iteration's start {} (kept in refs/ralph/{}/{}/start)",
-            before.get(..8).unwrap_or(before),
-            f.run_id,
-            f.iteration
+            "{} passed before the history rewrite and still pass{} (ralph put {} passes back)",
+            obs.passes_kept.join(", "),
+            if obs.passes_kept.len() == 1 { "es" } else { "" },
+            if obs.passes_kept.len() == 1 {
+                "its"
+            } else {
+                "their"
+            }
         ));
     }
     if !obs.lost_commits.is_empty() {

@@ -6,7 +6,7 @@
 //! Every rewrite of prd.json here changes only the bytes it must, through
 //! [`crate::fsutil::write_atomic`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Context as _;
 
@@ -14,9 +14,11 @@ use super::prepare::{Assignment, StartPoint};
 use super::{verify, Cx};
 use crate::fsutil::write_atomic;
 use crate::output::Outputs;
-use crate::prd::model::Prd;
+use crate::prd::model::{Prd, Story};
 use crate::prd::store::{self, LoadedPrd};
-use crate::protocol::{PrdGuard, RunEvent, VerifyRecord};
+use crate::protocol::{
+    CriteriaProposal, HistoryRewrite, Outcome, PrdGuard, RunEvent, VerifyRecord,
+};
 
 /// Stage 3's value: what the agent's iteration changed.
 #[derive(Debug, Default)]
@@ -28,6 +30,9 @@ pub struct Observation {
     pub flipped: Vec<String>,
     /// Stories the agent set back to false.
     pub reverted: Vec<String>,
+    /// Stories the agent marked passing whose pass ralph did not count (set back to false), with
+    /// why: see [`Refusal`].
+    pub refused: Vec<(String, Refusal)>,
     /// The verify commands run, in order.
     pub verify: Vec<VerifyRecord>,
     /// Stories the agent marked passing whose check a stop (Ctrl-C, SIGTERM) left unrun: set
@@ -39,15 +44,20 @@ pub struct Observation {
     pub guard: Vec<String>,
     /// The guard put prd.json back (`prd_guard = restore`).
     pub guard_restored: bool,
+    /// Acceptance criteria the agent rewrote (put back by the guard, whatever `prd_guard` says).
+    pub criteria_proposals: Vec<CriteriaProposal>,
     /// The agent's own commits, oldest first.
     pub agent_commits: Vec<String>,
-    /// Files the iteration changed (not those already dirty and untouched).
+    /// Files the iteration's checkpoint changes against the iteration's start (the working tree
+    /// staged as the checkpoint stages it; not those already dirty and untouched).
     pub files_changed: Vec<String>,
     /// Every file in `files_changed` is one of the run's memory files (prd.json, progress.txt,
     /// progress-history/): the agent only wrote notes, not work (false when nothing changed).
     pub memory_only: bool,
-    /// HEAD no longer contains the iteration's start (its sha).
-    pub history_rewritten: Option<String>,
+    /// HEAD no longer contained the iteration's start, and what ralph did about it.
+    pub history_rewrite: Option<HistoryRewrite>,
+    /// Stories that passed before an agent's history rewrite undid their `passes`: put back.
+    pub passes_kept: Vec<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
     pub lost_commits: Vec<String>,
     /// HEAD moved to another branch: (before, after).
@@ -56,6 +66,16 @@ pub struct Observation {
     pub open_after: Vec<String>,
     /// Whether the iteration's story passes now.
     pub story_passes: bool,
+}
+
+/// Why ralph did not count a story's `passes: true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The iteration changed nothing but notes (prd.json, progress.txt, progress-history/): no
+    /// work was done, whatever the agent says.
+    NotesOnly,
+    /// The iteration rewrote that story's acceptance criteria.
+    CriteriaEdited,
 }
 
 /// Runs stage 3 (see the module docs).
@@ -70,11 +90,25 @@ pub async fn inspect(
 ) -> anyhow::Result<Observation> {
     let mut obs = Observation::default();
     let snapshot = &a.snapshot;
+    history(cx, a, start, &mut obs)?;
     let mut after = read_back(cx, snapshot, &mut obs)?;
-    let flipped = flipped_ids(&snapshot.prd, prd_of(&after, snapshot), true);
+    if obs.history_rewrite.as_ref().is_some_and(|h| h.restored) {
+        after = keep_passed(cx, snapshot, after, &mut obs)?;
+    }
     // What the agent did, for the report (before ralph's gate or guard changed anything).
     let agent_prd = after.as_ref().map(|l| l.prd.clone());
-    after = verify_gate(cx, a, after, &flipped, &mut obs, out).await?;
+    if let Some(agent) = &after {
+        obs.criteria_proposals = criteria_proposals(snapshot, agent);
+    }
+    let mut flipped = flipped_ids(&snapshot.prd, prd_of(&after, snapshot), true);
+    // The work, before a verify command adds its own files.
+    let work = work_files(cx, start)?;
+    let notes_only = !work.iter().any(|p| !is_memory(cx, p));
+    after = verify_gate(cx, a, after, &flipped, notes_only, &mut obs, out).await?;
+    // A pass the check let through (or that has no check) still needs work behind it.
+    flipped.retain(|id| !obs.verify.iter().any(|v| !v.passed && &v.story_id == id));
+    flipped.retain(|id| !obs.unchecked.contains(id));
+    after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
     if let Some(agent) = &after {
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
         if !obs.unchecked.is_empty() {
@@ -86,12 +120,11 @@ pub async fn inspect(
     }
     after = guard(cx, a, after, &mut obs)?;
     let reported = agent_prd.as_ref().unwrap_or(prd_of(&after, snapshot));
-    obs.reverted = flipped_ids(&snapshot.prd, reported, false);
-    obs.flipped = flipped
+    obs.reverted = flipped_ids(&snapshot.prd, reported, false)
         .into_iter()
-        .filter(|id| !obs.verify.iter().any(|v| !v.passed && &v.story_id == id))
-        .filter(|id| !obs.unchecked.contains(id))
+        .filter(|id| !obs.passes_kept.contains(id))
         .collect();
+    obs.flipped = flipped;
     if obs.marked_by_ralph {
         obs.flipped.push(a.story.id.clone());
     }
@@ -99,6 +132,19 @@ pub async fn inspect(
     obs.open_after = crate::run::policy::open_ids(now);
     obs.story_passes = now.story(&a.story.id).is_some_and(|s| s.passes);
     git_delta(cx, start, &mut obs)?;
+    Ok(obs)
+}
+
+/// Looks at what the agent did to history: commits it threw away (pinned under
+/// `refs/ralph/<run>/<n>/lost-<sha>`), and a branch that no longer contains the iteration's
+/// start, which is put back ([`crate::git::Repo::restore_history`]) with the agent's work on
+/// top and its rewritten history kept under `refs/ralph/<run>/<n>/rewritten`.
+fn history(
+    cx: &Cx<'_>,
+    a: &Assignment,
+    start: &StartPoint,
+    obs: &mut Observation,
+) -> anyhow::Result<()> {
     obs.lost_commits = cx
         .repo
         .lost_commits(start.head.as_deref(), start.reflog_len)?;
@@ -113,7 +159,143 @@ pub async fn inspect(
             sha,
         )?;
     }
-    Ok(obs)
+    let head = cx.repo.head_sha()?;
+    if let Some(h) = &head {
+        obs.agent_commits = cx.repo.commits_between(start.head.as_deref(), h)?;
+    }
+    let (Some(before), Some(now)) = (&start.head, &head) else {
+        return Ok(());
+    };
+    if cx.repo.is_ancestor(before, now)? {
+        return Ok(());
+    }
+    let mut rewrite = HistoryRewrite {
+        start: before.clone(),
+        agent_head: now.clone(),
+        kept_at: None,
+        restored: false,
+        conflicts: Vec::new(),
+        error: None,
+    };
+    let branch = cx.repo.current_branch();
+    if branch != start.branch {
+        rewrite.error = Some(format!(
+            "HEAD is on {} now, not on {} (ralph does not move branches back)",
+            branch.as_deref().unwrap_or("a detached HEAD"),
+            start.branch.as_deref().unwrap_or("a detached HEAD")
+        ));
+        obs.history_rewrite = Some(rewrite);
+        return Ok(());
+    }
+    let keep_as = format!("refs/ralph/{}/{}/rewritten", cx.run_id, a.iteration);
+    match cx
+        .repo
+        .restore_history(before, &keep_as, &|p: &str| is_memory(cx, p))
+    {
+        Ok(restored) => {
+            rewrite.kept_at = Some(keep_as);
+            rewrite.restored = true;
+            rewrite.conflicts = restored.conflicts;
+        }
+        Err(e) => {
+            tracing::warn!("could not put back the history the agent rewrote: {e}");
+            rewrite.error = Some(e.to_string().lines().next().unwrap_or("").to_owned());
+        }
+    }
+    obs.history_rewrite = Some(rewrite);
+    Ok(())
+}
+
+/// After a history rewrite was put back: a story that passed at the iteration's start and that
+/// the rewrite set back to `passes: false` passes again (a pass ralph recorded is not undone by
+/// a `git reset`).
+fn keep_passed(
+    cx: &Cx<'_>,
+    snapshot: &LoadedPrd,
+    after: Option<LoadedPrd>,
+    obs: &mut Observation,
+) -> anyhow::Result<Option<LoadedPrd>> {
+    let Some(current) = &after else {
+        return Ok(after);
+    };
+    let lost = flipped_ids(&snapshot.prd, &current.prd, false);
+    if lost.is_empty() {
+        return Ok(after);
+    }
+    let mut raw = std::fs::read(&cx.paths.prd)?;
+    for id in &lost {
+        raw = store::set_passes(&raw, id, true)?;
+    }
+    write_atomic(&cx.paths.prd, &raw)?;
+    obs.passes_kept = lost;
+    Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+}
+
+/// The files the checkpoint would change against the iteration's start, less those that were
+/// already dirty and are untouched.
+fn work_files(cx: &Cx<'_>, start: &StartPoint) -> anyhow::Result<Vec<String>> {
+    start
+        .dirty
+        .changed_since(cx.repo, start.head.as_deref(), &cx.paths.repo_root)
+}
+
+/// Whether an earlier iteration of story `id` (in this feature) changed more than notes: then an
+/// iteration that only marks it passing finishes work already done (an agent that ran out of
+/// turns before setting `passes`), which is not a claim without work. Records rebuilt from git
+/// keep no files: a `progress` or `verify_failed` outcome stands for work there.
+fn earlier_work(cx: &Cx<'_>, a: &Assignment, id: &str) -> bool {
+    let Ok(history) = crate::history::History::load(cx.paths, Some(cx.repo)) else {
+        return false;
+    };
+    let feature = a.snapshot.prd.branch_name.as_deref();
+    history.records.iter().any(|r| {
+        r.story_id == id
+            && r.feature.as_deref() == feature
+            && if r.from_git {
+                matches!(r.outcome, Outcome::Progress | Outcome::VerifyFailed)
+            } else {
+                r.files_changed.iter().any(|p| !is_memory(cx, p))
+            }
+    })
+}
+
+/// Sets back to false every story in `flipped` whose pass this iteration did not earn (see
+/// [`Refusal`]), and takes it out of `flipped`.
+fn refuse(
+    cx: &Cx<'_>,
+    a: &Assignment,
+    after: Option<LoadedPrd>,
+    flipped: &mut Vec<String>,
+    notes_only: bool,
+    obs: &mut Observation,
+) -> anyhow::Result<Option<LoadedPrd>> {
+    let rewritten: Vec<&str> = obs
+        .criteria_proposals
+        .iter()
+        .map(|p| p.story_id.as_str())
+        .collect();
+    obs.refused = flipped
+        .iter()
+        .filter_map(|id| {
+            if notes_only && !earlier_work(cx, a, id) {
+                Some((id.clone(), Refusal::NotesOnly))
+            } else if rewritten.contains(&id.as_str()) {
+                Some((id.clone(), Refusal::CriteriaEdited))
+            } else {
+                None
+            }
+        })
+        .collect();
+    if obs.refused.is_empty() {
+        return Ok(after);
+    }
+    flipped.retain(|id| !obs.refused.iter().any(|(r, _)| r == id));
+    let mut raw = std::fs::read(&cx.paths.prd)?;
+    for (id, _) in &obs.refused {
+        raw = store::set_passes(&raw, id, false)?;
+    }
+    write_atomic(&cx.paths.prd, &raw)?;
+    Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
 }
 
 fn prd_of<'a>(after: &'a Option<LoadedPrd>, snapshot: &'a LoadedPrd) -> &'a Prd {
@@ -146,12 +328,14 @@ fn read_back(
 /// was before the iteration, else `--verify`), or its `passes` goes
 /// back to false (the rest of prd.json is left byte for byte as the agent wrote it). With
 /// `verify_marks_passing`, the current story's passing check marks it passing (only its
-/// `passes` bytes change).
+/// `passes` bytes change), but not on an iteration that changed nothing but notes or rewrote
+/// the story's acceptance criteria.
 async fn verify_gate(
     cx: &Cx<'_>,
     a: &Assignment,
     mut after: Option<LoadedPrd>,
     flipped: &[String],
+    notes_only: bool,
     obs: &mut Observation,
     out: &mut Outputs,
 ) -> anyhow::Result<Option<LoadedPrd>> {
@@ -202,10 +386,17 @@ async fn verify_gate(
         write_atomic(&cx.paths.prd, &raw)?;
         after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
     }
-    if !cx.cfg.verify_marks_passing || cx.stop.stop.is_cancelled() {
+    let id = &a.story.id;
+    // ralph marks a story passing only on an iteration that did its work, against the
+    // story's own criteria: a check that passes on an unchanged tree proves nothing new.
+    let rewrote_own = obs.criteria_proposals.iter().any(|p| &p.story_id == id);
+    if !cx.cfg.verify_marks_passing
+        || cx.stop.stop.is_cancelled()
+        || rewrote_own
+        || (notes_only && !earlier_work(cx, a, id))
+    {
         return Ok(after);
     }
-    let id = &a.story.id;
     let checked = obs.verify.iter().any(|v| &v.story_id == id);
     let command = after
         .as_ref()
@@ -278,6 +469,7 @@ fn guard(
         return Ok(after);
     };
     let snapshot = &a.snapshot;
+    let now_by_id = by_id(&current.prd);
     // A story's check is the user's, not the agent's: an edited `verify` is always put back,
     // whatever `prd_guard` says, or the next iteration would be judged by the agent's own check.
     let checks_edited: Vec<&str> = snapshot
@@ -285,9 +477,8 @@ fn guard(
         .user_stories
         .iter()
         .filter(|before| {
-            current
-                .prd
-                .story(&before.id)
+            now_by_id
+                .get(before.id.as_str())
                 .is_some_and(|now| now.verify != before.verify)
         })
         .map(|before| before.id.as_str())
@@ -297,14 +488,31 @@ fn guard(
             "the agent changed the verify command of {}; ralph put it back (a story's check is not the agent's to change)",
             checks_edited.join(", ")
         ));
-    } else if cx.cfg.prd_guard != PrdGuard::Restore {
+    }
+    // So are its acceptance criteria: put back too, the agent's text kept in the ledger for a
+    // person to accept.
+    if !obs.criteria_proposals.is_empty() {
+        let ids: Vec<&str> = obs
+            .criteria_proposals
+            .iter()
+            .map(|p| p.story_id.as_str())
+            .collect();
+        obs.guard.push(format!(
+            "the agent rewrote the acceptance criteria of {}; ralph put them back and kept the proposed text in the ledger (criteria_proposals) for a person to accept",
+            ids.join(", ")
+        ));
+    }
+    if checks_edited.is_empty()
+        && obs.criteria_proposals.is_empty()
+        && cx.cfg.prd_guard != PrdGuard::Restore
+    {
         return Ok(after);
     }
     let id = &a.story.id;
     let beyond_story = !obs.guard.is_empty()
         || snapshot.prd.user_stories.iter().any(|before| {
             &before.id != id
-                && current.prd.story(&before.id).map(|s| s.passes) != Some(before.passes)
+                && now_by_id.get(before.id.as_str()).map(|s| s.passes) != Some(before.passes)
         });
     if !beyond_story {
         return Ok(after);
@@ -322,24 +530,11 @@ fn guard(
     Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
 }
 
-/// The agent's commits and changed files, and whether it rewrote history or switched branches.
+/// The files the iteration's checkpoint changes, and whether the agent switched branches.
 fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::Result<()> {
-    let head = cx.repo.head_sha()?;
-    obs.agent_commits = match &head {
-        Some(h) => cx.repo.commits_between(start.head.as_deref(), h)?,
-        None => Vec::new(),
-    };
-    obs.files_changed =
-        start
-            .dirty
-            .changed_since(cx.repo, start.head.as_deref(), &cx.paths.repo_root)?;
+    obs.files_changed = work_files(cx, start)?;
     obs.memory_only =
         !obs.files_changed.is_empty() && obs.files_changed.iter().all(|p| is_memory(cx, p));
-    if let (Some(before), Some(now)) = (&start.head, &head) {
-        if !cx.repo.is_ancestor(before, now)? {
-            obs.history_rewritten = Some(before.clone());
-        }
-    }
     let branch = cx.repo.current_branch();
     if branch != start.branch {
         obs.branch_moved = Some((start.branch.clone(), branch));
@@ -361,14 +556,45 @@ fn is_memory(cx: &Cx<'_>, rel: &str) -> bool {
         || history.is_some_and(|h| path.starts_with(h))
 }
 
-/// Story ids whose `passes` went from `!to` to `to` between `before` and `after`.
+/// Story ids whose `passes` went from `!to` to `to` between `before` and `after` (linear in
+/// the number of stories).
 fn flipped_ids(before: &Prd, after: &Prd, to: bool) -> Vec<String> {
+    let before = by_id(before);
     after
         .user_stories
         .iter()
         .filter(|s| s.passes == to)
-        .filter(|s| before.story(&s.id).is_some_and(|b| b.passes != to))
+        .filter(|s| before.get(s.id.as_str()).is_some_and(|b| b.passes != to))
         .map(|s| s.id.clone())
+        .collect()
+}
+
+/// `prd`'s stories by id (the first of a duplicated id, as [`Prd::story`] finds it).
+fn by_id(prd: &Prd) -> HashMap<&str, &Story> {
+    let mut map = HashMap::with_capacity(prd.user_stories.len());
+    for s in &prd.user_stories {
+        map.entry(s.id.as_str()).or_insert(s);
+    }
+    map
+}
+
+/// Stories present before and after whose `acceptanceCriteria` the agent changed: the original
+/// and the proposed text (the agent's value read as a list of strings; anything else counts as
+/// no criteria).
+fn criteria_proposals(snapshot: &LoadedPrd, agent: &LoadedPrd) -> Vec<CriteriaProposal> {
+    let before = by_id(&snapshot.prd);
+    agent
+        .prd
+        .user_stories
+        .iter()
+        .filter_map(|now| {
+            let old = before.get(now.id.as_str())?;
+            (old.acceptance_criteria != now.acceptance_criteria).then(|| CriteriaProposal {
+                story_id: now.id.clone(),
+                original: old.acceptance_criteria.clone(),
+                proposed: now.acceptance_criteria.clone(),
+            })
+        })
         .collect()
 }
 
@@ -385,8 +611,8 @@ fn story_ids(prd: &Prd) -> BTreeSet<String> {
 fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<String> {
     use serde_json::{Map, Value};
     let empty = Map::new();
-    let obj = |v: &Value| v.as_object().cloned().unwrap_or_else(|| empty.clone());
-    let (b, a) = (obj(before), obj(after));
+    let b = before.as_object().unwrap_or(&empty);
+    let a = after.as_object().unwrap_or(&empty);
     let mut out = Vec::new();
     let mut top: Vec<&str> = b
         .keys()
@@ -399,21 +625,24 @@ fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Strin
     if !top.is_empty() {
         out.push(format!("prd.json fields changed: {}", top.join(", ")));
     }
-    let stories = |o: &Map<String, Value>| -> Vec<Map<String, Value>> {
+    fn stories(o: &Map<String, Value>) -> Vec<&Map<String, Value>> {
         o.get("userStories")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_object().cloned()).collect())
+            .map(|a| a.iter().filter_map(Value::as_object).collect())
             .unwrap_or_default()
-    };
-    let after_stories = stories(&a);
-    for old in stories(&b) {
+    }
+    // Keyed by id: one pass over each side, not a search per story.
+    let mut after_by_id: HashMap<&str, &Map<String, Value>> = HashMap::new();
+    for story in stories(a) {
+        if let Some(id) = story.get("id").and_then(Value::as_str) {
+            after_by_id.entry(id).or_insert(story);
+        }
+    }
+    for old in stories(b) {
         let Some(id) = old.get("id").and_then(Value::as_str) else {
             continue;
         };
-        let Some(new) = after_stories
-            .iter()
-            .find(|s| s.get("id").and_then(Value::as_str) == Some(id))
-        else {
+        let Some(new) = after_by_id.get(id) else {
             continue;
         };
         let mut fields: Vec<&str> = old

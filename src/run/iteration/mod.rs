@@ -219,6 +219,9 @@ fn draft(
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
     r.lost_commits = obs.lost_commits.clone();
+    r.history_rewrite = obs.history_rewrite.clone();
+    r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
+    r.criteria_proposals = obs.criteria_proposals.clone();
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {

@@ -234,17 +234,21 @@ impl DirtySnapshot {
         Ok(DirtySnapshot { files })
     }
 
-    /// Paths changed since `head` whose content differs from the snapshot.
+    /// Paths the next checkpoint changes against `head` (the working tree staged as the
+    /// checkpoint stages it, [`Repo::staged_changes`]) whose content differs from the snapshot.
+    /// A file only removed from the index (`git rm --cached`) is staged back and does not count;
+    /// a commit the agent made counts by what it changed.
     ///
     /// # Errors
-    /// git errors reading the status.
+    /// git errors reading the status or staging.
     pub fn changed_since(
         &self,
         repo: &Repo,
         head: Option<&str>,
         root: &Path,
     ) -> anyhow::Result<Vec<String>> {
-        Ok(Self::changed(repo, head)?
+        Ok(repo
+            .staged_changes(head)?
             .into_iter()
             .filter(|p| match self.files.get(p) {
                 Some(before) => *before != Self::fingerprint(root, p),

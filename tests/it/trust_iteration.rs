@@ -1,0 +1,273 @@
+//! Iteration integrity (issue 18, items 1, 2 and 4): small exec agents (shell scripts) that cheat
+//! must not get a story passed, nor erase ralph's trail.
+//!
+//! - an agent that only flips `passes` (with or without a `verify`, with
+//!   `--verify-marks-passing`) gets no pass;
+//! - an agent that runs `git reset --hard HEAD~1` every iteration does not take ralph's
+//!   checkpoints, progress entries or earlier passes off the branch;
+//! - an agent that commits `git rm -r --cached .` has not made progress;
+//! - an agent that rewrites its story's acceptance criteria and sets `passes` gets no pass, and
+//!   its proposed text is kept in the ledger.
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, text, TestEnv};
+
+/// Writes an exec agent (a `/bin/sh` script) beside the repository and returns its path.
+fn agent(env: &TestEnv, body: &str) -> String {
+    let path = env.root.path().join("agent.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// Shell that saves the prompt as `../prompt-<n>.txt` (n counts the agent's runs) and puts the
+/// current story's id in `$id`.
+const READ_PROMPT: &str = r#"n=$(( $(cat ../runs 2>/dev/null || echo 0) + 1 )); echo $n > ../runs
+cat > ../prompt-$n.txt
+id=$(sed -n 's/^Story ID: //p' ../prompt-$n.txt | head -1)
+"#;
+
+/// Shell that sets `passes` of story `$id` to true in prd.json (python3, same layout as ralph's).
+const FLIP: &str = r#"python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == sys.argv[1]:
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+"#;
+
+fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "--agent", "exec", "--agent-cmd", agent_cmd];
+    args.extend_from_slice(extra);
+    env.ralph(&args)
+}
+
+fn outcomes(env: &TestEnv) -> Vec<String> {
+    env.ledger()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+fn prompt(env: &TestEnv, n: usize) -> String {
+    std::fs::read_to_string(env.root.path().join(format!("prompt-{n}.txt"))).unwrap_or_default()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_agent_that_only_flips_passes_gets_no_pass() {
+    // No `verify` on the story: the agent's word is all there is, and it wrote nothing.
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}{FLIP}echo 'all done, US-001 passes'\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(
+        outcomes(&env),
+        ["premature_claim", "premature_claim"],
+        "{}",
+        text(&out)
+    );
+    assert_eq!(env.prd()["userStories"][0]["passes"], false);
+    let first = &env.ledger()[0];
+    assert_eq!(strings(&first["passes_refused"]), ["US-001"], "{first}");
+    assert!(strings(&first["passes_flipped"]).is_empty(), "{first}");
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("changed nothing but notes"),
+        "the ledger says why: {message}"
+    );
+    // The next attempt is told.
+    assert!(
+        prompt(&env, 2).contains("changed nothing except notes"),
+        "{}",
+        prompt(&env, 2)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("complete"), "{}", text(&out));
+}
+
+#[test]
+fn a_check_that_passes_on_an_unchanged_tree_does_not_mark_the_story() {
+    // --verify-marks-passing with a check that already holds: ralph must not mark the story
+    // passing for an iteration that did nothing.
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f README.md");
+    let env = TestEnv::new(&prd);
+    let cmd = agent(&env, &format!("{READ_PROMPT}echo 'nothing to do'\n"));
+    let out = run(
+        &env,
+        &cmd,
+        &["--max-iter", "1", "--verify-marks-passing", "true"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["no_progress"], "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][0]["passes"], false);
+}
+
+#[test]
+fn an_agent_that_commits_its_work_and_flips_passes_still_passes() {
+    // The control: commits count as change.
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!(
+            "{READ_PROMPT}echo done > file-1.txt\ngit add file-1.txt && git commit -qm 'feat: US-001'\n{FLIP}"
+        ),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["story_passed"], "{}", text(&out));
+    let files = strings(&env.ledger()[0]["files_changed"]);
+    assert!(files.contains(&"file-1.txt".to_owned()), "{files:?}");
+}
+
+#[test]
+fn an_agent_that_resets_every_iteration_does_not_erase_ralphs_trail() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    // Throws away the last commit (ralph's previous checkpoint), then does its story.
+    let cmd = agent(
+        &env,
+        &format!(
+            "{READ_PROMPT}git reset -q --hard HEAD~1 2>/dev/null\necho done > $id.txt\n{FLIP}"
+        ),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        outcomes(&env),
+        ["story_passed", "story_passed"],
+        "{}",
+        text(&out)
+    );
+    let ledger = env.ledger();
+    let first_checkpoint = ledger[0]["checkpoint_commit"].as_str().unwrap().to_owned();
+    // The branch contains ralph's first checkpoint again, and both stories' work.
+    env.git(&["merge-base", "--is-ancestor", &first_checkpoint, "HEAD"]);
+    for f in ["US-001.txt", "US-002.txt"] {
+        assert!(env.path(f).exists(), "{f} is missing");
+        env.git(&["cat-file", "-e", &format!("HEAD:{f}")]);
+    }
+    let prd = env.prd();
+    assert_eq!(prd["userStories"][0]["passes"], true, "US-001 stays passed");
+    assert_eq!(prd["userStories"][1]["passes"], true);
+    // progress.txt on the branch keeps the first iteration's entry.
+    let progress = env.git(&["show", "HEAD:progress.txt"]);
+    assert!(
+        progress.contains("US-001") && progress.contains("US-002"),
+        "{progress}"
+    );
+    // The agent's rewritten history is kept under a ref, named in full.
+    let second = &ledger[1];
+    let rewrite = &second["history_rewrite"];
+    assert_eq!(rewrite["restored"], true, "{second}");
+    let run_id = second["run_id"].as_str().unwrap();
+    let kept = format!("refs/ralph/{run_id}/2/rewritten");
+    assert_eq!(rewrite["kept_at"], json!(kept), "{second}");
+    assert_eq!(
+        env.git(&["rev-parse", &kept]).trim(),
+        rewrite["agent_head"].as_str().unwrap()
+    );
+    let message = second["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&kept), "{message}");
+    let log = env.ralph(&["log", "--no-pager"]);
+    let log_text = String::from_utf8_lossy(&log.stdout);
+    assert!(log_text.contains(&kept), "{log_text}");
+}
+
+#[test]
+fn removing_every_file_from_the_index_is_not_progress() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}git rm -rq --cached . && git commit -qm 'wipe'\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["no_progress"], "{}", text(&out));
+    let rec = &env.ledger()[0];
+    let files = strings(&rec["files_changed"]);
+    // files_changed is what the checkpoint changed against the start.
+    let before = rec["head_before"].as_str().unwrap();
+    let after = rec["head_after"].as_str().unwrap();
+    let diff = env.git(&["diff", "--name-only", before, after]);
+    for f in &files {
+        assert!(diff.lines().any(|l| l == f), "{f} not in the diff:\n{diff}");
+    }
+    assert!(!files.contains(&"README.md".to_owned()), "{files:?}");
+    env.git(&["cat-file", "-e", "HEAD:README.md"]);
+}
+
+#[test]
+fn an_agent_that_rewrites_its_criteria_and_sets_passes_gets_no_pass() {
+    for guard in ["report", "restore"] {
+        let env = TestEnv::new(&prd_with_stories(1));
+        // Does some work, weakens the criterion, adds none, sets passes.
+        let cmd = agent(
+            &env,
+            &format!(
+                r#"{READ_PROMPT}echo half > file-1.txt
+python3 - <<'PY'
+import json
+p = json.load(open('prd.json'))
+p['userStories'][0]['acceptanceCriteria'] = ['file-1.txt may exist']
+p['userStories'][0]['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+"#
+            ),
+        );
+        let out = run(&env, &cmd, &["--max-iter", "2", "--prd-guard", guard]);
+        assert_eq!(out.status.code(), Some(3), "{guard}: {}", text(&out));
+        assert_eq!(
+            outcomes(&env),
+            ["premature_claim", "premature_claim"],
+            "{guard}: {}",
+            text(&out)
+        );
+        let prd = env.prd();
+        assert_eq!(prd["userStories"][0]["passes"], false, "{guard}");
+        assert_eq!(
+            prd["userStories"][0]["acceptanceCriteria"],
+            json!(["file-1.txt exists"]),
+            "{guard}: the original criteria are back"
+        );
+        let rec = &env.ledger()[0];
+        assert_eq!(strings(&rec["passes_refused"]), ["US-001"], "{rec}");
+        let proposal = &rec["criteria_proposals"][0];
+        assert_eq!(proposal["story_id"], "US-001", "{rec}");
+        assert_eq!(proposal["original"], json!(["file-1.txt exists"]), "{rec}");
+        assert_eq!(
+            proposal["proposed"],
+            json!(["file-1.txt may exist"]),
+            "{rec}"
+        );
+        // The next attempt works against the original criteria.
+        let second = prompt(&env, 2);
+        assert!(second.contains("file-1.txt exists"), "{second}");
+        assert!(!second.contains("file-1.txt may exist"), "{second}");
+        let show = env.ralph(&["show", "1", "--no-pager"]);
+        let show_text = String::from_utf8_lossy(&show.stdout);
+        assert!(
+            show_text.contains("file-1.txt may exist"),
+            "{guard}: `ralph show` names the proposal:\n{}",
+            text(&show)
+        );
+    }
+}
