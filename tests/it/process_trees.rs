@@ -338,6 +338,7 @@ fn an_agent_exiting_normally_leaves_no_setsid_grandchild_behind() {
         {"claude_init": {}},
         {"spawn_grandchild": {"ignore_term": true, "hold_stdout": false, "setsid": true,
             "sleep_s": 300, "pid_file": "../escapee.pid"}},
+        {"write_file": {"path": "work.txt", "content": "work\n"}},
         {"set_passes": {"id": "US-001", "passes": true}},
         {"claude_result": {"text": "done"}}
     ]]}));

@@ -271,3 +271,22 @@ PY
         );
     }
 }
+
+#[test]
+fn marking_passing_after_an_earlier_iteration_did_the_work_is_a_pass() {
+    // An agent that wrote the code in one iteration and only set passes in the next (it ran out
+    // of turns, say) finishes work that exists: that is not a claim without work.
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}if [ $n = 1 ]; then echo done > file-1.txt; else\n{FLIP}fi\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        outcomes(&env),
+        ["progress", "story_passed"],
+        "{}",
+        text(&out)
+    );
+}

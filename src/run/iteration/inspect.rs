@@ -659,3 +659,60 @@ fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Strin
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn stories(n: usize) -> Vec<Value> {
+        (1..=n)
+            .map(|i| {
+                json!({"id": format!("US-{i:06}"), "title": format!("Story {i}"),
+                       "acceptanceCriteria": [format!("c{i}")], "priority": i,
+                       "passes": false, "notes": ""})
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prd_edits_lists_each_edited_story_once_whatever_the_order() {
+        let n = 20_000;
+        let before = json!({"project": "p", "branchName": "b", "userStories": stories(n)});
+        let mut after_stories = stories(n);
+        // Edits the file order cannot hide: story 7's criteria, story 19_999's title and
+        // priority; passes and notes are not edits; a story removed is reported elsewhere.
+        after_stories[6]["acceptanceCriteria"] = json!(["weaker"]);
+        after_stories[19_998]["title"] = json!("renamed");
+        after_stories[19_998]["priority"] = json!(1);
+        after_stories[3]["passes"] = json!(true);
+        after_stories[4]["notes"] = json!("a note");
+        after_stories.remove(10);
+        after_stories.reverse();
+        let after = json!({"project": "q", "branchName": "b", "userStories": after_stories});
+        let started = std::time::Instant::now();
+        let edits = prd_edits(&before, &after);
+        assert_eq!(
+            edits,
+            [
+                "prd.json fields changed: project",
+                "US-000007 edited (acceptanceCriteria)",
+                "US-019999 edited (priority, title)",
+            ]
+        );
+        // A comparison of every pair (4e8 here) takes minutes; one pass takes milliseconds.
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    #[test]
+    fn flipped_ids_pairs_stories_by_id() {
+        let prd = |v: Value| -> Prd { serde_json::from_value(v).unwrap() };
+        let before = prd(json!({"project": "p", "userStories": stories(3)}));
+        let mut after = stories(3);
+        after[0]["passes"] = json!(true);
+        after.reverse();
+        let after = prd(json!({"project": "p", "userStories": after}));
+        assert_eq!(flipped_ids(&before, &after, true), ["US-000001"]);
+        assert!(flipped_ids(&before, &after, false).is_empty());
+    }
+}
