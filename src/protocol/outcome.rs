@@ -17,7 +17,10 @@ pub enum Outcome {
     Progress,
     /// The agent exited normally without changing anything.
     NoProgress,
-    /// The agent printed the completion promise while stories were still open.
+    /// The agent printed the completion promise while stories were still open, or marked its
+    /// story passing on an iteration that did no work for it (nothing but notes changed, here
+    /// and in its earlier iterations) or that rewrote its acceptance criteria; that `passes` was
+    /// set back to false.
     PrematureClaim,
     /// The agent failed (non-zero exit or an error result) for a reason not classified below.
     AgentError,

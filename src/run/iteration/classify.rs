@@ -3,8 +3,9 @@
 //! findings beyond the story, and the feedback for the next prompts.
 //!
 //! The outcome is decided in a fixed order: how the process ended (ralph's own kills), then the
-//! agent's failure class, then prd.json validity, then the verify gate, then the claim, then the
-//! story, then errors, then change.
+//! agent's failure class, then prd.json validity, then the verify gate, then the claim (the
+//! promise printed too early, or a pass ralph refused: no work, or rewritten criteria), then the
+//! story, then errors, then change (what the checkpoint changes beyond notes).
 
 use std::time::Duration;
 
@@ -484,6 +485,41 @@ mod tests {
         assert_eq!(
             outcome(&facts(&timed_out, &limited), &obs, true),
             Outcome::Timeout
+        );
+        // A refused pass is a claim, whatever else the iteration did.
+        let refused = Observation {
+            refused: vec![("US-001".into(), Refusal::NotesOnly)],
+            files_changed: vec!["prd.json".into()],
+            memory_only: true,
+            open_after: vec!["US-001".into()],
+            ..Observation::default()
+        };
+        assert_eq!(
+            outcome(&facts(&exited(0), &r), &refused, false),
+            Outcome::PrematureClaim
+        );
+        let v = classify(&facts(&exited(0), &r), &refused);
+        assert!(v
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("changed nothing but notes")));
+        assert!(v
+            .feedback
+            .iter()
+            .any(|f| f.story_id.as_deref() == Some("US-001")
+                && f.text.contains("set it back to false")));
+        assert!(!v
+            .feedback
+            .iter()
+            .any(|f| f.text.contains("completion claim")));
+        // Agent commits that change nothing in the end are no progress.
+        let undone = Observation {
+            agent_commits: vec!["abc".into()],
+            ..Observation::default()
+        };
+        assert_eq!(
+            outcome(&facts(&exited(0), &r), &undone, false),
+            Outcome::NoProgress
         );
         let quiet = Observation::default();
         assert_eq!(

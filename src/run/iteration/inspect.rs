@@ -2,7 +2,11 @@
 //! the snapshot when the agent broke it); the verify gate checks every story the agent marked
 //! passing (and, with `verify_marks_passing`, the current story); the prd.json guard lists what
 //! changed beyond the story's `passes` and `notes` (and puts it back with `prd_guard = restore`);
-//! git says which commits and files are the iteration's own and whether history was rewritten.
+//! git says which commits and files are the iteration's own and whether history was rewritten
+//! (then the iteration's start is put back on the branch, the agent's work on top of it). A pass
+//! the iteration did not earn (nothing but notes changed and no earlier iteration worked on the
+//! story, or the story's acceptance criteria rewritten) is set back to false; acceptance criteria
+//! the agent rewrote are put back and kept as proposals.
 //! Every rewrite of prd.json here changes only the bytes it must, through
 //! [`crate::fsutil::write_atomic`].
 
