@@ -10,7 +10,7 @@
 //! Every rewrite of prd.json here changes only the bytes it must, through
 //! [`crate::fsutil::write_atomic`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use anyhow::Context as _;
 
@@ -110,8 +110,14 @@ pub async fn inspect(
     let notes_only = !work.iter().any(|p| !is_memory(cx, p));
     after = verify_gate(cx, a, after, &flipped, notes_only, &mut obs, out).await?;
     // A pass the check let through (or that has no check) still needs work behind it.
-    flipped.retain(|id| !obs.verify.iter().any(|v| !v.passed && &v.story_id == id));
-    flipped.retain(|id| !obs.unchecked.contains(id));
+    let not_passed: HashSet<&str> = obs
+        .verify
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.story_id.as_str())
+        .chain(obs.unchecked.iter().map(String::as_str))
+        .collect();
+    flipped.retain(|id| !not_passed.contains(id.as_str()));
     after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
     if let Some(agent) = &after {
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
@@ -243,24 +249,29 @@ fn work_files(cx: &Cx<'_>, start: &StartPoint) -> anyhow::Result<Vec<String>> {
         .changed_since(cx.repo, start.head.as_deref(), &cx.paths.repo_root)
 }
 
-/// Whether an earlier iteration of story `id` (in this feature) changed more than notes: then an
-/// iteration that only marks it passing finishes work already done (an agent that ran out of
+/// The stories an earlier iteration (in this feature) changed more than notes for: an iteration
+/// that only marks one of them passing finishes work already done (an agent that ran out of
 /// turns before setting `passes`), which is not a claim without work. Records rebuilt from git
-/// keep no files: a `progress` or `verify_failed` outcome stands for work there.
-fn earlier_work(cx: &Cx<'_>, a: &Assignment, id: &str) -> bool {
+/// keep no files: a `progress` or `verify_failed` outcome stands for work there. Read once per
+/// iteration, and only when a pass on a notes-only iteration needs it.
+fn stories_with_work(cx: &Cx<'_>, a: &Assignment) -> HashSet<String> {
     let Ok(history) = crate::history::History::load(cx.paths, Some(cx.repo)) else {
-        return false;
+        return HashSet::new();
     };
     let feature = a.snapshot.prd.branch_name.as_deref();
-    history.records.iter().any(|r| {
-        r.story_id == id
-            && r.feature.as_deref() == feature
-            && if r.from_git {
-                matches!(r.outcome, Outcome::Progress | Outcome::VerifyFailed)
-            } else {
-                r.files_changed.iter().any(|p| !is_memory(cx, p))
-            }
-    })
+    history
+        .records
+        .into_iter()
+        .filter(|r| {
+            r.feature.as_deref() == feature
+                && if r.from_git {
+                    matches!(r.outcome, Outcome::Progress | Outcome::VerifyFailed)
+                } else {
+                    r.files_changed.iter().any(|p| !is_memory(cx, p))
+                }
+        })
+        .map(|r| r.story_id)
+        .collect()
 }
 
 /// Sets back to false every story in `flipped` whose pass this iteration did not earn (see
@@ -273,15 +284,20 @@ fn refuse(
     notes_only: bool,
     obs: &mut Observation,
 ) -> anyhow::Result<Option<LoadedPrd>> {
-    let rewritten: Vec<&str> = obs
+    let rewritten: HashSet<&str> = obs
         .criteria_proposals
         .iter()
         .map(|p| p.story_id.as_str())
         .collect();
+    let worked_on = if notes_only && !flipped.is_empty() {
+        stories_with_work(cx, a)
+    } else {
+        HashSet::new()
+    };
     obs.refused = flipped
         .iter()
         .filter_map(|id| {
-            if notes_only && !earlier_work(cx, a, id) {
+            if notes_only && !worked_on.contains(id) {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))
@@ -293,7 +309,8 @@ fn refuse(
     if obs.refused.is_empty() {
         return Ok(after);
     }
-    flipped.retain(|id| !obs.refused.iter().any(|(r, _)| r == id));
+    let refused: HashSet<&str> = obs.refused.iter().map(|(id, _)| id.as_str()).collect();
+    flipped.retain(|id| !refused.contains(id.as_str()));
     let mut raw = std::fs::read(&cx.paths.prd)?;
     for (id, _) in &obs.refused {
         raw = store::set_passes(&raw, id, false)?;
@@ -397,7 +414,7 @@ async fn verify_gate(
     if !cx.cfg.verify_marks_passing
         || cx.stop.stop.is_cancelled()
         || rewrote_own
-        || (notes_only && !earlier_work(cx, a, id))
+        || (notes_only && !stories_with_work(cx, a).contains(id))
     {
         return Ok(after);
     }
