@@ -11,8 +11,9 @@ use super::{op, GitError, Repo};
 pub struct Restored {
     /// HEAD as the agent left it (full sha), kept under the reference the caller named.
     pub agent_head: String,
-    /// Files both sides changed in a way the merge could not join; they hold the agent's
-    /// version (or are absent when the agent deleted them). Sorted.
+    /// Files where both sides changed the same lines, or one deleted what the other changed:
+    /// they hold the agent's version (absent when the agent deleted them). Files for which
+    /// `union` is true keep both sides' lines and are not listed. Sorted.
     pub conflicts: Vec<String>,
 }
 
@@ -77,10 +78,23 @@ impl Repo {
                 .merge_trees(&base, &ours, &theirs, Some(&opts))
                 .map_err(op("merge"))
         };
+        // Where both sides changed the same lines (or one deleted what the other changed): named
+        // in the result, whichever side the merges below then keep.
+        let plain = merge(FileFavor::Normal)?;
+        let mut conflicts = Vec::new();
+        for conflict in plain.conflicts().map_err(op("merge"))? {
+            let conflict = conflict.map_err(op("merge"))?;
+            let path = [&conflict.their, &conflict.our, &conflict.ancestor]
+                .into_iter()
+                .flatten()
+                .next()
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned());
+            // Notes files keep both sides' lines: nothing of either side is lost there.
+            conflicts.extend(path.filter(|p| !union(p)));
+        }
         let agent_side = merge(FileFavor::Theirs)?;
         let both_sides = merge(FileFavor::Union)?;
         let mut merged = Index::new().map_err(op("merge"))?;
-        let mut conflicts = Vec::new();
         for (index, keep) in [(&agent_side, false), (&both_sides, true)] {
             let wanted = |e: &IndexEntry| union(&String::from_utf8_lossy(&e.path)) == keep;
             for entry in index.iter() {
@@ -95,10 +109,9 @@ impl Repo {
                     .flatten()
                     .next()
                     .map(|e| String::from_utf8_lossy(&e.path).into_owned());
-                let Some(path) = path.filter(|p| union(p) == keep) else {
+                if !path.is_some_and(|p| union(&p) == keep) {
                     continue;
-                };
-                conflicts.push(path);
+                }
                 if let Some(mut theirs) = conflict.their {
                     theirs.flags &= !STAGE_MASK;
                     merged.add(&theirs).map_err(op("merge"))?;

@@ -290,3 +290,33 @@ fn marking_passing_after_an_earlier_iteration_did_the_work_is_a_pass() {
         text(&out)
     );
 }
+
+#[test]
+fn a_rewrite_that_changes_the_same_lines_keeps_the_agents_version_and_both_notes() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.write("app.txt", "line1\nline2\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "app"]);
+    // Every iteration: throw away ralph's last checkpoint, rewrite the same line, add a note.
+    let cmd = agent(
+        &env,
+        &format!(
+            "{READ_PROMPT}git reset -q --hard HEAD~1 2>/dev/null\nprintf \"line1 by $id\\nline2\\n\" > app.txt\necho \"- note on $id\" >> progress.txt\n{FLIP}"
+        ),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.read("app.txt"), "line1 by US-002\nline2\n");
+    let rewrite = &env.ledger()[1]["history_rewrite"];
+    assert_eq!(rewrite["restored"], true, "{rewrite}");
+    assert_eq!(rewrite["conflicts"], json!(["app.txt"]), "{rewrite}");
+    // progress.txt keeps ralph's entry for iteration 1 and both of the agent's notes.
+    let progress = env.git(&["show", "HEAD:progress.txt"]);
+    for line in [
+        "- note on US-001",
+        "- note on US-002",
+        "(ralph, iteration 1)",
+    ] {
+        assert!(progress.contains(line), "{line} missing:\n{progress}");
+    }
+}
