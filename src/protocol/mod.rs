@@ -34,5 +34,5 @@ pub use kinds::{AgentKind, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{LedgerRecord, PushRecord, PushStatus, Rebuilt, ShutdownRecord, VerifyRecord};
 pub use run_event::RunEvent;
-pub use stop::StopReason;
+pub use stop::{OutcomeCount, StopReason, StreakCause};
 pub use usage::{CostSource, Price, Usage};

@@ -42,3 +42,4 @@ mod store;
 mod support_llm;
 mod support_model;
 mod tools;
+mod trust_recovery;
