@@ -32,7 +32,10 @@ pub use agent_event::{AgentEvent, AgentReport, FailureClass};
 pub use exit::ExitStatus;
 pub use kinds::{AgentKind, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
-pub use record::{LedgerRecord, PushRecord, PushStatus, Rebuilt, ShutdownRecord, VerifyRecord};
+pub use record::{
+    LedgerRecord, PushRecord, PushStatus, Rebuilt, ShutdownRecord, StrayFound, StrayProcess,
+    VerifyRecord,
+};
 pub use run_event::RunEvent;
 pub use stop::{OutcomeCount, StopReason, StreakCause};
 pub use usage::{CostSource, Price, Usage};

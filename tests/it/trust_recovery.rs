@@ -160,5 +160,251 @@ fn max_failures_fires_across_a_block_only_when_every_attempt_failed_the_same_way
         "{}",
         text(&out)
     );
-    let _ = (Duration::ZERO, Instant::now());
+}
+
+/// Waits until `path` exists (at most 30 s), naming `what` when it never appears.
+fn wait_for(path: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is gone or a zombie.
+fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+/// Waits (at most 5 s) for `pid` to be gone.
+fn gone_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !dead(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn sigkill(pid: u32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// ralph is SIGKILLed while its verify gate runs the story's check, which has started a child
+/// of its own. The check's child carries the iteration's tag, so the restart's sweep kills it
+/// and lists it in the interrupted iteration's record. The restart then runs the check on the
+/// work the iteration left instead of setting the story back and running the agent again: the
+/// check passes, the story stays passing, the ledger says the check ran at the restart, and the
+/// run is complete without another agent call.
+#[test]
+fn a_restart_checks_the_work_an_iteration_killed_in_its_verify_gate_left() {
+    let mut prd = prd_with_stories(1);
+    // The first run of the check starts a long child and waits for it (ralph is killed then);
+    // the second is the real check.
+    prd["userStories"][0]["verify"] = json!(
+        "if [ -e ../verify-ran ]; then test -f file-1.txt; else touch ../verify-ran; sleep 300 & echo $! > ../verify-child.pid; wait; fi"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [crate::run_cases::claude_story("US-001", 1, "done")]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "3"]);
+    let pid_file = env.root.path().join("verify-child.pid");
+    wait_for(&pid_file, "the check's child");
+    std::thread::sleep(Duration::from_millis(100));
+    let check_child: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The check's child is tagged like the agent's processes.
+    let environ = std::fs::read(format!("/proc/{check_child}/environ")).unwrap_or_default();
+    let tagged = environ
+        .split(|b| *b == 0)
+        .any(|kv| kv.starts_with(b"RALPH_AGENT_TAG="));
+    sigkill(child.id());
+    child.wait().unwrap();
+    if !tagged {
+        sigkill(check_child as u32);
+    }
+    assert!(
+        tagged,
+        "the verify command's child carries no RALPH_AGENT_TAG"
+    );
+    assert!(!dead(check_child), "the check's child died with ralph");
+
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    let alive = !gone_soon(check_child);
+    if alive {
+        sigkill(check_child as u32);
+    }
+    assert!(
+        !alive,
+        "the restart left the check's child running: {}",
+        text(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 1, "the agent ran again: {}", text(&out));
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    let r = &ledger[0];
+    assert_eq!(r["outcome"], "interrupted", "{r}");
+    assert_eq!(r["checked_at_restart"], true, "{r}");
+    assert_eq!(r["verify"][0]["story_id"], "US-001", "{r}");
+    assert_eq!(r["verify"][0]["passed"], true, "{r}");
+    assert_eq!(r["passes_flipped"], json!(["US-001"]), "{r}");
+    assert_eq!(r["passes_reverted"], json!([]), "{r}");
+    let strays = r["strays"].as_array().expect("strays");
+    assert!(
+        strays.iter().any(|s| s["pid"] == check_child
+            && s["command"] == "sleep 300"
+            && s["found"] == "at_restart"),
+        "{r}"
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("the restart ran the check on the work the iteration left and it passed"),
+        "{r}"
+    );
+    assert_eq!(env.prd()["userStories"][0]["passes"], true);
+    assert!(
+        stderr(&out).contains("US-001 passed its check on the work the interrupted iteration left"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The same kill, but the work left does not pass the check: the story goes back to not
+/// passing with the check's result in the record, and the next attempt is told why.
+#[test]
+fn a_restart_sets_back_a_story_whose_check_fails_on_the_work_left() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!(
+        "if [ -e ../verify-ran ]; then test -f missing.txt; else touch ../verify-ran; sleep 300; fi"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [
+        crate::run_cases::claude_story("US-001", 1, "done"),
+        [{"claude_init": {}}, {"save_stdin": "../stdin-2.txt"}, {"claude_result": {"text": "Looked around."}}]
+    ]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
+    wait_for(&env.root.path().join("verify-ran"), "the check");
+    std::thread::sleep(Duration::from_millis(100));
+    sigkill(child.id());
+    child.wait().unwrap();
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let r = &env.ledger()[0];
+    assert_eq!(r["outcome"], "interrupted", "{r}");
+    assert_eq!(r["checked_at_restart"], true, "{r}");
+    assert_eq!(r["verify"][0]["passed"], false, "{r}");
+    assert_eq!(r["verify"][0]["result"], "exited with code 1", "{r}");
+    assert_eq!(r["passes_reverted"], json!(["US-001"]), "{r}");
+    assert_eq!(env.prd()["userStories"][0]["passes"], false);
+    // The next attempt's prompt says what the check said.
+    let prompt = env.read("../stdin-2.txt");
+    assert!(
+        prompt.contains("on restart it ran the check (`if [ -e ../verify-ran ]"),
+        "{prompt}"
+    );
+}
+
+/// A process the agent left running after it exited (started in a session of its own, so
+/// nothing links it to the agent any more) is killed by its tag, and its pid and command are
+/// in the iteration's record, not only on stderr.
+#[test]
+fn a_stray_killed_after_an_iteration_is_in_its_record() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"spawn_grandchild": {"sleep_s": 300, "setsid": true, "pid_file": "../stray.pid"}},
+        {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let pid: i32 = std::fs::read_to_string(env.root.path().join("stray.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = !gone_soon(pid);
+    if alive {
+        sigkill(pid as u32);
+    }
+    assert!(!alive, "the stray survived: {}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r = &env.ledger()[0];
+    assert_eq!(
+        r["strays"],
+        json!([{"pid": pid, "command": "sleep 300", "found": "after_agent"}]),
+        "{r}"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "iteration 1: killed 1 process the agent left running: pid {pid} (sleep 300)"
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+/// One rule for a story marked passing by an iteration that a stop cut short, whatever the
+/// signal: it passes only on a check that ran to its end, so a story with no check at all goes
+/// back to not passing after SIGTERM (the stop reaches the verify gate) exactly as after
+/// SIGKILL (the restart judges it).
+#[test]
+fn sigkill_and_sigterm_set_back_an_unchecked_story_alike() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        // No `verify` on the story and no --verify.
+        let env = TestEnv::new(&prd_with_stories(1));
+        env.script(&json!({"invocations": [[
+            {"claude_init": {}},
+            {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ], [{"claude_init": {}}, {"claude_result": {"text": "Looked around."}}]]}));
+        let mut child = env.ralph_spawn(&["run", "--max-iter", "1"]);
+        wait_for(&env.root.path().join("agent-started"), "the agent's mark");
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        child.wait().unwrap();
+        if signal == Signal::SIGKILL {
+            let out = env.ralph(&["run", "--max-iter", "1"]);
+            assert_eq!(out.status.code(), Some(3), "{signal}: {}", text(&out));
+            assert!(
+                stderr(&out).contains("US-001 (it has no check (no `verify`, no --verify)"),
+                "{}",
+                text(&out)
+            );
+        }
+        let r = &env.ledger()[0];
+        assert_eq!(r["outcome"], "interrupted", "{signal}: {r}");
+        assert_eq!(r["passes_flipped"], json!([]), "{signal}: {r}");
+        let findings = r["findings"].to_string();
+        assert!(
+            findings.contains("US-001") && findings.contains("back to"),
+            "{signal}: the record says the mark was undone: {r}"
+        );
+        // The work is kept in the checkpoint either way; only the mark is undone.
+        assert_eq!(env.read("file-1.txt"), "x\n", "{signal}");
+        assert_eq!(
+            env.prd()["userStories"][0]["passes"],
+            false,
+            "{signal}: the agent's word was taken from an interrupted iteration"
+        );
+    }
 }

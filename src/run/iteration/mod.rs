@@ -219,6 +219,7 @@ fn draft(
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
     r.lost_commits = obs.lost_commits.clone();
+    r.strays = e.strays.clone();
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {
