@@ -278,6 +278,16 @@ fn a_restart_checks_the_work_an_iteration_killed_in_its_verify_gate_left() {
         "{r}"
     );
     assert_eq!(env.prd()["userStories"][0]["passes"], true);
+    let show =
+        String::from_utf8_lossy(&env.ralph(&["show", "1", "--no-pager"]).stdout).into_owned();
+    assert!(
+        show.contains("verify (run by the restart, on the work this interrupted iteration left)\n  US-001: `if [ -e ../verify-ran ]"),
+        "{show}"
+    );
+    assert!(
+        show.contains(&format!("pid {check_child} `sleep 300` (by the restart)")),
+        "{show}"
+    );
     assert!(
         stderr(&out).contains("US-001 passed its check on the work the interrupted iteration left"),
         "{}",
@@ -357,6 +367,14 @@ fn a_stray_killed_after_an_iteration_is_in_its_record() {
         )),
         "{}",
         text(&out)
+    );
+    let show = env.ralph(&["show", "1", "--no-pager"]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&format!(
+            "left running, killed by ralph\n  pid {pid} `sleep 300` (after the agent exited)"
+        )),
+        "{}",
+        text(&show)
     );
 }
 
