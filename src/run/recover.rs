@@ -26,7 +26,7 @@ use crate::workspace::RunPaths;
 /// feedback for that story's next attempt.
 ///
 /// # Errors
-/// prd.json, git, ledger or state.json could not be written, or a check could not be started.
+/// prd.json, git, ledger or state.json could not be written.
 pub async fn recover(
     repo: &Repo,
     paths: &RunPaths,
@@ -180,7 +180,7 @@ fn history_has(paths: &RunPaths, flight: &InFlight) -> bool {
 /// docs/decisions.md).
 ///
 /// # Errors
-/// prd.json could not be rewritten, or a check could not be started.
+/// prd.json could not be rewritten.
 async fn judge_passes(
     paths: &RunPaths,
     flight: &InFlight,
@@ -234,7 +234,16 @@ async fn judge_passes(
             "iteration {} was interrupted before ralph checked the stories it marked passing: running {id}'s check on the work it left (`{command}`)",
             flight.iteration
         ));
-        let record = check.run(&command, &id).await?;
+        let record = match check.run(&command, &id).await {
+            Ok(record) => record,
+            // A check that cannot start (no bash) judged nothing: the story is not passing.
+            Err(e) => {
+                judged
+                    .reverted
+                    .push((id, format!("its check could not be started: {e:#}")));
+                continue;
+            }
+        };
         if record.passed {
             judged.kept.push(id.clone());
         } else if stop.stop.is_cancelled() {
