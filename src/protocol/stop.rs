@@ -539,6 +539,44 @@ mod tests {
     }
 
     #[test]
+    fn a_streak_reason_without_a_cause_still_reads_and_says_its_limit() {
+        // state.json written before ralph kept the cause.
+        let old = serde_json::json!({"kind": "no_progress", "iterations": 3, "max_no_progress": 3});
+        let r: StopReason = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            r,
+            StopReason::NoProgress {
+                iterations: 3,
+                max_no_progress: 3,
+                cause: None
+            }
+        );
+        assert!(r.why().unwrap().ends_with("--max-no-progress 3)"));
+        assert!(serde_json::to_value(&r).unwrap().get("cause").is_none());
+        let with = StopReason::MaxFailures {
+            failures: 2,
+            max_failures: 2,
+            last_outcome: Outcome::Timeout,
+            last_message: Some("t".into()),
+            cause: Some(StreakCause {
+                outcomes: vec![OutcomeCount {
+                    outcome: Outcome::Timeout,
+                    count: 2,
+                }],
+                last_message: None,
+                stories: vec!["US-001".into()],
+            }),
+        };
+        assert_eq!(
+            with.why().unwrap(),
+            "stopped: 2 failed iterations in a row (--max-failures 2): timeout ×2"
+        );
+        let back: StopReason =
+            serde_json::from_value(serde_json::to_value(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
+    }
+
+    #[test]
     fn the_wire_form_is_tagged_by_kind() {
         let r = StopReason::AllBlocked {
             blocked: vec!["US-001".into()],
