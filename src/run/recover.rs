@@ -200,14 +200,14 @@ async fn judge_passes(
         .prd
         .user_stories
         .iter()
-        .filter(|s| s.passes && before.prd.story(&s.id).is_none_or(|b| !b.passes))
-        .map(|s| {
-            let command = match before.prd.story(&s.id) {
-                Some(b) => b.verify.clone(),
-                None => s.verify.clone(),
-            }
-            .or_else(|| cfg.verify.clone());
-            (s.id.clone(), command)
+        .filter_map(|s| {
+            // The stories the gate would have judged (inspect.rs: `flipped_ids`), each with the
+            // check it had before the iteration: the agent does not choose its own test.
+            let b = before.prd.story(&s.id).filter(|b| s.passes && !b.passes)?;
+            Some((
+                s.id.clone(),
+                b.verify.clone().or_else(|| cfg.verify.clone()),
+            ))
         })
         .collect();
     let check = Check {
