@@ -418,7 +418,15 @@ fn tool_result(e: &AgentEvent, is_error: bool) -> String {
 
 fn checks(out: &mut String, r: &LedgerRecord) {
     if !r.verify.is_empty() {
-        let _ = writeln!(out, "\nverify");
+        let _ = writeln!(
+            out,
+            "\nverify{}",
+            if r.checked_at_restart {
+                " (run by the restart, on the work this interrupted iteration left)"
+            } else {
+                ""
+            }
+        );
         for v in &r.verify {
             let result = if v.passed {
                 "passed".to_owned()
@@ -481,6 +489,16 @@ fn checks(out: &mut String, r: &LedgerRecord) {
         }
         for c in &p.proposed {
             let _ = writeln!(out, "    - {c}");
+        }
+    }
+    if !r.strays.is_empty() {
+        let _ = writeln!(out, "\nleft running, killed by ralph");
+        for s in &r.strays {
+            let when = match s.found {
+                crate::protocol::StrayFound::AfterAgent => "after the agent exited",
+                crate::protocol::StrayFound::AtRestart => "by the restart",
+            };
+            let _ = writeln!(out, "  pid {} `{}` ({when})", s.pid, s.command);
         }
     }
 }

@@ -57,7 +57,8 @@ pub use group::{group_alive, group_members, kill_group};
 pub use service::Service;
 pub use supervise::run;
 pub use tag::{
-    agent_tag, fork_count, group_is_tagged, kill_tagged, kill_tagged_since, AGENT_TAG_VAR,
+    agent_tag, command_line, fork_count, group_is_tagged, kill_tagged, kill_tagged_since,
+    sweep_tagged, sweep_tagged_since, Stray, AGENT_TAG_VAR,
 };
 
 /// What to run: built by an agent backend, executed here.

@@ -45,6 +45,21 @@ pub fn group_is_tagged(pgid: i32, tag: &str) -> bool {
 /// left behind: once the agent is gone its descendants are no longer linked to it by parent or
 /// group, but they still carry its tag.
 pub fn kill_tagged(tag: &str) -> usize {
+    sweep_tagged(tag).len()
+}
+
+/// A process a sweep killed: its pid and command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stray {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command line (`/proc/<pid>/cmdline`, arguments joined by spaces), read before the
+    /// kill; empty when it could not be read.
+    pub command: String,
+}
+
+/// [`kill_tagged`], returning what it killed, for the iteration's record.
+pub fn sweep_tagged(tag: &str) -> Vec<Stray> {
     kill_matching(tag, |_| true)
 }
 
@@ -66,6 +81,11 @@ pub fn fork_count() -> Option<u64> {
 /// cycle needs more. Otherwise (or where `/proc` does not tell) every process is read, as
 /// [`kill_tagged`] does. Returns how many were signalled.
 pub fn kill_tagged_since(tag: &str, first_pid: u32, forks_before: Option<u64>) -> usize {
+    sweep_tagged_since(tag, first_pid, forks_before).len()
+}
+
+/// [`kill_tagged_since`], returning what it killed, for the iteration's record.
+pub fn sweep_tagged_since(tag: &str, first_pid: u32, forks_before: Option<u64>) -> Vec<Stray> {
     let window =
         forks_before
             .zip(fork_count())
@@ -76,7 +96,7 @@ pub fn kill_tagged_since(tag: &str, first_pid: u32, forks_before: Option<u64>) -
             });
     match window {
         Some(last) => kill_matching(tag, |pid| (first_pid..=last).contains(&pid)),
-        None => kill_tagged(tag),
+        None => sweep_tagged(tag),
     }
 }
 
@@ -102,27 +122,45 @@ fn pid_max() -> u64 {
     })
 }
 
-/// SIGKILLs the processes among `pids` that carry `tag` (ralph itself excepted).
-fn kill_matching_pids(tag: &str, pids: impl Iterator<Item = i32>) -> usize {
+/// SIGKILLs the processes among `pids` that carry `tag` (ralph itself excepted); returns them.
+fn kill_matching_pids(tag: &str, pids: impl Iterator<Item = i32>) -> Vec<Stray> {
     let needle = needle(tag);
     let me = std::process::id() as i32;
-    let mut killed = 0;
+    let mut killed = Vec::new();
     for pid in pids {
         if pid == me || !carries(pid, &needle) {
             continue;
         }
+        let command = command_line(pid);
         if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-            tracing::debug!(pid, tag, "killed a process carrying the agent tag");
-            killed += 1;
+            tracing::debug!(pid, tag, command, "killed a process carrying the agent tag");
+            killed.push(Stray {
+                pid: pid.unsigned_abs(),
+                command,
+            });
         }
     }
     killed
 }
 
+/// Process `pid`'s command line (`/proc/<pid>/cmdline`), arguments joined by spaces; empty when
+/// it cannot be read (gone, another user's, or not Linux).
+pub fn command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(String::from_utf8_lossy)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
 /// SIGKILLs every listed process for which `wanted(pid)` holds and that carries `tag`.
-fn kill_matching(tag: &str, wanted: impl Fn(u32) -> bool) -> usize {
+fn kill_matching(tag: &str, wanted: impl Fn(u32) -> bool) -> Vec<Stray> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     let pids = entries.flatten().filter_map(|entry| {
         entry
@@ -178,7 +216,14 @@ mod tests {
         std::io::Read::read_to_string(agent.stdout.as_mut().unwrap(), &mut out).unwrap();
         agent.wait().unwrap();
         let stray: i32 = out.trim().parse().unwrap();
-        assert_eq!(kill_tagged_since(&tag, first, before), 1);
+        let swept = sweep_tagged_since(&tag, first, before);
+        assert_eq!(
+            swept,
+            [Stray {
+                pid: stray as u32,
+                command: "sleep 30".into()
+            }]
+        );
         // Reaped by init or a subreaper; wait until it is no longer a live process.
         let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while std::fs::read_to_string(format!("/proc/{stray}/stat"))

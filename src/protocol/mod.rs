@@ -34,8 +34,8 @@ pub use kinds::{AgentKind, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{
     CriteriaProposal, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,
-    ShutdownRecord, VerifyRecord,
+    ShutdownRecord, StrayFound, StrayProcess, VerifyRecord,
 };
 pub use run_event::RunEvent;
-pub use stop::StopReason;
+pub use stop::{OutcomeCount, StopReason, StreakCause};
 pub use usage::{CostSource, Price, Usage};

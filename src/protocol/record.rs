@@ -157,6 +157,16 @@ pub struct LedgerRecord {
     /// tokens, the agent's commits and the files changed are not (shown as `?`, never as 0).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_git: bool,
+    /// Processes the iteration left running that ralph killed (the agent's after it exited, or
+    /// the agent's and its verify commands' that a restart found), each with its pid and
+    /// command line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strays: Vec<StrayProcess>,
+    /// Whether the `verify` entries were run by the next `ralph run` on the work this
+    /// interrupted iteration left, because ralph was killed before its own verify gate judged
+    /// the stories it marked passing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checked_at_restart: bool,
 }
 
 /// How a `--push` after an iteration went.
@@ -317,6 +327,29 @@ pub struct Rebuilt {
     pub last_iteration: u32,
 }
 
+/// Which sweep found a process the iteration left running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StrayFound {
+    /// Right after the agent exited: the agent started it and left it running.
+    AfterAgent,
+    /// When the next `ralph run` recovered the iteration a killed ralph left in flight.
+    AtRestart,
+}
+
+/// A process carrying the iteration's tag (`RALPH_AGENT_TAG`) that ralph killed with SIGKILL
+/// because the iteration had left it running (the ledger's `strays` field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StrayProcess {
+    /// Its process id when it was killed.
+    pub pid: u32,
+    /// Its command line (`/proc/<pid>/cmdline`, arguments joined by spaces, secrets redacted,
+    /// at most 300 characters); empty when it could not be read.
+    pub command: String,
+    /// Which sweep found it.
+    pub found: StrayFound,
+}
+
 /// One verify command run after an iteration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct VerifyRecord {
@@ -396,6 +429,8 @@ impl LedgerRecord {
             shutdown: None,
             rebuilt: None,
             from_git: false,
+            strays: Vec::new(),
+            checked_at_restart: false,
         }
     }
 

@@ -41,6 +41,70 @@ pub enum UsageLimitStop {
     },
 }
 
+/// What a streak of iterations that ended a run (`--max-failures`, `--max-no-progress`) was made
+/// of, so that the reason names the real cause (`agent_error ×4`) rather than only the limit.
+///
+/// On the wire: `{"outcomes": [{"outcome": "agent_error", "count": 4}], "last_message": "…",
+/// "stories": ["US-001", "US-002"]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreakCause {
+    /// Each outcome in the streak with how many iterations ended with it, the dominant (most
+    /// frequent; on a tie, the latest) first. The counts add up to the streak's length.
+    pub outcomes: Vec<OutcomeCount>,
+    /// The message of the last iteration that ended with the dominant outcome, when it had one.
+    pub last_message: Option<String>,
+    /// The stories the streak went through, in order (more than one when it outlived a block).
+    pub stories: Vec<String>,
+}
+
+/// One outcome of a [`StreakCause`] and how many iterations of the streak ended with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OutcomeCount {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// Iterations of the streak that ended with it (≥ 1).
+    pub count: u32,
+}
+
+impl StreakCause {
+    /// The dominant outcome, when the streak had any.
+    pub fn dominant(&self) -> Option<Outcome> {
+        self.outcomes.first().map(|o| o.outcome)
+    }
+
+    /// `: agent_error ×4 across US-001 (blocked after …) and US-002; the last: boom`, the tail
+    /// of the sentences of [`StopReason::MaxFailures`] and [`StopReason::NoProgress`];
+    /// `blocked_why` says why a story the streak went through was blocked.
+    fn describe(&self, blocked_why: &str) -> String {
+        let counts: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|o| format!("{} ×{}", o.outcome, o.count))
+            .collect();
+        let mut s = format!(": {}", counts.join(", "));
+        if let Some((last, blocked)) = self.stories.split_last() {
+            if !blocked.is_empty() {
+                s.push_str(&format!(
+                    " across {} (blocked after {blocked_why}) and {last}",
+                    blocked.join(", ")
+                ));
+            }
+        }
+        if let Some(m) = self
+            .last_message
+            .as_deref()
+            .filter(|m| !m.trim().is_empty())
+        {
+            let which = match (self.dominant(), self.outcomes.len()) {
+                (Some(o), n) if n > 1 => format!("the last {o}"),
+                _ => "the last".to_owned(),
+            };
+            s.push_str(&format!("; {which}: {}", truncate_chars(m, 200)));
+        }
+        s
+    }
+}
+
 /// Every way a `ralph run` ends once it has started its loop. Preflight errors (a broken
 /// prd.json, a missing agent) are errors, not stop reasons.
 ///
@@ -84,6 +148,10 @@ pub enum StopReason {
         last_outcome: Outcome,
         /// The last one's message, when it had one.
         last_message: Option<String>,
+        /// What the streak was made of: its dominant outcome, the count of each, the stories it
+        /// went through (absent in records written before ralph kept it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<StreakCause>,
     },
     /// `--max-no-progress` iterations in a row changed nothing (exit 4).
     NoProgress {
@@ -91,6 +159,9 @@ pub enum StopReason {
         iterations: u32,
         /// The limit.
         max_no_progress: u32,
+        /// What the streak was made of (see [`StreakCause`]; absent in older records).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<StreakCause>,
     },
     /// More transient failures in a row than `max_transient_retries` (exit 4).
     TransientRetries {
@@ -286,8 +357,18 @@ impl StopReason {
             StopReason::MaxFailures {
                 failures,
                 max_failures,
+                cause: Some(cause),
+                ..
+            } => format!(
+                "stopped: {failures} failed iterations in a row (--max-failures {max_failures}){}",
+                cause.describe("failing every attempt the same way")
+            ),
+            StopReason::MaxFailures {
+                failures,
+                max_failures,
                 last_outcome,
                 last_message,
+                cause: None,
             } => format!(
                 "stopped: {failures} failed iterations in a row (--max-failures {max_failures}); the last was {last_outcome}{}",
                 last_message
@@ -298,8 +379,13 @@ impl StopReason {
             StopReason::NoProgress {
                 iterations,
                 max_no_progress,
+                cause,
             } => format!(
-                "stopped: {iterations} iterations in a row changed nothing, or only notes (no commit, no file beyond prd.json and progress.txt; --max-no-progress {max_no_progress})"
+                "stopped: {iterations} iterations in a row changed nothing, or only notes (no commit, no file beyond prd.json and progress.txt; --max-no-progress {max_no_progress}){}",
+                cause
+                    .as_ref()
+                    .map(|c| c.describe("every attempt changed nothing"))
+                    .unwrap_or_default()
             ),
             StopReason::TransientRetries {
                 failures,
@@ -450,6 +536,44 @@ mod tests {
         for (reason, code) in cases {
             assert_eq!(reason.exit_status().code(), code, "{reason:?}");
         }
+    }
+
+    #[test]
+    fn a_streak_reason_without_a_cause_still_reads_and_says_its_limit() {
+        // state.json written before ralph kept the cause.
+        let old = serde_json::json!({"kind": "no_progress", "iterations": 3, "max_no_progress": 3});
+        let r: StopReason = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            r,
+            StopReason::NoProgress {
+                iterations: 3,
+                max_no_progress: 3,
+                cause: None
+            }
+        );
+        assert!(r.why().unwrap().ends_with("--max-no-progress 3)"));
+        assert!(serde_json::to_value(&r).unwrap().get("cause").is_none());
+        let with = StopReason::MaxFailures {
+            failures: 2,
+            max_failures: 2,
+            last_outcome: Outcome::Timeout,
+            last_message: Some("t".into()),
+            cause: Some(StreakCause {
+                outcomes: vec![OutcomeCount {
+                    outcome: Outcome::Timeout,
+                    count: 2,
+                }],
+                last_message: None,
+                stories: vec!["US-001".into()],
+            }),
+        };
+        assert_eq!(
+            with.why().unwrap(),
+            "stopped: 2 failed iterations in a row (--max-failures 2): timeout ×2"
+        );
+        let back: StopReason =
+            serde_json::from_value(serde_json::to_value(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //!
 //! After an iteration ([`decide`]): Ctrl-C, an auth or config error, then, for outcomes that are
 //! the agent's doing, the story's `--max-attempts` (block it and go on, or stop with
-//! `--stop-on-block`), `--max-failures` in a
-//! row, `--max-no-progress` in a row and `--max-cost`; then a transient failure (retry after a
+//! `--stop-on-block`), `--max-failures` in a row, `--max-no-progress` in a row (both go on
+//! across a block when every attempt at the blocked story went the same way, and their stop
+//! reasons name the streak's dominant outcome, its count and last message) and `--max-cost`; then a transient failure (retry after a
 //! doubling backoff, `max_transient_retries`, `--max-duration`) or a usage limit (wait for the
 //! reset: `--no-wait`, `max_usage_limit_waits`, `--max-duration`).
 //!
@@ -25,7 +26,7 @@ use chrono::{DateTime, Utc};
 use crate::config::RunConfig;
 use crate::prd::model::Prd;
 use crate::protocol::outcome::{Next as OutcomeNext, Streak};
-use crate::protocol::stop::{During, UsageLimitStop};
+use crate::protocol::stop::{During, OutcomeCount, StreakCause, UsageLimitStop};
 use crate::protocol::{LedgerRecord, Outcome, StopReason};
 
 /// Longest wait between transient retries.
@@ -114,6 +115,84 @@ pub struct Tally {
     pub limit_repeats: u32,
     /// This run's cost so far, in USD.
     pub cost_usd: f64,
+    /// What the failure streak is made of (for the stop reason).
+    pub failures: StreakLog,
+    /// Whether the failure streak outlived a story's block (every attempt at it failed the same
+    /// way): it then goes on only while each failure is that same one.
+    pub failures_carried: bool,
+    /// What the no-change streak is made of (for the stop reason).
+    pub unchanged: StreakLog,
+}
+
+/// The outcomes of one streak of iterations, by class, and the stories it went through: what a
+/// stop for `--max-failures` or `--max-no-progress` names as its cause.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreakLog {
+    /// Each outcome, how many iterations ended with it, and the last message of those.
+    classes: Vec<(Outcome, u32, Option<String>)>,
+    /// The last class pushed (ties between classes go to it).
+    latest: Option<Outcome>,
+    /// The stories, in order, without repeats.
+    stories: Vec<String>,
+}
+
+impl StreakLog {
+    /// Adds an iteration's record to the streak.
+    pub fn push(&mut self, r: &LedgerRecord) {
+        match self.classes.iter_mut().find(|c| c.0 == r.outcome) {
+            Some(c) => {
+                c.1 += 1;
+                if r.message.is_some() {
+                    c.2 = r.message.clone();
+                }
+            }
+            None => self.classes.push((r.outcome, 1, r.message.clone())),
+        }
+        self.latest = Some(r.outcome);
+        if self.stories.last() != Some(&r.story_id) {
+            self.stories.push(r.story_id.clone());
+        }
+    }
+
+    /// The iterations in the streak.
+    pub fn len(&self) -> u32 {
+        self.classes.iter().map(|c| c.1).sum()
+    }
+
+    /// Whether the streak is empty.
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty()
+    }
+
+    /// The one outcome every iteration of the streak ended with, if there is one.
+    pub fn single(&self) -> Option<Outcome> {
+        match self.classes.as_slice() {
+            [(o, _, _)] => Some(*o),
+            _ => None,
+        }
+    }
+
+    /// The streak as a stop reason's cause: the dominant outcome (most frequent; on a tie, the
+    /// latest) first; `None` when nothing was logged.
+    pub fn cause(&self) -> Option<StreakCause> {
+        if self.classes.is_empty() {
+            return None;
+        }
+        let mut classes = self.classes.clone();
+        // Stable: among equal counts the latest class goes first, then the order they came in.
+        classes.sort_by_key(|c| (std::cmp::Reverse(c.1), Some(c.0) != self.latest));
+        Some(StreakCause {
+            outcomes: classes
+                .iter()
+                .map(|c| OutcomeCount {
+                    outcome: c.0,
+                    count: c.1,
+                })
+                .collect(),
+            last_message: classes[0].2.clone(),
+            stories: self.stories.clone(),
+        })
+    }
 }
 
 /// What the run knows before it picks the next story.
@@ -340,52 +419,19 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         OutcomeNext::WaitForReset => return wait_for_reset(t, b, a),
         OutcomeNext::Continue => {}
     }
-    // The story's attempt limit: block it and move on; blocking is the answer to its failures,
-    // so the streaks start again with the next story. Except one: when not one attempt at this
-    // story changed anything, the agent or its setup is stuck rather than the story hard, so the
-    // no-change streak goes on and the next story's first unchanged iteration ends the run.
     if !a.story_passes && a.attempts >= b.max_attempts && !a.already_blocked {
-        t.failures_in_a_row = 0;
-        let unchanged = t.unchanged_in_a_row + 1;
-        t.unchanged_in_a_row = if is_unchanged(r) && unchanged >= a.attempts {
-            unchanged
-        } else {
-            0
-        };
-        let next = if b.stop_on_block {
-            Next::Stop(StopReason::StoryBlocked {
-                story_id: r.story_id.clone(),
-                attempts: a.attempts,
-                last_outcome: r.outcome,
-            })
-        } else {
-            cost_stop(&t, b, r).map_or(Next::Continue, Next::Stop)
-        };
-        return d(next, t, true, None);
+        return block(t, b, a);
     }
-    t.failures_in_a_row = match rules.streak {
-        Streak::Failure => t.failures_in_a_row + 1,
-        Streak::Reset => 0,
-        Streak::Neutral => t.failures_in_a_row,
-    };
-    if t.failures_in_a_row >= b.max_failures {
-        let reason = StopReason::MaxFailures {
-            failures: t.failures_in_a_row,
-            max_failures: b.max_failures,
-            last_outcome: r.outcome,
-            last_message: r.message.clone(),
-        };
+    count_failure(&mut t, r);
+    if let Some(reason) = failure_stop(&t, b, r) {
         return d(Next::Stop(reason), t, false, None);
     }
-    t.unchanged_in_a_row = if is_unchanged(r) {
-        t.unchanged_in_a_row + 1
-    } else {
-        0
-    };
+    count_unchanged(&mut t, r);
     if t.unchanged_in_a_row >= b.max_no_progress {
         let reason = StopReason::NoProgress {
             iterations: t.unchanged_in_a_row,
             max_no_progress: b.max_no_progress,
+            cause: t.unchanged.cause(),
         };
         return d(Next::Stop(reason), t, false, None);
     }
@@ -393,6 +439,94 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         return d(Next::Stop(reason), t, false, None);
     }
     d(Next::Continue, t, false, None)
+}
+
+/// The story's attempt limit: block it and move on. Blocking is the answer to a hard story's
+/// failures, so the streaks start again with the next story, except when every attempt at it
+/// went the same way, which says the agent or its setup is stuck rather than the story hard:
+/// - every attempt failed with the same outcome (`agent_error` ×3): the failure streak goes on
+///   into the next story, which extends it only by failing the same way, so `--max-failures`
+///   fires there;
+/// - no attempt changed anything: the no-change streak goes on, and the next story's first
+///   unchanged iteration ends the run.
+fn block(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
+    let r = a.record;
+    count_failure(&mut t, r);
+    let same_way = t.failures.single().is_some()
+        && t.failures.len() == t.failures_in_a_row
+        && t.failures_in_a_row >= a.attempts;
+    if same_way {
+        t.failures_carried = true;
+    } else {
+        reset_failures(&mut t);
+    }
+    let unchanged = t.unchanged_in_a_row + 1;
+    if is_unchanged(r) && unchanged >= a.attempts {
+        t.unchanged_in_a_row = unchanged;
+        t.unchanged.push(r);
+    } else {
+        t.unchanged_in_a_row = 0;
+        t.unchanged = StreakLog::default();
+    }
+    let next = if b.stop_on_block {
+        Next::Stop(StopReason::StoryBlocked {
+            story_id: r.story_id.clone(),
+            attempts: a.attempts,
+            last_outcome: r.outcome,
+        })
+    } else {
+        cost_stop(&t, b, r).map_or(Next::Continue, Next::Stop)
+    };
+    Decision {
+        tally: t,
+        block: true,
+        resume_at: None,
+        next,
+    }
+}
+
+/// Extends or ends the failure streak by `r`'s outcome ([`Streak`]); a streak carried across a
+/// block starts again when this failure is not the same as the ones before.
+fn count_failure(t: &mut Tally, r: &LedgerRecord) {
+    match r.outcome.rules().streak {
+        Streak::Failure => {
+            if t.failures_carried && t.failures.single() != Some(r.outcome) {
+                reset_failures(t);
+            }
+            t.failures_in_a_row += 1;
+            t.failures.push(r);
+        }
+        Streak::Reset => reset_failures(t),
+        Streak::Neutral => {}
+    }
+}
+
+fn reset_failures(t: &mut Tally) {
+    t.failures_in_a_row = 0;
+    t.failures = StreakLog::default();
+    t.failures_carried = false;
+}
+
+/// `--max-failures`: the failure streak reached the limit.
+fn failure_stop(t: &Tally, b: &Budgets, r: &LedgerRecord) -> Option<StopReason> {
+    (t.failures_in_a_row >= b.max_failures).then(|| StopReason::MaxFailures {
+        failures: t.failures_in_a_row,
+        max_failures: b.max_failures,
+        last_outcome: r.outcome,
+        last_message: r.message.clone(),
+        cause: t.failures.cause(),
+    })
+}
+
+/// Extends the no-change streak by `r` when it changed nothing, else ends it.
+fn count_unchanged(t: &mut Tally, r: &LedgerRecord) {
+    if is_unchanged(r) {
+        t.unchanged_in_a_row += 1;
+        t.unchanged.push(r);
+    } else {
+        t.unchanged_in_a_row = 0;
+        t.unchanged = StreakLog::default();
+    }
 }
 
 /// `--max-cost`: this run's cost reached the limit (the iteration that crossed it is recorded).

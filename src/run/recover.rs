@@ -1,20 +1,24 @@
-//! An iteration that a killed ralph left in flight (state.json still names it): its agent's
-//! leftover processes are killed, a prd.json it left broken is restored from the iteration's
-//! snapshot, and its changes are written down as an `interrupted` iteration through the same
-//! commit stage as every iteration.
+//! An iteration that a killed ralph left in flight (state.json still names it): its agent's and
+//! its verify commands' leftover processes are killed (and listed in its record), a prd.json it
+//! left broken is restored from the iteration's snapshot, the stories it marked passing are
+//! judged by their checks run now on the work it left (one with no check goes back to not
+//! passing, as after a SIGTERM), and its changes are written down as an `interrupted` iteration
+//! through the same commit stage as every iteration.
 
 use chrono::Utc;
 
 use super::feedback::Feedback;
 use super::iteration::commit::{self, Draft, Sinks};
+use super::iteration::execute::{describe_strays, plural_processes, stray_records};
+use super::iteration::verify::Check;
 use crate::config::RunConfig;
 use crate::fsutil::write_atomic;
 use crate::git::Repo;
 use crate::history::History;
 use crate::output::Outputs;
 use crate::prd::store;
-use crate::process::{agent_tag, group_is_tagged, kill_tagged};
-use crate::protocol::{LedgerRecord, Outcome};
+use crate::process::{agent_tag, group_is_tagged, StopSignals};
+use crate::protocol::{LedgerRecord, Outcome, StrayFound, StrayProcess, VerifyRecord};
 use crate::state::{InFlight, State};
 use crate::workspace::RunPaths;
 
@@ -28,12 +32,13 @@ pub async fn recover(
     paths: &RunPaths,
     state: &mut State,
     cfg: &RunConfig,
+    stop: &StopSignals,
     out: &mut Outputs,
 ) -> anyhow::Result<Vec<Feedback>> {
     let Some(flight) = state.in_flight.clone() else {
         return Ok(Vec::new());
     };
-    kill_leftovers(&flight, cfg, out).await;
+    let strays = kill_leftovers(&flight, cfg, out).await;
     // A prd.json the killed agent left broken is restored from the iteration's snapshot, so the
     // run can go on (the checkpoint below commits the restored file).
     let mut restored_prd = false;
@@ -49,36 +54,17 @@ pub async fn recover(
             }
         }
     }
-    let unchecked = if history_has(paths, &flight) {
-        Vec::new()
+    let recorded = history_has(paths, &flight);
+    let judged = if recorded {
+        Judged::default()
     } else {
-        unchecked_passes(paths)?
+        judge_passes(paths, &flight, cfg, stop, out).await?
     };
-    if !unchecked.is_empty() {
-        out.warn(format!(
-            "iteration {} was interrupted before ralph checked the stories it marked passing: {} set back to not passing, until an iteration passes its check",
-            flight.iteration,
-            unchecked.join(", ")
-        ));
-    }
-    let history = History::load(paths, None).unwrap_or(History {
-        records: Vec::new(),
-        source: crate::history::Source::Empty,
-    });
     let mut feedback = Vec::new();
-    if !history.contains(&flight.run_id, flight.iteration) {
+    if !recorded {
         let mut draft = draft(repo, paths, &flight, cfg, restored_prd)?;
-        if !unchecked.is_empty() {
-            let note = format!(
-                "; ralph was killed before checking {}, so their passes went back to false",
-                unchecked.join(", ")
-            );
-            if let Some(m) = draft.record.message.as_mut() {
-                m.push_str(&note);
-            }
-            draft.progress_summary.push_str(&note);
-            draft.record.passes_reverted = unchecked.clone();
-        }
+        draft.record.strays = strays;
+        judged.apply(&mut draft);
         let record = commit::commit(
             Sinks {
                 repo,
@@ -99,18 +85,83 @@ pub async fn recover(
                 .map(|s| s.get(..8).unwrap_or(s))
                 .unwrap_or("the existing commits")
         ));
-        feedback.push(Feedback::about(
-            &flight.story_id,
-            format!(
-                "The previous iteration ({}) was interrupted; its partial changes were committed as a checkpoint. Check `git log` and `git diff HEAD~1` and continue from there.",
-                flight.story_id
-            ),
-        ));
+        if !judged.kept.contains(&flight.story_id) {
+            feedback.push(Feedback::about(
+                &flight.story_id,
+                format!(
+                    "The previous iteration ({}) was interrupted; its partial changes were committed as a checkpoint. Check `git log` and `git diff HEAD~1` and continue from there.",
+                    flight.story_id
+                ),
+            ));
+        }
+        feedback.extend(judged.feedback());
     }
     state.iteration = state.iteration.max(flight.iteration);
     state.in_flight = None;
     state.save(&paths.ralph_dir)?;
     Ok(feedback)
+}
+
+/// What the restart made of the stories the interrupted iteration marked passing.
+#[derive(Debug, Default)]
+struct Judged {
+    /// Passed their check, run now on the work the iteration left: still passing.
+    kept: Vec<String>,
+    /// Set back to not passing, each with why.
+    reverted: Vec<(String, String)>,
+    /// The checks that ran to their end.
+    verify: Vec<VerifyRecord>,
+}
+
+impl Judged {
+    /// Writes the judgement into the interrupted iteration's record and progress entry.
+    fn apply(&self, draft: &mut Draft) {
+        if self.kept.is_empty() && self.reverted.is_empty() {
+            return;
+        }
+        let mut parts = Vec::new();
+        if !self.kept.is_empty() {
+            parts.push(format!(
+                "ralph was killed before checking {0}; the restart ran the check on the work the iteration left and it passed, so {0} stay{1} passing",
+                self.kept.join(", "),
+                if self.kept.len() == 1 { "s" } else { "" }
+            ));
+        }
+        for (id, why) in &self.reverted {
+            let finding = format!("{id} set back to not passing: {why}");
+            draft.record.findings.push(finding.clone());
+            parts.push(finding);
+        }
+        let note = format!("; {}", parts.join("; "));
+        if let Some(m) = draft.record.message.as_mut() {
+            m.push_str(&note);
+        }
+        draft.progress_summary.push_str(&note);
+        draft.record.passes_flipped = self.kept.clone();
+        draft.record.passes_reverted = self.reverted.iter().map(|(id, _)| id.clone()).collect();
+        draft.record.checked_at_restart = !self.verify.is_empty();
+        draft.record.verify = self.verify.clone();
+    }
+
+    /// Feedback for the stories whose check failed on the restart.
+    fn feedback(&self) -> Vec<Feedback> {
+        self.verify
+            .iter()
+            .filter(|v| !v.passed)
+            .map(|v| {
+                Feedback::about(
+                    &v.story_id,
+                    format!(
+                        "ralph was killed before it checked {0}; on restart it ran the check (`{1}`) on the work the interrupted iteration left, and it failed ({2}), so its passes was set back to false. The end of its output:\n{3}",
+                        v.story_id,
+                        v.command,
+                        v.result.as_deref().unwrap_or("failed"),
+                        v.output_tail
+                    ),
+                )
+            })
+            .collect()
+    }
 }
 
 /// Whether the ledger already has the in-flight iteration (ralph was killed after its commit
@@ -119,59 +170,164 @@ fn history_has(paths: &RunPaths, flight: &InFlight) -> bool {
     History::load(paths, None).is_ok_and(|h| h.contains(&flight.run_id, flight.iteration))
 }
 
-/// Stories prd.json marks passing that did not pass when the interrupted iteration started (its
-/// snapshot, `.ralph/prd.snapshot.json`): ralph was killed before its verify gate judged them,
-/// so their `passes` goes back to false (only those bytes change). Returns their ids.
+/// Judges the stories prd.json marks passing that did not pass when the interrupted iteration
+/// started (its snapshot, `.ralph/prd.snapshot.json`): ralph was killed before its verify gate
+/// judged them. Each one's check (its `verify` as it was before the iteration, else
+/// `--verify`) runs now on the work the iteration left, under the iteration's process tag: a
+/// story that passes it stays passing. One whose check fails, is cut short by a stop, or that
+/// has no check goes back to not passing (only its `passes` bytes change): an iteration that
+/// was cut short never passes a story on the agent's word (the same rule as after a SIGTERM,
+/// docs/decisions.md).
 ///
 /// # Errors
 /// prd.json could not be rewritten.
-fn unchecked_passes(paths: &RunPaths) -> anyhow::Result<Vec<String>> {
+async fn judge_passes(
+    paths: &RunPaths,
+    flight: &InFlight,
+    cfg: &RunConfig,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Judged> {
+    let mut judged = Judged::default();
     let (Ok(now), Ok(raw_before)) = (store::load(&paths.prd), std::fs::read(paths.prd_snapshot()))
     else {
-        return Ok(Vec::new());
+        return Ok(judged);
     };
     let Ok(before) = store::parse_bytes(&paths.prd_snapshot(), &raw_before) else {
-        return Ok(Vec::new());
+        return Ok(judged);
     };
-    let ids: Vec<String> = now
+    let flipped: Vec<(String, Option<String>)> = now
         .prd
         .user_stories
         .iter()
-        .filter(|s| s.passes && before.prd.story(&s.id).is_some_and(|b| !b.passes))
-        .map(|s| s.id.clone())
+        .filter_map(|s| {
+            // The stories the gate would have judged (inspect.rs: `flipped_ids`), each with the
+            // check it had before the iteration: the agent does not choose its own test.
+            let b = before.prd.story(&s.id).filter(|b| s.passes && !b.passes)?;
+            Some((
+                s.id.clone(),
+                b.verify.clone().or_else(|| cfg.verify.clone()),
+            ))
+        })
         .collect();
-    if ids.is_empty() {
-        return Ok(ids);
+    let check = Check {
+        cfg,
+        repo_root: &paths.repo_root,
+        stop,
+        tag: agent_tag(&flight.run_id, flight.iteration),
+    };
+    for (id, command) in flipped {
+        let Some(command) = command else {
+            judged.reverted.push((
+                id,
+                "it has no check (no `verify`, no --verify), and a story marked passing by an interrupted iteration is not taken on the agent's word".to_owned(),
+            ));
+            continue;
+        };
+        if stop.stop.is_cancelled() {
+            judged
+                .reverted
+                .push((id, "a stop came before its check could run".to_owned()));
+            continue;
+        }
+        out.warn(format!(
+            "iteration {} was interrupted before ralph checked the stories it marked passing: running {id}'s check on the work it left (`{command}`)",
+            flight.iteration
+        ));
+        let record = match check.run(&command, &id).await {
+            Ok(record) => record,
+            // A check that cannot start (no bash) judged nothing: the story is not passing.
+            Err(e) => {
+                judged
+                    .reverted
+                    .push((id, format!("its check could not be started: {e:#}")));
+                continue;
+            }
+        };
+        if record.passed {
+            judged.kept.push(id.clone());
+        } else if stop.stop.is_cancelled() {
+            judged
+                .reverted
+                .push((id, "a stop cut its check short".to_owned()));
+            continue;
+        } else {
+            judged.reverted.push((
+                id.clone(),
+                format!(
+                    "its check `{command}` {} on the work the iteration left",
+                    record.result.as_deref().unwrap_or("failed")
+                ),
+            ));
+        }
+        judged.verify.push(record);
     }
-    let mut raw = std::fs::read(&paths.prd)?;
-    for id in &ids {
-        raw = store::set_passes(&raw, id, false)?;
+    if !judged.reverted.is_empty() {
+        let mut raw = std::fs::read(&paths.prd)?;
+        for (id, _) in &judged.reverted {
+            raw = store::set_passes(&raw, id, false)?;
+        }
+        write_atomic(&paths.prd, &raw)?;
+        let which: Vec<String> = judged
+            .reverted
+            .iter()
+            .map(|(id, why)| format!("{id} ({why})"))
+            .collect();
+        out.warn(format!(
+            "iteration {} was interrupted before ralph checked the stories it marked passing: {} set back to not passing, until an iteration passes its check",
+            flight.iteration,
+            which.join(", ")
+        ));
     }
-    write_atomic(&paths.prd, &raw)?;
-    Ok(ids)
+    if !judged.kept.is_empty() {
+        out.warn(format!(
+            "iteration {}: {} passed {} check on the work the interrupted iteration left, so {} stay{} passing",
+            flight.iteration,
+            judged.kept.join(", "),
+            if judged.kept.len() == 1 { "its" } else { "their" },
+            if judged.kept.len() == 1 { "it" } else { "they" },
+            if judged.kept.len() == 1 { "s" } else { "" },
+        ));
+    }
+    Ok(judged)
 }
 
-/// Kills the interrupted agent's processes: every one carrying its tag, and its recorded process
-/// group when that group still is the agent's.
-async fn kill_leftovers(flight: &InFlight, cfg: &RunConfig, out: &mut Outputs) {
+/// Kills the interrupted iteration's processes: every one carrying its tag (its agent's and its
+/// verify commands'), and its recorded agent process group when that group still is the
+/// agent's. Returns what was killed, for the iteration's record.
+async fn kill_leftovers(
+    flight: &InFlight,
+    cfg: &RunConfig,
+    out: &mut Outputs,
+) -> Vec<StrayProcess> {
     let tag = agent_tag(&flight.run_id, flight.iteration);
-    // Processes the agent started in groups of their own (the native loop's commands, setsid)
-    // carry its tag too.
-    let stray = kill_tagged(&tag);
-    if stray > 0 {
+    // Processes the agent or a check started in groups of their own (the native loop's
+    // commands, setsid) carry its tag too.
+    let mut strays = stray_records(&crate::process::sweep_tagged(&tag), StrayFound::AtRestart);
+    if !strays.is_empty() {
         out.warn(format!(
-            "killed {stray} process{} left running by the interrupted iteration's agent",
-            if stray == 1 { "" } else { "es" }
+            "killed {} left running by the interrupted iteration {}: {}",
+            plural_processes(strays.len()),
+            flight.iteration,
+            describe_strays(&strays)
         ));
     }
     let Ok(pgid) = i32::try_from(flight.pid) else {
-        return;
+        return strays;
     };
     if pgid <= 0 || !crate::process::group_alive(pgid) {
-        return;
+        return strays;
     }
     if group_is_tagged(pgid, &tag) {
+        let members: Vec<crate::process::Stray> = crate::process::group_members(pgid)
+            .into_iter()
+            .map(|pid| crate::process::Stray {
+                pid: pid.unsigned_abs(),
+                command: crate::process::command_line(pid),
+            })
+            .collect();
         crate::process::kill_group(pgid, cfg.kill_grace).await;
+        strays.extend(stray_records(&members, StrayFound::AtRestart));
         out.warn(format!(
             "killed the agent process group {pgid} left running by the previous ralph"
         ));
@@ -180,6 +336,7 @@ async fn kill_leftovers(flight: &InFlight, cfg: &RunConfig, out: &mut Outputs) {
             "process group {pgid} recorded in state.json is no longer ralph's agent; left it alone"
         ));
     }
+    strays
 }
 
 /// The interrupted iteration's record: what git shows it changed.

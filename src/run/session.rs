@@ -104,7 +104,7 @@ pub async fn open(
         state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
     }
     let mut pending = Pending::default();
-    pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, out).await?);
+    pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, stop, out).await?);
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
     // trailers remember them.
     state.iteration = state

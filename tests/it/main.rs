@@ -43,3 +43,4 @@ mod support_llm;
 mod support_model;
 mod tools;
 mod trust_iteration;
+mod trust_recovery;

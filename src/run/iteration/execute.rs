@@ -9,7 +9,7 @@ use super::prepare::Launch;
 use super::Cx;
 use crate::output::Outputs;
 use crate::process::{self, LineVerdict, ProcessOutcome};
-use crate::protocol::{AgentEvent, AgentReport, RunEvent};
+use crate::protocol::{AgentEvent, AgentReport, RunEvent, StrayFound, StrayProcess};
 use crate::state::State;
 
 /// Stage 2's value: how the process ended and what the agent reported.
@@ -21,6 +21,8 @@ pub struct Execution {
     pub report: AgentReport,
     /// The transcript's path.
     pub transcript: PathBuf,
+    /// What the agent left running after it exited, killed (the record's `strays`).
+    pub strays: Vec<StrayProcess>,
 }
 
 /// Runs stage 2 (see the module docs). `limits.timeout` is the iteration's own limit.
@@ -87,15 +89,17 @@ pub async fn execute(
     };
     // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
     // is no longer linked to it once the agent exited; its tag still names it.
-    let stray = process::kill_tagged_since(
+    let swept = process::sweep_tagged_since(
         &process::agent_tag(cx.run_id, iteration),
         process.pid,
         process.forks_before,
     );
-    if stray > 0 {
+    let strays = stray_records(&swept, StrayFound::AfterAgent);
+    if !strays.is_empty() {
         out.warn(format!(
-            "iteration {iteration}: killed {stray} process{} the agent left running",
-            if stray == 1 { "" } else { "es" }
+            "iteration {iteration}: killed {} the agent left running: {}",
+            plural_processes(strays.len()),
+            describe_strays(&strays)
         ));
     }
     let mut report = parser.finish(process.exit_code);
@@ -119,5 +123,42 @@ pub async fn execute(
         process,
         report,
         transcript: transcript_path,
+        strays,
     })
+}
+
+/// The processes a sweep killed, as the ledger keeps them: the command line with secrets
+/// redacted and cut to 300 characters.
+pub fn stray_records(swept: &[process::Stray], found: StrayFound) -> Vec<StrayProcess> {
+    let secrets = crate::redact::env_secrets();
+    swept
+        .iter()
+        .map(|s| {
+            let command = crate::redact::redact(&s.command, &secrets);
+            // Cut at a character boundary.
+            let command = match command.char_indices().nth(300) {
+                Some((cut, _)) => format!("{}…", &command[..cut]),
+                None => command,
+            };
+            StrayProcess {
+                pid: s.pid,
+                command,
+                found,
+            }
+        })
+        .collect()
+}
+
+/// `pid 123 (sleep 300), pid 456 (node server.js)`.
+pub fn describe_strays(strays: &[StrayProcess]) -> String {
+    strays
+        .iter()
+        .map(|s| format!("pid {} ({})", s.pid, s.command))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `1 process`, `2 processes`.
+pub fn plural_processes(n: usize) -> String {
+    format!("{n} process{}", if n == 1 { "" } else { "es" })
 }

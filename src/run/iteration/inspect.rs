@@ -383,13 +383,24 @@ async fn verify_gate(
             unchecked.push(id.clone());
             continue;
         }
-        let record = run_verify(cx, &command, id, out).await?;
+        let record = run_verify(cx, a.iteration, &command, id, out).await?;
         // A check the stop cut short said nothing about the story: unchecked, not failed.
         if !record.passed && cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
         } else {
             obs.verify.push(record);
         }
+    }
+    // One rule for every stop (docs/decisions.md, "Stop reasons and recovery"): a story marked
+    // passing by an iteration that a stop cut short passes only on a check that ran to its end,
+    // so one with no check at all goes back too, as it does after a SIGKILL (run/recover.rs).
+    if cx.stop.stop.is_cancelled() {
+        unchecked.extend(
+            flipped
+                .iter()
+                .filter(|id| command_of(&current.prd, id).is_none())
+                .cloned(),
+        );
     }
     obs.unchecked = unchecked.clone();
     let failed: Vec<&str> = obs
@@ -424,7 +435,7 @@ async fn verify_gate(
         .filter(|l| l.prd.story(id).is_some_and(|s| !s.passes && !checked))
         .and_then(|l| command_of(&l.prd, id));
     if let Some(command) = command {
-        let record = run_verify(cx, &command, id, out).await?;
+        let record = run_verify(cx, a.iteration, &command, id, out).await?;
         let passed = record.passed;
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
@@ -440,6 +451,7 @@ async fn verify_gate(
 
 async fn run_verify(
     cx: &Cx<'_>,
+    iteration: u32,
     command: &str,
     story_id: &str,
     out: &mut Outputs,
@@ -448,7 +460,7 @@ async fn run_verify(
         story_id: story_id.to_owned(),
         command: command.to_owned(),
     });
-    let record = verify::run(cx, command, story_id).await?;
+    let record = verify::run(cx, iteration, command, story_id).await?;
     out.emit(RunEvent::VerifyFinished {
         verify: record.clone(),
     });

@@ -222,6 +222,7 @@ fn draft(
     r.history_rewrite = obs.history_rewrite.clone();
     r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
     r.criteria_proposals = obs.criteria_proposals.clone();
+    r.strays = e.strays.clone();
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {

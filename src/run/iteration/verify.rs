@@ -8,29 +8,78 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use std::path::Path;
+
 use super::Cx;
-use crate::process::{self, EndReason, Limits, LineVerdict};
+use crate::config::RunConfig;
+use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals};
 use crate::protocol::VerifyRecord;
 
 /// How long output is still read after the command exited.
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
 
-/// Runs `command` for `story_id` (see the module docs).
+/// Runs `command` for `story_id` after iteration `iteration` (see the module docs). The
+/// command carries the iteration's process tag, like its agent, so that whatever it starts is
+/// found by a restart's sweep if ralph is killed while it runs.
 ///
 /// # Errors
 /// The command could not be started (e.g. no `bash`), naming it.
-pub async fn run(cx: &Cx<'_>, command: &str, story_id: &str) -> anyhow::Result<VerifyRecord> {
-    let spec = process::SpawnSpec {
-        program: "bash".into(),
-        args: vec!["-c".into(), command.to_string()],
-        cwd: cx.paths.repo_root.clone(),
-        env_remove: Vec::new(),
-        env_set: vec![
-            ("RALPH_STORY_ID".into(), story_id.to_string()),
-            ("NO_COLOR".into(), "1".into()),
-        ],
-        stdin: None,
+pub async fn run(
+    cx: &Cx<'_>,
+    iteration: u32,
+    command: &str,
+    story_id: &str,
+) -> anyhow::Result<VerifyRecord> {
+    let check = Check {
+        cfg: cx.cfg,
+        repo_root: &cx.paths.repo_root,
+        stop: cx.stop,
+        tag: process::agent_tag(cx.run_id, iteration),
     };
+    check.run(command, story_id).await
+}
+
+/// Where and how a check runs, for the verify gate and for a restart that checks the work an
+/// interrupted iteration left (run/recover.rs).
+pub struct Check<'a> {
+    /// The settings (`verify_timeout`, `kill_grace`).
+    pub cfg: &'a RunConfig,
+    /// The repository, the command's working directory.
+    pub repo_root: &'a Path,
+    /// Ctrl-C and friends: a stop ends the check.
+    pub stop: &'a StopSignals,
+    /// The iteration's process tag ([`process::agent_tag`]).
+    pub tag: String,
+}
+
+impl Check<'_> {
+    /// Runs `command` for `story_id` (see the module docs).
+    ///
+    /// # Errors
+    /// The command could not be started (e.g. no `bash`), naming it.
+    pub async fn run(&self, command: &str, story_id: &str) -> anyhow::Result<VerifyRecord> {
+        let mut spec = process::SpawnSpec {
+            program: "bash".into(),
+            args: vec!["-c".into(), command.to_string()],
+            cwd: self.repo_root.to_path_buf(),
+            env_remove: Vec::new(),
+            env_set: vec![
+                ("RALPH_STORY_ID".into(), story_id.to_string()),
+                ("NO_COLOR".into(), "1".into()),
+            ],
+            stdin: None,
+        };
+        spec.set_tag(&self.tag);
+        run_spec(self, spec, command, story_id).await
+    }
+}
+
+async fn run_spec(
+    cx: &Check<'_>,
+    spec: process::SpawnSpec,
+    command: &str,
+    story_id: &str,
+) -> anyhow::Result<VerifyRecord> {
     let limits = Limits {
         timeout: cx.cfg.verify_timeout,
         idle_timeout: cx.cfg.verify_timeout,

@@ -430,3 +430,198 @@ fn a_usage_limit_repeating_right_after_a_wait_backs_off() {
     );
     assert_eq!(usage_limit_until(Some(given), now, hour, 2), given);
 }
+
+/// Runs `steps` (story, outcome, message) through [`decide`] as the loop does: each story's
+/// attempts counted, a blocked story remembered, the tally carried from one decision to the
+/// next. No step changes a file.
+fn replay(b: &Budgets, steps: &[(&str, Outcome, &str)]) -> Vec<Decision> {
+    let mut t = Tally::default();
+    let mut attempts: std::collections::HashMap<String, u32> = Default::default();
+    let mut blocked: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for (n, (story, outcome, message)) in steps.iter().enumerate() {
+        let mut r = LedgerRecord::new("r", n as u32 + 1, story, *outcome, now());
+        r.message = (!message.is_empty()).then(|| message.to_string());
+        let tries = attempts.entry(story.to_string()).or_default();
+        if outcome.is_attempt() {
+            *tries += 1;
+        }
+        let a = Aftermath {
+            attempts: *tries,
+            already_blocked: blocked.iter().any(|s| s == story),
+            ..after(&r)
+        };
+        let d = decide(&t, b, &a);
+        if d.block {
+            blocked.push(story.to_string());
+        }
+        t = d.tally.clone();
+        out.push(d);
+    }
+    out
+}
+
+fn stop_reason(d: &Decision) -> &StopReason {
+    match &d.next {
+        Next::Stop(r) => r,
+        other => panic!("expected a stop, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_that_repeats_across_a_block_stops_the_run_naming_it() {
+    use Outcome::*;
+    // A crashing agent and a hanging one, with the default limits (3 attempts, 3 failures, 3
+    // unchanged): the first story is blocked after its 3 attempts (case 24), and the second
+    // story's first identical failure ends the run with that failure as its cause, counted
+    // right, with its last message.
+    for class in [AgentError, Stalled, Timeout] {
+        let steps: Vec<(&str, Outcome, &str)> = vec![
+            ("US-001", class, "boom 1"),
+            ("US-001", class, "boom 2"),
+            ("US-001", class, "boom 3"),
+            ("US-002", class, "boom 4"),
+        ];
+        let ds = replay(&budgets(), &steps);
+        let kinds: Vec<String> = ds.iter().map(kind).collect();
+        assert_eq!(
+            kinds,
+            ["continue", "continue", "block", "stop max_failures"],
+            "{class}"
+        );
+        let reason = stop_reason(&ds[3]);
+        let StopReason::MaxFailures {
+            failures,
+            cause: Some(cause),
+            ..
+        } = reason
+        else {
+            panic!("{reason:?}")
+        };
+        assert_eq!(*failures, 4, "{class}");
+        assert_eq!(
+            cause.outcomes,
+            [OutcomeCount {
+                outcome: class,
+                count: 4
+            }]
+        );
+        assert_eq!(cause.stories, ["US-001", "US-002"]);
+        assert_eq!(cause.last_message.as_deref(), Some("boom 4"));
+        let why = reason.why().unwrap();
+        assert_eq!(
+            why,
+            format!("stopped: 4 failed iterations in a row (--max-failures 3): {class} ×4 across US-001 (blocked after failing every attempt the same way) and US-002; the last: boom 4"),
+        );
+    }
+}
+
+#[test]
+fn a_lying_agent_stops_on_no_progress_naming_its_premature_claims() {
+    use Outcome::*;
+    let claim = "completion promise printed while US-001 still has passes=false";
+    let steps = vec![("US-001", PrematureClaim, claim); 3]
+        .into_iter()
+        .chain([("US-002", PrematureClaim, claim)])
+        .collect::<Vec<_>>();
+    let ds = replay(&budgets(), &steps);
+    assert_eq!(kind(&ds[2]), "block");
+    let reason = stop_reason(&ds[3]);
+    let why = reason.why().unwrap();
+    assert!(
+        why.ends_with(&format!(": premature_claim ×4 across US-001 (blocked after every attempt changed nothing) and US-002; the last: {claim}")),
+        "{why}"
+    );
+    assert!(
+        why.starts_with("stopped: 4 iterations in a row changed nothing"),
+        "{why}"
+    );
+}
+
+#[test]
+fn mixed_failures_name_the_dominant_one_and_a_hard_story_starts_the_streak_again() {
+    use Outcome::*;
+    // --max-attempts 10: three failures in a row, two of one kind.
+    let b = Budgets {
+        max_attempts: 10,
+        ..budgets()
+    };
+    let ds = replay(
+        &b,
+        &[
+            ("US-001", AgentError, "exit 1: segfault"),
+            ("US-001", VerifyFailed, "verify failed for US-001"),
+            ("US-001", AgentError, "exit 1: segfault again"),
+        ],
+    );
+    let reason = stop_reason(&ds[2]);
+    let why = reason.why().unwrap();
+    assert_eq!(
+        why,
+        "stopped: 3 failed iterations in a row (--max-failures 3): agent_error ×2, verify_failed ×1; the last agent_error: exit 1: segfault again"
+    );
+    // On a tie the latest outcome leads.
+    let ds = replay(
+        &Budgets {
+            max_failures: 2,
+            ..b.clone()
+        },
+        &[("US-001", AgentError, "a"), ("US-001", Timeout, "t")],
+    );
+    let StopReason::MaxFailures {
+        cause: Some(cause), ..
+    } = stop_reason(&ds[1])
+    else {
+        panic!()
+    };
+    assert_eq!(cause.dominant(), Some(Timeout));
+    assert_eq!(cause.last_message.as_deref(), Some("t"));
+    // A story whose attempts failed in different ways is hard, not a broken agent: its block
+    // starts the failure streak again (the no-change streak is another rule's).
+    let ds = replay(
+        &Budgets {
+            max_no_progress: 10,
+            ..budgets()
+        },
+        &[
+            ("US-001", Timeout, ""),
+            ("US-001", AgentError, ""),
+            ("US-001", Timeout, ""),
+            ("US-002", AgentError, ""),
+        ],
+    );
+    assert_eq!(kind(&ds[2]), "block");
+    assert_eq!(ds[2].tally.failures_in_a_row, 0);
+    assert_eq!(kind(&ds[3]), "continue");
+    // A streak carried across a block goes on only with the same failure: another one starts
+    // it again from itself.
+    let five = Budgets {
+        max_failures: 5,
+        max_no_progress: 10,
+        ..budgets()
+    };
+    let ds = replay(
+        &five,
+        &[
+            ("US-001", AgentError, ""),
+            ("US-001", AgentError, ""),
+            ("US-001", AgentError, ""),
+            ("US-002", Timeout, ""),
+        ],
+    );
+    assert_eq!(ds[2].tally.failures_in_a_row, 3);
+    assert_eq!(kind(&ds[3]), "continue");
+    assert_eq!(ds[3].tally.failures_in_a_row, 1);
+    // A story that passes in between ends every streak.
+    let ds = replay(
+        &five,
+        &[
+            ("US-001", AgentError, ""),
+            ("US-001", AgentError, ""),
+            ("US-001", AgentError, ""),
+            ("US-002", StoryPassed, ""),
+            ("US-003", AgentError, ""),
+        ],
+    );
+    assert_eq!(ds[4].tally.failures_in_a_row, 1);
+}
