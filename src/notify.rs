@@ -233,6 +233,20 @@ pub struct Notification {
     pub details: serde_json::Value,
 }
 
+impl Notification {
+    /// This notification with every string in it redacted ([`crate::redact::current`]): what
+    /// goes out to a webhook, a command or the desktop.
+    pub fn redacted(&self) -> Notification {
+        let redactor = crate::redact::current();
+        let mut n = self.clone();
+        for s in [&mut n.text, &mut n.project] {
+            redactor.redact_in_place(s);
+        }
+        redactor.redact_value(&mut n.details);
+        n
+    }
+}
+
 /// The body of a webhook POST in `format`, and the `X-Ralph-Signature` header value when a
 /// secret is set: `(body, signature)`.
 pub fn webhook_body(
@@ -240,6 +254,7 @@ pub fn webhook_body(
     format: WebhookFormat,
     secret: Option<&str>,
 ) -> (Vec<u8>, Option<String>) {
+    let n = &n.redacted();
     let value = match format {
         WebhookFormat::Json => serde_json::to_value(n).unwrap_or_default(),
         WebhookFormat::Slack => serde_json::json!({ "text": n.text }),
@@ -289,7 +304,8 @@ pub fn redact_url(url: &str) -> String {
     )
 }
 
-/// Delivers `n` to `target` once, within `cfg.timeout`.
+/// Delivers `n` to `target` once, within `cfg.timeout`, secrets redacted
+/// ([`Notification::redacted`]).
 ///
 /// # Errors
 /// A sentence saying what failed (HTTP status, timeout, exit code), secrets redacted.
@@ -300,6 +316,7 @@ pub async fn deliver(
     cfg: &NotifyConfig,
     cwd: &Path,
 ) -> Result<(), String> {
+    let n = &n.redacted();
     match target {
         Target::Webhook(url) => {
             let (body, signature) = webhook_body(n, cfg.format, cfg.secret.as_deref());

@@ -21,6 +21,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         let status = e.exit_status();
         crate::error::UserError::new(e.to_string()).with_status(status)
     })?;
+    // One redactor for the run: the environment's secrets and the repository's `.env` files,
+    // applied wherever text leaves ralph (crate::redact).
+    crate::redact::install(&crate::workspace::RunPaths::of_prd(&cfg.prd_path).repo_root);
     // Two worker threads: the agent's pipes and timers on one, signals on the other. Agent
     // processes are spawned from worker threads, which live as long as the runtime, so their
     // parent-death signal does not fire early.

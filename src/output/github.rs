@@ -90,7 +90,9 @@ impl GitHubActions {
         })
     }
 
+    /// Prints a workflow command (the job's log is often public: secrets redacted).
     fn command(&mut self, line: String) {
+        let line = crate::redact::redact_env(&line);
         let _ = writeln!(self.err, "{line}");
         let _ = self.err.flush();
     }
@@ -102,10 +104,11 @@ impl GitHubActions {
     }
 
     fn annotate(&mut self, level: &str, title: &str, message: &str) {
+        // Redacted before escaping, which could split a secret.
         self.command(format!(
             "::{level} title={}::{}",
-            escape_property(title),
-            escape_data(message)
+            escape_property(&crate::redact::redact_env(title)),
+            escape_data(&crate::redact::redact_env(message))
         ));
     }
 
@@ -186,7 +189,10 @@ impl GitHubActions {
         }
     }
 
+    /// Appends to `$GITHUB_STEP_SUMMARY` or `$GITHUB_OUTPUT` (secrets redacted: the summary is
+    /// often public, the outputs reach other jobs).
     fn append(&mut self, file: &PathBuf, text: &str, var: &str) {
+        let text = crate::redact::redact_env(text);
         let result = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
