@@ -1,14 +1,16 @@
-//! Secrets, through the real binary:
+//! Secrets and the one agent launcher, through the real binary:
 //! - a key an agent prints (planted in the environment, in the repository's `.env`, and one of a
 //!   well-known shape configured nowhere) reaches none of the places ralph writes or sends:
 //!   progress.txt, the checkpoint commits, the ledger, state.json, the transcripts, `ralph log`
 //!   (text and JSON), `ralph show`, `ralph report` (HTML and Markdown), the webhook's body, the
 //!   terminal, `--json`, and under GitHub Actions the annotations, `$GITHUB_OUTPUT` and
-//!   `$GITHUB_STEP_SUMMARY`; each of those places does show `<redacted>` where the key was.
+//!   `$GITHUB_STEP_SUMMARY`; each of those places does show `<redacted>` where the key was;
+//! - `ralph plan`'s agent session goes through the iteration's launcher: it carries the process
+//!   tag, never sees `RALPH_GIT_TOKEN`, has what it left running killed, and its failure is
+//!   classified with the user's `[patterns]`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
 
 use crate::common::{prd_with_stories, text, TestEnv};
 
@@ -260,4 +262,95 @@ fn a_key_the_agent_prints_reaches_nothing_ralph_writes_or_sends() {
     c.clean("the transcripts", &transcripts);
     c.absent("the files under .ralph", &all_files(&env.path(".ralph")));
     c.finish();
+}
+
+/// A plan session that records what it was given, leaves a process running in a session of its
+/// own, and fails with a message only the user's `[patterns]` classify.
+#[test]
+fn a_plan_session_goes_through_the_iteration_launcher() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "ralph.toml",
+        "[patterns]\nusage_limit = [\"night quota exhausted\"]\n",
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "patterns"]);
+    let seen = env.root.path().join("seen.txt");
+    let stray_pid = env.root.path().join("stray.pid");
+    let agent = script(
+        &env,
+        "plan-agent.sh",
+        &format!(
+            "echo \"tag=${{RALPH_AGENT_TAG:-none}} token=${{RALPH_GIT_TOKEN:-unset}}\" > '{}'\n\
+             setsid sh -c 'echo $$ > \"{}\"; exec sleep 300' >/dev/null 2>&1 < /dev/null &\n\
+             for i in 1 2 3 4 5 6 7 8 9 10; do [ -s '{}' ] && break; sleep 0.1; done\n\
+             echo \"provider says: night quota exhausted for key $ACME_API_KEY\" >&2\n\
+             exit 1\n",
+            seen.display(),
+            stray_pid.display(),
+            stray_pid.display()
+        ),
+    );
+    let out = env
+        .ralph_cmd(&[
+            "plan",
+            "add a --reverse flag",
+            "--yes",
+            "--attempts",
+            "1",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent.display().to_string(),
+        ])
+        .env("RALPH_GIT_TOKEN", "ghp_PlanSessionMustNotSeeThis0123")
+        .env("ACME_API_KEY", ENV_KEY)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run ralph plan");
+    assert!(!out.status.success(), "{}", text(&out));
+    let seen = std::fs::read_to_string(&seen).expect("the agent ran");
+    assert!(
+        seen.contains("token=unset"),
+        "the token reached the agent: {seen}"
+    );
+    assert!(seen.starts_with("tag=ask-"), "no process tag: {seen}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hit a usage limit") && stderr.contains("night quota exhausted"),
+        "the failure is not classified with [patterns]: {}",
+        text(&out)
+    );
+    assert!(
+        !stderr.contains(ENV_KEY) && stderr.contains("for key <redacted>"),
+        "the error quotes the key: {}",
+        text(&out)
+    );
+    let pid: i32 = std::fs::read_to_string(&stray_pid)
+        .expect("the stray started")
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim().to_string()))
+            .is_some_and(|r| !r.starts_with('Z'))
+    };
+    // The kill is sent before ralph exits; give the kernel a moment to end the process.
+    for _ in 0..50 {
+        if !alive() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if alive() {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        panic!(
+            "the process the plan session left running (pid {pid}) outlived ralph: {}",
+            text(&out)
+        );
+    }
 }
