@@ -75,14 +75,12 @@ fn outputs(cfg: &RunConfig) -> Outputs {
         }
     }
     if !cfg.notify.is_empty() {
-        let project = crate::prd::store::load(&cfg.prd_path)
-            .map(|l| l.prd.project)
-            .unwrap_or_else(|_| "ralph".into());
+        let origin = crate::notify::Origin::of_prd(&cfg.prd_path);
         let paths = crate::workspace::RunPaths::of_prd(&cfg.prd_path);
         let log = paths.ralph_dir.join("notifications.jsonl");
         let sink = Notify::new(
             cfg.notify.clone(),
-            project,
+            origin,
             paths.repo_root.clone(),
             log,
             out.warnings(),

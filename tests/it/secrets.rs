@@ -7,10 +7,13 @@
 //!   `$GITHUB_STEP_SUMMARY`; each of those places does show `<redacted>` where the key was;
 //! - `ralph plan`'s agent session goes through the iteration's launcher: it carries the process
 //!   tag, never sees `RALPH_GIT_TOKEN`, has what it left running killed, and its failure is
-//!   classified with the user's `[patterns]`.
+//!   classified with the user's `[patterns]`;
+//! - notifications name the project, the PRD and the branch, in the text and as fields.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
 
 use crate::common::{prd_with_stories, text, TestEnv};
 
@@ -351,6 +354,48 @@ fn a_plan_session_goes_through_the_iteration_launcher() {
         panic!(
             "the process the plan session left running (pid {pid}) outlived ralph: {}",
             text(&out)
+        );
+    }
+}
+
+#[test]
+fn notifications_name_the_project_the_prd_and_the_branch() {
+    let env = TestEnv::new(&json!({"project": "Root", "branchName": "ralph/root",
+        "userStories": []}));
+    let mut prd = prd_with_stories(1);
+    prd["project"] = json!("Alpha");
+    prd["branchName"] = json!("ralph/alpha");
+    env.write(
+        "prds/a/prd.json",
+        &serde_json::to_string_pretty(&prd).unwrap(),
+    );
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "a second PRD"]);
+    let hook = Webhook::start();
+    let out = env.ralph(&[
+        "run",
+        "--prd",
+        "prds/a/prd.json",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        "true",
+        "--max-iter",
+        "1",
+        "--notify-webhook",
+        &hook.url,
+    ]);
+    let bodies = hook.bodies();
+    assert!(!bodies.is_empty(), "no notification: {}", text(&out));
+    for body in bodies {
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["project"], "Alpha", "{body}");
+        assert_eq!(v["prd"], "prds/a/prd.json", "{body}");
+        assert_eq!(v["branch"], "ralph/alpha", "{body}");
+        let sentence = v["text"].as_str().unwrap();
+        assert!(
+            sentence.starts_with("Alpha (prds/a/prd.json on ralph/alpha): "),
+            "{sentence}"
         );
     }
 }
