@@ -128,6 +128,8 @@ pub fn exit_status(err: &anyhow::Error) -> ExitStatus {
 /// Prints `err` on stderr (see the module docs) and returns its exit code ([`exit_status`]).
 pub fn report(err: &anyhow::Error) -> ExitStatus {
     let text = render(err.as_ref(), console::colors_enabled_stderr());
+    // An error may quote an agent or a command: no secret in what is printed (crate::redact).
+    let text = crate::redact::redact_env(&text);
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
     exit_status(err)
 }

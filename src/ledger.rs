@@ -113,7 +113,9 @@ pub fn append(path: &Path, record: &LedgerRecord) -> Result<(), LedgerError> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(io("create the directory of"))?;
     }
-    let mut line = serde_json::to_string(record).map_err(LedgerError::Serialize)?;
+    let line = serde_json::to_string(record).map_err(LedgerError::Serialize)?;
+    // Every string field at once: a secret is matched in its JSON-escaped form too.
+    let mut line = crate::redact::redact_env(&line);
     line.push('\n');
 
     let mut file = OpenOptions::new()

@@ -215,22 +215,123 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// Where a notification comes from: a reader with several projects, PRDs or branches on one
+/// channel must tell them apart.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Origin {
+    /// The project (prd.json's `project`).
+    pub project: String,
+    /// prd.json's path relative to the repository root, e.g. `prd.json` or `prds/a/prd.json`.
+    pub prd: String,
+    /// The branch the run works on (prd.json's `branchName`, else the checked-out branch);
+    /// empty when unknown.
+    pub branch: String,
+}
+
+impl Origin {
+    /// The origin of the run of `prd_path` (a prd.json path): its project, its path relative
+    /// to its repository root and its branch. A prd.json that cannot be read gives the project
+    /// `ralph` and the path as given.
+    pub fn of_prd(prd_path: &Path) -> Origin {
+        let paths = crate::workspace::RunPaths::of_prd(prd_path);
+        let loaded = crate::prd::store::load(prd_path).ok();
+        let prd = loaded
+            .as_ref()
+            .map(|l| l.path.clone())
+            .unwrap_or_else(|| prd_path.to_path_buf());
+        let rel = prd
+            .strip_prefix(&paths.repo_root)
+            .map(Path::to_path_buf)
+            .unwrap_or(prd);
+        let branch = loaded
+            .as_ref()
+            .and_then(|l| l.prd.branch_name.clone())
+            .or_else(|| {
+                crate::git::Repo::discover(&paths.repo_root)
+                    .ok()
+                    .and_then(|r| r.current_branch())
+            })
+            .unwrap_or_default();
+        Origin {
+            project: loaded
+                .map(|l| l.prd.project)
+                .unwrap_or_else(|| "ralph".into()),
+            prd: rel.display().to_string(),
+            branch,
+        }
+    }
+
+    /// How a message names it: `Demo (prds/a/prd.json on ralph/demo)`, without the parts that
+    /// are unknown.
+    pub fn label(&self) -> String {
+        match (self.prd.is_empty(), self.branch.is_empty()) {
+            (false, false) => format!("{} ({} on {})", self.project, self.prd, self.branch),
+            (false, true) => format!("{} ({})", self.project, self.prd),
+            (true, false) => format!("{} (on {})", self.project, self.branch),
+            (true, true) => self.project.clone(),
+        }
+    }
+}
+
 /// One notification: the JSON a webhook (format `json`) or the command receives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Notification {
     /// Which kind.
     pub kind: Kind,
-    /// One sentence for a person, e.g. `demo: US-002 passed (iteration 4)`.
+    /// One sentence for a person, naming the project, the PRD and the branch first, e.g.
+    /// `Demo (prd.json on ralph/demo): US-002 passed in iteration 4`.
     pub text: String,
     /// When it happened (RFC 3339 UTC).
     #[serde(with = "rfc3339")]
     pub at: DateTime<Utc>,
     /// The project (prd.json's `project`).
     pub project: String,
+    /// prd.json's path relative to the repository root.
+    #[serde(default)]
+    pub prd: String,
+    /// The branch the run works on (empty when unknown).
+    #[serde(default)]
+    pub branch: String,
     /// The run id.
     pub run_id: String,
     /// The event's details: the story, the iteration, the stop reason, the reset time, …
     pub details: serde_json::Value,
+}
+
+impl Notification {
+    /// A notification of `kind` from `origin`: `text` is `sentence` after
+    /// [`Origin::label`] (`Demo (prd.json on ralph/demo): US-001 passed …`), and the origin's
+    /// parts are fields of their own.
+    pub fn new(
+        kind: Kind,
+        origin: &Origin,
+        sentence: &str,
+        run_id: &str,
+        details: serde_json::Value,
+    ) -> Notification {
+        Notification {
+            kind,
+            text: format!("{}: {sentence}", origin.label()),
+            at: Utc::now(),
+            project: origin.project.clone(),
+            prd: origin.prd.clone(),
+            branch: origin.branch.clone(),
+            run_id: run_id.to_owned(),
+            details,
+        }
+    }
+
+    /// This notification with every string in it redacted ([`crate::redact::current`]): what
+    /// goes out to a webhook, a command or the desktop.
+    pub fn redacted(&self) -> Notification {
+        let redactor = crate::redact::current();
+        let mut n = self.clone();
+        for s in [&mut n.text, &mut n.project, &mut n.prd, &mut n.branch] {
+            redactor.redact_in_place(s);
+        }
+        redactor.redact_value(&mut n.details);
+        n
+    }
 }
 
 /// The body of a webhook POST in `format`, and the `X-Ralph-Signature` header value when a
@@ -240,6 +341,7 @@ pub fn webhook_body(
     format: WebhookFormat,
     secret: Option<&str>,
 ) -> (Vec<u8>, Option<String>) {
+    let n = &n.redacted();
     let value = match format {
         WebhookFormat::Json => serde_json::to_value(n).unwrap_or_default(),
         WebhookFormat::Slack => serde_json::json!({ "text": n.text }),
@@ -289,7 +391,8 @@ pub fn redact_url(url: &str) -> String {
     )
 }
 
-/// Delivers `n` to `target` once, within `cfg.timeout`.
+/// Delivers `n` to `target` once, within `cfg.timeout`, secrets redacted
+/// ([`Notification::redacted`]).
 ///
 /// # Errors
 /// A sentence saying what failed (HTTP status, timeout, exit code), secrets redacted.
@@ -300,6 +403,7 @@ pub async fn deliver(
     cfg: &NotifyConfig,
     cwd: &Path,
 ) -> Result<(), String> {
+    let n = &n.redacted();
     match target {
         Target::Webhook(url) => {
             let (body, signature) = webhook_body(n, cfg.format, cfg.secret.as_deref());
@@ -416,9 +520,38 @@ mod tests {
             text: "demo: US-001 passed".into(),
             at: Utc::now(),
             project: "demo".into(),
+            prd: "prd.json".into(),
+            branch: "ralph/demo".into(),
             run_id: "r".into(),
             details: serde_json::json!({"story_id": "US-001"}),
         }
+    }
+
+    #[test]
+    fn messages_name_the_project_the_prd_and_the_branch() {
+        let origin = Origin {
+            project: "Demo".into(),
+            prd: "prds/a/prd.json".into(),
+            branch: "ralph/a".into(),
+        };
+        let n = Notification::new(
+            Kind::StoryPassed,
+            &origin,
+            "US-001 passed",
+            "r1",
+            serde_json::json!({}),
+        );
+        assert_eq!(n.text, "Demo (prds/a/prd.json on ralph/a): US-001 passed");
+        let (body, _) = webhook_body(&n, WebhookFormat::Json, None);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["project"], "Demo");
+        assert_eq!(body["prd"], "prds/a/prd.json");
+        assert_eq!(body["branch"], "ralph/a");
+        let bare = Origin {
+            project: "Demo".into(),
+            ..Origin::default()
+        };
+        assert_eq!(bare.label(), "Demo");
     }
 
     #[test]

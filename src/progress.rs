@@ -188,7 +188,8 @@ pub fn append_entry(path: &Path, entry: &Entry) -> Result<(), ProgressError> {
         }
         text.push('\n');
     }
-    text.push_str(&entry.render());
+    // progress.txt is committed (and pushed): no secret may reach it (crate::redact).
+    text.push_str(&crate::redact::redact_env(&entry.render()));
     // One write(2) and no fsync: the checkpoint commit that follows carries the entry, and the
     // ledger line after it is the iteration's durable commit point (docs/durability.md).
     file.write_all(text.as_bytes())

@@ -1,6 +1,30 @@
-//! Keeping secrets out of what ralph records: the values of secret-looking environment variables
-//! (names containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH) are replaced by
-//! `<redacted>` in command output that goes into the ledger, the terminal and reports.
+//! Keeping secrets out of everything ralph writes or sends: progress.txt, checkpoint commit
+//! messages, the ledger, transcripts, state.json, the terminal, `--json`, `ralph log`/`show`/
+//! `report`, notifications and the GitHub Actions outputs.
+//!
+//! One [`Redactor`] per process ([`current`]) replaces by [`REDACTED`]:
+//! - the values (at least [`MIN_SECRET_LEN`] bytes) of the environment's secret-looking variables
+//!   ([`is_secret_name`]: names containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL,
+//!   PRIVATE, COOKIE or AUTH, but not AUTHOR);
+//! - the same for the `.env` files of the repository's root (`.env`, `.env.local`, `.env.*`),
+//!   plus any value there that looks generated (16+ characters mixing letters and digits, no
+//!   spaces), since such a file is where a project keeps its keys;
+//! - well-known token shapes wherever they come from (Anthropic/OpenAI `sk-…`, GitHub `ghp_…`
+//!   and `github_pat_…`, GitLab `glpat-…`, Slack `xox?-…`, AWS `AKIA…`, Google `AIza…`, Hugging
+//!   Face `hf_…`, Stripe `sk_live_…`, JWTs, PEM private key blocks);
+//! - the password of a URL (`https://user:<redacted>@host`) and the credential of an
+//!   `Authorization:` header.
+//!
+//! Each literal secret is matched as written and in its JSON-escaped form, so that a serialized
+//! line (the ledger, a transcript) can be redacted as text. The process-wide redactor is built
+//! on first use from the environment and the repository around the working directory;
+//! [`install`] builds it for a given repository root instead (`ralph run` does, once).
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use regex::Regex;
 
 /// Shortest value treated as a secret (shorter values, such as `1`, would redact common text).
 pub const MIN_SECRET_LEN: usize = 8;
@@ -8,9 +32,11 @@ pub const MIN_SECRET_LEN: usize = 8;
 /// The text that replaces a secret.
 pub const REDACTED: &str = "<redacted>";
 
-/// Whether an environment variable's name says it holds a secret.
+/// Whether an environment variable's name says it holds a secret: it contains KEY, TOKEN,
+/// SECRET, PASSWORD, PASSWD, CREDENTIAL, PRIVATE, COOKIE or AUTH (case-insensitive), AUTHOR
+/// excepted (`GIT_AUTHOR_NAME` is not a secret).
 pub fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
+    let upper = name.to_ascii_uppercase().replace("AUTHOR", "");
     [
         "KEY",
         "TOKEN",
@@ -18,36 +44,288 @@ pub fn is_secret_name(name: &str) -> bool {
         "PASSWORD",
         "PASSWD",
         "CREDENTIAL",
+        "PRIVATE",
+        "COOKIE",
         "AUTH",
     ]
     .iter()
     .any(|s| upper.contains(s))
 }
 
-/// The values of this process's secret-looking environment variables (at least
-/// [`MIN_SECRET_LEN`] bytes), longest first.
-pub fn env_secrets() -> Vec<String> {
-    let mut values: Vec<String> = std::env::vars()
-        .filter(|(k, v)| is_secret_name(k) && v.len() >= MIN_SECRET_LEN)
-        .map(|(_, v)| v)
+/// Whether a `.env` value looks generated (a key, a token): at least 16 characters, no
+/// whitespace, letters and digits both present. A `.env` file's `NODE_ENV=production` is not
+/// redacted; its `STRIPE=sk9f8e7d6c5b4a3f2e1d` is.
+fn looks_generated(value: &str) -> bool {
+    value.len() >= 16
+        && !value.chars().any(char::is_whitespace)
+        && value.chars().any(|c| c.is_ascii_alphabetic())
+        && value.chars().any(|c| c.is_ascii_digit())
+        && !value.starts_with('/')
+}
+
+/// Well-known secret shapes, redacted wherever they appear.
+const TOKEN_PATTERNS: &[&str] = &[
+    r"\bsk-[A-Za-z0-9_\-]{16,}",
+    r"\b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bglpat-[A-Za-z0-9_\-]{20,}",
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"\bhf_[A-Za-z0-9]{30,}",
+    r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+];
+
+/// Secrets that keep their surroundings (group `keep` before, `end` after): the password of
+/// `scheme://user:password@`, and the credential after `Authorization: Bearer|Basic|Token`.
+const KEEP_PREFIX_PATTERNS: &[&str] = &[
+    r"(?i)(?P<keep>\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:)[^\s@/]+(?P<end>@)",
+    r#"(?i)(?P<keep>\bauthorization:\s*(?:bearer|basic|token)\s+)[^\s"',;]+(?P<end>)"#,
+];
+
+/// The text redactor (see the module docs). Cheap to share ([`current`] hands out an `Arc`).
+#[derive(Debug)]
+pub struct Redactor {
+    /// The literal secrets (raw and JSON-escaped), longest first.
+    secrets: Vec<String>,
+    /// The literal secrets and the token shapes, one alternation.
+    whole: Option<Regex>,
+    /// [`KEEP_PREFIX_PATTERNS`].
+    keep_prefix: Vec<Regex>,
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Redactor::new(Vec::new())
+    }
+}
+
+impl Redactor {
+    /// A redactor for `secrets` (values shorter than [`MIN_SECRET_LEN`] are ignored) and the
+    /// well-known token shapes.
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Redactor {
+        let mut all: Vec<String> = Vec::new();
+        for s in secrets {
+            if s.len() < MIN_SECRET_LEN {
+                continue;
+            }
+            if let Ok(json) = serde_json::to_string(&s) {
+                let escaped = json[1..json.len() - 1].to_string();
+                if escaped != s {
+                    all.push(escaped);
+                }
+            }
+            all.push(s);
+        }
+        all.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        all.dedup();
+        let alternatives: Vec<String> = all
+            .iter()
+            .map(|s| regex::escape(s))
+            .chain(TOKEN_PATTERNS.iter().map(|p| (*p).to_string()))
+            .collect();
+        // The literals are escaped and the shapes fixed: only a size beyond the limit can fail,
+        // and then the shapes alone still apply.
+        let whole = build(&alternatives.join("|")).or_else(|| build(&TOKEN_PATTERNS.join("|")));
+        Redactor {
+            secrets: all,
+            whole,
+            keep_prefix: KEEP_PREFIX_PATTERNS
+                .iter()
+                .filter_map(|p| build(p))
+                .collect(),
+        }
+    }
+
+    /// The redactor of the environment `vars` and the `.env` files of `root` (see the module
+    /// docs). An unreadable `.env` file is skipped.
+    pub fn from_sources(
+        vars: impl IntoIterator<Item = (String, String)>,
+        root: Option<&Path>,
+    ) -> Redactor {
+        let mut secrets: Vec<String> = vars
+            .into_iter()
+            .filter(|(k, v)| is_secret_name(k) && v.len() >= MIN_SECRET_LEN)
+            .map(|(_, v)| v)
+            .collect();
+        if let Some(root) = root {
+            for file in dotenv_files(root) {
+                let Ok(text) = std::fs::read_to_string(&file) else {
+                    continue;
+                };
+                secrets.extend(
+                    parse_dotenv(&text)
+                        .into_iter()
+                        .filter(|(k, v)| {
+                            v.len() >= MIN_SECRET_LEN && (is_secret_name(k) || looks_generated(v))
+                        })
+                        .map(|(_, v)| v),
+                );
+            }
+        }
+        Redactor::new(secrets)
+    }
+
+    /// The literal secrets this redactor knows (raw and JSON-escaped), longest first.
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+
+    /// `text` with every secret replaced by [`REDACTED`]; borrowed when nothing was found.
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut out = match &self.whole {
+            Some(re) => re.replace_all(text, REDACTED),
+            None => Cow::Borrowed(text),
+        };
+        let replacement = format!("${{keep}}{REDACTED}${{end}}");
+        for re in &self.keep_prefix {
+            let next = match re.replace_all(&out, replacement.as_str()) {
+                Cow::Owned(s) => Some(s),
+                Cow::Borrowed(_) => None,
+            };
+            if let Some(s) = next {
+                out = Cow::Owned(s);
+            }
+        }
+        out
+    }
+
+    /// [`Redactor::redact`] as an owned `String`.
+    pub fn redact_string(&self, text: &str) -> String {
+        self.redact(text).into_owned()
+    }
+
+    /// Redacts `text` where it is (no copy when nothing is found).
+    pub fn redact_in_place(&self, text: &mut String) {
+        let redacted = match self.redact(text) {
+            Cow::Owned(r) => Some(r),
+            Cow::Borrowed(_) => None,
+        };
+        if let Some(r) = redacted {
+            *text = r;
+        }
+    }
+
+    /// Redacts every string in `value` (object keys are left alone: they are field names).
+    pub fn redact_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        match value {
+            Value::String(s) => self.redact_in_place(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => map.values_mut().for_each(|v| self.redact_value(v)),
+            _ => {}
+        }
+    }
+}
+
+/// `data` as JSON with every string redacted by [`current`], for a renderer that escapes text
+/// (HTML) and so could split a secret if redacted afterwards. `Null` when `data` cannot be
+/// serialized (plain data always can).
+pub fn redacted_value(data: &impl serde::Serialize) -> serde_json::Value {
+    let mut value = serde_json::to_value(data).unwrap_or(serde_json::Value::Null);
+    current().redact_value(&mut value);
+    value
+}
+
+fn build(pattern: &str) -> Option<Regex> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(64 << 20)
+        .build()
+        .ok()
+}
+
+/// The `.env` files of a directory: `.env` and `.env.*` (`.env.local`, `.env.production`, …).
+fn dotenv_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            (name == ".env" || name.starts_with(".env.")) && e.path().is_file()
+        })
+        .map(|e| e.path())
         .collect();
-    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    values.dedup();
-    values
+    files.sort();
+    files
 }
 
-/// [`env_secrets`] read once per process (the environment of a run does not change).
-pub fn env_secrets_cached() -> &'static [String] {
-    static SECRETS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    SECRETS.get_or_init(env_secrets)
+/// `NAME=value` pairs of a `.env` file: `export` prefixes, comments, blank lines and quotes
+/// handled as dotenv tools do (no variable expansion).
+pub fn parse_dotenv(text: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        let value = value.trim();
+        let value = match value.chars().next() {
+            Some(q @ ('"' | '\'')) => match value[1..].find(q) {
+                Some(end) => &value[1..=end],
+                None => &value[1..],
+            },
+            _ => value.split(" #").next().unwrap_or(value).trim_end(),
+        };
+        pairs.push((name.trim().to_string(), value.to_string()));
+    }
+    pairs
 }
 
-/// `text` with the values of this process's secret-looking environment variables redacted.
+/// The repository root around `dir`: the nearest ancestor holding `.git`, else `dir`.
+fn repo_root_of(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(dir)
+        .to_path_buf()
+}
+
+static INSTALLED: RwLock<Option<Arc<Redactor>>> = RwLock::new(None);
+
+/// Builds the process-wide redactor from the environment and the `.env` files of `root` (the
+/// repository root) and makes it [`current`]. Called by `ralph run` once the repository is known.
+pub fn install(root: &Path) -> Arc<Redactor> {
+    let r = Arc::new(Redactor::from_sources(std::env::vars(), Some(root)));
+    if let Ok(mut slot) = INSTALLED.write() {
+        *slot = Some(r.clone());
+    }
+    r
+}
+
+/// The process-wide redactor: the one [`install`] built, else one built (once) from the
+/// environment and the `.env` files of the repository around the working directory.
+pub fn current() -> Arc<Redactor> {
+    if let Some(r) = INSTALLED.read().ok().and_then(|s| s.clone()) {
+        return r;
+    }
+    static LAZY: OnceLock<Arc<Redactor>> = OnceLock::new();
+    LAZY.get_or_init(|| {
+        let root = std::env::current_dir().ok().map(|d| repo_root_of(&d));
+        Arc::new(Redactor::from_sources(std::env::vars(), root.as_deref()))
+    })
+    .clone()
+}
+
+/// The literal secrets of [`current`] (the environment's and the `.env` files'), longest first.
+pub fn env_secrets() -> Vec<String> {
+    current().secrets().to_vec()
+}
+
+/// `text` redacted by the process-wide redactor ([`current`]).
 pub fn redact_env(text: &str) -> String {
-    redact(text, env_secrets_cached())
+    current().redact_string(text)
 }
 
-/// `text` with every occurrence of each of `secrets` replaced by [`REDACTED`].
+/// `text` with every occurrence of each of `secrets`, and every well-known token shape,
+/// replaced by [`REDACTED`].
 pub fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
     for s in secrets {
@@ -55,7 +333,7 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
             out = out.replace(s.as_str(), REDACTED);
         }
     }
-    out
+    current().redact_string(&out)
 }
 
 #[cfg(test)]
@@ -66,12 +344,82 @@ mod tests {
     fn secret_values_are_replaced_and_names_decide() {
         assert!(is_secret_name("OPENAI_API_KEY"));
         assert!(is_secret_name("github_token"));
+        assert!(is_secret_name("SSH_AUTH_SOCK"));
         assert!(!is_secret_name("HOME"));
-        let secrets = vec!["sk-live-123456789".to_string()];
+        assert!(!is_secret_name("GIT_AUTHOR_NAME"));
+        let secrets = vec!["live-123456789".to_string()];
         assert_eq!(
-            redact("auth failed for sk-live-123456789 (x)", &secrets),
+            redact("auth failed for live-123456789 (x)", &secrets),
             "auth failed for <redacted> (x)"
         );
         assert_eq!(redact("nothing here", &secrets), "nothing here");
+    }
+
+    #[test]
+    fn env_values_and_their_json_form_are_redacted() {
+        let r = Redactor::from_sources(
+            [
+                (
+                    "MY_API_KEY".to_string(),
+                    "abc\"quoted\"-value-1".to_string(),
+                ),
+                ("HOME".to_string(), "/home/someone".to_string()),
+                ("SHORT_TOKEN".to_string(), "1234".to_string()),
+            ],
+            None,
+        );
+        assert_eq!(r.redact("key abc\"quoted\"-value-1 !"), "key <redacted> !");
+        let json = serde_json::to_string("said abc\"quoted\"-value-1").unwrap();
+        assert_eq!(r.redact(&json), "\"said <redacted>\"");
+        assert_eq!(r.redact("/home/someone 1234"), "/home/someone 1234");
+        assert!(matches!(r.redact("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn dotenv_values_are_redacted_by_name_or_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(".env"),
+            "# keys\nexport SERVICE_PASSWORD='hunter2hunter2'\nNODE_ENV=production\n\
+             PLAIN_ID=q7w8e9r0t1y2u3i4o5p6 # generated\nQUOTED=\"has spaces in it 123456\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(".env.local"), "DB_TOKEN=zzzzzzzzzzzz\n").unwrap();
+        let r = Redactor::from_sources(Vec::new(), Some(dir.path()));
+        let text = "hunter2hunter2 production q7w8e9r0t1y2u3i4o5p6 zzzzzzzzzzzz has spaces";
+        assert_eq!(
+            r.redact(text),
+            "<redacted> production <redacted> <redacted> has spaces"
+        );
+    }
+
+    #[test]
+    fn well_known_shapes_and_url_credentials_are_redacted_without_being_configured() {
+        let r = Redactor::default();
+        for (input, want) in [
+            (
+                "error: invalid x-api-key sk-ant-api03-AbCdEf0123456789xyz end",
+                "error: invalid x-api-key <redacted> end",
+            ),
+            (
+                "token ghp_0123456789abcdefABCDEF0123 ok",
+                "token <redacted> ok",
+            ),
+            ("AKIAABCDEFGHIJKLMNOP", "<redacted>"),
+            (
+                "fatal: https://bot:s3cr3tpass@github.com/o/r.git",
+                "fatal: https://bot:<redacted>@github.com/o/r.git",
+            ),
+            (
+                "Authorization: Bearer abcdef.ghijkl",
+                "Authorization: Bearer <redacted>",
+            ),
+            (
+                "ask the task-runner about risk-free sk-1",
+                "ask the task-runner about risk-free sk-1",
+            ),
+        ] {
+            assert_eq!(r.redact(input), want, "{input}");
+        }
     }
 }

@@ -260,7 +260,9 @@ impl State {
             }
         };
         fs::create_dir_all(ralph_dir).map_err(io("create", ralph_dir))?;
-        let mut json = serde_json::to_vec_pretty(self).map_err(StateError::Serialize)?;
+        let json = serde_json::to_string_pretty(self).map_err(StateError::Serialize)?;
+        // The stop reason quotes agents' messages: no secret in it (crate::redact).
+        let mut json = crate::redact::redact_env(&json).into_bytes();
         json.push(b'\n');
 
         crate::fsutil::write_volatile(&path, &json).map_err(|source| StateError::Io {

@@ -82,6 +82,8 @@ pub struct Transcript {
     /// The last line was a stdout line written whole (no cut, no note): its events are not
     /// written when `replay` is set.
     line_whole: bool,
+    /// Applied to every record before it is written (crate::redact).
+    redactor: std::sync::Arc<crate::redact::Redactor>,
 }
 
 /// A `line` record with its text as a string (the fields in this order).
@@ -142,6 +144,7 @@ impl Transcript {
             omitted_bytes: 0,
             replay,
             line_whole: false,
+            redactor: crate::redact::current(),
         };
         if replay {
             t.write(&json!({"type": "meta", "meta": meta, "events": "replay"}));
@@ -171,11 +174,12 @@ impl Transcript {
         if self.error.is_some() {
             return;
         }
-        let mut result = Ok(());
-        for part in parts {
-            result = result.and_then(|()| self.out.write_all(part));
-            self.written += part.len() as u64;
-        }
+        // One record, redacted as text (a secret is matched in its JSON-escaped form too).
+        let joined = parts.concat();
+        let text = String::from_utf8_lossy(&joined);
+        let text = self.redactor.redact(&text);
+        let result = self.out.write_all(text.as_bytes());
+        self.written += text.len() as u64;
         let result = result.and_then(|()| self.out.write_all(b"\n"));
         self.written += 1;
         if let Err(e) = result {

@@ -5,7 +5,9 @@
 //! defaults, [`crate::config::RunConfig`]), builds the backend with the same
 //! [`crate::run::preflight::build_backend`] (so every backend works: the agent CLIs, `native`,
 //! and `local`, whose model server it starts with [`crate::run::session::start_local_server`]),
-//! and runs each session through [`crate::process::run`] like an iteration. Native and local
+//! and runs each session through the one agent launcher,
+//! [`crate::agent::session::run_session`], like an iteration (tag, environment without
+//! `RALPH_GIT_TOKEN`, redaction, error patterns, stray kill). Native and local
 //! sessions offer no tools and send the answer's JSON Schema as `response_format`, which
 //! llama.cpp enforces with a grammar, so even a small local model's reply has the right shape.
 //!
@@ -21,13 +23,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::agent::session::{run_session, Session, SessionEnd};
 use crate::cli::SessionArgs;
 use crate::config::RunConfig;
 use crate::error::UserError;
 use crate::local::LocalServer;
 use crate::output::Outputs;
-use crate::process::{self, LineVerdict, StopSignals};
-use crate::protocol::{AgentEvent, AgentKind, AgentReport, RunEvent};
+use crate::process::{self, StopSignals};
+use crate::protocol::{AgentKind, AgentReport, FailureClass, RunEvent};
 use crate::workspace::RunPaths;
 
 /// Output tokens an answer of the local model may take (a prd.json of a few stories).
@@ -52,6 +55,10 @@ pub struct Asker {
     base_url: Option<String>,
     server: Option<LocalServer>,
     stop: StopSignals,
+    /// The tag prefix of this command's sessions (`ask-<pid>-<unix ms>`), numbered by
+    /// `sessions`.
+    session_id: String,
+    sessions: std::sync::atomic::AtomicU32,
 }
 
 impl Asker {
@@ -82,6 +89,9 @@ impl Asker {
             .map(|r| r.root().to_path_buf())
             .unwrap_or_else(|_| cwd.to_path_buf());
         let paths = RunPaths::new(&root, &cfg.prd_path);
+        // Secrets of this repository's environment and `.env` files stay out of what is shown
+        // and written (crate::redact).
+        crate::redact::install(&root);
         let probe_cfg = with_schema(&cfg, &Value::Bool(true));
         let probe = crate::run::preflight::build_backend(&probe_cfg, &paths, None)?;
         crate::run::preflight::check_agent(&probe_cfg, probe.as_ref(), &paths.repo_root)?;
@@ -101,6 +111,12 @@ impl Asker {
             base_url,
             server,
             stop,
+            session_id: format!(
+                "ask-{}-{}",
+                std::process::id(),
+                chrono::Utc::now().timestamp_millis()
+            ),
+            sessions: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -138,33 +154,53 @@ impl Asker {
         let cfg = with_schema(&self.cfg, schema);
         let backend =
             crate::run::preflight::build_backend(&cfg, &self.paths, self.base_url.clone())?;
-        let spec = backend.command(prompt)?;
-        let mut parser = backend.parser(prompt);
         let limits = process::Limits {
             timeout: cfg.timeout,
             idle_timeout: cfg.idle_timeout,
             kill_grace: cfg.kill_grace,
             ..process::Limits::default()
         };
-        let outcome = process::run(
-            spec,
-            &limits,
-            &self.stop,
+        // The one agent launcher, as an iteration's: the tag, the environment (no
+        // RALPH_GIT_TOKEN), redaction, the error patterns, the stray kill.
+        let n = self
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let session = Session {
+            spec: backend.command(prompt)?,
+            parser: backend.parser(prompt),
+            tag: process::agent_tag(&self.session_id, n),
+            limits: &limits,
+            stop: &self.stop,
+            patterns: &cfg.patterns,
+        };
+        let SessionEnd {
+            process: outcome,
+            report,
+            strays,
+        } = run_session(
+            session,
             |_| {},
-            |line| {
-                let mut verdict = LineVerdict::Continue;
-                for event in parser.on_line(&line) {
-                    if matches!(event, AgentEvent::Final { .. }) {
-                        verdict = LineVerdict::Final;
-                    }
+            |seen| {
+                for event in seen.events {
                     out.emit(RunEvent::AgentEvent { agent_event: event });
                 }
-                verdict
             },
         )
         .await?;
-        let report = parser.finish(outcome.exit_code);
         let agent = self.cfg.agent.as_str();
+        if !strays.is_empty() {
+            out.warn(format!(
+                "the {agent} session left {} process{} running; killed: {}",
+                strays.len(),
+                if strays.len() == 1 { "" } else { "es" },
+                strays
+                    .iter()
+                    .map(|s| format!("pid {} `{}`", s.pid, crate::redact::current().redact_string(&s.command)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         match outcome.end {
             process::EndReason::Cancelled => {
                 return Err(UserError::new(format!("the {agent} session was stopped"))
@@ -190,6 +226,9 @@ impl Asker {
                 .error_message
                 .clone()
                 .unwrap_or_else(|| "nothing".to_string());
+            if let Some(err) = classified_error(agent, &report, &said) {
+                return Err(err.into());
+            }
             return Err(UserError::new(format!(
                 "the {agent} session ended without a reply (exit code {}; it said: {said})",
                 outcome
@@ -211,6 +250,35 @@ impl Asker {
             server.stop().await;
         }
     }
+}
+
+/// The error of a session that failed with a known class (the backend's or the user's
+/// `[patterns]`): what it means and what to do, as `ralph run` says it. `None` for other
+/// failures.
+fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<UserError> {
+    let class = report.failure?;
+    let (what, hint) = match class {
+        FailureClass::UsageLimit => (
+            match report.resume_at {
+                Some(at) => format!(
+                    "hit a usage limit (it resets at {})",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                None => "hit a usage limit".to_string(),
+            },
+            "run again after the reset, or use another agent (--agent/--model)".to_string(),
+        ),
+        FailureClass::Auth => (
+            "is not logged in (auth_error)".to_string(),
+            format!("log in to {agent} (`ralph doctor --agent {agent}` shows how)"),
+        ),
+        FailureClass::Config => (
+            "cannot run as configured (config_error)".to_string(),
+            format!("`ralph doctor --agent {agent}` checks the agent's setup"),
+        ),
+        _ => return None,
+    };
+    Some(UserError::new(format!("the {agent} session {what}: {said}")).with_hint(hint))
 }
 
 fn with_schema(cfg: &RunConfig, schema: &Value) -> RunConfig {

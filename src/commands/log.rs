@@ -36,7 +36,8 @@ pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
             out.push_str(&serde_json::to_string(r)?);
             out.push('\n');
         }
-        print!("{out}");
+        // What ralph prints carries no secret, even from a ledger written before redaction.
+        print!("{}", crate::redact::redact_env(&out));
         return Ok(ExitStatus::Success);
     }
     let mut text = render(&records, history.source);
@@ -54,6 +55,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
             ));
         }
     }
+    let text = crate::redact::redact_env(&text);
     if args.no_pager {
         print!("{text}");
     } else {

@@ -38,11 +38,13 @@ pub fn run(args: &NotifyArgs) -> anyhow::Result<ExitStatus> {
             .with_hint("add a [notify] table to ralph.toml (webhook = [\"https://…\"], command = \"…\", desktop = true), or pass --notify-webhook URL")
             .into());
     }
-    let project = crate::workspace::locate_prd(None, &cwd)
-        .ok()
-        .and_then(|p| crate::prd::store::load(&p).ok())
-        .map(|l| l.prd.project)
-        .unwrap_or_else(|| "ralph".into());
+    let origin = match crate::workspace::locate_prd(None, &cwd) {
+        Ok(p) => crate::notify::Origin::of_prd(&p),
+        Err(_) => crate::notify::Origin {
+            project: "ralph".into(),
+            ..Default::default()
+        },
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -53,7 +55,7 @@ pub fn run(args: &NotifyArgs) -> anyhow::Result<ExitStatus> {
     let mut failed = 0;
     for target in cfg.targets() {
         for kind in Kind::ALL.into_iter().filter(|k| cfg.wants(*k)) {
-            let n = sample(kind, &project);
+            let n = sample(kind, &origin);
             let (result, attempts) =
                 runtime.block_on(deliver_with_retries(&client, &target, &n, &cfg, &cwd));
             match result {
@@ -77,7 +79,7 @@ pub fn run(args: &NotifyArgs) -> anyhow::Result<ExitStatus> {
 }
 
 /// A sample notification of `kind`, marked as a test.
-fn sample(kind: Kind, project: &str) -> Notification {
+fn sample(kind: Kind, origin: &crate::notify::Origin) -> Notification {
     let (text, details) = match kind {
         Kind::RunFinished => (
             "complete: every story passes (3 of 3)",
@@ -100,12 +102,11 @@ fn sample(kind: Kind, project: &str) -> Notification {
             serde_json::json!({"outcome": "auth_error", "iteration": 4}),
         ),
     };
-    Notification {
+    Notification::new(
         kind,
-        text: format!("{project}: [test] {text}"),
-        at: Utc::now(),
-        project: project.to_owned(),
-        run_id: "test".into(),
-        details: serde_json::json!({"test": true, "sample": details}),
-    }
+        origin,
+        &format!("[test] {text}"),
+        "test",
+        serde_json::json!({"test": true, "sample": details}),
+    )
 }

@@ -60,6 +60,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
         } else {
             report::markdown::render(&data)
         };
+        let text = crate::redact::redact_env(&text);
         // On stdout, or into `--out` when given (then its path is printed, as for the HTML).
         match &given {
             None => print!("{text}"),

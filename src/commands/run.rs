@@ -21,6 +21,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         let status = e.exit_status();
         crate::error::UserError::new(e.to_string()).with_status(status)
     })?;
+    // One redactor for the run: the environment's secrets and the repository's `.env` files,
+    // applied wherever text leaves ralph (crate::redact).
+    crate::redact::install(&crate::workspace::RunPaths::of_prd(&cfg.prd_path).repo_root);
     // Two worker threads: the agent's pipes and timers on one, signals on the other. Agent
     // processes are spawned from worker threads, which live as long as the runtime, so their
     // parent-death signal does not fire early.
@@ -72,14 +75,12 @@ fn outputs(cfg: &RunConfig) -> Outputs {
         }
     }
     if !cfg.notify.is_empty() {
-        let project = crate::prd::store::load(&cfg.prd_path)
-            .map(|l| l.prd.project)
-            .unwrap_or_else(|_| "ralph".into());
+        let origin = crate::notify::Origin::of_prd(&cfg.prd_path);
         let paths = crate::workspace::RunPaths::of_prd(&cfg.prd_path);
         let log = paths.ralph_dir.join("notifications.jsonl");
         let sink = Notify::new(
             cfg.notify.clone(),
-            project,
+            origin,
             paths.repo_root.clone(),
             log,
             out.warnings(),

@@ -60,7 +60,8 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
             .unwrap_or_default();
         let doc = serde_json::json!({"record": record, "events": events,
             "source": history.source.as_str()});
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        let doc = serde_json::to_string_pretty(&doc)?;
+        println!("{}", crate::redact::redact_env(&doc));
         return Ok(ExitStatus::Success);
     }
     let mut out = String::new();
@@ -113,7 +114,9 @@ fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
     Some(Box::new(move |line| parser.on_line(line)))
 }
 
+/// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret).
 fn page(text: &str, no_pager: bool) {
+    let text = &crate::redact::redact_env(text);
     if no_pager {
         print!("{text}");
     } else {

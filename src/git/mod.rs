@@ -1010,7 +1010,8 @@ fn commit_message(subject: &str, body: &str, trailers: &[(&str, String)]) -> Str
             message.push_str(&format!("{key}: {}\n", one_line(value)));
         }
     }
-    message
+    // A commit is published by `--push`: no secret may reach it (crate::redact).
+    crate::redact::redact_env(&message)
 }
 
 /// The identity git would use: the environment variables, then `user.name`/`user.email`, then

@@ -90,7 +90,9 @@ impl GitHubActions {
         })
     }
 
+    /// Prints a workflow command (the job's log is often public: secrets redacted).
     fn command(&mut self, line: String) {
+        let line = crate::redact::redact_env(&line);
         let _ = writeln!(self.err, "{line}");
         let _ = self.err.flush();
     }
@@ -102,10 +104,11 @@ impl GitHubActions {
     }
 
     fn annotate(&mut self, level: &str, title: &str, message: &str) {
+        // Redacted before escaping, which could split a secret.
         self.command(format!(
             "::{level} title={}::{}",
-            escape_property(title),
-            escape_data(message)
+            escape_property(&crate::redact::redact_env(title)),
+            escape_data(&crate::redact::redact_env(message))
         ));
     }
 
@@ -186,7 +189,10 @@ impl GitHubActions {
         }
     }
 
+    /// Appends to `$GITHUB_STEP_SUMMARY` or `$GITHUB_OUTPUT` (secrets redacted: the summary is
+    /// often public, the outputs reach other jobs).
     fn append(&mut self, file: &PathBuf, text: &str, var: &str) {
+        let text = crate::redact::redact_env(text);
         let result = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -352,5 +358,48 @@ mod tests {
             output: Some("/tmp/y".into()),
         };
         assert!(GitHubActions::new(&env, None, Box::new(|| None)).is_none());
+    }
+
+    /// A run that ends with an error quoting a key (a shape redacted wherever it comes from):
+    /// the annotation, the step summary and the `error` output show `<redacted>`.
+    #[test]
+    fn a_failed_run_quotes_no_key_in_annotations_summary_or_outputs() {
+        #[derive(Clone, Default)]
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Shared {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let env = RunnerEnv {
+            github_actions: true,
+            step_summary: Some(dir.path().join("summary.md")),
+            output: Some(dir.path().join("output")),
+        };
+        let err = Shared::default();
+        let mut sink =
+            GitHubActions::with_writer(&env, None, Box::new(|| None), Box::new(err.clone()))
+                .unwrap();
+        let key = "sk-ant-api03-Qw12Er34Ty56Ui78Op90As";
+        sink.failed(1, &format!("the agent said: invalid x-api-key {key}"));
+        let annotations = String::from_utf8(err.0.lock().unwrap().clone()).unwrap();
+        let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        let output = std::fs::read_to_string(dir.path().join("output")).unwrap();
+        for (place, text) in [
+            ("annotations", &annotations),
+            ("summary", &summary),
+            ("outputs", &output),
+        ] {
+            assert!(!text.contains(key), "{place}: {text}");
+            assert!(
+                text.contains("invalid x-api-key <redacted>"),
+                "{place}: {text}"
+            );
+        }
     }
 }

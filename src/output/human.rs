@@ -55,8 +55,9 @@ impl Human {
         sink
     }
 
-    /// Prints a line on stderr without tearing the live line.
+    /// Prints a line on stderr without tearing the live line (secrets redacted, crate::redact).
     fn eprint(&self, line: &str) {
+        let line = crate::redact::redact_env(line);
         match &self.bar {
             // A closed stderr (e.g. `| head`) must not stop the run: write errors are ignored.
             Some(bar) => bar.suspend(|| {
@@ -82,6 +83,7 @@ impl Human {
     }
 
     fn live_text(&self, tail: Option<String>) -> String {
+        let tail = tail.map(|t| crate::redact::redact_env(&t));
         let cost = self.run_cost.map(usd);
         match (cost, tail) {
             (Some(c), Some(t)) => format!("{c} · {t}"),

@@ -37,6 +37,8 @@ impl Sink for Json {
         let Ok(text) = serde_json::to_string(&line) else {
             return;
         };
+        // Every string field at once (a secret is matched in its JSON-escaped form too).
+        let text = crate::redact::redact_env(&text);
         // A closed stdout (e.g. `| head`) must not stop the run: write errors are ignored.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{text}");

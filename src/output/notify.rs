@@ -19,7 +19,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use super::{Sink, Warnings};
-use crate::notify::{deliver, Kind, Notification, NotifyConfig, Target};
+use crate::notify::{deliver, Kind, Notification, NotifyConfig, Origin, Target};
 use crate::protocol::run_event::WaitReason;
 use crate::protocol::{LedgerRecord, Outcome, RunEvent, StopReason};
 
@@ -29,7 +29,8 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// The notification sink.
 pub struct Notify {
     cfg: NotifyConfig,
-    project: String,
+    /// The project, PRD and branch every message names.
+    origin: Origin,
     run_id: String,
     /// One worker per target: a dead endpoint never delays another.
     workers: Vec<Worker>,
@@ -45,12 +46,12 @@ struct Worker {
 }
 
 impl Notify {
-    /// A sink sending `cfg`'s notifications about `project`; deliveries are recorded in
+    /// A sink sending `cfg`'s notifications about `origin` (project, PRD, branch); deliveries are recorded in
     /// `log` (`.ralph/notifications.jsonl`) and failures reported through `warnings`. Commands run
     /// in `cwd` (the repository).
     pub fn new(
         cfg: NotifyConfig,
-        project: String,
+        origin: Origin,
         cwd: PathBuf,
         log: PathBuf,
         warnings: Warnings,
@@ -85,7 +86,7 @@ impl Notify {
             .collect();
         Notify {
             cfg,
-            project,
+            origin,
             run_id: String::new(),
             workers,
             warnings,
@@ -104,14 +105,7 @@ impl Notify {
         if !self.cfg.wants(kind) {
             return;
         }
-        let n = Notification {
-            kind,
-            text,
-            at: Utc::now(),
-            project: self.project.clone(),
-            run_id: self.run_id.clone(),
-            details,
-        };
+        let n = Notification::new(kind, &self.origin, &text, &self.run_id, details);
         for w in &self.workers {
             if let Some(tx) = &w.tx {
                 let _ = tx.send(n.clone());
@@ -120,12 +114,11 @@ impl Notify {
     }
 
     fn iteration(&self, r: &LedgerRecord) {
-        let p = &self.project;
         match r.outcome {
             Outcome::StoryPassed => self.send(
                 Kind::StoryPassed,
                 format!(
-                    "{p}: {} passed in iteration {}{}",
+                    "{} passed in iteration {}{}",
                     r.story_id,
                     r.iteration,
                     r.cost_usd
@@ -138,7 +131,7 @@ impl Notify {
             Outcome::AuthError | Outcome::ConfigError => self.send(
                 Kind::NeedsAttention,
                 format!(
-                    "{p}: iteration {} ended with {}; the run stops until a human fixes it: {}",
+                    "iteration {} ended with {}; the run stops until a human fixes it: {}",
                     r.iteration,
                     r.outcome,
                     r.message.as_deref().unwrap_or("see the transcript")
@@ -152,7 +145,6 @@ impl Notify {
 
 impl Sink for Notify {
     fn on(&mut self, event: &RunEvent) {
-        let p = self.project.clone();
         match event {
             RunEvent::RunStarted { run_id, .. } => self.run_id = run_id.clone(),
             RunEvent::IterationFinished { record, .. } => self.iteration(record),
@@ -164,7 +156,7 @@ impl Sink for Notify {
             } => self.send(
                 Kind::StoryBlocked,
                 format!(
-                    "{p}: {story_id} is blocked after {attempts} attempt{} (last: {last_outcome})",
+                    "{story_id} is blocked after {attempts} attempt{} (last: {last_outcome})",
                     if *attempts == 1 { "" } else { "s" }
                 ),
                 json!({"story_id": story_id, "attempts": attempts, "last_outcome": last_outcome,
@@ -175,22 +167,23 @@ impl Sink for Notify {
                 until,
                 story_id,
                 ..
-            } => {
-                self.send(
-                    Kind::UsageLimitWait,
-                    format!(
-                    "{p}: the agent hit a usage limit; ralph waits until {} UTC, then goes on{}",
+            } => self.send(
+                Kind::UsageLimitWait,
+                format!(
+                    "the agent hit a usage limit; ralph waits until {} UTC, then goes on{}",
                     until.format("%Y-%m-%d %H:%M"),
-                    story_id.as_deref().map(|s| format!(" with {s}")).unwrap_or_default()
+                    story_id
+                        .as_deref()
+                        .map(|s| format!(" with {s}"))
+                        .unwrap_or_default()
                 ),
-                    json!({"until": until, "story_id": story_id}),
-                )
-            }
+                json!({"until": until, "story_id": story_id}),
+            ),
             RunEvent::RunFinished(summary) => {
                 let text = match summary.stop_reason {
-                    StopReason::Complete => format!("{p}: {}", summary.headline),
+                    StopReason::Complete => summary.headline.clone(),
                     _ => format!(
-                        "{p}: stopped: {} ({} passed, {} open)",
+                        "stopped: {} ({} passed, {} open)",
                         summary.stop_reason.sentence(),
                         summary.passed,
                         summary.open.len()

@@ -88,8 +88,8 @@ impl SpawnSpec {
 
     /// The command as one line a user can paste into a POSIX shell to run the agent by hand:
     /// `cd <cwd> && env -u <removed>… <NAME=value>… <program> <args>… < <stdin_file>`, every word
-    /// quoted where needed. Values of variables whose name mentions a key, token, secret or
-    /// password are replaced by `<redacted>`. `stdin_file` names where the stdin bytes were saved
+    /// quoted where needed. Values of variables whose name looks secret
+    /// ([`crate::redact::is_secret_name`]) are replaced by `<redacted>`. `stdin_file` names where the stdin bytes were saved
     /// (without one, a spec with stdin bytes ends in `< /dev/stdin`).
     pub fn shell_line(&self, stdin_file: Option<&std::path::Path>) -> String {
         let quote = |w: &str| {
@@ -105,11 +105,11 @@ impl SpawnSpec {
                 words.push(quote(name));
             }
             for (name, value) in &self.env_set {
-                let upper = name.to_ascii_uppercase();
-                let secret = ["KEY", "TOKEN", "SECRET", "PASSWORD"]
-                    .iter()
-                    .any(|s| upper.contains(s));
-                let value = if secret { "<redacted>" } else { value.as_str() };
+                let value = if crate::redact::is_secret_name(name) {
+                    crate::redact::REDACTED
+                } else {
+                    value.as_str()
+                };
                 words.push(quote(&format!("{name}={value}")));
             }
         }

@@ -32,8 +32,10 @@ pub fn render(report: &Report) -> Result<String, minijinja::Error> {
         .last()
         .map(|c| format!("{} tokens", c.tokens))
         .unwrap_or_else(|| "no tokens".into());
+    // Redacted before escaping, which could split a secret (crate::redact).
+    let r = crate::redact::redacted_value(report);
     env.get_template("report.html")?.render(context! {
-        r => report,
+        r => r,
         wall => if report.source == "git" { "?".to_owned() } else { short_secs(s.wall_s) },
         cost => s.cost_usd.map(usd).unwrap_or_else(|| "not reported".into()),
         tokens => tokens,

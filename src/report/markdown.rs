@@ -6,8 +6,13 @@ use std::fmt::Write as _;
 use super::Report;
 use crate::output::text::{short_secs, usd, usd_or_unknown};
 
-/// Renders `report` as Markdown.
+/// Renders `report` as Markdown, secrets redacted (`crate::redact`: a step summary is often
+/// public).
 pub fn render(r: &Report) -> String {
+    crate::redact::redact_env(&render_raw(r))
+}
+
+fn render_raw(r: &Report) -> String {
     let mut out = String::new();
     let s = &r.summary;
     let _ = writeln!(out, "## ralph: {} ({})\n", r.project, r.scope);
@@ -81,5 +86,8 @@ pub fn render(r: &Report) -> String {
 
 /// `text` safe inside a Markdown table cell.
 fn escape(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
+    // Redacted before escaping, which could split a secret.
+    crate::redact::redact_env(text)
+        .replace('|', "\\|")
+        .replace('\n', " ")
 }

@@ -36,6 +36,7 @@ mod report_browser;
 mod run_cases;
 mod run_pipeline;
 mod scale_out;
+mod secrets;
 mod slurm;
 mod stop_conditions;
 mod store;

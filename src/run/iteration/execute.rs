@@ -1,15 +1,17 @@
 //! Stage 2 of an iteration: run the agent. Its output is parsed line by line by the backend's
 //! parser, kept in the transcript and sent to the outputs as [`RunEvent::AgentEvent`]s; the
 //! process group id is saved in state.json as soon as it exists. Whatever the agent left running
-//! under its tag is killed when it ends.
+//! under its tag is killed when it ends. The process goes through the one agent launcher,
+//! [`crate::agent::session::run_session`] (tag, environment, redaction, error patterns, strays).
 
 use std::path::PathBuf;
 
 use super::prepare::Launch;
 use super::Cx;
+use crate::agent::session::{run_session, Session, SessionEnd};
 use crate::output::Outputs;
-use crate::process::{self, LineVerdict, ProcessOutcome};
-use crate::protocol::{AgentEvent, AgentReport, RunEvent, StrayFound, StrayProcess};
+use crate::process::{self, ProcessOutcome};
+use crate::protocol::{AgentReport, RunEvent, StrayFound, StrayProcess};
 use crate::state::State;
 
 /// Stage 2's value: how the process ended and what the agent reported.
@@ -43,17 +45,23 @@ pub async fn execute(
         spec,
         mut transcript,
     } = launch;
-    let mut parser = cx.backend.parser(&prompt);
     let ralph_dir = cx.paths.ralph_dir.clone();
+    // The one agent launcher (tag, environment, redaction, error patterns, stray kill), shared
+    // with `ralph plan`/`convert`.
+    let session = Session {
+        spec,
+        parser: cx.backend.parser(&prompt),
+        tag: process::agent_tag(cx.run_id, iteration),
+        limits,
+        stop: cx.stop,
+        patterns: &cx.cfg.patterns,
+    };
     let run_result = {
         let state_ref = &mut *state;
         let transcript_ref = &mut transcript;
-        let parser_ref = &mut parser;
         let out_ref = &mut *out;
-        process::run(
-            spec,
-            limits,
-            cx.stop,
+        run_session(
+            session,
             |pid| {
                 // Persist the group id at once: a ralph killed now must find it on restart.
                 if let Some(f) = state_ref.in_flight.as_mut() {
@@ -61,23 +69,21 @@ pub async fn execute(
                 }
                 let _ = state_ref.save(&ralph_dir);
             },
-            |line| {
-                let events = parser_ref.on_line(&line);
-                transcript_ref.line_as(&line, parser_ref.line_is_json());
-                let mut verdict = LineVerdict::Continue;
-                for event in events {
-                    if matches!(event, AgentEvent::Final { .. }) {
-                        verdict = LineVerdict::Final;
-                    }
+            |seen| {
+                transcript_ref.line_as(seen.line, seen.is_json);
+                for event in seen.events {
                     transcript_ref.event(&event);
                     out_ref.emit(RunEvent::AgentEvent { agent_event: event });
                 }
-                verdict
             },
         )
         .await
     };
-    let process = match run_result {
+    let SessionEnd {
+        process,
+        report,
+        strays: swept,
+    } = match run_result {
         Ok(o) => o,
         Err(e) => {
             // The agent could not even start: nothing ran, so nothing to record as an iteration.
@@ -87,13 +93,6 @@ pub async fn execute(
             return Err(e.into());
         }
     };
-    // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
-    // is no longer linked to it once the agent exited; its tag still names it.
-    let swept = process::sweep_tagged_since(
-        &process::agent_tag(cx.run_id, iteration),
-        process.pid,
-        process.forks_before,
-    );
     let strays = stray_records(&swept, StrayFound::AfterAgent);
     if !strays.is_empty() {
         out.warn(format!(
@@ -102,8 +101,6 @@ pub async fn execute(
             describe_strays(&strays)
         ));
     }
-    let mut report = parser.finish(process.exit_code);
-    cx.cfg.patterns.apply(&mut report);
     transcript.note(
         "end",
         serde_json::json!({"end": process.end, "exit_code": process.exit_code,
@@ -130,11 +127,11 @@ pub async fn execute(
 /// The processes a sweep killed, as the ledger keeps them: the command line with secrets
 /// redacted and cut to 300 characters.
 pub fn stray_records(swept: &[process::Stray], found: StrayFound) -> Vec<StrayProcess> {
-    let secrets = crate::redact::env_secrets();
+    let redactor = crate::redact::current();
     swept
         .iter()
         .map(|s| {
-            let command = crate::redact::redact(&s.command, &secrets);
+            let command = redactor.redact_string(&s.command);
             // Cut at a character boundary.
             let command = match command.char_indices().nth(300) {
                 Some((cut, _)) => format!("{}…", &command[..cut]),

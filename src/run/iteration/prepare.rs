@@ -95,13 +95,13 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
     );
     let prompt = cx.template.render(&ctx)?;
     let mut spec = cx.backend.command(&prompt)?;
-    // Marks every process of this agent, so that a restarted ralph only kills a process group
-    // that is really its own (pids are reused).
-    spec.set_tag(&crate::process::agent_tag(cx.run_id, a.iteration));
-    // Colour codes only get in the way of parsing and of the transcript, whatever the backend.
-    spec.set_env_default("NO_COLOR", "1");
-    // `--push`'s token is for ralph's git alone: the agent never sees it.
-    spec.env_remove.push(crate::remote::TOKEN_VAR.to_owned());
+    // The tag (a restarted ralph only kills a process group that is really its own), NO_COLOR
+    // and `--push`'s token removed, as the launcher will apply them, so that the command line
+    // shown is the one that runs.
+    crate::agent::session::decorate(
+        &mut spec,
+        &crate::process::agent_tag(cx.run_id, a.iteration),
+    );
     // The prompt is kept next to the transcript, so that the logged command line can be pasted
     // into a shell to replay the iteration by hand.
     let prompt_file = cx.paths.prompt_copy(cx.run_id, a.iteration);
