@@ -101,6 +101,7 @@ async fn drive(
         run_id: &s.run_id,
         agent_version: s.pre.agent_version.as_deref(),
         warned_unpriced: Default::default(),
+        warned_prompt_size: Default::default(),
         remote: s.remote.as_ref(),
     };
     // Where the previous iteration left the tree clean, while nothing else can have run since.
