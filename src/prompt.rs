@@ -39,6 +39,24 @@ pub enum PromptError {
     },
 }
 
+/// Rendered prompt size above which ralph warns (once per run): 256 KiB, about 64,000 tokens, a
+/// third of a 200,000-token context window before the agent has read a single file.
+pub const PROMPT_WARN_BYTES: usize = 256 * 1024;
+
+/// A warning when a rendered prompt of `bytes` is unreasonably large (above
+/// [`PROMPT_WARN_BYTES`]): its size, the limit and the fix. `None` otherwise.
+pub fn size_warning(bytes: usize) -> Option<String> {
+    (bytes > PROMPT_WARN_BYTES).then(|| {
+        format!(
+            "the rendered prompt is unreasonably large: {} (ralph warns above {}, about 64,000 \
+             tokens); most of it is likely the list of other stories. Split prd.json into one PRD \
+             per feature, or use a template (--template) that does not list `other_stories`",
+            crate::prd::store::human_bytes(bytes),
+            crate::prd::store::human_bytes(PROMPT_WARN_BYTES)
+        )
+    })
+}
+
 /// A story as the template sees it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoryView {
@@ -609,5 +627,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("/nonexistent/prompt.md"), "{err}");
+    }
+
+    #[test]
+    fn a_prompt_above_the_limit_gets_a_warning_naming_it() {
+        assert_eq!(size_warning(PROMPT_WARN_BYTES), None);
+        let warning = size_warning(3 * 1024 * 1024).expect("above the limit");
+        assert!(warning.contains("3.0 MiB"), "{warning}");
+        assert!(warning.contains("warns above 256.0 KiB"), "{warning}");
     }
 }

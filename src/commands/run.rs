@@ -6,7 +6,8 @@ use std::io::Write as _;
 use crate::cli::RunArgs;
 use crate::config::{OutputMode, RunConfig};
 use crate::output::github::{GitHubActions, RunnerEnv};
-use crate::output::{human::Human, json::Json, notify::Notify, Outputs};
+use crate::output::notify::{Deadline, Notify};
+use crate::output::{human::Human, json::Json, Outputs};
 use crate::process::StopSignals;
 use crate::protocol::ExitStatus;
 
@@ -47,20 +48,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
             notice.kill_now.cancelled().await;
             let _ = writeln!(std::io::stderr(), "ralph: killing the agent now.");
         });
-        let mut out = outputs(&cfg);
+        let mut out = outputs(&cfg, &stop);
         let result = crate::run::run(cfg, &mut out, stop).await;
         if let Err(e) = &result {
             out.failed(i32::from(crate::error::exit_status(e).code()), &e.to_string());
         }
-        // Pending notifications are delivered (each attempt bounded) before ralph exits.
+        // Pending notifications are delivered (each attempt bounded; after a signal, all of them
+        // within --shutdown-timeout) before ralph exits.
         out.close();
         result
     })
 }
 
 /// The sinks for the output mode: the terminal (`--quiet` keeps warnings, failures and the
-/// summary), or the `--json` stream (warnings still reach stderr).
-fn outputs(cfg: &RunConfig) -> Outputs {
+/// summary), or the `--json` stream (warnings still reach stderr); notifications end within
+/// `--shutdown-timeout` of a signal on `stop`.
+fn outputs(cfg: &RunConfig, stop: &StopSignals) -> Outputs {
     let mut out = Outputs::new();
     // First, so that an iteration's group opens before the terminal prints its first line.
     if let Some(sink) = github_actions(cfg) {
@@ -84,7 +87,8 @@ fn outputs(cfg: &RunConfig) -> Outputs {
             paths.repo_root.clone(),
             log,
             out.warnings(),
-        );
+        )
+        .with_deadline(Deadline::new(stop.clone(), cfg.shutdown_timeout));
         out.add(Box::new(sink));
     }
     out

@@ -1,5 +1,6 @@
 //! `ralph status`: the stories, the next story, and the latest run's iterations from the ledger.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use console::style;
@@ -48,6 +49,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .filter(|r| Some(&r.run_id) == latest_run.as_ref())
         .collect();
     let next = loaded.prd.next_story(&state.blocked);
+    // One pass over the history, not one per story (issue 18: quadratic at 100,000 stories).
+    let failures = last_failures(&history, feature.as_deref());
+    let last_failure = |id: &str| failures.get(id).copied().flatten();
+    let blocked: HashSet<&str> = state.blocked.iter().map(String::as_str).collect();
     let running = state
         .in_flight
         .clone()
@@ -67,8 +72,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "stories": loaded.prd.user_stories.iter().map(|s| json!({
                 "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
                 "attempts": state.attempts.get(&s.id).copied().unwrap_or(0),
-                "blocked": state.blocked.contains(&s.id),
-                "last_failure": (!s.passes).then(|| history.last_failure(&s.id, feature.as_deref())).flatten().map(|r| json!({
+                "blocked": blocked.contains(s.id.as_str()),
+                "last_failure": (!s.passes).then(|| last_failure(&s.id)).flatten().map(|r| json!({
                     "iteration": r.iteration, "outcome": r.outcome, "message": r.message,
                     "verify": r.verify_failures().collect::<Vec<_>>()})),
             })).collect::<Vec<_>>(),
@@ -132,7 +137,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         );
         let status = if s.passes {
             style(text).green()
-        } else if state.blocked.contains(&s.id) {
+        } else if blocked.contains(s.id.as_str()) {
             style(text).red()
         } else {
             style(text).yellow()
@@ -149,7 +154,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     // Why each open story has not passed yet: its last failed iteration.
     let mut why_lines = Vec::new();
     for s in loaded.prd.user_stories.iter().filter(|s| !s.passes) {
-        let Some(r) = history.last_failure(&s.id, feature.as_deref()) else {
+        let Some(r) = last_failure(&s.id) else {
             continue;
         };
         let reason = r
@@ -296,6 +301,31 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
+/// [`History::last_failure`] of every story at once, in one pass from the newest record: the
+/// first decisive record of a story (not progress, a usage limit, a transient error or an
+/// interruption) in `feature` decides, `None` when it passed the story. Stories with no
+/// decisive record are absent.
+fn last_failures<'h>(
+    history: &'h History,
+    feature: Option<&str>,
+) -> HashMap<&'h str, Option<&'h LedgerRecord>> {
+    use crate::protocol::Outcome;
+    let mut out = HashMap::new();
+    for r in history.records.iter().rev() {
+        if !r.feature.as_deref().is_none_or(|f| Some(f) == feature)
+            || matches!(
+                r.outcome,
+                Outcome::Progress | Outcome::UsageLimit | Outcome::Transient | Outcome::Interrupted
+            )
+        {
+            continue;
+        }
+        out.entry(r.story_id.as_str())
+            .or_insert_with(|| (r.outcome != Outcome::StoryPassed).then_some(r));
+    }
+    out
+}
+
 /// Token and cost totals over some ledger records.
 struct Totals {
     /// USD, `None` when no record has a cost.
@@ -364,4 +394,46 @@ fn live_lock_holder(ralph_dir: &Path) -> Option<crate::lock::LockInfo> {
     Path::new(&format!("/proc/{}", info.pid))
         .exists()
         .then_some(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Outcome;
+
+    #[test]
+    fn last_failures_in_one_pass_agree_with_the_history_reader() {
+        let at = chrono::Utc::now();
+        let mut records = Vec::new();
+        let outcomes = [
+            ("US-1", Outcome::VerifyFailed, None),
+            ("US-1", Outcome::Progress, None),
+            ("US-2", Outcome::StoryPassed, None),
+            ("US-2", Outcome::AgentError, Some("ralph/other")),
+            ("US-3", Outcome::NoProgress, None),
+            ("US-3", Outcome::StoryPassed, Some("ralph/f")),
+            ("US-4", Outcome::Interrupted, None),
+            ("US-5", Outcome::Stalled, Some("ralph/f")),
+            ("US-5", Outcome::UsageLimit, None),
+        ];
+        for (i, (story, outcome, feature)) in outcomes.into_iter().enumerate() {
+            let mut r = LedgerRecord::new("run", i as u32 + 1, story, outcome, at);
+            r.feature = feature.map(str::to_owned);
+            records.push(r);
+        }
+        let history = History {
+            records,
+            source: crate::history::Source::Ledger,
+        };
+        for feature in [None, Some("ralph/f"), Some("ralph/other")] {
+            let all = last_failures(&history, feature);
+            for id in ["US-1", "US-2", "US-3", "US-4", "US-5", "US-6"] {
+                assert_eq!(
+                    all.get(id).copied().flatten().map(|r| r.iteration),
+                    history.last_failure(id, feature).map(|r| r.iteration),
+                    "{id} in {feature:?}"
+                );
+            }
+        }
+    }
 }

@@ -121,6 +121,7 @@ impl ParsedPrd {
             description,
             user_stories: self.stories,
             extra: Map::new(),
+            index: Default::default(),
         }
     }
 }

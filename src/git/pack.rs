@@ -3,6 +3,7 @@
 //! [`crate::run::iteration::commit::PACK_REFS_EVERY`] iterations and at the end of a run.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use super::{op, GitError, Repo};
 
@@ -105,11 +106,27 @@ impl Repo {
     /// run, so that a long night leaves a compact repository. Failures are returned as warnings
     /// (nothing is lost when packing fails: the loose files stay).
     pub fn housekeeping(&self) -> Vec<String> {
+        self.housekeeping_until(None)
+    }
+
+    /// [`Repo::housekeeping`] that ends by `deadline` (after a stop signal, the share of
+    /// `--shutdown-timeout` the end of a run gives it): packing the loose objects is skipped when
+    /// the deadline has passed, and abandoned (the loose files all kept, with a warning) when it
+    /// passes meanwhile. Refs are always packed: one short rewrite of `packed-refs`.
+    pub fn housekeeping_until(&self, deadline: Option<Instant>) -> Vec<String> {
         let mut warnings = Vec::new();
         if let Err(e) = self.pack_refs() {
             warnings.push(e.to_string());
         }
-        if let Err(e) = self.pack_loose_objects(MAX_LOOSE_TO_PACK) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            warnings.push(
+                "the loose objects of this run were not packed: no time was left before the \
+                 shutdown deadline (`git gc` packs them)"
+                    .into(),
+            );
+            return warnings;
+        }
+        if let Err(e) = self.pack_loose_objects_until(MAX_LOOSE_TO_PACK, deadline) {
             warnings.push(e.to_string());
         }
         warnings
@@ -132,6 +149,30 @@ impl Repo {
     /// [`GitError::Git`] when the pack cannot be built or written, or a file cannot be synced;
     /// the loose objects are then all still there.
     pub fn pack_loose_objects(&self, max: usize) -> Result<usize, GitError> {
+        self.pack_loose_objects_until(max, None)
+    }
+
+    /// [`Repo::pack_loose_objects`], given up when `deadline` passes: before the pack is written
+    /// the loose objects are all kept and [`GitError::Git`] says the deadline ran out. libgit2
+    /// reports progress about every half second while it builds the pack, which is when the
+    /// deadline is checked.
+    ///
+    /// # Errors
+    /// As [`Repo::pack_loose_objects`], and when the deadline passes before the pack is written.
+    pub fn pack_loose_objects_until(
+        &self,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<usize, GitError> {
+        let late = move || deadline.is_some_and(|d| Instant::now() >= d);
+        let ran_out = || {
+            GitError::Git {
+            op: "pack objects",
+            source: git2::Error::from_str(
+                "stopped at the shutdown deadline; the loose objects are kept (`git gc` packs them)",
+            ),
+        }
+        };
         let objects = self.repo.path().join("objects");
         // A second of slack: file times may be coarser than the clock.
         let since = self.opened_at - std::time::Duration::from_secs(1);
@@ -155,12 +196,27 @@ impl Repo {
         };
         let mut pb = self.repo.packbuilder().map_err(op("pack objects"))?;
         pb.set_threads(1);
+        if deadline.is_some() {
+            // Returning false makes libgit2 abort the pack it is building.
+            pb.set_progress_callback(move |_, _, _| !late())
+                .map_err(op("pack objects"))?;
+        }
         for (oid, _) in &loose {
+            if late() {
+                return Err(ran_out());
+            }
             pb.insert_object(*oid, None).map_err(op("pack objects"))?;
         }
         let pack_dir = objects.join("pack");
         std::fs::create_dir_all(&pack_dir).map_err(io("pack objects"))?;
-        pb.write(&pack_dir, 0o444).map_err(op("pack objects"))?;
+        if let Err(e) = pb.write(&pack_dir, 0o444) {
+            // The progress callback's refusal reads as a user abort: say why.
+            return Err(if late() {
+                ran_out()
+            } else {
+                op("pack objects")(e)
+            });
+        }
         let name = pb
             .name()
             .ok_or_else(|| GitError::Git {
@@ -322,5 +378,40 @@ mod tests {
         std::fs::write(root.join("progress.txt"), "x").unwrap();
         repo.commit_all("x", "", &[]).unwrap().unwrap();
         assert_eq!(repo.pack_loose_objects(2).unwrap(), 0);
+    }
+
+    #[test]
+    fn packing_after_the_shutdown_deadline_keeps_every_loose_object_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git2::Repository::init(root).unwrap();
+        let repo = Repo::discover(root).unwrap();
+        for n in 0..5 {
+            std::fs::write(root.join("progress.txt"), format!("entry {n}\n")).unwrap();
+            repo.commit_all(&format!("iteration {n}"), "", &[])
+                .unwrap()
+                .unwrap();
+        }
+        let count = || loose_objects(&root.join(".git/objects"), usize::MAX).len();
+        let before = count();
+        assert!(before >= 10, "{before} loose objects");
+        let past = Instant::now() - std::time::Duration::from_millis(1);
+        let err = repo
+            .pack_loose_objects_until(MAX_LOOSE_TO_PACK, Some(past))
+            .expect_err("the deadline has passed");
+        assert!(err.to_string().contains("shutdown deadline"), "{err}");
+        assert_eq!(count(), before, "no loose object is removed");
+        let warnings = repo.housekeeping_until(Some(past));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("shutdown deadline"), "{warnings:?}");
+        assert_eq!(count(), before);
+        // With time left, the same objects are packed.
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        assert_eq!(
+            repo.pack_loose_objects_until(MAX_LOOSE_TO_PACK, Some(later))
+                .unwrap(),
+            before
+        );
+        git(root, &["fsck", "--strict", "--no-dangling"]);
     }
 }

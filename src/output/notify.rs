@@ -8,23 +8,88 @@
 //!
 //! At the end of the run, [`Sink::close`] waits for the queue to drain (each attempt is bounded,
 //! so the wait is too).
+//!
+//! After a stop signal, `--shutdown-timeout` is a hard deadline for notifications too (see
+//! [`Notify::with_deadline`]): an attempt still running at the deadline is cut, no retry starts
+//! after it, and every notification that did not go out is recorded as undelivered, in
+//! `.ralph/notifications.jsonl` (`"ok": false, "undelivered": true`) and as a warning naming its
+//! kind and target, so that ralph exits within the timeout whatever the endpoint does.
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde_json::json;
 
 use super::{Sink, Warnings};
 use crate::notify::{deliver, Kind, Notification, NotifyConfig, Origin, Target};
+use crate::process::StopSignals;
 use crate::protocol::run_event::WaitReason;
 use crate::protocol::{LedgerRecord, Outcome, RunEvent, StopReason};
 
 /// First wait before a retry; doubles each time.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Most of `--shutdown-timeout` kept back from notifications for ralph's own exit after them.
+const EXIT_MARGIN: Duration = Duration::from_millis(500);
+
+/// When notifications must be out after a stop: `--shutdown-timeout` after the first signal,
+/// less a margin for ralph's exit (a tenth of the timeout, at most [`EXIT_MARGIN`]). Before any
+/// stop there is no deadline.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    stop: StopSignals,
+    timeout: Duration,
+    within: Duration,
+}
+
+impl Deadline {
+    /// The deadline `shutdown_timeout` after `stop`'s first signal.
+    pub fn new(stop: StopSignals, shutdown_timeout: Duration) -> Deadline {
+        let margin = (shutdown_timeout / 10).min(EXIT_MARGIN);
+        Deadline {
+            stop,
+            timeout: shutdown_timeout,
+            within: shutdown_timeout.saturating_sub(margin),
+        }
+    }
+
+    /// The instant notifications must be out by; `None` while no stop was asked.
+    pub fn at(&self) -> Option<Instant> {
+        self.stop.stopped().map(|cause| cause.at + self.within)
+    }
+
+    /// What ran out, for messages: e.g. `the shutdown deadline (--shutdown-timeout 3s after
+    /// SIGTERM)`.
+    fn describe(&self) -> String {
+        let timeout = humantime::format_duration(self.timeout);
+        match self.stop.cause.get() {
+            Some(cause) => format!(
+                "the shutdown deadline (--shutdown-timeout {timeout} after {})",
+                cause.signal
+            ),
+            None => format!("the shutdown deadline (--shutdown-timeout {timeout})"),
+        }
+    }
+
+    /// Resolves when the deadline has passed; never before a stop.
+    async fn passed(&self) {
+        loop {
+            if let Some(at) = self.at() {
+                tokio::time::sleep_until(at.into()).await;
+                return;
+            }
+            self.stop.stop.cancelled().await;
+        }
+    }
+
+    /// Whether the deadline has passed.
+    fn is_past(&self) -> bool {
+        self.at().is_some_and(|at| Instant::now() >= at)
+    }
+}
 
 /// The notification sink.
 pub struct Notify {
@@ -35,6 +100,8 @@ pub struct Notify {
     /// One worker per target: a dead endpoint never delays another.
     workers: Vec<Worker>,
     warnings: Warnings,
+    /// Set by [`Notify::with_deadline`], read by the workers.
+    deadline: Arc<OnceLock<Deadline>>,
 }
 
 /// One target's queue and thread.
@@ -56,23 +123,25 @@ impl Notify {
         log: PathBuf,
         warnings: Warnings,
     ) -> Notify {
+        let deadline: Arc<OnceLock<Deadline>> = Arc::default();
         let workers = cfg
             .targets()
             .into_iter()
             .filter_map(|target| {
                 let (tx, rx) = mpsc::channel::<Notification>();
                 let (done_tx, done) = mpsc::channel::<()>();
-                let (c, w, t, cwd, log) = (
-                    cfg.clone(),
-                    warnings.clone(),
-                    target.clone(),
-                    cwd.clone(),
-                    log.clone(),
-                );
+                let job = Job {
+                    target: target.clone(),
+                    cfg: cfg.clone(),
+                    cwd: cwd.clone(),
+                    log: log.clone(),
+                    warnings: warnings.clone(),
+                    deadline: Arc::clone(&deadline),
+                };
                 let handle = std::thread::Builder::new()
                     .name("ralph-notify".into())
                     .spawn(move || {
-                        work(rx, &t, c, cwd, log, w);
+                        work(rx, &job);
                         let _ = done_tx.send(());
                     })
                     .ok()?;
@@ -90,15 +159,32 @@ impl Notify {
             run_id: String::new(),
             workers,
             warnings,
+            deadline,
         }
+    }
+
+    /// Makes `deadline` (`--shutdown-timeout` after a stop signal) a hard limit for every
+    /// delivery and for [`Sink::close`]'s wait: what cannot go out by then is recorded as
+    /// undelivered (see the module docs).
+    pub fn with_deadline(self, deadline: Deadline) -> Notify {
+        let _ = self.deadline.set(deadline);
+        self
     }
 
     /// The longest wait for the last notifications at the end of a run: every attempt of one
     /// notification with its backoffs, at most a minute.
+    /// After a stop, at most until the deadline (and a moment for the workers to record what
+    /// they dropped).
     fn close_wait(&self) -> Duration {
         let attempts = self.cfg.attempts.max(1);
         let backoffs = FIRST_BACKOFF * ((1u32 << (attempts - 1).min(10)) - 1);
-        (self.cfg.timeout * attempts + backoffs).min(Duration::from_secs(60))
+        let wait = (self.cfg.timeout * attempts + backoffs).min(Duration::from_secs(60));
+        match self.deadline.get().and_then(Deadline::at) {
+            Some(at) => {
+                wait.min(at.saturating_duration_since(Instant::now()) + Duration::from_millis(200))
+            }
+            None => wait,
+        }
     }
 
     fn send(&self, kind: Kind, text: String, details: serde_json::Value) {
@@ -205,8 +291,9 @@ impl Sink for Notify {
         for w in &mut self.workers {
             w.tx.take();
         }
-        let wait = self.close_wait();
-        let deadline = std::time::Instant::now() + wait;
+        // Said to the tenth of a second.
+        let wait = Duration::from_millis(self.close_wait().as_millis().div_ceil(100) as u64 * 100);
+        let deadline = Instant::now() + wait;
         let mut said = false;
         for w in &mut self.workers {
             let first = w.done.recv_timeout(Duration::from_millis(300));
@@ -218,7 +305,7 @@ impl Sink for Notify {
                 );
                 said = true;
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             if first.is_ok() || w.done.recv_timeout(left).is_ok() {
                 if let Some(h) = w.handle.take() {
                     let _ = h.join();
@@ -240,15 +327,20 @@ impl Drop for Notify {
     }
 }
 
-/// One target's worker: delivers each notification in order, with retries.
-fn work(
-    rx: mpsc::Receiver<Notification>,
-    target: &Target,
+/// What one target's worker needs.
+struct Job {
+    target: Target,
     cfg: NotifyConfig,
     cwd: PathBuf,
     log: PathBuf,
     warnings: Warnings,
-) {
+    deadline: Arc<OnceLock<Deadline>>,
+}
+
+/// One target's worker: delivers each notification in order, with retries; after a stop, what
+/// the deadline cuts off is recorded as undelivered.
+fn work(rx: mpsc::Receiver<Notification>, job: &Job) {
+    let warnings = &job.warnings;
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -267,17 +359,98 @@ fn work(
             return;
         }
     };
+    let target = &job.target;
     while let Ok(n) = rx.recv() {
-        let (result, attempts) =
-            runtime.block_on(deliver_with_retries(&client, target, &n, &cfg, &cwd));
-        record(&log, &n, target, &result, attempts);
-        if let Err(why) = result {
-            warnings.push(format!(
-                "the {} notification to {target} failed after {attempts} attempt{}: {why}",
-                n.kind.as_str(),
-                if attempts == 1 { "" } else { "s" }
-            ));
+        let deadline = job.deadline.get();
+        let (result, attempts) = runtime.block_on(deliver_with_retries_until(
+            &client, target, &n, &job.cfg, &job.cwd, deadline,
+        ));
+        match result {
+            Delivery::Sent => record(&job.log, &n, target, &Ok(()), attempts, false),
+            Delivery::Failed(why) => {
+                record(&job.log, &n, target, &Err(why.clone()), attempts, false);
+                warnings.push(format!(
+                    "the {} notification to {target} failed after {attempts} attempt{}: {why}",
+                    n.kind.as_str(),
+                    if attempts == 1 { "" } else { "s" }
+                ));
+            }
+            Delivery::OutOfTime(what) => {
+                let why = format!("not delivered: {what} ran out");
+                record(&job.log, &n, target, &Err(why.clone()), attempts, true);
+                warnings.push(format!(
+                    "the {} notification to {target} was not delivered: {what} ran out{}",
+                    n.kind.as_str(),
+                    match attempts {
+                        0 => " before it could be sent".to_owned(),
+                        1 => " during its first attempt".to_owned(),
+                        k => format!(" during attempt {k}"),
+                    }
+                ));
+            }
         }
+    }
+}
+
+/// How one notification's delivery ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The target took it.
+    Sent,
+    /// Every attempt failed; the last one's reason.
+    Failed(String),
+    /// The shutdown deadline (described) passed before it went out.
+    OutOfTime(String),
+}
+
+/// [`deliver_with_retries`] within `deadline`: an attempt is cut when the deadline passes, no
+/// attempt or retry starts after it. Returns how the delivery ended and how many attempts began.
+pub async fn deliver_with_retries_until(
+    client: &reqwest::Client,
+    target: &Target,
+    n: &Notification,
+    cfg: &NotifyConfig,
+    cwd: &std::path::Path,
+    deadline: Option<&Deadline>,
+) -> (Delivery, u32) {
+    let Some(deadline) = deadline else {
+        let (result, attempts) = deliver_with_retries(client, target, n, cfg, cwd).await;
+        return (
+            result.map_or_else(Delivery::Failed, |()| Delivery::Sent),
+            attempts,
+        );
+    };
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        if deadline.is_past() {
+            return (Delivery::OutOfTime(deadline.describe()), attempt);
+        }
+        attempt += 1;
+        // A command target's own time limit is cut too, so its process ends with the attempt.
+        let mut cut = cfg.clone();
+        if let Some(at) = deadline.at() {
+            cut.timeout = cut
+                .timeout
+                .min(at.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1));
+        }
+        let result = tokio::select! {
+            biased;
+            () = deadline.passed() => return (Delivery::OutOfTime(deadline.describe()), attempt),
+            result = deliver(client, target, n, &cut, cwd) => result,
+        };
+        match result {
+            Ok(()) => return (Delivery::Sent, attempt),
+            Err(why) if attempt >= cfg.attempts.max(1) => return (Delivery::Failed(why), attempt),
+            Err(_) => {}
+        }
+        tokio::select! {
+            biased;
+            () = deadline.passed() => return (Delivery::OutOfTime(deadline.describe()), attempt),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff *= 2;
     }
 }
 
@@ -302,19 +475,24 @@ pub async fn deliver_with_retries(
     }
 }
 
-/// Appends one delivery to `.ralph/notifications.jsonl`.
+/// Appends one delivery to `.ralph/notifications.jsonl`; `undelivered` marks a notification the
+/// shutdown deadline cut off (`"undelivered": true`).
 fn record(
     log: &PathBuf,
     n: &Notification,
     target: &Target,
     result: &Result<(), String>,
     attempts: u32,
+    undelivered: bool,
 ) {
-    let line = json!({
+    let mut line = json!({
         "at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         "kind": n.kind, "run_id": n.run_id, "target": target.to_string(),
         "ok": result.is_ok(), "attempts": attempts, "error": result.as_ref().err(),
     });
+    if undelivered {
+        line["undelivered"] = json!(true);
+    }
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -314,6 +314,7 @@ pub fn lint_value(value: &Value, options: &LintOptions) -> Vec<Finding> {
         description: text(value, "description"),
         user_stories: stories,
         extra: serde_json::Map::new(),
+        index: Default::default(),
     };
     lint(&prd, options)
 }

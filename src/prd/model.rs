@@ -11,6 +11,9 @@
 //! `extra` (in file order) so that tools which add their own fields do not lose them; ralph itself
 //! never re-serializes prd.json (see [`crate::prd::store::set_passes`]).
 
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -43,6 +46,52 @@ pub struct Prd {
     /// Fields ralph does not know, kept as they were (in file order).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// Where each id is in `user_stories`, so that [`Prd::story`] is a hash lookup and not a
+    /// scan (with 100,000 stories, a scan per story made `status` and an iteration quadratic).
+    /// Not part of the file.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub(crate) index: StoryIndex,
+}
+
+/// The id → position map of a [`Prd`]'s stories, built on the first lookup. A clone starts
+/// empty (and is rebuilt when used), and two indexes always compare equal: it is derived data.
+/// A lookup checks the position it finds and falls back to a scan, so an index that is stale
+/// because `user_stories` was edited after it was built still gives the right story.
+#[derive(Default)]
+pub struct StoryIndex(OnceLock<HashMap<String, usize>>);
+
+impl StoryIndex {
+    /// The position of the first story with `id` according to the index (built from `stories`
+    /// when it is not yet).
+    fn position(&self, stories: &[Story], id: &str) -> Option<usize> {
+        let map = self.0.get_or_init(|| {
+            let mut map = HashMap::with_capacity(stories.len());
+            for (i, story) in stories.iter().enumerate() {
+                map.entry(story.id.clone()).or_insert(i);
+            }
+            map
+        });
+        map.get(id).copied()
+    }
+}
+
+impl Clone for StoryIndex {
+    fn clone(&self) -> StoryIndex {
+        StoryIndex::default()
+    }
+}
+
+impl PartialEq for StoryIndex {
+    fn eq(&self, _: &StoryIndex) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for StoryIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoryIndex")
+    }
 }
 
 /// One user story: a unit of work that a single agent iteration should finish.
@@ -80,9 +129,15 @@ pub struct Story {
 }
 
 impl Prd {
-    /// The first story whose `id` is `id`, if any.
+    /// The first story whose `id` is `id`, if any. A hash lookup (see [`StoryIndex`]); an id
+    /// that names no story costs one scan.
     pub fn story(&self, id: &str) -> Option<&Story> {
-        self.user_stories.iter().find(|story| story.id == id)
+        let found = self
+            .index
+            .position(&self.user_stories, id)
+            .and_then(|i| self.user_stories.get(i))
+            .filter(|story| story.id == id);
+        found.or_else(|| self.user_stories.iter().find(|story| story.id == id))
     }
 
     /// True when every story has `passes: true` (vacuously true for an empty list): the only
@@ -112,17 +167,24 @@ impl Prd {
     /// lowest `priority` number; ties go to the earlier story in the file. `None` when no story
     /// qualifies (all pass, or every open story is blocked or waiting on a dependency). A
     /// `dependsOn` id that names no story counts as unmet (validation rejects such files).
+    ///
+    /// Linear in the number of stories, their dependencies and `blocked`.
     pub fn next_story(&self, blocked: &[String]) -> Option<&Story> {
+        let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
+        let passing: HashSet<&str> = self
+            .user_stories
+            .iter()
+            .filter(|story| story.passes)
+            .map(|story| story.id.as_str())
+            .collect();
+        // The first story with an id decides whether that id passes.
+        let first_passes =
+            |dep: &str| passing.contains(dep) && self.story(dep).is_some_and(|d| d.passes);
         self.user_stories
             .iter()
             .filter(|story| !story.passes)
-            .filter(|story| !blocked.contains(&story.id))
-            .filter(|story| {
-                story
-                    .depends_on
-                    .iter()
-                    .all(|dep| self.story(dep).is_some_and(|d| d.passes))
-            })
+            .filter(|story| !blocked.contains(story.id.as_str()))
+            .filter(|story| story.depends_on.iter().all(|dep| first_passes(dep)))
             // `min_by_key` returns the first of equal minima, which gives document order on ties.
             .min_by_key(|story| story.priority)
     }
@@ -235,5 +297,63 @@ mod tests {
         assert_eq!(back["userStories"][0]["acceptanceCriteria"], json!([]));
         assert_eq!(back["userStories"][0]["estimate"], json!(3));
         assert!(back["userStories"][0].get("dependsOn").is_none());
+    }
+
+    #[test]
+    fn story_lookups_stay_right_after_the_stories_are_edited() {
+        let mut p = prd(vec![
+            story("US-001", 1, false, &[]),
+            story("US-002", 2, false, &[]),
+            story("US-001", 3, true, &[]),
+        ]);
+        // The first of duplicate ids, as before the index.
+        assert_eq!(p.story("US-001").unwrap().priority, 1);
+        // Edited after the index was built: replaced, removed, added.
+        p.user_stories[1].id = "US-020".into();
+        p.user_stories.remove(0);
+        let added: Story = serde_json::from_value(story("US-030", 4, false, &[])).unwrap();
+        p.user_stories.push(added);
+        assert_eq!(p.story("US-001").unwrap().priority, 3);
+        assert_eq!(p.story("US-020").unwrap().priority, 2);
+        assert_eq!(p.story("US-030").unwrap().priority, 4);
+        assert!(p.story("US-002").is_none());
+        // A clone and its original compare equal whatever their indexes hold.
+        assert_eq!(p.clone(), p);
+    }
+
+    #[test]
+    fn next_story_is_linear_in_a_long_dependency_chain() {
+        // 100,000 stories, each waiting on the one before: a scan per dependency made this
+        // about 5 billion comparisons; an index makes it a few hundred thousand lookups.
+        let n = 100_000;
+        let stories: Vec<Story> = (0..n)
+            .map(|i| Story {
+                id: format!("US-{i:06}"),
+                title: String::new(),
+                description: String::new(),
+                acceptance_criteria: Vec::new(),
+                priority: i,
+                passes: i < n / 2,
+                notes: String::new(),
+                depends_on: if i == 0 {
+                    Vec::new()
+                } else {
+                    vec![format!("US-{:06}", i - 1)]
+                },
+                verify: None,
+                extra: Map::new(),
+            })
+            .collect();
+        let mut p = prd(vec![story("X", 1, false, &[])]);
+        p.user_stories = stories;
+        let started = std::time::Instant::now();
+        for _ in 0..5 {
+            assert_eq!(p.next_story(&[]).unwrap().id, "US-050000");
+        }
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "5 picks among 100,000 stories took {took:?}"
+        );
     }
 }

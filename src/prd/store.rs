@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::ValidationError;
-use serde::Serialize;
+use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
 
 use crate::prd::model::Prd;
@@ -176,6 +176,45 @@ fn render_invalid(path: &Path, violations: &[Violation]) -> String {
     out
 }
 
+/// prd.json sizes above which ralph warns at the start of a run: 2 MiB of JSON, or 1,000
+/// stories. ralph stays linear past them, but every iteration reads, validates and snapshots the
+/// whole file, and the built-in prompt lists every story.
+pub const PRD_WARN_BYTES: usize = 2 * 1024 * 1024;
+/// See [`PRD_WARN_BYTES`].
+pub const PRD_WARN_STORIES: usize = 1_000;
+
+/// A warning when `loaded` is unreasonably large (above [`PRD_WARN_BYTES`] or
+/// [`PRD_WARN_STORIES`]): its size, the limits, what it costs and the fix. `None` otherwise.
+pub fn size_warning(loaded: &LoadedPrd) -> Option<String> {
+    let bytes = loaded.raw.len();
+    let stories = loaded.prd.user_stories.len();
+    if bytes <= PRD_WARN_BYTES && stories <= PRD_WARN_STORIES {
+        return None;
+    }
+    Some(format!(
+        "{} is unreasonably large: {}, {stories} stories (ralph warns above {} or {} stories). \
+         Every iteration reads, validates and snapshots the whole file, and the built-in prompt \
+         lists every story; split the work into one PRD per feature",
+        loaded.path.display(),
+        human_bytes(bytes),
+        human_bytes(PRD_WARN_BYTES),
+        PRD_WARN_STORIES
+    ))
+}
+
+/// `512 B`, `3.4 KiB`, `41.7 MiB`.
+pub fn human_bytes(bytes: usize) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KIB {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{:.1} MiB", b / KIB / KIB)
+    }
+}
+
 /// Read and validate the prd.json at `path`.
 ///
 /// # Errors
@@ -213,7 +252,8 @@ pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedPrd, PrdError> {
     }
     // The schema and the checks above cover every way the model can fail to deserialize; this
     // only guards against the two drifting apart.
-    let prd: Prd = serde_json::from_value(value.clone()).map_err(|err| PrdError::Invalid {
+    // Deserialized from the borrowed document: no copy of a file that may hold 100,000 stories.
+    let prd: Prd = Prd::deserialize(&value).map_err(|err| PrdError::Invalid {
         path: path.to_path_buf(),
         violations: vec![Violation {
             json_path: "$".into(),
@@ -575,6 +615,10 @@ fn list_ids(ids: &[&str]) -> String {
 /// Every elementary cycle that a depth-first search meets, each once, rotated to start at its
 /// lowest index and listed in dependency order. Nodes in a cycle are not revisited, so a tangle
 /// of overlapping cycles is reported through at least one cycle per strongly connected part.
+///
+/// Iterative, with an explicit stack: a dependency chain of 100,000 stories would overflow the
+/// thread's stack as recursion. The path's positions are kept in a map, so closing a cycle costs
+/// the cycle's length, not the path's.
 fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
@@ -582,22 +626,36 @@ fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
         OnStack,
         Done,
     }
-    fn visit(
-        node: usize,
-        edges: &[Vec<usize>],
-        marks: &mut [Mark],
-        stack: &mut Vec<usize>,
-        cycles: &mut Vec<Vec<usize>>,
-        seen: &mut HashSet<Vec<usize>>,
-    ) {
-        marks[node] = Mark::OnStack;
-        stack.push(node);
-        for &next in &edges[node] {
+    let mut marks = vec![Mark::New; edges.len()];
+    let mut cycles = Vec::new();
+    let mut seen: HashSet<Vec<usize>> = HashSet::new();
+    // The current path, each node with the index of its next edge to follow.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    let mut position: HashMap<usize, usize> = HashMap::new();
+    for root in 0..edges.len() {
+        if marks[root] != Mark::New {
+            continue;
+        }
+        marks[root] = Mark::OnStack;
+        position.insert(root, 0);
+        path.push((root, 0));
+        while let Some(&mut (node, ref mut next_edge)) = path.last_mut() {
+            let Some(&next) = edges[node].get(*next_edge) else {
+                path.pop();
+                position.remove(&node);
+                marks[node] = Mark::Done;
+                continue;
+            };
+            *next_edge += 1;
             match marks[next] {
-                Mark::New => visit(next, edges, marks, stack, cycles, seen),
+                Mark::New => {
+                    marks[next] = Mark::OnStack;
+                    position.insert(next, path.len());
+                    path.push((next, 0));
+                }
                 Mark::OnStack => {
-                    if let Some(pos) = stack.iter().position(|&n| n == next) {
-                        let mut cycle = stack[pos..].to_vec();
+                    if let Some(&pos) = position.get(&next) {
+                        let mut cycle: Vec<usize> = path[pos..].iter().map(|&(n, _)| n).collect();
                         if let Some(min_at) = cycle
                             .iter()
                             .enumerate()
@@ -613,24 +671,6 @@ fn find_cycles(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
                 }
                 Mark::Done => {}
             }
-        }
-        stack.pop();
-        marks[node] = Mark::Done;
-    }
-
-    let mut marks = vec![Mark::New; edges.len()];
-    let mut cycles = Vec::new();
-    let mut seen = HashSet::new();
-    for node in 0..edges.len() {
-        if marks[node] == Mark::New {
-            visit(
-                node,
-                edges,
-                &mut marks,
-                &mut Vec::new(),
-                &mut cycles,
-                &mut seen,
-            );
         }
     }
     cycles
@@ -1155,5 +1195,53 @@ mod tests {
             set_passes(b"[", "A", true),
             Err(PrdError::NotJson { .. })
         ));
+    }
+
+    #[test]
+    fn a_prd_above_the_size_limits_gets_a_warning_naming_them() {
+        let doc = |n: usize| {
+            let stories: Vec<Value> = (0..n)
+                .map(|i| {
+                    serde_json::json!({"id": format!("US-{i}"), "title": "t",
+                        "acceptanceCriteria": [], "priority": 1, "passes": false})
+                })
+                .collect();
+            serde_json::to_vec(&serde_json::json!({"project": "p", "userStories": stories}))
+                .unwrap()
+        };
+        let small = parse_bytes(Path::new("prd.json"), &doc(PRD_WARN_STORIES)).unwrap();
+        assert_eq!(size_warning(&small), None);
+        let many = parse_bytes(Path::new("prd.json"), &doc(PRD_WARN_STORIES + 1)).unwrap();
+        let warning = size_warning(&many).expect("more stories than the limit");
+        assert!(warning.contains("1001 stories"), "{warning}");
+        assert!(
+            warning.contains("warns above 2.0 MiB or 1000 stories"),
+            "{warning}"
+        );
+        let mut big = small.clone();
+        big.raw = vec![b' '; PRD_WARN_BYTES + 1];
+        let warning = size_warning(&big).expect("more bytes than the limit");
+        assert!(warning.contains("2.0 MiB, 1000 stories"), "{warning}");
+    }
+
+    #[test]
+    fn a_dependency_chain_of_200000_stories_is_checked_without_recursion() {
+        // Each story depends on the next one: a depth-first search 200,000 deep, which
+        // overflowed the stack when it recursed. The last closes a cycle back to the first.
+        let n = 200_000;
+        let mut edges: Vec<Vec<usize>> = (0..n).map(|i| vec![i + 1]).collect();
+        edges[n - 1] = vec![0];
+        let cycles = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || find_cycles(&edges))
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(cycles.len(), 1);
+        assert_eq!(cycles[0].len(), n);
+        assert_eq!(cycles[0][..3], [0, 1, 2]);
+        // And the smaller shapes still come out as before.
+        assert_eq!(find_cycles(&[vec![1], vec![2], vec![1]]), vec![vec![1, 2]]);
+        assert!(find_cycles(&[vec![], vec![0], vec![0, 1]]).is_empty());
     }
 }

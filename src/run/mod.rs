@@ -44,6 +44,9 @@ use self::session::Session;
 const FINAL_GRACE: Duration = Duration::from_secs(5);
 /// How long output is still read after the agent exited, before its group is killed.
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// After a stop signal, packing loose objects at the end of the run must be done by this share of
+/// `--shutdown-timeout` (counted from the signal); it is skipped or abandoned past it.
+const PACK_SHARE: f64 = 0.5;
 /// Longest agent output line kept in memory for parsing (16 MiB).
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -98,6 +101,7 @@ async fn drive(
         run_id: &s.run_id,
         agent_version: s.pre.agent_version.as_deref(),
         warned_unpriced: Default::default(),
+        warned_prompt_size: Default::default(),
         remote: s.remote.as_ref(),
     };
     // Where the previous iteration left the tree clean, while nothing else can have run since.
@@ -308,8 +312,13 @@ async fn finish(
     let paths = &s.pre.paths;
     pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
     // The refs and objects this run wrote are packed (see iteration::commit::PACK_REFS_EVERY).
+    // After a signal, packing objects must end within its share of --shutdown-timeout: the push,
+    // the lease release and the notifications come after it.
     if s.totals.iterations > 0 {
-        for warning in s.pre.repo.housekeeping() {
+        let pack_by = stop
+            .stopped()
+            .map(|c| c.at + cfg.shutdown_timeout.mul_f64(PACK_SHARE));
+        for warning in s.pre.repo.housekeeping_until(pack_by) {
             tracing::warn!("{warning}");
         }
     }

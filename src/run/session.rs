@@ -112,6 +112,9 @@ pub async fn open(
         .max(history::last_recorded_iteration(&paths, &pre.repo));
     let budgets = Budgets::of(cfg);
     let initial = store::load(&paths.prd)?;
+    if let Some(warning) = store::size_warning(&initial) {
+        out.warn(warning);
+    }
     let mut session = Session {
         expected_ids: initial
             .prd

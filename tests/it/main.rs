@@ -8,6 +8,7 @@ mod classify_kinds;
 mod cli_extras;
 mod common;
 mod convert;
+mod deadlines;
 mod doctor;
 mod errors;
 mod examples;

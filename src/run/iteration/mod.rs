@@ -54,6 +54,8 @@ pub struct Cx<'a> {
     pub agent_version: Option<&'a str>,
     /// Whether the "cost unknown" warning was given in this run.
     pub warned_unpriced: std::sync::atomic::AtomicBool,
+    /// Whether the "prompt is unreasonably large" warning was given in this run.
+    pub warned_prompt_size: std::sync::atomic::AtomicBool,
     /// `--push`: the remote each checkpoint is pushed to.
     pub remote: Option<&'a crate::remote::Remote>,
 }
@@ -104,6 +106,14 @@ pub async fn run(
     out.emit(RunEvent::AgentCommand {
         command: command_line,
     });
+    if let Some(warning) = crate::prompt::size_warning(launch.prompt.len()) {
+        if !cx
+            .warned_prompt_size
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            out.warn(warning);
+        }
+    }
     let execution = execute::execute(cx, state, launch, assignment.iteration, limits, out).await?;
     // A signal ended (or came during) the agent: how long its stop took is part of the record.
     let agent_stopped = cx.stop.stopped().map(|c| (c, c.at.elapsed()));
