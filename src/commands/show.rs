@@ -28,7 +28,7 @@ const PATCH_MAX_BYTES: usize = 512 * 1024;
 /// ledger.
 pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let prd = crate::workspace::locate_books(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
     let repo = Repo::discover(&paths.repo_root).ok();
     let history = History::load(&paths, repo.as_ref())?;

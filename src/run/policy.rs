@@ -112,7 +112,8 @@ pub struct Tally {
     pub usage_waits: u32,
     /// Usage limits in a row (a limit right after a wait backs off).
     pub limit_repeats: u32,
-    /// This run's cost so far, in USD.
+    /// The cost counted against `--max-cost`, in USD: this run's, plus the feature's earlier
+    /// runs' with `--budget-scope feature` (set when the session opens).
     pub cost_usd: f64,
 }
 
@@ -568,6 +569,49 @@ pub fn open_ids(prd: &Prd) -> Vec<String> {
         .filter(|s| !s.passes)
         .map(|s| s.id.clone())
         .collect()
+}
+
+/// `--max-cost` already reached before the first iteration (the feature's earlier runs, in
+/// `t.cost_usd`, spent it): the stop, naming the last recorded iteration `last_iteration`.
+pub fn spent_before_start(t: &Tally, b: &Budgets, last_iteration: u32) -> Option<StopReason> {
+    let max = b.max_cost?;
+    (t.cost_usd >= max).then_some(StopReason::MaxCost {
+        spent_usd: t.cost_usd,
+        max_usd: max,
+        iteration: last_iteration,
+    })
+}
+
+/// `--resume-only`: whether a schedule may go on with this PRD, from how its last run ended
+/// (`last`, state.json's `stop_reason`, `None` when that run recorded no end) and whether any
+/// iteration is recorded at all (`recorded`).
+///
+/// Resumable are the stops that pass by themselves: a usage limit, `--max-duration`, a signal,
+/// and a run that recorded no end (killed: SIGKILL, OOM, a lost node). Everything else (done,
+/// a budget, blocked stories, `ralph stop`, a refused push, a human needed) is not.
+///
+/// # Errors
+/// The sentence saying why nothing runs, when the run is not resumable.
+pub fn resumable(last: Option<&StopReason>, recorded: bool) -> Result<(), String> {
+    match last {
+        None if !recorded => Err(
+            "nothing to resume: this PRD has no earlier run (start it with `ralph run`)".into(),
+        ),
+        None => Ok(()),
+        Some(
+            StopReason::UsageLimit { .. }
+            | StopReason::MaxDuration { .. }
+            | StopReason::Interrupted { .. },
+        ) => Ok(()),
+        Some(StopReason::Complete) => {
+            Err("nothing to resume: the last run completed every story".into())
+        }
+        Some(reason) => Err(format!(
+            "not resumed: the last run {} (exit {}); that needs a human, not a schedule: run `ralph run` by hand once it is dealt with",
+            reason.sentence().trim_start_matches("stopped: "),
+            reason.exit_status().code()
+        )),
+    }
 }
 
 #[cfg(test)]

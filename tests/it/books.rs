@@ -1,0 +1,108 @@
+//! The books of a feature across runs, clones and PRDs (issue 18, items 11–15): budgets that
+//! last across runs, `--resume-only`, one history reader for `status` and `run`, books per
+//! PRD, and the ledger that travels with `--push`.
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, text, TestEnv};
+
+/// An iteration in which the agent fails.
+fn failing() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_result": {"text": "I could not do it", "is_error": true}},
+        {"exit": 1}
+    ])
+}
+
+/// An iteration that passes story `id` (`@next` for the story ralph picked), writing `file`,
+/// and reports `cost` USD.
+fn passing(id: &str, file: &str, cost: f64) -> Value {
+    json!([
+        {"claude_init": {}},
+        {"write_file": {"path": file, "content": "done\n"}},
+        {"set_passes": {"id": id, "passes": true}},
+        {"git_commit": format!("feat: {file}")},
+        {"claude_result": {"text": "Implemented it.", "cost_usd": cost}}
+    ])
+}
+
+fn status_json(env: &TestEnv, args: &[&str]) -> Value {
+    let mut all = vec!["status", "--json"];
+    all.extend_from_slice(args);
+    let out = env.ralph(&all);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json")
+}
+
+/// Item 12: in a fresh clone (no `.ralph/`), the attempts come from git's trailers. `status`
+/// must block the stories `run` blocks (with the run's own `max_attempts` from ralph.toml), so
+/// the next story it names is the one `run` then works on.
+#[test]
+fn status_and_run_agree_on_the_next_story_from_git_history() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.write("ralph.toml", "max_attempts = 2\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [failing(), failing(), passing("@next", "f2.txt", 0.1)]}));
+    let out = env.ralph(&[
+        "run",
+        "--max-iter",
+        "2",
+        "--max-failures",
+        "10",
+        "--max-no-progress",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    // A fresh clone: no .ralph/, the attempts are in the trailers only.
+    std::fs::remove_dir_all(env.path(".ralph")).unwrap();
+
+    let doc = status_json(&env, &[]);
+    assert_eq!(doc["source"], "git", "{doc}");
+    assert_eq!(doc["stories"][0]["attempts"], 2, "{doc}");
+    assert_eq!(doc["stories"][0]["blocked"], true, "{doc}");
+    assert_eq!(doc["next_story"], "US-002", "{doc}");
+    let human = env.ralph(&["status"]);
+    let stdout = String::from_utf8_lossy(&human.stdout);
+    assert!(stdout.contains("next story: US-002"), "{stdout}");
+
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let ledger = env.ledger();
+    assert_eq!(
+        ledger.last().expect("a record")["story_id"],
+        "US-002",
+        "run works on the story status named: {}",
+        text(&out)
+    );
+}
+
+/// Item 15: `nohup ralph run` survives the terminal's hang-up. A SIGHUP ignored when ralph
+/// starts stays ignored (on main, ralph installed its own handler and stopped with 130).
+#[test]
+fn a_run_started_under_nohup_survives_sighup() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let mut step = passing("US-001", "f1.txt", 0.1);
+    step.as_array_mut()
+        .unwrap()
+        .insert(1, json!({"sleep_ms": 3000}));
+    env.script(&json!({"invocations": [step]}));
+    let mut cmd = std::process::Command::new("nohup");
+    cmd.arg(crate::common::ralph_bin())
+        .args(["run", "--max-iter", "1"])
+        .current_dir(&env.repo)
+        .env_clear()
+        .envs(env.envs());
+    let mut child = env.ralph_spawn_with(cmd);
+    // Until the agent runs (the fake records its start), then the hang-up.
+    let t = std::time::Instant::now();
+    while env.agent_calls() == 0 && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(env.agent_calls(), 1, "{}", env.spawned_output());
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", env.spawned_output());
+    assert_eq!(env.ledger()[0]["outcome"], "story_passed");
+}
