@@ -583,20 +583,19 @@ pub fn spent_before_start(t: &Tally, b: &Budgets, last_iteration: u32) -> Option
 }
 
 /// `--resume-only`: whether a schedule may go on with this PRD, from how its last run ended
-/// (`last`, state.json's `stop_reason`, `None` when that run recorded no end) and whether any
-/// iteration is recorded at all (`recorded`).
+/// (`last`, state.json's `stop_reason`, `None` when that run recorded no end or there was
+/// none).
 ///
 /// Resumable are the stops that pass by themselves: a usage limit, `--max-duration`, a signal,
-/// and a run that recorded no end (killed: SIGKILL, OOM, a lost node). Everything else (done,
-/// a budget, blocked stories, `ralph stop`, a refused push, a human needed) is not.
+/// and a run that recorded no end (killed: SIGKILL, OOM, a lost node). A PRD that never ran
+/// starts (a schedule picks up a new PRD; nobody has decided anything about it yet). Everything
+/// else (done, `--max-iter`, a budget, blocked stories, `ralph stop`, a refused push, a human
+/// needed) is not: rerunning it would turn a run's limits into limits per schedule tick.
 ///
 /// # Errors
 /// The sentence saying why nothing runs, when the run is not resumable.
-pub fn resumable(last: Option<&StopReason>, recorded: bool) -> Result<(), String> {
+pub fn resumable(last: Option<&StopReason>) -> Result<(), String> {
     match last {
-        None if !recorded => Err(
-            "nothing to resume: this PRD has no earlier run (start it with `ralph run`)".into(),
-        ),
         None => Ok(()),
         Some(
             StopReason::UsageLimit { .. }
@@ -607,8 +606,8 @@ pub fn resumable(last: Option<&StopReason>, recorded: bool) -> Result<(), String
             Err("nothing to resume: the last run completed every story".into())
         }
         Some(reason) => Err(format!(
-            "not resumed: the last run {} (exit {}); that needs a human, not a schedule: run `ralph run` by hand once it is dealt with",
-            reason.sentence().trim_start_matches("stopped: "),
+            "not resumed (--resume-only): the last run stopped with exit {1}: {0}. That needs a human, not a schedule: deal with it, then run `ralph run` by hand",
+            reason.sentence(),
             reason.exit_status().code()
         )),
     }

@@ -98,9 +98,7 @@ pub async fn open(
     let mut state = load_state(&pre, out)?;
     // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
     if cfg.resume_only {
-        let recorded =
-            state.iteration > 0 || history::last_recorded_iteration(&paths, &pre.repo) > 0;
-        if let Err(why) = policy::resumable(state.stop_reason.as_ref(), recorded) {
+        if let Err(why) = policy::resumable(state.stop_reason.as_ref()) {
             return Err(NothingToResume(why).into());
         }
     }

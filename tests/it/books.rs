@@ -106,3 +106,81 @@ fn a_run_started_under_nohup_survives_sighup() {
     assert_eq!(status.code(), Some(0), "{}", env.spawned_output());
     assert_eq!(env.ledger()[0]["outcome"], "story_passed");
 }
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Item 11: `--max-cost` counts every run of the feature, so rerunning ralph (an hourly
+/// schedule) does not start a fresh budget; `--budget-scope run` is the per-run reading.
+#[test]
+fn max_cost_counts_the_features_earlier_runs() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        passing("@next", "f1.txt", 0.2),
+        passing("@next", "f2.txt", 0.2),
+        passing("@next", "f3.txt", 0.2)
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "1", "--max-cost", "0.3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    // $0.20 before, $0.20 now: the second run crosses $0.30 (on main it started at $0).
+    let out = env.ralph(&["run", "--max-iter", "1", "--max-cost", "0.3"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("reached --max-cost $0.30"),
+        "{}",
+        text(&out)
+    );
+    // Already over: stops before calling the agent.
+    let out = env.ralph(&["run", "--max-cost", "0.3"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 2, "{}", text(&out));
+    assert!(stderr(&out).contains("$0.40"), "{}", text(&out));
+    // The per-run reading: a new run starts at $0.
+    let out = env.ralph(&["run", "--max-cost", "0.3", "--budget-scope", "run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 3);
+}
+
+/// Item 11: `--resume-only` goes on after a usage limit, and does nothing (exit 0, saying why)
+/// after a stop a human must look at, or when the feature is complete.
+#[test]
+fn resume_only_resumes_a_usage_limit_but_not_a_stop_for_a_human() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [failing(), failing()]}));
+    let out = env.ralph(&["run", "--max-failures", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let out = env.ralph(&["run", "--resume-only"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr(&out).contains("not resumed"), "{}", text(&out));
+    assert!(stderr(&out).contains("--max-failures"), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 1, "the agent was not called again");
+    // The reason survives for the next tick of the schedule.
+    let out = env.ralph(&["run", "--resume-only"]);
+    assert!(stderr(&out).contains("not resumed"), "{}", text(&out));
+
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    let resets_at = chrono::Utc::now().timestamp() + 1;
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+            {"exit": 1}
+        ],
+        passing("US-001", "f1.txt", 0.1)
+    ]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let out = env.ralph(&["run", "--resume-only", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 2, "resumed: {}", text(&out));
+    // Complete: nothing to do.
+    let out = env.ralph(&["run", "--resume-only"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr(&out).contains("nothing to resume"), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 2);
+}
