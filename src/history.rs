@@ -65,6 +65,10 @@ impl History {
         let feature = crate::prd::store::load(&paths.prd)
             .ok()
             .and_then(|l| l.prd.branch_name);
+        // A PRD kept in a folder shares the repository's history with the other PRDs: of the
+        // commits git remembers, only its own feature's (and those that name none) are its.
+        let nested = paths.ralph_dir != paths.repo_root.join(crate::workspace::RALPH_DIR);
+        let own = |r: &LedgerRecord| !nested || r.feature.is_none() || r.feature == feature;
         if records.is_empty() {
             if let Some(repo) = repo {
                 records = books_records(repo, feature.as_deref());
@@ -85,7 +89,7 @@ impl History {
                         .map(|t| records_from_git(&t))
                         .unwrap_or_default()
                         .into_iter()
-                        .filter(|r| r.iteration < before)
+                        .filter(|r| r.iteration < before && own(r))
                         .collect();
                     earlier.append(&mut records);
                     records = earlier;
@@ -96,10 +100,11 @@ impl History {
                 source: Source::Ledger,
             });
         }
-        let from_git = repo
+        let mut from_git = repo
             .and_then(|r| r.trailer_history(MAX_GIT_RECORDS).ok())
             .map(|t| records_from_git(&t))
             .unwrap_or_default();
+        from_git.retain(own);
         let source = if from_git.is_empty() {
             Source::Empty
         } else {

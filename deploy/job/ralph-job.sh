@@ -94,7 +94,11 @@ while true; do
   if ! kill -0 "$child" 2>/dev/null; then break; fi
 done
 
-state="$dir/.ralph/state.json"
+# The PRD's books: .ralph/ for the repository's own prd.json, .ralph/books/<path>/ for any other.
+case "$prd" in
+  prd.json | ./prd.json) state="$dir/.ralph/state.json" ;;
+  *) state="$dir/.ralph/books/${prd#./}/state.json" ;;
+esac
 resume_at=""
 if [[ -f "$state" ]]; then
   resume_at="$(sed -n 's/.*"resume_at": *"\([^"]*\)".*/\1/p' "$state" | head -1)"

@@ -184,3 +184,87 @@ fn resume_only_resumes_a_usage_limit_but_not_a_stop_for_a_human() {
     assert!(stderr(&out).contains("nothing to resume"), "{}", text(&out));
     assert_eq!(env.agent_calls(), 2);
 }
+
+/// A prd.json with one open story, on branch `branch`.
+fn one_story_prd(branch: &str, id: &str) -> Value {
+    json!({
+        "project": format!("Project {branch}"),
+        "branchName": branch,
+        "description": "a feature",
+        "userStories": [{
+            "id": id, "title": format!("Story {id}"), "description": "As a user I want it",
+            "acceptanceCriteria": ["it exists"], "priority": 1, "passes": false, "notes": ""
+        }]
+    })
+}
+
+/// An iteration that passes story `id` of the prd.json at `prd`, writing `file`, for `cost`.
+fn passing_in(prd: &str, id: &str, file: &str, cost: f64) -> Value {
+    json!([
+        {"claude_init": {}},
+        {"write_file": {"path": file, "content": "done\n"}},
+        {"set_passes": {"id": id, "passes": true, "prd": prd}},
+        {"claude_result": {"text": "done", "cost_usd": cost}}
+    ])
+}
+
+/// Item 13: two PRDs in one repository keep their books apart (`.ralph/books/<path>/`), and
+/// `log`/`report` at the repository root find them.
+#[test]
+fn two_prds_in_one_repository_keep_their_books_apart() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.git(&["rm", "-q", "prd.json"]);
+    for (dir, branch, id) in [("a", "ralph/a", "A-1"), ("b", "ralph/b", "B-1")] {
+        let prd = serde_json::to_string_pretty(&one_story_prd(branch, id)).unwrap();
+        env.write(&format!("prds/{dir}/prd.json"), &format!("{prd}\n"));
+    }
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "two PRDs"]);
+    env.script(&json!({"invocations": [
+        passing_in("prds/a/prd.json", "A-1", "a.txt", 0.5),
+        passing_in("prds/b/prd.json", "B-1", "b.txt", 0.25)
+    ]}));
+    let out = env.ralph(&["run", "--prd", "prds/a/prd.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        env.path(".ralph/books/prds/a/prd.json/ledger.jsonl").is_file(),
+        "{}",
+        text(&out)
+    );
+    assert!(!env.path(".ralph/ledger.jsonl").exists());
+    assert_eq!(env.read(".ralph/.gitignore"), "*\n", ".ralph/ stays out of git");
+
+    // b has no run: neither a's stop nor a's iterations are b's.
+    let b = status_json(&env, &["--prd", "prds/b/prd.json"]);
+    assert_eq!(b["stop_reason"], Value::Null, "{b}");
+    assert_eq!(b["total_iterations"], 0, "{b}");
+    assert_eq!(b["next_story"], "B-1", "{b}");
+    let a = status_json(&env, &["--prd", "prds/a/prd.json"]);
+    assert_eq!(a["stop_reason"]["kind"], "complete", "{a}");
+    assert_eq!(a["total_cost_usd"], 0.5, "{a}");
+
+    // At the root (no prd.json there), log and report find the one PRD with books.
+    let log = env.ralph(&["log", "--no-pager"]);
+    assert_eq!(log.status.code(), Some(0), "{}", text(&log));
+    assert!(String::from_utf8_lossy(&log.stdout).contains("A-1"), "{}", text(&log));
+    let report = env.ralph(&["report", "--markdown"]);
+    assert_eq!(report.status.code(), Some(0), "{}", text(&report));
+    assert!(String::from_utf8_lossy(&report.stdout).contains("A-1"), "{}", text(&report));
+
+    // Once b has books too, the root asks which, and each log shows only its own stories.
+    let out = env.ralph(&["run", "--prd", "prds/b/prd.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = env.ralph(&["log", "--no-pager"]);
+    assert_ne!(log.status.code(), Some(0), "{}", text(&log));
+    let err = stderr(&log);
+    assert!(
+        err.contains("prds/a/prd.json") && err.contains("prds/b/prd.json") && err.contains("--prd"),
+        "{}",
+        text(&log)
+    );
+    let log_b = env.ralph(&["log", "--no-pager", "--prd", "prds/b/prd.json"]);
+    let shown = String::from_utf8_lossy(&log_b.stdout);
+    assert!(shown.contains("B-1") && !shown.contains("A-1"), "{}", text(&log_b));
+    let b = status_json(&env, &["--prd", "prds/b/prd.json"]);
+    assert_eq!(b["total_cost_usd"], 0.25, "{b}");
+}
