@@ -227,12 +227,17 @@ fn two_prds_in_one_repository_keep_their_books_apart() {
     let out = env.ralph(&["run", "--prd", "prds/a/prd.json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        env.path(".ralph/books/prds/a/prd.json/ledger.jsonl").is_file(),
+        env.path(".ralph/books/prds/a/prd.json/ledger.jsonl")
+            .is_file(),
         "{}",
         text(&out)
     );
     assert!(!env.path(".ralph/ledger.jsonl").exists());
-    assert_eq!(env.read(".ralph/.gitignore"), "*\n", ".ralph/ stays out of git");
+    assert_eq!(
+        env.read(".ralph/.gitignore"),
+        "*\n",
+        ".ralph/ stays out of git"
+    );
 
     // b has no run: neither a's stop nor a's iterations are b's.
     let b = status_json(&env, &["--prd", "prds/b/prd.json"]);
@@ -246,10 +251,18 @@ fn two_prds_in_one_repository_keep_their_books_apart() {
     // At the root (no prd.json there), log and report find the one PRD with books.
     let log = env.ralph(&["log", "--no-pager"]);
     assert_eq!(log.status.code(), Some(0), "{}", text(&log));
-    assert!(String::from_utf8_lossy(&log.stdout).contains("A-1"), "{}", text(&log));
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("A-1"),
+        "{}",
+        text(&log)
+    );
     let report = env.ralph(&["report", "--markdown"]);
     assert_eq!(report.status.code(), Some(0), "{}", text(&report));
-    assert!(String::from_utf8_lossy(&report.stdout).contains("A-1"), "{}", text(&report));
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("A-1"),
+        "{}",
+        text(&report)
+    );
 
     // Once b has books too, the root asks which, and each log shows only its own stories.
     let out = env.ralph(&["run", "--prd", "prds/b/prd.json"]);
@@ -264,7 +277,75 @@ fn two_prds_in_one_repository_keep_their_books_apart() {
     );
     let log_b = env.ralph(&["log", "--no-pager", "--prd", "prds/b/prd.json"]);
     let shown = String::from_utf8_lossy(&log_b.stdout);
-    assert!(shown.contains("B-1") && !shown.contains("A-1"), "{}", text(&log_b));
+    assert!(
+        shown.contains("B-1") && !shown.contains("A-1"),
+        "{}",
+        text(&log_b)
+    );
     let b = status_json(&env, &["--prd", "prds/b/prd.json"]);
     assert_eq!(b["total_cost_usd"], 0.25, "{b}");
+}
+
+/// Item 14: with `--push` the books travel with the branch (`refs/ralph/books/<branch>`): a
+/// clone that fetches them has the costs, the next pod's `--max-cost` counts the earlier pods'
+/// spending, and a later pod's `--resume-only` sees why the last one stopped.
+#[test]
+fn pushed_books_travel_with_the_branch_to_any_clone() {
+    use crate::scale_out::{run_git, working_agent, Remote, BRANCH};
+    let r = Remote::new(3, &working_agent(0));
+    let first = r.clone("first");
+    let out = r
+        .ralph(&first, &["run", "--push", "--max-iter", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        r.has_ref(&format!("refs/ralph/books/{BRANCH}")),
+        "{}",
+        text(&out)
+    );
+
+    // A morning report from any clone: fetch the books, read the costs.
+    let reader = r.clone("reader");
+    run_git(
+        &reader,
+        &r.env,
+        &[
+            "fetch",
+            "-q",
+            "origin",
+            "+refs/ralph/books/*:refs/ralph/books/*",
+        ],
+    );
+    let status = r.ralph(&reader, &["status", "--json"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    assert_eq!(doc["total_cost_usd"], 0.01, "{}", text(&status));
+    assert_eq!(doc["source"], "ledger", "{doc}");
+    let report = r
+        .ralph(&reader, &["report", "--markdown"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("$0.01"),
+        "{}",
+        text(&report)
+    );
+
+    // The next pod: $0.01 before, $0.01 now, over --max-cost $0.015 (a fresh budget would not be).
+    let second = r.clone("second");
+    let out = r
+        .ralph(&second, &["run", "--push", "--max-cost", "0.015"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(r.remote_iterations(), [1, 2], "{}", text(&out));
+    // A scheduled pod after that: the books say a budget stopped it; nothing runs.
+    let third = r.clone("third");
+    let out = r
+        .ralph(&third, &["run", "--push", "--resume-only"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr(&out).contains("--max-cost"), "{}", text(&out));
+    assert_eq!(r.remote_iterations(), [1, 2]);
 }
