@@ -29,7 +29,7 @@ pub mod time;
 pub mod usage;
 
 pub use agent_event::{AgentEvent, AgentReport, FailureClass};
-pub use exit::ExitStatus;
+pub use exit::{ExitStatus, Retry};
 pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{LedgerRecord, PushRecord, PushStatus, Rebuilt, ShutdownRecord, VerifyRecord};

@@ -349,3 +349,154 @@ fn pushed_books_travel_with_the_branch_to_any_clone() {
     assert!(stderr(&out).contains("--max-cost"), "{}", text(&out));
     assert_eq!(r.remote_iterations(), [1, 2]);
 }
+
+fn manifest() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The documents of a YAML file as JSON, read by the linters' Python (PyYAML; installed by
+/// scripts/install-linters.sh). Fails with that command when it is missing.
+fn yaml_documents(file: &std::path::Path) -> Vec<Value> {
+    let python = manifest().join(".tools/lint/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-linters.sh (scripts/test.sh does)",
+        python.display()
+    );
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(file)
+        .output()
+        .expect("python");
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// Item 11: the Kubernetes manifests define the Job once (the CronJob's template), run it with
+/// `--resume-only`, and fail an index on exactly the exit codes ralph says a retry now cannot
+/// change (`ExitStatus::retry`); docs/scale-out.md's table says the same for every code.
+#[test]
+fn the_schedulers_follow_ralphs_exit_codes() {
+    use ralph::protocol::{ExitStatus, Retry};
+    let mut job_specs = Vec::new();
+    for entry in std::fs::read_dir(manifest().join("deploy/kubernetes")).unwrap() {
+        for doc in yaml_documents(&entry.unwrap().path()) {
+            match doc["kind"].as_str() {
+                Some("Job") => job_specs.push(doc["spec"].clone()),
+                Some("CronJob") => job_specs.push(doc["spec"]["jobTemplate"]["spec"].clone()),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        job_specs.len(),
+        1,
+        "one Job definition, not copies: {job_specs:#?}"
+    );
+    let spec = &job_specs[0];
+    let rules = spec["podFailurePolicy"]["rules"].as_array().expect("rules");
+    let mut fail: Vec<u64> = rules
+        .iter()
+        .filter(|r| r["action"] == "FailIndex")
+        .flat_map(|r| {
+            r["onExitCodes"]["values"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| v.as_u64())
+        .collect();
+    fail.sort_unstable();
+    let expected: Vec<u64> = ExitStatus::ALL
+        .iter()
+        .filter(|s| **s != ExitStatus::Success && s.retry() != Retry::Now)
+        .map(|s| u64::from(s.code()))
+        .collect();
+    assert_eq!(fail, expected, "FailIndex exit codes");
+    let env = spec["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "RALPH_RESUME_ONLY" && e["value"] == "1"),
+        "the scheduled Job runs --resume-only: {env:?}"
+    );
+
+    // docs/scale-out.md's exit-code table: the retry column of every code ralph has.
+    let doc = std::fs::read_to_string(manifest().join("docs/scale-out.md")).unwrap();
+    let table: Vec<Vec<String>> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("| code | meaning | retry? |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').map(|c| c.trim().to_owned()).collect())
+        .collect();
+    for status in ExitStatus::ALL {
+        let row = table
+            .iter()
+            .find(|r| {
+                r[1].split([',', '/'])
+                    .any(|c| c.trim() == status.code().to_string())
+            })
+            .unwrap_or_else(|| panic!("no row for exit {} in {table:?}", status.code()));
+        let said = &row[3];
+        let ok = match status.retry() {
+            Retry::No => said.starts_with("no"),
+            Retry::Later => said.starts_with("later"),
+            Retry::Now => said.starts_with("at once"),
+        };
+        assert!(
+            ok,
+            "exit {}: {:?} says {said:?}",
+            status.code(),
+            status.retry()
+        );
+    }
+}
+
+/// Item 11: the action's `args` are split as a shell splits them, so a quoted
+/// `--verify "test -f file-1.txt"` reaches ralph as one value; `resume-only` reaches ralph.
+#[test]
+fn the_actions_args_keep_quoted_words_together() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [passing("US-001", "file-1.txt", 0.1)]}));
+    let link = env.bin.join("ralph");
+    std::os::unix::fs::symlink(crate::common::ralph_bin(), &link).unwrap();
+    let runner = env.root.path().join("runner");
+    std::fs::create_dir_all(&runner).unwrap();
+    let step = |inputs: &[(&str, &str)]| {
+        std::process::Command::new(manifest().join("deploy/github/run.sh"))
+            .current_dir(&env.repo)
+            .env_clear()
+            .envs(env.envs())
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_OUTPUT", runner.join("output"))
+            .env("GITHUB_STEP_SUMMARY", runner.join("summary.md"))
+            .envs(inputs.iter().copied())
+            .output()
+            .expect("run.sh")
+    };
+    let out = step(&[(
+        "INPUT_ARGS",
+        "--verify \"test -f file-1.txt\" --max-attempts 2",
+    )]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rec = &env.ledger()[0];
+    assert_eq!(rec["outcome"], "story_passed", "{rec}");
+    assert_eq!(rec["verify"][0]["command"], "test -f file-1.txt", "{rec}");
+    assert_eq!(rec["verify"][0]["passed"], true, "{rec}");
+    // Unbalanced quotes are an error that says so, not a run with mangled flags.
+    let out = step(&[("INPUT_ARGS", "--verify \"test -f")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("unbalanced quotes"),
+        "{}",
+        text(&out)
+    );
+    let out = step(&[("INPUT_RESUME_ONLY", "true")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr(&out).contains("nothing to resume"), "{}", text(&out));
+}
