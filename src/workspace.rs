@@ -124,6 +124,66 @@ fn prd_in_repo(repo_root: &Path, prd: &Path) -> Option<PathBuf> {
     resolved.strip_prefix(&root).ok().and_then(plain)
 }
 
+/// Moves the books an older ralph kept in `.ralph/` for a prd.json in a folder into that PRD's
+/// own books (`paths.ralph_dir`), once: only when they are this PRD's (no `prd.json` at the
+/// repository root, and `.ralph/state.json` names `feature`, prd.json's `branchName`, as its
+/// feature) and the PRD has no books of its own yet. Everything in `.ralph/` but its
+/// `.gitignore` and `books/` moves (ledger, state, transcripts, snapshot, archive memory).
+/// Returns how many entries moved (0: nothing to adopt).
+///
+/// # Errors
+/// The I/O error of a move, naming both paths (entries already moved stay moved; the next run
+/// moves the rest).
+pub fn adopt_legacy_books(paths: &RunPaths, feature: Option<&str>) -> io::Result<usize> {
+    let root = paths.repo_root.join(RALPH_DIR);
+    let state_file = |d: &Path| d.join(crate::state::STATE_FILE);
+    if paths.ralph_dir == root
+        || paths.repo_root.join("prd.json").exists()
+        || paths.ledger.exists()
+        || state_file(&paths.ralph_dir).exists()
+    {
+        return Ok(0);
+    }
+    let Ok(text) = std::fs::read_to_string(state_file(&root)) else {
+        return Ok(0);
+    };
+    // An older ralph still running there keeps its books where they are.
+    let holder = std::fs::read_to_string(root.join(crate::lock::LOCK_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::lock::LockInfo>(&t).ok());
+    if holder.is_some_and(|h| Path::new(&format!("/proc/{}", h.pid)).exists()) {
+        return Ok(0);
+    }
+    let owner = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("feature").and_then(|f| f.as_str()).map(str::to_owned));
+    if owner.as_deref() != Some(feature.unwrap_or_default()) {
+        return Ok(0);
+    }
+    std::fs::create_dir_all(&paths.ralph_dir)?;
+    let mut moved = 0;
+    for entry in std::fs::read_dir(&root)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == ".gitignore" || name == BOOKS_DIR {
+            continue;
+        }
+        let to = paths.ralph_dir.join(&name);
+        std::fs::rename(entry.path(), &to).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot move {} to {}: {e}",
+                    entry.path().display(),
+                    to.display()
+                ),
+            )
+        })?;
+        moved += 1;
+    }
+    Ok(moved)
+}
+
 /// The prd.json paths of the repository at `repo_root` that have books (a ledger or a
 /// state.json), sorted: `<root>/prd.json` for `.ralph/` itself, `<root>/<path>` for
 /// `.ralph/books/<path>/`. The prd.json files need not exist any more.

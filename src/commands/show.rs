@@ -37,10 +37,14 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
         .from_git
         .then(|| fill_from_git(found, repo.as_ref(), &prd));
     let record = filled.as_ref().unwrap_or(found);
+    // Where the record says, else where this PRD's books keep it now (books moved into
+    // `.ralph/books/<path>/` from where an older ralph wrote them).
     let transcript = record
         .transcript
         .as_ref()
         .map(|t| paths.repo_root.join(t))
+        .filter(|p| p.exists())
+        .or_else(|| Some(paths.transcript(&record.run_id, record.iteration)))
         .and_then(|p| crate::transcript::read_with(&p, replayer).ok());
     if args.raw {
         let Some(t) = transcript else {

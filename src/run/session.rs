@@ -76,6 +76,15 @@ pub async fn open(
     out: &mut Outputs,
 ) -> anyhow::Result<Session> {
     let paths = pre.paths.clone();
+    // Books an older ralph kept in .ralph/ for this prd.json in a folder become its own.
+    let feature = store::load(&paths.prd).ok().and_then(|l| l.prd.branch_name);
+    let moved = crate::workspace::adopt_legacy_books(&paths, feature.as_deref())?;
+    if moved > 0 {
+        out.notice(format!(
+            "moved this PRD's books from .ralph/ (where an older ralph kept them) to {}",
+            paths.rel(&paths.ralph_dir)
+        ));
+    }
     ensure_ralph_dir(&paths.ralph_dir)?;
     let acquired = RunLock::acquire(&paths.ralph_dir)?;
     if let Some(stale) = &acquired.stale {

@@ -500,3 +500,46 @@ fn the_actions_args_keep_quoted_words_together() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stderr(&out).contains("nothing to resume"), "{}", text(&out));
 }
+
+/// Item 13: books an older ralph kept in `.ralph/` for a prd.json in a folder are moved into
+/// that PRD's books on its next run, without loss (the ledger, its costs, the transcripts).
+#[test]
+fn an_older_ralphs_books_of_a_nested_prd_move_into_its_own() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    std::fs::create_dir_all(env.path("docs")).unwrap();
+    env.git(&["mv", "prd.json", "docs/prd.json"]);
+    env.git(&["commit", "-qm", "prd in docs"]);
+    env.script(&json!({"invocations": [
+        passing_in("docs/prd.json", "US-001", "f1.txt", 0.2),
+        passing_in("docs/prd.json", "US-002", "f2.txt", 0.2)
+    ]}));
+    let out = env.ralph(&["run", "--prd", "docs/prd.json", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    // The layout of ralph before books per PRD: everything in .ralph/ itself.
+    let books = env.path(".ralph/books/docs/prd.json");
+    for entry in std::fs::read_dir(&books).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != ".gitignore" {
+            std::fs::rename(entry.path(), env.path(".ralph").join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(env.path(".ralph/books")).unwrap();
+    let ledger = env
+        .read(".ralph/ledger.jsonl")
+        .replace(".ralph/books/docs/prd.json/runs/", ".ralph/runs/");
+    env.write(".ralph/ledger.jsonl", &ledger);
+
+    let out = env.ralph(&["run", "--prd", "docs/prd.json", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("moved this PRD's books"),
+        "{}",
+        text(&out)
+    );
+    assert!(!env.path(".ralph/ledger.jsonl").exists());
+    let status = status_json(&env, &["--prd", "docs/prd.json"]);
+    assert_eq!(status["total_iterations"], 2, "{status}");
+    assert_eq!(status["total_cost_usd"], 0.4, "{status}");
+    let show = env.ralph(&["show", "1", "--prd", "docs/prd.json", "--raw"]);
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show));
+}
