@@ -545,10 +545,20 @@ pub struct RunArgs {
     /// the reset.
     #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_wait: bool,
-    /// Stop the run (exit 4) once this run's agents cost this much, in USD (from the ledger;
-    /// the iteration that crosses it is finished, committed and recorded first).
+    /// Stop the run (exit 4) once the feature's agents cost this much, in USD (from the ledger;
+    /// the iteration that crosses it is finished, committed and recorded first). Earlier runs of
+    /// the same feature count too, unless `--budget-scope run`.
     #[arg(long, value_name = "USD", env = "RALPH_MAX_COST")]
     pub max_cost: Option<f64>,
+    /// What `--max-cost` counts: `feature` (default: every recorded iteration of prd.json's
+    /// `branchName`, over all its runs) or `run` (this run only).
+    #[arg(long, value_enum, value_name = "SCOPE", env = "RALPH_BUDGET_SCOPE")]
+    pub budget_scope: Option<crate::protocol::BudgetScope>,
+    /// For schedules (cron, a CronJob, a GitHub schedule): run only when the last run of this
+    /// PRD stopped for a reason that passes by itself (a usage limit, `--max-duration`, a
+    /// signal, a killed ralph); otherwise do nothing, say why and exit 0.
+    #[arg(long, env = "RALPH_RESUME_ONLY", value_parser = clap::builder::BoolishValueParser::new())]
+    pub resume_only: bool,
     /// Iterations a story may take without passing before it is blocked and skipped (default 3;
     /// 5 for `--agent local`).
     #[arg(long, value_name = "N", env = "RALPH_MAX_ATTEMPTS")]

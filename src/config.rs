@@ -115,8 +115,12 @@ pub struct FileConfig {
     pub keep_api_key: Option<bool>,
     /// Wall-clock limit of the whole run, humantime syntax (`8h`).
     pub max_duration: Option<String>,
-    /// Cost limit of one run, in USD.
+    /// Cost limit, in USD (of the feature, or of one run with `budget_scope = "run"`).
     pub max_cost: Option<f64>,
+    /// What `max_cost` counts: `"feature"` (all its runs) or `"run"`.
+    pub budget_scope: Option<crate::protocol::BudgetScope>,
+    /// Run only when the last run stopped for a reason that passes by itself.
+    pub resume_only: Option<bool>,
     /// Iterations per story before it is blocked.
     pub max_attempts: Option<u32>,
     /// Failed iterations in a row before the run stops.
@@ -282,8 +286,12 @@ pub struct RunConfig {
     pub patterns: crate::agent::classify::ExtraPatterns,
     /// Notifications.
     pub notify: crate::notify::NotifyConfig,
-    /// Cost limit of this run in USD (`None`: no limit).
+    /// Cost limit in USD (`None`: no limit), counted over `budget_scope`.
     pub max_cost: Option<f64>,
+    /// What `max_cost` counts: the feature's runs (default) or this run.
+    pub budget_scope: crate::protocol::BudgetScope,
+    /// `--resume-only`: run only when the last run's stop passes by itself.
+    pub resume_only: bool,
     /// Iterations a story may take without passing before it is blocked (≥ 1).
     pub max_attempts: u32,
     /// Failed iterations in a row before the run stops (≥ 1).
@@ -571,6 +579,31 @@ impl RunConfig {
         let file_path = config_path.unwrap_or_default();
         let duration = durations_of(&file_path);
         notify_config(args, &file.notify, &duration)
+    }
+
+    /// The settings `ralph run` would use if started in `cwd` with no flags: the `RALPH_*`
+    /// environment, `./ralph.toml` and the defaults. Readers of history (`ralph status`) use
+    /// it to apply the run's own limits (`max_attempts`).
+    ///
+    /// # Errors
+    /// [`ConfigError`] as [`RunConfig::resolve`] gives it (an invalid ralph.toml, a bad value
+    /// in the environment); a `RALPH_*` value clap refuses reads as the run would refuse it.
+    pub fn resolve_here(cwd: &Path) -> Result<RunConfig, ConfigError> {
+        use clap::Parser;
+        // The environment as `ralph run` reads it: clap merges the `RALPH_*` variables.
+        let args = match crate::cli::Cli::try_parse_from(["ralph", "run"]) {
+            Ok(crate::cli::Cli {
+                command: crate::cli::Command::Run(args),
+            }) => args,
+            Ok(_) => Box::default(),
+            Err(e) => {
+                return Err(ConfigError::Parse {
+                    path: PathBuf::from("the environment (RALPH_*)"),
+                    message: e.to_string(),
+                })
+            }
+        };
+        RunConfig::resolve(&args, cwd)
     }
 
     /// Resolves flags and environment (already merged by clap into `args`), then `ralph.toml`
@@ -870,6 +903,8 @@ impl RunConfig {
             shutdown_timeout,
             lease_ttl,
             max_cost,
+            budget_scope: args.budget_scope.or(file.budget_scope).unwrap_or_default(),
+            resume_only: args.resume_only || file.resume_only.unwrap_or(false),
             max_attempts,
             max_failures,
             max_no_progress,

@@ -44,20 +44,39 @@ pub struct History {
 }
 
 impl History {
-    /// Reads the ledger at `paths.ledger`; when it has no record, the trailers of ralph's commits
-    /// reachable from HEAD in `repo` (when given). A ledger whose first record is marked
-    /// `rebuilt` (started anew in a fresh clone) is preceded by the earlier iterations git
-    /// remembers.
+    /// Reads the ledger at `paths.ledger`; when it has no record, the books `--push` runs keep
+    /// with the branch (`refs/ralph/books/<prd.json's branchName or HEAD's branch>` in `repo`,
+    /// e.g. fetched with `git fetch origin '+refs/ralph/books/*:refs/ralph/books/*'`); else the
+    /// trailers of ralph's commits reachable from HEAD in `repo` (when given). A ledger whose
+    /// first record is marked `rebuilt` (started anew in a fresh clone) is preceded by the
+    /// earlier iterations git remembers, and a ledger that git's newest ralph commit has gone
+    /// past (books copied from the remote before a worker was killed) is followed by the later
+    /// iterations of the same feature git remembers.
     ///
     /// # Errors
     /// A ledger line other than the last that is not a valid record, or an unreadable ledger
     /// ([`LedgerError`], naming the file and line). Unreadable git history reads as empty.
     pub fn load(paths: &RunPaths, repo: Option<&Repo>) -> Result<History, LedgerError> {
-        let records = if paths.ledger.exists() {
+        let mut records = if paths.ledger.exists() {
             ledger::read_all(&paths.ledger)?.records
         } else {
             Vec::new()
         };
+        let feature = crate::prd::store::load(&paths.prd)
+            .ok()
+            .and_then(|l| l.prd.branch_name);
+        // A PRD kept in a folder shares the repository's history with the other PRDs: of the
+        // commits git remembers, only its own feature's (and those that name none) are its.
+        let nested = paths.ralph_dir != paths.repo_root.join(crate::workspace::RALPH_DIR);
+        let own = |r: &LedgerRecord| !nested || r.feature.is_none() || r.feature == feature;
+        if records.is_empty() {
+            if let Some(repo) = repo {
+                records = books_records(repo, feature.as_deref());
+            }
+        }
+        if let (Some(last), Some(repo)) = (records.iter().map(|r| r.iteration).max(), repo) {
+            append_later_from_git(&mut records, last, repo, feature.as_deref());
+        }
         if !records.is_empty() {
             // A ledger started anew over git history (a fresh clone): the iterations before it
             // come from the trailers.
@@ -70,7 +89,7 @@ impl History {
                         .map(|t| records_from_git(&t))
                         .unwrap_or_default()
                         .into_iter()
-                        .filter(|r| r.iteration < before)
+                        .filter(|r| r.iteration < before && own(r))
                         .collect();
                     earlier.append(&mut records);
                     records = earlier;
@@ -81,10 +100,11 @@ impl History {
                 source: Source::Ledger,
             });
         }
-        let from_git = repo
+        let mut from_git = repo
             .and_then(|r| r.trailer_history(MAX_GIT_RECORDS).ok())
             .map(|t| records_from_git(&t))
             .unwrap_or_default();
+        from_git.retain(own);
         let source = if from_git.is_empty() {
             Source::Empty
         } else {
@@ -174,6 +194,81 @@ impl History {
             // hand) has no failure to explain.
             .filter(|r| r.outcome != Outcome::StoryPassed)
     }
+}
+
+/// What a feature's recorded iterations cost ([`History::feature_cost`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spent {
+    /// USD, summed over the records that have a cost.
+    pub usd: f64,
+    /// The feature's records.
+    pub iterations: u32,
+    /// Those without a cost (rebuilt from git trailers, or an agent that reports none).
+    pub unpriced: u32,
+    /// The highest iteration number among them (0 when none).
+    pub last_iteration: u32,
+}
+
+impl History {
+    /// The cost of every recorded iteration of feature `feature` (prd.json's `branchName`;
+    /// records without one count, as they do for attempts), over all its runs.
+    pub fn feature_cost(&self, feature: Option<&str>) -> Spent {
+        let mut spent = Spent::default();
+        let feature = feature.unwrap_or_default();
+        for r in &self.records {
+            if r.feature.as_deref().is_some_and(|f| f != feature) {
+                continue;
+            }
+            spent.iterations += 1;
+            spent.last_iteration = spent.last_iteration.max(r.iteration);
+            match r.cost_usd {
+                Some(c) => spent.usd += c,
+                None => spent.unpriced += 1,
+            }
+        }
+        spent
+    }
+}
+
+/// The records of the books of `feature` (else of HEAD's branch) kept at
+/// `refs/ralph/books/<branch>` in `repo`; empty when there are none.
+fn books_records(repo: &Repo, feature: Option<&str>) -> Vec<LedgerRecord> {
+    let head = repo.current_branch();
+    [feature.map(str::to_owned), head]
+        .into_iter()
+        .flatten()
+        .filter(|b| !b.is_empty())
+        .find_map(|b| {
+            let sha = repo.ref_sha(&crate::remote::books::books_ref(&b))?;
+            crate::remote::books::records_at(repo, &sha)
+        })
+        .unwrap_or_default()
+}
+
+/// Appends the iterations after `last` that git's trailers remember and the ledger does not
+/// (of `feature`, or without one), when ralph's newest commit is past `last`.
+fn append_later_from_git(
+    records: &mut Vec<LedgerRecord>,
+    last: u32,
+    repo: &Repo,
+    feature: Option<&str>,
+) {
+    let newest = repo
+        .newest_trailer(NEWEST_COMMIT_WALK)
+        .ok()
+        .flatten()
+        .and_then(|t| t.iteration)
+        .unwrap_or(0);
+    if newest <= last {
+        return;
+    }
+    let later = repo
+        .trailer_history(MAX_GIT_RECORDS)
+        .map(|t| records_from_git(&t))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.iteration > last && r.feature.as_deref().is_none_or(|f| Some(f) == feature));
+    records.extend(later);
 }
 
 /// How many commits down HEAD's first-parent line [`last_recorded_iteration`] looks for ralph's

@@ -75,7 +75,15 @@ pub fn install(stop: StopSignals) -> io::Result<SignalWatcher> {
     // Registered here, not in the task, so no signal slips through before the task first runs.
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    // A SIGHUP that was ignored when ralph started (`nohup ralph run`, or a service manager
+    // that ignores it) stays ignored: closing the terminal must not end a run its user
+    // protected. Otherwise a hang-up is a stop request like SIGTERM (docs/decisions.md).
+    let mut hup = if hangup_ignored() {
+        tracing::info!("SIGHUP is ignored (nohup): closing the terminal does not stop this run");
+        None
+    } else {
+        Some(signal(SignalKind::hangup())?)
+    };
     let first = Arc::new(OnceLock::new());
     let seen = Arc::clone(&first);
     runtime.spawn(async move {
@@ -84,7 +92,7 @@ pub fn install(stop: StopSignals) -> io::Result<SignalWatcher> {
             let sig = tokio::select! {
                 Some(()) = int.recv() => Signal::SIGINT,
                 Some(()) = term.recv() => Signal::SIGTERM,
-                Some(()) = hup.recv() => Signal::SIGHUP,
+                Some(()) = hangup(&mut hup) => Signal::SIGHUP,
                 else => break, // the runtime is shutting down
             };
             count += 1;
@@ -110,6 +118,29 @@ pub fn install(stop: StopSignals) -> io::Result<SignalWatcher> {
         }
     });
     Ok(SignalWatcher { first })
+}
+
+/// The next SIGHUP, or never when ralph does not listen for it.
+async fn hangup(hup: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hup {
+        Some(h) => h.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether SIGHUP's disposition is "ignore" (inherited from `nohup` or the parent), read
+/// without changing it.
+pub fn hangup_ignored() -> bool {
+    let mut old = std::mem::MaybeUninit::<nix::libc::sigaction>::zeroed();
+    // SAFETY: a null new action only reads the current disposition into `old`, which is a
+    // zero-initialised sigaction the kernel fills in; nothing is installed or changed.
+    let rc = unsafe { nix::libc::sigaction(nix::libc::SIGHUP, std::ptr::null(), old.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: sigaction returned 0, so it wrote `old`; zeroed memory is a valid sigaction too.
+    let old = unsafe { old.assume_init() };
+    old.sa_sigaction == nix::libc::SIG_IGN
 }
 
 #[cfg(test)]

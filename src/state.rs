@@ -199,6 +199,22 @@ impl State {
         None
     }
 
+    /// Blocks every open story of `prd` whose attempts reached `max_attempts` and is not
+    /// blocked yet (a lost state.json, a fresh clone: the attempts rebuilt from history decide
+    /// again). `ralph run` and `ralph status` both apply it, so they agree on the next story.
+    /// Returns the stories it blocked.
+    pub fn block_spent(&mut self, prd: &crate::prd::model::Prd, max_attempts: u32) -> Vec<String> {
+        let mut newly = Vec::new();
+        for s in &prd.user_stories {
+            let tried = self.attempts.get(&s.id).copied().unwrap_or(0);
+            if !s.passes && tried >= max_attempts && !self.blocked.contains(&s.id) {
+                self.blocked.push(s.id.clone());
+                newly.push(s.id.clone());
+            }
+        }
+        newly
+    }
+
     /// Path of the state file inside `ralph_dir` (normally `<repo>/.ralph`).
     pub fn path(ralph_dir: &Path) -> PathBuf {
         ralph_dir.join(STATE_FILE)

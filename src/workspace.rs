@@ -1,6 +1,14 @@
-//! The files of one ralph workspace: prd.json, progress.txt beside it, and `.ralph/` at the
-//! repository root with its state, ledger, transcripts, prompt copies, prd.json snapshot, lock
-//! and stop request. Every path ralph reads or writes under `.ralph/` is named here, once.
+//! The files of one ralph workspace: prd.json, progress.txt beside it, and the PRD's books (its
+//! state, ledger, transcripts, prompt copies, prd.json snapshot, lock and stop request) under
+//! `.ralph/` at the repository root. Every path ralph reads or writes under `.ralph/` is named
+//! here, once.
+//!
+//! Each prd.json keeps its books apart, keyed by its path in the repository: the repository's
+//! own `prd.json` (the common case, and where every ralph before books per PRD kept them) uses
+//! `.ralph/` itself; any other prd.json uses `.ralph/books/<its path>/`, e.g.
+//! `.ralph/books/prds/a/prd.json/`. Within one PRD's books, records carry their feature
+//! (prd.json's `branchName`), which keeps a new feature's attempts and costs apart from an
+//! archived one's.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,6 +20,9 @@ use crate::fsutil::write_atomic;
 pub const RALPH_DIR: &str = ".ralph";
 /// The ledger's file name inside `.ralph/`.
 pub const LEDGER_FILE: &str = "ledger.jsonl";
+/// The folder under `.ralph/` that holds the books of every prd.json other than the
+/// repository's own `prd.json`.
+pub const BOOKS_DIR: &str = "books";
 /// prd.json as it was when the current iteration started, inside `.ralph/` (a ralph killed
 /// mid-iteration restores a broken prd.json from it).
 pub const PRD_SNAPSHOT_FILE: &str = "prd.snapshot.json";
@@ -25,16 +36,17 @@ pub struct RunPaths {
     pub prd: PathBuf,
     /// progress.txt, beside prd.json.
     pub progress: PathBuf,
-    /// `.ralph/` at the repository root.
+    /// This PRD's books: `.ralph/` at the repository root for the root's `prd.json`, else
+    /// `.ralph/books/<prd.json's path>/` ([`books_dir`]).
     pub ralph_dir: PathBuf,
-    /// `.ralph/ledger.jsonl`.
+    /// `ledger.jsonl` in the books.
     pub ledger: PathBuf,
 }
 
 impl RunPaths {
     /// Derives every path from the repository root and prd.json.
     pub fn new(repo_root: &Path, prd: &Path) -> RunPaths {
-        let ralph_dir = repo_root.join(RALPH_DIR);
+        let ralph_dir = books_dir(repo_root, prd);
         RunPaths {
             repo_root: repo_root.to_path_buf(),
             prd: prd.to_path_buf(),
@@ -84,6 +96,170 @@ impl RunPaths {
     }
 }
 
+/// The books of `prd` in the repository at `repo_root`: `<root>/.ralph/` for `<root>/prd.json`
+/// (and for a prd.json outside the repository), else `<root>/.ralph/books/<prd's path relative
+/// to the root>/`. Symbolic links in either path are resolved before they are compared.
+pub fn books_dir(repo_root: &Path, prd: &Path) -> PathBuf {
+    let root = repo_root.join(RALPH_DIR);
+    match prd_in_repo(repo_root, prd) {
+        Some(rel) if rel != Path::new("prd.json") => root.join(BOOKS_DIR).join(rel),
+        _ => root,
+    }
+}
+
+/// `prd`'s path relative to `repo_root` (plain components only), when it is inside it.
+fn prd_in_repo(repo_root: &Path, prd: &Path) -> Option<PathBuf> {
+    let plain = |rel: &Path| {
+        rel.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+            .then(|| rel.to_path_buf())
+    };
+    if let Some(rel) = prd.strip_prefix(repo_root).ok().and_then(plain) {
+        return Some(rel);
+    }
+    // `/tmp/x` against `/private/tmp/x`, `a/../prd.json`, …: compare the resolved directories.
+    let root = repo_root.canonicalize().ok()?;
+    let dir = prd.parent().filter(|p| !p.as_os_str().is_empty())?;
+    let resolved = dir.canonicalize().ok()?.join(prd.file_name()?);
+    resolved.strip_prefix(&root).ok().and_then(plain)
+}
+
+/// Moves the books an older ralph kept in `.ralph/` for a prd.json in a folder into that PRD's
+/// own books (`paths.ralph_dir`), once: only when they are this PRD's (no `prd.json` at the
+/// repository root, and `.ralph/state.json` names `feature`, prd.json's `branchName`, as its
+/// feature) and the PRD has no books of its own yet. Everything in `.ralph/` but its
+/// `.gitignore` and `books/` moves (ledger, state, transcripts, snapshot, archive memory).
+/// Returns how many entries moved (0: nothing to adopt).
+///
+/// # Errors
+/// The I/O error of a move, naming both paths (entries already moved stay moved; the next run
+/// moves the rest).
+pub fn adopt_legacy_books(paths: &RunPaths, feature: Option<&str>) -> io::Result<usize> {
+    let root = paths.repo_root.join(RALPH_DIR);
+    let state_file = |d: &Path| d.join(crate::state::STATE_FILE);
+    if paths.ralph_dir == root
+        || paths.repo_root.join("prd.json").exists()
+        || paths.ledger.exists()
+        || state_file(&paths.ralph_dir).exists()
+    {
+        return Ok(0);
+    }
+    let Ok(text) = std::fs::read_to_string(state_file(&root)) else {
+        return Ok(0);
+    };
+    // An older ralph still running there keeps its books where they are.
+    let holder = std::fs::read_to_string(root.join(crate::lock::LOCK_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::lock::LockInfo>(&t).ok());
+    if holder.is_some_and(|h| Path::new(&format!("/proc/{}", h.pid)).exists()) {
+        return Ok(0);
+    }
+    let owner = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("feature").and_then(|f| f.as_str()).map(str::to_owned));
+    if owner.as_deref() != Some(feature.unwrap_or_default()) {
+        return Ok(0);
+    }
+    std::fs::create_dir_all(&paths.ralph_dir)?;
+    let mut moved = 0;
+    for entry in std::fs::read_dir(&root)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == ".gitignore" || name == BOOKS_DIR {
+            continue;
+        }
+        let to = paths.ralph_dir.join(&name);
+        std::fs::rename(entry.path(), &to).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot move {} to {}: {e}",
+                    entry.path().display(),
+                    to.display()
+                ),
+            )
+        })?;
+        moved += 1;
+    }
+    Ok(moved)
+}
+
+/// The prd.json paths of the repository at `repo_root` that have books (a ledger or a
+/// state.json), sorted: `<root>/prd.json` for `.ralph/` itself, `<root>/<path>` for
+/// `.ralph/books/<path>/`. The prd.json files need not exist any more.
+pub fn prds_with_books(repo_root: &Path) -> Vec<PathBuf> {
+    let root = repo_root.join(RALPH_DIR);
+    let has_books =
+        |d: &Path| d.join(LEDGER_FILE).is_file() || d.join(crate::state::STATE_FILE).is_file();
+    let mut found = Vec::new();
+    if has_books(&root) {
+        found.push(repo_root.join("prd.json"));
+    }
+    let books = root.join(BOOKS_DIR);
+    let mut stack = vec![books.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if has_books(&path) {
+                if let Ok(rel) = path.strip_prefix(&books) {
+                    found.push(repo_root.join(rel));
+                }
+            } else if path
+                .strip_prefix(&books)
+                .map_or(0, |r| r.components().count())
+                < 16
+            {
+                stack.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The prd.json whose books a reader of history (`ralph log`, `ralph report`) shows: `arg`, or
+/// the prd.json [`locate_prd`] finds, or, when there is none (the root of a repository whose
+/// PRDs live in folders), the one PRD of the repository that has books.
+///
+/// # Errors
+/// [`locate_prd`]'s error when no PRD has books either; a [`UserError`] listing the PRDs when
+/// several have books and none was named.
+pub fn locate_books(arg: Option<&Path>, cwd: &Path) -> Result<PathBuf, UserError> {
+    let err = match locate_prd(arg, cwd) {
+        Ok(p) => return Ok(p),
+        Err(e) => e,
+    };
+    let Some(root) = crate::git::Repo::discover(cwd)
+        .ok()
+        .map(|r| r.root().to_path_buf())
+    else {
+        return Err(err);
+    };
+    let mut prds = prds_with_books(&root);
+    match prds.len() {
+        0 => Err(err),
+        1 => Ok(prds.remove(0)),
+        n => Err(UserError::new(format!(
+            "no prd.json in {}, and {n} PRDs of this repository have books: {}",
+            cwd.display(),
+            prds.iter()
+                .map(|p| display_rel(p, &root))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .with_hint(format!(
+            "name one with --prd, e.g. --prd {}",
+            display_rel(&prds[0], &root)
+        ))),
+    }
+}
+
 /// `path` relative to `base` when inside it (else as given), for display.
 pub fn display_rel(path: &Path, base: &Path) -> String {
     path.strip_prefix(base)
@@ -91,11 +267,25 @@ pub fn display_rel(path: &Path, base: &Path) -> String {
         .unwrap_or_else(|_| path.display().to_string())
 }
 
-/// Makes sure `.ralph/` exists and ignores itself in git (transcripts can hold secrets).
+/// Makes sure a PRD's books directory exists and that `.ralph/` (the books' enclosing
+/// `.ralph/` when they are under `.ralph/books/`) ignores itself in git (transcripts can hold
+/// secrets).
 ///
 /// # Errors
-/// The I/O error creating the directory or writing its `.gitignore`, naming the path.
+/// The I/O error creating the directory or writing a `.gitignore`, naming the path.
 pub fn ensure_ralph_dir(ralph_dir: &Path) -> io::Result<()> {
+    if let Some(top) = ralph_dir
+        .ancestors()
+        .skip(1)
+        .find(|a| a.file_name().is_some_and(|n| n == RALPH_DIR))
+    {
+        ignore_itself(top)?;
+    }
+    ignore_itself(ralph_dir)
+}
+
+/// Creates `dir` with a `.gitignore` of `*`.
+fn ignore_itself(ralph_dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(ralph_dir).map_err(|e| {
         io::Error::new(
             e.kind(),

@@ -24,8 +24,15 @@ case "${INPUT_PUSH:-}" in
   *) args+=(--push "$INPUT_PUSH") ;;
 esac
 if [[ "${INPUT_NO_WAIT:-false}" == true ]]; then args+=(--no-wait); fi
+if [[ "${INPUT_RESUME_ONLY:-false}" == true ]]; then args+=(--resume-only); fi
 if [[ -n "${INPUT_ARGS:-}" ]]; then
-  read -r -a extra <<<"$INPUT_ARGS"
+  # Split as a shell would (quotes and backslashes; no expansion, nothing is run): xargs does.
+  if ! xargs -r printf '%s\0' <<<"$INPUT_ARGS" >/dev/null 2>&1; then
+    echo "::error title=ralph::cannot split args as a shell would: $INPUT_ARGS (unbalanced quotes?)"
+    exit 2
+  fi
+  extra=()
+  mapfile -d '' -t extra < <(xargs -r printf '%s\0' <<<"$INPUT_ARGS")
   args+=("${extra[@]}")
 fi
 out="${GITHUB_OUTPUT:-/dev/null}"

@@ -19,7 +19,9 @@
 #   RALPH_RESULT_FILE            where "rc=", "resume_at=" and "clone=" lines go at the end
 #   RALPH_* (RALPH_AGENT, RALPH_MAX_ITER, RALPH_MAX_DURATION, RALPH_MAX_COST, ...) reach ralph itself;
 #   extra arguments to this script are passed to `ralph run`.
-#   Credentials: git's own (a mounted SSH key or credential helper), or RALPH_GIT_TOKEN for HTTPS.
+#   Credentials: git's own (a mounted SSH key or credential helper), or RALPH_GIT_TOKEN for HTTPS
+#   (the scopes it needs: docs/scale-out.md, "Credentials"; GitHub: Contents read and write).
+#   Schedules set RALPH_RESUME_ONLY=1: a PRD whose last run is done or needs a human exits 0.
 #
 # Exit codes: ralph's own (README, "Exit codes"), so a scheduler can act on them:
 #   0 complete · 1 needs a human · 2 usage · 3 --max-iter reached · 4 another limit · 5 another
@@ -94,7 +96,11 @@ while true; do
   if ! kill -0 "$child" 2>/dev/null; then break; fi
 done
 
-state="$dir/.ralph/state.json"
+# The PRD's books: .ralph/ for the repository's own prd.json, .ralph/books/<path>/ for any other.
+case "$prd" in
+  prd.json | ./prd.json) state="$dir/.ralph/state.json" ;;
+  *) state="$dir/.ralph/books/${prd#./}/state.json" ;;
+esac
 resume_at=""
 if [[ -f "$state" ]]; then
   resume_at="$(sed -n 's/.*"resume_at": *"\([^"]*\)".*/\1/p' "$state" | head -1)"

@@ -25,7 +25,7 @@ use crate::workspace::RunPaths;
 /// No prd.json found, an unreadable ledger, a bad filter (naming the flag and the fix).
 pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let prd = crate::workspace::locate_books(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
     let repo = Repo::discover(&paths.repo_root).ok();
     let history = History::load(&paths, repo.as_ref())?;

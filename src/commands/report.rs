@@ -20,7 +20,7 @@ use crate::workspace::RunPaths;
 /// No prd.json, an unreadable ledger, an unknown `--run`, the HTML file cannot be written.
 pub fn run(args: &ReportArgs) -> anyhow::Result<crate::protocol::ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd_path = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let prd_path = crate::workspace::locate_books(args.prd.as_deref(), &cwd)?;
     let prd = crate::prd::store::load(&prd_path)?;
     let paths = RunPaths::of_prd(&prd.path);
     let repo = Repo::discover(&paths.repo_root).ok();

@@ -28,7 +28,7 @@ const PATCH_MAX_BYTES: usize = 512 * 1024;
 /// ledger.
 pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
-    let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
+    let prd = crate::workspace::locate_books(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
     let repo = Repo::discover(&paths.repo_root).ok();
     let history = History::load(&paths, repo.as_ref())?;
@@ -37,10 +37,14 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
         .from_git
         .then(|| fill_from_git(found, repo.as_ref(), &prd));
     let record = filled.as_ref().unwrap_or(found);
+    // Where the record says, else where this PRD's books keep it now (books moved into
+    // `.ralph/books/<path>/` from where an older ralph wrote them).
     let transcript = record
         .transcript
         .as_ref()
         .map(|t| paths.repo_root.join(t))
+        .filter(|p| p.exists())
+        .or_else(|| Some(paths.transcript(&record.run_id, record.iteration)))
         .and_then(|p| crate::transcript::read_with(&p, replayer).ok());
     if args.raw {
         let Some(t) = transcript else {

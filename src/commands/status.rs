@@ -41,6 +41,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     // only; state.json is not written).
     let feature = loaded.prd.branch_name.clone();
     state.enter_feature(feature.as_deref());
+    // The blocks `ralph run` would impose: attempts (rebuilt from history in a fresh clone) that
+    // reached its `max_attempts` (the environment and ralph.toml of this directory).
+    let max_attempts = crate::config::RunConfig::resolve_here(&cwd)
+        .map(|c| c.max_attempts)
+        .unwrap_or(crate::config::DEFAULT_MAX_ATTEMPTS);
+    state.block_spent(&loaded.prd, max_attempts);
     let ledger_from_git = history.source == Source::Git;
     let ledger = &history.records;
     let latest_run = ledger.last().map(|r| r.run_id.clone());

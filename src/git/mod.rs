@@ -821,6 +821,43 @@ impl Repo {
         Ok(oid.to_string())
     }
 
+    /// Writes a commit object whose tree holds `files` (`(name, content)`, names without `/`),
+    /// with `message` and `parent` (a sha), moving no reference, and returns its full sha: the
+    /// books `--push` keeps at `refs/ralph/books/<branch>` (ledger and state.json).
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `parent` is not a commit here; [`GitError::Git`].
+    pub fn write_files_commit(
+        &self,
+        message: &str,
+        files: &[(&str, &[u8])],
+        parent: Option<&str>,
+    ) -> Result<String, GitError> {
+        let parent = match parent {
+            Some(p) => Some(self.resolve_commit(p)?),
+            None => None,
+        };
+        let mut builder = self.repo.treebuilder(None).map_err(op("write tree"))?;
+        for (name, content) in files {
+            let blob = self.repo.blob(content).map_err(op("write blob"))?;
+            builder
+                .insert(name, blob, 0o100644)
+                .map_err(op("write tree"))?;
+        }
+        let tree_id = builder.write().map_err(op("write tree"))?;
+        let tree = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        let config = self.repo.config().map_err(op("read config"))?;
+        let env = |key: &str| std::env::var(key).ok();
+        let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+        let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+        let parents: Vec<&Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(None, &author, &committer, message, &tree, &parents)
+            .map_err(op("commit"))?;
+        Ok(oid.to_string())
+    }
+
     /// The whole message of commit `rev`.
     ///
     /// # Errors

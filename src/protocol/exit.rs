@@ -81,6 +81,37 @@ impl ExitStatus {
     }
 }
 
+/// What a scheduler does with a `ralph run` that ended with an [`ExitStatus`] (README,
+/// "Exit codes"; deploy/ applies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Done, or a human must act (fix something, raise a budget, `--unblock`), or another
+    /// worker has the branch: a retry would change nothing.
+    No,
+    /// Later: after `resume_at` (a usage limit) or at the next scheduled `--resume-only` run.
+    Later,
+    /// At once: the run was interrupted or killed; its work is pushed and a retry resumes it.
+    Now,
+}
+
+impl ExitStatus {
+    /// What a scheduler should do with a run that ended with this status. `--max-iter` (3) is
+    /// not retried: a retry would give the run another `--max-iter`, the per-schedule budget
+    /// `--resume-only` exists to prevent; raise `--max-iter` or run again by hand.
+    pub fn retry(self) -> Retry {
+        match self {
+            ExitStatus::Success
+            | ExitStatus::Failure
+            | ExitStatus::Usage
+            | ExitStatus::MaxIterations
+            | ExitStatus::OtherLimit
+            | ExitStatus::LeaseHeld => Retry::No,
+            ExitStatus::TempFail => Retry::Later,
+            ExitStatus::Interrupted => Retry::Now,
+        }
+    }
+}
+
 impl ExitStatus {
     /// The status of a run that ended with `self` but left work the remote does not have
     /// (`--push` could not reach it): a run that completed or used its `--max-iter` budget exits

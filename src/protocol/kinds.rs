@@ -69,6 +69,18 @@ pub enum ProviderKind {
     Anthropic,
 }
 
+/// Which runs `--max-cost` counts (`--budget-scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetScope {
+    /// Every recorded iteration of the feature (prd.json's `branchName`), over all its runs: a
+    /// schedule that resumes the run again and again cannot spend past the limit.
+    #[default]
+    Feature,
+    /// This run only (each `ralph run` starts at $0).
+    Run,
+}
+
 /// What ralph does when an iteration changes prd.json beyond the current story's `passes` and
 /// `notes` (stories added, removed or edited; `passes` flipped on another story; top-level
 /// fields changed).

@@ -2,7 +2,7 @@
 //! nothing from the rest of the crate (the shape of codex-rs's `protocol` crate).
 //!
 //! - [`kinds`]: the closed sets chosen on the command line or in ralph.toml ([`AgentKind`],
-//!   [`ProviderKind`], [`ToolMode`], [`PrdGuard`]).
+//!   [`ProviderKind`], [`ToolMode`], [`PrdGuard`], [`BudgetScope`]).
 //! - [`outcome`]: how an iteration ended ([`Outcome`]) and what each outcome counts toward.
 //! - [`usage`]: tokens ([`Usage`], one type for the agent CLIs and the native loop), prices and
 //!   where a cost came from.
@@ -29,8 +29,8 @@ pub mod time;
 pub mod usage;
 
 pub use agent_event::{AgentEvent, AgentReport, FailureClass};
-pub use exit::ExitStatus;
-pub use kinds::{AgentKind, PrdGuard, ProviderKind, ToolMode};
+pub use exit::{ExitStatus, Retry};
+pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{
     CriteriaProposal, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,

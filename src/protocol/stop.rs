@@ -129,9 +129,10 @@ pub enum StopReason {
         /// Whether it was reached between iterations or would be passed by a retry wait.
         during: During,
     },
-    /// This run's cost reached `--max-cost` (exit 4).
+    /// The cost reached `--max-cost` (exit 4).
     MaxCost {
-        /// This run's cost so far, in USD.
+        /// The cost counted against the limit, in USD: the feature's runs (`--budget-scope
+        /// feature`, the default) or this run (`--budget-scope run`).
         spent_usd: f64,
         /// The limit, in USD.
         max_usd: f64,
@@ -352,7 +353,7 @@ impl StopReason {
                 max_usd,
                 iteration,
             } => format!(
-                "stopped: this run's cost ${spent_usd:.2} reached --max-cost ${max_usd:.2} (iteration {iteration}'s work is committed and recorded)"
+                "stopped: the cost so far, ${spent_usd:.2}, reached --max-cost ${max_usd:.2} (iteration {iteration}'s work is committed and recorded)"
             ),
             StopReason::MaxFailures {
                 failures,

@@ -23,6 +23,7 @@
 //!
 //! Every call blocks (a git process, and the backoff between attempts).
 
+pub mod books;
 pub mod lease;
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,9 @@ struct Book {
     released: bool,
     /// Whether the remote takes `--atomic` pushes.
     no_atomic: bool,
+    /// Whether the local books ref starts from the remote's (fetched, or the remote has none),
+    /// so that books written on top of it move the remote's ref forward.
+    books_ready: bool,
 }
 
 #[derive(Debug)]
@@ -95,6 +99,9 @@ pub struct Opened {
     pub remote_head: Option<String>,
     /// A usage-limit reset recorded by the worker that released the lease.
     pub resume_at: Option<DateTime<Utc>>,
+    /// The remote's books of the branch (`refs/ralph/books/<branch>`, fetched here), when it
+    /// has them.
+    pub books: Option<String>,
 }
 
 /// The run's remote: its lease and its pushes (see the module docs). Dropping it stops the
@@ -159,6 +166,16 @@ impl Remote {
         let mut opened = remote.acquire()?;
         opened.remote_head = remote.fetch_branch()?;
         remote.book().pushed_head = opened.remote_head.clone();
+        match remote.fetch_books() {
+            Ok(books) => {
+                opened.books = books;
+                remote.book().books_ready = true;
+            }
+            Err(e) => opened.warnings.push(format!(
+                "could not fetch the books of {} from {} ({e}); this run's books stay local",
+                remote.branch, remote.settings.remote
+            )),
+        }
         remote.start_renewer();
         Ok((remote, opened))
     }
@@ -257,6 +274,24 @@ impl Remote {
             }
         }
         Some(self.push())
+    }
+
+    /// Writes the run's books (`paths`' ledger and state.json) as the next commit of
+    /// `refs/ralph/books/<branch>` ([`books::record`]); the next push (or the lease's release)
+    /// takes it to the remote with `refs/ralph/*`. Nothing is written when the remote's books
+    /// could not be fetched (a commit not on top of them would be refused, and the whole atomic
+    /// push with it).
+    ///
+    /// # Errors
+    /// A message when the commit or the ref cannot be written.
+    pub fn record_books(&self, paths: &crate::workspace::RunPaths) -> Result<(), String> {
+        if !self.book().books_ready {
+            return Ok(());
+        }
+        let repo = Repo::discover(&self.root).map_err(|e| e.to_string())?;
+        books::record(&repo, &self.branch, paths)
+            .map(|_| ())
+            .map_err(|e| format!("cannot write the books of {}: {e}", self.branch))
     }
 
     /// Why the run must stop because another worker took the lease, if one did.
@@ -467,6 +502,35 @@ impl Remote {
         Ok(Repo::discover(&self.root)
             .ok()
             .and_then(|r| r.ref_sha(&tracking)))
+    }
+
+    /// The remote's books of the branch, fetched (forced) into the local books ref; `None` when
+    /// the remote has none. `Err` is an unreachable remote or a failed fetch.
+    fn fetch_books(&self) -> Result<Option<String>, String> {
+        let name = books::books_ref(&self.branch);
+        let listed = self.ls_remote(&[&name])?;
+        if listed.is_empty() {
+            return Ok(None);
+        }
+        let refspec = format!("+{name}:{name}");
+        let out = self
+            .git(
+                &[
+                    "fetch",
+                    "--no-tags",
+                    "--quiet",
+                    &self.settings.remote,
+                    &refspec,
+                ],
+                Some(self.settings.op_timeout),
+            )
+            .map_err(|e| e.to_string())?;
+        if !out.success() {
+            return Err(self.clean(&out.stderr));
+        }
+        Ok(Repo::discover(&self.root)
+            .ok()
+            .and_then(|r| r.ref_sha(&name)))
     }
 
     /// The lease on the remote: its sha and what it says (`None` inside when ralph cannot read

@@ -63,7 +63,17 @@ pub async fn run(
 ) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let pre = preflight::check(&cfg, out)?;
-    let mut session = session::open(&cfg, pre, &stop, started, out).await?;
+    let mut session = match session::open(&cfg, pre, &stop, started, out).await {
+        Ok(session) => session,
+        Err(e) => match e.downcast::<session::NothingToResume>() {
+            // `--resume-only` and nothing to resume: said, and a success for the schedule.
+            Ok(nothing) => {
+                out.notice(nothing.0);
+                return Ok(ExitStatus::Success);
+            }
+            Err(e) => return Err(e),
+        },
+    };
     let reason = match session.early_stop.take() {
         Some(reason) => reason,
         None => drive(&cfg, &mut session, &stop, out).await?,
@@ -325,6 +335,10 @@ async fn finish(
     s.state.stop_reason = Some(reason.clone());
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));
+    }
+    // --push: the books (ledger, state.json) go to refs/ralph/books/<branch> with the release.
+    if let Some(Err(e)) = s.remote.as_ref().map(|r| r.record_books(paths)) {
+        out.warn(e);
     }
     let push = s
         .remote

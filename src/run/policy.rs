@@ -113,7 +113,8 @@ pub struct Tally {
     pub usage_waits: u32,
     /// Usage limits in a row (a limit right after a wait backs off).
     pub limit_repeats: u32,
-    /// This run's cost so far, in USD.
+    /// The cost counted against `--max-cost`, in USD: this run's, plus the feature's earlier
+    /// runs' with `--budget-scope feature` (set when the session opens).
     pub cost_usd: f64,
     /// What the failure streak is made of (for the stop reason).
     pub failures: StreakLog,
@@ -702,6 +703,48 @@ pub fn open_ids(prd: &Prd) -> Vec<String> {
         .filter(|s| !s.passes)
         .map(|s| s.id.clone())
         .collect()
+}
+
+/// `--max-cost` already reached before the first iteration (the feature's earlier runs, in
+/// `t.cost_usd`, spent it): the stop, naming the last recorded iteration `last_iteration`.
+pub fn spent_before_start(t: &Tally, b: &Budgets, last_iteration: u32) -> Option<StopReason> {
+    let max = b.max_cost?;
+    (t.cost_usd >= max).then_some(StopReason::MaxCost {
+        spent_usd: t.cost_usd,
+        max_usd: max,
+        iteration: last_iteration,
+    })
+}
+
+/// `--resume-only`: whether a schedule may go on with this PRD, from how its last run ended
+/// (`last`, state.json's `stop_reason`, `None` when that run recorded no end or there was
+/// none).
+///
+/// Resumable are the stops that pass by themselves: a usage limit, `--max-duration`, a signal,
+/// and a run that recorded no end (killed: SIGKILL, OOM, a lost node). A PRD that never ran
+/// starts (a schedule picks up a new PRD; nobody has decided anything about it yet). Everything
+/// else (done, `--max-iter`, a budget, blocked stories, `ralph stop`, a refused push, a human
+/// needed) is not: rerunning it would turn a run's limits into limits per schedule tick.
+///
+/// # Errors
+/// The sentence saying why nothing runs, when the run is not resumable.
+pub fn resumable(last: Option<&StopReason>) -> Result<(), String> {
+    match last {
+        None => Ok(()),
+        Some(
+            StopReason::UsageLimit { .. }
+            | StopReason::MaxDuration { .. }
+            | StopReason::Interrupted { .. },
+        ) => Ok(()),
+        Some(StopReason::Complete) => {
+            Err("nothing to resume: the last run completed every story".into())
+        }
+        Some(reason) => Err(format!(
+            "not resumed (--resume-only): the last run stopped with exit {1}: {0}. That needs a human, not a schedule: deal with it, then run `ralph run` by hand",
+            reason.sentence(),
+            reason.exit_status().code()
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -76,6 +76,15 @@ pub async fn open(
     out: &mut Outputs,
 ) -> anyhow::Result<Session> {
     let paths = pre.paths.clone();
+    // Books an older ralph kept in .ralph/ for this prd.json in a folder become its own.
+    let feature = store::load(&paths.prd).ok().and_then(|l| l.prd.branch_name);
+    let moved = crate::workspace::adopt_legacy_books(&paths, feature.as_deref())?;
+    if moved > 0 {
+        out.notice(format!(
+            "moved this PRD's books from .ralph/ (where an older ralph kept them) to {}",
+            paths.rel(&paths.ralph_dir)
+        ));
+    }
     ensure_ralph_dir(&paths.ralph_dir)?;
     let acquired = RunLock::acquire(&paths.ralph_dir)?;
     if let Some(stale) = &acquired.stale {
@@ -96,6 +105,12 @@ pub async fn open(
         None => (None, None),
     };
     let mut state = load_state(&pre, out)?;
+    // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
+    if cfg.resume_only {
+        if let Err(why) = policy::resumable(state.stop_reason.as_ref()) {
+            return Err(NothingToResume(why).into());
+        }
+    }
     // A stop asked of an earlier run that ended before it saw the request.
     crate::stop_request::clear(&paths.ralph_dir);
     state.stop_reason = None;
@@ -115,6 +130,8 @@ pub async fn open(
     if let Some(warning) = store::size_warning(&initial) {
         out.warn(warning);
     }
+    // `--max-cost` over the feature's runs: what they spent counts from the start.
+    let (tally, spent_stop) = earlier_spending(cfg, &pre, &initial, out)?;
     let mut session = Session {
         expected_ids: initial
             .prd
@@ -128,7 +145,7 @@ pub async fn open(
         state,
         started,
         budgets,
-        tally: Tally::default(),
+        tally,
         totals: Default::default(),
         pending,
         early_stop: None,
@@ -145,6 +162,10 @@ pub async fn open(
     session.header(cfg, branch_row, progress_row, out);
     // A usage-limit reset a previous ralph was waiting for: waited out before the local model's
     // server takes its memory.
+    if let Some(reason) = spent_stop {
+        session.early_stop = Some(reason);
+        return Ok(session);
+    }
     session.early_stop = pending_reset(
         &mut session.state,
         &session.budgets,
@@ -193,12 +214,7 @@ impl Session {
         }
         // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again,
         // before `--unblock`, so that it also frees the stories a fresh clone finds blocked.
-        for s in &self.initial.prd.user_stories {
-            let tried = self.state.attempts.get(&s.id).copied().unwrap_or(0);
-            if !s.passes && tried >= cfg.max_attempts && !self.state.blocked.contains(&s.id) {
-                self.state.blocked.push(s.id.clone());
-            }
-        }
+        self.state.block_spent(&self.initial.prd, cfg.max_attempts);
         if cfg.unblock && !self.state.blocked.is_empty() {
             out.notice(format!(
                 "unblocked {} (--unblock): their attempts start again from 0",
@@ -333,6 +349,62 @@ impl Session {
                 .collect(),
         });
     }
+}
+
+/// `--resume-only` found nothing a schedule should go on with: the message says why. `ralph run`
+/// prints it and exits 0 without starting anything.
+#[derive(Debug)]
+pub struct NothingToResume(pub String);
+
+impl std::fmt::Display for NothingToResume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NothingToResume {}
+
+/// The counters a run starts with: with `--max-cost` over the feature (`--budget-scope
+/// feature`), the cost its earlier runs recorded, and the stop when that already reaches the
+/// limit.
+///
+/// # Errors
+/// An unreadable ledger.
+fn earlier_spending(
+    cfg: &RunConfig,
+    pre: &Preflight,
+    initial: &LoadedPrd,
+    out: &mut Outputs,
+) -> anyhow::Result<(Tally, Option<StopReason>)> {
+    let mut tally = Tally::default();
+    let Some(max) = cfg.max_cost else {
+        return Ok((tally, None));
+    };
+    if cfg.budget_scope != crate::protocol::BudgetScope::Feature {
+        return Ok((tally, None));
+    }
+    let history = History::load(&pre.paths, Some(&pre.repo))?;
+    let spent = history.feature_cost(initial.prd.branch_name.as_deref());
+    if spent.iterations == 0 {
+        return Ok((tally, None));
+    }
+    tally.cost_usd = spent.usd;
+    let unknown = if spent.unpriced > 0 {
+        format!(
+            "; {} of them recorded no cost (git trailers only, or an agent that reports none)",
+            spent.unpriced
+        )
+    } else {
+        String::new()
+    };
+    out.notice(format!(
+        "--max-cost ${max:.2} counts this feature's earlier runs: ${:.2} over {} iteration{}{unknown} (--budget-scope run counts this run only)",
+        spent.usd,
+        spent.iterations,
+        if spent.iterations == 1 { "" } else { "s" }
+    ));
+    let stop = policy::spent_before_start(&tally, &policy::Budgets::of(cfg), spent.last_iteration);
+    Ok((tally, stop))
 }
 
 /// Stale git locks nobody holds and a torn ledger line: what a killed process leaves behind.
@@ -540,6 +612,19 @@ fn open_remote(
                 },
                 remote_head.get(..12).unwrap_or(remote_head)
             ));
+        }
+    }
+    // A fresh clone starts its books from the ones the branch's earlier workers pushed.
+    if let Some(sha) = &opened.books {
+        match crate::remote::books::import(&pre.repo, paths, sha) {
+            Ok(Some(got)) => out.notice(format!(
+                "books of {branch} from {name}: {} ledger record{}{}",
+                got.records,
+                if got.records == 1 { "" } else { "s" },
+                if got.state { " and state.json" } else { "" }
+            )),
+            Ok(None) => {}
+            Err(e) => out.warn(format!("could not start from the remote's books: {e}")),
         }
     }
     Ok((remote, opened.resume_at))

@@ -4,6 +4,7 @@ mod agents;
 mod agents_amp_cursor;
 mod architecture;
 mod archive;
+mod books;
 mod classify_kinds;
 mod cli_extras;
 mod common;

@@ -259,15 +259,16 @@ fn a_pushed_run_resumes_from_a_fresh_clone_and_releases_its_lease() {
     let out = r.ralph(&second, &["run", "--push"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
     let records = ledger(&second);
-    // Numbering continues from the trailers; the new ledger says it was started anew.
-    assert_eq!(records[0]["iteration"], 2, "{records:#?}");
-    assert_eq!(records[0]["rebuilt"]["from"], "git");
-    assert_eq!(records[0]["rebuilt"]["last_iteration"], 1);
-    assert_eq!(records.len(), 2);
+    // The books travelled with the branch (refs/ralph/books/<branch>): the new clone's ledger
+    // starts from the first worker's record, cost included, and numbering goes on.
+    assert_eq!(records[0]["iteration"], 1, "{records:#?}");
+    assert_eq!(records[0]["cost_usd"], 0.01, "{records:#?}");
+    assert_eq!(records[1]["iteration"], 2, "{records:#?}");
+    assert_eq!(records.len(), 3);
     assert_eq!(r.remote_iterations(), [1, 2, 3]);
     // ralph's refs on the remote are the local ones: every iteration's start, and an `end` pin
     // only where the loop did not go straight on (here, the end of the run).
-    let run_id = records[0]["run_id"].as_str().unwrap();
+    let run_id = records[1]["run_id"].as_str().unwrap();
     for n in [2, 3] {
         assert!(r.has_ref(&format!("refs/ralph/{run_id}/{n}/start")), "{n}");
     }

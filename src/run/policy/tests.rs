@@ -625,3 +625,51 @@ fn mixed_failures_name_the_dominant_one_and_a_hard_story_starts_the_streak_again
     );
     assert_eq!(ds[4].tally.failures_in_a_row, 1);
 }
+
+#[test]
+fn resume_only_goes_on_only_after_stops_that_pass_by_themselves() {
+    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let go: [Option<StopReason>; 5] = [
+        None,
+        Some(StopReason::UsageLimit {
+            resume_at: at,
+            why: UsageLimitStop::NoWait,
+        }),
+        Some(StopReason::MaxDuration {
+            max_duration_s: 60,
+            during: During::BetweenIterations,
+        }),
+        Some(StopReason::Interrupted {
+            agent_running: true,
+        }),
+        Some(StopReason::Interrupted {
+            agent_running: false,
+        }),
+    ];
+    for last in &go {
+        assert_eq!(resumable(last.as_ref()), Ok(()), "{last:?}");
+    }
+    let stay: [StopReason; 6] = [
+        StopReason::Complete,
+        StopReason::MaxIterations {
+            max_iter: 3,
+            open: vec!["US-002".into()],
+        },
+        StopReason::MaxCost {
+            spent_usd: 5.0,
+            max_usd: 5.0,
+            iteration: 9,
+        },
+        StopReason::AllBlocked {
+            blocked: vec!["US-001".into()],
+        },
+        StopReason::StopRequested {
+            during: During::BetweenIterations,
+        },
+        StopReason::NoWorkableStory,
+    ];
+    for last in &stay {
+        let why = resumable(Some(last)).expect_err("not resumable");
+        assert!(why.contains("resume"), "{why}");
+    }
+}
