@@ -82,38 +82,6 @@ impl From<&Story> for StoryView {
 /// Most paths [`story_files`] lists for one story.
 const MAX_STORY_FILES: usize = 8;
 
-/// File extensions [`story_files`] takes as naming a file (a dotted name with another ending,
-/// such as `mathutil.add` or `0.1.0`, is code or a version, not a file).
-const FILE_EXTENSIONS: &[&str] = &[
-    "py", "pyi", "rs", "js", "mjs", "cjs", "ts", "tsx", "jsx", "json", "toml", "yaml", "yml", "md",
-    "rst", "txt", "sh", "bash", "zsh", "c", "h", "cc", "cpp", "hpp", "go", "rb", "java", "kt",
-    "swift", "php", "pl", "lua", "r", "html", "htm", "css", "scss", "csv", "tsv", "cfg", "ini",
-    "conf", "xml", "sql", "lock", "gradle", "ipynb", "vue", "svelte", "dart", "scala", "ex", "exs",
-    "hs", "ml", "zig", "tex", "bat", "ps1", "mk", "cmake", "proto", "svg", "log", "env", "tf",
-];
-
-/// File names without an extension that [`story_files`] knows.
-const BARE_FILE_NAMES: &[&str] = &[
-    "README",
-    "VERSION",
-    "LICENSE",
-    "CHANGELOG",
-    "NOTICE",
-    "AUTHORS",
-    "CONTRIBUTORS",
-    "TODO",
-    "Makefile",
-    "Dockerfile",
-    "Procfile",
-    "Gemfile",
-    "Rakefile",
-    "Justfile",
-    ".gitignore",
-    ".dockerignore",
-    ".editorconfig",
-    ".env",
-];
-
 /// The file paths a story names, so a compact prompt can state them plainly: words of its
 /// title, description, acceptance criteria and `verify` command that look like a relative path
 /// to a file (`hello.py`, `src/app.js`, `docs/notes.md`, `VERSION`, `Makefile`), without quotes,
@@ -128,7 +96,7 @@ pub fn story_files(story: &Story) -> Vec<String> {
     let mut files: Vec<String> = Vec::new();
     for text in texts {
         for word in text.split(|c: char| c.is_whitespace() || c == '`') {
-            if let Some(path) = file_word(word) {
+            if let Some(path) = crate::prd::files::file_word(word) {
                 if !files.contains(&path) && files.len() < MAX_STORY_FILES {
                     files.push(path);
                 }
@@ -147,28 +115,6 @@ pub fn story_files(story: &Story) -> Vec<String> {
             }))
     });
     files
-}
-
-/// `word` as a relative file path, if it looks like one (see [`story_files`]).
-fn file_word(word: &str) -> Option<String> {
-    let word = word
-        .trim_start_matches(['"', '\'', '(', '[', '{', '<'])
-        .trim_end_matches(['"', '\'', ')', ']', '}', '>', ',', ';', ':', '!', '?', '.']);
-    let word = word.strip_prefix("./").unwrap_or(word);
-    let plain = word
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
-    if word.is_empty() || !plain || word.starts_with(['/', '-']) || word.ends_with('/') {
-        return None;
-    }
-    if word.split('/').any(|part| part.is_empty() || part == "..") {
-        return None;
-    }
-    let name = word.rsplit('/').next().unwrap_or(word);
-    let known_ext = name
-        .rsplit_once('.')
-        .is_some_and(|(stem, ext)| !stem.is_empty() && FILE_EXTENSIONS.contains(&ext));
-    (known_ext || BARE_FILE_NAMES.contains(&name)).then(|| word.to_string())
 }
 
 /// One of the files the current story names ([`StoryView::files`]), as it is in the repository
@@ -477,7 +423,11 @@ mod tests {
             "src/",
             ".py",
         ] {
-            assert_eq!(file_word(not_a_file), None, "{not_a_file}");
+            assert_eq!(
+                crate::prd::files::file_word(not_a_file),
+                None,
+                "{not_a_file}"
+            );
         }
         let s = story(
             "Add a CHANGELOG",

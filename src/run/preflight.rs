@@ -86,6 +86,67 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     })
 }
 
+/// The stories of `prd` that nothing but the agent's word can mark done: their `passes` is
+/// `open` (`false`: the stories a run will take on; `true`: the ones already marked), they have
+/// no `verify` of their own, and the run has no `--verify` for stories without one
+/// (`default_verify`; a blank command counts as none). Ids in prd.json's order.
+pub fn unchecked_stories(
+    prd: &crate::prd::model::Prd,
+    default_verify: Option<&str>,
+    passes: bool,
+) -> Vec<String> {
+    let blank = |v: Option<&str>| v.is_none_or(|v| v.trim().is_empty());
+    if !blank(default_verify) {
+        return Vec::new();
+    }
+    prd.user_stories
+        .iter()
+        .filter(|s| s.passes == passes && blank(s.verify.as_deref()))
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+/// `ids` for a sentence: all of them up to 10, else the first 10 and how many more.
+pub fn id_list(ids: &[String]) -> String {
+    const SHOWN: usize = 10;
+    if ids.len() <= SHOWN {
+        ids.join(", ")
+    } else {
+        format!(
+            "{}, and {} more",
+            ids[..SHOWN].join(", "),
+            ids.len() - SHOWN
+        )
+    }
+}
+
+/// The run-start warning about the open stories ralph will take on the agent's word
+/// ([`unchecked_stories`]), or `None` when every open story has a check.
+pub fn unchecked_warning(
+    prd: &crate::prd::model::Prd,
+    default_verify: Option<&str>,
+) -> Option<String> {
+    let ids = unchecked_stories(prd, default_verify, false);
+    if ids.is_empty() {
+        return None;
+    }
+    let open = prd.user_stories.iter().filter(|s| !s.passes).count();
+    let one = ids.len() == 1;
+    Some(format!(
+        "{} of {open} open {} no `verify` command ({}): ralph will take {} pass on the agent's \
+         word; add a `verify` to {} in prd.json, or pass --verify CMD for every story without one",
+        ids.len(),
+        if open == 1 {
+            "story has"
+        } else {
+            "stories have"
+        },
+        id_list(&ids),
+        if one { "its" } else { "their" },
+        if one { "it" } else { "them" },
+    ))
+}
+
 /// The checks on the agent that need no run: the native backend's API key variable is set, and
 /// the agent program exists (on PATH, or at its path). Returns the probe spec (the backend's
 /// command for an empty prompt). Also used by `ralph plan` and `ralph convert`.

@@ -108,3 +108,230 @@ fn gemini_session_turn_limit_fails_the_iteration_and_says_so() {
     );
     assert!(!message.contains("changed nothing"), "{message}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The PRD path: plan → convert → validate keeps each story's check.
+
+fn plan_cmd(
+    env: &TestEnv,
+    llm: &crate::support_llm::ScriptedLlm,
+    description: &str,
+) -> std::process::Command {
+    let mut cmd = env.ralph_cmd(&[
+        "plan",
+        description,
+        "--agent",
+        "native",
+        "--model",
+        "scripted",
+        "--base-url",
+        &llm.base_url(),
+        "--api-key-env",
+        "PLAN_TEST_KEY",
+    ]);
+    cmd.env("PLAN_TEST_KEY", crate::support_llm::SCRIPTED_API_KEY)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// `ralph plan` keeps the `verify` and `dependsOn` the agent planned: they are in the Markdown
+/// PRD (`**Depends on:**`, `**Verify:**`), `ralph convert` carries them into prd.json without a
+/// model, and `ralph validate --strict` accepts the result. The prompt asked for them.
+#[test]
+fn plan_keeps_verify_and_depends_on_through_convert_and_strict_validate() {
+    let doc = json!({
+        "title": "Reverse flag",
+        "introduction": "Add a --reverse flag to textkit.",
+        "goals": ["Reverse output with one flag"],
+        "userStories": [
+            {"title": "Add a reverse helper",
+             "description": "As a developer, I want `textkit.reverse(text)` so that the CLI can use it.",
+             "acceptanceCriteria": ["`reverse(\"abc\")` returns `\"cba\"`", "Tests pass"],
+             "dependsOn": [],
+             "verify": "python3 -m unittest discover -s tests -q"},
+            {"title": "Wire the --reverse flag",
+             "description": "As a user, I want `--reverse` so that the output comes out reversed.",
+             "acceptanceCriteria": ["`textkit --reverse abc` prints `cba`"],
+             "dependsOn": ["US-1"],
+             "verify": "python3 -m textkit --reverse abc | grep -qx cba"}
+        ],
+        "functionalRequirements": [], "nonGoals": [], "assumptions": [], "openQuestions": []
+    });
+    let llm = crate::support_llm::ScriptedLlm::sequence(
+        ralph::protocol::ProviderKind::Openai,
+        vec![crate::support_llm::ScriptedReply::text(doc.to_string())],
+    );
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write(
+        "README.md",
+        "Run the tests: `python3 -m unittest discover -s tests -q`\n",
+    );
+    let out = plan_cmd(&env, &llm, "add a --reverse flag")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let prompt = llm.requests()[0].last_user_text();
+    assert!(
+        prompt.contains("set its `verify` to `python3 -m unittest discover -s tests -q`"),
+        "{prompt}"
+    );
+    let md = env.read("tasks/prd-reverse-flag.md");
+    assert!(
+        md.contains("- [ ] Tests pass\n\n**Verify:** `python3 -m unittest discover -s tests -q`\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "\n**Depends on:** US-001\n**Verify:** `python3 -m textkit --reverse abc | grep -qx cba`\n"
+        ),
+        "{md}"
+    );
+    let conv = env.ralph(&[
+        "convert",
+        "tasks/prd-reverse-flag.md",
+        "--out",
+        "next/prd.json",
+    ]);
+    assert!(conv.status.success(), "{}", text(&conv));
+    let prd: Value = serde_json::from_str(&env.read("next/prd.json")).unwrap();
+    let stories = prd["userStories"].as_array().unwrap();
+    assert_eq!(
+        stories[0]["verify"],
+        "python3 -m unittest discover -s tests -q"
+    );
+    assert_eq!(stories[1]["dependsOn"], json!(["US-001"]));
+    assert_eq!(
+        stories[1]["verify"],
+        "python3 -m textkit --reverse abc | grep -qx cba"
+    );
+    let validate = env.ralph(&["validate", "--strict", "next/prd.json"]);
+    assert!(validate.status.success(), "{}", text(&validate));
+}
+
+/// A planned dependency on a later story (or on no story) goes back to the agent, and the
+/// draft that keeps it is not written.
+#[test]
+fn plan_feeds_back_a_dependency_on_a_later_story() {
+    let bad = json!({
+        "title": "Reverse flag", "introduction": "i", "goals": ["g"],
+        "userStories": [
+            {"title": "A", "description": "As a user, I want a.", "acceptanceCriteria": ["`a()` returns 1"],
+             "dependsOn": ["US-002"], "verify": "true"},
+            {"title": "B", "description": "As a user, I want b.", "acceptanceCriteria": ["`b()` returns 2"]}
+        ],
+        "functionalRequirements": [], "nonGoals": [], "assumptions": [], "openQuestions": []
+    });
+    let mut good = bad.clone();
+    good["userStories"][0]["dependsOn"] = json!([]);
+    let llm = crate::support_llm::ScriptedLlm::sequence(
+        ralph::protocol::ProviderKind::Openai,
+        vec![
+            crate::support_llm::ScriptedReply::text(bad.to_string()),
+            crate::support_llm::ScriptedReply::text(good.to_string()),
+        ],
+    );
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = plan_cmd(&env, &llm, "a and b").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "the bad draft was fed back once");
+    let feedback = reqs[1].last_user_text();
+    assert!(
+        feedback.contains("$.userStories[0].dependsOn[0]: \"US-002\" is not an earlier story"),
+        "{feedback}"
+    );
+    assert!(!env.read("tasks/prd-reverse-flag.md").contains("Depends on"));
+}
+
+/// A story with no `verify` and criteria that only the agent's word can confirm is a lint
+/// finding: `validate --strict` fails naming it. A criterion that names an output, or a verify
+/// command, clears it.
+#[test]
+fn a_story_that_only_the_agents_word_can_confirm_fails_strict_validation() {
+    let mut prd = prd_with_stories(2);
+    prd["userStories"][1]["acceptanceCriteria"] = json!([
+        "Users can export their notes",
+        "The export feature is implemented"
+    ]);
+    let env = TestEnv::new(&prd);
+    let out = env.ralph(&["validate", "--strict"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let all = text(&out);
+    assert!(
+        all.contains("$.userStories[1]: US-002 has no `verify` command and no acceptance criterion that names something to check")
+            && all.contains("[no-checkable-criterion]"),
+        "{all}"
+    );
+    // The other story names a file: checkable, no finding.
+    assert!(!all.contains("$.userStories[0]:"), "{all}");
+    prd["userStories"][1]["verify"] = json!("test -f notes.md");
+    env.write("prd.json", &serde_json::to_string_pretty(&prd).unwrap());
+    let out = env.ralph(&["validate", "--strict"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run says which stories it takes on the agent's word.
+
+fn claude_pass(id: &str, n: usize) -> Value {
+    json!([
+        {"claude_init": {}},
+        {"write_file": {"path": format!("file-{n}.txt"), "content": format!("story {n}\n")}},
+        {"set_passes": {"id": id, "passes": true}},
+        {"git_commit": format!("feat: {id}")},
+        {"claude_result": {"text": "done", "is_error": false, "cost_usd": 0.01}}
+    ])
+}
+
+/// At start, `ralph run` says how many open stories have no check and names them; the summary
+/// lists the stories that passed with no check as a caveat (terminal and `--json`). A story
+/// with its own `verify` is not among them, and `--verify` covers every story.
+#[test]
+fn the_run_names_the_stories_it_takes_on_the_agents_word() {
+    let mut prd = prd_with_stories(3);
+    prd["userStories"][1]["verify"] = json!("test -f file-2.txt");
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [
+        claude_pass("US-001", 1), claude_pass("US-002", 2), claude_pass("US-003", 3)
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "3", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "2 of 3 open stories have no `verify` command (US-001, US-003): ralph will take their \
+             pass on the agent's word"
+        ),
+        "{stderr}"
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let warned = events.iter().any(|e| {
+        e["event"] == "warning"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("2 of 3 open stories have no `verify` command"))
+    });
+    assert!(warned, "{events:?}");
+    let finished = events
+        .iter()
+        .find(|e| e["event"] == "run_finished")
+        .expect("run_finished");
+    // The summary's fields sit in the event, beside `event` and `at`.
+    let caveats = finished.to_string();
+    assert!(
+        caveats.contains(
+            "taken on the agent's word: US-001, US-003 are passing with no `verify` command to check them"
+        ),
+        "{finished}"
+    );
+
+    // With --verify, every story has a check: no warning, no caveat.
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [claude_pass("US-001", 1)]}));
+    let out = env.ralph(&["run", "--max-iter", "1", "--verify", "test -f file-1.txt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("agent's word"), "{}", text(&out));
+}
