@@ -466,7 +466,7 @@ mod tests {
         for needle in [
             "Story US-001: Create hello.py",
             "- python3 hello.py prints Hello",
-            "The repository root is /repo",
+            "The repository root is the current directory: every path is relative to it.",
             "hello.py (in the repository root, not in a folder), src/util.py.",
             "`python3 hello.py | grep -q Hello`",
             "hello.py does not exist yet.",

@@ -335,3 +335,59 @@ fn the_run_names_the_stories_it_takes_on_the_agents_word() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!text(&out).contains("agent's word"), "{}", text(&out));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The local model's prompt is repeatable.
+
+/// The first request `ralph run --agent local` sends for one story, from a repository at a
+/// fresh temporary path: the scripted model answers it with a final answer (no tool call).
+fn first_local_request(prd: &Value) -> crate::support_llm::RecordedRequest {
+    let env = TestEnv::new(prd);
+    let llm = crate::support_llm::ScriptedLlm::sequence(
+        ralph::protocol::ProviderKind::Openai,
+        vec![crate::support_llm::ScriptedReply::text("I stop here.").stop("stop"); 4],
+    );
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--agent",
+            "local",
+            "--base-url",
+            &llm.base_url(),
+            "--max-iter",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !llm.requests().is_empty(),
+        "the local run sent no request: {}",
+        text(&out)
+    );
+    let first = llm.requests().remove(0);
+    assert!(
+        !first.body_text().contains(&env.repo.display().to_string()),
+        "the request holds the repository's path {}: {}",
+        env.repo.display(),
+        first.body_text()
+    );
+    first
+}
+
+/// The same story gets the same request bytes (system prompt, compact prompt, tools, sampling)
+/// wherever its repository lies: the local model, at temperature 0 with a fixed seed, is asked
+/// the same thing on every run, so its end-to-end test is repeatable.
+#[test]
+fn the_local_prompt_is_the_same_bytes_for_the_same_story_in_any_directory() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
+    let a = first_local_request(&prd);
+    let b = first_local_request(&prd);
+    assert_eq!(a.body["messages"], b.body["messages"]);
+    assert_eq!(a.body, b.body);
+    let prompt = a.user_texts().join("\n");
+    assert!(
+        prompt.contains("The repository root is the current directory: every path is relative to it."),
+        "{prompt}"
+    );
+}
