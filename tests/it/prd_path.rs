@@ -387,7 +387,48 @@ fn the_local_prompt_is_the_same_bytes_for_the_same_story_in_any_directory() {
     assert_eq!(a.body, b.body);
     let prompt = a.user_texts().join("\n");
     assert!(
-        prompt.contains("The repository root is the current directory: every path is relative to it."),
+        prompt.contains(
+            "The repository root is the current directory: every path is relative to it."
+        ),
         "{prompt}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub outputs no other test asserts.
+
+/// `$GITHUB_OUTPUT`'s `open_stories`, `blocked` and `run_id` (the other keys have their tests in
+/// integrations.rs, run_cases.rs and scale_out.rs): a run where US-001 is blocked after one
+/// failed attempt, US-002 passes and US-003 is left open by --max-iter.
+#[test]
+fn github_outputs_name_the_open_and_blocked_stories_and_the_run() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"stderr": "something broke"}, {"exit": 1}],
+        claude_pass("US-002", 2)
+    ]}));
+    let outputs = env.root.path().join("github-output");
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "2", "--max-attempts", "1"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &outputs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(outcomes(&env), ["agent_error", "story_passed"]);
+    let written = std::fs::read_to_string(&outputs).unwrap();
+    let value = |key: &str| -> String {
+        written
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_owned())
+            .last()
+            .unwrap_or_else(|| panic!("no {key}= in {written}"))
+    };
+    assert_eq!(value("open_stories"), "US-001,US-003", "{written}");
+    assert_eq!(value("blocked"), "US-001", "{written}");
+    let run_id = env.ledger()[0]["run_id"].as_str().unwrap().to_owned();
+    assert!(!run_id.is_empty());
+    assert_eq!(value("run_id"), run_id, "{written}");
 }
