@@ -169,7 +169,10 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
         all.contains("word_count") || all.contains("longest_word"),
         "the stories are not about the document's helpers: {all}"
     );
-    assert!(!all.contains("notes export"), "the example was copied: {all}");
+    assert!(
+        !all.contains("notes export"),
+        "the example was copied: {all}"
+    );
     assert!(prd["branchName"]
         .as_str()
         .is_some_and(|b| b.starts_with("ralph/")));
