@@ -432,3 +432,59 @@ fn github_outputs_name_the_open_and_blocked_stories_and_the_run() {
     assert!(!run_id.is_empty());
     assert_eq!(value("run_id"), run_id, "{written}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The suite: real-CLI tests never run online under CI.
+
+/// Under CI=true a real-CLI test that cannot cut the network fails, naming the fix, instead of
+/// running online with a note on stderr; outside CI it may run online (with the note); where
+/// `unshare` works it is always isolated. And this machine's own answer, under CI, is isolation
+/// or that failure: never online.
+#[test]
+fn real_cli_tests_under_ci_fail_when_they_cannot_cut_the_network() {
+    use crate::support_model::{isolation, netns_flag};
+    assert_eq!(isolation(Some("-n"), true), Ok(Some("-n")));
+    assert_eq!(isolation(Some("-rn"), false), Ok(Some("-rn")));
+    assert_eq!(isolation(None, false), Ok(None));
+    let why = isolation(None, true).unwrap_err();
+    assert!(
+        why.contains("must run without network under CI=true")
+            && why.contains("scripts/install-test-deps.sh"),
+        "{why}"
+    );
+    assert_ne!(isolation(netns_flag(), true), Ok(None));
+}
+
+/// scripts/test.sh installs what the suite runs (man-db for the man page test, util-linux and
+/// iproute2 for the network namespace) before anything else, and the installer knows each
+/// program's package.
+#[test]
+fn test_sh_installs_the_system_programs_the_suite_runs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let test_sh = std::fs::read_to_string(root.join("scripts/test.sh")).unwrap();
+    let deps = test_sh
+        .find("./scripts/install-test-deps.sh")
+        .expect("test.sh runs scripts/install-test-deps.sh");
+    let first_install = test_sh.find("./scripts/install-claude.sh").unwrap();
+    assert!(deps < first_install, "install-test-deps.sh runs first");
+    let script = std::fs::read_to_string(root.join("scripts/install-test-deps.sh")).unwrap();
+    for pair in [
+        "\"man:man-db\"",
+        "\"unshare:util-linux\"",
+        "\"ip:iproute2\"",
+        "\"script:bsdutils\"",
+    ] {
+        assert!(script.contains(pair), "install-test-deps.sh lacks {pair}");
+    }
+    // It runs here: everything is present (or gets installed) and it says so.
+    let out = std::process::Command::new(root.join("scripts/install-test-deps.sh"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for program in ["man", "unshare", "script"] {
+        assert!(
+            which::which(program).is_ok(),
+            "{program} missing after the install"
+        );
+    }
+}
