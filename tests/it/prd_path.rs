@@ -423,7 +423,7 @@ fn github_outputs_name_the_open_and_blocked_stories_and_the_run() {
             .filter_map(|l| l.split_once('='))
             .filter(|(k, _)| *k == key)
             .map(|(_, v)| v.to_owned())
-            .last()
+            .next_back()
             .unwrap_or_else(|| panic!("no {key}= in {written}"))
     };
     assert_eq!(value("open_stories"), "US-001,US-003", "{written}");
