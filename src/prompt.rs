@@ -168,7 +168,8 @@ pub struct PromptContext {
     pub files: Vec<FileView>,
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
-    /// Feedback lines from the previous iteration (may be empty).
+    /// Feedback lines from the previous iteration (may be empty), with the repository's
+    /// absolute path taken out ([`crate::prd::files::relative_to_root`]).
     pub feedback: Vec<String>,
     /// The completion promise, `<promise>COMPLETE</promise>`.
     pub promise: String,
@@ -203,7 +204,13 @@ impl PromptContext {
                 .map(StoryView::from)
                 .collect(),
             progress_excerpt,
-            feedback,
+            // A check's output in the feedback names files by the repository's absolute path
+            // (a traceback); without it the same attempt reads the same wherever the
+            // repository lies.
+            feedback: feedback
+                .iter()
+                .map(|f| crate::prd::files::relative_to_root(f, &paths.repo_root))
+                .collect(),
             promise: PROMISE.to_string(),
         }
     }
@@ -457,7 +464,7 @@ mod tests {
             (1, 10),
             &RunPaths::new(Path::new("/repo"), Path::new("/repo/prd.json")),
             String::new(),
-            vec!["verify failed for US-001".into()],
+            vec!["verify failed for US-001: File \"/repo/hello.py\", line 1".into()],
         );
         let out = PromptTemplate::load_with_default(None, true)
             .unwrap()
@@ -470,7 +477,8 @@ mod tests {
             "hello.py (in the repository root, not in a folder), src/util.py.",
             "`python3 hello.py | grep -q Hello`",
             "hello.py does not exist yet.",
-            "Note from the previous attempt: verify failed for US-001",
+            // The repository's absolute path is taken out of the feedback.
+            "Note from the previous attempt: verify failed for US-001: File \"hello.py\", line 1",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
         }

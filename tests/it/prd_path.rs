@@ -339,14 +339,17 @@ fn the_run_names_the_stories_it_takes_on_the_agents_word() {
 // ---------------------------------------------------------------------------------------------
 // The local model's prompt is repeatable.
 
-/// The first request `ralph run --agent local` sends for one story, from a repository at a
-/// fresh temporary path: the scripted model answers it with a final answer (no tool call).
-fn first_local_request(prd: &Value) -> crate::support_llm::RecordedRequest {
+/// The first two requests `ralph run --agent local` sends for one story, from a repository at
+/// a fresh temporary path: the scripted model first calls `mark_story` (whose check fails,
+/// naming a file by its absolute path), then gives up with a final answer.
+fn local_requests(prd: &Value) -> Vec<crate::support_llm::RecordedRequest> {
+    use crate::support_llm::ScriptedReply;
     let env = TestEnv::new(prd);
-    let llm = crate::support_llm::ScriptedLlm::sequence(
-        ralph::protocol::ProviderKind::Openai,
-        vec![crate::support_llm::ScriptedReply::text("I stop here.").stop("stop"); 4],
-    );
+    let mark = json!({"name": "mark_story", "arguments": {"id": "US-001", "passes": true}});
+    let mut replies = vec![ScriptedReply::text(mark.to_string())];
+    replies.extend(vec![ScriptedReply::text("I stop here.").stop("stop"); 6]);
+    let llm =
+        crate::support_llm::ScriptedLlm::sequence(ralph::protocol::ProviderKind::Openai, replies);
     let out = env
         .ralph_cmd(&[
             "run",
@@ -359,38 +362,51 @@ fn first_local_request(prd: &Value) -> crate::support_llm::RecordedRequest {
         ])
         .output()
         .unwrap();
+    let requests = llm.requests();
     assert!(
-        !llm.requests().is_empty(),
-        "the local run sent no request: {}",
+        requests.len() >= 2,
+        "{} requests: {}",
+        requests.len(),
         text(&out)
     );
-    let first = llm.requests().remove(0);
-    assert!(
-        !first.body_text().contains(&env.repo.display().to_string()),
-        "the request holds the repository's path {}: {}",
-        env.repo.display(),
-        first.body_text()
-    );
-    first
+    let repo = std::fs::canonicalize(&env.repo).unwrap();
+    for req in &requests[..2] {
+        assert!(
+            !req.body_text().contains(&repo.display().to_string())
+                && !req.body_text().contains(&env.repo.display().to_string()),
+            "request {} holds the repository's path {}: {}",
+            req.n,
+            repo.display(),
+            req.body_text()
+        );
+    }
+    requests
 }
 
-/// The same story gets the same request bytes (system prompt, compact prompt, tools, sampling)
-/// wherever its repository lies: the local model, at temperature 0 with a fixed seed, is asked
-/// the same thing on every run, so its end-to-end test is repeatable.
+/// The same story gets the same request bytes (system prompt, compact prompt, tools, sampling,
+/// and a tool result that named a file by its absolute path) wherever its repository lies: the
+/// local model, at temperature 0 with a fixed seed, is asked the same thing on every run, so
+/// its end-to-end test is repeatable.
 #[test]
 fn the_local_prompt_is_the_same_bytes_for_the_same_story_in_any_directory() {
     let mut prd = prd_with_stories(1);
-    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
-    let a = first_local_request(&prd);
-    let b = first_local_request(&prd);
-    assert_eq!(a.body["messages"], b.body["messages"]);
-    assert_eq!(a.body, b.body);
-    let prompt = a.user_texts().join("\n");
+    // The check fails naming the missing file by its absolute path, as a traceback does.
+    prd["userStories"][0]["verify"] = json!("echo \"no such file: $PWD/file-1.txt\"; exit 1");
+    let a = local_requests(&prd);
+    let b = local_requests(&prd);
+    assert_eq!(a[0].body, b[0].body);
+    assert_eq!(a[1].body, b[1].body);
+    let prompt = a[0].user_texts().join("\n");
     assert!(
         prompt.contains(
             "The repository root is the current directory: every path is relative to it."
         ),
         "{prompt}"
+    );
+    assert!(
+        a[1].body_text().contains("no such file: file-1.txt"),
+        "{}",
+        a[1].body_text()
     );
 }
 
