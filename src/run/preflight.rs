@@ -133,14 +133,11 @@ pub fn unchecked_warning(
     let open = prd.user_stories.iter().filter(|s| !s.passes).count();
     let one = ids.len() == 1;
     Some(format!(
-        "{} of {open} open {} no `verify` command ({}): ralph will take {} pass on the agent's \
+        "{} of {open} open {} {} no `verify` command ({}): ralph will take {} pass on the agent's \
          word; add a `verify` to {} in prd.json, or pass --verify CMD for every story without one",
         ids.len(),
-        if open == 1 {
-            "story has"
-        } else {
-            "stories have"
-        },
+        if open == 1 { "story" } else { "stories" },
+        if one { "has" } else { "have" },
         id_list(&ids),
         if one { "its" } else { "their" },
         if one { "it" } else { "them" },
@@ -257,4 +254,45 @@ pub fn shell_words(spec: &crate::process::SpawnSpec) -> String {
     let mut words = vec![spec.program.display().to_string()];
     words.extend(spec.args.iter().cloned());
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unchecked_warning_counts_and_names_the_open_stories_without_a_check() {
+        let story = |id: &str, passes: bool, verify: Option<&str>| {
+            serde_json::json!({"id": id, "title": id, "acceptanceCriteria": ["x"], "priority": 1,
+                "passes": passes, "verify": verify})
+        };
+        let prd = |stories: Vec<serde_json::Value>| -> crate::prd::model::Prd {
+            serde_json::from_value(serde_json::json!({"project": "p", "userStories": stories}))
+                .unwrap()
+        };
+        let two = prd(vec![
+            story("US-001", false, None),
+            story("US-002", false, Some("make test")),
+            story("US-003", true, None),
+        ]);
+        assert_eq!(
+            unchecked_warning(&two, None).unwrap(),
+            "1 of 2 open stories has no `verify` command (US-001): ralph will take its pass on \
+             the agent's word; add a `verify` to it in prd.json, or pass --verify CMD for every \
+             story without one"
+        );
+        assert_eq!(unchecked_stories(&two, None, true), ["US-003"]);
+        assert_eq!(unchecked_warning(&two, Some("make test")), None);
+        assert!(unchecked_warning(&two, Some("  ")).is_some());
+        let one = prd(vec![story("US-001", false, Some(" "))]);
+        assert!(unchecked_warning(&one, None)
+            .unwrap()
+            .starts_with("1 of 1 open story has no `verify` command (US-001)"));
+        let many: Vec<String> = (1..=12).map(|i| format!("US-{i:03}")).collect();
+        assert_eq!(
+            id_list(&many),
+            "US-001, US-002, US-003, US-004, US-005, US-006, US-007, US-008, US-009, US-010, and \
+             2 more"
+        );
+    }
 }
