@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: installs the pinned agent CLIs (claude, codex, opencode,
-# gemini; each a few seconds from the npm registry), Chromium, Slurm and the integrations' linters,
-# and prepares both local models, all needed by the end-to-end tests, then builds and runs the whole
-# suite in debug mode.
+# Runs every test on a fresh machine: installs the system programs the tests run (man, unshare,
+# ip, script, …), the pinned agent CLIs (claude, codex, opencode, gemini; each a few seconds from
+# the npm registry), Chromium, Slurm and the integrations' linters, and prepares both local
+# models, all needed by the end-to-end tests, then builds and runs the whole suite in debug mode.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# The system programs the suite runs (man-db for the man page test, util-linux and iproute2 for
+# the real-CLI tests' network namespace, …), each only when missing.
+./scripts/install-test-deps.sh
 ./scripts/install-claude.sh
 ./scripts/install-codex.sh
 ./scripts/install-opencode.sh

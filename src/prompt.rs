@@ -100,38 +100,6 @@ impl From<&Story> for StoryView {
 /// Most paths [`story_files`] lists for one story.
 const MAX_STORY_FILES: usize = 8;
 
-/// File extensions [`story_files`] takes as naming a file (a dotted name with another ending,
-/// such as `mathutil.add` or `0.1.0`, is code or a version, not a file).
-const FILE_EXTENSIONS: &[&str] = &[
-    "py", "pyi", "rs", "js", "mjs", "cjs", "ts", "tsx", "jsx", "json", "toml", "yaml", "yml", "md",
-    "rst", "txt", "sh", "bash", "zsh", "c", "h", "cc", "cpp", "hpp", "go", "rb", "java", "kt",
-    "swift", "php", "pl", "lua", "r", "html", "htm", "css", "scss", "csv", "tsv", "cfg", "ini",
-    "conf", "xml", "sql", "lock", "gradle", "ipynb", "vue", "svelte", "dart", "scala", "ex", "exs",
-    "hs", "ml", "zig", "tex", "bat", "ps1", "mk", "cmake", "proto", "svg", "log", "env", "tf",
-];
-
-/// File names without an extension that [`story_files`] knows.
-const BARE_FILE_NAMES: &[&str] = &[
-    "README",
-    "VERSION",
-    "LICENSE",
-    "CHANGELOG",
-    "NOTICE",
-    "AUTHORS",
-    "CONTRIBUTORS",
-    "TODO",
-    "Makefile",
-    "Dockerfile",
-    "Procfile",
-    "Gemfile",
-    "Rakefile",
-    "Justfile",
-    ".gitignore",
-    ".dockerignore",
-    ".editorconfig",
-    ".env",
-];
-
 /// The file paths a story names, so a compact prompt can state them plainly: words of its
 /// title, description, acceptance criteria and `verify` command that look like a relative path
 /// to a file (`hello.py`, `src/app.js`, `docs/notes.md`, `VERSION`, `Makefile`), without quotes,
@@ -146,7 +114,7 @@ pub fn story_files(story: &Story) -> Vec<String> {
     let mut files: Vec<String> = Vec::new();
     for text in texts {
         for word in text.split(|c: char| c.is_whitespace() || c == '`') {
-            if let Some(path) = file_word(word) {
+            if let Some(path) = crate::prd::files::file_word(word) {
                 if !files.contains(&path) && files.len() < MAX_STORY_FILES {
                     files.push(path);
                 }
@@ -165,28 +133,6 @@ pub fn story_files(story: &Story) -> Vec<String> {
             }))
     });
     files
-}
-
-/// `word` as a relative file path, if it looks like one (see [`story_files`]).
-fn file_word(word: &str) -> Option<String> {
-    let word = word
-        .trim_start_matches(['"', '\'', '(', '[', '{', '<'])
-        .trim_end_matches(['"', '\'', ')', ']', '}', '>', ',', ';', ':', '!', '?', '.']);
-    let word = word.strip_prefix("./").unwrap_or(word);
-    let plain = word
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
-    if word.is_empty() || !plain || word.starts_with(['/', '-']) || word.ends_with('/') {
-        return None;
-    }
-    if word.split('/').any(|part| part.is_empty() || part == "..") {
-        return None;
-    }
-    let name = word.rsplit('/').next().unwrap_or(word);
-    let known_ext = name
-        .rsplit_once('.')
-        .is_some_and(|(stem, ext)| !stem.is_empty() && FILE_EXTENSIONS.contains(&ext));
-    (known_ext || BARE_FILE_NAMES.contains(&name)).then(|| word.to_string())
 }
 
 /// One of the files the current story names ([`StoryView::files`]), as it is in the repository
@@ -240,7 +186,8 @@ pub struct PromptContext {
     pub files: Vec<FileView>,
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
-    /// Feedback lines from the previous iteration (may be empty).
+    /// Feedback lines from the previous iteration (may be empty), with the repository's
+    /// absolute path taken out ([`crate::prd::files::relative_to_root`]).
     pub feedback: Vec<String>,
     /// The completion promise, `<promise>COMPLETE</promise>`.
     pub promise: String,
@@ -275,7 +222,13 @@ impl PromptContext {
                 .map(StoryView::from)
                 .collect(),
             progress_excerpt,
-            feedback,
+            // A check's output in the feedback names files by the repository's absolute path
+            // (a traceback); without it the same attempt reads the same wherever the
+            // repository lies.
+            feedback: feedback
+                .iter()
+                .map(|f| crate::prd::files::relative_to_root(f, &paths.repo_root))
+                .collect(),
             promise: PROMISE.to_string(),
         }
     }
@@ -495,7 +448,11 @@ mod tests {
             "src/",
             ".py",
         ] {
-            assert_eq!(file_word(not_a_file), None, "{not_a_file}");
+            assert_eq!(
+                crate::prd::files::file_word(not_a_file),
+                None,
+                "{not_a_file}"
+            );
         }
         let s = story(
             "Add a CHANGELOG",
@@ -525,7 +482,7 @@ mod tests {
             (1, 10),
             &RunPaths::new(Path::new("/repo"), Path::new("/repo/prd.json")),
             String::new(),
-            vec!["verify failed for US-001".into()],
+            vec!["verify failed for US-001: File \"/repo/hello.py\", line 1".into()],
         );
         let out = PromptTemplate::load_with_default(None, true)
             .unwrap()
@@ -534,11 +491,12 @@ mod tests {
         for needle in [
             "Story US-001: Create hello.py",
             "- python3 hello.py prints Hello",
-            "The repository root is /repo",
+            "The repository root is the current directory: every path is relative to it.",
             "hello.py (in the repository root, not in a folder), src/util.py.",
             "`python3 hello.py | grep -q Hello`",
             "hello.py does not exist yet.",
-            "Note from the previous attempt: verify failed for US-001",
+            // The repository's absolute path is taken out of the feedback.
+            "Note from the previous attempt: verify failed for US-001: File \"hello.py\", line 1",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
         }

@@ -489,6 +489,111 @@ mod tests {
         }
     }
 
+    /// claude sometimes prints its limit sentence as a plain line on stdout in stream-json mode,
+    /// among the JSON lines or instead of them, then exits 1. Every member of the family (5-hour,
+    /// weekly, session, extra usage, the legacy `|<epoch>`; with or without a reset time; the
+    /// time as a clock time or relative) is read from such a line: a usage limit, with the
+    /// reset time when the line gives one, and the line as the error message.
+    #[test]
+    fn a_plain_limit_line_in_stream_json_is_a_usage_limit_with_its_reset() {
+        let now = chrono::Utc::now();
+        let legacy = format!(
+            "Claude AI usage limit reached|{}",
+            now.timestamp() + 3 * 3600
+        );
+        // (line, the reset it names: None, or (earliest, latest) from now, in hours)
+        let family: Vec<(&str, Option<(i64, i64)>)> = vec![
+            ("5-hour limit reached \u{2219} resets 7pm", Some((0, 25))),
+            (
+                "5-hour limit reached \u{00b7} resets in 2h 30m",
+                Some((2, 3)),
+            ),
+            ("5-hour limit reached", None),
+            (
+                "Weekly limit reached \u{2219} resets Mon 5am",
+                Some((0, 24 * 8)),
+            ),
+            (
+                "Weekly limit reached \u{2219} resets in 3 days",
+                Some((71, 73)),
+            ),
+            ("Weekly limit reached", None),
+            (
+                "You've hit your weekly limit \u{00b7} resets Dec 3 at 4pm (America/New_York)",
+                Some((0, 24 * 367)),
+            ),
+            (
+                "You've hit your session limit \u{00b7} resets 2pm (Europe/Helsinki)",
+                Some((0, 25)),
+            ),
+            (
+                "You\u{2019}ve hit your limit \u{00b7} resets in 45 minutes",
+                Some((0, 1)),
+            ),
+            (
+                "You're out of extra usage \u{00b7} resets 9pm",
+                Some((0, 25)),
+            ),
+            (
+                "You're out of extra usage \u{00b7} resets in 1 hour",
+                Some((0, 2)),
+            ),
+            ("You're out of extra usage", None),
+            (legacy.as_str(), Some((2, 4))),
+        ];
+        let init = out(
+            r#"{"type":"system","subtype":"init","session_id":"s1","model":"claude-sonnet-4-5","claude_code_version":"2.1.332"}"#,
+        );
+        for (line, reset) in family {
+            // Instead of the JSON lines, and among them (after init, before the exit).
+            for lines in [vec![out(line)], vec![init.clone(), out(line)]] {
+                let (events, report) = run(&lines, Some(1));
+                assert!(report.is_error, "{line}");
+                assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{line}");
+                assert_eq!(report.error_message.as_deref(), Some(line), "{line}");
+                assert!(
+                    events.contains(&AgentEvent::Error {
+                        message: line.to_owned()
+                    }),
+                    "{line}: {events:?}"
+                );
+                match reset {
+                    None => assert_eq!(report.resume_at, None, "{line}"),
+                    Some((lo, hi)) => {
+                        let at = report
+                            .resume_at
+                            .unwrap_or_else(|| panic!("{line}: no reset"));
+                        let hours = (at - now).num_minutes() as f64 / 60.0;
+                        assert!(
+                            hours >= lo as f64 - 0.1 && hours <= hi as f64 + 0.1,
+                            "{line}: resets in {hours} h"
+                        );
+                    }
+                }
+            }
+        }
+        // A stray plain line that says nothing of a failure is kept quietly; after a successful
+        // result it changes nothing.
+        let result = out(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s1","total_cost_usd":0.01}"#,
+        );
+        let (events, report) = run(
+            &[init.clone(), out("hook: formatted 3 files"), result],
+            Some(0),
+        );
+        assert!(!report.is_error && report.failure.is_none());
+        assert!(
+            !events.iter().any(|e| matches!(e, AgentEvent::Error { .. })),
+            "{events:?}"
+        );
+        // With nothing else to go on, it explains a failed run.
+        let (_, report) = run(&[init, out("hook: formatted 3 files")], Some(1));
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("hook: formatted 3 files")
+        );
+    }
+
     /// Older claude versions end with the status only in the text, no `api_error_status`.
     #[test]
     fn status_only_in_the_text_decides_the_class() {

@@ -617,20 +617,35 @@ mod tests {
         assert!(report.saw_final && report.is_error);
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
         assert_eq!(report.error_message.as_deref(), Some(text));
-        // Whatever the reset parser can read from the message (here a local time of day). The
-        // parser reads against the clock (a time a few minutes ago means "now"), so the two
-        // readings may differ by the moments between them.
-        let expected = crate::agent::classify::resume_at_from_text(text).expect("a reset time");
+        // "try again at 3:28 PM" is the machine's local time: the next 15:28:00 local, within
+        // a day (or now, when 15:28 passed a few minutes ago).
         let got = report.resume_at.expect("the report carries the reset time");
-        assert!(
-            (got - expected).num_seconds().abs() <= 5,
-            "{got} vs {expected}"
-        );
+        next_local_time_of_day(got, 15, 28);
 
         // 0.171.0's own words for a 429 `usage_limit_reached` (curly apostrophe).
         let curly = r#"{"type":"turn.failed","error":{"message":"You’ve hit your usage limit. Try again at 2:51 AM."}}"#;
         let (_, report) = run(&[out(curly)], Some(1));
         assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        next_local_time_of_day(report.resume_at.expect("a reset time"), 2, 51);
+    }
+
+    /// Asserts that `at` is `hour:minute` local time, at most a day ahead (and not in the
+    /// past, unless that time of day passed at most 10 minutes ago and `at` is now).
+    fn next_local_time_of_day(at: chrono::DateTime<chrono::Utc>, hour: u32, minute: u32) {
+        use chrono::Timelike;
+        let now = chrono::Utc::now();
+        assert!(
+            at >= now - chrono::Duration::seconds(5) && at <= now + chrono::Duration::hours(24),
+            "{at} is not within the next day of {now}"
+        );
+        let local = at.with_timezone(&chrono::Local);
+        let exact = (local.hour(), local.minute(), local.second()) == (hour, minute, 0);
+        // Read just after the reset: the parser says "now" rather than tomorrow.
+        let just_passed = (at - now).num_seconds().abs() <= 5;
+        assert!(
+            exact || just_passed,
+            "{local} is not {hour}:{minute:02} local"
+        );
     }
 
     /// 0.171.0 against an HTTP 401 / 403: `unexpected status …` (with the retry counts at 0).

@@ -713,7 +713,8 @@ mod tests {
     }
 
     /// Non-JSON lines (a workspace-trust notice, a banner), JSON that is not an object, unknown
-    /// types, lossy UTF-8: no event, no crash.
+    /// types, lossy UTF-8: no crash, and no event except for a plain line that reads as an error
+    /// signal (the trust notice), which is shown as the CLI's error (`StreamCore::plain_stdout`).
     #[test]
     fn hostile_lines_are_ignored() {
         let invalid_utf8 = String::from_utf8_lossy(b"{\"type\":\"assistant\xff\"}").into_owned();
@@ -729,9 +730,14 @@ mod tests {
         let (events, report) = run(&lines, Some(0));
         assert_eq!(
             events,
-            vec![AgentEvent::AssistantText {
-                text: "I'll run the tests first.".into()
-            }]
+            vec![
+                AgentEvent::Error {
+                    message: "Workspace Trust Required".into()
+                },
+                AgentEvent::AssistantText {
+                    text: "I'll run the tests first.".into()
+                }
+            ]
         );
         assert!(!claims(&report));
     }

@@ -292,6 +292,11 @@ impl ExecDialect {
 }
 
 impl Dialect for ExecDialect {
+    /// Plain text: every stdout line is the agent's.
+    fn json_lines(&self) -> bool {
+        false
+    }
+
     /// Every non-blank line is shown as assistant text.
     fn stdout(&mut self, line: &str, _core: &mut StreamCore) -> Vec<AgentEvent> {
         let clean = strip_ansi(line).trim_end().to_owned();

@@ -158,6 +158,17 @@ pub struct GeminiDialect {
     /// The class of the Google API error quoted in the result's message, when its `status` or
     /// `details[].reason` decide one.
     api_error_class: Option<FailureClass>,
+    /// The `error` event that says the session hit its turn limit ([`is_turn_limit`]): the CLI
+    /// stops the agent there and still ends with a `success` result.
+    turn_limit: Option<String>,
+}
+
+/// Whether an `error` event's message says the session hit its maximum number of turns: the
+/// CLI's `Maximum session turns exceeded` (an `error` event, then a `success` result, exit 0)
+/// and `Reached max session turns for this session…` (`FatalTurnLimitedError`).
+fn is_turn_limit(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    lower.contains("maximum session turns") || lower.contains("max session turns")
 }
 
 impl Dialect for GeminiDialect {
@@ -199,6 +210,9 @@ impl Dialect for GeminiDialect {
                 if v.get("severity").and_then(Value::as_str) != Some("warning") {
                     core.error_event = Some(message.clone());
                 }
+                if is_turn_limit(&message) {
+                    self.turn_limit = Some(message.trim().to_owned());
+                }
                 vec![AgentEvent::Error { message }]
             }
             Some("result") => self.on_result(&v, core),
@@ -217,7 +231,9 @@ impl Dialect for GeminiDialect {
     /// Report rules beyond the shared skeleton:
     /// - `final_text`: the assistant deltas after the last `tool_result`, concatenated;
     /// - `is_error`: with a result line, also a non-zero exit code (a kill by ralph after the
-    ///   result, exit code `None`, is not an error);
+    ///   result, exit code `None`, is not an error), and an `error` event saying the session hit
+    ///   its turn limit (`Maximum session turns exceeded`), even before a `success` result: the
+    ///   agent was stopped, not finished, and the error message says so;
     /// - `failure`: the JS error class (`TerminalQuotaError` → usage limit,
     ///   `RetryableQuotaError` → transient, `FatalAuthenticationError` → auth,
     ///   `FatalConfigError`/`FatalUntrustedWorkspaceError`/`ModelNotFoundError`… → config), else
@@ -228,6 +244,11 @@ impl Dialect for GeminiDialect {
     /// - `resume_at`: read from the error message (the CLI gives no structured reset time).
     fn settle(&mut self, core: &mut StreamCore, exit_code: Option<i32>) {
         if core.saw_final && exit_code.is_some_and(|c| c != 0) {
+            core.is_error = true;
+        }
+        // The agent was stopped at its turn limit, not done: a `success` result after it does
+        // not make the run a success.
+        if self.turn_limit.is_some() {
             core.is_error = true;
         }
         let errored_result = self.result.as_ref().is_some_and(|r| !r.success);
@@ -241,6 +262,12 @@ impl Dialect for GeminiDialect {
     /// Best source first: the error result's message (else the last error event), the JS
     /// error class named on stderr, the classifier's text, the last error event, stderr.
     fn error_message(&self, core: &StreamCore, _exit_code: Option<i32>) -> Option<String> {
+        if let Some(said) = &self.turn_limit {
+            return Some(format!(
+                "gemini stopped the agent at its session turn limit before it finished ({said}); \
+                 raise maxSessionTurns in gemini's settings.json or make the story smaller"
+            ));
+        }
         let from_result = self.result.as_ref().filter(|r| !r.success).and_then(|r| {
             r.error_message
                 .clone()
@@ -774,6 +801,38 @@ mod tests {
             report.error_message.as_deref(),
             Some("Invalid stream: The model returned an empty response or malformed tool call.")
         );
+    }
+
+    /// gemini's turn limit: an `error` event `Maximum session turns exceeded`, then a `success`
+    /// result and exit 0 (what gemini-cli 0.61.0 prints when `maxSessionTurns` stops the agent).
+    /// The agent was stopped, not finished: the run is an error whose message names the turn
+    /// limit. The `FatalTurnLimitedError` form (an error result, exit 53) says so too.
+    #[test]
+    fn the_session_turn_limit_is_an_error_even_before_a_success_result() {
+        let error = out(
+            r#"{"type":"error","timestamp":"t","severity":"error","message":"Maximum session turns exceeded"}"#,
+        );
+        let text = out(
+            r#"{"type":"message","timestamp":"t","role":"assistant","content":"Working on it","delta":true}"#,
+        );
+        let success = out(r#"{"type":"result","timestamp":"t","status":"success","stats":{}}"#);
+        let (_, report) = run(&[text, error, success], Some(0));
+        assert!(report.is_error);
+        assert_eq!(report.failure, None);
+        let message = report.error_message.unwrap_or_default();
+        assert!(
+            message.starts_with("gemini stopped the agent at its session turn limit")
+                && message.contains("(Maximum session turns exceeded)"),
+            "{message}"
+        );
+        let fatal = out(
+            r#"{"type":"result","timestamp":"t","status":"error","error":{"type":"FatalTurnLimitedError","message":"Reached max session turns for this session. Increase the number of turns by specifying maxSessionTurns in settings.json."},"stats":{}}"#,
+        );
+        let (_, report) = run(&[fatal], Some(53));
+        assert!(report.is_error);
+        assert!(report
+            .error_message
+            .is_some_and(|m| m.contains("Reached max session turns")),);
     }
 
     /// Decision (README, gemini): an `error` event of severity `error` followed by a `result`

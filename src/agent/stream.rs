@@ -78,6 +78,9 @@ pub struct StreamCore {
     pub classifier: Classifier,
     /// The last stderr lines.
     pub stderr_tail: StderrTail,
+    /// The last stdout lines that were not JSON, from a CLI in its JSON mode
+    /// ([`StreamCore::plain_stdout`]): claude sometimes prints its usage-limit sentence so.
+    pub plain_tail: StderrTail,
     /// The agent's session (or thread) id.
     pub session_id: Option<String>,
     /// The model the agent reported.
@@ -140,6 +143,32 @@ impl StreamCore {
         Some(clean.to_owned())
     }
 
+    /// A stdout line that is not a JSON object, from a CLI whose stdout should hold only JSON
+    /// lines ([`Dialect::json_lines`]): the CLI itself wrote it outside its protocol (claude
+    /// prints its usage-limit sentence as a plain line, among or instead of the JSON lines,
+    /// then exits 1). Like a stderr line it goes to the classifier and is kept
+    /// ([`StreamCore::plain_tail`], the last source of an error message), so that such a run is
+    /// read as what the line says (a usage limit with its reset time) rather than as an exit
+    /// code with no message. A line the classifier reads as an error signal is shown as an
+    /// [`AgentEvent::Error`]; other stray lines (a wrapper's banner) only stay in the tail and
+    /// the transcript. Blank lines are dropped.
+    pub fn plain_stdout(&mut self, text: &str) -> Vec<AgentEvent> {
+        let clean = strip_ansi(text);
+        let clean = clean.trim();
+        if clean.is_empty() {
+            return Vec::new();
+        }
+        self.classifier.observe(Signal::Text(clean));
+        self.plain_tail.push(clean);
+        if crate::agent::classify::classify(Signal::Text(clean)).is_some() {
+            vec![AgentEvent::Error {
+                message: clean.to_owned(),
+            }]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The [`AgentEvent::Session`] for what is known of the session so far.
     pub fn session_event(&self) -> AgentEvent {
         AgentEvent::Session {
@@ -151,13 +180,15 @@ impl StreamCore {
 
     /// The usual error message of a failed run, best source first: the terminal event's own
     /// message, the text that decided the failure class, the last error reported outside the
-    /// terminal event, the last stderr lines; ANSI stripped.
+    /// terminal event, the last stderr lines, the last plain (non-JSON) stdout lines; ANSI
+    /// stripped.
     pub fn error_message_chain(&self) -> Option<String> {
         self.error_message
             .clone()
             .or_else(|| self.classifier.message().map(str::to_owned))
             .or_else(|| self.error_event.clone())
             .or_else(|| self.stderr_tail.joined())
+            .or_else(|| self.plain_tail.joined())
             .map(|m| strip_ansi(&m))
     }
 
@@ -276,6 +307,14 @@ fn missing_model_message(name: Option<&str>, said: Option<&str>) -> String {
 /// What differs between agent CLIs' output: how a line reads, and a few end-of-run quirks.
 /// Everything else lives in [`StreamCore`].
 pub trait Dialect: Send {
+    /// Whether the CLI's stdout holds one JSON object per line (every stream-json and JSONL
+    /// mode). Then a stdout line that is not a JSON object never reaches [`Dialect::stdout`]: it
+    /// is read by [`StreamCore::plain_stdout`] (the classifier and the error message's last
+    /// source). `false` for a plain-text CLI (exec), whose dialect reads every line.
+    fn json_lines(&self) -> bool {
+        true
+    }
+
     /// Reads one stdout line into events, filling `core`. Never fails: lines that are not this
     /// CLI's format yield no event.
     fn stdout(&mut self, line: &str, core: &mut StreamCore) -> Vec<AgentEvent>;
@@ -340,6 +379,11 @@ impl<D: Dialect> OutputParser for Parser<D> {
     fn on_line(&mut self, line: &OutputLine) -> Vec<AgentEvent> {
         self.core.line_is_json = false;
         match line.stream {
+            StreamKind::Stdout
+                if self.dialect.json_lines() && !looks_like_json_object(&line.text) =>
+            {
+                self.core.plain_stdout(&line.text)
+            }
             StreamKind::Stdout => self.dialect.stdout(&line.text, &mut self.core),
             StreamKind::Stderr => self.dialect.stderr(&line.text, &mut self.core),
         }
@@ -353,6 +397,13 @@ impl<D: Dialect> OutputParser for Parser<D> {
         let Parser { core, mut dialect } = *self;
         core.finish(&mut dialect, exit_code)
     }
+}
+
+/// Whether `line` can be a JSON object: its first non-blank character is `{`. A cheap test,
+/// so that the readers parse each JSON line once; a line that starts with `{` and still does
+/// not parse is left to the dialect (which yields no event for it).
+fn looks_like_json_object(line: &str) -> bool {
+    line.trim_start().starts_with('{')
 }
 
 /// `line` as a JSON object, or `None` for anything else (not JSON, an array, a string): the

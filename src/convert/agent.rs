@@ -72,8 +72,9 @@ pub fn draft_schema() -> Value {
 pub const EXAMPLE_STORY_DESCRIPTION: &str =
     "As a user, I want `notes export ID` so that I get that note as a file.";
 
-/// The example reply shown in the prompt.
-fn example(project: &str) -> String {
+/// The example reply shown in the prompt; its story carries `dependsOn` and, when ralph knows
+/// the project's test command, that command as `verify`, so that the agent sees where both go.
+fn example(project: &str, test_command: Option<&str>) -> String {
     // Another domain than any real PRD, so that a small model cannot pass it off as the answer.
     let doc = json!({
         "project": project,
@@ -86,9 +87,14 @@ fn example(project: &str) -> String {
             "acceptanceCriteria": ["`notes export 3` writes `note-3.md`", "Tests pass"],
             "priority": 1,
             "passes": false,
-            "notes": ""
+            "notes": "",
+            "dependsOn": []
         }]
     });
+    let mut doc = doc;
+    if let Some(command) = test_command {
+        doc["userStories"][0]["verify"] = Value::String(command.to_owned());
+    }
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
@@ -108,7 +114,7 @@ pub fn prompt(
             rules => RULES.trim_end(),
             project => project,
             test_command => test_command,
-            example => show_example.then(|| example(project)),
+            example => show_example.then(|| example(project, test_command)),
             source => source,
             markdown => markdown.trim_end(),
         })
@@ -274,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_copy_of_the_example_is_usable_but_fed_back_and_schema_sessions_see_no_example() {
-        let draft: Value = serde_json::from_str(&example("demo")).unwrap();
+        let draft: Value = serde_json::from_str(&example("demo", Some("make test"))).unwrap();
         let checked = check(&draft);
         assert!(checked.usable.is_some());
         assert_eq!(
@@ -315,6 +321,8 @@ mod tests {
             true,
         );
         assert!(p.contains("`make test`") && p.contains("\"demo\"") && p.contains("free text"));
+        // The example shows where the check goes: the project's test command as `verify`.
+        assert!(p.contains("\"verify\": \"make test\""), "{p}");
         assert!(p.contains("if you cannot describe the change in 2–3 sentences"));
     }
 }

@@ -57,6 +57,15 @@ pub struct PlanStory {
     pub description: String,
     /// Checkable criteria.
     pub acceptance_criteria: Vec<String>,
+    /// Ids of earlier stories that must pass first (`US-001` is the first story); rendered as
+    /// the story's `**Depends on:**` line, prd.json's `dependsOn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// A shell command, run in the repository root, that exits 0 when the story is done;
+    /// rendered as the story's `**Verify:**` line, prd.json's `verify`. Without one, ralph takes
+    /// the story's pass on the agent's word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
 }
 
 /// A planned PRD, as the agent returns it.
@@ -130,7 +139,9 @@ pub fn plan_schema() -> Value {
                     "properties": {
                         "title": {"type": "string"},
                         "description": {"type": "string"},
-                        "acceptanceCriteria": strings(1, 6)
+                        "acceptanceCriteria": strings(1, 6),
+                        "dependsOn": {"type": "array", "maxItems": 5, "items": {"type": "string"}},
+                        "verify": {"type": "string"}
                     },
                     "required": ["title", "description", "acceptanceCriteria"],
                     "additionalProperties": false
@@ -172,6 +183,8 @@ pub fn plan_prompt(
     show_example: bool,
 ) -> String {
     // An example from another domain, so that a small model cannot pass it off as the answer.
+    // Its `verify` is the project's own test command when ralph knows it.
+    let verify = test_command.unwrap_or("npm test");
     let example = json!({
         "title": "Notes export",
         "introduction": "Let users export their notes as Markdown files so that they can keep them outside the app.",
@@ -179,7 +192,9 @@ pub fn plan_prompt(
         "userStories": [{
             "title": "Export one note",
             "description": crate::convert::agent::EXAMPLE_STORY_DESCRIPTION,
-            "acceptanceCriteria": ["`notes export 3` writes `note-3.md` with the note's text", "Tests pass"]
+            "acceptanceCriteria": ["`notes export 3` writes `note-3.md` with the note's text", "Tests pass"],
+            "dependsOn": [],
+            "verify": verify
         }],
         "functionalRequirements": ["FR-1: `notes export ID` writes `note-ID.md` in the current directory"],
         "nonGoals": ["Importing notes"],
@@ -253,9 +268,9 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
                 usable: None,
                 problems: vec![format!(
                     "$: {e} (fix: reply with one object that has `title`, `introduction`, \
-                     `goals`, `userStories` (each with `title`, `description` and \
-                     `acceptanceCriteria`), `functionalRequirements`, `nonGoals`, \
-                     `assumptions` and `openQuestions`)"
+                     `goals`, `userStories` (each with `title`, `description`, \
+                     `acceptanceCriteria` and, where they apply, `dependsOn` and `verify`), \
+                     `functionalRequirements`, `nonGoals`, `assumptions` and `openQuestions`)"
                 )],
             }
         }
@@ -283,19 +298,43 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
                  show the story is done, e.g. an exact output, then \"Tests pass\")"
             ));
         }
+        problems.extend(dependency_problems(i, s));
+        if s.verify.as_deref().is_some_and(|v| v.contains('`')) {
+            problems.push(format!(
+                "$.userStories[{i}].verify: contains a backtick, which the Markdown layout cannot \
+                 hold (fix: write the command without backticks, e.g. with $(…))"
+            ));
+        }
     }
     if problems.is_empty() {
         // The rendered PRD must convert without a model; anything else is a ralph bug, but it
         // is reported rather than written.
-        if let Err(errors) =
-            markdown::parse(&render(&doc, decisions), std::path::Path::new("PRD.md"))
-        {
-            problems.extend(
+        match markdown::parse(&render(&doc, decisions), std::path::Path::new("PRD.md")) {
+            Err(errors) => problems.extend(
                 errors
                     .errors
                     .into_iter()
                     .map(|e| format!("$: {} (fix: {})", e.message, e.hint)),
-            );
+            ),
+            // What `ralph convert` reads back must be what the agent planned: a check or a
+            // dependency lost on the way would leave a story with nothing to check it.
+            Ok(parsed) => {
+                for (i, (planned, read)) in doc.user_stories.iter().zip(&parsed.stories).enumerate()
+                {
+                    let verify = planned
+                        .verify
+                        .as_deref()
+                        .map(line)
+                        .filter(|v| !v.is_empty());
+                    if read.verify != verify || read.depends_on != normalized_deps(planned) {
+                        problems.push(format!(
+                            "$.userStories[{i}]: its verify or dependsOn does not survive the \
+                             Markdown layout (fix: a one-line shell command without backticks, \
+                             ids like \"US-001\")"
+                        ));
+                    }
+                }
+            }
         }
     }
     // A copy of the prompt's example is usable (it converts) but fed back, and left as a
@@ -303,6 +342,47 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
     let usable = problems.is_empty().then_some(doc);
     problems.extend(crate::convert::agent::copied_example(value));
     Checked { usable, problems }
+}
+
+/// A story's `dependsOn` as the layout writes it: trimmed, upper case, blanks dropped, and
+/// `US-<n>` written with three digits (`US-1` → `US-001`, the id ralph gives the first story).
+fn normalized_deps(story: &PlanStory) -> Vec<String> {
+    story
+        .depends_on
+        .iter()
+        .map(|d| {
+            let d = d.trim().to_uppercase();
+            match d.strip_prefix("US-").and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) => format!("US-{n:03}"),
+                None => d,
+            }
+        })
+        .filter(|d| !d.is_empty())
+        .collect()
+}
+
+/// Problems with story `i`'s `dependsOn`: an id that is not `US-<n>` of an earlier story (the
+/// stories are numbered `US-001`… in order, and a story can only wait for one planned before
+/// it).
+fn dependency_problems(i: usize, story: &PlanStory) -> Vec<String> {
+    normalized_deps(story)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(j, dep)| {
+            let earlier = dep
+                .strip_prefix("US-")
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n >= 1 && n <= i);
+            (!earlier).then(|| {
+                format!(
+                    "$.userStories[{i}].dependsOn[{j}]: {dep:?} is not an earlier story (fix: \
+                     the stories are US-001, US-002, … in order; list only ids before \
+                     US-{:03}, or none)",
+                    i + 1
+                )
+            })
+        })
+        .collect()
 }
 
 /// One line of text: newlines folded into spaces, so a value cannot break the layout.
@@ -333,7 +413,8 @@ fn bullets(out: &mut String, heading: &str, items: &[String], numbered: Option<&
 }
 
 /// The PRD in ralph's Markdown layout (README.md, "The Markdown PRD layout"): title,
-/// introduction, goals, user stories `### US-001: …` with their description and criteria,
+/// introduction, goals, user stories `### US-001: …` with their description, criteria and
+/// `**Depends on:**` / `**Verify:**` lines (when the story has them),
 /// functional requirements, non-goals, the user's decisions, assumptions, open questions.
 pub fn render(doc: &PlanDoc, decisions: &[Decision]) -> String {
     let title = line(strip_prd_prefix(&doc.title));
@@ -356,6 +437,17 @@ pub fn render(doc: &PlanDoc, decisions: &[Decision]) -> String {
             if !c.is_empty() {
                 let _ = writeln!(out, "- [ ] {c}");
             }
+        }
+        let deps = normalized_deps(story);
+        let verify = story.verify.as_deref().map(line).filter(|v| !v.is_empty());
+        if !deps.is_empty() || verify.is_some() {
+            out.push('\n');
+        }
+        if !deps.is_empty() {
+            let _ = writeln!(out, "**Depends on:** {}", deps.join(", "));
+        }
+        if let Some(v) = verify {
+            let _ = writeln!(out, "**Verify:** `{v}`");
         }
     }
     bullets(

@@ -11,7 +11,7 @@
 //! | code | finding |
 //! |---|---|
 //! | `vague-criterion` | a criterion that says nothing checkable: one of [`VAGUE_PHRASES`] |
-//! | `no-checkable-criterion` | a story with no criterion left once vague ones are set aside, and no `verify` |
+//! | `no-checkable-criterion` | a story with no `verify` and no criterion that names something to check ([`is_checkable`]): ralph would take its pass on the agent's word |
 //! | `long-description` | a story description over [`MAX_DESCRIPTION_SENTENCES`] sentences or [`MAX_DESCRIPTION_WORDS`] words: too big for one iteration |
 //! | `too-many-criteria` | more than [`MAX_CRITERIA`] criteria |
 //! | `depends-on-later` | a `dependsOn` id whose story has a higher `priority` number (it is planned later) |
@@ -70,7 +70,7 @@ pub const MAX_DESCRIPTION_WORDS: usize = 80;
 pub enum Rule {
     /// A criterion that says nothing checkable.
     VagueCriterion,
-    /// A story without any checkable criterion and without `verify`.
+    /// A story without `verify` and without a criterion that names something to check.
     NoCheckableCriterion,
     /// A story description too long for one iteration.
     LongDescription,
@@ -331,7 +331,7 @@ fn lint_criteria(story: &Story, at: &dyn Fn(&str) -> String, out: &mut Vec<Findi
                        e.g. \"`textkit --reverse abc` prints `cba`\""
                     .into(),
             }),
-            None if !criterion.trim().is_empty() => checkable += 1,
+            None if is_checkable(criterion) => checkable += 1,
             None => {}
         }
     }
@@ -344,12 +344,14 @@ fn lint_criteria(story: &Story, at: &dyn Fn(&str) -> String, out: &mut Vec<Findi
             json_path: at(""),
             rule: Rule::NoCheckableCriterion,
             message: format!(
-                "{} has no checkable acceptance criterion and no `verify` command: nothing can \
-                 tell when it is done",
+                "{} has no `verify` command and no acceptance criterion that names something to \
+                 check (a command, an output, a value, a file): nothing can tell when it is \
+                 done, so ralph would take its pass on the agent's word",
                 story.id
             ),
-            hint: "add a criterion that can be checked (e.g. \"Tests pass\", or an exact \
-                   output), or a `verify` command that exits 0 when the story is done"
+            hint: "add a `verify` command that exits 0 when the story is done (e.g. the \
+                   project's test command), or a criterion that names what to observe, e.g. \
+                   \"`textkit --reverse abc` prints `cba`\" or \"Tests pass\""
                 .into(),
         });
     }
@@ -383,6 +385,46 @@ fn lint_description(story: &Story, at: &dyn Fn(&str) -> String, out: &mut Vec<Fi
             hint: "if you cannot describe the change in 2–3 sentences, split the story".into(),
         });
     }
+}
+
+/// Phrases that name a check a command runs (matched case-insensitively on word boundaries).
+pub const CHECK_PHRASES: &[&str] = &[
+    "tests pass",
+    "test passes",
+    "tests still pass",
+    "test suite passes",
+    "typecheck passes",
+    "typechecks",
+    "type check passes",
+    "lint passes",
+    "linter passes",
+    "build passes",
+    "build succeeds",
+    "builds without errors",
+    "compiles",
+    "exits 0",
+    "exit code 0",
+    "exits with 0",
+];
+
+/// Whether `criterion` names something a command or a look can confirm: code or a command in
+/// backticks, a quoted value, a number, a file name (`hello.py`, `src/app.js`, `README`), or a
+/// check a command runs ([`CHECK_PHRASES`]: "Tests pass", "Typecheck passes", …). A
+/// [`vague_phrase`] never counts, and neither does prose such as "Users can export their
+/// notes", which only the agent's word can confirm.
+pub fn is_checkable(criterion: &str) -> bool {
+    let text = criterion.trim();
+    if text.is_empty() || vague_phrase(text).is_some() {
+        return false;
+    }
+    let lower = text.to_lowercase();
+    let quoted = |q: char| text.matches(q).count() >= 2;
+    text.contains('`')
+        || quoted('"')
+        || quoted('\u{201c}')
+        || text.chars().any(|c| c.is_ascii_digit())
+        || CHECK_PHRASES.iter().any(|p| contains_phrase(&lower, p))
+        || crate::prd::files::names_a_file(text)
 }
 
 /// The first [`VAGUE_PHRASES`] entry found in `criterion`, if any.
@@ -455,6 +497,25 @@ mod tests {
         assert!(vague_phrase("the page is fast").is_some());
         assert!(vague_phrase("the page is faster than 2 s").is_none());
         assert!(vague_phrase("`slugify(\"a b\")` returns \"a-b\"").is_none());
+        for checkable in [
+            "`slugify(\"a b\")` returns \"a-b\"",
+            "The page is faster than 2 s",
+            "Tests pass",
+            "Typecheck passes",
+            "file-1.txt exists",
+            "README mentions the flag",
+            "The title reads \"Notes\"",
+        ] {
+            assert!(is_checkable(checkable), "{checkable}");
+        }
+        for prose in [
+            "Users can export their notes",
+            "The feature is implemented",
+            "It works correctly",
+            "",
+        ] {
+            assert!(!is_checkable(prose), "{prose}");
+        }
         assert!(valid_branch_name("ralph/my-feature"));
         assert!(!valid_branch_name("ralph/my feature"));
         assert!(!valid_branch_name("ralph/x..y"));

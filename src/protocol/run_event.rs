@@ -268,6 +268,14 @@ pub fn schema_json() -> String {
     text
 }
 
+/// Whether a committed-schema test should rewrite its file instead of comparing: only when
+/// `RALPH_UPDATE_SCHEMA` is exactly `1` (`value` is the variable's value). Anything else, `0`
+/// and empty included, compares, so that a stray setting cannot hide a drift.
+#[cfg(test)]
+pub(crate) fn schema_update_requested(value: Option<&str>) -> bool {
+    value == Some("1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,10 +283,18 @@ mod tests {
     const REGENERATE: &str = "RALPH_UPDATE_SCHEMA=1 cargo test --features test-fakes schema";
 
     #[test]
+    fn only_ralph_update_schema_1_rewrites_the_committed_schemas() {
+        assert!(schema_update_requested(Some("1")));
+        for value in [None, Some("0"), Some(""), Some("false"), Some("yes")] {
+            assert!(!schema_update_requested(value), "{value:?}");
+        }
+    }
+
+    #[test]
     fn committed_run_events_schema_matches_the_types() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/run-events.schema.json");
         let generated = schema_json();
-        if std::env::var_os("RALPH_UPDATE_SCHEMA").is_some() {
+        if schema_update_requested(std::env::var("RALPH_UPDATE_SCHEMA").ok().as_deref()) {
             std::fs::write(path, &generated).unwrap();
             return;
         }

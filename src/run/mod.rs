@@ -362,6 +362,7 @@ async fn finish(
         push: push.as_ref(),
         shutdown_s,
         pending_reset: s.state.resume_at,
+        default_verify: cfg.verify.as_deref(),
     });
     let status = reason
         .exit_status()

@@ -86,6 +86,64 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     })
 }
 
+/// The stories of `prd` that nothing but the agent's word can mark done: their `passes` is
+/// `open` (`false`: the stories a run will take on; `true`: the ones already marked), they have
+/// no `verify` of their own, and the run has no `--verify` for stories without one
+/// (`default_verify`; a blank command counts as none). Ids in prd.json's order.
+pub fn unchecked_stories(
+    prd: &crate::prd::model::Prd,
+    default_verify: Option<&str>,
+    passes: bool,
+) -> Vec<String> {
+    let blank = |v: Option<&str>| v.is_none_or(|v| v.trim().is_empty());
+    if !blank(default_verify) {
+        return Vec::new();
+    }
+    prd.user_stories
+        .iter()
+        .filter(|s| s.passes == passes && blank(s.verify.as_deref()))
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+/// `ids` for a sentence: all of them up to 10, else the first 10 and how many more.
+pub fn id_list(ids: &[String]) -> String {
+    const SHOWN: usize = 10;
+    if ids.len() <= SHOWN {
+        ids.join(", ")
+    } else {
+        format!(
+            "{}, and {} more",
+            ids[..SHOWN].join(", "),
+            ids.len() - SHOWN
+        )
+    }
+}
+
+/// The run-start warning about the open stories ralph will take on the agent's word
+/// ([`unchecked_stories`]), or `None` when every open story has a check.
+pub fn unchecked_warning(
+    prd: &crate::prd::model::Prd,
+    default_verify: Option<&str>,
+) -> Option<String> {
+    let ids = unchecked_stories(prd, default_verify, false);
+    if ids.is_empty() {
+        return None;
+    }
+    let open = prd.user_stories.iter().filter(|s| !s.passes).count();
+    let one = ids.len() == 1;
+    Some(format!(
+        "{} of {open} open {} {} no `verify` command ({}): ralph will take {} pass on the agent's \
+         word; add a `verify` to {} in prd.json, or pass --verify CMD for every story without one",
+        ids.len(),
+        if open == 1 { "story" } else { "stories" },
+        if one { "has" } else { "have" },
+        id_list(&ids),
+        if one { "its" } else { "their" },
+        if one { "it" } else { "them" },
+    ))
+}
+
 /// The checks on the agent that need no run: the native backend's API key variable is set, and
 /// the agent program exists (on PATH, or at its path). Returns the probe spec (the backend's
 /// command for an empty prompt). Also used by `ralph plan` and `ralph convert`.
@@ -196,4 +254,45 @@ pub fn shell_words(spec: &crate::process::SpawnSpec) -> String {
     let mut words = vec![spec.program.display().to_string()];
     words.extend(spec.args.iter().cloned());
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unchecked_warning_counts_and_names_the_open_stories_without_a_check() {
+        let story = |id: &str, passes: bool, verify: Option<&str>| {
+            serde_json::json!({"id": id, "title": id, "acceptanceCriteria": ["x"], "priority": 1,
+                "passes": passes, "verify": verify})
+        };
+        let prd = |stories: Vec<serde_json::Value>| -> crate::prd::model::Prd {
+            serde_json::from_value(serde_json::json!({"project": "p", "userStories": stories}))
+                .unwrap()
+        };
+        let two = prd(vec![
+            story("US-001", false, None),
+            story("US-002", false, Some("make test")),
+            story("US-003", true, None),
+        ]);
+        assert_eq!(
+            unchecked_warning(&two, None).unwrap(),
+            "1 of 2 open stories has no `verify` command (US-001): ralph will take its pass on \
+             the agent's word; add a `verify` to it in prd.json, or pass --verify CMD for every \
+             story without one"
+        );
+        assert_eq!(unchecked_stories(&two, None, true), ["US-003"]);
+        assert_eq!(unchecked_warning(&two, Some("make test")), None);
+        assert!(unchecked_warning(&two, Some("  ")).is_some());
+        let one = prd(vec![story("US-001", false, Some(" "))]);
+        assert!(unchecked_warning(&one, None)
+            .unwrap()
+            .starts_with("1 of 1 open story has no `verify` command (US-001)"));
+        let many: Vec<String> = (1..=12).map(|i| format!("US-{i:03}")).collect();
+        assert_eq!(
+            id_list(&many),
+            "US-001, US-002, US-003, US-004, US-005, US-006, US-007, US-008, US-009, US-010, and \
+             2 more"
+        );
+    }
 }

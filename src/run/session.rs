@@ -205,6 +205,11 @@ impl Session {
                 ));
             }
         }
+        if let Some(w) =
+            crate::run::preflight::unchecked_warning(&self.initial.prd, cfg.verify.as_deref())
+        {
+            out.warn(w);
+        }
         let feature = self.initial.prd.branch_name.clone();
         if let Some(old) = self.state.enter_feature(feature.as_deref()) {
             out.notice(format!(

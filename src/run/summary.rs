@@ -94,6 +94,9 @@ pub struct Input<'a> {
     /// A usage-limit reset still pending in state.json (UTC), e.g. when Ctrl-C or SIGTERM ended
     /// the wait for it: the summary's `resume_at` when it is still in the future.
     pub pending_reset: Option<chrono::DateTime<chrono::Utc>>,
+    /// `--verify`: the check of every story without its own `verify` (none: such stories are
+    /// taken on the agent's word, a caveat).
+    pub default_verify: Option<&'a str>,
 }
 
 /// The summary of a run (see the module docs).
@@ -207,7 +210,8 @@ fn next(i: &Input<'_>) -> String {
 }
 
 /// What the reader should check even when the run completed: stories marked passing outside
-/// their own iteration, and blocked stories (unless that is why the run stopped).
+/// their own iteration, stories that pass on the agent's word alone (no `verify` checked them),
+/// and blocked stories (unless that is why the run stopped).
 fn caveats(i: &Input<'_>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = i.push.filter(|p| p.unpushed_commits > 0) {
@@ -224,6 +228,18 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
         ));
     }
     out.extend(i.totals.flipped_elsewhere.iter().cloned());
+    let unchecked = crate::run::preflight::unchecked_stories(i.prd, i.default_verify, true);
+    if !unchecked.is_empty() {
+        let one = unchecked.len() == 1;
+        out.push(format!(
+            "taken on the agent's word: {} {} passing with no `verify` command to check {}; \
+             review {} by hand",
+            crate::run::preflight::id_list(&unchecked),
+            if one { "is" } else { "are" },
+            if one { "it" } else { "them" },
+            if one { "it" } else { "them" },
+        ));
+    }
     let blocked_is_the_reason = matches!(
         i.reason,
         StopReason::AllBlocked { .. } | StopReason::StoryBlocked { .. }

@@ -384,6 +384,7 @@ fn the_integration_scripts_pass_shellcheck() {
         "scripts/slurm-local.sh",
         "scripts/install-slurm.sh",
         "scripts/install-linters.sh",
+        "scripts/install-test-deps.sh",
         "scripts/test.sh",
     ];
     let out = run(Command::new(linter("shellcheck"))

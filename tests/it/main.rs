@@ -28,6 +28,7 @@ mod notify;
 mod plan;
 mod plan_local;
 mod prd;
+mod prd_path;
 mod process;
 mod process_trees;
 mod real_claude;

@@ -1,8 +1,8 @@
 //! The real local model (whichever `--agent local` serves by default), from an idea to a loop
 //! that starts: `ralph plan --yes --agent local` on a one-sentence feature for examples/textkit,
 //! `ralph convert`, `ralph validate`, then `ralph run` starting on the first story; and the agent
-//! path of `ralph convert` on free-form Markdown, which must end in a valid prd.json or a clear
-//! error with the draft kept. The stories a small model writes are printed (with the linter's
+//! path of `ralph convert` on free-form Markdown, which must end in a valid prd.json about the
+//! document. The stories a small model writes are printed (with the linter's
 //! findings) for the record; the assertions are about what ralph guarantees, not the model's
 //! taste. Needs `scripts/setup-local-model.sh`; see tests/it/local.rs for the skip rules.
 
@@ -12,7 +12,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::common::{text, TestEnv};
-use crate::local::prepared_or_skip;
+use crate::local::{one_model_at_a_time, prepared_or_skip};
 
 /// A copy of examples/textkit as a repository with no prd.json yet (a new feature).
 fn textkit_env() -> TestEnv {
@@ -49,6 +49,9 @@ fn local_model_plans_a_textkit_feature_that_converts_validates_and_runs() {
     {
         return;
     }
+    // One model server at a time (see `one_model_at_a_time`): two on 2 cores slow each other
+    // down many times over, which made the end-to-end tests time out now and then.
+    let _one = one_model_at_a_time();
     let env = textkit_env();
     let started = std::time::Instant::now();
     let out = local(
@@ -130,6 +133,7 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
     {
         return;
     }
+    let _one = one_model_at_a_time();
     let env = textkit_env();
     env.write(
         "notes.md",
@@ -150,22 +154,29 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
         ],
     );
     eprintln!("--- convert --agent local ---\n{}", text(&out));
-    if out.status.success() {
-        let validate = env.ralph(&["validate"]);
-        assert!(validate.status.success(), "{}", text(&validate));
-        let prd: Value = env.prd();
-        assert!(!prd["userStories"].as_array().unwrap().is_empty());
-        eprintln!("{}", env.read("prd.json"));
-    } else {
-        // The clear error: what was wrong and where the last draft is.
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("did not produce a valid prd.json"), "{err}");
-        assert!(
-            err.contains("the last draft is saved in prd.draft.json"),
-            "{err}"
-        );
-        assert!(env.path("prd.draft.json").is_file());
-        assert!(!env.path("prd.json").exists());
-    }
+    // The conversion must work: the reply is bound to the draft's schema (llama.cpp's grammar)
+    // and problems go back to the model, so a valid prd.json is written, about this document's
+    // helpers (not the prompt's example), with no draft left behind.
+    assert!(out.status.success(), "{}", text(&out));
+    eprintln!("{}", env.read("prd.json"));
+    let validate = env.ralph(&["validate"]);
+    assert!(validate.status.success(), "{}", text(&validate));
+    let prd: Value = env.prd();
+    let stories = prd["userStories"].as_array().unwrap();
+    assert!(!stories.is_empty(), "{prd}");
+    let all = serde_json::to_string(stories).unwrap();
+    assert!(
+        all.contains("word_count") || all.contains("longest_word"),
+        "the stories are not about the document's helpers: {all}"
+    );
+    assert!(
+        !all.contains("notes export"),
+        "the example was copied: {all}"
+    );
+    assert!(prd["branchName"]
+        .as_str()
+        .is_some_and(|b| b.starts_with("ralph/")));
+    assert!(!env.path("prd.draft.json").exists());
+    // A conversion that cannot work says why and keeps the draft: that path has a test with
+    // the scripted model (tests/it/convert.rs), where the failure is certain.
 }

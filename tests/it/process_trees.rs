@@ -23,10 +23,6 @@ use crate::fault_injection::{processes_of, wait_no_processes};
 /// Randomized runs per test run (about 25 s on 2 cores: a third of them wait out a 1 s limit).
 const CASES: u64 = 30;
 
-/// While `true`, the one bug this test found (a `setsid` grandchild of an agent that exited
-/// normally survived; reproduced by the test at the end) is noted instead of failing the run.
-/// Fixed: ralph kills every process tagged with the iteration's RALPH_AGENT_TAG when it ends.
-const TOLERATE_KNOWN_BUG: bool = false;
 /// The longest a run may take before the test calls it hung.
 const RUN_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -185,7 +181,6 @@ fn run_case(seed: u64, n: u64) -> Result<String, String> {
         .spawn()
         .expect("start ralph");
     let started = Instant::now();
-    let mut note = String::new();
     let result = (|| {
         let count = case.grandchildren.len();
         if matches!(
@@ -260,26 +255,18 @@ fn run_case(seed: u64, n: u64) -> Result<String, String> {
             return Err(format!("wip.txt is not in a checkpoint commit: {log:?}"));
         }
         // Nothing of the tree may outlive ralph. A moment for the kernel to finish the kills.
+        // (A setsid grandchild of an agent that exited normally once survived here; ralph now
+        // kills every process tagged with the iteration's RALPH_AGENT_TAG, and
+        // an_agent_exiting_normally_leaves_no_setsid_grandchild_behind reproduces it.)
         let left = wait_no_processes(&env.script, Duration::from_secs(3));
         if !left.is_empty() {
-            let known = TOLERATE_KNOWN_BUG
-                && case.trigger == Trigger::AgentExits
-                && case.grandchildren.iter().any(|g| g.setsid);
-            if !known {
-                return Err(format!("survivors after ralph exited: {left:?}"));
-            }
-            note = format!(
-                "known bug: setsid grandchildren {left:?} survived \
-                 (an_agent_exiting_normally_leaves_no_setsid_grandchild_behind)"
-            );
+            return Err(format!("survivors after ralph exited: {left:?}"));
         }
         let recorded = grandchild_pids(&env, count);
-        if note.is_empty() {
-            if let Some(pid) = recorded.iter().flatten().find(|&&pid| alive(pid)) {
-                return Err(format!("recorded grandchild {pid} is alive"));
-            }
+        if let Some(pid) = recorded.iter().flatten().find(|&&pid| alive(pid)) {
+            return Err(format!("recorded grandchild {pid} is alive"));
         }
-        Ok(format!("exit {code} after {took:?} {note}"))
+        Ok(format!("exit {code} after {took:?}"))
     })();
     // Whatever happened, leave nothing running.
     let _ = child.kill();
@@ -301,21 +288,15 @@ fn interrupts_and_timeouts_leave_no_process_of_the_agent_tree() {
     );
     let started = Instant::now();
     let mut failures = Vec::new();
-    let mut known = 0;
     for n in cases() {
-        match run_case(seed, n) {
-            Ok(summary) if summary.contains("known bug") => {
-                known += 1;
-                eprintln!("case {n}: {summary}");
-            }
-            Ok(_) => {}
-            Err(e) => failures.push(format!(
+        if let Err(e) = run_case(seed, n) {
+            failures.push(format!(
                 "case {n} (RALPH_TREES_SEED={seed} RALPH_TREES_CASE={n}): {e}"
-            )),
+            ));
         }
     }
     eprintln!(
-        "process trees: {} cases ({known} hit the known bug) in {:?}",
+        "process trees: {} cases in {:?}",
         cases().len(),
         started.elapsed()
     );

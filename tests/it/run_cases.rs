@@ -516,8 +516,14 @@ fn case_08_grandchild_holding_stdout_does_not_hang_and_is_killed() {
         "ralph waited for EOF: {:?}",
         t.elapsed()
     );
+    // The iteration is written down as finished: nothing in flight, the story passed on its
+    // first attempt, and the run stopped complete.
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
-    let _ = state;
+    assert!(state["in_flight"].is_null(), "{state}");
+    assert_eq!(state["iteration"], 1, "{state}");
+    assert_eq!(state["last_outcome"], "story_passed", "{state}");
+    assert_eq!(state["blocked"], json!([]), "{state}");
+    assert_eq!(state["stop_reason"]["kind"], "complete", "{state}");
     // The grandchild (sleep 120) must be gone: no process of any fake-agent group survives.
     let calls = env.read("../script.json.calls.jsonl");
     let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();

@@ -275,14 +275,43 @@ pub fn netns_flag() -> Option<&'static str> {
     })
 }
 
+/// How a real-CLI test may run, from the namespace probe ([`netns_flag`]) and whether this is
+/// CI ([`in_ci`]): `Ok(Some(flag))` isolated; `Ok(None)` online, allowed only outside CI (with a
+/// note on stderr); `Err` under CI when the network cannot be cut, naming how to fix it, so that
+/// a CI run never reaches a real API by accident and never passes on a hidden note.
+pub fn isolation(flag: Option<&'static str>, ci: bool) -> Result<Option<&'static str>, String> {
+    match (flag, ci) {
+        (Some(flag), _) => Ok(Some(flag)),
+        (None, false) => Ok(None),
+        (None, true) => Err(
+            "the real-CLI tests must run without network under CI=true, but neither `unshare -n` \
+             nor `unshare -rn` could create a network namespace with a loopback here (or \
+             RALPH_TEST_NETNS=0 was set): run the tests as root or allow unprivileged user \
+             namespaces (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu \
+             kernel.apparmor_restrict_unprivileged_userns=0), and install util-linux and \
+             iproute2 (scripts/install-test-deps.sh does)"
+                .to_string(),
+        ),
+    }
+}
+
 /// `cmd` run in a fresh network namespace holding only a loopback interface
 /// (`unshare -n sh -c 'ip link set lo up && exec "$@"' sh cmd…`) when [`netns_flag`] finds a
-/// way, otherwise `cmd` unchanged (as a copy run through `env`). Anything that talks to `cmd`
-/// over the network must run inside it too: wrap with [`with_scripted_model`] first.
+/// way; otherwise, outside CI, `cmd` unchanged (as a copy run through `env`) with a note, and
+/// under CI a panic naming the fix ([`isolation`]). Anything that talks to `cmd` over the
+/// network must run inside it too: wrap with [`with_scripted_model`] first.
 pub fn isolated(cmd: &Command) -> Command {
-    let Some(flag) = netns_flag() else {
-        eprintln!("note: unshare is not available here; running without network isolation");
-        return prefixed(cmd, OsStr::new("env"), &[]);
+    let flag = match isolation(netns_flag(), in_ci()) {
+        Ok(Some(flag)) => flag,
+        Ok(None) => {
+            eprintln!(
+                "note: cannot cut the network here (unshare -n and -rn failed, or \
+                 RALPH_TEST_NETNS=0); running WITHOUT network isolation (under CI=true this \
+                 fails instead)"
+            );
+            return prefixed(cmd, OsStr::new("env"), &[]);
+        }
+        Err(why) => panic!("{why}"),
     };
     prefixed(
         cmd,
