@@ -109,7 +109,7 @@ impl Repo {
                     .flatten()
                     .next()
                     .map(|e| String::from_utf8_lossy(&e.path).into_owned());
-                if !path.is_some_and(|p| union(&p) == keep) {
+                if path.is_none_or(|p| union(&p) != keep) {
                     continue;
                 }
                 if let Some(mut theirs) = conflict.their {
