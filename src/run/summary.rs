@@ -193,7 +193,7 @@ fn next(i: &Input<'_>) -> String {
             ),
             _ => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
         },
-        StopReason::NeedsHuman { .. } => "fix the agent's setup shown above (see `.ralph/runs/` for the transcript), then `ralph run`".into(),
+        StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),
         StopReason::UsageLimit { .. } => {
             "`ralph run` again after the reset (it waits for a reset that has not passed)".into()
         }
@@ -204,8 +204,19 @@ fn next(i: &Input<'_>) -> String {
             "check who drives the branch now (the warning above names it) before running again here"
                 .into()
         }
-        _ => "check `ralph status` and the transcripts in .ralph/runs/, then `ralph run` to continue"
-            .into(),
+        _ => format!(
+            "check `ralph status` and the transcripts in {}, then `ralph run` to continue",
+            runs_dir(i.ledger)
+        ),
+    }
+}
+
+/// The transcripts' folder beside the ledger at `ledger` (as shown: `.ralph/runs/`, or
+/// `.ralph/books/<prd path>/runs/` for a prd.json in a folder).
+fn runs_dir(ledger: &str) -> String {
+    match ledger.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/runs/"),
+        None => "runs/".to_owned(),
     }
 }
 
