@@ -196,7 +196,11 @@ impl Asker {
                 if strays.len() == 1 { "" } else { "es" },
                 strays
                     .iter()
-                    .map(|s| format!("pid {} `{}`", s.pid, crate::redact::current().redact_string(&s.command)))
+                    .map(|s| format!(
+                        "pid {} `{}`",
+                        s.pid,
+                        crate::redact::current().redact_string(&s.command)
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
