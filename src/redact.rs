@@ -78,6 +78,32 @@ const TOKEN_PATTERNS: &[&str] = &[
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
 ];
 
+/// Literals one of which every match of [`TOKEN_PATTERNS`] and [`KEEP_PREFIX_PATTERNS`] contains
+/// (compared ASCII case-insensitively). A line holding none of them, nor a literal secret, is
+/// returned as it is without running a regex: agent output is mostly such lines, and a flood of
+/// it (gigabytes) must not cost a regex scan per byte.
+const PREFILTER_LITERALS: &[&str] = &[
+    "sk-",
+    "sk_",
+    "rk_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "akia",
+    "asia",
+    "aiza",
+    "hf_",
+    "eyj",
+    "private key-----",
+    "://",
+    "authorization",
+];
+
 /// Secrets that keep their surroundings (group `keep` before, `end` after): the password of
 /// `scheme://user:password@`, and the credential after `Authorization: Bearer|Basic|Token`.
 const KEEP_PREFIX_PATTERNS: &[&str] = &[
@@ -94,6 +120,9 @@ pub struct Redactor {
     whole: Option<Regex>,
     /// [`KEEP_PREFIX_PATTERNS`].
     keep_prefix: Vec<Regex>,
+    /// [`PREFILTER_LITERALS`] and the literal secrets; `None` when it could not be built (then
+    /// every text goes through the regexes).
+    prefilter: Option<aho_corasick::AhoCorasick>,
 }
 
 impl Default for Redactor {
@@ -129,7 +158,17 @@ impl Redactor {
         // The literals are escaped and the shapes fixed: only a size beyond the limit can fail,
         // and then the shapes alone still apply.
         let whole = build(&alternatives.join("|")).or_else(|| build(&TOKEN_PATTERNS.join("|")));
+        let prefilter = aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(
+                PREFILTER_LITERALS
+                    .iter()
+                    .map(|l| l.as_bytes())
+                    .chain(all.iter().map(|s| s.as_bytes())),
+            )
+            .ok();
         Redactor {
+            prefilter,
             secrets: all,
             whole,
             keep_prefix: KEEP_PREFIX_PATTERNS
@@ -175,6 +214,11 @@ impl Redactor {
 
     /// `text` with every secret replaced by [`REDACTED`]; borrowed when nothing was found.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if let Some(pre) = &self.prefilter {
+            if !pre.is_match(text) {
+                return Cow::Borrowed(text);
+            }
+        }
         let mut out = match &self.whole {
             Some(re) => re.replace_all(text, REDACTED),
             None => Cow::Borrowed(text),
@@ -418,8 +462,40 @@ mod tests {
                 "ask the task-runner about risk-free sk-1",
                 "ask the task-runner about risk-free sk-1",
             ),
+            ("sk_live_0123456789abcdefABCD", "<redacted>"),
+            ("rk_test_0123456789abcdefABCD", "<redacted>"),
+            ("github_pat_0123456789abcdefABCDEF_xyz", "<redacted>"),
+            ("glpat-0123456789abcdefABCDEF", "<redacted>"),
+            ("xoxb-0123456789-abcdef", "<redacted>"),
+            ("ASIAABCDEFGHIJKLMNOP", "<redacted>"),
+            ("AIzaSyA0123456789abcdefghijklmnopqrstuv", "<redacted>"),
+            ("hf_0123456789abcdefghijklmnopqrstuvwxyz", "<redacted>"),
+            (
+                "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+                "<redacted>",
+            ),
+            (
+                "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----",
+                "<redacted>",
+            ),
+            (
+                "AUTHORIZATION: token abcdef0123",
+                "AUTHORIZATION: token <redacted>",
+            ),
         ] {
             assert_eq!(r.redact(input), want, "{input}");
         }
+    }
+
+    #[test]
+    fn text_with_no_secret_literal_is_returned_without_a_copy() {
+        let r = Redactor::new(["Sup3rSecretValue".to_string()]);
+        let chatter = "some agent chatter that is not JSON, over and over ".repeat(20);
+        assert!(matches!(r.redact(&chatter), Cow::Borrowed(_)));
+        // A configured secret is found whatever the line around it.
+        assert_eq!(
+            r.redact("x Sup3rSecretValue y"),
+            format!("x {REDACTED} y")
+        );
     }
 }
