@@ -6,7 +6,8 @@ run. Normally started by `scripts/bench.sh`, which owns the temporary directory:
 
 Without RALPH_BIN it runs `cargo build --release --bin ralph` and uses target/release/ralph.
 Rows (names for --rows, case-insensitive): p1, p1-big, p1-stale, p2, p2-2g, p3, p4, p5, startup,
-or the issue's groups P1 (p1, p1-big, p1-stale), P2 (p2, p2-2g), P3, P4, P5, startup.
+scale-status, scale-iter, or the issue's groups P1 (p1, p1-big, p1-stale), P2 (p2, p2-2g), P3, P4,
+P5, startup, scale (issue 18: 100,000 stories).
 --quick (or RALPH_BENCH_QUICK=1) runs fewer iterations and a 400 MB stream in place of the 2 GB
 one: a few minutes. --dry-run prints what would run and exits (the CI smoke test of the
 arguments). See README.md, "Benchmarks", for what each row measures and how.
@@ -35,19 +36,20 @@ SHELL_LOOP = os.path.join(HERE, "shell-loop.sh")
 GEN_HISTORY = os.path.join(HERE, "gen_history.py")
 GEN_STREAM = os.path.join(HERE, "gen_stream.py")
 TRUE = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-ROWS = ["p1", "p1-big", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup"]
+ROWS = ["p1", "p1-big", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter"]
 GROUPS = {"p1": ["p1", "p1-big", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
-          "start-up": ["startup"]}
+          "start-up": ["startup"], "scale": ["scale-status", "scale-iter"]}
+GEN_PRD = os.path.join(ROOT, "benches", "scale", "gen_prd.py")
 MIB = 1024 * 1024
 LIMITS = ["--max-attempts", "100000", "--max-failures", "100000", "--max-no-progress", "100000"]
 STREAM_TOKENS_IN = 424242  # gen_stream.py's result line (input_tokens)
 
 # What --quick and the full run do. runs: how many times each side runs (median taken).
 # p2_big: the size of the "2 GB" row's stream (--quick: 400 MB, and the row says so).
-FULL = dict(p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
+FULL = dict(scale_n=100_000, scale_runs=3, p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
             p2_big=2_000_000_000, p5_n=50, p5_runs=3, p4_runs=7, start_runs=11, big_files=5000,
             big_bytes=40_000_000)
-QUICK = dict(p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
+QUICK = dict(scale_n=100_000, scale_runs=1, p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
              p2_big=400_000_000, p5_n=20, p5_runs=1, p4_runs=5, start_runs=7, big_files=5000,
              big_bytes=40_000_000)
 
@@ -556,6 +558,78 @@ class Bench:
 
     # ---- output ----------------------------------------------------------------------------
 
+    def scale_repo(self):
+        """A repository whose prd.json has cfg scale_n stories (benches/scale/gen_prd.py --deps:
+        half passing, each depending on the one before and on one about half-way back), made once
+        and shared by the scale rows."""
+        if not hasattr(self, "_scale"):
+            t = time.perf_counter()
+            d = self.fresh_dir("scale")
+            subprocess.run([sys.executable, GEN_PRD, os.path.join(d, "prd.json"), str(self.cfg["scale_n"]),
+                            "--passing", str(self.cfg["scale_n"] // 2), "--deps"], check=True)
+            with open(os.path.join(d, ".gitignore"), "w") as f:
+                f.write(".last-branch\n")
+            self.commit_all(d)
+            sys.stderr.write("  (made a %d-story prd.json, %s, in %.1f s)\n" % (
+                self.cfg["scale_n"], fmt_bytes(os.path.getsize(os.path.join(d, "prd.json"))),
+                time.perf_counter() - t))
+            self._scale = d
+        return self._scale
+
+    def row_scale_status(self):
+        """`ralph status` on the scale repository next to python3 parsing the same prd.json
+        (json.load: the floor of reading the file at all). Checked: it names the next story."""
+        n, runs = self.cfg["scale_n"], self.cfg["scale_runs"]
+        repo = self.scale_repo()
+        status = [self.ralph, "status"]
+        parse = [sys.executable, "-c", "import json; json.load(open('prd.json'))"]
+        out = os.path.join(self.tmp, "status.txt")
+        r, b, rcpu = [], [], []
+        for k in range(runs):
+            for which in ((status, parse) if k % 2 == 0 else (parse, status)):
+                with open(out, "wb") as f:
+                    w, rc, cpu = self.run(which, repo, stdout=f)
+                if rc != 0:
+                    raise Failed("%s exit %d: %s" % (which[1], rc, self.stderr_tail()))
+                if which is status:
+                    with open(out, errors="replace") as f:
+                        if "next story: US-%06d" % (n // 2 + 1) not in f.read():
+                            raise Failed("ralph status did not name the next story")
+                    r.append(w); rcpu.append(cpu)
+                else:
+                    b.append(w)
+        rm, bm = statistics.median(r), statistics.median(b)
+        self.add("scale `ralph status`, %s stories (median of %d)" % (fmt_int(n), runs), "%.2f s" % rm,
+                 "python3 json.load %.2f s" % bm, ratio(rm, bm), "≤ 5 s", met(rm <= 5.0),
+                 "issue 18: was 3.2 s at 8,000 stories and killed after 666 s at 200,000; CPU %.2f s"
+                 % statistics.median(rcpu))
+
+    def row_scale_iter(self):
+        """One iteration of `ralph run` (exec agent `true`, --max-iter 1) on a copy of the scale
+        repository, next to one iteration of the shell loop there: the whole run's wall time,
+        i.e. ralph's bookkeeping around a no-op agent (loads, checks, prompt, checkpoint, ledger,
+        summary). Checked: one ledger record."""
+        n, runs = self.cfg["scale_n"], self.cfg["scale_runs"]
+        template = self.scale_repo()
+        r, s, rcpu = [], [], []
+        for k in range(runs):
+            for side in (("ralph", "shell") if k % 2 == 0 else ("shell", "ralph")):
+                repo = self.copy(template, "scale-run")
+                try:
+                    if side == "ralph":
+                        w, c = self.ralph_noop(repo, 1)
+                        r.append(w); rcpu.append(c)
+                    else:
+                        w, _ = self.shell_noop(repo, 1)
+                        s.append(w)
+                finally:
+                    self.remove(repo)
+        rm, sm = statistics.median(r), statistics.median(s)
+        self.add("scale one iteration, %s stories (median of %d)" % (fmt_int(n), runs), "%.2f s" % rm,
+                 "shell loop %.2f s" % sm, ratio(rm, sm), "≤ 5 s", met(rm <= 5.0),
+                 "issue 18: `prd_edits` alone took 2.5 minutes after a 0.7 s agent at 200,000 stories; "
+                 "CPU %.2f s; the shell loop neither reads prd.json nor checkpoints" % statistics.median(rcpu))
+
     def table(self):
         head = ["measure", "ralph", "baseline", "ratio", "goal", "met?"]
         body = [[r["measure"], r["ralph"], r["baseline"], r["ratio"], r["goal"], r["met"]] for r in self.rows]
@@ -583,7 +657,7 @@ def select_rows(ap, spec):
         elif name in ROWS:
             wanted.add(name)
         else:
-            ap.error("unknown row %r (rows: %s; groups: P1, P2, P3, P4, P5, startup)" % (name, ",".join(ROWS)))
+            ap.error("unknown row %r (rows: %s; groups: P1, P2, P3, P4, P5, startup, scale)" % (name, ",".join(ROWS)))
     if not wanted:
         ap.error("--rows names no row")
     return [r for r in ROWS if r in wanted]
@@ -723,7 +797,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="a few minutes: fewer iterations, 400 MB in place of 2 GB (also RALPH_BENCH_QUICK=1)")
     ap.add_argument("--rows", "--only", dest="rows",
-                    help="comma-separated rows or groups, case-insensitive: P1,P2,P3,P4,P5,startup or "
+                    help="comma-separated rows or groups, case-insensitive: P1,P2,P3,P4,P5,startup,scale or "
                          + ",".join(ROWS))
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--tmp", help="work directory (default: a new one, removed at the end)")
@@ -760,7 +834,8 @@ def main():
                  "p2": lambda: bench.row_p2(100_000_000, "100 MB", bench.cfg["p2_runs"]),
                  "p2-2g": lambda: bench.row_p2(bench.cfg["p2_big"], p2_big_label(bench.cfg["p2_big"]), 1,
                                                big=True),
-                 "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup}
+                 "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup,
+                 "scale-status": bench.row_scale_status, "scale-iter": bench.row_scale_iter}
         for name in ROWS:
             if name not in only:
                 continue

@@ -97,12 +97,17 @@ fn outputs(cfg: &RunConfig, stop: &StopSignals) -> Outputs {
 /// The GitHub Actions sink, under `GITHUB_ACTIONS=true` only; its step summary is the Markdown
 /// report of the run that just finished (`ralph report --markdown`).
 fn github_actions(cfg: &RunConfig) -> Option<GitHubActions> {
+    let env = RunnerEnv::from_env();
+    if !env.github_actions {
+        // No need to read (a possibly huge) prd.json for a sink that will not exist.
+        return None;
+    }
     let prd_path = cfg.prd_path.clone();
     let branch = crate::prd::store::load(&prd_path)
         .ok()
         .and_then(|l| l.prd.branch_name);
     let report = Box::new(move || markdown_report(&prd_path));
-    GitHubActions::new(&RunnerEnv::from_env(), branch, report)
+    GitHubActions::new(&env, branch, report)
 }
 
 /// The Markdown report of the latest run of the repository holding `prd_path`.

@@ -318,7 +318,7 @@ fn last_failures<'h>(
     use crate::protocol::Outcome;
     let mut out = HashMap::new();
     for r in history.records.iter().rev() {
-        if !r.feature.as_deref().is_none_or(|f| Some(f) == feature)
+        if r.feature.as_deref().is_some_and(|f| Some(f) != feature)
             || matches!(
                 r.outcome,
                 Outcome::Progress | Outcome::UsageLimit | Outcome::Transient | Outcome::Interrupted
