@@ -621,13 +621,15 @@ async fn a_timed_out_command_takes_its_whole_process_group_with_it() {
             "run_command",
             json!({
                 "command": "trap '' TERM; sleep 300 & echo \"pids $$ $!\"; wait",
-                "timeout_s": 1
+                // Long enough for a login shell's start-up (a profile that runs pyenv or nvm
+                // takes seconds on a loaded machine) to reach the trap before the timeout.
+                "timeout_s": 5
             }),
         )
         .await;
     let elapsed = started.elapsed();
     assert!(
-        out.content.contains("[timed out after 1 s"),
+        out.content.contains("[timed out after 5 s"),
         "{}",
         out.content
     );
@@ -636,8 +638,8 @@ async fn a_timed_out_command_takes_its_whole_process_group_with_it() {
         "{}",
         out.summary
     );
-    // SIGTERM at 1 s is ignored, so only the SIGKILL after the 2 s grace period ends it.
-    assert!(elapsed >= Duration::from_secs(3), "{elapsed:?}");
+    // SIGTERM at 5 s is ignored, so only the SIGKILL after the 2 s grace period ends it.
+    assert!(elapsed >= Duration::from_secs(7), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
 
     let pids: Vec<i32> = out
