@@ -260,7 +260,8 @@ impl Dialect for GeminiDialect {
     }
 
     /// Best source first: the error result's message (else the last error event), the JS
-    /// error class named on stderr, the classifier's text, the last error event, stderr.
+    /// error class named on stderr, the classifier's text, the last error event, stderr, the
+    /// last plain (non-JSON) stdout lines.
     fn error_message(&self, core: &StreamCore, _exit_code: Option<i32>) -> Option<String> {
         if let Some(said) = &self.turn_limit {
             return Some(format!(
@@ -279,6 +280,7 @@ impl Dialect for GeminiDialect {
             .or_else(|| core.classifier.message().map(str::to_owned))
             .or_else(|| core.error_event.clone())
             .or_else(|| core.stderr_tail.joined())
+            .or_else(|| core.plain_tail.joined())
             .map(|m| strip_ansi(&m))
     }
 }
