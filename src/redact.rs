@@ -493,9 +493,6 @@ mod tests {
         let chatter = "some agent chatter that is not JSON, over and over ".repeat(20);
         assert!(matches!(r.redact(&chatter), Cow::Borrowed(_)));
         // A configured secret is found whatever the line around it.
-        assert_eq!(
-            r.redact("x Sup3rSecretValue y"),
-            format!("x {REDACTED} y")
-        );
+        assert_eq!(r.redact("x Sup3rSecretValue y"), format!("x {REDACTED} y"));
     }
 }
