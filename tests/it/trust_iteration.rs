@@ -320,3 +320,78 @@ fn a_rewrite_that_changes_the_same_lines_keeps_the_agents_version_and_both_notes
         assert!(progress.contains(line), "{line} missing:\n{progress}");
     }
 }
+
+/// Shell that deletes every ralph reference, throws away the last two commits and prunes
+/// everything no longer reachable (the tester's d1.sh), then does the story's work and commits.
+const PRUNE: &str = r#"git for-each-ref refs/ralph --format='delete %(refname)' | git update-ref --stdin
+git reset -q --hard HEAD~2 2>/dev/null
+git reflog expire --expire=now --all; git gc -q --prune=now 2>/dev/null
+echo work > "work-$id.txt"
+"#;
+
+#[test]
+fn an_agent_that_deletes_ralphs_refs_and_prunes_does_not_leave_ralph_stuck() {
+    let env = TestEnv::new(&prd_with_stories(4));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}{PRUNE}{FLIP}git add -A; git commit -qm \"w $id\"\necho done\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "3"]);
+    // Every iteration is recorded; none ends the run with an error.
+    assert_ne!(out.status.code(), Some(1), "{}", text(&out));
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 3, "{}", text(&out));
+    let second = &ledger[1];
+    let findings = strings(&second["findings"]).join("\n");
+    assert!(
+        findings.contains("the agent destroyed history") && findings.contains("could not put back"),
+        "the loss is named: {second}"
+    );
+    let start = second["head_before"].as_str().unwrap_or_default();
+    assert!(
+        findings.contains(start.get(..12).unwrap_or(start)),
+        "the lost start is named: {findings}"
+    );
+    let log = env.ralph(&["log"]);
+    assert!(text(&log).contains("destroyed history"), "{}", text(&log));
+    // A later run is not stuck on the pruned start.
+    let again = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(again.status.code(), Some(1), "{}", text(&again));
+    assert_eq!(env.ledger().len(), 4, "{}", text(&again));
+}
+
+#[test]
+fn recovery_copes_with_an_in_flight_start_that_no_longer_exists() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let cmd = agent(&env, &format!("{READ_PROMPT}echo work > \"w-$id.txt\"\n"));
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(env.ledger().len(), 1, "{}", text(&out));
+    // A killed ralph left an iteration in flight whose start the agent then pruned away.
+    let state_path = env.path(".ralph/state.json");
+    let mut state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    let run_id = env.ledger()[0]["run_id"].clone();
+    state["in_flight"] = json!({
+        "run_id": run_id, "iteration": 2, "story_id": "US-001", "pid": 0,
+        "started_at": "2026-01-01T00:00:00Z",
+        "start_sha": "0123456789abcdef0123456789abcdef01234567"
+    });
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    env.write("left.txt", "partial\n");
+    let again = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(again.status.code(), Some(1), "{}", text(&again));
+    let ledger = env.ledger();
+    let recovered = ledger
+        .iter()
+        .find(|r| r["outcome"] == "interrupted")
+        .unwrap_or_else(|| panic!("{}", text(&again)));
+    assert!(
+        strings(&recovered["findings"])
+            .join("\n")
+            .contains("0123456789ab"),
+        "{recovered}"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert!(state["in_flight"].is_null(), "{state}");
+}

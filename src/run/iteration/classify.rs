@@ -334,7 +334,19 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
                 .to_string(),
         );
     }
-    if let Some(rewrite) = &obs.history_rewrite {
+    if !obs.destroyed.is_empty() {
+        let short: Vec<&str> = obs
+            .destroyed
+            .iter()
+            .map(|s| s.get(..12).unwrap_or(s))
+            .collect();
+        out.push(format!(
+            "the agent destroyed history: it deleted ralph's references and pruned the commits they kept, so ralph could not put back {} commit{} it had recorded ({}; the first is this iteration's start); the branch holds only what the agent left, and the ledger keeps the record of those iterations",
+            short.len(),
+            if short.len() == 1 { "" } else { "s" },
+            short.join(", ")
+        ));
+    } else if let Some(rewrite) = &obs.history_rewrite {
         out.push(rewrite.sentence(&format!("refs/ralph/{}/{}/start", f.run_id, f.iteration)));
     }
     if !obs.passes_kept.is_empty() {

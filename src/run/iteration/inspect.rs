@@ -64,6 +64,9 @@ pub struct Observation {
     pub passes_kept: Vec<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
     pub lost_commits: Vec<String>,
+    /// Commits ralph recorded (the iteration's start first) that the repository no longer has:
+    /// the agent deleted the references that kept them and pruned them (see [`pruned`]).
+    pub destroyed: Vec<String>,
     /// HEAD moved to another branch: (before, after).
     pub branch_moved: Option<(Option<String>, Option<String>)>,
     /// Stories still open after the iteration.
@@ -94,7 +97,39 @@ pub async fn inspect(
 ) -> anyhow::Result<Observation> {
     let mut obs = Observation::default();
     let snapshot = &a.snapshot;
+    // An agent that deleted ralph's references and pruned (`git gc --prune=now`) can take the
+    // iteration's start with it: the iteration is then counted from the newest commit ralph
+    // recorded that HEAD still contains (or from nothing), and the loss is named.
+    let counted_from;
+    let original = start.head.clone();
+    let start = match start.head.as_deref().filter(|h| !cx.repo.has_commit(h)) {
+        Some(gone) => {
+            let p = pruned(cx.repo, cx.paths, gone);
+            obs.destroyed = p.missing;
+            counted_from = StartPoint {
+                head: p.base,
+                ..start.clone()
+            };
+            &counted_from
+        }
+        None => start,
+    };
     history(cx, a, start, &mut obs)?;
+    if let (false, Some(gone)) = (obs.destroyed.is_empty(), original) {
+        obs.history_rewrite = Some(HistoryRewrite {
+            start: gone,
+            agent_head: cx.repo.head_sha()?.unwrap_or_default(),
+            kept_at: None,
+            restored: false,
+            conflicts: Vec::new(),
+            error: Some(format!(
+                "{}, so {} no longer exist{}",
+                HistoryRewrite::PRUNED,
+                obs.destroyed.join(", "),
+                if obs.destroyed.len() == 1 { "s" } else { "" }
+            )),
+        });
+    }
     let mut after = read_back(cx, snapshot, &mut obs)?;
     if obs.history_rewrite.as_ref().is_some_and(|h| h.restored) {
         after = keep_passed(cx, snapshot, after, &mut obs)?;
@@ -214,6 +249,52 @@ fn history(
     }
     obs.history_rewrite = Some(rewrite);
     Ok(())
+}
+
+/// What an agent's pruning took (see [`pruned`]).
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// The commits ralph recorded that the repository no longer has: the iteration's start
+    /// first, then the ledger's checkpoints and heads, newest first.
+    pub missing: Vec<String>,
+    /// The newest commit the ledger records that HEAD still contains: where the agent's work is
+    /// counted from (`None`: from the root).
+    pub base: Option<String>,
+}
+
+/// After an agent deleted ralph's references and pruned the objects they kept, so that `start`
+/// (the iteration's start) is no longer a commit: which recorded commits are gone, and which
+/// recorded commit HEAD still contains. The ledger is ralph's record of them; git may have lost
+/// them for good.
+pub fn pruned(repo: &crate::git::Repo, paths: &crate::workspace::RunPaths, start: &str) -> Pruned {
+    let mut out = Pruned {
+        missing: vec![start.to_owned()],
+        base: None,
+    };
+    let records = crate::history::History::load(paths, Some(repo))
+        .map(|h| h.records)
+        .unwrap_or_default();
+    let head = repo.head_sha().ok().flatten();
+    for r in records.iter().rev() {
+        for sha in [&r.checkpoint_commit, &r.head_after, &r.head_before]
+            .into_iter()
+            .flatten()
+        {
+            if out.missing.contains(sha) || out.base.as_ref() == Some(sha) {
+                continue;
+            }
+            if !repo.has_commit(sha) {
+                out.missing.push(sha.clone());
+            } else if out.base.is_none()
+                && head
+                    .as_deref()
+                    .is_some_and(|h| repo.is_ancestor(sha, h).unwrap_or(false))
+            {
+                out.base = Some(sha.clone());
+            }
+        }
+    }
+    out
 }
 
 /// After a history rewrite was put back: a story that passed at the iteration's start and that
