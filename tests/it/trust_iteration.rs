@@ -395,3 +395,56 @@ fn recovery_copes_with_an_in_flight_start_that_no_longer_exists() {
         serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
     assert!(state["in_flight"].is_null(), "{state}");
 }
+
+/// The tester's a4b.sh: renames US-002 and weakens the current story's criteria, sets its pass.
+const RENAME_AND_WEAKEN: &str = r#"python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == 'US-002':
+        s['title'] = 'Renamed by agent'
+    if s['id'] == sys.argv[1]:
+        s['acceptanceCriteria'] = ['anything goes']
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+echo work > "work-$id.txt"
+"#;
+
+#[test]
+fn prd_guard_report_puts_back_only_criteria_and_says_so() {
+    for extra in [&[][..], &["--prd-guard", "report"][..]] {
+        let env = TestEnv::new(&prd_with_stories(2));
+        let cmd = agent(&env, &format!("{READ_PROMPT}{RENAME_AND_WEAKEN}"));
+        let mut args = vec!["--max-iter", "2"];
+        args.extend_from_slice(extra);
+        let out = run(&env, &cmd, &args);
+        let prd = env.prd();
+        // The criteria are put back; the title edit stays (it is only reported).
+        assert_eq!(
+            strings(&prd["userStories"][0]["acceptanceCriteria"]),
+            ["file-1.txt exists"],
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            prd["userStories"][1]["title"],
+            "Renamed by agent",
+            "{}",
+            text(&out)
+        );
+        let findings = strings(&env.ledger()[0]["findings"]).join("\n");
+        assert!(
+            findings.contains("prd_guard = report") && !findings.contains("prd_guard = restore"),
+            "the mode in force is named: {findings}"
+        );
+        assert!(findings.contains("US-002 edited (title)"), "{findings}");
+        // The next prompt calls the agent's own criteria edit what it is.
+        let next = prompt(&env, 2);
+        assert!(
+            next.contains("acceptance criteria of US-001 (its own story)")
+                && !next.contains("changes outside your story"),
+            "{next}"
+        );
+    }
+}

@@ -124,7 +124,7 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
     let findings = findings(f, obs);
     if !findings.is_empty() {
         feedback.push(Feedback::general(format!(
-            "ralph noticed changes outside your story in the previous iteration ({}'s): {}. Work only on the current story, change only its `passes` and `notes` in prd.json, and never rewrite git history or switch branches.",
+            "ralph noticed changes beyond your story's passes and notes in the previous iteration ({}'s): {}. Work only on the current story, change only its `passes` and `notes` in prd.json, and never rewrite git history or switch branches.",
             f.story_id,
             findings.join("; ")
         )));
@@ -328,12 +328,7 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
         ));
     }
     out.extend(obs.guard.iter().cloned());
-    if obs.guard_restored {
-        out.push(
-            "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)"
-                .to_string(),
-        );
-    }
+    out.extend(obs.guard_restored.iter().cloned());
     if !obs.destroyed.is_empty() {
         let short: Vec<&str> = obs
             .destroyed

@@ -46,8 +46,8 @@ pub struct Observation {
     pub marked_by_ralph: bool,
     /// What changed beyond the current story's `passes`/`notes`, one sentence each.
     pub guard: Vec<String>,
-    /// The guard put prd.json back (`prd_guard = restore`).
-    pub guard_restored: bool,
+    /// What the guard put back in prd.json, as one sentence naming the mode in force.
+    pub guard_restored: Option<String>,
     /// Acceptance criteria the agent rewrote (put back by the guard, whatever `prd_guard` says).
     pub criteria_proposals: Vec<CriteriaProposal>,
     /// The agent's own commits, oldest first.
@@ -570,9 +570,10 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Ve
     out
 }
 
-/// With `prd_guard = restore`, or whatever it says when the agent changed a story's `verify`,
-/// puts prd.json back as it was except the current story's `passes` and `notes` when the agent
-/// changed anything else.
+/// Puts back what the agent must not change: a story's `verify` and `acceptanceCriteria`,
+/// whatever `prd_guard` says (only those fields with `report`); with `prd_guard = restore`,
+/// prd.json as it was except the current story's `passes` and `notes` when the agent changed
+/// anything else.
 fn guard(
     cx: &Cx<'_>,
     a: &Assignment,
@@ -605,11 +606,18 @@ fn guard(
     }
     // So are its acceptance criteria: put back too, the agent's text kept in the ledger for a
     // person to accept.
+    let id = &a.story.id;
     if !obs.criteria_proposals.is_empty() {
-        let ids: Vec<&str> = obs
+        let ids: Vec<String> = obs
             .criteria_proposals
             .iter()
-            .map(|p| p.story_id.as_str())
+            .map(|p| {
+                if &p.story_id == id {
+                    format!("{id} (its own story)")
+                } else {
+                    p.story_id.clone()
+                }
+            })
             .collect();
         obs.guard.push(format!(
             "the agent rewrote the acceptance criteria of {}; ralph put them back and kept the proposed text in the ledger (criteria_proposals) for a person to accept",
@@ -622,7 +630,27 @@ fn guard(
     {
         return Ok(after);
     }
-    let id = &a.story.id;
+    // `prd_guard = report`: only what is always put back (verify, acceptance criteria), byte for
+    // byte from the snapshot; the rest stays as the agent left it and is only reported.
+    if cx.cfg.prd_guard != PrdGuard::Restore {
+        let criteria: Vec<&str> = obs
+            .criteria_proposals
+            .iter()
+            .map(|p| p.story_id.as_str())
+            .collect();
+        if let Some(raw) = put_back_fields(cx, snapshot, &checks_edited, &criteria)? {
+            write_atomic(&cx.paths.prd, &raw)?;
+            obs.guard_restored = Some(format!(
+                "prd_guard = report: ralph put back only the {} named above; the other changes to prd.json stay as the agent made them",
+                match (checks_edited.is_empty(), criteria.is_empty()) {
+                    (false, false) => "verify commands and acceptance criteria",
+                    (false, true) => "verify commands",
+                    _ => "acceptance criteria",
+                }
+            ));
+            return Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?));
+        }
+    }
     let beyond_story = !obs.guard.is_empty()
         || snapshot.prd.user_stories.iter().any(|before| {
             &before.id != id
@@ -640,8 +668,34 @@ fn guard(
         }
     }
     write_atomic(&cx.paths.prd, &raw)?;
-    obs.guard_restored = true;
+    obs.guard_restored = Some(match cx.cfg.prd_guard {
+        PrdGuard::Restore => "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)".to_owned(),
+        _ => "prd.json put back as it was except the current story's passes/notes: the agent added or removed a verify or acceptanceCriteria field, which ralph can only put back with the whole file (prd_guard = report)".to_owned(),
+    });
     Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+}
+
+/// prd.json as it is now with the `verify` of `checks` and the `acceptanceCriteria` of
+/// `criteria` copied byte for byte from the snapshot; `None` when one of them was added or
+/// removed (then only the whole file can be put back).
+fn put_back_fields(
+    cx: &Cx<'_>,
+    snapshot: &LoadedPrd,
+    checks: &[&str],
+    criteria: &[&str],
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let mut raw = std::fs::read(&cx.paths.prd)?;
+    let fields = checks
+        .iter()
+        .map(|id| (*id, "verify"))
+        .chain(criteria.iter().map(|id| (*id, "acceptanceCriteria")));
+    for (id, key) in fields {
+        match store::copy_member(&snapshot.raw, &raw, id, key)? {
+            Some(next) => raw = next,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(raw))
 }
 
 /// The files the iteration's checkpoint changes, and whether the agent switched branches.
