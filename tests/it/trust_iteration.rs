@@ -448,3 +448,24 @@ fn prd_guard_report_puts_back_only_criteria_and_says_so() {
         );
     }
 }
+
+#[test]
+fn an_iteration_that_only_wrote_notes_says_notes_only() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}echo 'a note' >> progress.txt\n{FLIP}echo done\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(outcomes(&env), ["premature_claim"], "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("premature_claim"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("notes only") && !line.contains("file changed"),
+        "{}",
+        text(&out)
+    );
+}

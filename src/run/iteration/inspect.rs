@@ -158,8 +158,13 @@ pub async fn inspect(
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
         if !obs.unchecked.is_empty() {
             obs.guard.push(format!(
-                "ralph was stopped before checking {}, so their passes went back to false",
-                obs.unchecked.join(", ")
+                "ralph was stopped before checking {}, so {} passes went back to false",
+                obs.unchecked.join(", "),
+                if obs.unchecked.len() == 1 {
+                    "its"
+                } else {
+                    "their"
+                }
             ));
         }
     }
