@@ -469,3 +469,55 @@ fn an_iteration_that_only_wrote_notes_says_notes_only() {
         text(&out)
     );
 }
+
+#[test]
+fn an_agent_that_switches_branch_leaves_its_work_on_the_feature_branch() {
+    // Iteration 1 branches off HEAD (a fast-forward for ralph); iteration 2 branches off the
+    // commit before iteration 1's work (a history rewrite for ralph).
+    let env = TestEnv::new(&prd_with_stories(2));
+    let cmd = agent(
+        &env,
+        &format!(
+            "{READ_PROMPT}if [ $n = 1 ]; then git checkout -q -b side-1; else git checkout -q -b side-2 HEAD~2; fi\necho work > \"work-$id.txt\"\n{FLIP}git add -A; git commit -qm \"side $id\"\necho done\n"
+        ),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "2"]);
+    assert_eq!(env.git(&["branch", "--show-current"]).trim(), "ralph/demo");
+    // The work of both iterations is on the feature branch, with ralph's checkpoints.
+    for f in ["work-US-001.txt", "work-US-002.txt"] {
+        env.git(&["cat-file", "-e", &format!("ralph/demo:{f}")]);
+    }
+    let first_checkpoint = env.ledger()[0]["checkpoint_commit"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    env.git(&[
+        "merge-base",
+        "--is-ancestor",
+        &first_checkpoint,
+        "ralph/demo",
+    ]);
+    // The agent's branches are left as they are.
+    let side2 = env.git(&["log", "--format=%s", "side-2"]);
+    assert!(side2.starts_with("side US-002"), "{side2}");
+    assert!(!side2.contains("ralph: iteration"), "{side2}");
+    env.git(&["rev-parse", "--verify", "side-1"]);
+    let findings = strings(&env.ledger()[1]["findings"]).join("\n");
+    assert!(
+        findings.contains("ralph put HEAD back on ralph/demo")
+            && findings.contains("re-applied")
+            && findings.contains("left side-2 as it is"),
+        "{findings}"
+    );
+    // What ralph reports is what the feature branch has.
+    let prd: Value = serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
+    let passing = prd["userStories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["passes"] == true)
+        .count();
+    assert_eq!(passing, 2, "{}", text(&out));
+    assert!(text(&out).contains("complete"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

@@ -376,9 +376,19 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
     }
     if let Some((before, after)) = &obs.branch_moved {
         out.push(format!(
-            "HEAD moved from {} to {}",
+            "HEAD moved from {} to {}{}",
             before.as_deref().unwrap_or("a detached HEAD"),
-            after.as_deref().unwrap_or("a detached HEAD")
+            after.as_deref().unwrap_or("a detached HEAD"),
+            obs.branch_back
+                .as_deref()
+                .map(|b| format!("; {b}"))
+                .unwrap_or_default()
+        ));
+    }
+    if !obs.refused_off_branch.is_empty() {
+        out.push(format!(
+            "{} set back to not passing: the work is not on the feature branch",
+            obs.refused_off_branch.join(", ")
         ));
     }
     out

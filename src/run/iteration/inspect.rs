@@ -67,6 +67,13 @@ pub struct Observation {
     /// Commits ralph recorded (the iteration's start first) that the repository no longer has:
     /// the agent deleted the references that kept them and pruned them (see [`pruned`]).
     pub destroyed: Vec<String>,
+    /// What ralph did about HEAD leaving the feature branch, one sentence.
+    pub branch_back: Option<String>,
+    /// HEAD is still off the feature branch (ralph could not put it back): no pass counts.
+    pub off_branch: bool,
+    /// Stories marked passing whose pass did not count because the work is off the feature
+    /// branch (set back to false).
+    pub refused_off_branch: Vec<String>,
     /// HEAD moved to another branch: (before, after).
     pub branch_moved: Option<(Option<String>, Option<String>)>,
     /// Stories still open after the iteration.
@@ -154,6 +161,17 @@ pub async fn inspect(
         .collect();
     flipped.retain(|id| !not_passed.contains(id.as_str()));
     after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
+    if obs.off_branch && !flipped.is_empty() {
+        // The work is not on the feature branch: no pass counts for it.
+        let mut raw = std::fs::read(&cx.paths.prd)?;
+        for id in &flipped {
+            raw = store::set_passes(&raw, id, false)?;
+        }
+        write_atomic(&cx.paths.prd, &raw)?;
+        after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
+        obs.refused_off_branch = std::mem::take(&mut flipped);
+        obs.marked_by_ralph = false;
+    }
     if let Some(agent) = &after {
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
         if !obs.unchecked.is_empty() {
@@ -216,8 +234,49 @@ fn history(
     let (Some(before), Some(now)) = (&start.head, &head) else {
         return Ok(());
     };
+    // HEAD left the feature branch (`git checkout -b side`, a detached HEAD): ralph puts it
+    // back with the agent's work on it, and leaves the branch the agent made as it is.
+    let branch = cx.repo.current_branch();
+    let onto = start
+        .branch
+        .as_deref()
+        .filter(|b| branch.as_deref() != Some(*b));
+    let left = branch.as_deref().unwrap_or("a detached HEAD").to_owned();
+    if onto.is_some() {
+        obs.branch_moved = Some((start.branch.clone(), branch.clone()));
+    }
     if cx.repo.is_ancestor(before, now)? {
-        return Ok(());
+        let Some(feature) = onto else {
+            return Ok(());
+        };
+        match cx.repo.advance_branch(feature, now) {
+            Ok(_) => {
+                obs.branch_back = Some(format!(
+                    "ralph put HEAD back on {feature}, fast-forwarded to the agent's work ({}), and left {left} as it is",
+                    now.get(..12).unwrap_or(now)
+                ));
+                return Ok(());
+            }
+            // The feature branch has commits the agent's HEAD has not: the restore below.
+            Err(crate::git::GitError::Diverged { .. }) => {}
+            Err(e) => {
+                obs.branch_back = Some(format!(
+                    "ralph could not put HEAD back on {feature}: {}",
+                    e.to_string().lines().next().unwrap_or("")
+                ));
+                obs.off_branch = true;
+                return Ok(());
+            }
+        }
+    }
+    if let Some(feature) = onto {
+        // Whatever the feature branch had beyond the start stays reachable.
+        if let Some(tip) = cx.repo.ref_sha(&format!("refs/heads/{feature}")) {
+            if tip != *before {
+                let pin = format!("refs/ralph/{}/{}/feature-tip", cx.run_id, a.iteration);
+                cx.repo.set_ref(&pin, &tip)?;
+            }
+        }
     }
     let mut rewrite = HistoryRewrite {
         start: before.clone(),
@@ -227,29 +286,25 @@ fn history(
         conflicts: Vec::new(),
         error: None,
     };
-    let branch = cx.repo.current_branch();
-    if branch != start.branch {
-        rewrite.error = Some(format!(
-            "HEAD is on {} now, not on {} (ralph does not move branches back)",
-            branch.as_deref().unwrap_or("a detached HEAD"),
-            start.branch.as_deref().unwrap_or("a detached HEAD")
-        ));
-        obs.history_rewrite = Some(rewrite);
-        return Ok(());
-    }
     let keep_as = format!("refs/ralph/{}/{}/rewritten", cx.run_id, a.iteration);
     match cx
         .repo
-        .restore_history(before, &keep_as, &|p: &str| is_memory(cx, p))
+        .restore_history(before, &keep_as, onto, &|p: &str| is_memory(cx, p))
     {
         Ok(restored) => {
             rewrite.kept_at = Some(keep_as);
             rewrite.restored = true;
             rewrite.conflicts = restored.conflicts;
+            if let Some(feature) = onto {
+                obs.branch_back = Some(format!(
+                    "ralph put HEAD back on {feature} at the iteration's start with the agent's work re-applied on top, and left {left} as it is"
+                ));
+            }
         }
         Err(e) => {
             tracing::warn!("could not put back the history the agent rewrote: {e}");
             rewrite.error = Some(e.to_string().lines().next().unwrap_or("").to_owned());
+            obs.off_branch = onto.is_some();
         }
     }
     obs.history_rewrite = Some(rewrite);
@@ -709,7 +764,7 @@ fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::
     obs.memory_only =
         !obs.files_changed.is_empty() && obs.files_changed.iter().all(|p| is_memory(cx, p));
     let branch = cx.repo.current_branch();
-    if branch != start.branch {
+    if branch != start.branch && obs.branch_moved.is_none() {
         obs.branch_moved = Some((start.branch.clone(), branch));
     }
     Ok(())
