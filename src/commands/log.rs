@@ -141,6 +141,10 @@ fn notes(r: &LedgerRecord) -> Vec<String> {
                 "the agent rewrote history; ralph put its checkpoints back ({} is on the branch again); the agent's history is kept at {kept}",
                 h.start
             ),
+            _ if h.pruned() => format!(
+                "the agent destroyed history; ralph could not put it back ({})",
+                h.error.as_deref().unwrap_or("")
+            ),
             _ => format!(
                 "the agent rewrote history; ralph did not put it back ({}); the iteration's start {} is kept at refs/ralph/{}/{}/start",
                 h.error.as_deref().unwrap_or("unknown reason"),

@@ -369,6 +369,12 @@ impl Repo {
         removed
     }
 
+    /// Whether `rev` names a commit this repository still has (false once an agent deleted the
+    /// references that kept it and pruned it, `git gc --prune=now`).
+    pub fn has_commit(&self, rev: &str) -> bool {
+        self.resolve_commit(rev).is_ok()
+    }
+
     /// Creates or moves reference `name` (a full name such as `refs/ralph/<run>/3/start`) to
     /// commit `sha`.
     ///

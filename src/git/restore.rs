@@ -31,7 +31,9 @@ impl Repo {
     ///    `union(path)` is true, append-only notes such as progress.txt, which keep both sides'
     ///    lines);
     /// 3. writes that tree to the index and the working tree (ignored files untouched), and
-    ///    moves the checked-out branch (or a detached HEAD) back to `start`.
+    ///    moves the checked-out branch (or a detached HEAD) back to `start`; with `onto` (a
+    ///    local branch name: the agent switched away from it), that branch is moved to `start`
+    ///    and checked out instead, and the branch the agent left HEAD on stays as it is.
     ///
     /// The next [`Repo::checkpoint`] then commits the agent's work on top of `start`.
     ///
@@ -43,6 +45,7 @@ impl Repo {
         &self,
         start: &str,
         keep_as: &str,
+        onto: Option<&str>,
         union: &dyn Fn(&str) -> bool,
     ) -> Result<Restored, GitError> {
         let Some(agent_head) = self.head_commit()? else {
@@ -143,8 +146,21 @@ impl Repo {
         let mut index = self.repo.index().map_err(op("read index"))?;
         index.read_tree(&tree).map_err(op("write index"))?;
         index.write().map_err(op("write index"))?;
-        let head = self.repo.head().map_err(op("read HEAD"))?;
         let message = "ralph: put back the iteration's start after the agent rewrote history";
+        if let Some(branch) = onto {
+            let refname = format!("refs/heads/{branch}");
+            self.repo
+                .reference(&refname, start.id(), true, message)
+                .map_err(op("move the branch back"))?;
+            self.repo
+                .set_head(&refname)
+                .map_err(op("switch HEAD back"))?;
+            return Ok(Restored {
+                agent_head: agent_head.to_string(),
+                conflicts,
+            });
+        }
+        let head = self.repo.head().map_err(op("read HEAD"))?;
         match head.name().filter(|_| head.is_branch()) {
             Some(branch) => {
                 self.repo

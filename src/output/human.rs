@@ -161,10 +161,7 @@ impl Human {
         }
         // The agent's own commits; ralph's checkpoint is not the agent's work.
         parts.push(plural(record.commits.len(), "commit"));
-        parts.push(format!(
-            "{} changed",
-            plural(record.files_changed.len(), "file")
-        ));
+        parts.push(files_part(&record.files_changed));
         self.eprint(&format!(
             "{} {}",
             colour.apply_to(mark).for_stderr(),
@@ -428,6 +425,23 @@ pub fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
     } else {
         local.format("%Y-%m-%d %H:%M").to_string()
     }
+}
+
+/// The files an iteration changed, for its line: `notes only` when every one is a run's memory
+/// file (prd.json, progress.txt, progress-history/), which is not work.
+fn files_part(files: &[String]) -> String {
+    let note = |p: &String| {
+        let path = std::path::Path::new(p);
+        path.file_name()
+            .is_some_and(|n| n == "prd.json" || n == "progress.txt")
+            || path
+                .components()
+                .any(|c| c.as_os_str() == crate::progress::HISTORY_DIR)
+    };
+    if !files.is_empty() && files.iter().all(note) {
+        return "notes only".to_owned();
+    }
+    format!("{} changed", plural(files.len(), "file"))
 }
 
 #[cfg(test)]

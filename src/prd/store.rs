@@ -812,6 +812,51 @@ pub fn set_notes(raw: &[u8], story_id: &str, notes: &str) -> Result<Vec<u8>, Prd
     Ok(out)
 }
 
+/// Return `to` with the value of member `key` of story `story_id` replaced by the bytes that
+/// member has in `from` (another version of the same prd.json), every other byte of `to`
+/// unchanged, like [`set_passes`]. `None` when the story or the member is missing from either
+/// side (a member added or removed cannot be put back byte for byte).
+///
+/// # Errors
+/// [`PrdError::NotJson`] (path `prd.json`) if either is not JSON.
+pub fn copy_member(
+    from: &[u8],
+    to: &[u8],
+    story_id: &str,
+    key: &str,
+) -> Result<Option<Vec<u8>>, PrdError> {
+    let rewrite = |reason: &str| PrdError::Rewrite {
+        story_id: story_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let member = |raw: &[u8]| -> Result<Option<(usize, Range<usize>)>, PrdError> {
+        let (offset, story_span) = match locate_story(raw, story_id, &rewrite) {
+            Ok(found) => found,
+            Err(PrdError::Rewrite { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let body = &raw[offset..];
+        if body.get(story_span.start) != Some(&b'{') {
+            return Ok(None);
+        }
+        Ok(Scanner::at(body, story_span.start)
+            .object_member(key)
+            .ok()
+            .flatten()
+            .map(|span| (offset, span)))
+    };
+    let (Some((from_offset, from_span)), Some((to_offset, to_span))) = (member(from)?, member(to)?)
+    else {
+        return Ok(None);
+    };
+    let value = &from[from_offset + from_span.start..from_offset + from_span.end];
+    let mut out = Vec::with_capacity(to.len() + value.len());
+    out.extend_from_slice(&to[..to_offset + to_span.start]);
+    out.extend_from_slice(value);
+    out.extend_from_slice(&to[to_offset + to_span.end..]);
+    Ok(Some(out))
+}
+
 /// The scanner met something that is not JSON where it expected JSON.
 #[derive(Debug)]
 struct ScanError;

@@ -278,6 +278,17 @@ pub struct HistoryRewrite {
 }
 
 impl HistoryRewrite {
+    /// How [`HistoryRewrite::error`] starts when the agent deleted ralph's references and
+    /// pruned the commits they kept, the iteration's start among them.
+    pub const PRUNED: &'static str = "the agent deleted ralph's references and pruned the commits";
+
+    /// Whether the agent pruned the iteration's start away (nothing of it is kept anywhere).
+    pub fn pruned(&self) -> bool {
+        self.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(Self::PRUNED))
+    }
+
     /// One sentence on what happened and what ralph did, naming the references in full.
     pub fn sentence(&self, start_ref: &str) -> String {
         let start = self.start.get(..12).unwrap_or(&self.start);
@@ -296,6 +307,10 @@ impl HistoryRewrite {
                     "the agent rewrote history (HEAD {agent} no longer contained the iteration's start {start}); ralph put its checkpoints back: the branch contains {start} again with the agent's changes re-applied on top{conflicts}, and the agent's rewritten history is kept at {kept}"
                 )
             }
+            _ if self.pruned() => format!(
+                "history was destroyed: HEAD {agent} no longer contains the iteration's start {start}, which ralph could not put back: {}",
+                self.error.as_deref().unwrap_or("")
+            ),
             _ => format!(
                 "history was rewritten: HEAD {agent} no longer contains the iteration's start {start} (kept at {start_ref}); ralph did not put it back: {}",
                 self.error.as_deref().unwrap_or("unknown reason")

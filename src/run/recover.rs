@@ -364,11 +364,25 @@ fn draft(
     r.backend = cfg.agent.as_str().to_string();
     r.model = cfg.model.clone();
     r.head_before = flight.start_sha.clone();
+    // A start the agent pruned away (it deleted ralph's references, then `git gc
+    // --prune=now`): counted from the newest recorded commit HEAD still contains, loss named.
+    let mut start = flight.start_sha.clone();
+    if let Some(gone) = start.as_deref().filter(|s| !repo.has_commit(s)) {
+        let p = super::iteration::inspect::pruned(repo, paths, gone);
+        let short: Vec<&str> = p.missing.iter().map(|s| s.get(..12).unwrap_or(s)).collect();
+        r.findings.push(format!(
+            "the agent destroyed history: it deleted ralph's references and pruned the commits they kept, so ralph could not put back {} commit{} it had recorded ({}; the first is this iteration's start)",
+            short.len(),
+            if short.len() == 1 { "" } else { "s" },
+            short.join(", ")
+        ));
+        start = p.base;
+    }
     r.commits = match &head {
-        Some(h) => repo.commits_between(flight.start_sha.as_deref(), h)?,
+        Some(h) => repo.commits_between(start.as_deref(), h)?,
         None => Vec::new(),
     };
-    r.files_changed = match &flight.start_sha {
+    r.files_changed = match &start {
         Some(h) => repo.changed_files(h)?,
         None => repo.dirty_paths()?,
     };

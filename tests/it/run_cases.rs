@@ -1117,7 +1117,9 @@ fn case_18_passes_flipped_on_another_story_is_reported_in_the_ledger_feedback_an
         stderr.contains("check: US-002 was marked passing during iteration 1 (US-001)"),
         "{stderr}"
     );
-    assert!(stdin_of(&env, 2).contains("ralph noticed changes outside your story"));
+    assert!(
+        stdin_of(&env, 2).contains("ralph noticed changes beyond your story's passes and notes")
+    );
     assert!(env.ledger()[0]["message"]
         .as_str()
         .unwrap()

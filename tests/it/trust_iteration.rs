@@ -320,3 +320,204 @@ fn a_rewrite_that_changes_the_same_lines_keeps_the_agents_version_and_both_notes
         assert!(progress.contains(line), "{line} missing:\n{progress}");
     }
 }
+
+/// Shell that deletes every ralph reference, throws away the last two commits and prunes
+/// everything no longer reachable (the tester's d1.sh), then does the story's work and commits.
+const PRUNE: &str = r#"git for-each-ref refs/ralph --format='delete %(refname)' | git update-ref --stdin
+git reset -q --hard HEAD~2 2>/dev/null
+git reflog expire --expire=now --all; git gc -q --prune=now 2>/dev/null
+echo work > "work-$id.txt"
+"#;
+
+#[test]
+fn an_agent_that_deletes_ralphs_refs_and_prunes_does_not_leave_ralph_stuck() {
+    let env = TestEnv::new(&prd_with_stories(4));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}{PRUNE}{FLIP}git add -A; git commit -qm \"w $id\"\necho done\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "3"]);
+    // Every iteration is recorded; none ends the run with an error.
+    assert_ne!(out.status.code(), Some(1), "{}", text(&out));
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 3, "{}", text(&out));
+    let second = &ledger[1];
+    let findings = strings(&second["findings"]).join("\n");
+    assert!(
+        findings.contains("the agent destroyed history") && findings.contains("could not put back"),
+        "the loss is named: {second}"
+    );
+    let start = second["head_before"].as_str().unwrap_or_default();
+    assert!(
+        findings.contains(start.get(..12).unwrap_or(start)),
+        "the lost start is named: {findings}"
+    );
+    let log = env.ralph(&["log"]);
+    assert!(text(&log).contains("destroyed history"), "{}", text(&log));
+    // A later run is not stuck on the pruned start.
+    let again = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(again.status.code(), Some(1), "{}", text(&again));
+    assert_eq!(env.ledger().len(), 4, "{}", text(&again));
+}
+
+#[test]
+fn recovery_copes_with_an_in_flight_start_that_no_longer_exists() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let cmd = agent(&env, &format!("{READ_PROMPT}echo work > \"w-$id.txt\"\n"));
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(env.ledger().len(), 1, "{}", text(&out));
+    // A killed ralph left an iteration in flight whose start the agent then pruned away.
+    let state_path = env.path(".ralph/state.json");
+    let mut state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    let run_id = env.ledger()[0]["run_id"].clone();
+    state["in_flight"] = json!({
+        "run_id": run_id, "iteration": 2, "story_id": "US-001", "pid": 0,
+        "started_at": "2026-01-01T00:00:00Z",
+        "start_sha": "0123456789abcdef0123456789abcdef01234567"
+    });
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    env.write("left.txt", "partial\n");
+    let again = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(again.status.code(), Some(1), "{}", text(&again));
+    let ledger = env.ledger();
+    let recovered = ledger
+        .iter()
+        .find(|r| r["outcome"] == "interrupted")
+        .unwrap_or_else(|| panic!("{}", text(&again)));
+    assert!(
+        strings(&recovered["findings"])
+            .join("\n")
+            .contains("0123456789ab"),
+        "{recovered}"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert!(state["in_flight"].is_null(), "{state}");
+}
+
+/// The tester's a4b.sh: renames US-002 and weakens the current story's criteria, sets its pass.
+const RENAME_AND_WEAKEN: &str = r#"python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == 'US-002':
+        s['title'] = 'Renamed by agent'
+    if s['id'] == sys.argv[1]:
+        s['acceptanceCriteria'] = ['anything goes']
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+echo work > "work-$id.txt"
+"#;
+
+#[test]
+fn prd_guard_report_puts_back_only_criteria_and_says_so() {
+    for extra in [&[][..], &["--prd-guard", "report"][..]] {
+        let env = TestEnv::new(&prd_with_stories(2));
+        let cmd = agent(&env, &format!("{READ_PROMPT}{RENAME_AND_WEAKEN}"));
+        let mut args = vec!["--max-iter", "2"];
+        args.extend_from_slice(extra);
+        let out = run(&env, &cmd, &args);
+        let prd = env.prd();
+        // The criteria are put back; the title edit stays (it is only reported).
+        assert_eq!(
+            strings(&prd["userStories"][0]["acceptanceCriteria"]),
+            ["file-1.txt exists"],
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            prd["userStories"][1]["title"],
+            "Renamed by agent",
+            "{}",
+            text(&out)
+        );
+        let findings = strings(&env.ledger()[0]["findings"]).join("\n");
+        assert!(
+            findings.contains("prd_guard = report") && !findings.contains("prd_guard = restore"),
+            "the mode in force is named: {findings}"
+        );
+        assert!(findings.contains("US-002 edited (title)"), "{findings}");
+        // The next prompt calls the agent's own criteria edit what it is.
+        let next = prompt(&env, 2);
+        assert!(
+            next.contains("acceptance criteria of US-001 (its own story)")
+                && !next.contains("changes outside your story"),
+            "{next}"
+        );
+    }
+}
+
+#[test]
+fn an_iteration_that_only_wrote_notes_says_notes_only() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(
+        &env,
+        &format!("{READ_PROMPT}echo 'a note' >> progress.txt\n{FLIP}echo done\n"),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(outcomes(&env), ["premature_claim"], "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("premature_claim"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("notes only") && !line.contains("file changed"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn an_agent_that_switches_branch_leaves_its_work_on_the_feature_branch() {
+    // Iteration 1 branches off HEAD (a fast-forward for ralph); iteration 2 branches off the
+    // commit before iteration 1's work (a history rewrite for ralph).
+    let env = TestEnv::new(&prd_with_stories(2));
+    let cmd = agent(
+        &env,
+        &format!(
+            "{READ_PROMPT}if [ $n = 1 ]; then git checkout -q -b side-1; else git checkout -q -b side-2 HEAD~2; fi\necho work > \"work-$id.txt\"\n{FLIP}git add -A; git commit -qm \"side $id\"\necho done\n"
+        ),
+    );
+    let out = run(&env, &cmd, &["--max-iter", "2"]);
+    assert_eq!(env.git(&["branch", "--show-current"]).trim(), "ralph/demo");
+    // The work of both iterations is on the feature branch, with ralph's checkpoints.
+    for f in ["work-US-001.txt", "work-US-002.txt"] {
+        env.git(&["cat-file", "-e", &format!("ralph/demo:{f}")]);
+    }
+    let first_checkpoint = env.ledger()[0]["checkpoint_commit"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    env.git(&[
+        "merge-base",
+        "--is-ancestor",
+        &first_checkpoint,
+        "ralph/demo",
+    ]);
+    // The agent's branches are left as they are.
+    let side2 = env.git(&["log", "--format=%s", "side-2"]);
+    assert!(side2.starts_with("side US-002"), "{side2}");
+    assert!(!side2.contains("ralph: iteration"), "{side2}");
+    env.git(&["rev-parse", "--verify", "side-1"]);
+    let findings = strings(&env.ledger()[1]["findings"]).join("\n");
+    assert!(
+        findings.contains("ralph put HEAD back on ralph/demo")
+            && findings.contains("re-applied")
+            && findings.contains("left side-2 as it is"),
+        "{findings}"
+    );
+    // What ralph reports is what the feature branch has.
+    let prd: Value = serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
+    let passing = prd["userStories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["passes"] == true)
+        .count();
+    assert_eq!(passing, 2, "{}", text(&out));
+    assert!(text(&out).contains("complete"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

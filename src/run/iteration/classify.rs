@@ -124,7 +124,7 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
     let findings = findings(f, obs);
     if !findings.is_empty() {
         feedback.push(Feedback::general(format!(
-            "ralph noticed changes outside your story in the previous iteration ({}'s): {}. Work only on the current story, change only its `passes` and `notes` in prd.json, and never rewrite git history or switch branches.",
+            "ralph noticed changes beyond your story's passes and notes in the previous iteration ({}'s): {}. Work only on the current story, change only its `passes` and `notes` in prd.json, and never rewrite git history or switch branches.",
             f.story_id,
             findings.join("; ")
         )));
@@ -328,13 +328,20 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
         ));
     }
     out.extend(obs.guard.iter().cloned());
-    if obs.guard_restored {
-        out.push(
-            "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)"
-                .to_string(),
-        );
-    }
-    if let Some(rewrite) = &obs.history_rewrite {
+    out.extend(obs.guard_restored.iter().cloned());
+    if !obs.destroyed.is_empty() {
+        let short: Vec<&str> = obs
+            .destroyed
+            .iter()
+            .map(|s| s.get(..12).unwrap_or(s))
+            .collect();
+        out.push(format!(
+            "the agent destroyed history: it deleted ralph's references and pruned the commits they kept, so ralph could not put back {} commit{} it had recorded ({}; the first is this iteration's start); the branch holds only what the agent left, and the ledger keeps the record of those iterations",
+            short.len(),
+            if short.len() == 1 { "" } else { "s" },
+            short.join(", ")
+        ));
+    } else if let Some(rewrite) = &obs.history_rewrite {
         out.push(rewrite.sentence(&format!("refs/ralph/{}/{}/start", f.run_id, f.iteration)));
     }
     if !obs.passes_kept.is_empty() {
@@ -369,9 +376,19 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
     }
     if let Some((before, after)) = &obs.branch_moved {
         out.push(format!(
-            "HEAD moved from {} to {}",
+            "HEAD moved from {} to {}{}",
             before.as_deref().unwrap_or("a detached HEAD"),
-            after.as_deref().unwrap_or("a detached HEAD")
+            after.as_deref().unwrap_or("a detached HEAD"),
+            obs.branch_back
+                .as_deref()
+                .map(|b| format!("; {b}"))
+                .unwrap_or_default()
+        ));
+    }
+    if !obs.refused_off_branch.is_empty() {
+        out.push(format!(
+            "{} set back to not passing: the work is not on the feature branch",
+            obs.refused_off_branch.join(", ")
         ));
     }
     out

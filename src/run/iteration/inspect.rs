@@ -46,8 +46,8 @@ pub struct Observation {
     pub marked_by_ralph: bool,
     /// What changed beyond the current story's `passes`/`notes`, one sentence each.
     pub guard: Vec<String>,
-    /// The guard put prd.json back (`prd_guard = restore`).
-    pub guard_restored: bool,
+    /// What the guard put back in prd.json, as one sentence naming the mode in force.
+    pub guard_restored: Option<String>,
     /// Acceptance criteria the agent rewrote (put back by the guard, whatever `prd_guard` says).
     pub criteria_proposals: Vec<CriteriaProposal>,
     /// The agent's own commits, oldest first.
@@ -64,6 +64,16 @@ pub struct Observation {
     pub passes_kept: Vec<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
     pub lost_commits: Vec<String>,
+    /// Commits ralph recorded (the iteration's start first) that the repository no longer has:
+    /// the agent deleted the references that kept them and pruned them (see [`pruned`]).
+    pub destroyed: Vec<String>,
+    /// What ralph did about HEAD leaving the feature branch, one sentence.
+    pub branch_back: Option<String>,
+    /// HEAD is still off the feature branch (ralph could not put it back): no pass counts.
+    pub off_branch: bool,
+    /// Stories marked passing whose pass did not count because the work is off the feature
+    /// branch (set back to false).
+    pub refused_off_branch: Vec<String>,
     /// HEAD moved to another branch: (before, after).
     pub branch_moved: Option<(Option<String>, Option<String>)>,
     /// Stories still open after the iteration.
@@ -94,7 +104,39 @@ pub async fn inspect(
 ) -> anyhow::Result<Observation> {
     let mut obs = Observation::default();
     let snapshot = &a.snapshot;
+    // An agent that deleted ralph's references and pruned (`git gc --prune=now`) can take the
+    // iteration's start with it: the iteration is then counted from the newest commit ralph
+    // recorded that HEAD still contains (or from nothing), and the loss is named.
+    let counted_from;
+    let original = start.head.clone();
+    let start = match start.head.as_deref().filter(|h| !cx.repo.has_commit(h)) {
+        Some(gone) => {
+            let p = pruned(cx.repo, cx.paths, gone);
+            obs.destroyed = p.missing;
+            counted_from = StartPoint {
+                head: p.base,
+                ..start.clone()
+            };
+            &counted_from
+        }
+        None => start,
+    };
     history(cx, a, start, &mut obs)?;
+    if let (false, Some(gone)) = (obs.destroyed.is_empty(), original) {
+        obs.history_rewrite = Some(HistoryRewrite {
+            start: gone,
+            agent_head: cx.repo.head_sha()?.unwrap_or_default(),
+            kept_at: None,
+            restored: false,
+            conflicts: Vec::new(),
+            error: Some(format!(
+                "{}, so {} no longer exist{}",
+                HistoryRewrite::PRUNED,
+                obs.destroyed.join(", "),
+                if obs.destroyed.len() == 1 { "s" } else { "" }
+            )),
+        });
+    }
     let mut after = read_back(cx, snapshot, &mut obs)?;
     if obs.history_rewrite.as_ref().is_some_and(|h| h.restored) {
         after = keep_passed(cx, snapshot, after, &mut obs)?;
@@ -119,12 +161,28 @@ pub async fn inspect(
         .collect();
     flipped.retain(|id| !not_passed.contains(id.as_str()));
     after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
+    if obs.off_branch && !flipped.is_empty() {
+        // The work is not on the feature branch: no pass counts for it.
+        let mut raw = std::fs::read(&cx.paths.prd)?;
+        for id in &flipped {
+            raw = store::set_passes(&raw, id, false)?;
+        }
+        write_atomic(&cx.paths.prd, &raw)?;
+        after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
+        obs.refused_off_branch = std::mem::take(&mut flipped);
+        obs.marked_by_ralph = false;
+    }
     if let Some(agent) = &after {
         obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
         if !obs.unchecked.is_empty() {
             obs.guard.push(format!(
-                "ralph was stopped before checking {}, so their passes went back to false",
-                obs.unchecked.join(", ")
+                "ralph was stopped before checking {}, so {} passes went back to false",
+                obs.unchecked.join(", "),
+                if obs.unchecked.len() == 1 {
+                    "its"
+                } else {
+                    "their"
+                }
             ));
         }
     }
@@ -176,8 +234,49 @@ fn history(
     let (Some(before), Some(now)) = (&start.head, &head) else {
         return Ok(());
     };
+    // HEAD left the feature branch (`git checkout -b side`, a detached HEAD): ralph puts it
+    // back with the agent's work on it, and leaves the branch the agent made as it is.
+    let branch = cx.repo.current_branch();
+    let onto = start
+        .branch
+        .as_deref()
+        .filter(|b| branch.as_deref() != Some(*b));
+    let left = branch.as_deref().unwrap_or("a detached HEAD").to_owned();
+    if onto.is_some() {
+        obs.branch_moved = Some((start.branch.clone(), branch.clone()));
+    }
     if cx.repo.is_ancestor(before, now)? {
-        return Ok(());
+        let Some(feature) = onto else {
+            return Ok(());
+        };
+        match cx.repo.advance_branch(feature, now) {
+            Ok(_) => {
+                obs.branch_back = Some(format!(
+                    "ralph put HEAD back on {feature}, fast-forwarded to the agent's work ({}), and left {left} as it is",
+                    now.get(..12).unwrap_or(now)
+                ));
+                return Ok(());
+            }
+            // The feature branch has commits the agent's HEAD has not: the restore below.
+            Err(crate::git::GitError::Diverged { .. }) => {}
+            Err(e) => {
+                obs.branch_back = Some(format!(
+                    "ralph could not put HEAD back on {feature}: {}",
+                    e.to_string().lines().next().unwrap_or("")
+                ));
+                obs.off_branch = true;
+                return Ok(());
+            }
+        }
+    }
+    if let Some(feature) = onto {
+        // Whatever the feature branch had beyond the start stays reachable.
+        if let Some(tip) = cx.repo.ref_sha(&format!("refs/heads/{feature}")) {
+            if tip != *before {
+                let pin = format!("refs/ralph/{}/{}/feature-tip", cx.run_id, a.iteration);
+                cx.repo.set_ref(&pin, &tip)?;
+            }
+        }
     }
     let mut rewrite = HistoryRewrite {
         start: before.clone(),
@@ -187,33 +286,75 @@ fn history(
         conflicts: Vec::new(),
         error: None,
     };
-    let branch = cx.repo.current_branch();
-    if branch != start.branch {
-        rewrite.error = Some(format!(
-            "HEAD is on {} now, not on {} (ralph does not move branches back)",
-            branch.as_deref().unwrap_or("a detached HEAD"),
-            start.branch.as_deref().unwrap_or("a detached HEAD")
-        ));
-        obs.history_rewrite = Some(rewrite);
-        return Ok(());
-    }
     let keep_as = format!("refs/ralph/{}/{}/rewritten", cx.run_id, a.iteration);
     match cx
         .repo
-        .restore_history(before, &keep_as, &|p: &str| is_memory(cx, p))
+        .restore_history(before, &keep_as, onto, &|p: &str| is_memory(cx, p))
     {
         Ok(restored) => {
             rewrite.kept_at = Some(keep_as);
             rewrite.restored = true;
             rewrite.conflicts = restored.conflicts;
+            if let Some(feature) = onto {
+                obs.branch_back = Some(format!(
+                    "ralph put HEAD back on {feature} at the iteration's start with the agent's work re-applied on top, and left {left} as it is"
+                ));
+            }
         }
         Err(e) => {
             tracing::warn!("could not put back the history the agent rewrote: {e}");
             rewrite.error = Some(e.to_string().lines().next().unwrap_or("").to_owned());
+            obs.off_branch = onto.is_some();
         }
     }
     obs.history_rewrite = Some(rewrite);
     Ok(())
+}
+
+/// What an agent's pruning took (see [`pruned`]).
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// The commits ralph recorded that the repository no longer has: the iteration's start
+    /// first, then the ledger's checkpoints and heads, newest first.
+    pub missing: Vec<String>,
+    /// The newest commit the ledger records that HEAD still contains: where the agent's work is
+    /// counted from (`None`: from the root).
+    pub base: Option<String>,
+}
+
+/// After an agent deleted ralph's references and pruned the objects they kept, so that `start`
+/// (the iteration's start) is no longer a commit: which recorded commits are gone, and which
+/// recorded commit HEAD still contains. The ledger is ralph's record of them; git may have lost
+/// them for good.
+pub fn pruned(repo: &crate::git::Repo, paths: &crate::workspace::RunPaths, start: &str) -> Pruned {
+    let mut out = Pruned {
+        missing: vec![start.to_owned()],
+        base: None,
+    };
+    let records = crate::history::History::load(paths, Some(repo))
+        .map(|h| h.records)
+        .unwrap_or_default();
+    let head = repo.head_sha().ok().flatten();
+    for r in records.iter().rev() {
+        for sha in [&r.checkpoint_commit, &r.head_after, &r.head_before]
+            .into_iter()
+            .flatten()
+        {
+            if out.missing.contains(sha) || out.base.as_ref() == Some(sha) {
+                continue;
+            }
+            if !repo.has_commit(sha) {
+                out.missing.push(sha.clone());
+            } else if out.base.is_none()
+                && head
+                    .as_deref()
+                    .is_some_and(|h| repo.is_ancestor(sha, h).unwrap_or(false))
+            {
+                out.base = Some(sha.clone());
+            }
+        }
+    }
+    out
 }
 
 /// After a history rewrite was put back: a story that passed at the iteration's start and that
@@ -489,9 +630,10 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Ve
     out
 }
 
-/// With `prd_guard = restore`, or whatever it says when the agent changed a story's `verify`,
-/// puts prd.json back as it was except the current story's `passes` and `notes` when the agent
-/// changed anything else.
+/// Puts back what the agent must not change: a story's `verify` and `acceptanceCriteria`,
+/// whatever `prd_guard` says (only those fields with `report`); with `prd_guard = restore`,
+/// prd.json as it was except the current story's `passes` and `notes` when the agent changed
+/// anything else.
 fn guard(
     cx: &Cx<'_>,
     a: &Assignment,
@@ -524,11 +666,18 @@ fn guard(
     }
     // So are its acceptance criteria: put back too, the agent's text kept in the ledger for a
     // person to accept.
+    let id = &a.story.id;
     if !obs.criteria_proposals.is_empty() {
-        let ids: Vec<&str> = obs
+        let ids: Vec<String> = obs
             .criteria_proposals
             .iter()
-            .map(|p| p.story_id.as_str())
+            .map(|p| {
+                if &p.story_id == id {
+                    format!("{id} (its own story)")
+                } else {
+                    p.story_id.clone()
+                }
+            })
             .collect();
         obs.guard.push(format!(
             "the agent rewrote the acceptance criteria of {}; ralph put them back and kept the proposed text in the ledger (criteria_proposals) for a person to accept",
@@ -541,7 +690,27 @@ fn guard(
     {
         return Ok(after);
     }
-    let id = &a.story.id;
+    // `prd_guard = report`: only what is always put back (verify, acceptance criteria), byte for
+    // byte from the snapshot; the rest stays as the agent left it and is only reported.
+    if cx.cfg.prd_guard != PrdGuard::Restore {
+        let criteria: Vec<&str> = obs
+            .criteria_proposals
+            .iter()
+            .map(|p| p.story_id.as_str())
+            .collect();
+        if let Some(raw) = put_back_fields(cx, snapshot, &checks_edited, &criteria)? {
+            write_atomic(&cx.paths.prd, &raw)?;
+            obs.guard_restored = Some(format!(
+                "prd_guard = report: ralph put back only the {} named above; the other changes to prd.json stay as the agent made them",
+                match (checks_edited.is_empty(), criteria.is_empty()) {
+                    (false, false) => "verify commands and acceptance criteria",
+                    (false, true) => "verify commands",
+                    _ => "acceptance criteria",
+                }
+            ));
+            return Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?));
+        }
+    }
     let beyond_story = !obs.guard.is_empty()
         || snapshot.prd.user_stories.iter().any(|before| {
             &before.id != id
@@ -559,8 +728,34 @@ fn guard(
         }
     }
     write_atomic(&cx.paths.prd, &raw)?;
-    obs.guard_restored = true;
+    obs.guard_restored = Some(match cx.cfg.prd_guard {
+        PrdGuard::Restore => "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)".to_owned(),
+        _ => "prd.json put back as it was except the current story's passes/notes: the agent added or removed a verify or acceptanceCriteria field, which ralph can only put back with the whole file (prd_guard = report)".to_owned(),
+    });
     Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+}
+
+/// prd.json as it is now with the `verify` of `checks` and the `acceptanceCriteria` of
+/// `criteria` copied byte for byte from the snapshot; `None` when one of them was added or
+/// removed (then only the whole file can be put back).
+fn put_back_fields(
+    cx: &Cx<'_>,
+    snapshot: &LoadedPrd,
+    checks: &[&str],
+    criteria: &[&str],
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let mut raw = std::fs::read(&cx.paths.prd)?;
+    let fields = checks
+        .iter()
+        .map(|id| (*id, "verify"))
+        .chain(criteria.iter().map(|id| (*id, "acceptanceCriteria")));
+    for (id, key) in fields {
+        match store::copy_member(&snapshot.raw, &raw, id, key)? {
+            Some(next) => raw = next,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(raw))
 }
 
 /// The files the iteration's checkpoint changes, and whether the agent switched branches.
@@ -569,7 +764,7 @@ fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::
     obs.memory_only =
         !obs.files_changed.is_empty() && obs.files_changed.iter().all(|p| is_memory(cx, p));
     let branch = cx.repo.current_branch();
-    if branch != start.branch {
+    if branch != start.branch && obs.branch_moved.is_none() {
         obs.branch_moved = Some((start.branch.clone(), branch));
     }
     Ok(())

@@ -40,7 +40,7 @@ pub struct Assignment {
 }
 
 /// Where an iteration started.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StartPoint {
     /// HEAD's sha (`None` on an unborn branch).
     pub head: Option<String>,
@@ -198,7 +198,7 @@ fn start_point(cx: &Cx<'_>, a: &Assignment) -> anyhow::Result<StartPoint> {
 
 /// Files that differ from a commit, with a fingerprint of their content, so that an iteration's
 /// own changes can be told apart from changes that were already there when it started.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct DirtySnapshot {
     files: HashMap<String, Option<u64>>,
 }
