@@ -546,3 +546,35 @@ fn a_restart_records_every_stray_and_leaves_none_of_its_own_check() {
         text(&out)
     );
 }
+
+/// SIGTERM while the verify gate runs the story's check: the iteration's outcome is
+/// `interrupted` (its check was cut short), the story is not passing, and the stop sentence
+/// says the current iteration was stopped, not "between iterations".
+#[test]
+fn sigterm_during_the_verify_gate_interrupts_the_iteration() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] =
+        json!("touch ../verify-started; sleep 20; test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [crate::run_cases::claude_story("US-001", 1, "done")]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "2"]);
+    wait_for(&env.root.path().join("verify-started"), "the check");
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let printed = env.spawned_output();
+    assert_eq!(status.code(), Some(130), "{printed}");
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0]["outcome"], "interrupted", "{}", ledger[0]);
+    assert_eq!(env.prd()["userStories"][0]["passes"], false);
+    assert!(!printed.contains("between iterations"), "{printed}");
+    assert!(
+        printed.contains("interrupted: the current iteration was stopped and checkpointed"),
+        "{printed}"
+    );
+}

@@ -43,6 +43,9 @@ pub struct Observation {
     /// Stories the agent marked passing whose check a stop (Ctrl-C, SIGTERM) left unrun: set
     /// back to not passing.
     pub unchecked: Vec<String>,
+    /// A stop (Ctrl-C, SIGTERM) came while the verify gate had checks to run or running: the
+    /// gate could not judge the iteration, which is then `interrupted`.
+    pub stopped_in_gate: bool,
     /// What the verify commands left running, killed (`after_verify`).
     pub strays: Vec<StrayProcess>,
     /// ralph marked the current story passing because its check passed (`verify_marks_passing`).
@@ -407,6 +410,7 @@ async fn verify_gate(
                 .cloned(),
         );
     }
+    obs.stopped_in_gate = !unchecked.is_empty();
     obs.unchecked = unchecked.clone();
     let failed: Vec<&str> = obs
         .verify
@@ -442,6 +446,8 @@ async fn verify_gate(
     if let Some(command) = command {
         let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
         let passed = record.passed;
+        // A stop cut the check short: the gate did not get to judge the iteration.
+        obs.stopped_in_gate |= !passed && cx.stop.stop.is_cancelled();
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);
