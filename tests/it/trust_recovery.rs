@@ -578,3 +578,43 @@ fn sigterm_during_the_verify_gate_interrupts_the_iteration() {
         "{printed}"
     );
 }
+
+/// git's automatic housekeeping stays in the foreground for the agent and its checks
+/// (`maintenance.autoDetach=false`, `gc.autoDetach=false` through GIT_CONFIG_COUNT), after the
+/// settings the user already passes that way, which still apply.
+#[test]
+fn agent_and_verify_git_keeps_its_housekeeping_in_the_foreground() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!(
+        "for k in maintenance.autoDetach gc.autoDetach user.mine; do git config --get $k; done > ../verify-git.txt; test -f file-1.txt"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({
+        "record_env": ["GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_KEY_1",
+            "GIT_CONFIG_VALUE_1", "GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"],
+        "invocations": [crate::run_cases::claude_story("US-001", 1, "done")]
+    }));
+    let mut cmd = env.ralph_cmd(&["run", "--max-iter", "1"]);
+    cmd.env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "user.mine")
+        .env("GIT_CONFIG_VALUE_0", "kept");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        env.read("../verify-git.txt"),
+        "false\nfalse\nkept\n",
+        "{}",
+        text(&out)
+    );
+    let calls = std::fs::read_to_string(format!("{}.calls.jsonl", env.script.display())).unwrap();
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        call["env"],
+        json!({"CLAUDECODE": null, "CLAUDE_CODE_ENTRYPOINT": null, "CLAUDE_CODE_SSE_PORT": null,
+            "IS_SANDBOX": call["env"]["IS_SANDBOX"], "NO_COLOR": "1",
+            "GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.mine",
+            "GIT_CONFIG_KEY_1": "maintenance.autoDetach", "GIT_CONFIG_VALUE_1": "false",
+            "GIT_CONFIG_KEY_2": "gc.autoDetach", "GIT_CONFIG_VALUE_2": "false"}),
+        "{call}"
+    );
+}

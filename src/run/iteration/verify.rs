@@ -70,7 +70,9 @@ impl Check<'_> {
             ],
             stdin: None,
         };
-        spec.set_tag(&self.tag);
+        // The agent's treatment: its tag, no `--push` token, git's housekeeping in the
+        // foreground (agent/session.rs).
+        crate::agent::session::decorate(&mut spec, &self.tag);
         run_spec(self, spec, command, story_id).await
     }
 }
