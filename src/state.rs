@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::time::rfc3339;
-use crate::protocol::{LedgerRecord, StopReason};
+use crate::protocol::{LedgerRecord, StopReason, StrayProcess};
 
 /// File name of the state inside the `.ralph` directory.
 pub const STATE_FILE: &str = "state.json";
@@ -101,6 +101,11 @@ pub struct InFlight {
     /// Full sha of HEAD before the agent ran (`None` on an unborn branch).
     #[serde(default)]
     pub start_sha: Option<String>,
+    /// The processes this iteration left running that ralph already killed (after the agent,
+    /// after a verify command, at a restart), saved as soon as they are killed so that the
+    /// record a restart writes for a killed ralph still lists them ([`State::note_strays`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strays: Vec<StrayProcess>,
 }
 
 /// Errors loading or saving the state. Each names the file.
@@ -213,6 +218,25 @@ impl State {
             }
         }
         newly
+    }
+
+    /// Adds `strays` (just killed) to the in-flight iteration and saves the state at once, so
+    /// that a ralph killed before the iteration's record is written loses none of them (the
+    /// restart's record includes them). Nothing is written when `strays` is empty or no
+    /// iteration is in flight.
+    ///
+    /// # Errors
+    /// See [`State::save`].
+    pub fn note_strays(
+        &mut self,
+        ralph_dir: &Path,
+        strays: &[StrayProcess],
+    ) -> Result<(), StateError> {
+        let Some(flight) = self.in_flight.as_mut().filter(|_| !strays.is_empty()) else {
+            return Ok(());
+        };
+        flight.strays.extend_from_slice(strays);
+        self.save(ralph_dir)
     }
 
     /// Path of the state file inside `ralph_dir` (normally `<repo>/.ralph`).

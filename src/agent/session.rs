@@ -5,7 +5,9 @@
 //! - the process tag ([`crate::process::AGENT_TAG_VAR`]) on the agent and all it starts, so
 //!   that what it leaves running can be found and a restarted ralph only kills its own;
 //! - the environment: `NO_COLOR=1` unless the backend sets it, and `RALPH_GIT_TOKEN` (`--push`'s
-//!   token, for ralph's git alone) removed ([`decorate`]);
+//!   token, for ralph's git alone) removed, and git's automatic housekeeping kept in the
+//!   foreground (`maintenance.autoDetach=false`, `gc.autoDetach=false`: a `git commit` would
+//!   otherwise leave a detached `git maintenance run` behind, killed as a stray) ([`decorate`]);
 //! - every output line redacted ([`crate::redact`]) before the parser, the transcript or an
 //!   output sees it, and the report's texts redacted again after the parser;
 //! - the user's extra error patterns (`[patterns]` in ralph.toml) applied to the report;
@@ -23,8 +25,9 @@ pub const HIDDEN_VARS: &[&str] = &[crate::remote::TOKEN_VAR];
 
 /// Sets what every agent process carries: the tag `tag` ([`crate::process::agent_tag`]),
 /// `NO_COLOR=1` unless the backend sets it (colour codes only get in the way of parsing and of
-/// the transcript), and the removal of [`HIDDEN_VARS`]. Idempotent, so a caller may decorate
-/// early to show the final command line ([`SpawnSpec::shell_line`]).
+/// the transcript), the removal of [`HIDDEN_VARS`], and [`GIT_FOREGROUND`] (see
+/// [`keep_git_in_foreground`]). Idempotent, so a caller may decorate early to show the final
+/// command line ([`SpawnSpec::shell_line`]). The verify gate's commands get it too.
 pub fn decorate(spec: &mut SpawnSpec, tag: &str) {
     spec.set_tag(tag);
     spec.set_env_default("NO_COLOR", "1");
@@ -34,6 +37,53 @@ pub fn decorate(spec: &mut SpawnSpec, tag: &str) {
         }
         spec.env_set.retain(|(name, _)| name != var);
     }
+    keep_git_in_foreground(spec, std::env::var("GIT_CONFIG_COUNT").ok().as_deref());
+}
+
+/// The git settings every agent and verify process gets: git's automatic housekeeping (`git
+/// maintenance run --auto`, `git gc --auto`, started by `git commit` and friends) runs in the
+/// foreground instead of detaching, so it is not left running after the agent exits (where
+/// the stray kill would find it and kill it).
+pub const GIT_FOREGROUND: &[(&str, &str)] = &[
+    ("maintenance.autoDetach", "false"),
+    ("gc.autoDetach", "false"),
+];
+
+/// Adds [`GIT_FOREGROUND`] through git's `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/
+/// `GIT_CONFIG_VALUE_<n>` variables (git-config(1)), after the entries already set: the spec's
+/// own `GIT_CONFIG_COUNT`, else `inherited` (ralph's environment's), else none. Idempotent.
+fn keep_git_in_foreground(spec: &mut SpawnSpec, inherited: Option<&str>) {
+    let (first_key, _) = GIT_FOREGROUND[0];
+    let done = spec
+        .env_set
+        .iter()
+        .any(|(n, v)| n.starts_with("GIT_CONFIG_KEY_") && v == first_key);
+    if done {
+        return;
+    }
+    let own = spec
+        .env_set
+        .iter()
+        .find(|(n, _)| n == "GIT_CONFIG_COUNT")
+        .map(|(_, v)| v.as_str());
+    let removed = spec.env_remove.iter().any(|v| v == "GIT_CONFIG_COUNT");
+    let count: usize = own
+        .or(inherited.filter(|_| !removed))
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(0);
+    spec.env_set.retain(|(n, _)| n != "GIT_CONFIG_COUNT");
+    spec.env_remove.retain(|v| v != "GIT_CONFIG_COUNT");
+    for (i, (key, value)) in GIT_FOREGROUND.iter().enumerate() {
+        let n = count + i;
+        spec.env_set
+            .push((format!("GIT_CONFIG_KEY_{n}"), (*key).to_owned()));
+        spec.env_set
+            .push((format!("GIT_CONFIG_VALUE_{n}"), (*value).to_owned()));
+    }
+    spec.env_set.push((
+        "GIT_CONFIG_COUNT".to_owned(),
+        (count + GIT_FOREGROUND.len()).to_string(),
+    ));
 }
 
 /// One agent session to run: the process and how to read it.
@@ -169,5 +219,41 @@ mod tests {
             .env_set
             .iter()
             .any(|(n, v)| n == "NO_COLOR" && v == "1"));
+        let counts: Vec<_> = spec
+            .env_set
+            .iter()
+            .filter(|(n, _)| n == "GIT_CONFIG_COUNT")
+            .collect();
+        assert_eq!(counts.len(), 1, "{spec:?}");
+    }
+
+    #[test]
+    fn git_settings_go_after_those_already_set() {
+        let get = |spec: &SpawnSpec, name: &str| {
+            spec.env_set
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut spec = SpawnSpec::default();
+        keep_git_in_foreground(&mut spec, Some("2"));
+        keep_git_in_foreground(&mut spec, Some("2"));
+        assert_eq!(get(&spec, "GIT_CONFIG_COUNT").as_deref(), Some("4"));
+        assert_eq!(
+            get(&spec, "GIT_CONFIG_KEY_2").as_deref(),
+            Some("maintenance.autoDetach")
+        );
+        assert_eq!(get(&spec, "GIT_CONFIG_VALUE_3").as_deref(), Some("false"));
+        // The backend's own count wins over the inherited one.
+        let mut spec = SpawnSpec {
+            env_set: vec![("GIT_CONFIG_COUNT".into(), "1".into())],
+            ..SpawnSpec::default()
+        };
+        keep_git_in_foreground(&mut spec, None);
+        assert_eq!(
+            get(&spec, "GIT_CONFIG_KEY_1").as_deref(),
+            Some("maintenance.autoDetach")
+        );
+        assert_eq!(get(&spec, "GIT_CONFIG_COUNT").as_deref(), Some("3"));
     }
 }

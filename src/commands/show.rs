@@ -504,6 +504,7 @@ fn checks(out: &mut String, r: &LedgerRecord) {
             let when = match s.found {
                 crate::protocol::StrayFound::AfterAgent => "after the agent exited",
                 crate::protocol::StrayFound::AtRestart => "by the restart",
+                crate::protocol::StrayFound::AfterVerify => "after a verify command",
             };
             let _ = writeln!(out, "  pid {} `{}` ({when})", s.pid, s.command);
         }

@@ -350,6 +350,9 @@ pub enum StrayFound {
     AfterAgent,
     /// When the next `ralph run` recovered the iteration a killed ralph left in flight.
     AtRestart,
+    /// Right after a verify command ended (in the verify gate, or a check a restart ran on the
+    /// work an interrupted iteration left): the check started it and left it running.
+    AfterVerify,
 }
 
 /// A process carrying the iteration's tag (`RALPH_AGENT_TAG`) that ralph killed with SIGKILL

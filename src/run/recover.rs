@@ -38,7 +38,10 @@ pub async fn recover(
     let Some(flight) = state.in_flight.clone() else {
         return Ok(Vec::new());
     };
+    // Saved with the in-flight iteration at once, with those the killed ralph saved (after its
+    // agent, after its checks): a restart killed in turn still lists them all.
     let strays = kill_leftovers(&flight, cfg, out).await;
+    state.note_strays(&paths.ralph_dir, &strays)?;
     // A prd.json the killed agent left broken is restored from the iteration's snapshot, so the
     // run can go on (the checkpoint below commits the restored file).
     let mut restored_prd = false;
@@ -58,12 +61,16 @@ pub async fn recover(
     let judged = if recorded {
         Judged::default()
     } else {
-        judge_passes(paths, &flight, cfg, stop, out).await?
+        judge_passes(paths, &flight, cfg, stop, state, out).await?
     };
     let mut feedback = Vec::new();
     if !recorded {
         let mut draft = draft(repo, paths, &flight, cfg, restored_prd)?;
-        draft.record.strays = strays;
+        draft.record.strays = state
+            .in_flight
+            .as_ref()
+            .map(|f| f.strays.clone())
+            .unwrap_or_default();
         judged.apply(&mut draft);
         let record = commit::commit(
             Sinks {
@@ -186,6 +193,7 @@ async fn judge_passes(
     flight: &InFlight,
     cfg: &RunConfig,
     stop: &StopSignals,
+    state: &mut State,
     out: &mut Outputs,
 ) -> anyhow::Result<Judged> {
     let mut judged = Judged::default();
@@ -235,7 +243,17 @@ async fn judge_passes(
             flight.iteration
         ));
         let record = match check.run(&command, &id).await {
-            Ok(record) => record,
+            Ok(checked) => {
+                state.note_strays(&paths.ralph_dir, &checked.strays)?;
+                if !checked.strays.is_empty() {
+                    out.warn(format!(
+                        "killed {} {id}'s check left running: {}",
+                        plural_processes(checked.strays.len()),
+                        describe_strays(&checked.strays)
+                    ));
+                }
+                checked.record
+            }
             // A check that cannot start (no bash) judged nothing: the story is not passing.
             Err(e) => {
                 judged

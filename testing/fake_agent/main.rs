@@ -861,9 +861,27 @@ fn spawn_grandchild(g: &Grandchild) -> anyhow::Result<()> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting the grandchild (sh)")?;
+    // Go on only once `sh` has become `sleep`, as a real daemon is running its own program by the
+    // time the agent that started it exits: a sweep that reads the command line sooner would see
+    // `sh -c exec sleep N` some of the time, and a test naming the process would vary.
+    wait_for_exec(child.id(), "sleep");
     if let Some(path) = &g.pid_file {
         write_creating_dirs(path, format!("{}\n", child.id()).as_bytes())?;
     }
     // Dropping `child` neither waits for nor kills it: it outlives this process on purpose.
     Ok(())
+}
+
+/// Waits (up to 10 s, polling every 2 ms) until process `pid`'s command line starts with
+/// `program`; returns at once when it has ended or `/proc` cannot be read.
+fn wait_for_exec(pid: u32, program: &str) {
+    let path = format!("/proc/{pid}/cmdline");
+    for _ in 0..5000 {
+        match fs::read(&path) {
+            Ok(cmdline) if cmdline.starts_with(program.as_bytes()) => return,
+            Ok(cmdline) if cmdline.is_empty() => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(2)),
+            Err(_) => return,
+        }
+    }
 }

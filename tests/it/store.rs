@@ -503,6 +503,7 @@ fn sample_state() -> State {
             pid: 4242,
             started_at: at,
             start_sha: Some("abc123".into()),
+            strays: Vec::new(),
         }),
         ..State::default()
     };

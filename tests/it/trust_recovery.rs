@@ -426,3 +426,195 @@ fn sigkill_and_sigterm_set_back_an_unchecked_story_alike() {
         );
     }
 }
+
+/// Reads a pid a test script wrote.
+fn read_pid(env: &TestEnv, file: &str) -> i32 {
+    std::fs::read_to_string(env.root.path().join(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Kills `pid` if it is still alive and says whether it was gone (within 5 s).
+fn gone_or_kill(pid: i32) -> bool {
+    let gone = gone_soon(pid);
+    if !gone {
+        sigkill(pid as u32);
+    }
+    gone
+}
+
+/// A verify command that leaves a process running in a session of its own (setsid): after the
+/// check, ralph kills it by the iteration's tag, says so, lists it in the iteration's record as
+/// `after_verify`, and `ralph show` lists it.
+#[test]
+fn a_process_a_verify_command_left_running_is_killed_and_recorded() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!(
+        "(setsid sleep 302 >/dev/null 2>&1 & echo $! > ../verify-stray.pid); sleep 0.2; test -f file-1.txt"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [crate::run_cases::claude_story("US-001", 1, "done")]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    let pid = read_pid(&env, "verify-stray.pid");
+    assert!(
+        gone_or_kill(pid),
+        "the check's `sleep 302` outlived ralph: {}",
+        text(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r = &env.ledger()[0];
+    assert_eq!(r["outcome"], "story_passed", "{r}");
+    assert_eq!(
+        r["strays"],
+        json!([{"pid": pid, "command": "sleep 302", "found": "after_verify"}]),
+        "{r}"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "iteration 1: killed 1 process US-001's check left running: pid {pid} (sleep 302)"
+        )),
+        "{}",
+        text(&out)
+    );
+    let show = env.ralph(&["show", "1", "--no-pager"]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&format!(
+            "left running, killed by ralph\n  pid {pid} `sleep 302` (after a verify command)"
+        )),
+        "{}",
+        text(&show)
+    );
+}
+
+/// ralph is SIGKILLed while its verify gate runs, after it killed a process the agent left
+/// running. The restart's record of the interrupted iteration still lists that process (it was
+/// saved with the in-flight iteration when it was killed), and what the check the restart runs
+/// leaves running is killed and listed too: nothing outlives the restart.
+#[test]
+fn a_restart_records_every_stray_and_leaves_none_of_its_own_check() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!(
+        "if [ -e ../verify-ran ]; then (setsid sleep 301 >/dev/null 2>&1 & echo $! > ../restart-stray.pid); sleep 0.2; test -f file-1.txt; else touch ../verify-ran; sleep 300; fi"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"spawn_grandchild": {"sleep_s": 299, "setsid": true, "pid_file": "../agent-stray.pid"}},
+        {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "3"]);
+    wait_for(&env.root.path().join("verify-ran"), "the check");
+    std::thread::sleep(Duration::from_millis(200));
+    sigkill(child.id());
+    child.wait().unwrap();
+    let agent_stray = read_pid(&env, "agent-stray.pid");
+    assert!(dead(agent_stray), "{}", env.spawned_output());
+
+    let out = env.ralph(&["run", "--max-iter", "3"]);
+    let restart_stray = read_pid(&env, "restart-stray.pid");
+    assert!(
+        gone_or_kill(restart_stray),
+        "the restart's own check left `sleep 301` running: {}",
+        text(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r = &env.ledger()[0];
+    assert_eq!(r["outcome"], "interrupted", "{r}");
+    let strays = r["strays"].as_array().expect("strays");
+    let has = |pid: i32, command: &str, found: &str| {
+        strays
+            .iter()
+            .any(|s| s["pid"] == pid && s["command"] == command && s["found"] == found)
+    };
+    assert!(has(agent_stray, "sleep 299", "after_agent"), "{r}");
+    assert!(has(restart_stray, "sleep 301", "after_verify"), "{r}");
+    assert!(
+        strays
+            .iter()
+            .any(|s| s["command"] == "sleep 300" && s["found"] == "at_restart"),
+        "{r}"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "killed 1 process US-001's check left running: pid {restart_stray} (sleep 301)"
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+/// SIGTERM while the verify gate runs the story's check: the iteration's outcome is
+/// `interrupted` (its check was cut short), the story is not passing, and the stop sentence
+/// says the current iteration was stopped, not "between iterations".
+#[test]
+fn sigterm_during_the_verify_gate_interrupts_the_iteration() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] =
+        json!("touch ../verify-started; sleep 20; test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    env.script(&json!({"invocations": [crate::run_cases::claude_story("US-001", 1, "done")]}));
+    let mut child = env.ralph_spawn(&["run", "--max-iter", "2"]);
+    wait_for(&env.root.path().join("verify-started"), "the check");
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let printed = env.spawned_output();
+    assert_eq!(status.code(), Some(130), "{printed}");
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0]["outcome"], "interrupted", "{}", ledger[0]);
+    assert_eq!(env.prd()["userStories"][0]["passes"], false);
+    assert!(!printed.contains("between iterations"), "{printed}");
+    assert!(
+        printed.contains("interrupted: the current iteration was stopped and checkpointed"),
+        "{printed}"
+    );
+}
+
+/// git's automatic housekeeping stays in the foreground for the agent and its checks
+/// (`maintenance.autoDetach=false`, `gc.autoDetach=false` through GIT_CONFIG_COUNT), after the
+/// settings the user already passes that way, which still apply.
+#[test]
+fn agent_and_verify_git_keeps_its_housekeeping_in_the_foreground() {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!(
+        "for k in maintenance.autoDetach gc.autoDetach user.mine; do git config --get $k; done > ../verify-git.txt; test -f file-1.txt"
+    );
+    let env = TestEnv::new(&prd);
+    env.script(&json!({
+        "record_env": ["GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_KEY_1",
+            "GIT_CONFIG_VALUE_1", "GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"],
+        "invocations": [crate::run_cases::claude_story("US-001", 1, "done")]
+    }));
+    let mut cmd = env.ralph_cmd(&["run", "--max-iter", "1"]);
+    cmd.env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "user.mine")
+        .env("GIT_CONFIG_VALUE_0", "kept");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        env.read("../verify-git.txt"),
+        "false\nfalse\nkept\n",
+        "{}",
+        text(&out)
+    );
+    let calls = std::fs::read_to_string(format!("{}.calls.jsonl", env.script.display())).unwrap();
+    let call: Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        call["env"],
+        json!({"CLAUDECODE": null, "CLAUDE_CODE_ENTRYPOINT": null, "CLAUDE_CODE_SSE_PORT": null,
+            "IS_SANDBOX": call["env"]["IS_SANDBOX"], "NO_COLOR": "1",
+            "GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.mine",
+            "GIT_CONFIG_KEY_1": "maintenance.autoDetach", "GIT_CONFIG_VALUE_1": "false",
+            "GIT_CONFIG_KEY_2": "gc.autoDetach", "GIT_CONFIG_VALUE_2": "false"}),
+        "{call}"
+    );
+}

@@ -2,8 +2,9 @@
 //! stage 3 observed, decide the [`Outcome`], the message the ledger and terminal show, the
 //! findings beyond the story, and the feedback for the next prompts.
 //!
-//! The outcome is decided in a fixed order: how the process ended (ralph's own kills), then the
-//! agent's failure class, then prd.json validity, then the verify gate, then the claim (the
+//! The outcome is decided in a fixed order: how the process ended (ralph's own kills), then a
+//! stop that cut the verify gate short (`interrupted`: the iteration could not be judged), then
+//! the agent's failure class, then prd.json validity, then the verify gate, then the claim (the
 //! promise printed too early, or a pass ralph refused: no work, or rewritten criteria), then the
 //! story, then errors, then change (what the checkpoint changes beyond notes).
 
@@ -168,6 +169,10 @@ fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
         EndReason::Idle => return Outcome::Stalled,
         EndReason::Exited | EndReason::KilledAfterFinal => {}
     }
+    // The agent ended, but a stop came before its checks could run or while one ran.
+    if obs.stopped_in_gate {
+        return Outcome::Interrupted;
+    }
     match f.report.failure {
         Some(FailureClass::Auth) => return Outcome::AuthError,
         Some(FailureClass::Config) => return Outcome::ConfigError,
@@ -255,6 +260,9 @@ fn outcome_message(outcome: Outcome, f: &Facts<'_>, obs: &Observation) -> Option
             "killed after {} without output (idle limit)",
             dur(f.limits.idle_timeout)
         )),
+        Outcome::Interrupted if f.process.end != EndReason::Cancelled => Some(
+            "interrupted by Ctrl-C or a stop signal while ralph checked the stories the agent marked passing; changes kept in a checkpoint commit".into(),
+        ),
         Outcome::Interrupted => {
             Some("interrupted by Ctrl-C or a stop signal; changes kept in a checkpoint commit".into())
         }
@@ -529,6 +537,17 @@ mod tests {
             .feedback
             .iter()
             .any(|f| f.text.contains("completion claim")));
+        // A stop that cut the verify gate short: the iteration could not be judged.
+        let cut = Observation {
+            stopped_in_gate: true,
+            unchecked: vec!["US-001".into()],
+            files_changed: vec!["a".into()],
+            ..Observation::default()
+        };
+        assert_eq!(
+            outcome(&facts(&exited(0), &r), &cut, false),
+            Outcome::Interrupted
+        );
         // Agent commits that change nothing in the end are no progress.
         let undone = Observation {
             agent_commits: vec!["abc".into()],

@@ -94,6 +94,9 @@ pub async fn execute(
         }
     };
     let strays = stray_records(&swept, StrayFound::AfterAgent);
+    // Saved with the in-flight iteration at once: a ralph killed before this iteration's record
+    // is written must still list them (the restart's record, run/recover.rs).
+    state.note_strays(&cx.paths.ralph_dir, &strays)?;
     if !strays.is_empty() {
         out.warn(format!(
             "iteration {iteration}: killed {} the agent left running: {}",

@@ -21,8 +21,9 @@ use crate::output::Outputs;
 use crate::prd::model::{Prd, Story};
 use crate::prd::store::{self, LoadedPrd};
 use crate::protocol::{
-    CriteriaProposal, HistoryRewrite, Outcome, PrdGuard, RunEvent, VerifyRecord,
+    CriteriaProposal, HistoryRewrite, Outcome, PrdGuard, RunEvent, StrayProcess, VerifyRecord,
 };
+use crate::state::State;
 
 /// Stage 3's value: what the agent's iteration changed.
 #[derive(Debug, Default)]
@@ -42,6 +43,11 @@ pub struct Observation {
     /// Stories the agent marked passing whose check a stop (Ctrl-C, SIGTERM) left unrun: set
     /// back to not passing.
     pub unchecked: Vec<String>,
+    /// A stop (Ctrl-C, SIGTERM) came while the verify gate had checks to run or running: the
+    /// gate could not judge the iteration, which is then `interrupted`.
+    pub stopped_in_gate: bool,
+    /// What the verify commands left running, killed (`after_verify`).
+    pub strays: Vec<StrayProcess>,
     /// ralph marked the current story passing because its check passed (`verify_marks_passing`).
     pub marked_by_ralph: bool,
     /// What changed beyond the current story's `passes`/`notes`, one sentence each.
@@ -98,6 +104,7 @@ pub enum Refusal {
 /// I/O errors restoring or rewriting prd.json, a verify command that cannot start, git errors.
 pub async fn inspect(
     cx: &Cx<'_>,
+    state: &mut State,
     a: &Assignment,
     start: &StartPoint,
     out: &mut Outputs,
@@ -150,7 +157,8 @@ pub async fn inspect(
     // The work, before a verify command adds its own files.
     let work = work_files(cx, start)?;
     let notes_only = !work.iter().any(|p| !is_memory(cx, p));
-    after = verify_gate(cx, a, after, &flipped, notes_only, &mut obs, out).await?;
+    let mut io = GateIo { state, out };
+    after = verify_gate(cx, a, after, &flipped, notes_only, &mut obs, &mut io).await?;
     // A pass the check let through (or that has no check) still needs work behind it.
     let not_passed: HashSet<&str> = obs
         .verify
@@ -499,7 +507,7 @@ async fn verify_gate(
     flipped: &[String],
     notes_only: bool,
     obs: &mut Observation,
-    out: &mut Outputs,
+    io: &mut GateIo<'_>,
 ) -> anyhow::Result<Option<LoadedPrd>> {
     let Some(current) = &after else {
         return Ok(after);
@@ -524,7 +532,7 @@ async fn verify_gate(
             unchecked.push(id.clone());
             continue;
         }
-        let record = run_verify(cx, a.iteration, &command, id, out).await?;
+        let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
         // A check the stop cut short said nothing about the story: unchecked, not failed.
         if !record.passed && cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
@@ -543,6 +551,7 @@ async fn verify_gate(
                 .cloned(),
         );
     }
+    obs.stopped_in_gate = !unchecked.is_empty();
     obs.unchecked = unchecked.clone();
     let failed: Vec<&str> = obs
         .verify
@@ -576,8 +585,10 @@ async fn verify_gate(
         .filter(|l| l.prd.story(id).is_some_and(|s| !s.passes && !checked))
         .and_then(|l| command_of(&l.prd, id));
     if let Some(command) = command {
-        let record = run_verify(cx, a.iteration, &command, id, out).await?;
+        let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
         let passed = record.passed;
+        // A stop cut the check short: the gate did not get to judge the iteration.
+        obs.stopped_in_gate |= !passed && cx.stop.stop.is_cancelled();
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);
@@ -590,19 +601,38 @@ async fn verify_gate(
     Ok(after)
 }
 
+/// Where the verify gate writes besides the observation: state.json (the strays a check left,
+/// saved with the in-flight iteration as soon as they are killed) and the outputs.
+struct GateIo<'s> {
+    state: &'s mut State,
+    out: &'s mut Outputs,
+}
+
+/// Runs one check; what it left running is killed, said, saved with the in-flight iteration and
+/// kept for the record (`obs.strays`).
 async fn run_verify(
     cx: &Cx<'_>,
     iteration: u32,
     command: &str,
     story_id: &str,
-    out: &mut Outputs,
+    obs: &mut Observation,
+    io: &mut GateIo<'_>,
 ) -> anyhow::Result<VerifyRecord> {
-    out.emit(RunEvent::VerifyStarted {
+    io.out.emit(RunEvent::VerifyStarted {
         story_id: story_id.to_owned(),
         command: command.to_owned(),
     });
-    let record = verify::run(cx, iteration, command, story_id).await?;
-    out.emit(RunEvent::VerifyFinished {
+    let verify::Checked { record, strays } = verify::run(cx, iteration, command, story_id).await?;
+    io.state.note_strays(&cx.paths.ralph_dir, &strays)?;
+    if !strays.is_empty() {
+        io.out.warn(format!(
+            "iteration {iteration}: killed {} {story_id}'s check left running: {}",
+            super::execute::plural_processes(strays.len()),
+            super::execute::describe_strays(&strays)
+        ));
+    }
+    obs.strays.extend(strays);
+    io.out.emit(RunEvent::VerifyFinished {
         verify: record.clone(),
     });
     Ok(record)

@@ -117,7 +117,7 @@ pub async fn run(
     let execution = execute::execute(cx, state, launch, assignment.iteration, limits, out).await?;
     // A signal ended (or came during) the agent: how long its stop took is part of the record.
     let agent_stopped = cx.stop.stopped().map(|c| (c, c.at.elapsed()));
-    let observation = inspect::inspect(cx, &assignment, &start, out).await?;
+    let observation = inspect::inspect(cx, state, &assignment, &start, out).await?;
     let verdict = classify::classify(
         &Facts {
             story_id: &assignment.story.id,
@@ -232,7 +232,7 @@ fn draft(
     r.history_rewrite = obs.history_rewrite.clone();
     r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
     r.criteria_proposals = obs.criteria_proposals.clone();
-    r.strays = e.strays.clone();
+    r.strays = e.strays.iter().chain(&obs.strays).cloned().collect();
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {

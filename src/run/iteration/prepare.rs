@@ -126,6 +126,7 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         pid: 0,
         started_at: start.at,
         start_sha: start.head.clone(),
+        strays: Vec::new(),
     });
     // Saved now, before the agent exists: a spawned agent can change the tree before ralph
     // gets to write anything else, and a ralph killed in that moment must find the iteration on

@@ -1,7 +1,8 @@
 //! The verify gate's command runner: a story's `verify` (else `--verify`) run with `bash -c` in
 //! the repository, in its own process group under the verify time limit, with `RALPH_STORY_ID`
 //! set. Its result and, when it fails, the bounded and redacted tail of its output become a
-//! [`VerifyRecord`].
+//! [`VerifyRecord`]. Whatever the command left running under the iteration's tag is killed when
+//! it ends, and listed ([`Checked::strays`], `after_verify`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::path::Path;
 use super::Cx;
 use crate::config::RunConfig;
 use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals};
-use crate::protocol::VerifyRecord;
+use crate::protocol::{StrayFound, StrayProcess, VerifyRecord};
 
 /// How long output is still read after the command exited.
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
@@ -29,7 +30,7 @@ pub async fn run(
     iteration: u32,
     command: &str,
     story_id: &str,
-) -> anyhow::Result<VerifyRecord> {
+) -> anyhow::Result<Checked> {
     let check = Check {
         cfg: cx.cfg,
         repo_root: &cx.paths.repo_root,
@@ -57,7 +58,7 @@ impl Check<'_> {
     ///
     /// # Errors
     /// The command could not be started (e.g. no `bash`), naming it.
-    pub async fn run(&self, command: &str, story_id: &str) -> anyhow::Result<VerifyRecord> {
+    pub async fn run(&self, command: &str, story_id: &str) -> anyhow::Result<Checked> {
         let mut spec = process::SpawnSpec {
             program: "bash".into(),
             args: vec!["-c".into(), command.to_string()],
@@ -69,9 +70,21 @@ impl Check<'_> {
             ],
             stdin: None,
         };
-        spec.set_tag(&self.tag);
+        // The agent's treatment: its tag, no `--push` token, git's housekeeping in the
+        // foreground (agent/session.rs).
+        crate::agent::session::decorate(&mut spec, &self.tag);
         run_spec(self, spec, command, story_id).await
     }
+}
+
+/// A check's result: its record, and what it left running (killed).
+#[derive(Debug)]
+pub struct Checked {
+    /// The check's record.
+    pub record: VerifyRecord,
+    /// The processes carrying the iteration's tag that were still running after the command
+    /// ended, killed (`after_verify`).
+    pub strays: Vec<StrayProcess>,
 }
 
 async fn run_spec(
@@ -79,7 +92,7 @@ async fn run_spec(
     spec: process::SpawnSpec,
     command: &str,
     story_id: &str,
-) -> anyhow::Result<VerifyRecord> {
+) -> anyhow::Result<Checked> {
     let limits = Limits {
         timeout: cx.cfg.verify_timeout,
         idle_timeout: cx.cfg.verify_timeout,
@@ -104,6 +117,10 @@ async fn run_spec(
     )
     .await
     .with_context(|| format!("cannot run the verify command `{command}`"))?;
+    // What the command started in a session of its own (setsid, a daemonized server) is no
+    // longer linked to it; the iteration's tag still names it.
+    let swept = process::sweep_tagged_since(&cx.tag, outcome.pid, outcome.forks_before);
+    let strays = super::execute::stray_records(&swept, StrayFound::AfterVerify);
     let result = match (outcome.end, outcome.exit_code) {
         (EndReason::Exited, Some(0)) => None,
         (EndReason::Exited, Some(code)) => Some(format!("exited with code {code}")),
@@ -118,13 +135,14 @@ async fn run_spec(
         None => String::new(),
         Some(_) => bounded_tail(&tail, &crate::redact::env_secrets()),
     };
-    Ok(VerifyRecord {
+    let record = VerifyRecord {
         story_id: story_id.to_string(),
         command: command.to_string(),
         passed: result.is_none(),
         result,
         output_tail,
-    })
+    };
+    Ok(Checked { record, strays })
 }
 
 /// The kept lines joined, secrets redacted, cut to the last [`VerifyRecord::TAIL_BYTES`] bytes
