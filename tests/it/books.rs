@@ -543,3 +543,31 @@ fn an_older_ralphs_books_of_a_nested_prd_move_into_its_own() {
     let show = env.ralph(&["show", "1", "--prd", "docs/prd.json", "--raw"]);
     assert_eq!(show.status.code(), Some(0), "{}", text(&show));
 }
+
+/// A run stopped by `--max-cost` before its first iteration (the feature's earlier runs spent
+/// the budget) says so: the earlier runs' cost against the limit, the scope, how to get a fresh
+/// budget; no iteration of its own, and no "not reported" cost for the iterations it never ran.
+#[test]
+fn a_budget_spent_by_earlier_runs_is_named_as_such() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        passing("@next", "f1.txt", 0.6),
+        passing("@next", "f2.txt", 0.6),
+        passing("@next", "f3.txt", 0.6)
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2", "--max-cost", "5"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = env.ralph(&["run", "--max-cost", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 2, "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("earlier runs already spent $1.20 of the --max-cost $1.00"),
+        "{err}"
+    );
+    assert!(err.contains("--budget-scope run"), "{err}");
+    assert!(err.contains("before any iteration ran"), "{err}");
+    assert!(!err.contains("is committed and recorded"), "{err}");
+    assert!(!err.contains("not reported by the agent"), "{err}");
+    assert!(err.contains("none this run (no iteration ran)"), "{err}");
+}
