@@ -253,8 +253,9 @@ impl Repo {
     }
 
     /// Puts HEAD on branch `name`. An existing branch is checked out (never moved); a missing one
-    /// that a remote has ([`Repo::remote_branch_for`]) is created there, tracking it, so that
-    /// the work pushed from elsewhere goes on; any other missing one is created
+    /// that a remote has ([`Repo::remote_branch_for`]) with commits HEAD lacks is created
+    /// there, tracking it, so that the work pushed from elsewhere goes on; any other missing one
+    /// is created
     /// from `base` when given (a branch, tag or commit-ish), else from the current HEAD, and then
     /// checked out. On a repository with no commit yet (and no base), HEAD is simply pointed at
     /// `refs/heads/<name>`. Checkout is "safe": uncommitted changes are carried over unless the
@@ -279,12 +280,25 @@ impl Repo {
             self.switch_to(name, &refname, &commit)?;
             return Ok(BranchAction::CheckedOut);
         }
-        if let Some(upstream) = self.remote_branch_for(name) {
-            let start = self
-                .repo
-                .find_branch(&upstream, BranchType::Remote)
-                .and_then(|b| b.get().peel_to_commit())
-                .map_err(op("read remote branch"))?;
+        let remote_start = match self.remote_branch_for(name) {
+            Some(upstream) => {
+                let start = self
+                    .repo
+                    .find_branch(&upstream, BranchType::Remote)
+                    .and_then(|b| b.get().peel_to_commit())
+                    .map_err(op("read remote branch"))?;
+                // Merged into HEAD already: HEAD has that work and more.
+                let merged = match self.head_commit()? {
+                    Some(head) => {
+                        self.is_ancestor(&start.id().to_string(), &head.id().to_string())?
+                    }
+                    None => false,
+                };
+                (!merged).then_some((upstream, start))
+            }
+            None => None,
+        };
+        if let Some((upstream, start)) = remote_start {
             // Check out first so that a conflict leaves no half-created branch behind.
             self.checkout_commit(name, &start)?;
             let mut branch = self

@@ -451,7 +451,8 @@ fn adopt_remote_branch(
     };
     let repo = &pre.repo;
     if repo.current_branch().as_deref() == Some(branch.as_str())
-        || repo.remote_branch_for(&branch).is_none()
+        // Only a remote's branch with work HEAD lacks (`ralph/x` itself would be a local one).
+        || crate::history::feature_elsewhere(repo, Some(&branch)).is_none_or(|b| b == branch)
         || (!cfg.allow_dirty && !user_changes(pre)?.is_empty())
     {
         return Ok(None);
