@@ -327,22 +327,29 @@ pub fn records_from_git(history: &[TrailerRecord]) -> Vec<LedgerRecord> {
 }
 
 /// Where the feature's work is when it is not what is checked out: prd.json's `branchName`
-/// when HEAD is on another branch and that branch exists here (`ralph/x`) or only on origin
-/// (`origin/ralph/x`, a fresh clone), with commits HEAD does not have. `None` otherwise.
+/// when HEAD is on another branch and that branch exists here (`ralph/x`) or only on a remote
+/// (`origin/ralph/x`, a fresh clone; [`Repo::remote_branch_for`], where `ralph run` would take it
+/// from), with commits HEAD does not have. `None` otherwise.
 pub fn feature_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<String> {
+    feature_tip_elsewhere(repo, feature).map(|(shown, _)| shown)
+}
+
+/// [`feature_elsewhere`] and the full sha of that branch's tip.
+pub fn feature_tip_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<(String, String)> {
     let feature = feature.filter(|f| !f.is_empty())?;
     if repo.current_branch().as_deref() == Some(feature) {
         return None;
     }
     let head = repo.head_sha().ok().flatten();
+    let remote = repo
+        .remote_branch_for(feature)
+        .map(|short| (format!("refs/remotes/{short}"), short));
     [
-        (format!("refs/heads/{feature}"), feature.to_owned()),
-        (
-            format!("refs/remotes/origin/{feature}"),
-            format!("origin/{feature}"),
-        ),
+        Some((format!("refs/heads/{feature}"), feature.to_owned())),
+        remote,
     ]
     .into_iter()
+    .flatten()
     .find_map(|(refname, shown)| {
         let sha = repo.ref_sha(&refname)?;
         // Merged (or the same commit): what is checked out already has the work.
@@ -350,6 +357,6 @@ pub fn feature_elsewhere(repo: &Repo, feature: Option<&str>) -> Option<String> {
             Some(h) => repo.is_ancestor(&sha, h).unwrap_or(false),
             None => false,
         };
-        (!merged).then_some(shown)
+        (!merged).then_some((shown, sha))
     })
 }

@@ -24,12 +24,34 @@ use crate::workspace::RunPaths;
 pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
     let prd_path = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
-    let loaded = store::load(&prd_path)?;
-    let paths = RunPaths::of_prd(&loaded.path);
+    let checked_out = store::load(&prd_path)?;
+    let paths = RunPaths::of_prd(&checked_out.path);
     let root = paths.repo_root.clone();
     let repo = Repo::discover(&root).ok();
+    let elsewhere = repo.as_ref().and_then(|r| {
+        crate::history::feature_tip_elsewhere(r, checked_out.prd.branch_name.as_deref())
+    });
+    // The feature's branch is not checked out: what `ralph run` takes up is that branch's
+    // prd.json and history, so those are what is shown.
+    let at_branch = elsewhere.as_ref().and_then(|(_, sha)| {
+        let repo = repo.as_ref()?;
+        let rel = checked_out.path.strip_prefix(repo.root()).ok()?;
+        let bytes = repo.file_at(sha, &rel.to_string_lossy()).ok()??;
+        let loaded = store::parse_bytes(&checked_out.path, &bytes).ok()?;
+        let reader = Repo::discover(&root).ok()?.reading_history_at(sha).ok()?;
+        Some((loaded, reader))
+    });
+    let (loaded, history_repo) = match at_branch {
+        Some((loaded, reader)) => (loaded, Some(reader)),
+        None => (checked_out, None),
+    };
+    let shown_from = history_repo
+        .as_ref()
+        .and(elsewhere.as_ref())
+        .map(|(b, _)| b.clone());
+    let elsewhere = elsewhere.map(|(b, _)| b);
     // Without `.ralph/` (deleted, or a fresh clone), git's trailers tell the story.
-    let history = History::load(&paths, repo.as_ref())?;
+    let history = History::load(&paths, history_repo.as_ref().or(repo.as_ref()))?;
     let (mut state, state_from_git) = match State::load(&paths.ralph_dir).ok().flatten() {
         Some(state) => (state, false),
         None => (
@@ -67,13 +89,11 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let this_run = Totals::of(latest.iter().copied());
     let (total_cost, total_in, total_out) = (all.cost_usd, all.tokens_in, all.tokens_out);
 
-    let elsewhere = repo
-        .as_ref()
-        .and_then(|r| crate::history::feature_elsewhere(r, feature.as_deref()));
     if args.json {
         let doc = json!({
             "prd": loaded.path,
             "feature_branch_elsewhere": elsewhere,
+            "shown_from": shown_from,
             "project": loaded.prd.project,
             "stories": loaded.prd.user_stories.iter().map(|s| json!({
                 "id": s.id, "title": s.title, "priority": s.priority, "passes": s.passes,
@@ -113,7 +133,13 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         loaded.prd.user_stories.len(),
         loaded.path.display()
     );
-    if let Some(b) = &elsewhere {
+    if let Some(b) = &shown_from {
+        println!(
+            "{} {b} is not checked out here; shown are its prd.json and history, which `ralph run` takes up (it checks {} out)",
+            style("note:").yellow().bold(),
+            b.trim_start_matches("origin/")
+        );
+    } else if let Some(b) = &elsewhere {
         println!(
             "{} this is prd.json as checked out here; the run's work is on {b}, not checked out (`git checkout {}` shows where it stands)",
             style("note:").yellow().bold(),

@@ -148,6 +148,14 @@ pub enum BranchAction {
     /// The repository has no commit yet: HEAD now names the (still unborn) branch, so the first
     /// commit lands on it.
     Unborn,
+    /// The branch existed only on a remote (a fresh clone): it was created at the
+    /// remote-tracking branch, set to track it, and checked out.
+    Tracking {
+        /// The remote-tracking branch it starts from and tracks (e.g. `origin/ralph/x`).
+        upstream: String,
+        /// Full sha of the commit the new branch points at.
+        sha: String,
+    },
 }
 
 /// One file of a diffstat: `(path, added lines, removed lines)`.
@@ -170,6 +178,9 @@ pub struct Repo {
     /// When this handle was opened: [`Repo::pack_loose_objects`] packs only loose objects
     /// written since (ralph's own and its agents'), never a user's older ones.
     opened_at: std::time::SystemTime,
+    /// Where [`Repo::trailer_history`] and [`Repo::newest_trailer`] start: HEAD unless
+    /// [`Repo::reading_history_at`] named another commit.
+    history_tip: Option<git2::Oid>,
 }
 
 impl std::fmt::Debug for Repo {
@@ -215,6 +226,7 @@ impl Repo {
             repo,
             root,
             opened_at: std::time::SystemTime::now(),
+            history_tip: None,
         })
     }
 
@@ -240,7 +252,10 @@ impl Repo {
         target.strip_prefix("refs/heads/").map(str::to_owned)
     }
 
-    /// Puts HEAD on branch `name`. An existing branch is checked out; a missing one is created
+    /// Puts HEAD on branch `name`. An existing branch is checked out (never moved); a missing one
+    /// that a remote has ([`Repo::remote_branch_for`]) with commits HEAD lacks is created
+    /// there, tracking it, so that the work pushed from elsewhere goes on; any other missing one
+    /// is created
     /// from `base` when given (a branch, tag or commit-ish), else from the current HEAD, and then
     /// checked out. On a repository with no commit yet (and no base), HEAD is simply pointed at
     /// `refs/heads/<name>`. Checkout is "safe": uncommitted changes are carried over unless the
@@ -264,6 +279,40 @@ impl Repo {
             let commit = branch.get().peel_to_commit().map_err(op("read branch"))?;
             self.switch_to(name, &refname, &commit)?;
             return Ok(BranchAction::CheckedOut);
+        }
+        let remote_start = match self.remote_branch_for(name) {
+            Some(upstream) => {
+                let start = self
+                    .repo
+                    .find_branch(&upstream, BranchType::Remote)
+                    .and_then(|b| b.get().peel_to_commit())
+                    .map_err(op("read remote branch"))?;
+                // Merged into HEAD already: HEAD has that work and more.
+                let merged = match self.head_commit()? {
+                    Some(head) => {
+                        self.is_ancestor(&start.id().to_string(), &head.id().to_string())?
+                    }
+                    None => false,
+                };
+                (!merged).then_some((upstream, start))
+            }
+            None => None,
+        };
+        if let Some((upstream, start)) = remote_start {
+            // Check out first so that a conflict leaves no half-created branch behind.
+            self.checkout_commit(name, &start)?;
+            let mut branch = self
+                .repo
+                .branch(name, &start, false)
+                .map_err(op("create branch"))?;
+            branch
+                .set_upstream(Some(&upstream))
+                .map_err(op("set the branch's upstream"))?;
+            self.repo.set_head(&refname).map_err(op("switch HEAD"))?;
+            return Ok(BranchAction::Tracking {
+                upstream,
+                sha: start.id().to_string(),
+            });
         }
 
         let (start, from) = match base {
@@ -871,6 +920,51 @@ impl Repo {
     pub fn message_of(&self, rev: &str) -> Result<String, GitError> {
         let commit = self.resolve_commit(rev)?;
         Ok(String::from_utf8_lossy(commit.message_bytes()).into_owned())
+    }
+
+    /// This handle, reading ralph's history (its trailers) from commit `sha` instead of HEAD:
+    /// `ralph status` of a feature whose branch is not checked out. Nothing else changes.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `sha` is not a commit here.
+    pub fn reading_history_at(mut self, sha: &str) -> Result<Repo, GitError> {
+        let oid = self.resolve_commit(sha)?.id();
+        self.history_tip = Some(oid);
+        Ok(self)
+    }
+
+    /// The commit ralph's history is read from: [`Repo::reading_history_at`]'s, else HEAD's.
+    fn history_tip(&self) -> Result<Option<Commit<'_>>, GitError> {
+        match self.history_tip {
+            Some(oid) => self
+                .repo
+                .find_commit(oid)
+                .map(Some)
+                .map_err(op("read commit")),
+            None => self.head_commit(),
+        }
+    }
+
+    /// The remote-tracking branch (`<remote>/<name>`) to start a missing local branch `name`
+    /// from: on the remote the current branch tracks, else on `origin`. `None` when the local
+    /// branch exists or no such remote-tracking branch does.
+    pub fn remote_branch_for(&self, name: &str) -> Option<String> {
+        if self.repo.find_branch(name, BranchType::Local).is_ok() {
+            return None;
+        }
+        let upstream_remote = self.current_branch().and_then(|b| {
+            self.repo
+                .config()
+                .ok()?
+                .get_string(&format!("branch.{b}.remote"))
+                .ok()
+        });
+        [upstream_remote, Some("origin".to_owned())]
+            .into_iter()
+            .flatten()
+            .filter(|r| r != ".")
+            .map(|r| format!("{r}/{name}"))
+            .find(|short| self.repo.find_branch(short, BranchType::Remote).is_ok())
     }
 
     /// The full sha reference `name` (e.g. `refs/remotes/origin/x`) points at; `None` when it

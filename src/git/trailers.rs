@@ -86,14 +86,14 @@ pub struct TrailerRecord {
 
 impl Repo {
     /// Up to `max` ralph commits (those with a `Ralph-Run` trailer), newest first, found by
-    /// walking first parents from HEAD. Commits without the trailer are skipped (the walk goes
+    /// walking first parents from HEAD (or [`Repo::reading_history_at`]'s commit). Commits without the trailer are skipped (the walk goes
     /// on past them). Empty on an unborn branch.
     ///
     /// # Errors
     /// [`GitError::Git`] when history cannot be read.
     pub fn trailer_history(&self, max: usize) -> Result<Vec<TrailerRecord>, GitError> {
         let mut records = Vec::new();
-        let Some(head) = self.head_commit()? else {
+        let Some(head) = self.history_tip()? else {
             return Ok(records);
         };
         if max == 0 {
@@ -117,12 +117,12 @@ impl Repo {
     }
 
     /// ralph's newest commit (one with a `Ralph-Run` trailer) among the first `max_walk` commits
-    /// of HEAD's first-parent line; `None` when there is none that close (or no commit).
+    /// of HEAD's (or [`Repo::reading_history_at`]'s) first-parent line; `None` when there is none that close (or no commit).
     ///
     /// # Errors
     /// [`GitError::Git`] when history cannot be read.
     pub fn newest_trailer(&self, max_walk: usize) -> Result<Option<TrailerRecord>, GitError> {
-        let Some(head) = self.head_commit()? else {
+        let Some(head) = self.history_tip()? else {
             return Ok(None);
         };
         let mut walk = self.repo.revwalk().map_err(op("walk history"))?;

@@ -279,6 +279,8 @@ impl Human {
         let cost = match (s.cost_usd, tokens) {
             (Some(c), Some(t)) => format!("{} ({t})", usd(c)),
             (Some(c), None) => usd(c),
+            // No iteration ran, so there was nothing to report.
+            (None, None) if s.iterations == 0 => "none this run (no iteration ran)".to_string(),
             (None, None) => "not reported by the agent".to_string(),
             (None, Some(t)) => format!("not reported ({t})"),
         };

@@ -136,8 +136,13 @@ pub enum StopReason {
         spent_usd: f64,
         /// The limit, in USD.
         max_usd: f64,
-        /// The iteration that crossed it (committed and recorded).
+        /// The iteration that crossed it (committed and recorded); with `before_start`, the
+        /// feature's last recorded iteration (of an earlier run).
         iteration: u32,
+        /// The feature's earlier runs had already reached the limit (`--budget-scope feature`):
+        /// this run stopped before its first iteration.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        before_start: bool,
     },
     /// `--max-failures` failed iterations in a row (exit 4).
     MaxFailures {
@@ -351,7 +356,16 @@ impl StopReason {
             StopReason::MaxCost {
                 spent_usd,
                 max_usd,
+                before_start: true,
+                ..
+            } => format!(
+                "stopped before any iteration ran: the feature's earlier runs already spent ${spent_usd:.2} of the --max-cost ${max_usd:.2} limit (--budget-scope feature counts every run of the feature); raise --max-cost, or pass --budget-scope run to give this run a budget of its own"
+            ),
+            StopReason::MaxCost {
+                spent_usd,
+                max_usd,
                 iteration,
+                ..
             } => format!(
                 "stopped: the cost so far, ${spent_usd:.2}, reached --max-cost ${max_usd:.2} (iteration {iteration}'s work is committed and recorded)"
             ),

@@ -537,6 +537,7 @@ fn cost_stop(t: &Tally, b: &Budgets, r: &LedgerRecord) -> Option<StopReason> {
         spent_usd: t.cost_usd,
         max_usd: max,
         iteration: r.iteration,
+        before_start: false,
     })
 }
 
@@ -713,6 +714,7 @@ pub fn spent_before_start(t: &Tally, b: &Budgets, last_iteration: u32) -> Option
         spent_usd: t.cost_usd,
         max_usd: max,
         iteration: last_iteration,
+        before_start: true,
     })
 }
 

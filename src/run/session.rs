@@ -104,6 +104,9 @@ pub async fn open(
         }
         None => (None, None),
     };
+    // Before state.json, history and prd.json are read: a clone on its base branch goes on from
+    // the run branch a remote has, rather than starting over on a new one.
+    let adopted = adopt_remote_branch(cfg, &pre, out)?;
     let mut state = load_state(&pre, out)?;
     // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
     if cfg.resume_only {
@@ -155,6 +158,7 @@ pub async fn open(
     };
     session.prepare_stories(cfg, out)?;
     let branch_row = session.prepare_tree(cfg, out)?;
+    let branch_row = adopted.unwrap_or(branch_row);
     let progress_row = match crate::progress::ensure_exists(&paths.progress, Local::now())? {
         true => format!("{} (created)", paths.rel(&paths.progress)),
         false => paths.rel(&paths.progress),
@@ -242,14 +246,7 @@ impl Session {
     /// header's branch row.
     fn prepare_tree(&mut self, cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<String> {
         let (repo, paths) = (&self.pre.repo, &self.pre.paths);
-        // progress.txt is ralph's own log: an entry (or the file itself) a killed run did not get
-        // to commit is folded into the next checkpoint, not refused as the user's work.
-        let progress_rel = paths.rel(&paths.progress);
-        let dirty: Vec<String> = repo
-            .dirty_paths()?
-            .into_iter()
-            .filter(|p| *p != progress_rel)
-            .collect();
+        let dirty = user_changes(&self.pre)?;
         if !dirty.is_empty() && !cfg.allow_dirty {
             let shown: Vec<_> = dirty.iter().take(10).map(|p| format!("  {p}")).collect();
             bail!(
@@ -276,6 +273,9 @@ impl Session {
                     BranchAction::AlreadyOn => "already checked out".to_string(),
                     BranchAction::CheckedOut => "checked out".to_string(),
                     BranchAction::Created { from, .. } => format!("created from {from}"),
+                    BranchAction::Tracking { upstream, .. } => {
+                        format!("created from {upstream}, tracking it")
+                    }
                     BranchAction::Unborn => {
                         "no commit yet; the first commit lands on it".to_string()
                     }
@@ -410,6 +410,63 @@ fn earlier_spending(
     ));
     let stop = policy::spent_before_start(&tally, &policy::Budgets::of(cfg), spent.last_iteration);
     Ok((tally, stop))
+}
+
+/// The paths with uncommitted changes that are the user's: progress.txt is ralph's own log (an
+/// entry, or the file itself, that a killed run did not get to commit is folded into the next
+/// checkpoint, not refused as the user's work).
+fn user_changes(pre: &Preflight) -> anyhow::Result<Vec<String>> {
+    let progress_rel = pre.paths.rel(&pre.paths.progress);
+    Ok(pre
+        .repo
+        .dirty_paths()?
+        .into_iter()
+        .filter(|p| *p != progress_rel)
+        .collect())
+}
+
+/// A clone on its base branch whose prd.json names a `branchName` that exists only on a remote
+/// (the run's work, pushed from elsewhere): creates the local branch there, tracking it, and
+/// checks it out, so that the run goes on from that branch's prd.json and history instead of
+/// starting over on a new branch. Returns the header's branch row when it did.
+///
+/// An existing local branch is never moved (the dirty-tree check and [`Repo::ensure_branch`]
+/// take it later). Uncommitted changes of the user's: left alone without `--allow-dirty` (the
+/// dirty-tree check then refuses the run, and the next one, on a clean tree, comes here); with
+/// it, carried over unless the switch would overwrite them, when nothing changes and the run
+/// stops saying so.
+///
+/// [`Repo::ensure_branch`]: crate::git::Repo::ensure_branch
+fn adopt_remote_branch(
+    cfg: &RunConfig,
+    pre: &Preflight,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<String>> {
+    let Some(branch) = store::load(&pre.paths.prd)
+        .ok()
+        .and_then(|l| l.prd.branch_name)
+        .filter(|b| !b.is_empty())
+    else {
+        return Ok(None);
+    };
+    let repo = &pre.repo;
+    if repo.current_branch().as_deref() == Some(branch.as_str())
+        // Only a remote's branch with work HEAD lacks (`ralph/x` itself would be a local one).
+        || crate::history::feature_elsewhere(repo, Some(&branch)).is_none_or(|b| b == branch)
+        || (!cfg.allow_dirty && !user_changes(pre)?.is_empty())
+    {
+        return Ok(None);
+    }
+    let BranchAction::Tracking { upstream, sha } = repo.ensure_branch(&branch, None)? else {
+        return Ok(None);
+    };
+    out.notice(format!(
+        "{branch} was only on {upstream}: created it there ({}), tracking it; the run goes on from its prd.json and history",
+        sha.get(..12).unwrap_or(&sha)
+    ));
+    Ok(Some(format!(
+        "{branch} (created from {upstream}, tracking it)"
+    )))
 }
 
 /// Stale git locks nobody holds and a torn ledger line: what a killed process leaves behind.

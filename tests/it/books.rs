@@ -543,3 +543,183 @@ fn an_older_ralphs_books_of_a_nested_prd_move_into_its_own() {
     let show = env.ralph(&["show", "1", "--prd", "docs/prd.json", "--raw"]);
     assert_eq!(show.status.code(), Some(0), "{}", text(&show));
 }
+
+/// A run stopped by `--max-cost` before its first iteration (the feature's earlier runs spent
+/// the budget) says so: the earlier runs' cost against the limit, the scope, how to get a fresh
+/// budget; no iteration of its own, and no "not reported" cost for the iterations it never ran.
+#[test]
+fn a_budget_spent_by_earlier_runs_is_named_as_such() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        passing("@next", "f1.txt", 0.6),
+        passing("@next", "f2.txt", 0.6),
+        passing("@next", "f3.txt", 0.6)
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "2", "--max-cost", "5"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = env.ralph(&["run", "--max-cost", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 2, "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("earlier runs already spent $1.20 of the --max-cost $1.00"),
+        "{err}"
+    );
+    assert!(err.contains("--budget-scope run"), "{err}");
+    assert!(err.contains("before any iteration ran"), "{err}");
+    assert!(!err.contains("is committed and recorded"), "{err}");
+    assert!(!err.contains("not reported by the agent"), "{err}");
+    assert!(err.contains("none this run (no iteration ran)"), "{err}");
+}
+
+/// `ralph` in directory `dir` (another clone) with `env`'s hermetic environment.
+fn ralph_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    env.ralph_cmd(args).current_dir(dir).output().unwrap()
+}
+
+/// `git` in directory `dir`: its stdout, trimmed, or `None` when it failed.
+fn git_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .envs(env.envs())
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A fresh clone checked out on `main`, whose run branch exists only as `origin/ralph/demo`:
+/// `status` shows that branch's prd.json and history, and `run` creates the local branch from
+/// it (tracking it) and goes on with the next story, never starting over from `main`. A tree
+/// with the user's changes is refused before any branch is created.
+#[test]
+fn a_fresh_clone_on_main_goes_on_from_the_remotes_run_branch() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    env.script(&json!({"invocations": [
+        passing("@next", "f1.txt", 0.1),
+        passing("@next", "f2.txt", 0.1)
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    env.git(&["checkout", "-q", "main"]);
+    let clone = env.root.path().join("clone");
+    env.git(&[
+        "clone",
+        "-q",
+        env.repo.to_str().unwrap(),
+        clone.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        git_in(&env, &clone, &["branch", "--show-current"]).unwrap(),
+        "main"
+    );
+
+    let out = ralph_in(&env, &clone, &["status", "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    assert_eq!(doc["next_story"], "US-002", "{doc}");
+    assert_eq!(doc["shown_from"], "origin/ralph/demo", "{doc}");
+    let out = ralph_in(&env, &clone, &["status"]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("next story: US-002"), "{shown}");
+
+    // The user's uncommitted work: refused, and no branch made.
+    std::fs::write(clone.join("mine.txt"), "mine\n").unwrap();
+    let out = ralph_in(&env, &clone, &["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("uncommitted changes"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        git_in(&env, &clone, &["branch", "--list", "ralph/demo"]).unwrap(),
+        ""
+    );
+    assert_eq!(
+        git_in(&env, &clone, &["branch", "--show-current"]).unwrap(),
+        "main"
+    );
+    std::fs::remove_file(clone.join("mine.txt")).unwrap();
+
+    let out = ralph_in(&env, &clone, &["run", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("ralph/demo (created from origin/ralph/demo, tracking it)"),
+        "{err}"
+    );
+    assert!(err.contains("iteration 2 (1/1) · US-002"), "{err}");
+    assert_eq!(
+        git_in(
+            &env,
+            &clone,
+            &["rev-parse", "--abbrev-ref", "ralph/demo@{upstream}"]
+        )
+        .unwrap(),
+        "origin/ralph/demo"
+    );
+    let origin_tip = env.git(&["rev-parse", "ralph/demo"]);
+    assert!(
+        git_in(
+            &env,
+            &clone,
+            &[
+                "merge-base",
+                "--is-ancestor",
+                origin_tip.trim(),
+                "ralph/demo"
+            ]
+        )
+        .is_some(),
+        "the clone's branch continues the remote's"
+    );
+    let ledger = std::fs::read_to_string(clone.join(".ralph/ledger.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(ledger.lines().last().unwrap()).unwrap();
+    assert_eq!(last["story_id"], "US-002", "{ledger}");
+}
+
+/// Two PRDs on their own branches: `status --prd` of the one not checked out shows its own
+/// branch's prd.json, so the next story it names is the one `run --prd` takes.
+#[test]
+fn status_of_a_prd_whose_branch_is_not_checked_out_names_the_story_run_takes() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.git(&["rm", "-q", "prd.json"]);
+    let mut a = one_story_prd("ralph/a", "A-001");
+    let mut second = a["userStories"][0].clone();
+    second["id"] = json!("A-002");
+    second["priority"] = json!(2);
+    a["userStories"].as_array_mut().unwrap().push(second);
+    let b = one_story_prd("ralph/b", "B-001");
+    for (dir, prd) in [("a", &a), ("b", &b)] {
+        let text = serde_json::to_string_pretty(prd).unwrap();
+        env.write(&format!("prds/{dir}/prd.json"), &format!("{text}\n"));
+    }
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "two PRDs"]);
+    env.script(&json!({"invocations": [
+        passing_in("prds/a/prd.json", "A-001", "a1.txt", 0.1),
+        passing_in("prds/b/prd.json", "B-001", "b1.txt", 0.1),
+        passing_in("prds/a/prd.json", "A-002", "a2.txt", 0.1)
+    ]}));
+    let out = env.ralph(&["run", "--prd", "prds/a/prd.json", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    env.git(&["checkout", "-q", "main"]);
+    let out = env.ralph(&["run", "--prd", "prds/b/prd.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.git(&["branch", "--show-current"]).trim(), "ralph/b");
+
+    let doc = status_json(&env, &["--prd", "prds/a/prd.json"]);
+    assert_eq!(doc["next_story"], "A-002", "{doc}");
+    assert_eq!(doc["shown_from"], "ralph/a", "{doc}");
+    let out = env.ralph(&["status", "--prd", "prds/a/prd.json"]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("next story: A-002"), "{shown}");
+    assert!(shown.contains("ralph/a is not checked out here"), "{shown}");
+
+    let out = env.ralph(&["run", "--prd", "prds/a/prd.json", "--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr(&out).contains("A-002"), "{}", text(&out));
+}

@@ -325,8 +325,8 @@ fn under_github_actions_a_run_that_cannot_start_still_writes_its_outputs() {
 }
 
 /// `ralph status` on the base branch (a fresh clone's default checkout, or a user who switched
-/// back) shows that branch's prd.json: it says where the run's work is, and stops saying so once
-/// the work is merged.
+/// back) shows the feature branch's prd.json and history (what `ralph run` takes up), says so,
+/// and stops saying so once the work is merged.
 #[test]
 fn status_away_from_the_feature_branch_says_where_the_work_is() {
     let env = TestEnv::new(&prd_with_stories(1));
@@ -337,8 +337,7 @@ fn status_away_from_the_feature_branch_says_where_the_work_is() {
     env.git(&["checkout", "-q", "main"]);
     let out = env.ralph(&["status"]);
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(shown.contains("0/1 stories pass"), "{shown}");
-    // The story passed on its branch: no old failure is given as the reason it is open.
+    assert!(shown.contains("1/1 stories pass"), "{shown}");
     assert!(
         !shown.contains("why open stories have not passed"),
         "{shown}"
@@ -348,12 +347,12 @@ fn status_away_from_the_feature_branch_says_where_the_work_is() {
         "{shown}"
     );
     assert!(
-        shown.contains("the run's work is on ralph/demo")
-            && shown.contains("git checkout ralph/demo"),
+        shown.contains("ralph/demo is not checked out here; shown are its prd.json and history"),
         "{shown}"
     );
     let doc: Value = serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
     assert_eq!(doc["feature_branch_elsewhere"], "ralph/demo");
+    assert_eq!(doc["shown_from"], "ralph/demo");
     // A fresh clone sits on main, with the work on origin/ralph/demo and no .ralph/.
     let clone = env.root.path().join("clone");
     env.git(&[
@@ -368,13 +367,11 @@ fn status_away_from_the_feature_branch_says_where_the_work_is() {
     };
     let shown = in_clone(&["status"]);
     assert!(
-        shown.contains("the run's work is on origin/ralph/demo"),
+        shown.contains("origin/ralph/demo is not checked out here"),
         "{shown}"
     );
-    assert!(
-        shown.contains("no runs on this branch: the run's iterations are on origin/ralph/demo"),
-        "{shown}"
-    );
+    assert!(shown.contains("1/1 stories pass"), "{shown}");
+    assert!(shown.contains("from git history"), "{shown}");
     let log = in_clone(&["log", "--no-pager"]);
     assert!(log.contains("`git checkout ralph/demo`"), "{log}");
     env.git(&["merge", "-q", "--ff-only", "ralph/demo"]);

@@ -659,6 +659,7 @@ fn resume_only_goes_on_only_after_stops_that_pass_by_themselves() {
             spent_usd: 5.0,
             max_usd: 5.0,
             iteration: 9,
+            before_start: false,
         },
         StopReason::AllBlocked {
             blocked: vec!["US-001".into()],
