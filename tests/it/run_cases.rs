@@ -283,11 +283,14 @@ fn a_check_cut_short_by_a_stop_is_unchecked_not_failed() {
     );
     let now: Value = serde_json::from_str(&env.read("prd.json")).unwrap();
     assert_eq!(now["userStories"][0]["passes"], false);
+    // The stop came while the iteration's check ran: the iteration is interrupted, not a stop
+    // between iterations.
+    assert_eq!(record["outcome"], "interrupted", "{record}");
+    let output = env.spawned_output();
     assert!(
-        env.spawned_output()
-            .contains("interrupted between iterations"),
-        "{}",
-        env.spawned_output()
+        output.contains("interrupted: the current iteration was stopped and checkpointed")
+            && !output.contains("between iterations"),
+        "{output}"
     );
 }
 
