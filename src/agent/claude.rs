@@ -594,6 +594,26 @@ mod tests {
         );
     }
 
+    /// After a flood of plain chatter (more lines than are classified as they come), the limit
+    /// sentence at the end is still read, when the run ends: a usage limit with its reset.
+    #[test]
+    fn a_limit_line_after_a_flood_of_plain_chatter_is_still_a_usage_limit() {
+        let mut lines = vec![out(
+            r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#,
+        )];
+        for n in 0..(crate::agent::stream::StreamCore::PLAIN_LIVE_LINES * 3) {
+            lines.push(out(&format!("chatter line {n}, not JSON")));
+        }
+        lines.push(out("5-hour limit reached \u{00b7} resets in 2h 30m"));
+        let (_, report) = run(&lines, Some(1));
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+        assert!(report.resume_at.is_some());
+        assert_eq!(
+            report.error_message.as_deref(),
+            Some("5-hour limit reached \u{00b7} resets in 2h 30m")
+        );
+    }
+
     /// Older claude versions end with the status only in the text, no `api_error_status`.
     #[test]
     fn status_only_in_the_text_decides_the_class() {

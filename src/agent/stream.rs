@@ -62,6 +62,14 @@ impl StderrTail {
             .push_back(line.chars().take(Self::LINE_MAX_CHARS).collect());
     }
 
+    /// The newest `n` kept lines (fewer when fewer are kept), oldest first.
+    pub fn last(&self, n: usize) -> impl Iterator<Item = &str> {
+        self.lines
+            .iter()
+            .skip(self.lines.len().saturating_sub(n))
+            .map(String::as_str)
+    }
+
     /// The kept lines joined with newlines, or `None` when nothing was written.
     pub fn joined(&self) -> Option<String> {
         (!self.lines.is_empty()).then(|| self.lines.iter().cloned().collect::<Vec<_>>().join("\n"))
@@ -81,6 +89,9 @@ pub struct StreamCore {
     /// The last stdout lines that were not JSON, from a CLI in its JSON mode
     /// ([`StreamCore::plain_stdout`]): claude sometimes prints its usage-limit sentence so.
     pub plain_tail: StderrTail,
+    /// How many plain stdout lines came so far; only the first [`StreamCore::PLAIN_LIVE_LINES`]
+    /// are classified as they arrive.
+    pub plain_seen: usize,
     /// The agent's session (or thread) id.
     pub session_id: Option<String>,
     /// The model the agent reported.
@@ -158,9 +169,14 @@ impl StreamCore {
         if clean.is_empty() {
             return Vec::new();
         }
-        self.classifier.observe(Signal::Text(clean));
         self.plain_tail.push(clean);
-        if crate::agent::classify::classify(Signal::Text(clean)).is_some() {
+        self.plain_seen += 1;
+        if self.plain_seen > Self::PLAIN_LIVE_LINES {
+            // A flood of plain lines (gigabytes of chatter) is not classified line by line:
+            // what is kept of its end is, when the run ends ([`StreamCore::finish`]).
+            return Vec::new();
+        }
+        if self.classifier.observe(Signal::Text(clean)).is_some() {
             vec![AgentEvent::Error {
                 message: clean.to_owned(),
             }]
@@ -168,6 +184,11 @@ impl StreamCore {
             Vec::new()
         }
     }
+
+    /// Plain stdout lines classified as they arrive; past these, only the last
+    /// [`StderrTail::LINES`] are, when the run ends. A CLI's limit or error sentence is among
+    /// its first lines (instead of the JSON) or its last (before it exits).
+    pub const PLAIN_LIVE_LINES: usize = 200;
 
     /// The [`AgentEvent::Session`] for what is known of the session so far.
     pub fn session_event(&self) -> AgentEvent {
@@ -207,6 +228,12 @@ impl StreamCore {
         exit_code: Option<i32>,
     ) -> AgentReport {
         dialect.settle(&mut self, exit_code);
+        // The end of a flood of plain lines, which was not classified as it came.
+        let unread = self.plain_seen.saturating_sub(Self::PLAIN_LIVE_LINES);
+        let tail: Vec<String> = self.plain_tail.last(unread).map(str::to_owned).collect();
+        for line in &tail {
+            self.classifier.observe(Signal::Text(line));
+        }
         if self.exit_decides && !self.saw_final && exit_code == Some(0) {
             self.saw_final = true;
         }
