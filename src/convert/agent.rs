@@ -161,10 +161,16 @@ pub async fn convert(
 pub fn check(draft: &Value) -> Checked<Prd> {
     let mut value = draft.clone();
     normalize(&mut value);
+    // A dependency on the story itself or on a later one (the stories are in build order) goes
+    // back to the agent; the draft stays usable without it, so that a weak model's stray edge
+    // (a self-loop, a cycle through a later story) is a warning when the attempts run out, not
+    // a lost conversion.
+    let forward = drop_forward_dependencies(&mut value);
     let mut problems: Vec<String> = store::validate_value(&value)
         .into_iter()
         .map(|v| format!("{}: {} (fix: {})", v.json_path, v.message, v.hint))
         .collect();
+    problems.extend(forward);
     let usable = if problems.is_empty() {
         serde_json::from_value::<Prd>(value.clone()).ok()
     } else {
@@ -183,6 +189,43 @@ pub fn check(draft: &Value) -> Checked<Prd> {
     problems.extend(rule_findings(&value));
     problems.extend(copied_example(&value));
     Checked { usable, problems }
+}
+
+/// Removes from each story's `dependsOn` the ids of itself and of the stories listed after it,
+/// returning one problem (JSON path, what, fix) per removed id. Unknown ids are left for the
+/// schema's checks.
+fn drop_forward_dependencies(value: &mut Value) -> Vec<String> {
+    let Some(stories) = value.get_mut("userStories").and_then(Value::as_array_mut) else {
+        return Vec::new();
+    };
+    let ids: Vec<Option<String>> = stories
+        .iter()
+        .map(|s| s.get("id").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    let mut problems = Vec::new();
+    for (i, story) in stories.iter_mut().enumerate() {
+        let Some(deps) = story.get_mut("dependsOn").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let mut j = 0;
+        deps.retain(|dep| {
+            let at = j;
+            j += 1;
+            let Some(dep) = dep.as_str() else {
+                return true;
+            };
+            let later = ids[i..].iter().any(|id| id.as_deref() == Some(dep));
+            if later {
+                problems.push(format!(
+                    "$.userStories[{i}].dependsOn[{at}]: {dep:?} is this story or a later one \
+                     (fix: list the stories in the order they are built and name only earlier \
+                     ones in dependsOn)"
+                ));
+            }
+            !later
+        });
+    }
+    problems
 }
 
 /// A finding for each story copied from the prompt's example reply (see
@@ -256,6 +299,24 @@ fn rule_findings(value: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dependency_cycle_through_a_later_story_is_fed_back_and_dropped() {
+        let mut draft = json!({"userStories": [
+            {"id": "US-001", "dependsOn": ["US-002", "US-001"]},
+            {"id": "US-002", "dependsOn": ["US-001", "US-009"]}
+        ]});
+        let problems = drop_forward_dependencies(&mut draft);
+        assert_eq!(draft["userStories"][0]["dependsOn"], json!([]));
+        // An earlier story stays; an unknown id is left for the schema's check to name.
+        assert_eq!(
+            draft["userStories"][1]["dependsOn"],
+            json!(["US-001", "US-009"])
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("$.userStories[0].dependsOn[0]: \"US-002\""));
+        assert!(problems[1].starts_with("$.userStories[0].dependsOn[1]: \"US-001\""));
+    }
 
     #[test]
     fn a_schema_error_is_unusable_and_lint_findings_are_reported_too() {

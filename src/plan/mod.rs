@@ -261,7 +261,7 @@ pub fn check_questions(value: &Value) -> Checked<Vec<Question>> {
 
 /// Checks a PRD reply (see the module docs); `decisions` go into the rendered PRD.
 pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
-    let doc = match serde_json::from_value::<PlanDoc>(value.clone()) {
+    let mut doc = match serde_json::from_value::<PlanDoc>(value.clone()) {
         Ok(doc) => doc,
         Err(e) => {
             return Checked {
@@ -286,6 +286,21 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
             doc.user_stories.len()
         ));
     }
+    // A dependency that is not on an earlier story (the story itself, a later one, an unknown
+    // id) is fed back to the agent; the draft stays usable without it, and keeps it as a
+    // warning when the attempts run out: a weak model's stray edge must not cost the whole plan,
+    // and the Markdown PRD is reviewed before it is converted.
+    let mut dep_problems = Vec::new();
+    for (i, s) in doc.user_stories.iter_mut().enumerate() {
+        let bad = dependency_problems(i, s);
+        if !bad.is_empty() {
+            dep_problems.extend(bad);
+            s.depends_on = normalized_deps(s)
+                .into_iter()
+                .filter(|d| is_earlier(d, i))
+                .collect();
+        }
+    }
     for (i, s) in doc.user_stories.iter().enumerate() {
         if s.title.trim().is_empty() {
             problems.push(format!(
@@ -298,7 +313,6 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
                  show the story is done, e.g. an exact output, then \"Tests pass\")"
             ));
         }
-        problems.extend(dependency_problems(i, s));
         if s.verify.as_deref().is_some_and(|v| v.contains('`')) {
             problems.push(format!(
                 "$.userStories[{i}].verify: contains a backtick, which the Markdown layout cannot \
@@ -340,6 +354,7 @@ pub fn check_plan(value: &Value, decisions: &[Decision]) -> Checked<PlanDoc> {
     // A copy of the prompt's example is usable (it converts) but fed back, and left as a
     // warning when the attempts run out.
     let usable = problems.is_empty().then_some(doc);
+    problems.extend(dep_problems);
     problems.extend(crate::convert::agent::copied_example(value));
     Checked { usable, problems }
 }
@@ -369,11 +384,7 @@ fn dependency_problems(i: usize, story: &PlanStory) -> Vec<String> {
         .into_iter()
         .enumerate()
         .filter_map(|(j, dep)| {
-            let earlier = dep
-                .strip_prefix("US-")
-                .and_then(|n| n.parse::<usize>().ok())
-                .is_some_and(|n| n >= 1 && n <= i);
-            (!earlier).then(|| {
+            (!is_earlier(&dep, i)).then(|| {
                 format!(
                     "$.userStories[{i}].dependsOn[{j}]: {dep:?} is not an earlier story (fix: \
                      the stories are US-001, US-002, … in order; list only ids before \
@@ -383,6 +394,14 @@ fn dependency_problems(i: usize, story: &PlanStory) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// Whether the normalized id `dep` names a story before story `i` (0-based): `US-<n>` with
+/// `1 <= n <= i`.
+fn is_earlier(dep: &str, i: usize) -> bool {
+    dep.strip_prefix("US-")
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n >= 1 && n <= i)
 }
 
 /// One line of text: newlines folded into spaces, so a value cannot break the layout.

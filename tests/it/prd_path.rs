@@ -208,8 +208,8 @@ fn plan_keeps_verify_and_depends_on_through_convert_and_strict_validate() {
     assert!(validate.status.success(), "{}", text(&validate));
 }
 
-/// A planned dependency on a later story (or on no story) goes back to the agent, and the
-/// draft that keeps it is not written.
+/// A planned dependency on a later story (or on no story) goes back to the agent; the next
+/// draft, without it, is the one written.
 #[test]
 fn plan_feeds_back_a_dependency_on_a_later_story() {
     let bad = json!({
