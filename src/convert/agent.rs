@@ -170,12 +170,12 @@ pub fn check(draft: &Value) -> Checked<Prd> {
         .into_iter()
         .map(|v| format!("{}: {} (fix: {})", v.json_path, v.message, v.hint))
         .collect();
-    problems.extend(forward);
     let usable = if problems.is_empty() {
         serde_json::from_value::<Prd>(value.clone()).ok()
     } else {
         None
     };
+    problems.extend(forward);
     problems.extend(
         lint::lint_value(&value, &LintOptions { brand_new: true })
             .into_iter()
@@ -302,6 +302,29 @@ mod tests {
 
     #[test]
     fn a_dependency_cycle_through_a_later_story_is_fed_back_and_dropped() {
+        // Through `check`: the draft stays usable, the problem goes back to the agent.
+        let cyclic = json!({
+            "project": "p", "branchName": "ralph/x", "description": "d",
+            "userStories": [
+                {"id": "US-001", "title": "a", "description": "As a user, I want a.",
+                 "acceptanceCriteria": ["`a()` returns 1"], "priority": 1,
+                 "passes": false, "notes": "", "dependsOn": ["US-002"]},
+                {"id": "US-002", "title": "b", "description": "As a user, I want b.",
+                 "acceptanceCriteria": ["`b()` returns 2"], "priority": 2,
+                 "passes": false, "notes": "", "dependsOn": ["US-001"]}
+            ]
+        });
+        let checked = check(&cyclic);
+        let prd = checked.usable.expect("usable without the forward edge");
+        assert!(prd.user_stories[0].depends_on.is_empty());
+        assert!(
+            checked
+                .problems
+                .iter()
+                .any(|p| p.starts_with("$.userStories[0].dependsOn[0]: \"US-002\"")),
+            "{:?}",
+            checked.problems
+        );
         let mut draft = json!({"userStories": [
             {"id": "US-001", "dependsOn": ["US-002", "US-001"]},
             {"id": "US-002", "dependsOn": ["US-001", "US-009"]}

@@ -154,10 +154,30 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
         ],
     );
     eprintln!("--- convert --agent local ---\n{}", text(&out));
-    // The conversion must work: the reply is bound to the draft's schema (llama.cpp's grammar)
-    // and problems go back to the model, so a valid prd.json is written, about this document's
-    // helpers (not the prompt's example), with no draft left behind.
-    assert!(out.status.success(), "{}", text(&out));
+    // A 0.5B model's conversion of free-form prose is partly chance (a dependency the wrong way
+    // round, a criterion it cannot phrase), so either outcome is checked in full: a valid
+    // prd.json about this document's helpers with no draft left behind, or exit 1 with every
+    // problem named by its JSON path and fix, the last draft kept and no prd.json written.
+    if !out.status.success() {
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("did not produce a valid prd.json"), "{err}");
+        let problems: Vec<&str> = err
+            .lines()
+            .filter(|l| l.trim_start().starts_with("- "))
+            .collect();
+        assert!(!problems.is_empty(), "no problem listed: {err}");
+        for p in &problems {
+            assert!(p.contains("$") && p.contains("(fix: "), "{p}");
+        }
+        assert!(
+            err.contains("the last draft is saved in prd.draft.json"),
+            "{err}"
+        );
+        assert!(env.path("prd.draft.json").is_file());
+        assert!(!env.path("prd.json").exists());
+        return;
+    }
     eprintln!("{}", env.read("prd.json"));
     let validate = env.ralph(&["validate"]);
     assert!(validate.status.success(), "{}", text(&validate));
