@@ -483,6 +483,16 @@ pub struct RunArgs {
     /// Model name passed to the agent (e.g. `sonnet`).
     #[arg(long, env = "RALPH_MODEL")]
     pub model: Option<String>,
+    /// An agent to switch to when the agents before it hit a usage limit (repeatable, in order;
+    /// comma-separated in the variable): the name of an `[[agents]]` table in ralph.toml, or a
+    /// backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
+    #[arg(
+        long = "fallback-agent",
+        value_name = "NAME",
+        env = "RALPH_FALLBACK_AGENT",
+        value_delimiter = ','
+    )]
+    pub fallback_agent: Vec<String>,
     /// Maximum number of iterations in this run (default 10; 0 is refused).
     #[arg(long, value_name = "N", env = "RALPH_MAX_ITER")]
     pub max_iter: Option<u32>,

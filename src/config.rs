@@ -16,6 +16,9 @@ use crate::protocol::Price;
 use crate::protocol::ProviderKind;
 use crate::protocol::{PrdGuard, ToolMode};
 
+pub mod profile;
+pub use profile::AgentProfile;
+
 /// Default `--max-iter`.
 pub const DEFAULT_MAX_ITER: u32 = 10;
 /// Default per-iteration wall-clock limit (30 minutes).
@@ -148,6 +151,12 @@ pub struct FileConfig {
     pub push_attempts: Option<u32>,
     /// `--push`: the first wait between attempts, humantime syntax (`2s`); it doubles.
     pub push_backoff: Option<String>,
+    /// Named agent profiles: `[[agents]]` tables (see [`profile::AgentTable`]).
+    #[serde(default)]
+    pub agents: Vec<profile::AgentTable>,
+    /// The fallback agents in order: names of `[[agents]]` tables or backends (default: every
+    /// `[[agents]]` table, in the file's order).
+    pub fallback_agents: Option<Vec<String>>,
 }
 
 /// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
@@ -314,6 +323,9 @@ pub struct RunConfig {
     pub push_attempts: u32,
     /// `--push`: the first wait between those attempts (it doubles).
     pub push_backoff: Duration,
+    /// The agents to switch to, in order, when the ones before them hit a usage limit
+    /// (`--fallback-agent`, ralph.toml's `fallback_agents` and `[[agents]]`); empty: none.
+    pub fallbacks: Vec<AgentProfile>,
 }
 
 impl RunConfig {
@@ -514,6 +526,26 @@ pub enum ConfigError {
         /// Where it came from.
         origin: Origin,
     },
+    /// A fallback agent's name that is neither an `[[agents]]` table nor a backend, or one
+    /// given twice.
+    #[error("{message}\nhint: {hint}")]
+    BadFallback {
+        /// What is wrong, naming the agent.
+        message: String,
+        /// How to fix it.
+        hint: String,
+        /// Where the name came from.
+        origin: Origin,
+    },
+    /// A fallback agent's own settings are wrong.
+    #[error("fallback agent `{name}`: {source}")]
+    Fallback {
+        /// The agent's name.
+        name: String,
+        /// What is wrong with it.
+        #[source]
+        source: Box<ConfigError>,
+    },
     /// `--agent exec` without a command line.
     #[error(
         "{} exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set \
@@ -541,7 +573,9 @@ impl ConfigError {
             | ConfigError::ZeroSteps { origin }
             | ConfigError::BadRemote { origin, .. }
             | ConfigError::MissingModel { agent: origin }
+            | ConfigError::BadFallback { origin, .. }
             | ConfigError::MissingAgentCmd { agent: origin } => *origin == Origin::CommandLine,
+            ConfigError::Fallback { .. } => false,
             ConfigError::JsonModeNeedsOpenai {
                 tool_mode,
                 provider,
@@ -618,9 +652,26 @@ impl RunConfig {
             Some(p) => Some(absolute(cwd, p)),
             None => Some(cwd.join(CONFIG_FILE_NAME)).filter(|p| p.is_file()),
         };
-        let (file, file_dir) = match &config_path {
-            Some(path) => (load_file(path)?, path.parent().unwrap_or(cwd).to_path_buf()),
-            None => (FileConfig::default(), cwd.to_path_buf()),
+        let file = match &config_path {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let mut cfg = RunConfig::resolve_with(args, &file, config_path.clone(), cwd)?;
+        cfg.fallbacks = profile::fallbacks(args, &file, config_path.as_deref(), cwd, &cfg)?;
+        Ok(cfg)
+    }
+
+    /// [`RunConfig::resolve`] with ralph.toml already read (`file`, from `config_path`), without
+    /// the fallback agents.
+    fn resolve_with(
+        args: &RunArgs,
+        file: &FileConfig,
+        config_path: Option<PathBuf>,
+        cwd: &Path,
+    ) -> Result<RunConfig, ConfigError> {
+        let file_dir = match &config_path {
+            Some(path) => path.parent().unwrap_or(cwd).to_path_buf(),
+            None => cwd.to_path_buf(),
         };
         let file_path = config_path.clone().unwrap_or_default();
         // Where a value came from: the command line when the flag (or its variable) was given.
@@ -945,6 +996,7 @@ impl RunConfig {
                 .progress_tail_bytes
                 .unwrap_or(DEFAULT_PROGRESS_TAIL_BYTES),
             config_file: config_path,
+            fallbacks: Vec::new(),
         })
     }
 }

@@ -1,0 +1,347 @@
+//! One agent as one value ([`AgentProfile`]): which backend runs, with which program, model,
+//! provider, prompt template, time limits and prices. The primary agent's profile comes from the
+//! flat settings (`--agent`, `--model`, … and their ralph.toml keys); each fallback agent's from
+//! an `[[agents]]` table of ralph.toml ([`AgentTable`]) or from a bare backend name
+//! (`--fallback-agent codex`), resolved by the same rules as the primary's and checked in the
+//! same place. A fallback never inherits the primary's model, program or template: only the
+//! run-wide time limits (`timeout`, `idle_timeout`), the `[prices]` table and `keep_api_key` apply
+//! to every agent that does not set its own.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, FileConfig, NativeOptions, Origin, RunConfig};
+use crate::cli::RunArgs;
+use crate::protocol::{AgentKind, Price, ProviderKind, ToolMode};
+
+/// Everything that says which agent runs and how. Built by [`RunConfig::resolve`]; used by
+/// preflight (to build and check its backend), the loop (to launch it) and the summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentProfile {
+    /// Its name: an `[[agents]]` table's `name`, else the backend's name (`claude`). State
+    /// (usage-limit resets) and the ledger key agents by it.
+    pub name: String,
+    /// The backend.
+    pub agent: AgentKind,
+    /// Command line for the exec backend.
+    pub agent_cmd: Option<String>,
+    /// Path to the agent CLI, when overridden.
+    pub agent_program: Option<PathBuf>,
+    /// Model passed to the agent.
+    pub model: Option<String>,
+    /// Settings of the native and local backends (provider, base URL, API key variable, prices).
+    pub native: NativeOptions,
+    /// Absolute path of a prompt template replacing the built-in one (`None`: the built-in one;
+    /// the compact one for `local`).
+    pub template: Option<PathBuf>,
+    /// Per-iteration wall-clock limit.
+    pub timeout: Duration,
+    /// Kill the agent after this long without output.
+    pub idle_timeout: Duration,
+    /// claude: keep `ANTHROPIC_API_KEY` in its environment.
+    pub keep_api_key: bool,
+}
+
+/// One `[[agents]]` table of ralph.toml: a named agent with its own settings (the same keys as
+/// the top level's agent settings). Unknown keys are an error.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentTable {
+    /// The name `fallback_agents` and `--fallback-agent` use.
+    pub name: String,
+    /// The backend (default: the name, when it is a backend's name).
+    pub agent: Option<AgentKind>,
+    /// Command line for the exec backend.
+    pub agent_cmd: Option<String>,
+    /// Path to the agent CLI, relative to the directory holding ralph.toml.
+    pub agent_program: Option<PathBuf>,
+    /// Model passed to the agent.
+    pub model: Option<String>,
+    /// native: `openai` or `anthropic`.
+    pub provider: Option<ProviderKind>,
+    /// native/local: API base URL.
+    pub base_url: Option<String>,
+    /// native: environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// local: `default` or `small`.
+    pub local_model: Option<crate::local::BuiltinModel>,
+    /// local: GGUF file to serve.
+    pub model_file: Option<PathBuf>,
+    /// native/local: `native` or `json`.
+    pub tool_mode: Option<ToolMode>,
+    /// native/local: tool-using steps per iteration.
+    pub max_steps: Option<u32>,
+    /// native/local: output tokens per request.
+    pub max_tokens: Option<u32>,
+    /// native/local: the model's context window in tokens.
+    pub context_window: Option<u32>,
+    /// Prompt template replacing the built-in one.
+    pub template: Option<PathBuf>,
+    /// Per-iteration wall-clock limit, humantime syntax (default: the run's `timeout`).
+    pub timeout: Option<String>,
+    /// Idle limit, humantime syntax (default: the run's `idle_timeout`).
+    pub idle_timeout: Option<String>,
+    /// claude: keep `ANTHROPIC_API_KEY`.
+    pub keep_api_key: Option<bool>,
+    /// Prices in USD per million tokens by model, added to the top-level `[prices]`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl RunConfig {
+    /// The primary agent's profile (named after its backend).
+    pub fn profile(&self) -> AgentProfile {
+        AgentProfile {
+            name: self.agent.as_str().to_owned(),
+            agent: self.agent,
+            agent_cmd: self.agent_cmd.clone(),
+            agent_program: self.agent_program.clone(),
+            model: self.model.clone(),
+            native: self.native.clone(),
+            template: self.template.clone(),
+            timeout: self.timeout,
+            idle_timeout: self.idle_timeout,
+            keep_api_key: self.keep_api_key,
+        }
+    }
+
+    /// Every agent of the run in the order they are tried: the primary, then the fallbacks.
+    pub fn agents(&self) -> Vec<AgentProfile> {
+        std::iter::once(self.profile())
+            .chain(self.fallbacks.iter().cloned())
+            .collect()
+    }
+
+    /// These settings with `p` as the agent: what an iteration on `p` runs with.
+    pub fn for_agent(&self, p: &AgentProfile) -> RunConfig {
+        RunConfig {
+            agent: p.agent,
+            agent_cmd: p.agent_cmd.clone(),
+            agent_program: p.agent_program.clone(),
+            model: p.model.clone(),
+            native: p.native.clone(),
+            template: p.template.clone(),
+            timeout: p.timeout,
+            idle_timeout: p.idle_timeout,
+            keep_api_key: p.keep_api_key,
+            ..self.clone()
+        }
+    }
+}
+
+/// The fallback agents of a run: `--fallback-agent` (or `RALPH_FALLBACK_AGENT`), else
+/// ralph.toml's `fallback_agents`, else every `[[agents]]` table in the file's order. `primary`
+/// is the run's own resolved settings.
+///
+/// # Errors
+/// [`ConfigError::BadFallback`] for an unknown or repeated name or a bad `[[agents]]` table;
+/// [`ConfigError::Fallback`] for an agent whose settings fail the checks the primary's would.
+pub(super) fn fallbacks(
+    args: &RunArgs,
+    file: &FileConfig,
+    config_path: Option<&Path>,
+    cwd: &Path,
+    primary: &RunConfig,
+) -> Result<Vec<AgentProfile>, ConfigError> {
+    let file_origin = Origin::File(config_path.map(Path::to_path_buf).unwrap_or_default());
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &file.agents {
+        if !seen.insert(t.name.as_str()) || t.name.trim().is_empty() {
+            return Err(ConfigError::BadFallback {
+                message: format!("[[agents]] name `{}` is empty or used twice", t.name),
+                hint: "give each [[agents]] table its own name".into(),
+                origin: file_origin,
+            });
+        }
+    }
+    let (names, origin): (Vec<String>, Origin) = if !args.fallback_agent.is_empty() {
+        (args.fallback_agent.clone(), Origin::CommandLine)
+    } else if let Some(names) = &file.fallback_agents {
+        (names.clone(), file_origin.clone())
+    } else {
+        (
+            file.agents.iter().map(|t| t.name.clone()).collect(),
+            file_origin.clone(),
+        )
+    };
+    let mut used = vec![primary.agent.as_str().to_owned()];
+    let mut out = Vec::new();
+    for raw in names {
+        let name = raw.trim().to_owned();
+        if used.contains(&name) {
+            return Err(ConfigError::BadFallback {
+                message: format!(
+                    "fallback agent `{name}` is already in the list (the primary agent is `{}`)",
+                    primary.agent.as_str()
+                ),
+                hint: "name each agent once; two setups of one backend need two [[agents]] tables with their own names".into(),
+                origin,
+            });
+        }
+        let table = match file.agents.iter().find(|t| t.name == name) {
+            Some(t) => t.clone(),
+            None => AgentTable {
+                name: name.clone(),
+                ..AgentTable::default()
+            },
+        };
+        let kind = match table
+            .agent
+            .or_else(|| <AgentKind as clap::ValueEnum>::from_str(&name, true).ok())
+        {
+            Some(kind) => kind,
+            None => {
+                let tables: Vec<&str> = file.agents.iter().map(|t| t.name.as_str()).collect();
+                return Err(ConfigError::BadFallback {
+                    message: format!(
+                        "fallback agent `{name}` is neither an [[agents]] table in ralph.toml{} nor a backend",
+                        if tables.is_empty() { String::new() } else { format!(" ({})", tables.join(", ")) }
+                    ),
+                    hint: "use a backend's name (claude, codex, opencode, gemini, amp, cursor, native, local, exec), or add `[[agents]]` with `name` and `agent` to ralph.toml".into(),
+                    origin,
+                });
+            }
+        };
+        let profile = resolve_table(args, file, config_path, cwd, &table, kind).map_err(|e| {
+            ConfigError::Fallback {
+                name: name.clone(),
+                source: Box::new(e),
+            }
+        })?;
+        used.push(name);
+        out.push(profile);
+    }
+    Ok(out)
+}
+
+/// One fallback agent's profile: `table`'s settings over the run-wide time limits, prices and
+/// `keep_api_key`, through the same resolution (defaults and checks) as the primary's.
+fn resolve_table(
+    args: &RunArgs,
+    file: &FileConfig,
+    config_path: Option<&Path>,
+    cwd: &Path,
+    table: &AgentTable,
+    kind: AgentKind,
+) -> Result<AgentProfile, ConfigError> {
+    let mut prices = file.prices.clone();
+    prices.extend(table.prices.clone());
+    let layer = FileConfig {
+        agent: Some(kind),
+        agent_cmd: table.agent_cmd.clone(),
+        agent_program: table.agent_program.clone(),
+        model: table.model.clone(),
+        provider: table.provider,
+        base_url: table.base_url.clone(),
+        api_key_env: table.api_key_env.clone(),
+        local_model: table.local_model,
+        model_file: table.model_file.clone(),
+        tool_mode: table.tool_mode,
+        max_steps: table.max_steps,
+        max_tokens: table.max_tokens,
+        context_window: table.context_window,
+        template: table.template.clone(),
+        timeout: table.timeout.clone().or(file.timeout.clone()),
+        idle_timeout: table.idle_timeout.clone().or(file.idle_timeout.clone()),
+        keep_api_key: table.keep_api_key.or(file.keep_api_key),
+        prices,
+        ..FileConfig::default()
+    };
+    // The run-wide flags that apply to every agent; a table's own value wins over them.
+    let flags = RunArgs {
+        timeout: args.timeout.filter(|_| table.timeout.is_none()),
+        idle_timeout: args.idle_timeout.filter(|_| table.idle_timeout.is_none()),
+        keep_api_key: args.keep_api_key,
+        ..RunArgs::default()
+    };
+    let cfg = RunConfig::resolve_with(&flags, &layer, config_path.map(Path::to_path_buf), cwd)?;
+    Ok(AgentProfile {
+        name: table.name.clone(),
+        ..cfg.profile()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(toml: &str, flags: &[&str]) -> Result<RunConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ralph.toml"), toml).unwrap();
+        let args = RunArgs {
+            fallback_agent: flags.iter().map(|s| s.to_string()).collect(),
+            ..RunArgs::default()
+        };
+        RunConfig::resolve(&args, dir.path())
+    }
+
+    #[test]
+    fn agents_tables_are_the_fallbacks_in_order_with_their_own_settings() {
+        let cfg = resolve(
+            "model = \"opus\"\ntimeout = \"20m\"\n\
+             [[agents]]\nname = \"codex-mini\"\nagent = \"codex\"\nmodel = \"gpt-5-mini\"\n\
+             [[agents]]\nname = \"local\"\ntimeout = \"5m\"\n",
+            &[],
+        )
+        .unwrap();
+        let agents = cfg.agents();
+        let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["claude", "codex-mini", "local"]);
+        assert_eq!(agents[0].model.as_deref(), Some("opus"));
+        // A fallback never inherits the primary's model; the run-wide timeout applies unless
+        // the table sets its own.
+        assert_eq!(agents[1].agent, AgentKind::Codex);
+        assert_eq!(agents[1].model.as_deref(), Some("gpt-5-mini"));
+        assert_eq!(agents[1].timeout, Duration::from_secs(20 * 60));
+        assert_eq!(agents[2].agent, AgentKind::Local);
+        assert_eq!(agents[2].model, None);
+        assert_eq!(agents[2].timeout, Duration::from_secs(5 * 60));
+        assert_eq!(agents[2].native.tool_mode, ToolMode::Json);
+        let on_local = cfg.for_agent(&agents[2]);
+        assert_eq!(
+            (on_local.agent, on_local.timeout, on_local.max_iter),
+            (AgentKind::Local, Duration::from_secs(300), cfg.max_iter)
+        );
+    }
+
+    #[test]
+    fn the_flag_replaces_the_file_order_and_takes_bare_backends() {
+        let cfg = resolve(
+            "fallback_agents = [\"mini\"]\n[[agents]]\nname = \"mini\"\nagent = \"codex\"\n",
+            &["gemini", "mini"],
+        )
+        .unwrap();
+        let names: Vec<String> = cfg.agents().into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["claude", "gemini", "mini"]);
+        let cfg = resolve(
+            "fallback_agents = [\"mini\"]\n[[agents]]\nname = \"mini\"\nagent = \"codex\"\n\
+             [[agents]]\nname = \"other\"\nagent = \"gemini\"\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(cfg.fallbacks.len(), 1);
+    }
+
+    #[test]
+    fn unknown_repeated_or_misconfigured_fallbacks_are_named() {
+        let e = resolve("", &["codx"]).unwrap_err();
+        assert!(
+            e.to_string().contains("fallback agent `codx` is neither"),
+            "{e}"
+        );
+        assert_eq!(e.exit_status(), crate::protocol::ExitStatus::Usage);
+        let e = resolve("", &["claude"]).unwrap_err();
+        assert!(e.to_string().contains("already in the list"), "{e}");
+        let e = resolve("[[agents]]\nname = \"x\"\nagent = \"exec\"\n", &[]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("fallback agent `x`: ")
+                && e.to_string().contains("agent_cmd"),
+            "{e}"
+        );
+        let e = resolve("[[agents]]\nname = \"x\"\nmodle = \"y\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("modle"), "{e}");
+    }
+}
