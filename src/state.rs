@@ -49,9 +49,16 @@ pub struct State {
     /// that an iteration was cut short.
     #[serde(default)]
     pub in_flight: Option<InFlight>,
-    /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then.
+    /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then. With
+    /// fallback agents: the earliest reset when every agent is limited (`None` while one is
+    /// free).
     #[serde(default, with = "rfc3339::option")]
     pub resume_at: Option<DateTime<Utc>>,
+    /// When each agent's usage limit resets, by agent (profile) name (RFC 3339 UTC); an agent
+    /// leaves the map when an iteration on it ends without a limit. Absent in a state.json
+    /// written before per-agent resets (its `resume_at` is then the primary agent's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_resets: BTreeMap<String, DateTime<Utc>>,
     /// prd.json's `branchName` that `attempts` and `blocked` belong to (`""`: a prd.json without
     /// one; absent: a state written before features were recorded).
     #[serde(default)]
@@ -76,6 +83,7 @@ impl Default for State {
             last_outcome: None,
             in_flight: None,
             resume_at: None,
+            agent_resets: BTreeMap::new(),
             feature: None,
             stop_reason: None,
             unblocked: Vec::new(),

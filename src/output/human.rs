@@ -314,7 +314,10 @@ impl Sink for Human {
     fn on(&mut self, event: &RunEvent) {
         let warning = matches!(
             event,
-            RunEvent::Warning { .. } | RunEvent::StoryBlocked { .. } | RunEvent::Waiting { .. }
+            RunEvent::Warning { .. }
+                | RunEvent::StoryBlocked { .. }
+                | RunEvent::Waiting { .. }
+                | RunEvent::AgentSwitched { .. }
         );
         if self.warnings_only && !warning {
             return;
@@ -377,6 +380,12 @@ impl Sink for Human {
                 attempt,
                 max,
             } => self.waiting(*reason, *until, story_id.as_deref().unwrap_or("the story"), *attempt, *max),
+            RunEvent::AgentSwitched {
+                from,
+                to,
+                reason,
+                from_resets_at,
+            } => self.warn(&switch_text(from, to, *reason, *from_resets_at)),
             RunEvent::RunFinished(summary) => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
@@ -385,6 +394,35 @@ impl Sink for Human {
             }
         }
     }
+}
+
+/// The live line of an agent switch: `switching from claude to codex: claude hit its usage
+/// limit (resets at 14:00)`.
+pub fn switch_text(
+    from: &str,
+    to: &str,
+    reason: crate::protocol::run_event::SwitchReason,
+    resets: Option<chrono::DateTime<Utc>>,
+) -> String {
+    use crate::protocol::run_event::SwitchReason;
+    let why = match reason {
+        SwitchReason::UsageLimit => match resets {
+            Some(at) => format!(
+                "{from} hit its usage limit (tried again after {})",
+                reset_time_text(at)
+            ),
+            None => format!("{from} hit its usage limit"),
+        },
+        SwitchReason::AuthError => {
+            format!(
+                "{from} cannot log in and is out of this run (log it in again, then `ralph run`)"
+            )
+        }
+        SwitchReason::ResetPassed => {
+            format!("{to}'s usage limit should have reset; trying it again")
+        }
+    };
+    format!("switching from {from} to {to}: {why}")
 }
 
 impl Drop for Human {

@@ -27,7 +27,7 @@ use serde_json::json;
 use super::{Sink, Warnings};
 use crate::notify::{deliver, Kind, Notification, NotifyConfig, Origin, Target};
 use crate::process::StopSignals;
-use crate::protocol::run_event::WaitReason;
+use crate::protocol::run_event::{SwitchReason, WaitReason};
 use crate::protocol::{LedgerRecord, Outcome, RunEvent, StopReason};
 
 /// First wait before a retry; doubles each time.
@@ -264,6 +264,20 @@ impl Sink for Notify {
                         .unwrap_or_default()
                 ),
                 json!({"until": until, "story_id": story_id}),
+            ),
+            RunEvent::AgentSwitched {
+                from,
+                to,
+                reason,
+                from_resets_at,
+            } if *reason != SwitchReason::ResetPassed => self.send(
+                if *reason == SwitchReason::AuthError {
+                    Kind::NeedsAttention
+                } else {
+                    Kind::UsageLimitWait
+                },
+                super::human::switch_text(from, to, *reason, *from_resets_at),
+                json!({"from": from, "to": to, "reason": reason, "from_resets_at": from_resets_at}),
             ),
             RunEvent::RunFinished(summary) => {
                 let text = match summary.stop_reason {

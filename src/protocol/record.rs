@@ -26,6 +26,10 @@ pub struct LedgerRecord {
     pub story_title: String,
     /// Backend name, e.g. `claude` or `exec`.
     pub backend: String,
+    /// The agent (profile) that ran the iteration, in a run with fallback agents: an
+    /// `[[agents]]` table's name or the backend's (absent in runs with one agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// Model name, when known.
     #[serde(default)]
     pub model: Option<String>,
@@ -410,6 +414,7 @@ impl LedgerRecord {
             story_id: story_id.to_owned(),
             story_title: String::new(),
             backend: String::new(),
+            agent: None,
             model: None,
             agent_version: None,
             started_at,

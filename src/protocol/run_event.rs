@@ -36,6 +36,18 @@ pub enum WaitReason {
     Retry,
 }
 
+/// Why the run moved to another agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchReason {
+    /// The agent before hit a usage limit (it is tried again after `from_resets_at`).
+    UsageLimit,
+    /// The agent before failed to log in: it is out of the rotation for the rest of the run.
+    AuthError,
+    /// An agent earlier in the order is past its reset: the next iteration probes it.
+    ResetPassed,
+}
+
 /// A run's outcome in numbers: what `run_finished` carries and the summary shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunSummary {
@@ -207,6 +219,23 @@ pub enum RunEvent {
         /// Its last iteration's message.
         last_message: Option<String>,
     },
+    /// The next iteration runs on another agent than the one before (fallback agents).
+    AgentSwitched {
+        /// The agent (profile) name of the iteration before.
+        from: String,
+        /// The agent of the next iteration.
+        to: String,
+        /// Why.
+        reason: SwitchReason,
+        /// For a usage limit: when `from` resets (UTC).
+        #[serde(
+            default,
+            with = "rfc3339::option",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[schemars(with = "Option<String>")]
+        from_resets_at: Option<DateTime<Utc>>,
+    },
     /// The run is waiting before it goes on.
     Waiting {
         /// Why.
@@ -242,6 +271,7 @@ impl RunEvent {
             RunEvent::VerifyFinished { .. } => "verify_finished",
             RunEvent::IterationFinished { .. } => "iteration_finished",
             RunEvent::StoryBlocked { .. } => "story_blocked",
+            RunEvent::AgentSwitched { .. } => "agent_switched",
             RunEvent::Waiting { .. } => "waiting",
             RunEvent::RunFinished(_) => "run_finished",
         }

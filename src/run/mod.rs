@@ -37,7 +37,7 @@ use crate::protocol::{ExitStatus, RunEvent, StopReason};
 
 use self::iteration::prepare::Assignment;
 use self::iteration::Cx;
-use self::policy::{Aftermath, Next, Situation};
+use self::policy::{agents, Aftermath, Budgets, Next, Situation};
 use self::session::Session;
 
 /// How long the agent may live after its terminal event before it is killed.
@@ -101,19 +101,29 @@ async fn drive(
     out: &mut Outputs,
 ) -> anyhow::Result<StopReason> {
     let paths = s.pre.paths.clone();
-    let cx = Cx {
-        cfg,
-        paths: &paths,
-        repo: &s.pre.repo,
-        backend: &*s.pre.backend,
-        template: &s.pre.template,
-        stop,
-        run_id: &s.run_id,
-        agent_version: s.pre.agent_version.as_deref(),
-        warned_unpriced: Default::default(),
-        warned_prompt_size: Default::default(),
-        remote: s.remote.as_ref(),
-    };
+    let fallbacks = s.pre.agents.len() > 1;
+    // One context per agent, in the order they are tried.
+    let cxs: Vec<Cx<'_>> = s
+        .pre
+        .agents
+        .iter()
+        .map(|a| Cx {
+            cfg: &a.cfg,
+            paths: &paths,
+            repo: &s.pre.repo,
+            agent: &a.name,
+            fallbacks,
+            backend: &*a.backend,
+            template: &a.template,
+            stop,
+            run_id: &s.run_id,
+            agent_version: a.agent_version.as_deref(),
+            warned_unpriced: Default::default(),
+            warned_prompt_size: Default::default(),
+            remote: s.remote.as_ref(),
+        })
+        .collect();
+    let mut on_agent: Option<usize> = None;
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;
     loop {
@@ -138,10 +148,23 @@ async fn drive(
             run_id: &s.run_id,
         };
         // The renewal thread found the lease taken by another worker.
-        if let Some(reason) = cx.remote.and_then(crate::remote::Remote::lost) {
+        if let Some(reason) = s.remote.as_ref().and_then(crate::remote::Remote::lost) {
             return Ok(reason);
         }
-        let pick = match policy::pick(&s.tally, &s.budgets, &situation) {
+        let Some(index) = choose_agent(&s.books) else {
+            return Ok(every_agent_out(s.state.iteration));
+        };
+        if let Some(from) = on_agent.filter(|from| *from != index) {
+            out.emit(switch_event(&s.books, from, index));
+        }
+        on_agent = Some(index);
+        let cx = &cxs[index];
+        // The agent's own time limit.
+        let budgets = Budgets {
+            timeout: cx.cfg.timeout,
+            ..s.budgets.clone()
+        };
+        let pick = match policy::pick(&s.tally, &budgets, &situation) {
             Ok(pick) => pick,
             Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
         };
@@ -161,7 +184,7 @@ async fn drive(
         };
         let limits = Limits {
             timeout: pick.timeout,
-            idle_timeout: cfg.idle_timeout,
+            idle_timeout: cx.cfg.idle_timeout,
             kill_grace: cfg.agent_grace(),
             exit_drain: EXIT_DRAIN,
             final_grace: FINAL_GRACE,
@@ -177,6 +200,7 @@ async fn drive(
         s.pending.add(done.feedback);
         let done_clean_at = done.clean_at;
         let story_id = done.record.story_id.clone();
+        let now = Utc::now();
         let decision = policy::decide(
             &s.tally,
             &s.budgets,
@@ -187,20 +211,30 @@ async fn drive(
                 already_blocked: s.state.blocked.contains(&story_id),
                 resume_at: done.resume_at,
                 elapsed: s.started.elapsed(),
-                now: Utc::now(),
+                now,
                 jitter: fastrand::f64(),
+                limit_repeats: s.books[index].limits_in_a_row,
+                others: agents::others(&s.books, index, now),
             },
         );
+        let outcome = done.record.outcome;
         s.totals.add(done.record);
+        let books_changed = book_agent(
+            &mut s.books,
+            &mut s.state,
+            index,
+            &decision,
+            outcome,
+            now,
+            out,
+        );
         s.tally = decision.tally;
         if decision.block {
             s.state.blocked.push(story_id.clone());
         }
-        if decision.resume_at.is_some() {
-            s.state.resume_at = decision.resume_at;
-        }
-        // The commit stage saved state.json already; only a block or a wait changes it again.
-        if decision.block || decision.resume_at.is_some() {
+        // The commit stage saved state.json already; only a block, a wait or an agent's reset
+        // changes it again.
+        if decision.block || decision.resume_at.is_some() || books_changed {
             s.state.save(&paths.ralph_dir)?;
         }
         // Said only once state.json has the block (notifications follow what is written).
@@ -242,6 +276,102 @@ async fn drive(
             s.state.save(&paths.ralph_dir)?;
         }
     }
+}
+
+/// The agent of the next iteration ([`agents::choose`]); `None` when every agent was taken out.
+/// The waits for a reset happen where a limit is met ([`policy::decide`]) and when the session
+/// opens, so an agent still limited here is one whose wait ended a little early: the one with
+/// the earliest reset runs.
+fn choose_agent(books: &[agents::AgentBook]) -> Option<usize> {
+    match agents::choose(books, Utc::now()) {
+        agents::AgentPick::Run { index, .. } => Some(index),
+        agents::AgentPick::WaitUntil(at) => books
+            .iter()
+            .position(|b| !b.removed && b.reset_at == Some(at)),
+        agents::AgentPick::NoneLeft => None,
+    }
+}
+
+/// The stop when no agent is left (each one failed to log in).
+fn every_agent_out(iteration: u32) -> StopReason {
+    StopReason::NeedsHuman {
+        outcome: crate::protocol::Outcome::AuthError,
+        iteration,
+        message: Some("every agent of the run failed to log in".into()),
+    }
+}
+
+/// The `agent_switched` event of a move from the agent at `from` to the one at `to`.
+fn switch_event(books: &[agents::AgentBook], from: usize, to: usize) -> RunEvent {
+    use crate::protocol::run_event::SwitchReason;
+    let before = &books[from];
+    let reason = if before.removed {
+        SwitchReason::AuthError
+    } else if before.limits_in_a_row > 0 {
+        SwitchReason::UsageLimit
+    } else {
+        SwitchReason::ResetPassed
+    };
+    RunEvent::AgentSwitched {
+        from: before.name.clone(),
+        to: books[to].name.clone(),
+        reason,
+        from_resets_at: before
+            .reset_at
+            .filter(|_| reason == SwitchReason::UsageLimit),
+    }
+}
+
+/// Applies what `decision` says about the agent at `index` to its book and to state.json's
+/// resets (`now`: when the decision was taken); returns whether state.json changed. An agent
+/// with an auth error taken out of the rotation is named in a warning.
+fn book_agent(
+    books: &mut [agents::AgentBook],
+    state: &mut crate::state::State,
+    index: usize,
+    decision: &policy::Decision,
+    outcome: crate::protocol::Outcome,
+    now: chrono::DateTime<Utc>,
+    out: &mut Outputs,
+) -> bool {
+    let fallbacks = books.len() > 1;
+    let book = &mut books[index];
+    book.limits_in_a_row = decision.limit_repeats;
+    if let Some(at) = decision.resume_at {
+        book.reset_at = Some(at);
+    } else if outcome != crate::protocol::Outcome::UsageLimit {
+        // It ran without a limit: whatever reset it had is behind it.
+        book.reset_at = None;
+    }
+    if decision.drop_agent {
+        book.removed = true;
+        let left: Vec<&str> = books
+            .iter()
+            .filter(|b| !b.removed)
+            .map(|b| b.name.as_str())
+            .collect();
+        out.warn(format!(
+            "agent {} cannot log in ({outcome}); it is out of this run, which goes on with {}. Log it in again for the next run",
+            books[index].name,
+            left.join(", ")
+        ));
+    }
+    if !fallbacks {
+        // One agent: state.json's `resume_at` is its reset, as before fallback agents.
+        if decision.resume_at.is_some() {
+            state.resume_at = decision.resume_at;
+        }
+        return false;
+    }
+    let resets: std::collections::BTreeMap<String, chrono::DateTime<Utc>> = books
+        .iter()
+        .filter_map(|b| b.reset_at.map(|at| (b.name.clone(), at)))
+        .collect();
+    let resume_at = agents::earliest_reset(&books, now);
+    let changed = resets != state.agent_resets || resume_at != state.resume_at;
+    state.agent_resets = resets;
+    state.resume_at = resume_at;
+    changed
 }
 
 /// Pins the result of this run's latest iteration (see [`iteration::commit::pin_end`]).

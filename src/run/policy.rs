@@ -17,6 +17,11 @@
 //! reset: `--no-wait`, `max_usage_limit_waits`, `--max-duration`).
 //!
 //! While waiting ([`after_wait`]): Ctrl-C and `ralph stop` end the wait and the run.
+//!
+//! With fallback agents ([`agents`]): a usage limit goes on at once on another agent that is
+//! not limited (no wait, no attempt, no budget), and the wait comes only when every agent left is
+//! limited, until the earliest reset; an auth error takes the agent out of the rotation while
+//! another one is left.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -109,10 +114,8 @@ pub struct Tally {
     pub unchanged_in_a_row: u32,
     /// Transient failures in a row.
     pub transient_in_a_row: u32,
-    /// Usage limits hit in this run.
+    /// Usage-limit waits in this run (a limit met while another agent was free is no wait).
     pub usage_waits: u32,
-    /// Usage limits in a row (a limit right after a wait backs off).
-    pub limit_repeats: u32,
     /// The cost counted against `--max-cost`, in USD: this run's, plus the feature's earlier
     /// runs' with `--budget-scope feature` (set when the session opens).
     pub cost_usd: f64,
@@ -326,6 +329,11 @@ pub struct Aftermath<'a> {
     pub now: DateTime<Utc>,
     /// A random draw in `[0, 1)` for the retry jitter.
     pub jitter: f64,
+    /// The usage limits in a row of the agent that ran, before this iteration (a limit right
+    /// after its reset backs off).
+    pub limit_repeats: u32,
+    /// The other agents of the run (default: none).
+    pub others: agents::Others,
 }
 
 /// What the run does next.
@@ -355,10 +363,15 @@ pub struct Decision {
     pub tally: Tally,
     /// Block the iteration's story (it used up `--max-attempts`).
     pub block: bool,
-    /// For a usage limit: when it resets, to persist in state.json whatever happens next.
+    /// For a usage limit: when the agent that ran resets, to persist in state.json whatever
+    /// happens next.
     pub resume_at: Option<DateTime<Utc>>,
     /// What to do.
     pub next: Next,
+    /// The agent's usage limits in a row after this iteration.
+    pub limit_repeats: u32,
+    /// Take the agent that ran out of the rotation (an auth error while another agent is left).
+    pub drop_agent: bool,
 }
 
 /// No commit, no flip, and no file changed (or only the notes, which classify already judged
@@ -375,11 +388,17 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     let r = a.record;
     let rules = r.outcome.rules();
     let mut t = t.clone();
+    let limit_repeats = match r.outcome {
+        Outcome::UsageLimit => a.limit_repeats + 1,
+        _ => 0,
+    };
     let d = |next: Next, tally: Tally, block: bool, resume_at| Decision {
         tally,
         block,
         resume_at,
         next,
+        limit_repeats,
+        drop_agent: false,
     };
     if rules.uses_budget {
         t.slot += 1;
@@ -389,9 +408,6 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     }
     if r.outcome != Outcome::Transient {
         t.transient_in_a_row = 0;
-    }
-    if r.outcome != Outcome::UsageLimit {
-        t.limit_repeats = 0;
     }
     match rules.next {
         OutcomeNext::StopInterrupted => {
@@ -403,6 +419,13 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
                 false,
                 None,
             )
+        }
+        // Another agent may still have a working login: this one is taken out instead.
+        OutcomeNext::StopNeedsHuman if r.outcome == Outcome::AuthError && a.others.left > 0 => {
+            return Decision {
+                drop_agent: true,
+                ..d(Next::Continue, t, false, None)
+            }
         }
         OutcomeNext::StopNeedsHuman => {
             return d(
@@ -483,6 +506,8 @@ fn block(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         block: true,
         resume_at: None,
         next,
+        limit_repeats: 0,
+        drop_agent: false,
     }
 }
 
@@ -566,15 +591,33 @@ fn retry(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         block: false,
         resume_at: None,
         next,
+        limit_repeats: 0,
+        drop_agent: false,
     }
 }
 
-/// A usage limit: not the agent's failure and not an iteration of the budget; wait for the
-/// reset (persisted, so a restarted ralph waits too) and run the same story again.
+/// A usage limit: not the agent's failure and not an iteration of the budget. Another agent
+/// that is not limited takes the next iteration at once; else wait for the earliest reset
+/// (persisted, so a restarted ralph waits too) and run the same story again.
 fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
+    let repeats = a.limit_repeats + 1;
+    let mine = usage_limit_until(a.resume_at, a.now, b.usage_limit_fallback, repeats);
+    let decision = |tally, next| Decision {
+        tally,
+        block: false,
+        resume_at: Some(mine),
+        next,
+        limit_repeats: repeats,
+        drop_agent: false,
+    };
+    if a.others.ready {
+        return decision(t, Next::Continue);
+    }
     t.usage_waits += 1;
-    t.limit_repeats += 1;
-    let at = usage_limit_until(a.resume_at, a.now, b.usage_limit_fallback, t.limit_repeats);
+    let at = a
+        .others
+        .earliest_reset
+        .map_or(mine, |other| other.min(mine));
     let stop = |why| Next::Stop(StopReason::UsageLimit { resume_at: at, why });
     let next = if b.no_wait {
         stop(UsageLimitStop::NoWait)
@@ -588,12 +631,7 @@ fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
             Err(reason) => Next::Stop(reason),
         }
     };
-    Decision {
-        tally: t,
-        block: false,
-        resume_at: Some(at),
-        next,
-    }
+    decision(t, next)
 }
 
 /// The end of a wait for a usage limit that resets at `at`: `at` plus the margin, or why the run
@@ -749,5 +787,6 @@ pub fn resumable(last: Option<&StopReason>) -> Result<(), String> {
     }
 }
 
+pub mod agents;
 #[cfg(test)]
 mod tests;

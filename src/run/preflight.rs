@@ -21,14 +21,32 @@ pub struct Preflight {
     pub repo: Repo,
     /// The workspace.
     pub paths: RunPaths,
-    /// The prompt template.
+    /// Every agent of the run, built and checked, in the order they are tried: the primary
+    /// first, then the fallback agents.
+    pub agents: Vec<AgentSetup>,
+}
+
+/// One agent, built and checked from its [`crate::config::AgentProfile`].
+pub struct AgentSetup {
+    /// Its profile's name.
+    pub name: String,
+    /// The run's settings with this agent (see [`RunConfig::for_agent`]).
+    pub cfg: RunConfig,
+    /// Its prompt template (the compact one for `local` unless it names its own).
     pub template: PromptTemplate,
-    /// The backend (for `local`, rebuilt once its server runs).
+    /// Its backend (for `local`, rebuilt once its server runs).
     pub backend: Box<dyn Backend>,
-    /// The agent's argv as shown in the run header.
+    /// Its argv as shown in the run header.
     pub agent_words: String,
-    /// The agent CLI's `--version`, when it answered.
+    /// Its CLI's `--version`, when it answered.
     pub agent_version: Option<String>,
+}
+
+impl Preflight {
+    /// The primary agent.
+    pub fn primary(&self) -> &AgentSetup {
+        &self.agents[0]
+    }
 }
 
 /// Runs every preflight check (see the module docs).
@@ -50,13 +68,35 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     }
     let repo = Repo::discover(&prd_dir)?;
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
+    let mut agents = vec![setup_agent(cfg, &paths, out)?];
+    for profile in &cfg.fallbacks {
+        let setup = setup_agent(&cfg.for_agent(profile), &paths, out)
+            .map_err(|e| anyhow::anyhow!("fallback agent `{}`: {e:#}", profile.name))?;
+        agents.push(AgentSetup {
+            name: profile.name.clone(),
+            ..setup
+        });
+    }
+    Ok(Preflight {
+        repo,
+        paths,
+        agents,
+    })
+}
+
+/// Builds and checks the agent `cfg` names (its template, backend, program, API key variable and
+/// version); named after its backend.
+///
+/// # Errors
+/// A bad template, a misconfigured backend, a missing agent program or API key variable.
+fn setup_agent(cfg: &RunConfig, paths: &RunPaths, out: &mut Outputs) -> anyhow::Result<AgentSetup> {
     let template =
         PromptTemplate::load_with_default(cfg.template.as_deref(), cfg.agent == AgentKind::Local)?;
     if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
         out.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
     }
     // The local backend's server starts later (after the lock); its URL is not known yet.
-    let backend = build_backend(cfg, &paths, cfg.native.base_url.clone())?;
+    let backend = build_backend(cfg, paths, cfg.native.base_url.clone())?;
     let probe = check_agent(cfg, backend.as_ref(), &paths.repo_root)?;
     for notice in backend.notices() {
         out.warn(notice);
@@ -76,9 +116,9 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     } else {
         None
     };
-    Ok(Preflight {
-        repo,
-        paths,
+    Ok(AgentSetup {
+        name: cfg.agent.as_str().to_owned(),
+        cfg: cfg.clone(),
         template,
         backend,
         agent_words: shell_words(&probe),

@@ -56,6 +56,8 @@ pub struct Session {
     /// The local model's server, for `--agent local` (stopped at the end; its guard kills it on
     /// any early return).
     pub local_server: Option<LocalServer>,
+    /// Each agent's standing (usage-limit reset, taken out), in the order of `pre.agents`.
+    pub books: Vec<policy::agents::AgentBook>,
     /// `--push`: the remote, its lease held (released at the end; its guard releases it on any
     /// early return).
     pub remote: Option<crate::remote::Remote>,
@@ -153,6 +155,7 @@ pub async fn open(
         pending,
         early_stop: None,
         local_server: None,
+        books: Vec::new(),
         remote,
         _lock: acquired.lock,
     };
@@ -170,6 +173,7 @@ pub async fn open(
         session.early_stop = Some(reason);
         return Ok(session);
     }
+    session.books = agent_books(&session.pre, &mut session.state, Utc::now());
     session.early_stop = pending_reset(
         &mut session.state,
         &session.budgets,
@@ -182,9 +186,16 @@ pub async fn open(
     if session.early_stop.is_some() {
         return Ok(session);
     }
-    if let (AgentKind::Local, None) = (cfg.agent, &cfg.native.base_url) {
-        let server = start_local_server(cfg, out).await?;
-        session.pre.backend = build_backend(cfg, &session.pre.paths, Some(server.base_url()))?;
+    // The local model's server, for the first agent that needs it (one server per run).
+    let paths = session.pre.paths.clone();
+    if let Some(agent) = session
+        .pre
+        .agents
+        .iter_mut()
+        .find(|a| a.cfg.agent == AgentKind::Local && a.cfg.native.base_url.is_none())
+    {
+        let server = start_local_server(&agent.cfg, out).await?;
+        agent.backend = build_backend(&agent.cfg, &paths, Some(server.base_url()))?;
         session.local_server = Some(server);
     }
     Ok(session)
@@ -194,7 +205,9 @@ impl Session {
     /// prd.json's stories, `--unblock`, the feature's attempts and the blocks they imply.
     fn prepare_stories(&mut self, cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<()> {
         let paths = &self.pre.paths;
-        self.pre.template.check(&self.initial.prd, paths)?;
+        for agent in &self.pre.agents {
+            agent.template.check(&self.initial.prd, paths)?;
+        }
         if self.initial.prd.user_stories.is_empty() {
             bail!(
                 "{} has no stories\nhint: add at least one story to userStories (see `ralph init` for the format)",
@@ -311,9 +324,10 @@ impl Session {
     /// The run header: one [`RunEvent::RunStarted`] with the effective settings.
     fn header(&self, cfg: &RunConfig, branch: String, progress: String, out: &mut Outputs) {
         let paths = &self.pre.paths;
-        let agent = match &self.pre.agent_version {
-            Some(v) => format!("{} {v} ({})", cfg.agent.as_str(), self.pre.agent_words),
-            None => format!("{} ({})", cfg.agent.as_str(), self.pre.agent_words),
+        let primary = self.pre.primary();
+        let agent = match &primary.agent_version {
+            Some(v) => format!("{} {v} ({})", cfg.agent.as_str(), primary.agent_words),
+            None => format!("{} ({})", cfg.agent.as_str(), primary.agent_words),
         };
         let model = match (&cfg.model, cfg.agent) {
             (Some(m), _) => m.clone(),
@@ -329,6 +343,7 @@ impl Session {
             ("progress", progress),
             ("agent", agent),
             ("model", model),
+            ("fallback", fallback_row(&self.pre.agents[1..])),
             ("max-iter", cfg.max_iter.to_string()),
             (
                 "timeouts",
@@ -340,13 +355,16 @@ impl Session {
             ),
             ("ledger", paths.rel(&paths.ledger)),
         ];
+        // The fallback row only when there are fallback agents.
+        let rows = rows
+            .into_iter()
+            .filter(|(key, value)| *key != "fallback" || !value.is_empty());
         out.emit(RunEvent::RunStarted {
             run_id: self.run_id.clone(),
             prd: paths.prd.display().to_string(),
             agent: cfg.agent.as_str().to_string(),
             max_iter: cfg.max_iter,
             settings: rows
-                .into_iter()
                 .map(|(key, value)| Setting {
                     key: key.to_string(),
                     value,
@@ -354,6 +372,25 @@ impl Session {
                 .collect(),
         });
     }
+}
+
+/// The header's `fallback` row: each fallback agent's name, backend and model, in order (empty
+/// without fallback agents).
+fn fallback_row(fallbacks: &[super::preflight::AgentSetup]) -> String {
+    fallbacks
+        .iter()
+        .map(|a| {
+            let mut words = a.name.clone();
+            if a.name != a.cfg.agent.as_str() {
+                words.push_str(&format!(" ({})", a.cfg.agent.as_str()));
+            }
+            if let Some(m) = &a.cfg.model {
+                words.push_str(&format!(", model {m}"));
+            }
+            words
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
 }
 
 /// `--resume-only` found nothing a schedule should go on with: the message says why. `ralph run`
@@ -548,6 +585,35 @@ async fn pending_reset(
     state.resume_at = None;
     state.save(&paths.ralph_dir)?;
     Ok(None)
+}
+
+/// Each agent's book from state.json's per-agent resets (a state.json from before them: its
+/// `resume_at` is the primary agent's). With fallback agents, state.json's `resume_at` (the reset
+/// a restarted run waits for) becomes the earliest reset when every agent is limited, and `None`
+/// when one of them is free.
+fn agent_books(
+    pre: &Preflight,
+    state: &mut State,
+    now: chrono::DateTime<Utc>,
+) -> Vec<policy::agents::AgentBook> {
+    let legacy = state.agent_resets.is_empty();
+    let books: Vec<_> = pre
+        .agents
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let reset = match state.agent_resets.get(&a.name) {
+                Some(at) => Some(*at),
+                None if legacy && i == 0 => state.resume_at,
+                None => None,
+            };
+            policy::agents::AgentBook::new(&a.name, reset, now)
+        })
+        .collect();
+    if books.len() > 1 {
+        state.resume_at = policy::agents::earliest_reset(&books, now);
+    }
+    books
 }
 
 /// Prepares the local model (once per machine: a virtualenv and the verified GGUF in the cache)

@@ -42,6 +42,11 @@ pub struct Cx<'a> {
     pub paths: &'a RunPaths,
     /// The repository.
     pub repo: &'a Repo,
+    /// The agent's (profile) name, recorded in the ledger when `fallbacks` (see
+    /// [`crate::config::AgentProfile`]).
+    pub agent: &'a str,
+    /// Whether the run has fallback agents (the ledger then names each iteration's agent).
+    pub fallbacks: bool,
     /// The backend.
     pub backend: &'a dyn Backend,
     /// The prompt template.
@@ -205,6 +210,7 @@ fn draft(
     let mut r = LedgerRecord::new(cx.run_id, a.iteration, &a.story.id, v.outcome, start.at);
     r.story_title = a.story.title.clone();
     r.backend = cx.backend.kind().as_str().to_string();
+    r.agent = cx.fallbacks.then(|| cx.agent.to_owned());
     r.model = model;
     r.agent_version = report
         .agent_version

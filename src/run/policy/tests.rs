@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone as _, Utc};
 
+use super::agents::Others;
 use super::*;
 use crate::prd::model::Prd;
 
@@ -65,6 +66,8 @@ fn after(record: &LedgerRecord) -> Aftermath<'_> {
         elapsed: Duration::from_secs(60),
         now: now(),
         jitter: 0.0,
+        limit_repeats: 0,
+        others: Default::default(),
     }
 }
 
@@ -245,6 +248,68 @@ fn decide_table() {
             |_, b, _| b.max_duration = Some(Duration::from_secs(600)),
             "stop usage_limit",
         ),
+        (
+            "a usage limit with a free fallback agent goes on at once, even with --no-wait",
+            Outcome::UsageLimit,
+            false,
+            |_, b, a| {
+                b.no_wait = true;
+                a.others = Others {
+                    left: 1,
+                    ready: true,
+                    earliest_reset: None,
+                };
+            },
+            "continue",
+        ),
+        (
+            "every agent limited: one wait until the earliest reset",
+            Outcome::UsageLimit,
+            false,
+            |_, _, a| {
+                a.resume_at = Some(now() + chrono::Duration::hours(2));
+                a.others = Others {
+                    left: 2,
+                    ready: false,
+                    earliest_reset: Some(now() + chrono::Duration::minutes(10)),
+                };
+            },
+            "wait until 12:10:30",
+        ),
+        (
+            "every agent limited and --no-wait: stop",
+            Outcome::UsageLimit,
+            false,
+            |_, b, a| {
+                b.no_wait = true;
+                a.others = Others {
+                    left: 1,
+                    ready: false,
+                    earliest_reset: Some(now()),
+                };
+            },
+            "stop usage_limit",
+        ),
+        (
+            "an auth error with another agent left takes this one out and goes on",
+            Outcome::AuthError,
+            false,
+            |_, _, a| {
+                a.others = Others {
+                    left: 1,
+                    ready: false,
+                    earliest_reset: Some(now()),
+                }
+            },
+            "continue",
+        ),
+        (
+            "an auth error on the last agent left stops",
+            Outcome::AuthError,
+            false,
+            |_, _, a| a.others = Others::default(),
+            "stop needs_human",
+        ),
     ];
     for (name, outcome, changed, setup, want) in rows {
         let r = record(outcome, changed);
@@ -255,6 +320,40 @@ fn decide_table() {
         let d = decide(&t, &b, &a);
         assert_eq!(kind(&d), want, "{name}");
     }
+}
+
+#[test]
+fn a_probe_that_finds_the_agent_still_limited_backs_off_and_stays_on_the_fallback() {
+    let b = budgets();
+    let r = record(Outcome::UsageLimit, false);
+    // The agent's stated reset has passed (a loose reset time): its second limit in a row.
+    let a = Aftermath {
+        resume_at: Some(now() - chrono::Duration::minutes(1)),
+        limit_repeats: 1,
+        others: Others {
+            left: 1,
+            ready: true,
+            earliest_reset: None,
+        },
+        ..after(&r)
+    };
+    let d = decide(&Tally::default(), &b, &a);
+    assert_eq!(kind(&d), "continue");
+    assert_eq!(d.limit_repeats, 2);
+    assert_eq!(d.resume_at, Some(now() + chrono::Duration::minutes(5)));
+    assert_eq!(d.tally.usage_waits, 0, "a switch is not a wait");
+    assert!(!d.drop_agent);
+    let auth = record(Outcome::AuthError, false);
+    let d = decide(
+        &Tally::default(),
+        &b,
+        &Aftermath {
+            others: a.others,
+            ..after(&auth)
+        },
+    );
+    assert!(d.drop_agent);
+    assert_eq!(d.limit_repeats, 0);
 }
 
 #[test]
