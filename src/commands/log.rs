@@ -209,7 +209,11 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
             cost,
             commits,
             files,
-            reason(r)
+            // In a run with fallback agents: which one ran the iteration.
+            match &r.agent {
+                Some(agent) => format!("[{agent}] {}", reason(r)),
+                None => reason(r),
+            }
         );
         for note in notes(r) {
             let _ = writeln!(out, "{:>5}  ↳ {note}", "");

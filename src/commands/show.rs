@@ -202,6 +202,9 @@ fn header(
         );
     }
     let mut backend = r.backend.clone();
+    if let Some(agent) = r.agent.as_ref().filter(|a| **a != r.backend) {
+        backend = format!("{agent} ({backend})");
+    }
     if let Some(m) = &r.model {
         backend.push_str(&format!(", model {m}"));
     }

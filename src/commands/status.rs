@@ -116,6 +116,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "latest_run_tokens_out": this_run.tokens_out,
             "cost_estimated": all.estimated,
             "resume_at": state.resume_at,
+            "agent_resets": state.agent_resets,
             "stop_reason": state.stop_reason,
             "running": running.as_ref().map(|(flight, holder)| json!({
                 "iteration": flight.iteration, "story_id": flight.story_id,
@@ -242,6 +243,22 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         println!(
             "usage limit: the agent's limit resets at {}; `ralph run` waits until then",
             until.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+        );
+    }
+    // Fallback agents: each limited agent's reset (the run goes on with the others meanwhile).
+    let resets: Vec<String> = state
+        .agent_resets
+        .iter()
+        .filter(|(_, at)| **at > chrono::Utc::now())
+        .map(|(name, at)| {
+            let at = at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M");
+            format!("{name} until {at}")
+        })
+        .collect();
+    if !resets.is_empty() {
+        println!(
+            "agents waiting for a usage-limit reset: {}",
+            resets.join(", ")
         );
     }
     println!();

@@ -297,6 +297,24 @@ impl Human {
             ));
         }
         let secs = Duration::from_secs(s.elapsed().as_secs());
+        let by_agent = s
+            .by_agent
+            .iter()
+            .map(|a| {
+                let cost = a.cost_usd.map_or_else(|| "cost not reported".into(), usd);
+                let n = a.iterations;
+                format!(
+                    "{} {cost} ({n} iteration{})",
+                    a.agent,
+                    if n == 1 { "" } else { "s" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let cost = match by_agent.is_empty() {
+            true => cost,
+            false => format!("{cost}; by agent: {by_agent}"),
+        };
         for (k, v) in [
             ("stories", format!("{} passed, {open}", s.passed)),
             ("iterations", iterations),

@@ -48,6 +48,17 @@ pub enum SwitchReason {
     ResetPassed,
 }
 
+/// One agent's share of a run with fallback agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentTotals {
+    /// The agent (profile) name.
+    pub agent: String,
+    /// Its iterations in this run.
+    pub iterations: u32,
+    /// Their reported or priced cost, USD (`None`: none reported).
+    pub cost_usd: Option<f64>,
+}
+
 /// A run's outcome in numbers: what `run_finished` carries and the summary shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunSummary {
@@ -91,6 +102,10 @@ pub struct RunSummary {
     /// `--push`: where the run branch stands on the remote at the end; absent without `--push`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushSummary>,
+    /// In a run with fallback agents: each agent's iterations and cost, in the order they
+    /// first ran (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_agent: Vec<AgentTotals>,
     /// When a signal ended the run: seconds from the first signal to the end of the shutdown
     /// (agent stopped, checkpoint, ledger, state, push, lease released).
     #[serde(default, skip_serializing_if = "Option::is_none")]

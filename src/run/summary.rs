@@ -27,6 +27,8 @@ pub struct RunTotals {
     pub tokens_out: Option<u64>,
     /// "Marked passing outside its own iteration" sentences, one per such iteration.
     pub flipped_elsewhere: Vec<String>,
+    /// Per agent, for records that name one (runs with fallback agents).
+    pub by_agent: Vec<crate::protocol::run_event::AgentTotals>,
 }
 
 impl RunTotals {
@@ -43,6 +45,19 @@ impl RunTotals {
             (a, Some(v)) => Some(a.unwrap_or(0).saturating_add(v)),
         };
         self.cost_usd = sum_f(self.cost_usd, r.cost_usd);
+        if let Some(agent) = &r.agent {
+            match self.by_agent.iter_mut().find(|a| a.agent == *agent) {
+                Some(a) => {
+                    a.iterations += 1;
+                    a.cost_usd = sum_f(a.cost_usd, r.cost_usd);
+                }
+                None => self.by_agent.push(crate::protocol::run_event::AgentTotals {
+                    agent: agent.clone(),
+                    iterations: 1,
+                    cost_usd: r.cost_usd,
+                }),
+            }
+        }
         self.tokens_in = sum_u(self.tokens_in, r.input_tokens());
         self.tokens_out = sum_u(self.tokens_out, r.tokens_out);
         let others: Vec<&str> = r
@@ -132,6 +147,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
             .resume_at()
             .or(i.pending_reset.filter(|at| *at > chrono::Utc::now())),
         push: i.push.cloned(),
+        by_agent: t.by_agent.clone(),
         shutdown_s: i.shutdown_s,
     }
 }

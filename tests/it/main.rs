@@ -14,6 +14,7 @@ mod doctor;
 mod errors;
 mod examples;
 mod fake_gemini;
+mod fallback;
 mod fault_injection;
 mod init_skills;
 mod integrations;

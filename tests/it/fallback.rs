@@ -1,0 +1,361 @@
+//! Fallback agents end to end: `ralph run` with `ralph-fake-agent` installed as both `claude` and
+//! `codex` (one script plays both, invocation by invocation, in each CLI's own output shape).
+//! A usage limit moves the run to the next agent at once, the first agent is probed again after
+//! its (short, relative) reset, a probe that finds it still limited backs off, every agent
+//! limited means one wait until the earliest reset, and an agent that cannot log in is taken out
+//! of the run. Checked in the ledger (which agent ran each iteration), state.json, the live
+//! lines, `--json` and the exit code. No test depends on the time of day: every reset is a few
+//! seconds from now, given as an epoch (claude) or left out (codex's `Try again later`).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
+
+/// A repository with `stories` stories, the fake agent as `claude` and `codex`, and `toml` as
+/// ralph.toml (committed).
+fn env_with(stories: usize, toml: &str) -> TestEnv {
+    let env = TestEnv::new(&prd_with_stories(stories));
+    std::os::unix::fs::symlink(fake_agent_bin(), env.path("../bin/codex")).expect("symlink codex");
+    env.write("ralph.toml", toml);
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env
+}
+
+/// claude works on `id` and marks it passing.
+fn claude_story(id: &str) -> Value {
+    json!([
+        {"claude_init": {}},
+        {"write_file": {"path": format!("{id}.txt"), "content": "claude\n"}},
+        {"set_passes": {"id": id, "passes": true}},
+        {"git_commit": format!("feat: {id} (claude)")},
+        {"claude_result": {"text": "done", "cost_usd": 0.01}}
+    ])
+}
+
+/// codex works on `id` (after `sleep_ms`) and marks it passing.
+fn codex_story(id: &str, sleep_ms: u64) -> Value {
+    json!([
+        {"read_stdin": true},
+        {"codex": {"start": {}}},
+        {"sleep_ms": sleep_ms},
+        {"write_file": {"path": format!("{id}.txt"), "content": "codex\n"}},
+        {"set_passes": {"id": id, "passes": true}},
+        {"git_commit": format!("feat: {id} (codex)")},
+        {"codex": {"message": "done"}},
+        {"codex": {"completed": {}}}
+    ])
+}
+
+/// claude's 5-hour limit, resetting `in_s` seconds from now (an epoch in `rate_limit_event`).
+fn claude_limit(in_s: i64) -> Value {
+    let resets_at = chrono::Utc::now().timestamp() + in_s;
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_at": resets_at}},
+        {"exit": 1}
+    ])
+}
+
+/// codex's usage limit without a reset time (`Try again later.`).
+fn codex_limit() -> Value {
+    json!([{"read_stdin": true}, {"codex": {"start": {}}}, {"codex": {"usage_limit": {"at": null}}}])
+}
+
+/// Each iteration's (agent, outcome) from the ledger.
+fn sequence(env: &TestEnv) -> Vec<(String, String)> {
+    env.ledger()
+        .iter()
+        .map(|r| {
+            (
+                r["agent"].as_str().unwrap_or("?").to_owned(),
+                r["outcome"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, o)| (a.to_string(), o.to_string()))
+        .collect()
+}
+
+fn state(env: &TestEnv) -> Value {
+    serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json")
+}
+
+/// The argv of the fake's `n`th run (0-based).
+fn argv(env: &TestEnv, n: usize) -> Vec<String> {
+    let calls = std::fs::read_to_string(env.path("../script.json.calls.jsonl")).unwrap_or_default();
+    let call: Value = serde_json::from_str(calls.lines().nth(n).expect("a call")).expect("json");
+    call["argv"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .map(|a| a.as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn a_usage_limit_switches_to_the_fallback_and_the_primary_is_probed_after_its_reset() {
+    let env = env_with(
+        3,
+        "model = \"opus\"\n\n[[agents]]\nname = \"backup\"\nagent = \"codex\"\nmodel = \"gpt-5-mini\"\n",
+    );
+    env.script(&json!({"invocations": [
+        claude_story("US-001"),
+        claude_limit(3),
+        // codex works long enough for claude's reset to pass.
+        codex_story("US-002", 3500),
+        claude_story("US-003"),
+    ]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        t.elapsed() < Duration::from_secs(25),
+        "the run waited instead of switching"
+    );
+    assert_eq!(
+        sequence(&env),
+        pairs(&[
+            ("claude", "story_passed"),
+            ("claude", "usage_limit"),
+            ("backup", "story_passed"),
+            ("claude", "story_passed"),
+        ])
+    );
+    let backends: Vec<String> = env
+        .ledger()
+        .iter()
+        .map(|r| r["backend"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    assert_eq!(backends, ["claude", "claude", "codex", "claude"]);
+    // Each agent runs with its own model: the fallback does not inherit the primary's.
+    let codex_argv = argv(&env, 2).join(" ");
+    assert!(
+        codex_argv.contains("gpt-5-mini") && !codex_argv.contains("opus"),
+        "{codex_argv}"
+    );
+    let claude_argv = argv(&env, 3).join(" ");
+    assert!(
+        claude_argv.contains("opus") && !claude_argv.contains("gpt-5-mini"),
+        "{claude_argv}"
+    );
+    // The limit cost no attempt, and no reset is left once claude ran again.
+    let state = state(&env);
+    assert_eq!(state["attempts"]["US-002"], 1, "{state}");
+    assert!(state["resume_at"].is_null(), "{state}");
+    assert!(state.get("agent_resets").is_none(), "{state}");
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &Value| e["event"] == "agent_switched")
+        .collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        (&events[0]["from"], &events[0]["to"], &events[0]["reason"]),
+        (&json!("claude"), &json!("backup"), &json!("usage_limit"))
+    );
+    assert!(events[0]["from_resets_at"].is_string(), "{events:?}");
+    assert_eq!(
+        (&events[1]["from"], &events[1]["to"], &events[1]["reason"]),
+        (&json!("backup"), &json!("claude"), &json!("reset_passed"))
+    );
+    // The readers of history name the agent of each iteration.
+    let log = env.ralph(&["log"]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains("backup"), "{log}");
+}
+
+#[test]
+fn a_probe_that_finds_the_primary_still_limited_backs_off_and_stays_on_the_fallback() {
+    let env = env_with(2, "");
+    env.script(&json!({"invocations": [
+        claude_limit(2),
+        codex_story("US-001", 2500),
+        // The stated reset has passed, but claude is still limited (a loose reset time).
+        claude_limit(2),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env.ralph(&["run", "--fallback-agent", "codex"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        sequence(&env),
+        pairs(&[
+            ("claude", "usage_limit"),
+            ("codex", "story_passed"),
+            ("claude", "usage_limit"),
+            ("codex", "story_passed"),
+        ])
+    );
+    let state = state(&env);
+    let reset = state["agent_resets"]["claude"]
+        .as_str()
+        .unwrap_or_else(|| panic!("claude's reset is kept: {state}"));
+    let reset = chrono::DateTime::parse_from_rfc3339(reset).expect("rfc3339");
+    let ahead = reset.timestamp() - chrono::Utc::now().timestamp();
+    assert!(
+        (200..=400).contains(&ahead),
+        "the second limit in a row backs off about 5 minutes, got {ahead}s"
+    );
+    // One agent is still free: nothing for a restarted run to wait for.
+    assert!(state["resume_at"].is_null(), "{state}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("switching from claude to codex").count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("waiting for the usage limit"), "{stderr}");
+}
+
+#[test]
+fn every_agent_limited_waits_once_until_the_earliest_reset() {
+    let env = env_with(
+        1,
+        "usage_limit_fallback = \"2s\"\nusage_limit_margin = \"0s\"\nfallback_agents = [\"codex\"]\n",
+    );
+    env.script(&json!({"invocations": [
+        claude_limit(3600),
+        codex_limit(),
+        codex_story("US-001", 0),
+    ]}));
+    let t = Instant::now();
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        t.elapsed() >= Duration::from_millis(1500) && t.elapsed() < Duration::from_secs(60),
+        "waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        sequence(&env),
+        pairs(&[
+            ("claude", "usage_limit"),
+            ("codex", "usage_limit"),
+            ("codex", "story_passed"),
+        ])
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("waiting for the usage limit").count(),
+        1,
+        "{stderr}"
+    );
+    // claude's hour-long reset is still recorded for the next run.
+    let state = state(&env);
+    assert!(state["agent_resets"]["claude"].is_string(), "{state}");
+    assert!(state["agent_resets"].get("codex").is_none(), "{state}");
+}
+
+#[test]
+fn every_agent_limited_with_no_wait_stops_with_the_earliest_reset_and_a_restart_waits_for_it() {
+    let env = env_with(1, "");
+    env.script(&json!({"invocations": [
+        claude_limit(7200),
+        codex_limit(),
+        codex_story("US-001", 0),
+    ]}));
+    let out = env.ralph(&["run", "--no-wait", "--fallback-agent", "codex"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let state = state(&env);
+    let resume_at =
+        chrono::DateTime::parse_from_rfc3339(state["resume_at"].as_str().expect("resume_at"))
+            .expect("rfc3339");
+    let ahead = resume_at.timestamp() - chrono::Utc::now().timestamp();
+    // codex's reset (no time given: usage_limit_fallback, 1 h) comes before claude's 2 h.
+    assert!((3000..=3700).contains(&ahead), "{ahead}s: {state}");
+    // A restart with --no-wait stops at once: every agent is still limited.
+    let again = env.ralph(&["run", "--no-wait", "--fallback-agent", "codex"]);
+    assert_eq!(again.status.code(), Some(75), "{}", text(&again));
+    assert_eq!(env.agent_calls(), 2);
+    // Without the fallback, the state's claude reset still holds (2 h).
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("claude") && status.contains("codex"),
+        "{status}"
+    );
+}
+
+#[test]
+fn an_agent_that_cannot_log_in_is_taken_out_and_the_run_goes_on() {
+    let env = env_with(2, "");
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+                "is_error": true, "subtype": "success", "api_error_status": 401,
+                "terminal_reason": "api_error",
+                "result": "Invalid API key · Please run /login", "type": "result"}},
+            {"exit": 1}
+        ],
+        codex_story("US-001", 0),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env.ralph(&["run", "--fallback-agent", "codex"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        sequence(&env),
+        pairs(&[
+            ("claude", "auth_error"),
+            ("codex", "story_passed"),
+            ("codex", "story_passed"),
+        ])
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("agent claude cannot log in") && stderr.contains("goes on with codex"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("switching from claude to codex"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_run_stops_when_every_agent_failed_to_log_in() {
+    let env = env_with(1, "");
+    let auth = json!([
+        {"claude_init": {}},
+        {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+            "is_error": true, "subtype": "success", "api_error_status": 401,
+            "terminal_reason": "api_error",
+            "result": "Invalid API key · Please run /login", "type": "result"}},
+        {"exit": 1}
+    ]);
+    env.script(&json!({"invocations": [
+        auth,
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
+            {"exit": 1}
+        ],
+    ]}));
+    let out = env.ralph(&["run", "--fallback-agent", "codex"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(
+        sequence(&env),
+        pairs(&[("claude", "auth_error"), ("codex", "auth_error")])
+    );
+    assert_eq!(env.agent_calls(), 2);
+}
+
+#[test]
+fn an_unknown_fallback_agent_is_refused_before_anything_runs() {
+    let env = env_with(1, "");
+    let out = env.ralph(&["run", "--fallback-agent", "codx"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fallback agent `codx` is neither"),
+        "{stderr}"
+    );
+    assert_eq!(env.agent_calls(), 0);
+}
