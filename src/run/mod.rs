@@ -101,43 +101,13 @@ async fn drive(
     out: &mut Outputs,
 ) -> anyhow::Result<StopReason> {
     let paths = s.pre.paths.clone();
-    let fallbacks = s.pre.agents.len() > 1;
-    // One context per agent, in the order they are tried.
-    let cxs: Vec<Cx<'_>> = s
-        .pre
-        .agents
-        .iter()
-        .map(|a| Cx {
-            cfg: &a.cfg,
-            paths: &paths,
-            repo: &s.pre.repo,
-            agent: &a.name,
-            fallbacks,
-            backend: &*a.backend,
-            template: &a.template,
-            stop,
-            run_id: &s.run_id,
-            agent_version: a.agent_version.as_deref(),
-            warned_unpriced: Default::default(),
-            warned_prompt_size: Default::default(),
-            remote: s.remote.as_ref(),
-        })
-        .collect();
+    let cxs = contexts(&s.pre, &paths, &s.run_id, s.remote.as_ref(), stop);
     let mut on_agent: Option<usize> = None;
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;
     loop {
         let current = store::load(&paths.prd)?;
-        // What this feature's prd.json looks like, so that a later run with a new branchName
-        // archives this one (not the new one).
-        if let Err(e) = crate::archive::remember(
-            &paths.ralph_dir,
-            &paths.prd,
-            &current.raw,
-            current.prd.branch_name.as_deref(),
-        ) {
-            out.warn(format!("cannot remember prd.json for archiving: {e:#}"));
-        }
+        remember(&paths, &current, out);
         let situation = Situation {
             prd: &current.prd,
             expected_ids: &s.expected_ids,
@@ -151,13 +121,9 @@ async fn drive(
         if let Some(reason) = s.remote.as_ref().and_then(crate::remote::Remote::lost) {
             return Ok(reason);
         }
-        let Some(index) = choose_agent(&s.books) else {
+        let Some(index) = next_agent(&s.books, &mut on_agent, out) else {
             return Ok(every_agent_out(s.state.iteration));
         };
-        if let Some(from) = on_agent.filter(|from| *from != index) {
-            out.emit(switch_event(&s.books, from, index));
-        }
-        on_agent = Some(index);
         let cx = &cxs[index];
         // The agent's own time limit.
         let budgets = Budgets {
@@ -276,6 +242,63 @@ async fn drive(
             s.state.save(&paths.ralph_dir)?;
         }
     }
+}
+
+/// One iteration context per agent of `pre`, in the order they are tried.
+fn contexts<'a>(
+    pre: &'a preflight::Preflight,
+    paths: &'a crate::workspace::RunPaths,
+    run_id: &'a str,
+    remote: Option<&'a crate::remote::Remote>,
+    stop: &'a StopSignals,
+) -> Vec<Cx<'a>> {
+    let fallbacks = pre.agents.len() > 1;
+    pre.agents
+        .iter()
+        .map(|a| Cx {
+            cfg: &a.cfg,
+            paths,
+            repo: &pre.repo,
+            agent: &a.name,
+            fallbacks,
+            backend: &*a.backend,
+            template: &a.template,
+            stop,
+            run_id,
+            agent_version: a.agent_version.as_deref(),
+            warned_unpriced: Default::default(),
+            warned_prompt_size: Default::default(),
+            remote,
+        })
+        .collect()
+}
+
+/// What this feature's prd.json looks like, so that a later run with a new branchName archives
+/// this one (not the new one).
+fn remember(paths: &crate::workspace::RunPaths, current: &store::LoadedPrd, out: &mut Outputs) {
+    if let Err(e) = crate::archive::remember(
+        &paths.ralph_dir,
+        &paths.prd,
+        &current.raw,
+        current.prd.branch_name.as_deref(),
+    ) {
+        out.warn(format!("cannot remember prd.json for archiving: {e:#}"));
+    }
+}
+
+/// The agent of the next iteration, said as a switch when it is not the one before
+/// (`on_agent`, updated); `None` when every agent was taken out.
+fn next_agent(
+    books: &[agents::AgentBook],
+    on_agent: &mut Option<usize>,
+    out: &mut Outputs,
+) -> Option<usize> {
+    let index = choose_agent(books)?;
+    if let Some(from) = on_agent.filter(|from| *from != index) {
+        out.emit(switch_event(books, from, index));
+    }
+    *on_agent = Some(index);
+    Some(index)
 }
 
 /// The agent of the next iteration ([`agents::choose`]); `None` when every agent was taken out.
