@@ -121,11 +121,10 @@ async fn drive(
         if let Some(reason) = s.remote.as_ref().and_then(crate::remote::Remote::lost) {
             return Ok(reason);
         }
-        let Some(index) = next_agent(&s.books, &mut on_agent, out) else {
+        let Some(index) = choose_agent(&s.books) else {
             return Ok(every_agent_out(s.state.iteration));
         };
         let cx = &cxs[index];
-        // The agent's own time limit.
         let budgets = Budgets {
             timeout: cx.cfg.timeout,
             ..s.budgets.clone()
@@ -134,6 +133,7 @@ async fn drive(
             Ok(pick) => pick,
             Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
         };
+        say_switch(&s.books, &mut on_agent, index, out);
         let story = current.prd.story(&pick.story_id).cloned().ok_or_else(|| {
             anyhow::anyhow!(
                 "internal error: the picked story {} is not in prd.json",
@@ -156,7 +156,7 @@ async fn drive(
             final_grace: FINAL_GRACE,
             max_line_bytes: MAX_LINE_BYTES,
         };
-        let done = iteration::run(&cx, &mut s.state, assignment, &limits, out).await?;
+        let done = iteration::run(cx, &mut s.state, assignment, &limits, out).await?;
         release_freed_memory();
         // The remote refused the branch or the lease: nothing more may be pushed.
         if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
@@ -286,19 +286,19 @@ fn remember(paths: &crate::workspace::RunPaths, current: &store::LoadedPrd, out:
     }
 }
 
-/// The agent of the next iteration, said as a switch when it is not the one before
-/// (`on_agent`, updated); `None` when every agent was taken out.
-fn next_agent(
+/// Says a switch when the agent at `index` is not the one of the iteration before (`on_agent`,
+/// updated); called once an iteration is sure to run on it (the stories picked with that agent's
+/// own time limit).
+fn say_switch(
     books: &[agents::AgentBook],
     on_agent: &mut Option<usize>,
+    index: usize,
     out: &mut Outputs,
-) -> Option<usize> {
-    let index = choose_agent(books)?;
+) {
     if let Some(from) = on_agent.filter(|from| *from != index) {
         out.emit(switch_event(books, from, index));
     }
     *on_agent = Some(index);
-    Some(index)
 }
 
 /// The agent of the next iteration ([`agents::choose`]); `None` when every agent was taken out.
@@ -390,7 +390,7 @@ fn book_agent(
         .iter()
         .filter_map(|b| b.reset_at.map(|at| (b.name.clone(), at)))
         .collect();
-    let resume_at = agents::earliest_reset(&books, now);
+    let resume_at = agents::earliest_reset(books, now);
     let changed = resets != state.agent_resets || resume_at != state.resume_at;
     state.agent_resets = resets;
     state.resume_at = resume_at;

@@ -128,11 +128,14 @@ mod tests {
         }
     }
 
+    /// Each agent's (reset minute, taken out).
+    type Books = &'static [(Option<i64>, bool)];
+
     #[test]
     fn the_first_agent_neither_limited_nor_removed_runs_and_a_passed_reset_is_a_probe() {
         use AgentPick::*;
         #[rustfmt::skip]
-        let rows: &[(&[(Option<i64>, bool)], AgentPick)] = &[
+        let rows: &[(Books, AgentPick)] = &[
             // (claude, codex, local) at minute 10
             (&[(None, false), (None, false)], Run { index: 0, probe: false }),
             (&[(Some(60), false), (None, false)], Run { index: 1, probe: false }),
