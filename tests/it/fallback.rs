@@ -359,3 +359,163 @@ fn an_unknown_fallback_agent_is_refused_before_anything_runs() {
     );
     assert_eq!(env.agent_calls(), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The real claude and codex CLIs against the scripted model (testing/README-model.md), offline:
+// two scripted servers in one network namespace. The inner one (run mode, so claude's
+// ANTHROPIC_BASE_URL points at it) plays claude's side of the textkit example with an API usage
+// limit on US-002; the outer one, on the port codex's config names, plays the whole example for
+// codex.
+
+mod real {
+    use std::fs;
+    use std::net::TcpListener;
+    use std::process::Command;
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+
+    use crate::support_model::{
+        example_dir, hermetic_env, init_repo_from_example, isolated, netns_flag, read_jsonl,
+        real_cli_or_skip, run_with_deadline, SCRIPTED_MODEL,
+    };
+
+    /// codex's model server port inside a fresh network namespace (any port is free there).
+    const NETNS_PORT: u16 = 18091;
+
+    /// `$CODEX_HOME/config.toml` for the scripted model on `port` (as `real_codex.rs` writes it).
+    fn codex_config(port: u16) -> String {
+        format!(
+            r#"model = "scripted-model"
+model_provider = "scripted"
+
+[model_providers.scripted]
+name = "ralph-scripted-model"
+base_url = "http://127.0.0.1:{port}/v1"
+wire_api = "responses"
+env_key = "SCRIPTED_MODEL_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#
+        )
+    }
+
+    #[test]
+    fn real_claude_at_a_usage_limit_hands_the_story_to_real_codex_and_comes_back() {
+        let test = "real_claude_at_a_usage_limit_hands_the_story_to_real_codex_and_comes_back";
+        let (Some(claude), Some(codex)) = (
+            real_cli_or_skip("claude", test),
+            real_cli_or_skip("codex", test),
+        ) else {
+            return;
+        };
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let repo = root.join("textkit");
+        let sandbox = root.join("sandbox");
+        init_repo_from_example(&example_dir("textkit"), &repo, &sandbox);
+        let port = match netns_flag() {
+            Some(_) => NETNS_PORT,
+            None => TcpListener::bind(("127.0.0.1", 0))
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port"),
+        };
+        let codex_home = sandbox.join("home/.codex");
+        fs::create_dir_all(&codex_home).expect("CODEX_HOME");
+        fs::write(codex_home.join("config.toml"), codex_config(port)).expect("config.toml");
+        // claude's side: US-002 answers with the API's spend-limit error (a reset date long
+        // past, so ralph tries claude again after usage_limit_fallback: 1 s).
+        let textkit: Value = serde_json::from_str(
+            &fs::read_to_string(example_dir("textkit").join("scenario.json")).expect("scenario"),
+        )
+        .expect("scenario JSON");
+        let mut claude_side = textkit.clone();
+        claude_side["stories"]["US-002"] = json!([{"error": {"status": 429,
+            "type": "rate_limit_error",
+            "message": "You have reached your specified API usage limits. You will regain access on 2020-01-01 at 00:00 UTC."}}]);
+        let claude_scenario = root.join("claude-scenario.json");
+        fs::write(&claude_scenario, claude_side.to_string()).expect("write");
+        let codex_scenario = root.join("codex-scenario.json");
+        fs::write(&codex_scenario, textkit.to_string()).expect("write");
+        let config = root.join("ralph.toml");
+        fs::write(
+            &config,
+            format!(
+                "usage_limit_fallback = \"1s\"\nusage_limit_margin = \"0s\"\n\n[[agents]]\nname = \"codex\"\nagent = \"codex\"\nagent_program = \"{}\"\n",
+                codex.display()
+            ),
+        )
+        .expect("write ralph.toml");
+
+        let mut cmd = Command::new(SCRIPTED_MODEL);
+        cmd.arg("--scenario")
+            .arg(&codex_scenario)
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--log")
+            .arg(root.join("codex-model-log.jsonl"))
+            .arg("--")
+            .arg(SCRIPTED_MODEL)
+            .arg("--scenario")
+            .arg(&claude_scenario)
+            .arg("--log")
+            .arg(root.join("claude-model-log.jsonl"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_ralph"))
+            .args(["run", "--agent", "claude", "--max-iter", "6", "--config"])
+            .arg(&config)
+            .current_dir(&repo)
+            .env("RALPH_AGENT_PROGRAM", &claude);
+        hermetic_env(&mut cmd, &sandbox);
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy();
+            if k.starts_with("CODEX_") || k.starts_with("OPENAI_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("CODEX_HOME", &codex_home)
+            .env("SCRIPTED_MODEL_API_KEY", "dummy");
+        let out = run_with_deadline(
+            isolated(&cmd),
+            &root.join("ralph"),
+            Duration::from_secs(300),
+        );
+        assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+        let ledger = read_jsonl(&repo.join(".ralph/ledger.jsonl"));
+        let seq: Vec<(String, String, String)> = ledger
+            .iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or("?").to_owned();
+                (s("agent"), s("story_id"), s("outcome"))
+            })
+            .collect();
+        let want: Vec<(String, String, String)> = [
+            ("claude", "US-001", "story_passed"),
+            ("claude", "US-002", "usage_limit"),
+            ("codex", "US-002", "story_passed"),
+            ("claude", "US-003", "story_passed"),
+        ]
+        .iter()
+        .map(|(a, s, o)| (a.to_string(), s.to_string(), o.to_string()))
+        .collect();
+        assert_eq!(seq, want, "{out}");
+        assert!(
+            out.stderr.contains("switching from claude to codex")
+                && out.stderr.contains("switching from codex to claude"),
+            "{out}"
+        );
+        // codex answered only US-002 on its server; claude never saw US-002 succeed.
+        let codex_log = read_jsonl(&root.join("codex-model-log.jsonl"));
+        assert!(
+            !codex_log.is_empty() && codex_log.iter().all(|e| e["story"] == "US-002"),
+            "{codex_log:#?}"
+        );
+    }
+}
