@@ -282,34 +282,9 @@ pub enum SkillTarget {
 /// choose and configure the backend (same flags, `RALPH_*` variables and ralph.toml keys).
 #[derive(Debug, Args, Default, Clone)]
 pub struct SessionArgs {
-    /// Agent backend (default: claude, or `agent` in ralph.toml).
-    #[arg(long, value_enum, env = "RALPH_AGENT")]
-    pub agent: Option<AgentKind>,
-    /// Command line for `--agent exec`, split into words without a shell.
-    #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")]
-    pub agent_cmd: Option<String>,
-    /// Model name passed to the agent.
-    #[arg(long, env = "RALPH_MODEL")]
-    pub model: Option<String>,
-    /// Path to the agent CLI, when it is not on PATH under its usual name.
-    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
-    pub agent_program: Option<PathBuf>,
-    /// native: the API's wire format (default openai).
-    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
-    pub provider: Option<crate::protocol::ProviderKind>,
-    /// native/local: the API base URL.
-    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
-    pub base_url: Option<String>,
-    /// native: the environment variable holding the API key.
-    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
-    pub api_key_env: Option<String>,
-    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B) or `small`
-    /// (Qwen2.5-Coder-0.5B: faster, weaker).
-    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
-    pub local_model: Option<crate::local::BuiltinModel>,
-    /// local: a GGUF model file to serve instead of the built-in model.
-    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
-    pub model_file: Option<PathBuf>,
+    /// The agent, as for `ralph run`.
+    #[command(flatten)]
+    pub agent_args: AgentArgs,
     /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
@@ -325,15 +300,7 @@ impl SessionArgs {
     /// The same settings as `ralph run` arguments, for [`crate::config::RunConfig::resolve`].
     pub fn run_args(&self) -> RunArgs {
         RunArgs {
-            agent: self.agent,
-            agent_cmd: self.agent_cmd.clone(),
-            model: self.model.clone(),
-            agent_program: self.agent_program.clone(),
-            provider: self.provider,
-            base_url: self.base_url.clone(),
-            api_key_env: self.api_key_env.clone(),
-            local_model: self.local_model,
-            model_file: self.model_file.clone(),
+            agent_args: self.agent_args.clone(),
             timeout: self.timeout,
             verbose: self.verbose,
             config: self.config.clone(),
@@ -467,13 +434,11 @@ pub struct ArchiveArgs {
     pub json: bool,
 }
 
-/// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over the
-/// environment, which wins over `ralph.toml`, which wins over the built-in defaults.
-#[derive(Debug, Args, Default)]
-pub struct RunArgs {
-    /// The PRD file (default: ./prd.json). Its directory must be inside a git repository.
-    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
-    pub prd: Option<PathBuf>,
+/// The options that choose and configure the agent, one definition shared by `ralph run`,
+/// `ralph plan` and `ralph convert` (each also reads its `RALPH_*` variable and, through
+/// [`crate::config::RunConfig::resolve`], its ralph.toml key).
+#[derive(Debug, Args, Default, Clone)]
+pub struct AgentArgs {
     /// Agent backend (default: claude).
     #[arg(long, value_enum, env = "RALPH_AGENT")]
     pub agent: Option<AgentKind>,
@@ -483,6 +448,37 @@ pub struct RunArgs {
     /// Model name passed to the agent (e.g. `sonnet`).
     #[arg(long, env = "RALPH_MODEL")]
     pub model: Option<String>,
+    /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
+    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
+    pub agent_program: Option<PathBuf>,
+    /// native: the API's wire format (default openai: Chat Completions).
+    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
+    pub provider: Option<crate::protocol::ProviderKind>,
+    /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
+    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
+    pub base_url: Option<String>,
+    /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
+    pub api_key_env: Option<String>,
+    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
+    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
+    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
+    pub local_model: Option<crate::local::BuiltinModel>,
+    /// local: a GGUF model file to serve instead of a built-in model.
+    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
+    pub model_file: Option<PathBuf>,
+}
+
+/// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over the
+/// environment, which wins over `ralph.toml`, which wins over the built-in defaults.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// The PRD file (default: ./prd.json). Its directory must be inside a git repository.
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+    /// The agent.
+    #[command(flatten)]
+    pub agent_args: AgentArgs,
     /// An agent to switch to when the agents before it hit a usage limit (repeatable, in order;
     /// comma-separated in the variable): the name of an `[[agents]]` table in ralph.toml, or a
     /// backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
@@ -514,28 +510,9 @@ pub struct RunArgs {
     /// Stream the agent's text and tool calls to the terminal.
     #[arg(long, short, env = "RALPH_VERBOSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub verbose: bool,
-    /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
-    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
-    pub agent_program: Option<PathBuf>,
     /// Prompt template that replaces the built-in `templates/prompt.md`.
     #[arg(long, value_name = "PATH", env = "RALPH_TEMPLATE")]
     pub template: Option<PathBuf>,
-    /// native: the API's wire format (default openai: Chat Completions).
-    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
-    pub provider: Option<crate::protocol::ProviderKind>,
-    /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
-    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
-    pub base_url: Option<String>,
-    /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
-    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
-    pub api_key_env: Option<String>,
-    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
-    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
-    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
-    pub local_model: Option<crate::local::BuiltinModel>,
-    /// local: a GGUF model file to serve instead of a built-in model.
-    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
-    pub model_file: Option<PathBuf>,
     /// native/local: how tool calls are requested (json: response_format json_schema, for models
     /// without tool calling).
     #[arg(long, value_enum, env = "RALPH_TOOL_MODE")]

@@ -690,11 +690,15 @@ impl RunConfig {
                 origin: origin(args.max_iter.is_some()),
             });
         }
-        let agent = args.agent.or(file.agent).unwrap_or(AgentKind::Claude);
-        let agent_cmd = args.agent_cmd.clone().or(file.agent_cmd.clone());
+        let agent = args
+            .agent_args
+            .agent
+            .or(file.agent)
+            .unwrap_or(AgentKind::Claude);
+        let agent_cmd = args.agent_args.agent_cmd.clone().or(file.agent_cmd.clone());
         if agent == AgentKind::Exec && agent_cmd.as_deref().is_none_or(|c| c.trim().is_empty()) {
             return Err(ConfigError::MissingAgentCmd {
-                agent: origin(args.agent.is_some()),
+                agent: origin(args.agent_args.agent.is_some()),
             });
         }
         let output = if args.json {
@@ -714,7 +718,7 @@ impl RunConfig {
             (None, Some(p)) => Some(absolute(&file_dir, p)),
             (None, None) => None,
         };
-        let agent_program = match (&args.agent_program, &file.agent_program) {
+        let agent_program = match (&args.agent_args.agent_program, &file.agent_program) {
             (Some(p), _) => Some(program_path(cwd, p)),
             (None, Some(p)) => Some(program_path(&file_dir, p)),
             (None, None) => None,
@@ -745,28 +749,29 @@ impl RunConfig {
         let provider = if local {
             ProviderKind::Openai
         } else {
-            args.provider
+            args.agent_args
+                .provider
                 .or(file.provider)
                 .unwrap_or(ProviderKind::Openai)
         };
-        let model = args.model.clone().or(file.model.clone());
+        let model = args.agent_args.model.clone().or(file.model.clone());
         if agent == AgentKind::Native && model.is_none() {
             return Err(ConfigError::MissingModel {
-                agent: origin(args.agent.is_some()),
+                agent: origin(args.agent_args.agent.is_some()),
             });
         }
-        let base_url =
-            args.base_url
-                .clone()
-                .or(file.base_url.clone())
-                .or_else(|| match (local, provider) {
-                    (true, _) => None,
-                    (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
-                    (false, ProviderKind::Anthropic) => {
-                        Some("https://api.anthropic.com".to_string())
-                    }
-                });
+        let base_url = args
+            .agent_args
+            .base_url
+            .clone()
+            .or(file.base_url.clone())
+            .or_else(|| match (local, provider) {
+                (true, _) => None,
+                (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
+                (false, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
+            });
         let api_key_env = args
+            .agent_args
             .api_key_env
             .clone()
             .or(file.api_key_env.clone())
@@ -775,14 +780,18 @@ impl RunConfig {
                 (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
                 (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
             });
-        let local_model = args.local_model.or(file.local_model).unwrap_or_default();
+        let local_model = args
+            .agent_args
+            .local_model
+            .or(file.local_model)
+            .unwrap_or_default();
         let (local_steps, local_tokens, local_window) = local_defaults(local_model);
         let native = NativeOptions {
             provider,
             base_url,
             api_key_env,
             local_model,
-            model_file: match (&args.model_file, &file.model_file) {
+            model_file: match (&args.agent_args.model_file, &file.model_file) {
                 (Some(p), _) => Some(absolute(cwd, p)),
                 (None, Some(p)) => Some(absolute(&file_dir, p)),
                 (None, None) => None,
@@ -826,7 +835,7 @@ impl RunConfig {
         if native.tool_mode == ToolMode::Json && native.provider == ProviderKind::Anthropic {
             return Err(ConfigError::JsonModeNeedsOpenai {
                 tool_mode: origin(args.tool_mode.is_some()),
-                provider: origin(args.provider.is_some()),
+                provider: origin(args.agent_args.provider.is_some()),
             });
         }
         let usage_limit_fallback = duration("usage_limit_fallback", &file.usage_limit_fallback)?
@@ -1149,7 +1158,7 @@ mod tests {
         let cfg = RunConfig::resolve(&args(), dir.path()).unwrap();
         assert_eq!((cfg.max_attempts, cfg.max_no_progress), (3, 3));
         let mut a = args();
-        a.agent = Some(AgentKind::Local);
+        a.agent_args.agent = Some(AgentKind::Local);
         let cfg = RunConfig::resolve(&a, dir.path()).unwrap();
         assert_eq!((cfg.max_attempts, cfg.max_no_progress), (5, 5));
         a.max_attempts = Some(2);
@@ -1259,7 +1268,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("ralph.toml"), &uncommented).unwrap();
         let mut a = args();
-        a.agent = Some(AgentKind::Claude);
+        a.agent_args.agent = Some(AgentKind::Claude);
         let cfg = RunConfig::resolve(&a, dir.path());
         assert!(cfg.is_ok(), "{:?}\n{uncommented}", cfg.err());
         // Top-level keys must not have fallen into a table: they took effect.
@@ -1295,7 +1304,7 @@ mod tests {
         // Half of a conflict in the file: the fix may be there, so not a usage error.
         std::fs::write(dir.path().join("ralph.toml"), "tool_mode = \"json\"\n").unwrap();
         let mut a = args();
-        a.provider = Some(ProviderKind::Anthropic);
+        a.agent_args.provider = Some(ProviderKind::Anthropic);
         let err = RunConfig::resolve(&a, dir.path()).unwrap_err();
         assert_eq!(err.exit_status(), ExitStatus::Failure, "{err}");
         assert!(
@@ -1316,7 +1325,7 @@ mod tests {
     fn exec_needs_a_command() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = args();
-        a.agent = Some(AgentKind::Exec);
+        a.agent_args.agent = Some(AgentKind::Exec);
         assert!(matches!(
             RunConfig::resolve(&a, dir.path()),
             Err(ConfigError::MissingAgentCmd {

@@ -88,7 +88,7 @@ pub async fn convert(
         )
     })?;
     let project = default_project(req.out);
-    let explicit_agent = req.session.agent.is_some();
+    let explicit_agent = req.session.agent_args.agent.is_some();
     let layout = if markdown::uses_layout(&text) {
         match markdown::parse(&text, req.input) {
             Ok(parsed) => Some(parsed.into_prd(&project)),
