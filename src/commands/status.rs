@@ -240,8 +240,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     if let Some(until) = state.resume_at.filter(|t| *t > chrono::Utc::now()) {
+        let whose = match state.agent_resets.len() {
+            0 | 1 => "the agent's limit resets",
+            _ => "every agent is limited; the first resets",
+        };
         println!(
-            "usage limit: the agent's limit resets at {}; `ralph run` waits until then",
+            "usage limit: {whose} at {}; `ralph run` waits until then",
             until.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
         );
     }
