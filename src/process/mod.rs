@@ -44,9 +44,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod capture;
+pub mod egress;
 mod group;
 mod lines;
 pub mod pager;
+pub mod sandbox;
 mod service;
 mod spawn;
 mod supervise;

@@ -113,6 +113,7 @@ async fn drive(
         warned_unpriced: Default::default(),
         warned_prompt_size: Default::default(),
         remote: s.remote.as_ref(),
+        sandbox: s.pre.sandbox.as_ref(),
     };
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;

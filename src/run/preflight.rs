@@ -29,6 +29,8 @@ pub struct Preflight {
     pub agent_words: String,
     /// The agent CLI's `--version`, when it answered.
     pub agent_version: Option<String>,
+    /// `--sandbox`: the sandbox, built (bwrap works, strict's proxy runs); `None`: off.
+    pub sandbox: Option<crate::process::sandbox::Sandbox>,
 }
 
 /// Runs every preflight check (see the module docs).
@@ -76,6 +78,8 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     } else {
         None
     };
+    // A sandbox that cannot be built stops the run here, before the first iteration.
+    let sandbox = agent::sandbox::build(cfg, info)?;
     Ok(Preflight {
         repo,
         paths,
@@ -83,6 +87,7 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
         backend,
         agent_words: shell_words(&probe),
         agent_version,
+        sandbox,
     })
 }
 

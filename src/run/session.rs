@@ -122,7 +122,18 @@ pub async fn open(
         state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
     }
     let mut pending = Pending::default();
-    pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, stop, out).await?);
+    pending.add(
+        super::recover::recover(
+            &pre.repo,
+            &paths,
+            &mut state,
+            cfg,
+            stop,
+            pre.sandbox.as_ref(),
+            out,
+        )
+        .await?,
+    );
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
     // trailers remember them.
     state.iteration = state
@@ -185,6 +196,7 @@ pub async fn open(
     if let (AgentKind::Local, None) = (cfg.agent, &cfg.native.base_url) {
         let server = start_local_server(cfg, out).await?;
         session.pre.backend = build_backend(cfg, &session.pre.paths, Some(server.base_url()))?;
+        crate::agent::sandbox::allow_url(session.pre.sandbox.as_ref(), Some(&server.base_url()));
         session.local_server = Some(server);
     }
     Ok(session)
