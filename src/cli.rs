@@ -339,6 +339,10 @@ pub struct SessionArgs {
     /// --sandbox strict: one more host the agent may reach; repeatable.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    #[arg(long = "sandbox-writable", value_name = "PATH")]
+    pub sandbox_writable: Vec<PathBuf>,
 }
 
 impl SessionArgs {
@@ -359,6 +363,7 @@ impl SessionArgs {
             config: self.config.clone(),
             sandbox: self.sandbox,
             allow_hosts: self.allow_hosts.clone(),
+            sandbox_writable: self.sandbox_writable.clone(),
             ..RunArgs::default()
         }
     }
@@ -646,4 +651,8 @@ pub struct RunArgs {
     /// default), e.g. a package mirror; repeatable.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    #[arg(long = "sandbox-writable", value_name = "PATH")]
+    pub sandbox_writable: Vec<PathBuf>,
 }

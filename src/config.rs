@@ -135,6 +135,8 @@ pub struct FileConfig {
     pub sandbox: Option<crate::protocol::SandboxMode>,
     /// `strict`: more hosts the agent may reach (`host` or `host:port`).
     pub allow_hosts: Option<Vec<String>>,
+    /// `fs`/`strict`: more paths the agent and checks may write (a package cache).
+    pub sandbox_writable: Option<Vec<PathBuf>>,
     /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
     #[serde(default)]
     pub patterns: crate::agent::classify::ExtraPatterns,
@@ -313,6 +315,9 @@ pub struct RunConfig {
     /// `--allow-host` and `allow_hosts`: hosts a strict sandbox lets the agent reach, beyond its
     /// backend's API hosts, as given (`host` or `host:port`).
     pub allow_hosts: Vec<String>,
+    /// `--sandbox-writable` and `sandbox_writable`: more paths a sandboxed agent and its checks
+    /// may write, absolute (relative ones are taken from the directory ralph runs in).
+    pub sandbox_writable: Vec<PathBuf>,
     /// `--push`: the remote to push to after every checkpoint (`None`: never push).
     pub push: Option<String>,
     /// The deadline of a shutdown on SIGTERM, SIGINT or SIGHUP.
@@ -926,6 +931,12 @@ impl RunConfig {
                 .iter()
                 .chain(file.allow_hosts.iter().flatten())
                 .cloned()
+                .collect(),
+            sandbox_writable: args
+                .sandbox_writable
+                .iter()
+                .chain(file.sandbox_writable.iter().flatten())
+                .map(|p| absolute(cwd, p))
                 .collect(),
             keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
             max_duration,

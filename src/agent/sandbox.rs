@@ -48,6 +48,7 @@ pub fn build(cfg: &RunConfig, info: &BackendInfo) -> anyhow::Result<Option<Sandb
             .collect(),
         egress,
         ralph: std::env::current_exe().unwrap_or_else(|_| "ralph".into()),
+        writable: cfg.sandbox_writable.clone(),
     }))
 }
 

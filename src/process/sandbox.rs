@@ -5,7 +5,8 @@
 //! run branch, ralph's books) and [`probe`] says whether bwrap works on this machine.
 //!
 //! The mount table, in bwrap's order (a later mount covers an earlier one):
-//! 1. `/` read-only, a fresh `/dev` and `/proc` (of the new PID namespace), a private `/tmp`;
+//! 1. `/` read-only, a fresh `/dev` and `/proc` (of the new PID namespace), a private `/tmp`,
+//!    the user's `sandbox_writable` paths read-write;
 //! 2. `$HOME` an empty tmpfs, then the backend's state paths (`~/.claude`, `~/.codex`, …)
 //!    bound read-write onto the host copies (a token refresh lands there) and `~/.gitconfig`
 //!    read-only (the agent's commits keep the user's name);
@@ -104,6 +105,13 @@ pub struct Roots {
     /// More paths bound read-only (an agent program a private /tmp or the hidden home would
     /// hide).
     pub extra_readable: Vec<PathBuf>,
+    /// Links created inside, `(target, link)`: an agent program reached through a link in a
+    /// hidden place.
+    pub links: Vec<(PathBuf, PathBuf)>,
+    /// The user's extra writable paths (`sandbox_writable`: a package cache, a shared
+    /// directory), bound read-write before `$HOME` is hidden (so one holding `$HOME` does not
+    /// show it).
+    pub writable: Vec<PathBuf>,
     /// The names of every variable in ralph's environment.
     pub inherited: Vec<String>,
     /// The backend's own variable prefixes (`ANTHROPIC_`, `CLAUDE_`, …).
@@ -136,6 +144,9 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     a.push(["--dev", "/dev"]);
     a.push(["--proc", "/proc"]);
     a.push(["--tmpfs", "/tmp"]);
+    for path in &roots.writable {
+        a.path2("--bind-try", path);
+    }
     if let Some(home) = &roots.home {
         a.path1("--tmpfs", home);
         for path in &roots.state {
@@ -147,6 +158,11 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     }
     for path in &roots.extra_readable {
         a.path2("--ro-bind-try", path);
+    }
+    for (target, link) in &roots.links {
+        a.args.push("--symlink".into());
+        a.args.push(target.to_string_lossy().into_owned());
+        a.args.push(link.to_string_lossy().into_owned());
     }
     a.path2("--bind", &roots.worktree);
     git_mounts(&mut a, roots);
@@ -364,6 +380,8 @@ impl Roots {
             state,
             home_readable,
             extra_readable: Vec::new(),
+            links: Vec::new(),
+            writable: Vec::new(),
             inherited: std::env::vars_os()
                 .filter_map(|(k, _)| k.into_string().ok())
                 .collect(),
@@ -463,6 +481,8 @@ pub struct Sandbox {
     pub egress: Option<super::egress::Egress>,
     /// The ralph executable (the strict bridge).
     pub ralph: PathBuf,
+    /// `sandbox_writable`: the user's extra writable paths ([`Roots::writable`]).
+    pub writable: Vec<PathBuf>,
 }
 
 impl Sandbox {
@@ -473,6 +493,7 @@ impl Sandbox {
     /// `~/.local/bin`), and so does the ralph executable in strict mode.
     pub fn apply(&self, spec: SpawnSpec) -> SpawnSpec {
         let mut roots = Roots::discover(&self.bwrap, &spec.cwd, &self.state, &self.env_prefixes);
+        roots.writable = self.writable.clone();
         if let Some(home) = &roots.home {
             for p in &self.state {
                 let path = home.join(p);
@@ -499,18 +520,7 @@ impl Sandbox {
             which::which(&spec.program).ok()
         };
         if let Some(program) = resolved {
-            // A CLI whose command is a link into its package (`~/.local/bin/claude` →
-            // `~/.local/share/claude/versions/…`) needs the package's directory; never one
-            // that holds the hidden home.
-            if let Ok(target) = program.canonicalize() {
-                if target != program {
-                    if let Some(dir) = target.parent() {
-                        roots.extra_readable.push(dir.to_path_buf());
-                    }
-                }
-                roots.extra_readable.push(target);
-            }
-            roots.extra_readable.push(program);
+            keep_program_visible(&mut roots, &program);
         }
         if let Some(home) = &roots.home {
             roots
@@ -518,7 +528,8 @@ impl Sandbox {
                 .retain(|p| !home.starts_with(p) && !p.starts_with(home.join(".ssh")));
         }
         if let Some(egress) = &self.egress {
-            roots.extra_readable.push(self.ralph.clone());
+            let ralph = self.ralph.clone();
+            keep_program_visible(&mut roots, &ralph);
             roots.egress = Some(EgressEnd {
                 socket: egress.socket(),
                 ralph: self.ralph.clone(),
@@ -534,6 +545,42 @@ impl Sandbox {
             .as_ref()
             .map(super::egress::Egress::take_refused)
             .unwrap_or_default()
+    }
+}
+
+/// Whether `path` is seen inside as on the host: not under the private `/tmp` or the hidden
+/// `$HOME`, or under a path bound back (state, `sandbox_writable`, read-only extras).
+fn visible(roots: &Roots, path: &Path) -> bool {
+    let hidden =
+        path.starts_with("/tmp") || roots.home.as_ref().is_some_and(|h| path.starts_with(h));
+    !hidden
+        || roots
+            .writable
+            .iter()
+            .chain(&roots.state)
+            .chain(&roots.extra_readable)
+            .any(|p| path.starts_with(p))
+}
+
+/// Makes the program at `program` runnable inside: a file in a hidden place is bound
+/// read-only; a link there (`~/.local/bin/claude` → `~/.local/share/claude/versions/…`,
+/// a test's `bin/claude` → the fake agent) is recreated inside, and its target's directory
+/// bound read-only when that is hidden too (the CLI's package).
+fn keep_program_visible(roots: &mut Roots, program: &Path) {
+    if visible(roots, program) {
+        return;
+    }
+    let is_link = std::fs::symlink_metadata(program).is_ok_and(|m| m.file_type().is_symlink());
+    match (is_link, program.canonicalize()) {
+        (true, Ok(target)) => {
+            if !visible(roots, &target) {
+                if let Some(dir) = target.parent() {
+                    roots.extra_readable.push(dir.to_path_buf());
+                }
+            }
+            roots.links.push((target, program.to_path_buf()));
+        }
+        _ => roots.extra_readable.push(program.to_path_buf()),
     }
 }
 
@@ -563,6 +610,8 @@ mod tests {
             state: vec!["/home/u/.claude".into()],
             home_readable: vec!["/home/u/.gitconfig".into()],
             extra_readable: Vec::new(),
+            links: Vec::new(),
+            writable: Vec::new(),
             inherited: [
                 "PATH",
                 "HOME",
