@@ -56,6 +56,8 @@ pub const INFO: BackendInfo = BackendInfo {
         env_prefixes: &["AMP_"],
         hosts: &["ampcode.com:443"],
         base_url_hosts: || crate::agent::registry::env_url_hosts(&["AMP_URL"]),
+        config_env: Vec::new,
+        state_vars: &[],
     },
 };
 

@@ -49,6 +49,8 @@ pub const INFO: BackendInfo = BackendInfo {
             "console.anthropic.com:443",
         ],
         base_url_hosts: || crate::agent::registry::env_url_hosts(&["ANTHROPIC_BASE_URL"]),
+        config_env: Vec::new,
+        state_vars: &["CLAUDE_CONFIG_DIR"],
     },
 };
 

@@ -66,38 +66,48 @@ pub const INFO: BackendInfo = BackendInfo {
             "auth.openai.com:443",
         ],
         base_url_hosts: codex_base_url_hosts,
+        config_env: || codex_config_strings("env_key"),
+        state_vars: &["CODEX_HOME"],
     },
 };
-/// The hosts of every `base_url` in `$CODEX_HOME/config.toml` (default `~/.codex`), and of
-/// `OPENAI_BASE_URL`: where this machine points codex, which `--sandbox strict` must let it
-/// reach.
-fn codex_base_url_hosts() -> Vec<String> {
-    fn walk(v: &toml::Value, out: &mut Vec<String>) {
+/// Every string value of `key` anywhere in `$CODEX_HOME/config.toml` (default `~/.codex`).
+fn codex_config_strings(key: &str) -> Vec<String> {
+    fn walk(v: &toml::Value, key: &str, out: &mut Vec<String>) {
         match v {
             toml::Value::Table(t) => {
                 for (k, v) in t {
-                    match (k.as_str(), v) {
-                        ("base_url", toml::Value::String(u)) => {
-                            out.extend(crate::agent::registry::url_host(u))
-                        }
-                        _ => walk(v, out),
+                    match v {
+                        toml::Value::String(s) if k == key => out.push(s.clone()),
+                        _ => walk(v, key, out),
                     }
                 }
             }
-            toml::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            toml::Value::Array(a) => a.iter().for_each(|v| walk(v, key, out)),
             _ => {}
         }
     }
-    let mut hosts = crate::agent::registry::env_url_hosts(&["OPENAI_BASE_URL"]);
+    let mut found = Vec::new();
     let home = std::env::var_os("CODEX_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".codex")));
     if let Some(config) = home
         .and_then(|h| std::fs::read_to_string(h.join("config.toml")).ok())
-        .and_then(|t| t.parse::<toml::Value>().ok())
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
     {
-        walk(&config, &mut hosts);
+        walk(&toml::Value::Table(config), key, &mut found);
     }
+    found
+}
+
+/// The hosts of every `base_url` in codex's config.toml, and of `OPENAI_BASE_URL`: where this
+/// machine points codex, which `--sandbox strict` must let it reach.
+fn codex_base_url_hosts() -> Vec<String> {
+    let mut hosts = crate::agent::registry::env_url_hosts(&["OPENAI_BASE_URL"]);
+    hosts.extend(
+        codex_config_strings("base_url")
+            .iter()
+            .filter_map(|u| crate::agent::registry::url_host(u)),
+    );
     hosts
 }
 

@@ -72,6 +72,8 @@ pub const INFO: BackendInfo = BackendInfo {
         env_prefixes: &["CURSOR_"],
         hosts: &["api2.cursor.sh:443", "api.cursor.com:443"],
         base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
     },
 };
 

@@ -67,6 +67,8 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: || {
             crate::agent::registry::env_url_hosts(&["GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"])
         },
+        config_env: Vec::new,
+        state_vars: &["GEMINI_CLI_HOME"],
     },
 };
 

@@ -120,6 +120,8 @@ pub const NATIVE_INFO: BackendInfo = BackendInfo {
         ],
         hosts: &[],
         base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
     },
 };
 

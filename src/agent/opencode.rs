@@ -99,6 +99,8 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: || {
             crate::agent::registry::env_url_hosts(&["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"])
         },
+        config_env: Vec::new,
+        state_vars: &["OPENCODE_CONFIG_DIR"],
     },
 };
 

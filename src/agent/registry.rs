@@ -111,6 +111,12 @@ pub struct SandboxNeeds {
     /// The hosts of the base URLs this machine points it at (`ANTHROPIC_BASE_URL`,
     /// `base_url` in `$CODEX_HOME/config.toml`), as `host:port`.
     pub base_url_hosts: fn() -> Vec<String>,
+    /// The variables its configuration on this machine names as its keys (codex's
+    /// `env_key` of a custom provider), passed into the sandbox with its own.
+    pub config_env: fn() -> Vec<String>,
+    /// Variables naming a state directory elsewhere than under `$HOME` (`CODEX_HOME`,
+    /// `CLAUDE_CONFIG_DIR`): bound read-write too when set.
+    pub state_vars: &'static [&'static str],
 }
 
 impl SandboxNeeds {
@@ -120,6 +126,8 @@ impl SandboxNeeds {
         env_prefixes: &[],
         hosts: &[],
         base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
     };
 }
 

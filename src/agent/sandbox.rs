@@ -39,12 +39,27 @@ pub fn build(cfg: &RunConfig, info: &BackendInfo) -> anyhow::Result<Option<Sandb
     Ok(Some(Sandbox {
         mode: cfg.sandbox,
         bwrap,
-        state: info.sandbox.state.iter().map(Into::into).collect(),
+        state: info
+            .sandbox
+            .state
+            .iter()
+            .map(Into::into)
+            .chain(
+                info.sandbox
+                    .state_vars
+                    .iter()
+                    .filter_map(std::env::var_os)
+                    .map(std::path::PathBuf::from)
+                    .filter(|p| p.is_absolute()),
+            )
+            .collect(),
         env_prefixes: info
             .sandbox
             .env_prefixes
             .iter()
             .map(|p| (*p).to_owned())
+            .chain((info.sandbox.config_env)())
+            .chain(cfg.native.api_key_env.clone())
             .collect(),
         egress,
         ralph: std::env::current_exe().unwrap_or_else(|_| "ralph".into()),

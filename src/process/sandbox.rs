@@ -473,7 +473,7 @@ pub struct Sandbox {
     pub mode: SandboxMode,
     /// The `bwrap` program.
     pub bwrap: PathBuf,
-    /// The backend's state paths, relative to `$HOME` ([`Roots::state`]).
+    /// The backend's state paths, relative to `$HOME` or absolute ([`Roots::state`]).
     pub state: Vec<PathBuf>,
     /// The backend's variable prefixes ([`Roots::env_prefixes`]).
     pub env_prefixes: Vec<String>,

@@ -360,3 +360,77 @@ fn process_trees_hold_inside_the_sandbox() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The textkit stories pass with `--sandbox strict` as without it, with the real claude CLI
+/// against the scripted model on the host's loopback (reached through the allowlist:
+/// `ANTHROPIC_BASE_URL`'s host).
+#[test]
+fn real_claude_passes_the_textkit_stories_under_sandbox_strict() {
+    let test = "real_claude_passes_the_textkit_stories_under_sandbox_strict";
+    if !bwrap_or_skip(test) {
+        return;
+    }
+    let Some(claude) = crate::support_model::claude_bin_or_skip(test) else {
+        return;
+    };
+    let fx = crate::real_claude::Fixture::textkit();
+    let scenario = crate::support_model::example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--max-iter", "6", "--sandbox", "strict"],
+        &scenario,
+        "ralph",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(
+        fx.prd_passes().iter().all(|(_, p)| *p),
+        "{:?}",
+        fx.prd_passes()
+    );
+    let ledger = fx.ledger();
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r}");
+        assert_eq!(r["sandbox"], "strict", "{r}");
+    }
+}
+
+/// The same with the real codex CLI (its base URL comes from `$CODEX_HOME/config.toml`).
+#[test]
+fn real_codex_passes_the_textkit_stories_under_sandbox_strict() {
+    let test = "real_codex_passes_the_textkit_stories_under_sandbox_strict";
+    if !bwrap_or_skip(test) {
+        return;
+    }
+    let Some(codex) = crate::support_model::real_cli_or_skip("codex", test) else {
+        return;
+    };
+    let fx = crate::real_codex::Fixture::textkit();
+    let scenario = crate::support_model::example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(
+        &codex,
+        &[
+            "run",
+            "--agent",
+            "codex",
+            "--max-iter",
+            "6",
+            "--sandbox",
+            "strict",
+        ],
+        &scenario,
+        "ralph",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(
+        fx.prd_passes().iter().all(|(_, p)| *p),
+        "{:?}",
+        fx.prd_passes()
+    );
+    let ledger = crate::support_model::read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r}");
+        assert_eq!(r["sandbox"], "strict", "{r}");
+    }
+}
