@@ -103,7 +103,8 @@ impl Asker {
         let mut base_url = cfg.native.base_url.clone();
         let mut server = None;
         // A sandbox that cannot be built stops here, before any session.
-        let sandbox = crate::agent::sandbox::build(&cfg, probe.info())?;
+        let sandbox =
+            crate::agent::sandbox::build(&crate::run::preflight::sandbox_ask(&cfg), probe.info())?;
         if cfg.agent == AgentKind::Local && base_url.is_none() {
             let started = crate::run::session::start_local_server(&cfg, out).await?;
             base_url = Some(started.base_url());

@@ -79,7 +79,7 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
         None
     };
     // A sandbox that cannot be built stops the run here, before the first iteration.
-    let sandbox = agent::sandbox::build(cfg, info)?;
+    let sandbox = agent::sandbox::build(&sandbox_ask(cfg), info)?;
     Ok(Preflight {
         repo,
         paths,
@@ -299,5 +299,16 @@ mod tests {
             "US-001, US-002, US-003, US-004, US-005, US-006, US-007, US-008, US-009, US-010, and \
              2 more"
         );
+    }
+}
+
+/// What `cfg` asks of `--sandbox` (for [`agent::sandbox::build`]; `ask/` uses it too).
+pub fn sandbox_ask(cfg: &RunConfig) -> agent::sandbox::SandboxAsk {
+    agent::sandbox::SandboxAsk {
+        mode: cfg.sandbox,
+        allow_hosts: cfg.allow_hosts.clone(),
+        base_url: cfg.native.base_url.clone(),
+        api_key_env: cfg.native.api_key_env.clone(),
+        writable: cfg.sandbox_writable.clone(),
     }
 }
