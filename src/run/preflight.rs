@@ -261,6 +261,17 @@ pub fn shell_words(spec: &crate::process::SpawnSpec) -> String {
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
 }
 
+/// What `cfg` asks of `--sandbox` (for [`agent::sandbox::build`]; `ask/` uses it too).
+pub fn sandbox_ask(cfg: &RunConfig) -> agent::sandbox::SandboxAsk {
+    agent::sandbox::SandboxAsk {
+        mode: cfg.sandbox,
+        allow_hosts: cfg.allow_hosts.clone(),
+        base_url: cfg.native.base_url.clone(),
+        api_key_env: cfg.native.api_key_env.clone(),
+        writable: cfg.sandbox_writable.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,16 +310,5 @@ mod tests {
             "US-001, US-002, US-003, US-004, US-005, US-006, US-007, US-008, US-009, US-010, and \
              2 more"
         );
-    }
-}
-
-/// What `cfg` asks of `--sandbox` (for [`agent::sandbox::build`]; `ask/` uses it too).
-pub fn sandbox_ask(cfg: &RunConfig) -> agent::sandbox::SandboxAsk {
-    agent::sandbox::SandboxAsk {
-        mode: cfg.sandbox,
-        allow_hosts: cfg.allow_hosts.clone(),
-        base_url: cfg.native.base_url.clone(),
-        api_key_env: cfg.native.api_key_env.clone(),
-        writable: cfg.sandbox_writable.clone(),
     }
 }
