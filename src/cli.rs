@@ -647,8 +647,8 @@ pub struct RunArgs {
     /// API hosts and --allow-host). Default off. A sandbox that cannot be built stops the run.
     #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
     pub sandbox: Option<crate::protocol::SandboxMode>,
-    /// --sandbox strict: one more host the agent may reach (`host` or `host:port`, port 443 by
-    /// default), e.g. a package mirror; repeatable.
+    /// --sandbox strict: one more host the agent may reach (`host` for any port, `host:port`,
+    /// `*.domain`), e.g. a package mirror; repeatable.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
     /// --sandbox: one more path the agent and its checks may write (a package cache such as

@@ -174,6 +174,13 @@ pub async fn run(
     if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
         out.warn(format!("iteration {}: {problem}", record.iteration));
     }
+    if !record.refused_hosts.is_empty() {
+        out.warn(format!(
+            "iteration {}: --sandbox strict refused connections to {} (let one through with --allow-host HOST)",
+            record.iteration,
+            record.refused_hosts.join(", ")
+        ));
+    }
     Ok(Done {
         clean_at: written
             .tree_clean
