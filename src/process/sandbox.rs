@@ -77,6 +77,24 @@ pub const CA_ENV: &[&str] = &[
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
 ];
+/// Language toolchains under `$HOME`, bound read-only when they exist, so that the agent's and
+/// the checks' `python3`, `node`, `cargo` … resolve as outside (pyenv's shims need its
+/// versions, cargo's proxies need `~/.rustup`). Package caches that must be written (cargo's
+/// registry, npm's cache) are the user's to add with `sandbox_writable`.
+pub const TOOLCHAINS: &[&str] = &[
+    ".rustup",
+    ".cargo/bin",
+    ".pyenv",
+    ".nvm",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".asdf",
+    ".sdkman",
+    ".local/bin",
+    ".npm-global",
+    "go/bin",
+];
 /// Never passed, whatever prefix would let them in: `--push`'s token.
 pub const NEVER_ENV: &[&str] = &["RALPH_GIT_TOKEN"];
 
@@ -365,7 +383,12 @@ impl Roots {
                     .map(|p| h.join(p))
                     .filter(|p| p.exists())
                     .collect(),
-                vec![h.join(".gitconfig"), h.join(".config/git/config")],
+                [".gitconfig", ".config/git/config"]
+                    .iter()
+                    .chain(TOOLCHAINS)
+                    .map(|p| h.join(p))
+                    .filter(|p| p.exists())
+                    .collect(),
             ),
             None => (Vec::new(), Vec::new()),
         };
