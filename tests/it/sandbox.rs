@@ -434,3 +434,48 @@ fn real_codex_passes_the_textkit_stories_under_sandbox_strict() {
         assert_eq!(r["sandbox"], "strict", "{r}");
     }
 }
+
+/// `ralph doctor` says whether bubblewrap works; a sandbox ralph.toml or `RALPH_SANDBOX` asks
+/// for that cannot be built makes it NOT ready (exit 1), naming the fix.
+#[test]
+fn doctor_reports_whether_the_sandbox_can_be_built() {
+    if !bwrap_or_skip("doctor_reports_whether_the_sandbox_can_be_built") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = env
+        .ralph_cmd(&["doctor", "--agent", "claude", "--json"])
+        .env("RALPH_SANDBOX", "strict")
+        .output()
+        .expect("doctor");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    assert_eq!(doc["sandbox"]["configured"], "strict", "{doc}");
+    assert!(
+        doc["sandbox"]["bwrap"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("bwrap")),
+        "{doc}"
+    );
+    assert!(doc["sandbox"]["error"].is_null(), "{doc}");
+
+    let git_dir = env.root.path().join("gitonly");
+    std::fs::create_dir_all(&git_dir).expect("mkdir");
+    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
+    let out = env
+        .ralph_cmd(&["doctor", "--agent", "claude"])
+        .env("RALPH_SANDBOX", "fs")
+        .env(
+            "PATH",
+            format!("{}:{}", env.bin.display(), git_dir.display()),
+        )
+        .output()
+        .expect("doctor");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("bubblewrap (`bwrap`) is not installed")
+            && all.contains("apt-get install bubblewrap"),
+        "{all}"
+    );
+    assert!(all.contains("NOT ready"), "{all}");
+}
