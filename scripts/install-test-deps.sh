@@ -16,6 +16,7 @@ needs=(
   "git:git"
   "python3:python3"
   "bash:bash"
+  "bwrap:bubblewrap"
 )
 missing=()
 for pair in "${needs[@]}"; do

@@ -63,6 +63,20 @@ pub enum Command {
     /// Internal: one session of ralph's own tool loop (started by `ralph run`).
     #[command(name = "__native-agent", hide = true)]
     NativeAgent,
+    /// Internal: the network bridge inside a `--sandbox strict` sandbox (started by ralph).
+    #[command(name = "__bridge", hide = true)]
+    Bridge(BridgeArgs),
+}
+
+/// Arguments of `ralph __bridge` (see `process::egress::bridge`).
+#[derive(Debug, Args)]
+pub struct BridgeArgs {
+    /// A loopback port to serve inside and forward to the same port on the host's loopback.
+    #[arg(long = "forward", value_name = "PORT")]
+    pub forwards: Vec<u16>,
+    /// The agent's program and arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 /// Parses the command line like [`clap::Parser::parse`], printing clap's message and exiting
@@ -294,6 +308,16 @@ pub struct SessionArgs {
     /// The configuration file (default: ./ralph.toml when it exists).
     #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Run the agent inside bubblewrap, as `ralph run --sandbox` (off, fs, strict).
+    #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
+    pub sandbox: Option<crate::protocol::SandboxMode>,
+    /// --sandbox strict: one more host the agent may reach; repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    #[arg(long = "sandbox-writable", value_name = "PATH")]
+    pub sandbox_writable: Vec<PathBuf>,
 }
 
 impl SessionArgs {
@@ -304,6 +328,9 @@ impl SessionArgs {
             timeout: self.timeout,
             verbose: self.verbose,
             config: self.config.clone(),
+            sandbox: self.sandbox,
+            allow_hosts: self.allow_hosts.clone(),
+            sandbox_writable: self.sandbox_writable.clone(),
             ..RunArgs::default()
         }
     }
@@ -601,4 +628,18 @@ pub struct RunArgs {
     /// long before another may take the branch over.
     #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)]
     pub lease_ttl: Option<std::time::Duration>,
+    /// Run the agent and the verify commands inside bubblewrap: `fs` (system read-only, the
+    /// worktree writable, ralph's books read-only, $HOME hidden but for the agent's own state,
+    /// private /tmp and PID namespace) or `strict` (`fs`, and the network only to the agent's
+    /// API hosts and --allow-host). Default off. A sandbox that cannot be built stops the run.
+    #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
+    pub sandbox: Option<crate::protocol::SandboxMode>,
+    /// --sandbox strict: one more host the agent may reach (`host` for any port, `host:port`,
+    /// `*.domain`), e.g. a package mirror; repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    #[arg(long = "sandbox-writable", value_name = "PATH")]
+    pub sandbox_writable: Vec<PathBuf>,
 }

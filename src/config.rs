@@ -134,6 +134,12 @@ pub struct FileConfig {
     pub prd_guard: Option<PrdGuard>,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: Option<bool>,
+    /// `off` (default), `fs` or `strict`: run the agent and verify commands in bubblewrap.
+    pub sandbox: Option<crate::protocol::SandboxMode>,
+    /// `strict`: more hosts the agent may reach (`host` or `host:port`).
+    pub allow_hosts: Option<Vec<String>>,
+    /// `fs`/`strict`: more paths the agent and checks may write (a package cache).
+    pub sandbox_writable: Option<Vec<PathBuf>>,
     /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
     #[serde(default)]
     pub patterns: crate::agent::classify::ExtraPatterns,
@@ -313,6 +319,14 @@ pub struct RunConfig {
     pub unblock: bool,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: bool,
+    /// `--sandbox`: how the agent and the verify commands are confined.
+    pub sandbox: crate::protocol::SandboxMode,
+    /// `--allow-host` and `allow_hosts`: hosts a strict sandbox lets the agent reach, beyond its
+    /// backend's API hosts, as given (`host` or `host:port`).
+    pub allow_hosts: Vec<String>,
+    /// `--sandbox-writable` and `sandbox_writable`: more paths a sandboxed agent and its checks
+    /// may write, absolute (relative ones are taken from the directory ralph runs in).
+    pub sandbox_writable: Vec<PathBuf>,
     /// `--push`: the remote to push to after every checkpoint (`None`: never push).
     pub push: Option<String>,
     /// The deadline of a shutdown on SIGTERM, SIGINT or SIGHUP.
@@ -971,6 +985,19 @@ impl RunConfig {
             prd_guard: args.prd_guard.or(file.prd_guard).unwrap_or_default(),
             unblock: args.unblock,
             stop_on_block: args.stop_on_block || file.stop_on_block.unwrap_or(false),
+            sandbox: args.sandbox.or(file.sandbox).unwrap_or_default(),
+            allow_hosts: args
+                .allow_hosts
+                .iter()
+                .chain(file.allow_hosts.iter().flatten())
+                .cloned()
+                .collect(),
+            sandbox_writable: args
+                .sandbox_writable
+                .iter()
+                .chain(file.sandbox_writable.iter().flatten())
+                .map(|p| absolute(cwd, p))
+                .collect(),
             keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
             max_duration,
             patterns: file.patterns.clone(),

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         Command::Completions(args) => ralph::commands::completions::run(args),
         Command::Man(args) => ralph::commands::man::run(args),
         Command::NativeAgent => ralph::commands::native_agent::run(),
+        Command::Bridge(args) => ralph::commands::bridge::run(args),
     };
     match result {
         Ok(status) => status.into(),

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::agent::classify::Signal;
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
-use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia, SandboxNeeds};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -51,6 +51,14 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Amp::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[".config/amp", ".local/share/amp", ".cache/amp"],
+        env_prefixes: &["AMP_"],
+        hosts: &["ampcode.com:443"],
+        base_url_hosts: || crate::agent::registry::env_url_hosts(&["AMP_URL"]),
+        config_env: Vec::new,
+        state_vars: &[],
+    },
 };
 
 /// The amp backend. Stateless apart from its settings; each [`Backend::parser`] call returns a

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::agent::classify::Signal;
 use crate::agent::claude_login::{ApiKey, KeptBecause};
 use crate::agent::claude_shape::{self as shape, LastMessage, ResultLine};
-use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia, SandboxNeeds};
 use crate::agent::stream::{with_note, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -40,6 +40,18 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: traps,
     notes: |cx| vec![ApiKey::decide(cx.keep_api_key, &|var| cx.env(var)).describe()],
     build: |settings| Ok(Box::new(Claude::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[".claude", ".claude.json", ".config/claude"],
+        env_prefixes: &["ANTHROPIC_", "CLAUDE_", "DISABLE_", "MCP_", "IS_SANDBOX"],
+        hosts: &[
+            "api.anthropic.com:443",
+            "statsig.anthropic.com:443",
+            "console.anthropic.com:443",
+        ],
+        base_url_hosts: || crate::agent::registry::env_url_hosts(&["ANTHROPIC_BASE_URL"]),
+        config_env: Vec::new,
+        state_vars: &["CLAUDE_CONFIG_DIR"],
+    },
 };
 
 /// Variables removed from claude's environment. When ralph itself runs inside a Claude Code

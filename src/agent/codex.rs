@@ -33,7 +33,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
-use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia, SandboxNeeds};
 use crate::agent::stream::{json_object, tokens, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -57,7 +57,59 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Codex::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[".codex"],
+        env_prefixes: &["OPENAI_", "CODEX_", "RUST_LOG"],
+        hosts: &[
+            "api.openai.com:443",
+            "chatgpt.com:443",
+            "auth.openai.com:443",
+        ],
+        base_url_hosts: codex_base_url_hosts,
+        config_env: || codex_config_strings("env_key"),
+        state_vars: &["CODEX_HOME"],
+    },
 };
+/// Every string value of `key` anywhere in `$CODEX_HOME/config.toml` (default `~/.codex`).
+fn codex_config_strings(key: &str) -> Vec<String> {
+    fn walk(v: &toml::Value, key: &str, out: &mut Vec<String>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    match v {
+                        toml::Value::String(s) if k == key => out.push(s.clone()),
+                        _ => walk(v, key, out),
+                    }
+                }
+            }
+            toml::Value::Array(a) => a.iter().for_each(|v| walk(v, key, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    let home = std::env::var_os("CODEX_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".codex")));
+    if let Some(config) = home
+        .and_then(|h| std::fs::read_to_string(h.join("config.toml")).ok())
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+    {
+        walk(&toml::Value::Table(config), key, &mut found);
+    }
+    found
+}
+
+/// The hosts of every `base_url` in codex's config.toml, and of `OPENAI_BASE_URL`: where this
+/// machine points codex, which `--sandbox strict` must let it reach.
+fn codex_base_url_hosts() -> Vec<String> {
+    let mut hosts = crate::agent::registry::env_url_hosts(&["OPENAI_BASE_URL"]);
+    hosts.extend(
+        codex_config_strings("base_url")
+            .iter()
+            .filter_map(|u| crate::agent::registry::url_host(u)),
+    );
+    hosts
+}
 
 /// The arguments before the optional `-m MODEL` and the final `-` (read the prompt from stdin).
 ///

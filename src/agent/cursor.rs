@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use crate::agent::classify::{resume_at_from_text, Signal};
 use crate::agent::claude_shape::{self as shape, ResultLine};
-use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia, SandboxNeeds};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::SpawnSpec;
@@ -67,6 +67,14 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Cursor::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[".cursor", ".config/cursor"],
+        env_prefixes: &["CURSOR_"],
+        hosts: &["api2.cursor.sh:443", "api.cursor.com:443"],
+        base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
+    },
 };
 
 /// The prompt does not fit in one command-line argument.

@@ -39,7 +39,7 @@ use std::path::PathBuf;
 
 use crate::agent::classify::{is_limit_notice, Signal};
 use crate::agent::claude::ENV_REMOVED;
-use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia, SandboxNeeds};
 use crate::agent::stream::{Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -59,6 +59,7 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: no_traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Exec::new(settings)?)),
+    sandbox: SandboxNeeds::NONE,
 };
 
 /// Interpreters whose first argument (not a flag) is the script to run.

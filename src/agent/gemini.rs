@@ -32,7 +32,7 @@
 use serde_json::Value;
 
 use crate::agent::classify::Signal;
-use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia};
+use crate::agent::registry::{BackendInfo, DoctorContext, PromptVia, SandboxNeeds};
 use crate::agent::stream::{json_object, Dialect, Parser, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -56,6 +56,20 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Gemini::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[".gemini"],
+        env_prefixes: &["GEMINI_", "GOOGLE_"],
+        hosts: &[
+            "generativelanguage.googleapis.com:443",
+            "oauth2.googleapis.com:443",
+            "cloudcode-pa.googleapis.com:443",
+        ],
+        base_url_hosts: || {
+            crate::agent::registry::env_url_hosts(&["GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"])
+        },
+        config_env: Vec::new,
+        state_vars: &["GEMINI_CLI_HOME"],
+    },
 };
 
 /// Exit code of `FatalAuthenticationError` (no or bad credentials, an auth type the CLI refuses).

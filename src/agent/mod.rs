@@ -28,6 +28,7 @@ pub mod opencode;
 pub mod probe;
 pub mod registry;
 pub mod reset_time;
+pub mod sandbox;
 pub mod session;
 pub mod stream;
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia, SandboxNeeds};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 
 use crate::protocol::AgentEvent;
@@ -107,6 +107,22 @@ pub const NATIVE_INFO: BackendInfo = BackendInfo {
     doctor: no_traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| build(AgentKind::Native, settings),
+    sandbox: SandboxNeeds {
+        state: &[],
+        env_prefixes: &[
+            "OPENAI_",
+            "ANTHROPIC_",
+            "OPENROUTER_",
+            "GROQ_",
+            "GEMINI_",
+            "MISTRAL_",
+            "DEEPSEEK_",
+        ],
+        hosts: &[],
+        base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
+    },
 };
 
 /// Facts about the local backend: the native loop against a model ralph serves itself.

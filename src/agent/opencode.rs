@@ -52,7 +52,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::classify::{precedence, Signal};
-use crate::agent::registry::{no_traps, BackendInfo, PromptVia};
+use crate::agent::registry::{no_traps, BackendInfo, PromptVia, SandboxNeeds};
 use crate::agent::stream::{json_object, Dialect, Parser, StderrTail, StreamCore};
 use crate::agent::{AgentSettings, Backend, OutputParser};
 use crate::process::{strip_ansi, SpawnSpec};
@@ -75,6 +75,33 @@ pub const INFO: BackendInfo = BackendInfo {
     doctor: no_traps,
     notes: crate::agent::registry::no_notes,
     build: |settings| Ok(Box::new(Opencode::new(settings))),
+    sandbox: SandboxNeeds {
+        state: &[
+            ".config/opencode",
+            ".local/share/opencode",
+            ".local/state/opencode",
+            ".cache/opencode",
+        ],
+        env_prefixes: &[
+            "OPENCODE",
+            "ANTHROPIC_",
+            "OPENAI_",
+            "GEMINI_",
+            "GOOGLE_",
+            "OPENROUTER_",
+        ],
+        hosts: &[
+            "api.anthropic.com:443",
+            "api.openai.com:443",
+            "models.dev:443",
+            "opencode.ai:443",
+        ],
+        base_url_hosts: || {
+            crate::agent::registry::env_url_hosts(&["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"])
+        },
+        config_env: Vec::new,
+        state_vars: &["OPENCODE_CONFIG_DIR"],
+    },
 };
 
 /// The variable holding opencode's permission rules (a JSON object, merged over its config).

@@ -92,6 +92,76 @@ pub struct BackendInfo {
     pub notes: fn(&DoctorContext<'_>) -> Vec<String>,
     /// Builds the backend from `settings` (see [`crate::agent::backend`]).
     pub build: fn(AgentSettings) -> anyhow::Result<Box<dyn Backend>>,
+    /// What the agent needs inside `--sandbox` (its state, variables and API hosts).
+    pub sandbox: SandboxNeeds,
+}
+
+/// What a backend's agent needs inside `--sandbox fs|strict` (process/sandbox.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxNeeds {
+    /// Its state under `$HOME`, bound read-write onto the host copy so that a login or a token
+    /// refresh survives the iteration (`.claude`, `.claude.json`); a missing directory (no
+    /// dot-file extension) is created first.
+    pub state: &'static [&'static str],
+    /// Prefixes of the environment variables it reads (`ANTHROPIC_`, `CLAUDE_`).
+    pub env_prefixes: &'static [&'static str],
+    /// The API hosts `strict` lets it reach (`host` or `host:port`); the base URL it is pointed
+    /// at on this machine (an environment variable, its own config) is added by `base_url_hosts`.
+    pub hosts: &'static [&'static str],
+    /// The hosts of the base URLs this machine points it at (`ANTHROPIC_BASE_URL`,
+    /// `base_url` in `$CODEX_HOME/config.toml`), as `host:port`.
+    pub base_url_hosts: fn() -> Vec<String>,
+    /// The variables its configuration on this machine names as its keys (codex's
+    /// `env_key` of a custom provider), passed into the sandbox with its own.
+    pub config_env: fn() -> Vec<String>,
+    /// Variables naming a state directory elsewhere than under `$HOME` (`CODEX_HOME`,
+    /// `CLAUDE_CONFIG_DIR`): bound read-write too when set.
+    pub state_vars: &'static [&'static str],
+}
+
+impl SandboxNeeds {
+    /// Nothing: no state, no variables, no hosts (exec: what it needs is the user's to add).
+    pub const NONE: SandboxNeeds = SandboxNeeds {
+        state: &[],
+        env_prefixes: &[],
+        hosts: &[],
+        base_url_hosts: Vec::new,
+        config_env: Vec::new,
+        state_vars: &[],
+    };
+}
+
+/// `host:port` of a URL (`https://api.x.com/v1` → `api.x.com:443`), or `None` when it is not
+/// an http(s) URL.
+pub fn url_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    if authority.is_empty() {
+        return None;
+    }
+    let has_port = match authority.rfind(']') {
+        Some(close) => authority[close..].contains(':'),
+        None => authority.contains(':'),
+    };
+    Some(if has_port {
+        authority.to_ascii_lowercase()
+    } else {
+        format!("{}:{default_port}", authority.to_ascii_lowercase())
+    })
+}
+
+/// The hosts of the URLs in the environment variables `vars` that are set.
+pub fn env_url_hosts(vars: &[&str]) -> Vec<String> {
+    vars.iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .filter_map(|u| url_host(&u))
+        .collect()
 }
 
 impl BackendInfo {

@@ -11,7 +11,9 @@
 //! - every output line redacted ([`crate::redact`]) before the parser, the transcript or an
 //!   output sees it, and the report's texts redacted again after the parser;
 //! - the user's extra error patterns (`[patterns]` in ralph.toml) applied to the report;
-//! - after the agent exits, whatever still carries its tag is killed (the stray kill).
+//! - after the agent exits, whatever still carries its tag is killed (the stray kill);
+//! - `--sandbox fs|strict`: the decorated process wrapped in bubblewrap
+//!   ([`crate::process::sandbox`]), its environment cut down to an allowlist.
 //!
 //! The process itself is started by [`crate::process::run`] (only `process/` spawns).
 
@@ -100,6 +102,8 @@ pub struct Session<'a> {
     pub stop: &'a process::StopSignals,
     /// The user's extra error patterns.
     pub patterns: &'a ExtraPatterns,
+    /// `--sandbox`: the sandbox the agent runs in (`None`: off).
+    pub sandbox: Option<&'a process::sandbox::Sandbox>,
 }
 
 /// One line as the caller sees it: already redacted, with the events the parser read from it.
@@ -143,8 +147,13 @@ pub async fn run_session(
         limits,
         stop,
         patterns,
+        sandbox,
     } = session;
     decorate(&mut spec, &tag);
+    // After the decoration: the tag and the environment go into the sandbox with the agent.
+    if let Some(sandbox) = sandbox {
+        spec = sandbox.apply(spec);
+    }
     let redactor = crate::redact::current();
     let parser_ref = &mut parser;
     let process = process::run(spec, limits, stop, on_spawn, |mut line| {

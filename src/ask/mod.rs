@@ -59,6 +59,8 @@ pub struct Asker {
     /// `sessions`.
     session_id: String,
     sessions: std::sync::atomic::AtomicU32,
+    /// `--sandbox`: the sandbox of every session (`None`: off).
+    sandbox: Option<crate::process::sandbox::Sandbox>,
 }
 
 impl Asker {
@@ -100,11 +102,15 @@ impl Asker {
         }
         let mut base_url = cfg.native.base_url.clone();
         let mut server = None;
+        // A sandbox that cannot be built stops here, before any session.
+        let sandbox =
+            crate::agent::sandbox::build(&crate::run::preflight::sandbox_ask(&cfg), probe.info())?;
         if cfg.agent == AgentKind::Local && base_url.is_none() {
             let started = crate::run::session::start_local_server(&cfg, out).await?;
             base_url = Some(started.base_url());
             server = Some(started);
         }
+        crate::agent::sandbox::allow_url(sandbox.as_ref(), base_url.as_deref());
         Ok(Asker {
             cfg,
             paths,
@@ -117,6 +123,7 @@ impl Asker {
                 chrono::Utc::now().timestamp_millis()
             ),
             sessions: std::sync::atomic::AtomicU32::new(0),
+            sandbox,
         })
     }
 
@@ -173,6 +180,7 @@ impl Asker {
             limits: &limits,
             stop: &self.stop,
             patterns: &cfg.patterns,
+            sandbox: self.sandbox.as_ref(),
         };
         let SessionEnd {
             process: outcome,

@@ -27,6 +27,7 @@ use crate::config::FileConfig;
 use crate::local::setup::{self as local_setup, ModelState};
 use crate::protocol::AgentKind;
 use crate::protocol::ExitStatus;
+use crate::protocol::SandboxMode;
 
 /// What doctor found for one backend.
 #[derive(Debug, Serialize)]
@@ -108,11 +109,15 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         Some(f) => f.error.is_none(),
         None => look(configured).error.is_none(),
     };
+    let sandbox = examine_sandbox(&file);
+    // A sandbox ralph.toml or RALPH_SANDBOX asks for must work, or `ralph run` would stop.
+    let configured_ok = configured_ok && (!sandbox.configured.is_on() || sandbox.error.is_none());
 
     if args.json {
         let doc = serde_json::json!({
             "agents": findings,
             "configured": configured.as_str(),
+            "sandbox": sandbox,
             "ok": configured_ok,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -120,6 +125,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         for f in &findings {
             print_finding(f);
         }
+        print_sandbox(&sandbox);
         let verdict = if configured_ok {
             style("ready").green()
         } else {
@@ -402,4 +408,54 @@ fn examine_local(cx: &DoctorContext<'_>, file: &FileConfig) -> Finding {
         },
     }
     f
+}
+
+/// Whether `--sandbox` can be built here (bubblewrap present and allowed to make namespaces).
+#[derive(Debug, Serialize)]
+struct SandboxFinding {
+    /// The mode ralph.toml or `RALPH_SANDBOX` asks for.
+    configured: SandboxMode,
+    /// Where bwrap is (`None`: not found, or it cannot build a sandbox).
+    bwrap: Option<PathBuf>,
+    /// Why `fs`/`strict` cannot be used here, with the fix.
+    error: Option<String>,
+}
+
+fn examine_sandbox(file: &FileConfig) -> SandboxFinding {
+    let configured = std::env::var("RALPH_SANDBOX")
+        .ok()
+        .and_then(|v| <SandboxMode as clap::ValueEnum>::from_str(&v, true).ok())
+        .or(file.sandbox)
+        .unwrap_or_default();
+    match crate::process::sandbox::probe() {
+        Ok(bwrap) => SandboxFinding {
+            configured,
+            bwrap: Some(bwrap),
+            error: None,
+        },
+        Err(error) => SandboxFinding {
+            configured,
+            bwrap: None,
+            error: Some(error),
+        },
+    }
+}
+
+fn print_sandbox(s: &SandboxFinding) {
+    println!(
+        "{:<9} --sandbox {} (configured)",
+        style("sandbox").bold(),
+        s.configured.as_str()
+    );
+    match (&s.bwrap, &s.error) {
+        (Some(path), _) => println!(
+            "          {} bubblewrap works: {} (fs and strict available)",
+            style("✓").green(),
+            path.display()
+        ),
+        (None, Some(e)) if s.configured.is_on() => println!("          {} {e}", style("✗").red()),
+        (None, Some(e)) => println!("          {} {e}", style("·").dim()),
+        (None, None) => {}
+    }
+    println!();
 }

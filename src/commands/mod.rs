@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `run(args) -> anyhow::Result<ExitStatus>`.
 
 pub mod archive;
+pub mod bridge;
 pub mod completions;
 pub mod convert;
 pub mod doctor;

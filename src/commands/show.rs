@@ -512,6 +512,12 @@ fn checks(out: &mut String, r: &LedgerRecord) {
             let _ = writeln!(out, "  pid {} `{}` ({when})", s.pid, s.command);
         }
     }
+    if r.sandbox.is_on() {
+        let _ = writeln!(out, "\nsandbox  {}", r.sandbox.as_str());
+        if !r.refused_hosts.is_empty() {
+            let _ = writeln!(out, "  refused connections: {}", r.refused_hosts.join(", "));
+        }
+    }
 }
 
 fn changes(out: &mut String, r: &LedgerRecord, repo: Option<&Repo>, diff: bool) {

@@ -22,6 +22,10 @@
 //! - killing means the whole group, plus descendants that left it with `setsid` and are still
 //!   linked by `/proc` parent links (Linux, best effort); no live process of the group outlives
 //!   [`run`] or [`capture`], nor a [`Service`] that was stopped or dropped.
+//! - under `--sandbox` ([`sandbox`]) the group is bwrap's; the agent runs in a new session and
+//!   PID namespace below it, reached by the `/proc` descendant walk and the agent tag (host
+//!   pids, readable environments), and the whole namespace dies with its init when the agent
+//!   exits or bwrap is killed (`--die-with-parent`).
 //!
 //! CONTRACT of [`run`]:
 //! - stdin is the prompt bytes (written in full, then closed) or `/dev/null`, stdout and stderr
@@ -44,9 +48,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod capture;
+pub mod egress;
 mod group;
 mod lines;
 pub mod pager;
+pub mod sandbox;
 mod service;
 mod spawn;
 mod supervise;

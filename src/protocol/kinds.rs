@@ -93,3 +93,46 @@ pub enum PrdGuard {
     /// The same, and put prd.json back as it was, except the current story's passes/notes.
     Restore,
 }
+
+/// How far ralph confines the agent and the verify commands (`--sandbox`, `sandbox` in
+/// ralph.toml), built with bubblewrap (`bwrap`). Recorded per iteration in the ledger.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    ValueEnum,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// No sandbox: the agent runs as the user, with the user's files and network.
+    #[default]
+    Off,
+    /// The system read-only, the worktree read-write, ralph's books read-only, `$HOME` hidden
+    /// but for the backend's own state, a private `/tmp` and PID namespace.
+    Fs,
+    /// `fs`, and the network limited to the backend's API hosts and `--allow-host` through an
+    /// egress proxy owned by ralph.
+    Strict,
+}
+
+impl SandboxMode {
+    /// The name used on the command line, in ralph.toml and in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::Fs => "fs",
+            SandboxMode::Strict => "strict",
+        }
+    }
+
+    /// Whether a sandbox is asked for (`fs` or `strict`).
+    pub fn is_on(self) -> bool {
+        self != SandboxMode::Off
+    }
+}

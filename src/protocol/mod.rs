@@ -30,7 +30,7 @@ pub mod usage;
 
 pub use agent_event::{AgentEvent, AgentReport, FailureClass};
 pub use exit::{ExitStatus, Retry};
-pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, ToolMode};
+pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, SandboxMode, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{
     CriteriaProposal, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,

@@ -171,6 +171,17 @@ pub struct LedgerRecord {
     /// the stories it marked passing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub checked_at_restart: bool,
+    /// `--sandbox`: how the agent and its checks were confined (absent: `off`).
+    #[serde(default, skip_serializing_if = "is_sandbox_off")]
+    pub sandbox: super::kinds::SandboxMode,
+    /// `--sandbox strict`: the hosts (`host:port`) the agent or its checks tried to reach and
+    /// the egress proxy refused, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_hosts: Vec<String>,
+}
+
+fn is_sandbox_off(mode: &super::kinds::SandboxMode) -> bool {
+    !mode.is_on()
 }
 
 /// How a `--push` after an iteration went.
@@ -454,6 +465,8 @@ impl LedgerRecord {
             from_git: false,
             strays: Vec::new(),
             checked_at_restart: false,
+            sandbox: super::kinds::SandboxMode::Off,
+            refused_hosts: Vec::new(),
         }
     }
 

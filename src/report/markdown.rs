@@ -78,6 +78,22 @@ fn render_raw(r: &Report) -> String {
             escape(&c.reason)
         );
     }
+    let refused: Vec<String> = r
+        .iterations
+        .iter()
+        .filter(|c| !c.record.refused_hosts.is_empty())
+        .map(|c| {
+            format!(
+                "- #{} (--sandbox {}): {}",
+                c.record.iteration,
+                c.record.sandbox.as_str(),
+                c.record.refused_hosts.join(", ")
+            )
+        })
+        .collect();
+    if !refused.is_empty() {
+        let _ = writeln!(out, "\n### Refused connections\n\n{}", refused.join("\n"));
+    }
     if !r.patterns.is_empty() {
         let _ = writeln!(out, "\n### Codebase Patterns\n\n{}", r.patterns);
     }

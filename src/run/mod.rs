@@ -269,6 +269,7 @@ fn contexts<'a>(
             warned_unpriced: Default::default(),
             warned_prompt_size: Default::default(),
             remote,
+            sandbox: a.sandbox.as_ref(),
         })
         .collect()
 }

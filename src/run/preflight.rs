@@ -40,6 +40,9 @@ pub struct AgentSetup {
     pub agent_words: String,
     /// Its CLI's `--version`, when it answered.
     pub agent_version: Option<String>,
+    /// `--sandbox`: its sandbox, built for its backend (bwrap works, strict's proxy runs with
+    /// this backend's hosts); `None`: off.
+    pub sandbox: Option<crate::process::sandbox::Sandbox>,
 }
 
 impl Preflight {
@@ -116,6 +119,8 @@ fn setup_agent(cfg: &RunConfig, paths: &RunPaths, out: &mut Outputs) -> anyhow::
     } else {
         None
     };
+    // A sandbox that cannot be built stops the run here, before the first iteration.
+    let sandbox = agent::sandbox::build(&sandbox_ask(cfg), info)?;
     Ok(AgentSetup {
         name: cfg.agent.as_str().to_owned(),
         cfg: cfg.clone(),
@@ -123,6 +128,7 @@ fn setup_agent(cfg: &RunConfig, paths: &RunPaths, out: &mut Outputs) -> anyhow::
         backend,
         agent_words: shell_words(&probe),
         agent_version,
+        sandbox,
     })
 }
 
@@ -294,6 +300,17 @@ pub fn shell_words(spec: &crate::process::SpawnSpec) -> String {
     let mut words = vec![spec.program.display().to_string()];
     words.extend(spec.args.iter().cloned());
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+/// What `cfg` asks of `--sandbox` (for [`agent::sandbox::build`]; `ask/` uses it too).
+pub fn sandbox_ask(cfg: &RunConfig) -> agent::sandbox::SandboxAsk {
+    agent::sandbox::SandboxAsk {
+        mode: cfg.sandbox,
+        allow_hosts: cfg.allow_hosts.clone(),
+        base_url: cfg.native.base_url.clone(),
+        api_key_env: cfg.native.api_key_env.clone(),
+        writable: cfg.sandbox_writable.clone(),
+    }
 }
 
 #[cfg(test)]

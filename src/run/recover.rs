@@ -33,6 +33,7 @@ pub async fn recover(
     state: &mut State,
     cfg: &RunConfig,
     stop: &StopSignals,
+    sandbox: Option<&crate::process::sandbox::Sandbox>,
     out: &mut Outputs,
 ) -> anyhow::Result<Vec<Feedback>> {
     let Some(flight) = state.in_flight.clone() else {
@@ -61,7 +62,7 @@ pub async fn recover(
     let judged = if recorded {
         Judged::default()
     } else {
-        judge_passes(paths, &flight, cfg, stop, state, out).await?
+        judge_passes(paths, &flight, cfg, (stop, sandbox), state, out).await?
     };
     let mut feedback = Vec::new();
     if !recorded {
@@ -192,7 +193,7 @@ async fn judge_passes(
     paths: &RunPaths,
     flight: &InFlight,
     cfg: &RunConfig,
-    stop: &StopSignals,
+    (stop, sandbox): (&StopSignals, Option<&crate::process::sandbox::Sandbox>),
     state: &mut State,
     out: &mut Outputs,
 ) -> anyhow::Result<Judged> {
@@ -223,6 +224,7 @@ async fn judge_passes(
         repo_root: &paths.repo_root,
         stop,
         tag: agent_tag(&flight.run_id, flight.iteration),
+        sandbox,
     };
     for (id, command) in flipped {
         let Some(command) = command else {

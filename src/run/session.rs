@@ -124,7 +124,18 @@ pub async fn open(
         state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
     }
     let mut pending = Pending::default();
-    pending.add(super::recover::recover(&pre.repo, &paths, &mut state, cfg, stop, out).await?);
+    pending.add(
+        super::recover::recover(
+            &pre.repo,
+            &paths,
+            &mut state,
+            cfg,
+            stop,
+            pre.primary().sandbox.as_ref(),
+            out,
+        )
+        .await?,
+    );
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
     // trailers remember them.
     state.iteration = state
@@ -196,6 +207,7 @@ pub async fn open(
     {
         let server = start_local_server(&agent.cfg, out).await?;
         agent.backend = build_backend(&agent.cfg, &paths, Some(server.base_url()))?;
+        crate::agent::sandbox::allow_url(agent.sandbox.as_ref(), Some(&server.base_url()));
         session.local_server = Some(server);
     }
     Ok(session)

@@ -39,6 +39,7 @@ mod real_opencode;
 mod report_browser;
 mod run_cases;
 mod run_pipeline;
+mod sandbox;
 mod scale_out;
 mod secrets;
 mod slurm;

@@ -19,15 +19,15 @@ use crate::support_model::{
 const DEADLINE: Duration = Duration::from_secs(600);
 
 /// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR.
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
     root: PathBuf,
-    repo: PathBuf,
+    pub(crate) repo: PathBuf,
     sandbox: PathBuf,
 }
 
 impl Fixture {
-    fn textkit() -> Fixture {
+    pub(crate) fn textkit() -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().to_owned();
         let repo = root.join("textkit");
@@ -58,7 +58,7 @@ impl Fixture {
     }
 
     /// `ralph run --agent claude ARGS…` with the real CLI, under the scripted model.
-    fn ralph_with_model(
+    pub(crate) fn ralph_with_model(
         &self,
         claude: &Path,
         args: &[&str],
@@ -74,11 +74,11 @@ impl Fixture {
     }
 
     /// `.ralph/ledger.jsonl`, one value per iteration.
-    fn ledger(&self) -> Vec<Value> {
+    pub(crate) fn ledger(&self) -> Vec<Value> {
         read_jsonl(&self.repo.join(".ralph/ledger.jsonl"))
     }
 
-    fn prd_passes(&self) -> Vec<(String, bool)> {
+    pub(crate) fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
         )

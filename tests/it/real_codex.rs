@@ -213,16 +213,16 @@ fn model_port() -> u16 {
 
 /// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR
 /// whose `.codex/config.toml` points codex at the scripted model.
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
     root: PathBuf,
-    repo: PathBuf,
+    pub(crate) repo: PathBuf,
     sandbox: PathBuf,
     port: u16,
 }
 
 impl Fixture {
-    fn textkit() -> Fixture {
+    pub(crate) fn textkit() -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().to_owned();
         let repo = root.join("textkit");
@@ -248,7 +248,7 @@ impl Fixture {
     /// Runs `ralph args…` (cwd = the repo, hermetic env, `RALPH_AGENT_PROGRAM=codex`) under
     /// `ralph-scripted-model --scenario S --port P --log L --`, both in one network namespace
     /// when available.
-    fn ralph_with_model(
+    pub(crate) fn ralph_with_model(
         &self,
         codex: &Path,
         args: &[&str],
@@ -283,7 +283,7 @@ impl Fixture {
         out
     }
 
-    fn prd_passes(&self) -> Vec<(String, bool)> {
+    pub(crate) fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
         )

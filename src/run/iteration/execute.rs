@@ -55,6 +55,7 @@ pub async fn execute(
         limits,
         stop: cx.stop,
         patterns: &cx.cfg.patterns,
+        sandbox: cx.sandbox,
     };
     let run_result = {
         let state_ref = &mut *state;

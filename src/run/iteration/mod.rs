@@ -63,6 +63,8 @@ pub struct Cx<'a> {
     pub warned_prompt_size: std::sync::atomic::AtomicBool,
     /// `--push`: the remote each checkpoint is pushed to.
     pub remote: Option<&'a crate::remote::Remote>,
+    /// `--sandbox`: the sandbox of the agent and the verify commands (`None`: off).
+    pub sandbox: Option<&'a crate::process::sandbox::Sandbox>,
 }
 
 /// What an iteration hands back to the loop.
@@ -177,6 +179,13 @@ pub async fn run(
     if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
         out.warn(format!("iteration {}: {problem}", record.iteration));
     }
+    if !record.refused_hosts.is_empty() {
+        out.warn(format!(
+            "iteration {}: --sandbox strict refused connections to {} (let one through with --allow-host HOST)",
+            record.iteration,
+            record.refused_hosts.join(", ")
+        ));
+    }
     Ok(Done {
         clean_at: written
             .tree_clean
@@ -239,6 +248,11 @@ fn draft(
     r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
     r.criteria_proposals = obs.criteria_proposals.clone();
     r.strays = e.strays.iter().chain(&obs.strays).cloned().collect();
+    if let Some(sandbox) = cx.sandbox {
+        r.sandbox = sandbox.mode;
+        // The agent's and its checks' refusals, since the last iteration took them.
+        r.refused_hosts = sandbox.take_refused();
+    }
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
     Draft {

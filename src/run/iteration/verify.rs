@@ -36,6 +36,7 @@ pub async fn run(
         repo_root: &cx.paths.repo_root,
         stop: cx.stop,
         tag: process::agent_tag(cx.run_id, iteration),
+        sandbox: cx.sandbox,
     };
     check.run(command, story_id).await
 }
@@ -51,6 +52,8 @@ pub struct Check<'a> {
     pub stop: &'a StopSignals,
     /// The iteration's process tag ([`process::agent_tag`]).
     pub tag: String,
+    /// `--sandbox`: checks run agent-written code, in the agent's sandbox (`None`: off).
+    pub sandbox: Option<&'a process::sandbox::Sandbox>,
 }
 
 impl Check<'_> {
@@ -73,6 +76,9 @@ impl Check<'_> {
         // The agent's treatment: its tag, no `--push` token, git's housekeeping in the
         // foreground (agent/session.rs).
         crate::agent::session::decorate(&mut spec, &self.tag);
+        if let Some(sandbox) = self.sandbox {
+            spec = sandbox.apply(spec);
+        }
         run_spec(self, spec, command, story_id).await
     }
 }

@@ -1,0 +1,802 @@
+//! `--sandbox fs|strict`: the agent and the verify commands run inside bubblewrap (`bwrap`).
+//!
+//! [`wrap`] is pure: it turns a [`SpawnSpec`] into the spec of `bwrap … -- <program> <args>`
+//! from the paths in [`Roots`]. [`Roots::discover`] finds those paths (the git directories, the
+//! run branch, ralph's books) and [`probe`] says whether bwrap works on this machine.
+//!
+//! The mount table, in bwrap's order (a later mount covers an earlier one):
+//! 1. `/` read-only, a fresh `/dev` and `/proc` (of the new PID namespace), a private `/tmp`,
+//!    the user's `sandbox_writable` paths read-write;
+//! 2. `$HOME` an empty tmpfs, then the backend's state paths (`~/.claude`, `~/.codex`, …)
+//!    bound read-write onto the host copies (a token refresh lands there) and `~/.gitconfig`
+//!    read-only (the agent's commits keep the user's name);
+//! 3. the worktree read-write;
+//! 4. git: the git directory read-write (git writes `index.lock` and `COMMIT_EDITMSG` beside
+//!    it), then read-only again: `config`, `hooks`, `info`, `HEAD`, `packed-refs`, `refs`
+//!    (ralph's `refs/ralph/*` pins, tags and other branches), and read-write again the
+//!    directory holding the run branch's ref (`refs/heads/<branch>` and its `.lock`). A linked
+//!    worktree's common directory gets `objects`, `logs` and the branch's ref directory. So an
+//!    agent can commit on the run branch, and cannot add a hook or a remote, move `HEAD` or
+//!    touch ralph's refs;
+//! 5. ralph's books (`.ralph/`) read-only;
+//! 6. strict: the egress proxy's unix socket at [`PROXY_SOCKET`].
+//!
+//! Then `--unshare-pid` (the agent cannot see or signal ralph), `--unshare-net` (strict: only
+//! loopback), `--new-session` (no `TIOCSTI` into ralph's terminal), `--die-with-parent`, and
+//! `--cap-drop ALL` (as root, bwrap otherwise keeps every capability, and a root agent could
+//! remount `/` read-write).
+//!
+//! The environment is an allowlist ([`allowed_env`]): PATH, HOME, the user and locale names,
+//! TERM, proxies and CA bundles (fs), `RALPH_*` but for `RALPH_GIT_TOKEN`, and the backend's
+//! own prefixes; every other inherited variable is removed.
+
+use std::path::{Path, PathBuf};
+
+use crate::protocol::SandboxMode;
+
+use super::SpawnSpec;
+
+/// Where the egress proxy's unix socket appears inside a strict sandbox (in its private /tmp).
+pub const PROXY_SOCKET: &str = "/tmp/.ralph-egress.sock";
+/// The loopback port inside a strict sandbox where the bridge takes proxy connections
+/// (`HTTPS_PROXY=http://127.0.0.1:<port>`).
+pub const PROXY_PORT: u16 = 3128;
+
+/// Inherited variables that pass into every sandbox by exact name.
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+];
+/// Inherited variables that pass by prefix: the locale, ralph's own settings.
+pub const BASE_PREFIXES: &[&str] = &["LC_", "RALPH_", "XDG_CONFIG_HOME", "XDG_DATA_HOME"];
+/// Inherited variables that pass in `fs` mode only: the user's proxies and CA bundles (strict
+/// sets its own proxy).
+pub const FS_ONLY_ENV: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+];
+/// CA bundle variables, passed in both modes (a corporate CA must keep working).
+pub const CA_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+];
+/// Language toolchains under `$HOME`, bound read-only when they exist, so that the agent's and
+/// the checks' `python3`, `node`, `cargo` … resolve as outside (pyenv's shims need its
+/// versions, cargo's proxies need `~/.rustup`). Package caches that must be written (cargo's
+/// registry, npm's cache) are the user's to add with `sandbox_writable`.
+pub const TOOLCHAINS: &[&str] = &[
+    ".rustup",
+    ".cargo/bin",
+    ".pyenv",
+    ".nvm",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".asdf",
+    ".sdkman",
+    ".local/bin",
+    ".npm-global",
+    "go/bin",
+];
+/// Never passed, whatever prefix would let them in: `--push`'s token.
+pub const NEVER_ENV: &[&str] = &["RALPH_GIT_TOKEN"];
+
+/// The paths and facts [`wrap`] builds the sandbox from. Absolute paths throughout.
+#[derive(Debug, Clone, Default)]
+pub struct Roots {
+    /// The `bwrap` program.
+    pub bwrap: PathBuf,
+    /// The worktree (read-write; the agent's working directory is in it).
+    pub worktree: PathBuf,
+    /// The git directory of the worktree (`.git`, or `<common>/worktrees/<name>`), when it is
+    /// a repository.
+    pub git_dir: Option<PathBuf>,
+    /// The common git directory (the same as `git_dir` outside linked worktrees).
+    pub git_common_dir: Option<PathBuf>,
+    /// The run branch's full ref (`refs/heads/ralph/x`), when HEAD is on a branch.
+    pub branch_ref: Option<String>,
+    /// ralph's books (the `.ralph/` directory), bound read-only.
+    pub books: Vec<PathBuf>,
+    /// `$HOME`, hidden behind an empty tmpfs.
+    pub home: Option<PathBuf>,
+    /// The backend's state paths under `$HOME` that exist on the host, bound read-write.
+    pub state: Vec<PathBuf>,
+    /// Paths under `$HOME` bound read-only when they exist (`~/.gitconfig`).
+    pub home_readable: Vec<PathBuf>,
+    /// More paths bound read-only (an agent program a private /tmp or the hidden home would
+    /// hide).
+    pub extra_readable: Vec<PathBuf>,
+    /// Links created inside, `(target, link)`: an agent program reached through a link in a
+    /// hidden place.
+    pub links: Vec<(PathBuf, PathBuf)>,
+    /// The user's extra writable paths (`sandbox_writable`: a package cache, a shared
+    /// directory), bound read-write before `$HOME` is hidden (so one holding `$HOME` does not
+    /// show it).
+    pub writable: Vec<PathBuf>,
+    /// The names of every variable in ralph's environment.
+    pub inherited: Vec<String>,
+    /// The backend's own variable prefixes (`ANTHROPIC_`, `CLAUDE_`, …).
+    pub env_prefixes: Vec<String>,
+    /// strict: the egress proxy's socket on the host and the loopback ports the bridge forwards
+    /// to the same port on the host (a model server on the host's loopback).
+    pub egress: Option<EgressEnd>,
+}
+
+/// The host end of a strict sandbox's network (see [`Roots::egress`]).
+#[derive(Debug, Clone, Default)]
+pub struct EgressEnd {
+    /// The proxy's unix socket on the host.
+    pub socket: PathBuf,
+    /// The ralph executable that runs the bridge inside (`ralph __bridge`).
+    pub ralph: PathBuf,
+    /// Loopback ports forwarded to the host's loopback (allowed `127.0.0.1:<port>` hosts).
+    pub forwards: Vec<u16>,
+}
+
+/// The sandboxed spec of `spec` in `mode` (see the module docs). `Off` returns `spec`
+/// unchanged. The program, arguments, working directory and stdin are kept; the environment
+/// is cut down to [`allowed_env`].
+pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
+    if !mode.is_on() {
+        return spec;
+    }
+    let mut a = Args::default();
+    a.push(["--ro-bind", "/", "/"]);
+    a.push(["--dev", "/dev"]);
+    a.push(["--proc", "/proc"]);
+    a.push(["--tmpfs", "/tmp"]);
+    for path in &roots.writable {
+        a.path2("--bind-try", path);
+    }
+    if let Some(home) = &roots.home {
+        a.path1("--tmpfs", home);
+        for path in &roots.state {
+            a.path2("--bind", path);
+        }
+        for path in &roots.home_readable {
+            a.path2("--ro-bind-try", path);
+        }
+    }
+    for path in &roots.extra_readable {
+        a.path2("--ro-bind-try", path);
+    }
+    for (target, link) in &roots.links {
+        a.args.push("--symlink".into());
+        a.args.push(target.to_string_lossy().into_owned());
+        a.args.push(link.to_string_lossy().into_owned());
+    }
+    a.path2("--bind", &roots.worktree);
+    git_mounts(&mut a, roots);
+    for books in &roots.books {
+        a.path2("--ro-bind-try", books);
+    }
+    if mode == SandboxMode::Strict {
+        if let Some(egress) = &roots.egress {
+            a.args.push("--bind".into());
+            a.args.push(egress.socket.to_string_lossy().into_owned());
+            a.args.push(PROXY_SOCKET.into());
+        }
+        a.push(["--unshare-net"]);
+    }
+    a.push(["--unshare-pid", "--new-session", "--die-with-parent"]);
+    a.push(["--cap-drop", "ALL"]);
+    if !spec.cwd.as_os_str().is_empty() {
+        a.path1("--chdir", &spec.cwd);
+    }
+    a.push(["--"]);
+    if let (SandboxMode::Strict, Some(egress)) = (mode, &roots.egress) {
+        a.args.push(egress.ralph.to_string_lossy().into_owned());
+        a.args.push(BRIDGE_SUBCOMMAND.into());
+        for port in &egress.forwards {
+            a.args.push(format!("--forward={port}"));
+        }
+        a.args.push("--".into());
+    }
+    a.args.push(spec.program.to_string_lossy().into_owned());
+    a.args.extend(spec.args.iter().cloned());
+
+    let (env_remove, mut env_set) = allowed_env(&spec, mode, roots);
+    if mode == SandboxMode::Strict {
+        let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            env_set.retain(|(n, _)| n != name);
+            env_set.push((name.to_owned(), proxy.clone()));
+        }
+        // The loopback is the sandbox's own: the forwarded ports answer there directly.
+        for name in ["NO_PROXY", "no_proxy"] {
+            env_set.retain(|(n, _)| n != name);
+            env_set.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+        }
+    }
+    SpawnSpec {
+        program: roots.bwrap.clone(),
+        args: a.args,
+        cwd: spec.cwd,
+        env_remove,
+        env_set,
+        stdin: spec.stdin,
+    }
+}
+
+/// The hidden subcommand that runs the strict sandbox's bridge (`ralph __bridge`).
+pub const BRIDGE_SUBCOMMAND: &str = "__bridge";
+
+/// The environment of a sandboxed spec: `(removed, set)`. Every inherited name that is not
+/// allowed is removed (with the spec's own removals); the spec's own settings are kept, but for
+/// [`NEVER_ENV`]. Allowed: [`BASE_ENV`], [`BASE_PREFIXES`], [`CA_ENV`], [`FS_ONLY_ENV`] in `fs`
+/// mode, and the backend's [`Roots::env_prefixes`].
+pub fn allowed_env(
+    spec: &SpawnSpec,
+    mode: SandboxMode,
+    roots: &Roots,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let allowed = |name: &str| {
+        !NEVER_ENV.contains(&name)
+            && !spec.env_remove.iter().any(|r| r == name)
+            && (BASE_ENV.contains(&name)
+                || CA_ENV.contains(&name)
+                || (mode == SandboxMode::Fs && FS_ONLY_ENV.contains(&name))
+                || BASE_PREFIXES.iter().any(|p| name.starts_with(p))
+                || roots
+                    .env_prefixes
+                    .iter()
+                    .any(|p| name.starts_with(p.as_str())))
+    };
+    let mut removed: Vec<String> = roots
+        .inherited
+        .iter()
+        .filter(|name| !allowed(name))
+        .cloned()
+        .collect();
+    for name in &spec.env_remove {
+        if !removed.contains(name) {
+            removed.push(name.clone());
+        }
+    }
+    for name in NEVER_ENV {
+        if !removed.iter().any(|r| r == name) {
+            removed.push((*name).to_owned());
+        }
+    }
+    // Temporary directories of the host are not there: the private /tmp is.
+    for name in ["TMPDIR", "TMP", "TEMP"] {
+        if roots.inherited.iter().any(|n| n == name) && !removed.iter().any(|r| r == name) {
+            removed.push(name.to_owned());
+        }
+    }
+    let set = spec
+        .env_set
+        .iter()
+        .filter(|(n, _)| !NEVER_ENV.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    (removed, set)
+}
+
+/// The git part of the mount table (module docs, step 4).
+fn git_mounts(a: &mut Args, roots: &Roots) {
+    let (Some(git_dir), Some(common)) = (&roots.git_dir, &roots.git_common_dir) else {
+        return;
+    };
+    // Read-write where git writes for a commit …
+    if common != git_dir {
+        a.path2("--ro-bind", common);
+        a.path2("--bind-try", &common.join("objects"));
+        a.path2("--bind-try", &common.join("logs"));
+    }
+    a.path2("--bind", git_dir);
+    // … read-only where a change would reach ralph or the user outside the sandbox …
+    let dirs: &[&PathBuf] = if common == git_dir {
+        &[git_dir]
+    } else {
+        &[git_dir, common]
+    };
+    for dir in dirs {
+        for name in [
+            "config",
+            "config.worktree",
+            "hooks",
+            "info",
+            "HEAD",
+            "packed-refs",
+            "refs",
+            "commondir",
+            "gitdir",
+        ] {
+            a.path2("--ro-bind-try", &dir.join(name));
+        }
+    }
+    // … and read-write again where the run branch's ref lives.
+    if let Some(branch) = &roots.branch_ref {
+        let dir = common.join(branch);
+        if let Some(parent) = dir.parent() {
+            a.path2("--bind-try", parent);
+        }
+    }
+}
+
+/// bwrap's argument list being built.
+#[derive(Default)]
+struct Args {
+    args: Vec<String>,
+}
+
+impl Args {
+    fn push<const N: usize>(&mut self, words: [&str; N]) {
+        self.args.extend(words.iter().map(|w| (*w).to_owned()));
+    }
+
+    fn path1(&mut self, option: &str, path: &Path) {
+        self.args.push(option.to_owned());
+        self.args.push(path.to_string_lossy().into_owned());
+    }
+
+    fn path2(&mut self, option: &str, path: &Path) {
+        let p = path.to_string_lossy().into_owned();
+        self.args.push(option.to_owned());
+        self.args.push(p.clone());
+        self.args.push(p);
+    }
+}
+
+impl Roots {
+    /// The roots for an agent or check working in `cwd`: its repository's worktree (`git
+    /// rev-parse --show-toplevel` without running git: the first ancestor holding `.git`), the
+    /// git directories and run branch read from `.git` and `HEAD`, `.ralph/` as the books,
+    /// `$HOME`, and of `state` (paths under `$HOME`, e.g. `.claude`) those that exist. The
+    /// environment's names are read here. `cwd` outside a repository is the worktree itself.
+    pub fn discover(bwrap: &Path, cwd: &Path, state: &[PathBuf], env_prefixes: &[String]) -> Roots {
+        let worktree = cwd
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .unwrap_or(cwd)
+            .to_path_buf();
+        let (git_dir, git_common_dir) = git_dirs(&worktree);
+        let branch_ref = git_dir
+            .as_ref()
+            .and_then(|g| std::fs::read_to_string(g.join("HEAD")).ok())
+            .and_then(|h| h.trim().strip_prefix("ref: ").map(str::to_owned));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute() && h != Path::new("/"));
+        let (state, home_readable) = match &home {
+            Some(h) => (
+                state
+                    .iter()
+                    .map(|p| h.join(p))
+                    .filter(|p| p.exists())
+                    .collect(),
+                [".gitconfig", ".config/git/config"]
+                    .iter()
+                    .chain(TOOLCHAINS)
+                    .map(|p| h.join(p))
+                    .filter(|p| p.exists())
+                    .collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        Roots {
+            bwrap: bwrap.to_path_buf(),
+            books: vec![worktree.join(".ralph")],
+            worktree,
+            git_dir,
+            git_common_dir,
+            branch_ref,
+            home,
+            state,
+            home_readable,
+            extra_readable: Vec::new(),
+            links: Vec::new(),
+            writable: Vec::new(),
+            inherited: std::env::vars_os()
+                .filter_map(|(k, _)| k.into_string().ok())
+                .collect(),
+            env_prefixes: env_prefixes.to_vec(),
+            egress: None,
+        }
+    }
+}
+
+/// The git directory and the common git directory of `worktree`: `.git` itself, or the
+/// directory a `.git` file names (`gitdir: …`) and the one its `commondir` file names.
+fn git_dirs(worktree: &Path) -> (Option<PathBuf>, Option<PathBuf>) {
+    let dot_git = worktree.join(".git");
+    if dot_git.is_dir() {
+        return (Some(dot_git.clone()), Some(dot_git));
+    }
+    let Some(git_dir) = std::fs::read_to_string(&dot_git)
+        .ok()
+        .and_then(|t| {
+            t.trim()
+                .strip_prefix("gitdir:")
+                .map(|p| p.trim().to_owned())
+        })
+        .map(|p| worktree.join(p))
+    else {
+        return (None, None);
+    };
+    let common = std::fs::read_to_string(git_dir.join("commondir"))
+        .ok()
+        .map(|c| git_dir.join(c.trim()))
+        .and_then(|c| c.canonicalize().ok())
+        .unwrap_or_else(|| git_dir.clone());
+    (Some(git_dir), Some(common))
+}
+
+/// Whether bwrap can build a sandbox here: `Ok(path of bwrap)`, or why not (missing, or user
+/// namespaces refused), as a sentence with the fix. Runs `bwrap … true` with the namespaces a
+/// strict sandbox uses (about 5 ms).
+///
+/// # Errors
+/// The sentence saying what is missing.
+pub fn probe() -> Result<PathBuf, String> {
+    let bwrap = which::which("bwrap").map_err(|_| {
+        "bubblewrap (`bwrap`) is not installed: install it (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`) or run without --sandbox".to_owned()
+    })?;
+    let spec = SpawnSpec {
+        program: bwrap.clone(),
+        args: [
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--unshare-pid",
+            "--unshare-net",
+            "--new-session",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--",
+            "true",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect(),
+        ..SpawnSpec::default()
+    };
+    match super::capture(&spec, Some(std::time::Duration::from_secs(10))) {
+        Ok(c) if c.exit.success() => Ok(bwrap),
+        Ok(c) => Err(format!(
+            "`{}` cannot build a sandbox here ({}: {}): user namespaces may be disabled (`sysctl kernel.unprivileged_userns_clone=1`, or AppArmor's `kernel.apparmor_restrict_unprivileged_userns=0`), or run ralph as root",
+            bwrap.display(),
+            c.exit,
+            c.stderr.trim()
+        )),
+        Err(e) => Err(format!("`{}` could not be run: {e}", bwrap.display())),
+    }
+}
+
+/// A sandbox ready for every agent and check of one command (`ralph run`, `plan`, `convert`),
+/// built once by `agent::sandbox::build` after [`probe`] said bwrap works.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// `Fs` or `Strict`.
+    pub mode: SandboxMode,
+    /// The `bwrap` program.
+    pub bwrap: PathBuf,
+    /// The backend's state paths, relative to `$HOME` or absolute ([`Roots::state`]).
+    pub state: Vec<PathBuf>,
+    /// The backend's variable prefixes ([`Roots::env_prefixes`]).
+    pub env_prefixes: Vec<String>,
+    /// strict: the running egress proxy.
+    pub egress: Option<super::egress::Egress>,
+    /// The ralph executable (the strict bridge).
+    pub ralph: PathBuf,
+    /// `sandbox_writable`: the user's extra writable paths ([`Roots::writable`]).
+    pub writable: Vec<PathBuf>,
+}
+
+impl Sandbox {
+    /// `spec` wrapped in this sandbox ([`wrap`] over [`Roots::discover`] for `spec.cwd`). The
+    /// backend's missing state directories are created on the host first (so what the agent
+    /// writes there lands on the host); the program, the `PATH` entries under `$HOME` and the
+    /// directory of the program's resolved file stay readable (a CLI installed in
+    /// `~/.local/bin`), and so does the ralph executable in strict mode.
+    pub fn apply(&self, spec: SpawnSpec) -> SpawnSpec {
+        let mut roots = Roots::discover(&self.bwrap, &spec.cwd, &self.state, &self.env_prefixes);
+        roots.writable = self.writable.clone();
+        if let Some(home) = &roots.home {
+            for p in &self.state {
+                let path = home.join(p);
+                if path.extension().is_none() && !path.exists() {
+                    let _ = std::fs::create_dir_all(&path);
+                }
+            }
+            roots.state = self
+                .state
+                .iter()
+                .map(|p| home.join(p))
+                .filter(|p| p.exists())
+                .collect();
+            let path_var = roots_path_var(&spec);
+            for dir in std::env::split_paths(&path_var) {
+                if dir.starts_with(home) && dir.is_dir() {
+                    roots.extra_readable.push(dir);
+                }
+            }
+        }
+        let resolved = if spec.program.is_absolute() {
+            Some(spec.program.clone())
+        } else {
+            which::which(&spec.program).ok()
+        };
+        if let Some(program) = resolved {
+            keep_program_visible(&mut roots, &program);
+        }
+        if let Some(home) = &roots.home {
+            roots
+                .extra_readable
+                .retain(|p| !home.starts_with(p) && !p.starts_with(home.join(".ssh")));
+        }
+        if let Some(egress) = &self.egress {
+            let ralph = self.ralph.clone();
+            keep_program_visible(&mut roots, &ralph);
+            roots.egress = Some(EgressEnd {
+                socket: egress.socket(),
+                ralph: self.ralph.clone(),
+                forwards: egress.loopback_ports(),
+            });
+        }
+        wrap(spec, self.mode, &roots)
+    }
+
+    /// strict: the hosts refused since the last call (`host:port`); empty in `fs` mode.
+    pub fn take_refused(&self) -> Vec<String> {
+        self.egress
+            .as_ref()
+            .map(super::egress::Egress::take_refused)
+            .unwrap_or_default()
+    }
+}
+
+/// Whether `path` is seen inside as on the host: not under the private `/tmp` or the hidden
+/// `$HOME`, or under a path bound back (state, `sandbox_writable`, read-only extras).
+fn visible(roots: &Roots, path: &Path) -> bool {
+    let hidden =
+        path.starts_with("/tmp") || roots.home.as_ref().is_some_and(|h| path.starts_with(h));
+    !hidden
+        || roots
+            .writable
+            .iter()
+            .chain(&roots.state)
+            .chain(&roots.extra_readable)
+            .any(|p| path.starts_with(p))
+}
+
+/// Makes the program at `program` runnable inside: a file in a hidden place is bound
+/// read-only; a link there (`~/.local/bin/claude` → `~/.local/share/claude/versions/…`,
+/// a test's `bin/claude` → the fake agent) is recreated inside, and its target's directory
+/// bound read-only when that is hidden too (the CLI's package).
+fn keep_program_visible(roots: &mut Roots, program: &Path) {
+    if visible(roots, program) {
+        return;
+    }
+    let is_link = std::fs::symlink_metadata(program).is_ok_and(|m| m.file_type().is_symlink());
+    match (is_link, program.canonicalize()) {
+        (true, Ok(target)) => {
+            if !visible(roots, &target) {
+                if let Some(dir) = target.parent() {
+                    roots.extra_readable.push(dir.to_path_buf());
+                }
+            }
+            roots.links.push((target, program.to_path_buf()));
+        }
+        _ => roots.extra_readable.push(program.to_path_buf()),
+    }
+}
+
+/// The `PATH` the spec's program is looked up on: the spec's own, else ralph's.
+fn roots_path_var(spec: &SpawnSpec) -> std::ffi::OsString {
+    spec.env_set
+        .iter()
+        .find(|(n, _)| n == "PATH")
+        .map(|(_, v)| v.into())
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots() -> Roots {
+        Roots {
+            bwrap: "/usr/bin/bwrap".into(),
+            worktree: "/w/repo".into(),
+            git_dir: Some("/w/repo/.git".into()),
+            git_common_dir: Some("/w/repo/.git".into()),
+            branch_ref: Some("refs/heads/ralph/feat".into()),
+            books: vec!["/w/repo/.ralph".into()],
+            home: Some("/home/u".into()),
+            state: vec!["/home/u/.claude".into()],
+            home_readable: vec!["/home/u/.gitconfig".into()],
+            extra_readable: Vec::new(),
+            links: Vec::new(),
+            writable: Vec::new(),
+            inherited: [
+                "PATH",
+                "HOME",
+                "AWS_SECRET_ACCESS_KEY",
+                "ANTHROPIC_API_KEY",
+                "RALPH_GIT_TOKEN",
+                "LC_ALL",
+                "TMPDIR",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+            env_prefixes: vec!["ANTHROPIC_".into()],
+            egress: None,
+        }
+    }
+
+    fn spec() -> SpawnSpec {
+        SpawnSpec {
+            program: "claude".into(),
+            args: vec!["-p".into()],
+            cwd: "/w/repo".into(),
+            env_remove: vec!["CLAUDECODE".into()],
+            env_set: vec![("RALPH_AGENT_TAG".into(), "r/1".into())],
+            stdin: Some(b"prompt".to_vec()),
+        }
+    }
+
+    /// The position of `words` as consecutive arguments.
+    fn at(args: &[String], words: &[&str]) -> usize {
+        args.windows(words.len())
+            .position(|w| w.iter().zip(words).all(|(a, b)| a == b))
+            .unwrap_or_else(|| panic!("{words:?} not in {args:?}"))
+    }
+
+    #[test]
+    fn off_changes_nothing() {
+        let wrapped = wrap(spec(), SandboxMode::Off, &roots());
+        assert_eq!(wrapped.program, PathBuf::from("claude"));
+        assert_eq!(wrapped.args, ["-p"]);
+    }
+
+    #[test]
+    fn fs_mounts_in_the_order_that_protects_books_git_and_home() {
+        let w = wrap(spec(), SandboxMode::Fs, &roots());
+        assert_eq!(w.program, PathBuf::from("/usr/bin/bwrap"));
+        let a = &w.args;
+        let root = at(a, &["--ro-bind", "/", "/"]);
+        let home = at(a, &["--tmpfs", "/home/u"]);
+        let state = at(a, &["--bind", "/home/u/.claude", "/home/u/.claude"]);
+        let tree = at(a, &["--bind", "/w/repo", "/w/repo"]);
+        let git = at(a, &["--bind", "/w/repo/.git", "/w/repo/.git"]);
+        let hooks = at(
+            a,
+            &["--ro-bind-try", "/w/repo/.git/hooks", "/w/repo/.git/hooks"],
+        );
+        let config = at(
+            a,
+            &[
+                "--ro-bind-try",
+                "/w/repo/.git/config",
+                "/w/repo/.git/config",
+            ],
+        );
+        let refs = at(
+            a,
+            &["--ro-bind-try", "/w/repo/.git/refs", "/w/repo/.git/refs"],
+        );
+        let branch = at(
+            a,
+            &[
+                "--bind-try",
+                "/w/repo/.git/refs/heads/ralph",
+                "/w/repo/.git/refs/heads/ralph",
+            ],
+        );
+        let books = at(a, &["--ro-bind-try", "/w/repo/.ralph", "/w/repo/.ralph"]);
+        assert!(root < home && home < state && state < tree && tree < git);
+        assert!(git < hooks && git < config && git < refs && refs < branch);
+        assert!(tree < books);
+        for flag in ["--unshare-pid", "--new-session", "--die-with-parent"] {
+            assert!(a.iter().any(|x| x == flag), "{flag}");
+        }
+        at(a, &["--cap-drop", "ALL"]);
+        assert!(!a.iter().any(|x| x == "--unshare-net"));
+        let end = at(a, &["--", "claude", "-p"]);
+        assert_eq!(end + 3, a.len());
+        assert_eq!(w.stdin.as_deref(), Some(&b"prompt"[..]));
+    }
+
+    #[test]
+    fn the_environment_is_an_allowlist_and_never_holds_the_push_token() {
+        let w = wrap(spec(), SandboxMode::Fs, &roots());
+        for gone in [
+            "AWS_SECRET_ACCESS_KEY",
+            "RALPH_GIT_TOKEN",
+            "CLAUDECODE",
+            "TMPDIR",
+        ] {
+            assert!(
+                w.env_remove.iter().any(|r| r == gone),
+                "{gone}: {:?}",
+                w.env_remove
+            );
+        }
+        for kept in ["PATH", "HOME", "ANTHROPIC_API_KEY", "LC_ALL"] {
+            assert!(!w.env_remove.iter().any(|r| r == kept), "{kept}");
+        }
+        assert!(w
+            .env_set
+            .iter()
+            .any(|(n, v)| n == "RALPH_AGENT_TAG" && v == "r/1"));
+        let mut s = spec();
+        s.env_set.push(("RALPH_GIT_TOKEN".into(), "t".into()));
+        let w = wrap(s, SandboxMode::Fs, &roots());
+        assert!(w.env_set.iter().all(|(n, _)| n != "RALPH_GIT_TOKEN"));
+    }
+
+    #[test]
+    fn strict_cuts_the_network_and_bridges_the_proxy() {
+        let mut r = roots();
+        r.egress = Some(EgressEnd {
+            socket: "/run/ralph/e.sock".into(),
+            ralph: "/usr/bin/ralph".into(),
+            forwards: vec![8080],
+        });
+        let w = wrap(spec(), SandboxMode::Strict, &r);
+        let a = &w.args;
+        at(a, &["--unshare-net"]);
+        at(a, &["--bind", "/run/ralph/e.sock", PROXY_SOCKET]);
+        at(
+            a,
+            &[
+                "--",
+                "/usr/bin/ralph",
+                "__bridge",
+                "--forward=8080",
+                "--",
+                "claude",
+                "-p",
+            ],
+        );
+        assert!(w
+            .env_set
+            .iter()
+            .any(|(n, v)| n == "HTTPS_PROXY" && v == "http://127.0.0.1:3128"));
+    }
+
+    #[test]
+    fn a_linked_worktree_writes_objects_and_its_branch_in_the_common_dir() {
+        let mut r = roots();
+        r.git_dir = Some("/m/.git/worktrees/w".into());
+        r.git_common_dir = Some("/m/.git".into());
+        r.branch_ref = Some("refs/heads/main".into());
+        let a = wrap(spec(), SandboxMode::Fs, &r).args;
+        let common = at(a.as_slice(), &["--ro-bind", "/m/.git", "/m/.git"]);
+        let objects = at(&a, &["--bind-try", "/m/.git/objects", "/m/.git/objects"]);
+        let refs = at(&a, &["--ro-bind-try", "/m/.git/refs", "/m/.git/refs"]);
+        let heads = at(
+            &a,
+            &["--bind-try", "/m/.git/refs/heads", "/m/.git/refs/heads"],
+        );
+        assert!(common < objects && refs < heads);
+    }
+}

