@@ -25,6 +25,7 @@ pub mod convert;
 pub mod error;
 pub mod fsutil;
 pub mod git;
+pub mod hints;
 pub mod history;
 pub mod ledger;
 pub mod local;

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Show(args) => ralph::commands::show::run(args),
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
+        Command::Hint(args) => ralph::commands::hint::run(args),
         Command::Archive(args) => ralph::commands::archive::run(args),
         Command::Notify(args) => ralph::commands::notify::run(args),
         Command::Completions(args) => ralph::commands::completions::run(args),

@@ -4,6 +4,7 @@ pub mod archive;
 pub mod completions;
 pub mod convert;
 pub mod doctor;
+pub mod hint;
 pub mod init;
 pub mod log;
 pub mod man;

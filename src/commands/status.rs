@@ -121,6 +121,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
             "source": history.source.as_str(),
+            "pending_hints": crate::hints::pending(&paths.ralph_dir).iter()
+                .map(crate::hints::Hint::record).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -237,6 +239,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 flight.iteration, flight.story_id
             ),
         }
+    }
+    for h in crate::hints::pending(&paths.ralph_dir) {
+        let to = h.story.as_deref().map(|s| format!(" for {s}")).unwrap_or_default();
+        println!("pending hint {}{to}: {}", h.id, h.text);
     }
     if let Some(until) = state.resume_at.filter(|t| *t > chrono::Utc::now()) {
         println!(

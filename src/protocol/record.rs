@@ -167,6 +167,23 @@ pub struct LedgerRecord {
     /// the stories it marked passing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub checked_at_restart: bool,
+    /// The user's hints (`ralph hint`) this iteration's prompt carried, by id. They count as
+    /// delivered only when the outcome is one in which the agent got to work; otherwise they
+    /// stay pending for the next iteration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<HintRecord>,
+}
+
+/// A user's hint carried by an iteration (the ledger's `hints` field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HintRecord {
+    /// Its number in `.ralph/hints/` (as `ralph hint --list` shows it).
+    pub id: u32,
+    /// The text, as the user gave it.
+    pub text: String,
+    /// The story it was meant for; `None`: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub story: Option<String>,
 }
 
 /// How a `--push` after an iteration went.
@@ -449,6 +466,7 @@ impl LedgerRecord {
             from_git: false,
             strays: Vec::new(),
             checked_at_restart: false,
+            hints: Vec::new(),
         }
     }
 

@@ -155,6 +155,7 @@ async fn drive(
             iteration: s.state.iteration + 1,
             slot: pick.slot,
             feedback: s.pending.take_for(&story.id),
+            hints: crate::hints::pending_for(&paths.ralph_dir, &story.id),
             story,
             snapshot: current,
             clean_at: clean_at.take(),

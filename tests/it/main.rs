@@ -15,6 +15,7 @@ mod errors;
 mod examples;
 mod fake_gemini;
 mod fault_injection;
+mod hints;
 mod init_skills;
 mod integrations;
 mod lint;
