@@ -54,6 +54,10 @@ pub enum Command {
     Stop(StopArgs),
     /// Leave a note for the next iteration's prompt without stopping the run (`--list`, `--drop N`).
     Hint(HintArgs),
+    /// Let the running iteration finish and be recorded, then hold the run until `ralph resume`.
+    Pause(StopArgs),
+    /// End a `ralph pause`: the run starts its next iteration.
+    Resume(StopArgs),
     /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
     Archive(ArchiveArgs),
     /// Send a sample of each configured notification kind and say what happened.
@@ -428,10 +432,10 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// Arguments of `ralph stop`.
+/// Arguments of `ralph stop` (and of `ralph pause` and `ralph resume`).
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// The prd.json of the run to stop (default: ./prd.json); its repository's `.ralph/` gets
+    /// The prd.json of the run (default: ./prd.json); its repository's `.ralph/` gets
     /// the request.
     #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
     pub prd: Option<PathBuf>,

@@ -241,7 +241,10 @@ mod tests {
         mark_delivered(d.path(), &[a.record()], Outcome::VerifyFailed, "r", 2).unwrap();
         assert_eq!(pending(d.path()), vec![b.clone()]);
         assert_eq!(all(d.path())[0].delivered.as_ref().unwrap().iteration, 2);
-        assert!(matches!(drop(d.path(), 1).unwrap(), Dropped::AlreadyDelivered(_)));
+        assert!(matches!(
+            drop(d.path(), 1).unwrap(),
+            Dropped::AlreadyDelivered(_)
+        ));
         assert_eq!(drop(d.path(), 9).unwrap(), Dropped::Missing);
         assert_eq!(drop(d.path(), 2).unwrap(), Dropped::Removed(b));
         assert!(pending(d.path()).is_empty());

@@ -33,6 +33,7 @@ pub mod lock;
 pub mod native;
 pub mod notify;
 pub mod output;
+pub mod pause_request;
 pub mod plan;
 pub mod prd;
 pub mod process;

@@ -33,6 +33,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => ralph::commands::doctor::run(args),
         Command::Stop(args) => ralph::commands::stop::run(args),
         Command::Hint(args) => ralph::commands::hint::run(args),
+        Command::Pause(args) => ralph::commands::pause::pause(args),
+        Command::Resume(args) => ralph::commands::pause::resume(args),
         Command::Archive(args) => ralph::commands::archive::run(args),
         Command::Notify(args) => ralph::commands::notify::run(args),
         Command::Completions(args) => ralph::commands::completions::run(args),

@@ -54,12 +54,11 @@ pub fn run(args: &HintArgs) -> anyhow::Result<ExitStatus> {
                 .iter()
                 .map(|s| s.id.as_str())
                 .collect();
-            return Err(UserError::new(format!(
-                "{} has no story {story}",
-                paths.rel(&paths.prd)
-            ))
-            .with_hint(format!("--story takes one of: {}", ids.join(", ")))
-            .into());
+            return Err(
+                UserError::new(format!("{} has no story {story}", paths.rel(&paths.prd)))
+                    .with_hint(format!("--story takes one of: {}", ids.join(", ")))
+                    .into(),
+            );
         }
     }
     std::fs::create_dir_all(&paths.ralph_dir)?;

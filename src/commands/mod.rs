@@ -10,6 +10,7 @@ pub mod log;
 pub mod man;
 pub mod native_agent;
 pub mod notify;
+pub mod pause;
 pub mod plan;
 pub mod report;
 pub mod run;

@@ -13,6 +13,14 @@ use crate::protocol::ExitStatus;
 use crate::state::State;
 use crate::workspace::RunPaths;
 
+/// The `ralph run` holding the lock of the books at `ralph_dir`, when its process is alive.
+pub fn live_holder(ralph_dir: &Path) -> Option<LockInfo> {
+    std::fs::read_to_string(ralph_dir.join(crate::lock::LOCK_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
+        .filter(|info| Path::new(&format!("/proc/{}", info.pid)).exists())
+}
+
 /// Runs `ralph stop`.
 ///
 /// # Errors
@@ -22,11 +30,7 @@ pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
     let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
     let root = paths.repo_root.clone();
-    let holder = std::fs::read_to_string(paths.ralph_dir.join(crate::lock::LOCK_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
-        .filter(|info| Path::new(&format!("/proc/{}", info.pid)).exists());
-    let Some(holder) = holder else {
+    let Some(holder) = live_holder(&paths.ralph_dir) else {
         eprintln!(
             "no `ralph run` is active in {} (nothing to stop)",
             root.display()

@@ -314,7 +314,11 @@ impl Sink for Human {
     fn on(&mut self, event: &RunEvent) {
         let warning = matches!(
             event,
-            RunEvent::Warning { .. } | RunEvent::StoryBlocked { .. } | RunEvent::Waiting { .. }
+            RunEvent::Warning { .. }
+                | RunEvent::StoryBlocked { .. }
+                | RunEvent::Waiting { .. }
+                | RunEvent::Paused { .. }
+                | RunEvent::Resumed { .. }
         );
         if self.warnings_only && !warning {
             return;
@@ -377,6 +381,16 @@ impl Sink for Human {
                 attempt,
                 max,
             } => self.waiting(*reason, *until, story_id.as_deref().unwrap_or("the story"), *attempt, *max),
+            RunEvent::Paused { since } => self.eprint(&format!(
+                "{} by `ralph pause` (asked at {} UTC): no new iteration starts until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit meanwhile",
+                style("paused:").yellow().bold().for_stderr(),
+                since.format("%H:%M:%S")
+            )),
+            RunEvent::Resumed { paused_s } => self.eprint(&format!(
+                "{} after {} paused",
+                style("resumed:").bold().for_stderr(),
+                humantime::format_duration(std::time::Duration::from_secs(*paused_s as u64))
+            )),
             RunEvent::RunFinished(summary) => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();

@@ -116,6 +116,8 @@ pub async fn open(
     }
     // A stop asked of an earlier run that ended before it saw the request.
     crate::stop_request::clear(&paths.ralph_dir);
+    // Likewise a pause (`ralph pause` needs a live run; this one is left from a dead one).
+    crate::pause_request::clear(&paths.ralph_dir);
     state.stop_reason = None;
     // A usage-limit reset the worker that released the lease was waiting for.
     if let Some(at) = lease_resume_at {

@@ -70,7 +70,10 @@ fn a_hint_given_during_iteration_1_reaches_iteration_2_and_the_ledger_names_it()
         "{p2}"
     );
     // Apart from ralph's own feedback.
-    assert!(!p2.contains("## Feedback from the previous iteration"), "{p2}");
+    assert!(
+        !p2.contains("## Feedback from the previous iteration"),
+        "{p2}"
+    );
     let ledger = env.ledger();
     assert!(ledger[0].get("hints").is_none(), "{}", ledger[0]);
     assert_eq!(ledger[1]["hints"], json!([{"id": 1, "text": NOTE}]));
@@ -146,14 +149,20 @@ fn a_hint_for_a_story_waits_for_that_storys_iteration_and_can_be_dropped() {
         "{}",
         text(&bad)
     );
-    hint(&env, &["--story", "US-002", "US-002 needs the migration first"]);
+    hint(
+        &env,
+        &["--story", "US-002", "US-002 needs the migration first"],
+    );
     hint(&env, &["a note I take back"]);
     let dropped = hint(&env, &["--drop", "2"]);
     assert!(dropped.contains("dropped hint 2"), "{dropped}");
     let again = env.ralph(&["hint", "--drop", "2"]);
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     let list = hint(&env, &["--list"]);
-    assert!(list.contains("1 [US-002]") && !list.contains("take back"), "{list}");
+    assert!(
+        list.contains("1 [US-002]") && !list.contains("take back"),
+        "{list}"
+    );
     env.script(&json!({"invocations": [
         story("US-001", 1, 0), story("US-002", 2, 0), story("US-003", 3, 0)
     ]}));

@@ -26,6 +26,7 @@ mod local_loop;
 mod morning;
 mod native_loop;
 mod notify;
+mod pause;
 mod plan;
 mod plan_local;
 mod prd;

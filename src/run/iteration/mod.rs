@@ -171,7 +171,10 @@ pub async fn run(
         cx.run_id,
         record.iteration,
     ) {
-        out.warn(format!("cannot mark the hints of iteration {} delivered: {e}", record.iteration));
+        out.warn(format!(
+            "cannot mark the hints of iteration {} delivered: {e}",
+            record.iteration
+        ));
     }
     out.emit(RunEvent::IterationFinished {
         record: Box::new(record.clone()),
