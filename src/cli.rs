@@ -58,6 +58,9 @@ pub enum Command {
     Pause(StopArgs),
     /// End a `ralph pause`: the run starts its next iteration.
     Resume(StopArgs),
+    /// A live view of the run in this repository (stories, the running iteration, budgets,
+    /// hints); keys h hint, p pause/resume, s stop, q quit. Without a terminal: one snapshot.
+    Watch(StopArgs),
     /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
     Archive(ArchiveArgs),
     /// Send a sample of each configured notification kind and say what happened.

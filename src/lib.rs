@@ -48,4 +48,5 @@ pub mod signals;
 pub mod state;
 pub mod stop_request;
 pub mod transcript;
+pub mod watch;
 pub mod workspace;

@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Command::Hint(args) => ralph::commands::hint::run(args),
         Command::Pause(args) => ralph::commands::pause::pause(args),
         Command::Resume(args) => ralph::commands::pause::resume(args),
+        Command::Watch(args) => ralph::commands::watch::run(args),
         Command::Archive(args) => ralph::commands::archive::run(args),
         Command::Notify(args) => ralph::commands::notify::run(args),
         Command::Completions(args) => ralph::commands::completions::run(args),

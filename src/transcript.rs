@@ -279,6 +279,18 @@ impl Transcript {
         self.write(&record);
     }
 
+    /// Writes what is buffered now, so that a reader of the growing file (`ralph watch`) sees
+    /// the agent's latest action while the agent works on it (called after a tool call or a
+    /// message, which come seldom; a flood of other lines stays buffered).
+    pub fn flush_now(&mut self) {
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+            self.flushed = Instant::now();
+        }
+    }
+
     /// Writes a free-form record (e.g. the process outcome, ralph's own notes).
     pub fn note(&mut self, kind: &str, data: serde_json::Value) {
         let record = json!({"type": kind, "t_ms": self.elapsed_ms(), "data": data});

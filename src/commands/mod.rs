@@ -18,3 +18,4 @@ pub mod show;
 pub mod status;
 pub mod stop;
 pub mod validate;
+pub mod watch;
