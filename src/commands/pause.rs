@@ -21,7 +21,7 @@ fn paths(args: &StopArgs) -> anyhow::Result<RunPaths> {
 /// `.ralph/` cannot be written.
 pub fn pause(args: &StopArgs) -> anyhow::Result<ExitStatus> {
     let paths = paths(args)?;
-    let Some(holder) = super::stop::live_holder(&paths.ralph_dir) else {
+    let Some(holder) = crate::lock::live_holder(&paths.ralph_dir) else {
         eprintln!(
             "no `ralph run` is active in {} (nothing to pause)",
             paths.repo_root.display()
@@ -60,7 +60,7 @@ pub fn resume(args: &StopArgs) -> anyhow::Result<ExitStatus> {
         );
         return Ok(ExitStatus::Failure);
     }
-    match super::stop::live_holder(&paths.ralph_dir) {
+    match crate::lock::live_holder(&paths.ralph_dir) {
         Some(holder) => println!(
             "resumed: ralph (pid {} on {}) starts its next iteration",
             holder.pid, holder.host

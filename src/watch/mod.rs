@@ -151,7 +151,7 @@ impl Probe {
     pub fn real(ralph_dir: &Path) -> Probe {
         Probe {
             now: Utc::now(),
-            holder: crate::commands::stop::live_holder(ralph_dir),
+            holder: crate::lock::live_holder(ralph_dir),
         }
     }
 }
@@ -296,7 +296,7 @@ fn story_state(
 /// The agent's latest actions in the transcript at `path` (tool calls, messages, errors), one
 /// line each.
 fn actions(path: &PathBuf) -> Vec<String> {
-    let Ok(recorded) = crate::transcript::read_with(path, crate::commands::show::replayer) else {
+    let Ok(recorded) = crate::transcript::read_with(path, crate::agent::replayer) else {
         return Vec::new();
     };
     let mut out: Vec<String> = recorded

@@ -50,3 +50,4 @@ mod support_model;
 mod tools;
 mod trust_iteration;
 mod trust_recovery;
+mod watch;
