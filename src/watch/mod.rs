@@ -5,7 +5,7 @@
 
 pub mod view;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
@@ -295,7 +295,7 @@ fn story_state(
 
 /// The agent's latest actions in the transcript at `path` (tool calls, messages, errors), one
 /// line each.
-fn actions(path: &PathBuf) -> Vec<String> {
+fn actions(path: &Path) -> Vec<String> {
     let Ok(recorded) = crate::transcript::read_with(path, crate::agent::replayer) else {
         return Vec::new();
     };

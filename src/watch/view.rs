@@ -85,6 +85,9 @@ fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
             Color::Yellow,
         ),
         RunState::Running { pid, .. } => (format!("running (pid {pid})"), Color::Green),
+        RunState::Ended(None) if snap.recent.is_empty() => {
+            ("no run yet".to_owned(), Color::DarkGray)
+        }
         RunState::Ended(_) => ("no run active: the last run".to_owned(), Color::DarkGray),
     };
     spans.push(Span::raw(" · "));
@@ -171,10 +174,10 @@ fn now<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
                     "paused: `ralph resume` (p) goes on; prd.json and progress.txt are yours to edit",
                 )),
                 RunState::Running { .. } => lines.push(Line::styled("between iterations", dim)),
-                RunState::Ended(reason) => lines.push(Line::from(format!(
-                    "stopped: {}",
-                    reason.as_deref().unwrap_or("no run recorded yet")
-                ))),
+                RunState::Ended(Some(reason)) => {
+                    lines.push(Line::from(format!("stopped: {reason}")))
+                }
+                RunState::Ended(None) => lines.push(Line::from("no run is active")),
             }
             " Now "
         }
@@ -266,9 +269,17 @@ fn footer(ui: &Ui) -> Paragraph<'static> {
 }
 
 /// The snapshot as plain text, `width` columns wide: what `ralph watch` prints when stdout is not
-/// a terminal. As tall as the content needs (at least 24 lines), trailing blanks trimmed.
+/// a terminal. As tall as the content needs.
 pub fn plain(snap: &Snapshot, width: u16) -> String {
-    let height = (snap.stories.len() + snap.recent.len() + 12).max(24) as u16;
+    let story_lines = snap.stories.len()
+        + snap
+            .stories
+            .iter()
+            .filter(|s| matches!(s.state, StoryState::Blocked(_) | StoryState::Waiting(_)))
+            .count();
+    let now_lines = snap.flight.as_ref().map_or(3, |f| f.actions.len() + 1);
+    let body = story_lines.max(now_lines).max(3) + 2;
+    let height = (1 + body + snap.recent.len().max(1) + 2 + 2 + 1) as u16;
     let area = Rect::new(0, 0, width, height);
     let mut buf = Buffer::empty(area);
     let ui = Ui {

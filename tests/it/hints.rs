@@ -66,7 +66,7 @@ fn a_hint_given_during_iteration_1_reaches_iteration_2_and_the_ledger_names_it()
     assert!(!prompt(&env, 1).contains(NOTE), "{}", prompt(&env, 1));
     let p2 = prompt(&env, 2);
     assert!(
-        p2.contains(&format!("## From the user\n")) && p2.contains(&format!("- {NOTE}")),
+        p2.contains("## From the user\n") && p2.contains(&format!("- {NOTE}")),
         "{p2}"
     );
     // Apart from ralph's own feedback.
