@@ -176,3 +176,55 @@ fn a_pause_counts_toward_max_duration() {
     assert_eq!(env.ledger().len(), 1);
     assert!(!exists(&env, "started-2"));
 }
+
+/// A pause asked during a usage-limit wait: the wait runs to its reset, then the run holds; after
+/// `ralph resume` the story runs again at once (the wait is neither cut short nor done twice).
+#[test]
+fn a_usage_limit_wait_during_a_pause_is_not_lost() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    let resets_at = chrono::Utc::now().timestamp() + 3;
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+            {"exit": 1}
+        ],
+        story("US-001", 2, 0)
+    ]}));
+    let mut child = env.ralph_spawn(&["run", "--json"]);
+    wait_until("the usage-limit wait", || {
+        env.spawned_output().contains(r#""event":"waiting""#)
+    });
+    let out = env.ralph(&["pause"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    wait_until("the paused event", || {
+        env.spawned_output().contains(r#""event":"paused""#)
+    });
+    // Held only once the reset passed; and still held after it.
+    assert!(
+        chrono::Utc::now().timestamp() >= resets_at,
+        "the wait was cut short"
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        !exists(&env, "started-2"),
+        "an iteration started while paused"
+    );
+    let resumed = Instant::now();
+    assert_eq!(env.ralph(&["resume"]).status.code(), Some(0));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", env.spawned_output());
+    assert!(resumed.elapsed() < Duration::from_secs(20));
+    let outcomes: Vec<Value> = env.ledger().iter().map(|r| r["outcome"].clone()).collect();
+    assert_eq!(outcomes, [json!("usage_limit"), json!("story_passed")]);
+    // Only one wait was announced.
+    assert_eq!(
+        env.spawned_output().matches(r#""event":"waiting""#).count(),
+        1,
+        "{}",
+        env.spawned_output()
+    );
+}
