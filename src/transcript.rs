@@ -357,6 +357,12 @@ pub fn read_with(
     replayer: impl FnOnce(&str) -> Option<Replay>,
 ) -> std::io::Result<Recorded> {
     let text = std::fs::read_to_string(path)?;
+    Ok(parse_with(&text, replayer))
+}
+
+/// [`read_with`] on a transcript's text already in memory (e.g. its meta line and the tail of a
+/// long, growing one, as `ralph watch` reads it).
+pub fn parse_with(text: &str, replayer: impl FnOnce(&str) -> Option<Replay>) -> Recorded {
     let mut out = Recorded::default();
     let mut replayer = Some(replayer);
     let mut replay: Option<Replay> = None;
@@ -431,7 +437,7 @@ pub fn read_with(
             _ => {}
         }
     }
-    Ok(out)
+    out
 }
 
 /// A `line` record with its line as JSON, read without building a `Value`.

@@ -17,6 +17,9 @@ use crate::workspace::RunPaths;
 
 /// How many of the agent's latest actions are shown.
 pub const ACTIONS: usize = 4;
+/// How much of the end of a long transcript is read for the latest actions (256 KiB): the view
+/// reads it twice a second, and must not cost the run its CPU when the agent has printed a lot.
+pub const TRANSCRIPT_TAIL_BYTES: u64 = 256 * 1024;
 /// How many of the latest iterations are kept.
 pub const RECENT: usize = 5;
 
@@ -293,12 +296,37 @@ fn story_state(
     }
 }
 
+/// The transcript at `path`, or for a long one its meta line and its last
+/// [`TRANSCRIPT_TAIL_BYTES`] from the first whole line on.
+fn transcript_tail(path: &Path) -> Option<String> {
+    use std::io::{BufRead as _, Read as _, Seek as _};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    if len <= TRANSCRIPT_TAIL_BYTES {
+        return std::fs::read_to_string(path).ok();
+    }
+    let mut meta = String::new();
+    std::io::BufReader::new(&mut file)
+        .read_line(&mut meta)
+        .ok()?;
+    file.seek(std::io::SeekFrom::Start(len - TRANSCRIPT_TAIL_BYTES))
+        .ok()?;
+    let mut tail = Vec::new();
+    file.take(TRANSCRIPT_TAIL_BYTES)
+        .read_to_end(&mut tail)
+        .ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    let whole = tail.split_once('\n').map_or("", |(_, rest)| rest);
+    Some(format!("{}\n{whole}", meta.trim_end()))
+}
+
 /// The agent's latest actions in the transcript at `path` (tool calls, messages, errors), one
 /// line each.
 fn actions(path: &Path) -> Vec<String> {
-    let Ok(recorded) = crate::transcript::read_with(path, crate::agent::replayer) else {
+    let Some(text) = transcript_tail(path) else {
         return Vec::new();
     };
+    let recorded = crate::transcript::parse_with(&text, crate::agent::replayer);
     let mut out: Vec<String> = recorded
         .events
         .iter()
@@ -471,6 +499,39 @@ mod tests {
         .unwrap();
         assert!(ended.flight.is_none());
         assert_eq!(ended.stories[2].state, StoryState::Open);
+    }
+
+    #[test]
+    fn a_long_transcript_is_read_from_its_tail() {
+        let (_dir, paths) = fixture();
+        let meta = crate::transcript::TranscriptMeta {
+            run_id: "run-b".into(),
+            iteration: 1,
+            story_id: "US-003".into(),
+            backend: "claude".into(),
+            command: "claude -p".into(),
+            head: None,
+            ralph_version: "0".into(),
+            started_at: at(1, 0, 0).to_rfc3339(),
+            prompt_bytes: 10,
+        };
+        let mut t = crate::transcript::Transcript::create(&paths.ralph_dir, &meta).unwrap();
+        for i in 0..3000 {
+            t.event(&AgentEvent::ToolCall {
+                name: "Read".into(),
+                summary: format!("src/file-{i}.rs {}", "x".repeat(200)),
+            });
+        }
+        t.event(&AgentEvent::ToolCall {
+            name: "Bash".into(),
+            summary: "the last one".into(),
+        });
+        let path = t.finish().unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 2 * TRANSCRIPT_TAIL_BYTES);
+        let got = actions(&path);
+        assert_eq!(got.len(), ACTIONS);
+        assert_eq!(got.last().unwrap(), "Bash: the last one");
+        assert!(got[0].starts_with("Read: src/file-2997.rs"), "{got:?}");
     }
 
     #[test]
