@@ -129,6 +129,8 @@ pub fn pending_for(ralph_dir: &Path, story_id: &str) -> Vec<Hint> {
 /// # Errors
 /// The I/O error when `.ralph/hints/` cannot be written.
 pub fn add(ralph_dir: &Path, text: &str, story: Option<&str>) -> std::io::Result<Hint> {
+    // `.ralph/` ignores itself, so a hint never makes the tree dirty for the next run.
+    crate::workspace::ensure_ralph_dir(ralph_dir)?;
     std::fs::create_dir_all(dir(ralph_dir))?;
     let mut id = all(ralph_dir).last().map_or(0, |h| h.id) + 1;
     loop {

@@ -61,7 +61,6 @@ pub fn run(args: &HintArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
-    std::fs::create_dir_all(&paths.ralph_dir)?;
     let hint = hints::add(&paths.ralph_dir, text, args.story.as_deref())?;
     let target = match &hint.story {
         Some(s) => format!("the next iteration of {s}"),
