@@ -3,7 +3,8 @@
 # packages, a few seconds): `man` for the man page test (man-db), `unshare`/`setsid` and `script`
 # for the network namespace of the real-CLI tests, the process-tree tests and the pty of `ralph
 # plan`'s questions (util-linux, bsdutils), `ip` to bring the namespace's loopback up (iproute2),
-# git, and python3 with venv (the local model's setup and the example projects' checks).
+# git, python3 with venv (the local model's setup and the example projects' checks), and tmux
+# (the real-terminal test of `ralph watch`).
 # Needs root (or passwordless sudo) and the Debian package mirror when something is missing.
 set -euo pipefail
 # program → package
@@ -17,6 +18,7 @@ needs=(
   "python3:python3"
   "bash:bash"
   "bwrap:bubblewrap"
+  "tmux:tmux"
 )
 missing=()
 for pair in "${needs[@]}"; do

@@ -52,6 +52,15 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Ask the `ralph run` in this repository to stop after its current iteration.
     Stop(StopArgs),
+    /// Leave a note for the next iteration's prompt without stopping the run (`--list`, `--drop N`).
+    Hint(HintArgs),
+    /// Let the running iteration finish and be recorded, then hold the run until `ralph resume`.
+    Pause(StopArgs),
+    /// End a `ralph pause`: the run starts its next iteration.
+    Resume(StopArgs),
+    /// A live view of the run in this repository (stories, the running iteration, budgets,
+    /// hints); keys h hint, p pause/resume, s stop, q quit. Without a terminal: one snapshot.
+    Watch(StopArgs),
     /// Archive prd.json and progress.txt into archive/<date>-<branch>/ and reset progress.txt.
     Archive(ArchiveArgs),
     /// Send a sample of each configured notification kind and say what happened.
@@ -420,11 +429,31 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// Arguments of `ralph stop`.
+/// Arguments of `ralph stop` (and of `ralph pause` and `ralph resume`).
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// The prd.json of the run to stop (default: ./prd.json); its repository's `.ralph/` gets
+    /// The prd.json of the run (default: ./prd.json); its repository's `.ralph/` gets
     /// the request.
+    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
+    pub prd: Option<PathBuf>,
+}
+
+/// Arguments of `ralph hint`.
+#[derive(Debug, Args)]
+pub struct HintArgs {
+    /// The note, shown to the next iteration in a "From the user" block of its prompt.
+    #[arg(required_unless_present_any = ["list", "drop"], conflicts_with_all = ["list", "drop"])]
+    pub text: Option<String>,
+    /// Give the note only to the next iteration of this story (its id in prd.json).
+    #[arg(long, value_name = "ID")]
+    pub story: Option<String>,
+    /// List the pending and delivered hints.
+    #[arg(long, conflicts_with = "drop")]
+    pub list: bool,
+    /// Remove pending hint N (its number in `--list`).
+    #[arg(long, value_name = "N")]
+    pub drop: Option<u32>,
+    /// The prd.json of the run (default: ./prd.json); its books under `.ralph/` keep the hints.
     #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
     pub prd: Option<PathBuf>,
 }

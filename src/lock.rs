@@ -36,6 +36,15 @@ pub struct LockInfo {
     pub started_at: DateTime<Utc>,
 }
 
+/// The `ralph run` holding the lock of the books at `ralph_dir`, when its process is alive on
+/// this machine (read from the lock file; nothing is taken).
+pub fn live_holder(ralph_dir: &Path) -> Option<LockInfo> {
+    std::fs::read_to_string(ralph_dir.join(LOCK_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
+        .filter(|info| Path::new(&format!("/proc/{}", info.pid)).exists())
+}
+
 impl LockInfo {
     /// Details of the current process, now (to the millisecond, as the file stores it).
     pub fn current() -> LockInfo {

@@ -191,6 +191,9 @@ pub struct PromptContext {
     pub feedback: Vec<String>,
     /// The completion promise, `<promise>COMPLETE</promise>`.
     pub promise: String,
+    /// The user's notes for this iteration (`ralph hint`), oldest first (may be empty); shown
+    /// in a "From the user" block apart from ralph's feedback.
+    pub hints: Vec<String>,
 }
 
 impl PromptContext {
@@ -230,7 +233,14 @@ impl PromptContext {
                 .map(|f| crate::prd::files::relative_to_root(f, &paths.repo_root))
                 .collect(),
             promise: PROMISE.to_string(),
+            hints: Vec::new(),
         }
+    }
+
+    /// The same context carrying the user's `hints` (texts, oldest first).
+    pub fn with_hints(mut self, hints: Vec<String>) -> Self {
+        self.hints = hints;
+        self
     }
 }
 
@@ -331,7 +341,8 @@ impl PromptTemplate {
             paths,
             "## Codebase Patterns\n- (sample)\n".to_string(),
             vec!["(sample feedback from a previous iteration)".to_string()],
-        );
+        )
+        .with_hints(vec!["(sample hint from the user)".to_string()]);
         self.render(&ctx).map(|_| ())
     }
 

@@ -70,6 +70,26 @@ pub struct State {
     /// record and commit carry them (`Ralph-Unblocked`), then this is emptied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unblocked: Vec<String>,
+    /// The latest run's budgets, for readers such as `ralph watch` (absent: written by a ralph
+    /// before they were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RunLimits>,
+}
+
+/// A run's budgets as it started ([`State::limits`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLimits {
+    /// `--max-iter`.
+    pub max_iter: u32,
+    /// `--max-cost` in USD, when set.
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
+    /// `--max-duration` in seconds, when set.
+    #[serde(default)]
+    pub max_duration_s: Option<u64>,
+    /// When the run started (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    pub started_at: DateTime<Utc>,
 }
 
 impl Default for State {
@@ -87,6 +107,7 @@ impl Default for State {
             feature: None,
             stop_reason: None,
             unblocked: Vec::new(),
+            limits: None,
         }
     }
 }

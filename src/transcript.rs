@@ -279,6 +279,18 @@ impl Transcript {
         self.write(&record);
     }
 
+    /// Writes what is buffered now, so that a reader of the growing file (`ralph watch`) sees
+    /// the agent's latest action while the agent works on it (called after a tool call or a
+    /// message, which come seldom; a flood of other lines stays buffered).
+    pub fn flush_now(&mut self) {
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+            self.flushed = Instant::now();
+        }
+    }
+
     /// Writes a free-form record (e.g. the process outcome, ralph's own notes).
     pub fn note(&mut self, kind: &str, data: serde_json::Value) {
         let record = json!({"type": kind, "t_ms": self.elapsed_ms(), "data": data});
@@ -345,6 +357,12 @@ pub fn read_with(
     replayer: impl FnOnce(&str) -> Option<Replay>,
 ) -> std::io::Result<Recorded> {
     let text = std::fs::read_to_string(path)?;
+    Ok(parse_with(&text, replayer))
+}
+
+/// [`read_with`] on a transcript's text already in memory (e.g. its meta line and the tail of a
+/// long, growing one, as `ralph watch` reads it).
+pub fn parse_with(text: &str, replayer: impl FnOnce(&str) -> Option<Replay>) -> Recorded {
     let mut out = Recorded::default();
     let mut replayer = Some(replayer);
     let mut replay: Option<Replay> = None;
@@ -419,7 +437,7 @@ pub fn read_with(
             _ => {}
         }
     }
-    Ok(out)
+    out
 }
 
 /// A `line` record with its line as JSON, read without building a `Value`.

@@ -127,6 +127,14 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// [`replay_parser`] for the backend a transcript's meta record names (`"claude"`, …), as the
+/// closure [`crate::transcript::read_with`] takes; `None` for an unknown name or exec.
+pub fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
+    let kind: AgentKind = serde_json::from_value(serde_json::json!(backend)).ok()?;
+    let mut parser = replay_parser(kind)?;
+    Some(Box::new(move |line| parser.on_line(line)))
+}
+
 /// A fresh parser that reads a `kind` transcript's lines again into the same events as the run
 /// did: for every backend whose events depend on its output lines alone (the settings a
 /// backend's own parser gets, such as the requested model, change only its report). `None` for

@@ -112,10 +112,7 @@ fn fill_from_git(r: &LedgerRecord, repo: Option<&Repo>, prd: &std::path::Path) -
 /// The parser that rebuilds the events of a transcript written by `backend`, when there is one
 /// ([`crate::agent::replay_parser`]).
 fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
-    let kind: crate::protocol::AgentKind =
-        serde_json::from_value(serde_json::json!(backend)).ok()?;
-    let mut parser = crate::agent::replay_parser(kind)?;
-    Some(Box::new(move |line| parser.on_line(line)))
+    crate::agent::replayer(backend)
 }
 
 /// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret).

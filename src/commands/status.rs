@@ -122,6 +122,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
             "source": history.source.as_str(),
+            "paused": crate::pause_request::pending(&paths.ralph_dir).is_some(),
+            "pending_hints": crate::hints::pending(&paths.ralph_dir).iter()
+                .map(crate::hints::Hint::record).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -238,6 +241,20 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 flight.iteration, flight.story_id
             ),
         }
+    }
+    if crate::pause_request::pending(&paths.ralph_dir).is_some() {
+        match &state.in_flight {
+            Some(_) => println!("pausing: the run holds once the iteration above is recorded (`ralph resume` cancels)"),
+            None => println!("paused: no new iteration starts until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit"),
+        }
+    }
+    for h in crate::hints::pending(&paths.ralph_dir) {
+        let to = h
+            .story
+            .as_deref()
+            .map(|s| format!(" for {s}"))
+            .unwrap_or_default();
+        println!("pending hint {}{to}: {}", h.id, h.text);
     }
     if let Some(until) = state.resume_at.filter(|t| *t > chrono::Utc::now()) {
         let whose = match state.agent_resets.len() {

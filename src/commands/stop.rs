@@ -5,10 +5,7 @@
 //! Prints which run was asked (pid, host, current iteration); exits 1 with a message when no
 //! `ralph run` is active there (no request is left behind then).
 
-use std::path::Path;
-
 use crate::cli::StopArgs;
-use crate::lock::LockInfo;
 use crate::protocol::ExitStatus;
 use crate::state::State;
 use crate::workspace::RunPaths;
@@ -22,11 +19,7 @@ pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
     let prd = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
     let paths = RunPaths::of_prd(&prd);
     let root = paths.repo_root.clone();
-    let holder = std::fs::read_to_string(paths.ralph_dir.join(crate::lock::LOCK_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
-        .filter(|info| Path::new(&format!("/proc/{}", info.pid)).exists());
-    let Some(holder) = holder else {
+    let Some(holder) = crate::lock::live_holder(&paths.ralph_dir) else {
         eprintln!(
             "no `ralph run` is active in {} (nothing to stop)",
             root.display()

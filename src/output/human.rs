@@ -336,6 +336,8 @@ impl Sink for Human {
                 | RunEvent::StoryBlocked { .. }
                 | RunEvent::Waiting { .. }
                 | RunEvent::AgentSwitched { .. }
+                | RunEvent::Paused { .. }
+                | RunEvent::Resumed { .. }
         );
         if self.warnings_only && !warning {
             return;
@@ -404,6 +406,16 @@ impl Sink for Human {
                 reason,
                 from_resets_at,
             } => self.warn(&switch_text(from, to, *reason, *from_resets_at)),
+            RunEvent::Paused { since } => self.eprint(&format!(
+                "{} by `ralph pause` (asked at {} UTC): no new iteration starts until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit meanwhile",
+                style("paused:").yellow().bold().for_stderr(),
+                since.format("%H:%M:%S")
+            )),
+            RunEvent::Resumed { paused_s } => self.eprint(&format!(
+                "{} after {} paused",
+                style("resumed:").bold().for_stderr(),
+                humantime::format_duration(std::time::Duration::from_secs(*paused_s as u64))
+            )),
             RunEvent::RunFinished(summary) => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();

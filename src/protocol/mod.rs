@@ -33,7 +33,7 @@ pub use exit::{ExitStatus, Retry};
 pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, SandboxMode, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{
-    CriteriaProposal, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,
+    CriteriaProposal, HintRecord, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,
     ShutdownRecord, StrayFound, StrayProcess, VerifyRecord,
 };
 pub use run_event::RunEvent;

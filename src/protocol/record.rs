@@ -178,10 +178,27 @@ pub struct LedgerRecord {
     /// the egress proxy refused, each once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_hosts: Vec<String>,
+    /// The user's hints (`ralph hint`) this iteration's prompt carried, by id. They count as
+    /// delivered only when the outcome is one in which the agent got to work; otherwise they
+    /// stay pending for the next iteration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<HintRecord>,
 }
 
 fn is_sandbox_off(mode: &super::kinds::SandboxMode) -> bool {
     !mode.is_on()
+}
+
+/// A user's hint carried by an iteration (the ledger's `hints` field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HintRecord {
+    /// Its number in `.ralph/hints/` (as `ralph hint --list` shows it).
+    pub id: u32,
+    /// The text, as the user gave it.
+    pub text: String,
+    /// The story it was meant for; `None`: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub story: Option<String>,
 }
 
 /// How a `--push` after an iteration went.
@@ -467,6 +484,7 @@ impl LedgerRecord {
             checked_at_restart: false,
             sandbox: super::kinds::SandboxMode::Off,
             refused_hosts: Vec::new(),
+            hints: Vec::new(),
         }
     }
 

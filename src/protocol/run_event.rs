@@ -267,6 +267,19 @@ pub enum RunEvent {
         /// The limit of such retries or waits.
         max: u32,
     },
+    /// `ralph pause`: the run holds between iterations (the lock kept, no new iteration) until
+    /// `ralph resume` or `ralph stop`.
+    Paused {
+        /// When the pause was asked (UTC).
+        #[serde(with = "rfc3339")]
+        #[schemars(with = "String")]
+        since: DateTime<Utc>,
+    },
+    /// `ralph resume` ended a pause; the next iteration starts.
+    Resumed {
+        /// How long the run held, in seconds.
+        paused_s: f64,
+    },
     /// The run ended. Nothing follows.
     RunFinished(Box<RunSummary>),
 }
@@ -288,6 +301,8 @@ impl RunEvent {
             RunEvent::StoryBlocked { .. } => "story_blocked",
             RunEvent::AgentSwitched { .. } => "agent_switched",
             RunEvent::Waiting { .. } => "waiting",
+            RunEvent::Paused { .. } => "paused",
+            RunEvent::Resumed { .. } => "resumed",
             RunEvent::RunFinished(_) => "run_finished",
         }
     }
@@ -372,6 +387,8 @@ mod tests {
                 attempt: 1,
                 max: 3,
             },
+            RunEvent::Paused { since: Utc::now() },
+            RunEvent::Resumed { paused_s: 1.5 },
         ];
         for event in events {
             let line = serde_json::to_value(JsonEvent {

@@ -106,6 +106,21 @@ async fn drive(
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;
     loop {
+        let (budgets, started) = (&s.budgets, s.started);
+        if hold(
+            &Held {
+                budgets,
+                started,
+                stop,
+            },
+            &paths,
+            &mut s.expected_ids,
+            out,
+        )
+        .await?
+        {
+            clean_at = None;
+        }
         let current = store::load(&paths.prd)?;
         remember(&paths, &current, out);
         let situation = Situation {
@@ -144,18 +159,12 @@ async fn drive(
             iteration: s.state.iteration + 1,
             slot: pick.slot,
             feedback: s.pending.take_for(&story.id),
+            hints: crate::hints::pending_for(&paths.ralph_dir, &story.id),
             story,
             snapshot: current,
             clean_at: clean_at.take(),
         };
-        let limits = Limits {
-            timeout: pick.timeout,
-            idle_timeout: cx.cfg.idle_timeout,
-            kill_grace: cfg.agent_grace(),
-            exit_drain: EXIT_DRAIN,
-            final_grace: FINAL_GRACE,
-            max_line_bytes: MAX_LINE_BYTES,
-        };
+        let limits = limits(cx.cfg, pick.timeout);
         let done = iteration::run(cx, &mut s.state, assignment, &limits, out).await?;
         release_freed_memory();
         // The remote refused the branch or the lease: nothing more may be pushed.
@@ -222,17 +231,7 @@ async fn drive(
         if let Some(reason) = before_wait(&s.pre.repo, cx.remote, s.totals.last.as_ref(), out) {
             return Ok(reason);
         }
-        let (attempt, max) = match reason {
-            WaitReason::Retry => (s.tally.transient_in_a_row, cfg.max_transient_retries),
-            WaitReason::UsageLimit => (s.tally.usage_waits, cfg.max_usage_limit_waits),
-        };
-        out.emit(RunEvent::Waiting {
-            reason,
-            until,
-            story_id: Some(story_id),
-            attempt,
-            max,
-        });
+        out.emit(waiting(cfg, &s.tally, reason, until, story_id));
         let end = wait::until(until, stop, &paths.ralph_dir).await;
         if let Some(reason) = policy::after_wait(end, during) {
             return Ok(acknowledge(reason, &paths.ralph_dir));
@@ -398,6 +397,85 @@ fn book_agent(
     changed
 }
 
+/// The [`RunEvent::Waiting`] of a wait for `reason` until `until`, before `story_id` runs again.
+fn waiting(
+    cfg: &RunConfig,
+    tally: &policy::Tally,
+    reason: WaitReason,
+    until: chrono::DateTime<Utc>,
+    story_id: String,
+) -> RunEvent {
+    let (attempt, max) = match reason {
+        WaitReason::Retry => (tally.transient_in_a_row, cfg.max_transient_retries),
+        WaitReason::UsageLimit => (tally.usage_waits, cfg.max_usage_limit_waits),
+    };
+    RunEvent::Waiting {
+        reason,
+        until,
+        story_id: Some(story_id),
+        attempt,
+        max,
+    }
+}
+
+/// An iteration's process limits, with `timeout` its wall-clock limit.
+fn limits(cfg: &RunConfig, timeout: Duration) -> Limits {
+    Limits {
+        timeout,
+        idle_timeout: cfg.idle_timeout,
+        kill_grace: cfg.agent_grace(),
+        exit_drain: EXIT_DRAIN,
+        final_grace: FINAL_GRACE,
+        max_line_bytes: MAX_LINE_BYTES,
+    }
+}
+
+/// What [`hold`] reads of the run.
+struct Held<'a> {
+    budgets: &'a policy::Budgets,
+    started: Instant,
+    stop: &'a StopSignals,
+}
+
+/// `ralph pause`: when one is asked, holds between iterations until `ralph resume`, a stop or
+/// `--max-duration` (a pause counts toward it: docs/decisions.md); returns whether it held.
+/// Edits the user makes to prd.json meanwhile are theirs: the next iteration starts from them
+/// (the loop reloads prd.json after this, and looks at the tree again), and stories they remove
+/// or add are what the run expects from now on.
+async fn hold(
+    h: &Held<'_>,
+    paths: &crate::workspace::RunPaths,
+    expected_ids: &mut std::collections::BTreeSet<String>,
+    out: &mut Outputs,
+) -> anyhow::Result<bool> {
+    let Some(request) = crate::pause_request::pending(&paths.ralph_dir) else {
+        return Ok(false);
+    };
+    if crate::stop_request::pending(&paths.ralph_dir) || h.stop.stop.is_cancelled() {
+        return Ok(false);
+    }
+    let since = request.requested_at;
+    let ids = |prd: &crate::prd::model::Prd| -> std::collections::BTreeSet<String> {
+        prd.user_stories.iter().map(|s| s.id.clone()).collect()
+    };
+    let before = ids(&store::load(&paths.prd)?.prd);
+    out.emit(RunEvent::Paused { since });
+    let held = Instant::now();
+    let left = h.budgets.time_left(h.started.elapsed());
+    let end = wait::while_paused(h.stop, &paths.ralph_dir, left).await;
+    if let Ok(now) = store::load(&paths.prd) {
+        let after = ids(&now.prd);
+        expected_ids.retain(|id| after.contains(id) || !before.contains(id));
+        expected_ids.extend(after.difference(&before).cloned());
+    }
+    if end == wait::PauseEnd::Resumed {
+        out.emit(RunEvent::Resumed {
+            paused_s: held.elapsed().as_secs_f64(),
+        });
+    }
+    Ok(true)
+}
+
 /// Pins the result of this run's latest iteration (see [`iteration::commit::pin_end`]).
 fn pin_last(
     repo: &crate::git::Repo,
@@ -487,6 +565,8 @@ async fn finish(
         }
     }
     s.state.stop_reason = Some(reason.clone());
+    // A pause ends with the run (a later run does not start paused).
+    crate::pause_request::clear(&paths.ralph_dir);
     if let Err(e) = s.state.save(&paths.ralph_dir) {
         out.warn(format!("cannot record why the run stopped: {e}"));
     }

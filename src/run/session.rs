@@ -118,7 +118,15 @@ pub async fn open(
     }
     // A stop asked of an earlier run that ended before it saw the request.
     crate::stop_request::clear(&paths.ralph_dir);
+    // Likewise a pause (`ralph pause` needs a live run; this one is left from a dead one).
+    crate::pause_request::clear(&paths.ralph_dir);
     state.stop_reason = None;
+    state.limits = Some(crate::state::RunLimits {
+        max_iter: cfg.max_iter,
+        max_cost_usd: cfg.max_cost,
+        max_duration_s: cfg.max_duration.map(|d| d.as_secs()),
+        started_at: chrono::Utc::now(),
+    });
     // A usage-limit reset the worker that released the lease was waiting for.
     if let Some(at) = lease_resume_at {
         state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));

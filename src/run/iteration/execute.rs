@@ -11,7 +11,7 @@ use super::Cx;
 use crate::agent::session::{run_session, Session, SessionEnd};
 use crate::output::Outputs;
 use crate::process::{self, ProcessOutcome};
-use crate::protocol::{AgentReport, RunEvent, StrayFound, StrayProcess};
+use crate::protocol::{AgentEvent, AgentReport, RunEvent, StrayFound, StrayProcess};
 use crate::state::State;
 
 /// Stage 2's value: how the process ended and what the agent reported.
@@ -74,6 +74,12 @@ pub async fn execute(
                 transcript_ref.line_as(seen.line, seen.is_json);
                 for event in seen.events {
                     transcript_ref.event(&event);
+                    if matches!(
+                        event,
+                        AgentEvent::ToolCall { .. } | AgentEvent::AssistantText { .. }
+                    ) {
+                        transcript_ref.flush_now();
+                    }
                     out_ref.emit(RunEvent::AgentEvent { agent_event: event });
                 }
             },

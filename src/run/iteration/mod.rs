@@ -170,6 +170,19 @@ pub async fn run(
         draft,
     )?;
     let record = written.record;
+    // Written down: the hints it carried are delivered (unless the agent never got to work).
+    if let Err(e) = crate::hints::mark_delivered(
+        &cx.paths.ralph_dir,
+        &record.hints,
+        record.outcome,
+        cx.run_id,
+        record.iteration,
+    ) {
+        out.warn(format!(
+            "cannot mark the hints of iteration {} delivered: {e}",
+            record.iteration
+        ));
+    }
     out.emit(RunEvent::IterationFinished {
         record: Box::new(record.clone()),
         slot: assignment.slot,
@@ -255,6 +268,7 @@ fn draft(
     }
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
+    r.hints = a.hints.iter().map(crate::hints::Hint::record).collect();
     Draft {
         progress_summary: commit::progress_summary(
             &r.commits,

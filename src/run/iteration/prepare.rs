@@ -31,6 +31,8 @@ pub struct Assignment {
     pub story: Story,
     /// Feedback lines for the prompt.
     pub feedback: Vec<String>,
+    /// The user's pending hints for this story (`ralph hint`), shown in their own block.
+    pub hints: Vec<crate::hints::Hint>,
     /// prd.json when the iteration started (restored from it when the agent breaks it).
     pub snapshot: LoadedPrd,
     /// The HEAD at which the previous iteration's checkpoint left the working tree clean, when
@@ -92,7 +94,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         cx.paths,
         excerpt,
         a.feedback.clone(),
-    );
+    )
+    .with_hints(a.hints.iter().map(|h| h.text.clone()).collect());
     let prompt = cx.template.render(&ctx)?;
     let mut spec = cx.backend.command(&prompt)?;
     // The tag (a restarted ralph only kills a process group that is really its own), NO_COLOR

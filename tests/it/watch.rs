@@ -1,0 +1,205 @@
+//! `ralph watch` in a real terminal (a tmux pane read with `capture-pane`) beside a run of a slow
+//! scripted agent, and its plain snapshot when stdout is not a terminal.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::{prd_with_stories, text, TestEnv};
+
+/// A private tmux server for one test, killed when dropped.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn new(dir: &Path) -> Tmux {
+        let found = Command::new("tmux").arg("-V").output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "tmux is not installed: the real-terminal test of `ralph watch` needs it; run scripts/install-test-deps.sh (it installs tmux)"
+        );
+        Tmux {
+            socket: dir.join("tmux.sock"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("-f")
+            .arg("/dev/null")
+            .args(args)
+            .output()
+            .expect("tmux")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "w"]).stdout).into_owned()
+    }
+
+    fn alive(&self) -> bool {
+        self.run(&["has-session", "-t", "w"]).status.success()
+    }
+
+    fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            assert!(Instant::now() < deadline, "{what} never showed:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// A shell script that starts `ralph watch` in the repository with the test's environment.
+fn watch_script(env: &TestEnv) -> PathBuf {
+    let mut body = String::from("#!/bin/sh\n");
+    for (k, v) in env.envs() {
+        body.push_str(&format!("export {k}='{v}'\n"));
+    }
+    body.push_str("export TERM=xterm-256color\n");
+    body.push_str(&format!(
+        "cd '{}' && exec '{}' watch\n",
+        env.repo.display(),
+        crate::common::ralph_bin()
+    ));
+    let path = env.root.path().join("watch.sh");
+    std::fs::write(&path, body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+const HINT: &str = "keep the public API unchanged";
+
+#[test]
+fn watch_in_a_terminal_shows_the_run_takes_a_hint_and_quits_without_stopping_it() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let tmux = Tmux::new(env.root.path());
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"claude_text": "Looking at the parser first."},
+            {"claude_tool": {"name": "Bash", "input": {"command": "cargo test --watch-marker"}, "result": "ok"}},
+            {"write_file": {"path": "../started-1", "content": "x\n"}},
+            {"sleep_ms": 8000},
+            {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"claude_result": {"text": "done"}}
+        ],
+        [
+            {"claude_init": {}},
+            {"save_stdin": "../prompt-2.txt"},
+            {"write_file": {"path": "file-2.txt", "content": "x\n"}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"git_commit": "feat: US-002"},
+            {"claude_result": {"text": "done"}}
+        ]
+    ]}));
+    let mut run = env.ralph_spawn(&["run"]);
+    let script = watch_script(&env);
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-s",
+        "w",
+        script.to_str().unwrap(),
+    ]);
+    assert!(started.status.success(), "{}", text(&started));
+    // The story list, the running iteration and its last tool call.
+    let screen = tmux.wait_for("the running iteration's tool call", |s| {
+        s.contains("Bash: cargo test --watch-marker")
+    });
+    assert!(
+        screen.contains("US-001 Story 1") && screen.contains("US-002 Story 2"),
+        "{screen}"
+    );
+    assert!(screen.contains("iteration 1 · US-001"), "{screen}");
+    assert!(screen.contains("running (pid"), "{screen}");
+    assert!(screen.contains("Stories 0/2 passed"), "{screen}");
+
+    // h, the hint, Enter: saved for the next iteration.
+    tmux.run(&["send-keys", "-t", "w", "h"]);
+    tmux.wait_for("the hint prompt", |s| s.contains("hint>"));
+    tmux.run(&["send-keys", "-t", "w", "-l", HINT]);
+    tmux.run(&["send-keys", "-t", "w", "Enter"]);
+    tmux.wait_for("the saved hint", |s| s.contains("hint 1 saved"));
+    let list = env.ralph(&["hint", "--list"]);
+    assert!(text(&list).contains(HINT), "{}", text(&list));
+
+    // q leaves the view; the run goes on.
+    tmux.run(&["send-keys", "-t", "w", "q"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "q did not quit:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "quitting the view ended the run"
+    );
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", env.spawned_output());
+    let prompt = std::fs::read_to_string(env.root.path().join("prompt-2.txt")).unwrap();
+    assert!(prompt.contains(HINT), "{prompt}");
+    assert_eq!(env.ledger()[1]["hints"][0]["text"], HINT);
+}
+
+#[test]
+fn watch_without_a_terminal_prints_one_snapshot_of_the_last_run() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"claude_result": {"text": "done"}}
+        ]
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "1", "--max-cost", "3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    env.ralph(&["hint", "--story", "US-002", "mind the edge cases"]);
+    let out = env.ralph(&["watch"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "no run active: the last run",
+        "Stories 1/2 passed",
+        "✓ US-001 Story 1",
+        "· US-002 Story 2",
+        "#1 US-001 story_passed",
+        "iterations 1/1 · cost $0.01/$3.00",
+        "hints pending: 1 [US-002] mind the edge cases",
+        "stopped: --max-iter 1 reached",
+    ] {
+        assert!(shown.contains(needle), "missing {needle:?} in:\n{shown}");
+    }
+    // No escape sequences, no key line.
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains("q quit"),
+        "{shown}"
+    );
+}
