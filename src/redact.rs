@@ -63,6 +63,44 @@ fn looks_generated(value: &str) -> bool {
         && !value.starts_with('/')
 }
 
+/// Whether a file's name says it holds secrets, so that ralph never commits it when git does
+/// not already track it (docs/decisions.md, "Testers' findings"): `.env` and `.env.*` (but not
+/// the templates `.env.example`, `.env.sample`, `.env.template`, `.env.dist`), private keys and
+/// keystores (`*.pem`, `*.key`, `*.p12`, `*.pfx`, `*.jks`, `*.keystore`, `id_rsa`, `id_dsa`,
+/// `id_ecdsa`, `id_ed25519` and their variants, `.pub` public keys excepted), and credential
+/// files (`credentials`, `credentials.json`, `*credentials*.json`, `.netrc`, `.pgpass`,
+/// `service-account*.json`). `path` is repository-relative with `/` separators; only its last
+/// component is read.
+pub fn is_secret_file(path: &str) -> bool {
+    let name = path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(path)
+        .to_ascii_lowercase();
+    if name == ".env" {
+        return true;
+    }
+    if let Some(suffix) = name.strip_prefix(".env.") {
+        return !matches!(
+            suffix,
+            "example" | "sample" | "template" | "dist" | "defaults"
+        );
+    }
+    let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+    if matches!(ext, "pem" | "key" | "p12" | "pfx" | "jks" | "keystore") {
+        return true;
+    }
+    if ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]
+        .iter()
+        .any(|k| name.starts_with(k))
+    {
+        return ext != "pub";
+    }
+    matches!(name.as_str(), "credentials" | ".netrc" | ".pgpass")
+        || (ext == "json" && (name.contains("credentials") || name.starts_with("service-account")))
+}
+
 /// Well-known secret shapes, redacted wherever they appear.
 const TOKEN_PATTERNS: &[&str] = &[
     r"\bsk-[A-Za-z0-9_\-]{16,}",

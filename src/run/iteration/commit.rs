@@ -113,6 +113,9 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     }
     let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
     record.checkpoint_commit = checkpoint.commit;
+    if !checkpoint.withheld.is_empty() {
+        record.findings.push(withheld_finding(&checkpoint.withheld));
+    }
     record.head_after = at.repo.head_sha()?;
     // The iteration's commit point waits for the push: the ledger then says whether the remote
     // has it. (The `end` ref is pinned later, before a wait or at the end, and goes with the
@@ -149,6 +152,21 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         record,
         tree_clean: checkpoint.clean,
     })
+}
+
+/// The finding naming the secret-looking files a checkpoint left out, e.g. `not committed
+/// (secret-looking, untracked): .env — ralph never commits such a file; add it to .gitignore`.
+pub fn withheld_finding(paths: &[String]) -> String {
+    let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
+    format!(
+        "not committed (secret-looking, untracked): {}{} — ralph never commits such a file; add it to .gitignore, or commit it yourself if it is meant to be shared",
+        shown.join(", "),
+        if paths.len() > 5 {
+            format!(" and {} more", paths.len() - 5)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Points `refs/ralph/<run>/<n>/end` at the iteration's result (HEAD after its checkpoint), so
