@@ -302,6 +302,27 @@ impl Redactor {
     }
 }
 
+/// The files of a unified diff (as [`crate::git::Repo::patch`] writes it: `+++ b/<path>`
+/// headers, added lines starting with `+`) whose added lines hold a secret `redactor` knows,
+/// in the order found, each once. The diff is the repository's content: ralph cannot redact it,
+/// only say that it holds one.
+pub fn files_with_secrets(redactor: &Redactor, patch: &str) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    let mut current: Option<&str> = None;
+    for line in patch.lines() {
+        if let Some(path) = line.strip_prefix("+++ ") {
+            current = Some(path.strip_prefix("b/").unwrap_or(path));
+        } else if let Some(added) = line.strip_prefix('+') {
+            if let (Some(file), Cow::Owned(_)) = (current, redactor.redact(added)) {
+                if !files.iter().any(|f| f == file) {
+                    files.push(file.to_string());
+                }
+            }
+        }
+    }
+    files
+}
+
 /// `data` as JSON with every string redacted by [`current`], for a renderer that escapes text
 /// (HTML) and so could split a secret if redacted afterwards. `Null` when `data` cannot be
 /// serialized (plain data always can).

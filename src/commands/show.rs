@@ -551,6 +551,15 @@ fn changes(out: &mut String, r: &LedgerRecord, repo: Option<&Repo>, diff: bool) 
                 let _ = writeln!(out, "  none");
             }
             if diff {
+                let files = crate::redact::files_with_secrets(&crate::redact::current(), &patch);
+                if !files.is_empty() {
+                    let warning = format!(
+                        "warning: this diff adds secret-looking values in {} (shown <redacted> here, but the commit holds them): rotate the key, and rewrite the commit before pushing",
+                        files.join(", ")
+                    );
+                    eprintln!("{warning}");
+                    let _ = writeln!(out, "\n{warning}");
+                }
                 let _ = writeln!(out, "\n{patch}");
             }
         }

@@ -2,6 +2,9 @@
 //! through the real binary:
 //! - untracked secret-looking files (`.env`, `*.pem`, `id_rsa`, …) never reach a checkpoint,
 //!   `--allow-dirty` or not, and the run says which it left out;
+//! - the books under `.ralph/` are redacted when written, so a reader without the key in the
+//!   environment sees none; a commit that holds a key is flagged in the record and by
+//!   `ralph show --diff`, which redacts the well-known shapes whoever reads it;
 
 use std::path::PathBuf;
 
@@ -112,4 +115,105 @@ fn an_untracked_env_file_alone_does_not_refuse_the_run() {
     let refused = env.ralph(&["run", "--agent", "exec", "--agent-cmd", "true"]);
     assert!(!refused.status.success(), "{}", text(&refused));
     assert!(text(&refused).contains("scratch.txt"), "{}", text(&refused));
+}
+
+/// Every file under `dir`, concatenated with its name, but `skip`.
+fn all_files_but(dir: &std::path::Path, skip: &str) -> String {
+    let mut out = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !p.ends_with(skip) {
+                out.push_str(&format!("--- {}\n", p.display()));
+                out.push_str(&String::from_utf8_lossy(
+                    &std::fs::read(&p).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// In the run's environment only: the morning reader does not have it.
+const RUN_KEY: &str = "night-only-key-5d6e7f8a9b";
+/// A well-known shape, configured nowhere.
+const SHAPED_KEY: &str = "sk-ant-api03-Qw12Er34Ty56Ui78Op90As";
+
+#[test]
+fn books_are_redacted_when_written_and_a_committed_key_is_flagged() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    // The agent quotes the key in prd.json's notes (which the next prompt and the books carry)
+    // and commits it in code.
+    let agent = script(
+        &env,
+        "agent.sh",
+        &format!(
+            "python3 - <<'PY'\n\
+             import json,os\n\
+             p=json.load(open('prd.json'))\n\
+             p['userStories'][0]['notes']='used key '+os.environ['ACME_API_KEY']\n\
+             open('prd.json','w').write(json.dumps(p,indent=2))\n\
+             open('config.py','w').write('KEY = \"%s\"\\nOTHER = \"{SHAPED_KEY}\"\\n' % os.environ['ACME_API_KEY'])\n\
+             PY\n\
+             exit 0\n"
+        ),
+    );
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent.display().to_string(),
+            "--max-iter",
+            "2",
+        ])
+        .env("ACME_API_KEY", RUN_KEY)
+        .output()
+        .unwrap();
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 2, "{}", text(&out));
+    // The key is in the repository (the agent put it there), and the record says so loudly.
+    assert!(
+        env.read("config.py").contains(RUN_KEY),
+        "{}\n{}",
+        env.read("config.py"),
+        text(&out)
+    );
+    let findings = ledger[0]["findings"].to_string();
+    assert!(
+        findings.contains("SECRET COMMITTED") && findings.contains("config.py"),
+        "{findings}\n{}",
+        text(&out)
+    );
+    // Nothing under .ralph/ holds it (prd.snapshot.json is prd.json's own bytes, kept to put
+    // prd.json back after a crash), so no reader's environment matters.
+    let books = all_files_but(&env.path(".ralph"), "prd.snapshot.json");
+    assert!(books.contains("prd-memory.json"), "{books}");
+    assert!(books.contains(".prompt.md"), "{books}");
+    for key in [RUN_KEY, SHAPED_KEY] {
+        assert!(!books.contains(key), "{key} is in the books:\n{books}");
+    }
+    // The morning reader (no ACME_API_KEY): `show --diff` warns and redacts the shape.
+    let show = env.ralph(&["show", "1", "--diff", "--no-pager"]);
+    assert!(show.status.success(), "{}", text(&show));
+    let shown = text(&show);
+    assert!(!shown.contains(SHAPED_KEY), "{shown}");
+    assert!(
+        shown.contains("warning: this diff adds secret-looking values in config.py"),
+        "{shown}"
+    );
+    assert!(shown.contains("SECRET COMMITTED"), "{shown}");
+    // With the key in the environment, it is redacted too.
+    let show = env
+        .ralph_cmd(&["show", "1", "--diff", "--no-pager"])
+        .env("ACME_API_KEY", RUN_KEY)
+        .output()
+        .unwrap();
+    assert!(!text(&show).contains(RUN_KEY), "{}", text(&show));
+    let report = env.ralph(&["report", "--markdown"]);
+    assert!(!text(&report).contains(SHAPED_KEY), "{}", text(&report));
 }

@@ -117,6 +117,10 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         record.findings.push(withheld_finding(&checkpoint.withheld));
     }
     record.head_after = at.repo.head_sha()?;
+    if let Some(finding) = secret_finding(at.repo, &record) {
+        tracing::warn!("{finding}");
+        record.findings.push(finding);
+    }
     // The iteration's commit point waits for the push: the ledger then says whether the remote
     // has it. (The `end` ref is pinned later, before a wait or at the end, and goes with the
     // next push or the lease's release.)
@@ -151,6 +155,29 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     Ok(Written {
         record,
         tree_clean: checkpoint.clean,
+    })
+}
+
+/// Largest patch read for secrets after a checkpoint, in bytes.
+const SECRET_SCAN_MAX_BYTES: usize = 8 << 20;
+
+/// The finding, when what the iteration committed (the agent's commits and ralph's checkpoint)
+/// adds a line holding a secret the run knows (`crate::redact`): the diff is the repository's
+/// content, which ralph cannot redact, so the record says so loudly, naming the files.
+fn secret_finding(repo: &Repo, record: &LedgerRecord) -> Option<String> {
+    let (Some(from), Some(to)) = (&record.head_before, &record.head_after) else {
+        return None;
+    };
+    if from == to {
+        return None;
+    }
+    let (patch, _) = repo.patch(from, to, SECRET_SCAN_MAX_BYTES).ok()?;
+    let files = crate::redact::files_with_secrets(&crate::redact::current(), &patch);
+    (!files.is_empty()).then(|| {
+        format!(
+            "SECRET COMMITTED: the iteration's commits add a secret-looking value in {} — it is in git history now (shown <redacted> by ralph, not in git): rotate the key, and rewrite the commit before pushing",
+            files.join(", ")
+        )
     })
 }
 
