@@ -5,6 +5,8 @@
 //! - the books under `.ralph/` are redacted when written, so a reader without the key in the
 //!   environment sees none; a commit that holds a key is flagged in the record and by
 //!   `ralph show --diff`, which redacts the well-known shapes whoever reads it;
+//! - a known key URL-encoded, base64-encoded (both alphabets) or split across two lines is
+//!   redacted too;
 
 use std::path::PathBuf;
 
@@ -216,4 +218,59 @@ fn books_are_redacted_when_written_and_a_committed_key_is_flagged() {
     assert!(!text(&show).contains(RUN_KEY), "{}", text(&show));
     let report = env.ralph(&["report", "--markdown"]);
     assert!(!text(&report).contains(SHAPED_KEY), "{}", text(&report));
+}
+
+#[test]
+fn encoded_and_split_forms_of_a_key_are_redacted_everywhere() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let key = "acme+env/key=7f3a9c2e";
+    let agent = script(
+        &env,
+        "agent.sh",
+        "python3 - <<'PY'\n\
+         import base64,os,sys,urllib.parse\n\
+         k=os.environ['ACME_API_KEY']\n\
+         print('GET /auth?key='+urllib.parse.quote(k, safe=''))\n\
+         print('basic '+base64.b64encode(('bot:'+k).encode()).decode())\n\
+         print('cookie '+base64.urlsafe_b64encode(('xy'+k).encode()).decode())\n\
+         sys.stderr.write('error: invalid key '+k[:9]+'\\n'+k[9:]+' rejected\\n')\n\
+         PY\n\
+         exit 1\n",
+    );
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent.display().to_string(),
+            "--max-iter",
+            "1",
+        ])
+        .env("ACME_API_KEY", key)
+        .output()
+        .unwrap();
+    assert_eq!(env.ledger().len(), 1, "{}", text(&out));
+    let log = env.ralph(&["log", "--no-pager"]);
+    let places = format!(
+        "{}\n{}\n{}\n{}",
+        text(&out),
+        all_files_but(&env.path(".ralph"), "-none-"),
+        env.read("progress.txt"),
+        text(&log)
+    );
+    // The agent did print them (the transcript keeps the lines, redacted).
+    assert!(places.contains("GET /auth?key=<redacted>"), "{places}");
+    assert!(places.contains("basic "), "{places}");
+    use base64::Engine as _;
+    let forms = [
+        "acme%2Benv%2Fkey%3D7f3a9c2e".to_string(),
+        base64::engine::general_purpose::STANDARD.encode(format!("bot:{key}")),
+        base64::engine::general_purpose::URL_SAFE.encode(format!("xy{key}")),
+        key[..9].to_string(),
+        key[9..].to_string(),
+    ];
+    for form in &forms {
+        assert!(!places.contains(form.as_str()), "{form} leaked:\n{places}");
+    }
 }
