@@ -60,6 +60,7 @@ mod tests {
             passed: false,
             result: None,
             output_tail: String::new(),
+            interrupted: false,
         }];
         let history = History {
             records: vec![

@@ -7,25 +7,15 @@
 //!   `ralph show --diff`, which redacts the well-known shapes whoever reads it;
 //! - a known key URL-encoded, base64-encoded (both alphabets) or split across two lines is
 //!   redacted too;
+//! - a stop during the verify gate leaves the check on record as interrupted (cut short, or not
+//!   run), never an empty `verify`;
 
-use std::path::PathBuf;
+use std::time::Duration;
 
-use serde_json::Value;
+use nix::sys::signal::Signal;
+use serde_json::json;
 
-use crate::common::{prd_with_stories, text, TestEnv};
-
-/// Writes an executable script outside the repository and returns its path.
-fn script(env: &TestEnv, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = env.root.path().join(name);
-    std::fs::write(&path, format!("#!/bin/bash\n{body}")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::common::{prd_with_stories, script_file, signal, text, wait_exit, wait_for, TestEnv};
 
 /// The files of every commit on the current branch.
 fn committed_files(env: &TestEnv) -> String {
@@ -41,7 +31,7 @@ fn allow_dirty_never_commits_an_untracked_secret_file() {
     env.write("certs/server.pem", "-----BEGIN PRIVATE KEY-----\nMIIE\n");
     env.write(".env.example", "OPENAI_API_KEY=\n");
     // The agent does the work, writes a key of its own and stages another secret file itself.
-    let agent = script(
+    let agent = script_file(
         &env,
         "agent.sh",
         "echo done > file-1.txt\n\
@@ -98,7 +88,7 @@ fn allow_dirty_never_commits_an_untracked_secret_file() {
 fn an_untracked_env_file_alone_does_not_refuse_the_run() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.write(".env", "DB_PASSWORD=hunter2hunter2\n");
-    let agent = script(&env, "agent.sh", "echo done > file-1.txt\n");
+    let agent = script_file(&env, "agent.sh", "echo done > file-1.txt\n");
     let out = env.ralph(&[
         "run",
         "--agent",
@@ -149,7 +139,7 @@ fn books_are_redacted_when_written_and_a_committed_key_is_flagged() {
     let env = TestEnv::new(&prd_with_stories(2));
     // The agent quotes the key in prd.json's notes (which the next prompt and the books carry)
     // and commits it in code.
-    let agent = script(
+    let agent = script_file(
         &env,
         "agent.sh",
         &format!(
@@ -224,7 +214,7 @@ fn books_are_redacted_when_written_and_a_committed_key_is_flagged() {
 fn encoded_and_split_forms_of_a_key_are_redacted_everywhere() {
     let env = TestEnv::new(&prd_with_stories(1));
     let key = "acme+env/key=7f3a9c2e";
-    let agent = script(
+    let agent = script_file(
         &env,
         "agent.sh",
         "python3 - <<'PY'\n\
@@ -272,5 +262,84 @@ fn encoded_and_split_forms_of_a_key_are_redacted_everywhere() {
     ];
     for form in &forms {
         assert!(!places.contains(form.as_str()), "{form} leaked:\n{places}");
+    }
+}
+
+/// Two stories with checks; the agent marks both passing. The first check signals that it
+/// started and sleeps, so a stop lands while it runs and before the second one's turn.
+fn gate_env() -> TestEnv {
+    let mut prd = prd_with_stories(2);
+    prd["userStories"][0]["verify"] = json!("touch .check-started; sleep 30");
+    prd["userStories"][1]["verify"] = json!("true");
+    TestEnv::new(&prd)
+}
+
+#[test]
+fn a_stop_during_the_verify_gate_records_the_checks_as_interrupted() {
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        let env = gate_env();
+        env.write(".gitignore", ".check-started\n");
+        env.git(&["add", ".gitignore"]);
+        env.git(&["commit", "-qm", "ignore the marker"]);
+        let agent = script_file(
+            &env,
+            "agent.sh",
+            "echo done > file-1.txt\n\
+             python3 - <<'PY'\n\
+             import json\n\
+             p=json.load(open('prd.json'))\n\
+             for s in p['userStories']: s['passes']=True\n\
+             open('prd.json','w').write(json.dumps(p,indent=2))\n\
+             PY\n",
+        );
+        let mut child = env.ralph_spawn(&[
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent.display().to_string(),
+            "--max-iter",
+            "1",
+        ]);
+        wait_for(&env, ".check-started", Duration::from_secs(30));
+        signal(&child, sig);
+        let (code, _) = wait_exit(&env, &mut child, Duration::from_secs(30));
+        assert_eq!(code, 130, "{sig}: {}", env.spawned_output());
+        let ledger = env.ledger();
+        assert_eq!(ledger.len(), 1, "{sig}: {}", env.spawned_output());
+        let r = &ledger[0];
+        assert_eq!(r["outcome"], "interrupted", "{sig}: {r}");
+        let verify = r["verify"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{sig}: no verify: {r}"));
+        assert_eq!(verify.len(), 2, "{sig}: {r}");
+        assert_eq!(verify[0]["story_id"], "US-001", "{r}");
+        assert_eq!(verify[0]["interrupted"], true, "{r}");
+        assert!(
+            verify[0]["result"]
+                .as_str()
+                .unwrap_or("")
+                .contains("interrupted"),
+            "{r}"
+        );
+        assert_eq!(verify[1]["story_id"], "US-002", "{r}");
+        assert_eq!(verify[1]["interrupted"], true, "{r}");
+        assert!(
+            verify[1]["result"]
+                .as_str()
+                .unwrap_or("")
+                .contains("not run"),
+            "{r}"
+        );
+        // Neither story passes on a check that did not finish, and `show` says why.
+        let prd = env.prd();
+        assert_eq!(prd["userStories"][0]["passes"], false);
+        assert_eq!(prd["userStories"][1]["passes"], false);
+        let show = env.ralph(&["show", "1", "--no-pager"]);
+        assert!(
+            text(&show).contains("was interrupted by the stop"),
+            "{}",
+            text(&show)
+        );
     }
 }

@@ -528,14 +528,18 @@ async fn verify_gate(
         let Some(command) = command_of(&current.prd, id) else {
             continue;
         };
+        // A check the stop cut short, or left unrun, said nothing about the story: unchecked,
+        // not failed, and on record as interrupted.
         if cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
+            obs.verify.push(verify::interrupted(None, &command, id));
             continue;
         }
         let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
-        // A check the stop cut short said nothing about the story: unchecked, not failed.
         if !record.passed && cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
+            obs.verify
+                .push(verify::interrupted(Some(record), &command, id));
         } else {
             obs.verify.push(record);
         }
@@ -556,7 +560,7 @@ async fn verify_gate(
     let failed: Vec<&str> = obs
         .verify
         .iter()
-        .filter(|v| !v.passed)
+        .filter(|v| !v.passed && !v.interrupted)
         .map(|v| v.story_id.as_str())
         .chain(unchecked.iter().map(String::as_str))
         .collect();
@@ -588,7 +592,11 @@ async fn verify_gate(
         let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
         let passed = record.passed;
         // A stop cut the check short: the gate did not get to judge the iteration.
-        obs.stopped_in_gate |= !passed && cx.stop.stop.is_cancelled();
+        if !passed && cx.stop.stop.is_cancelled() {
+            obs.stopped_in_gate = true;
+            obs.verify
+                .push(verify::interrupted(Some(record.clone()), &command, id));
+        }
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);
