@@ -121,6 +121,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
             "source": history.source.as_str(),
+            "notifications_failed": crate::notify::failed_deliveries(&paths.ralph_dir)
+                .iter().map(|d| json!({"at": d.at, "kind": d.kind, "run_id": d.run_id,
+                    "target": d.target, "attempts": d.attempts, "error": d.error,
+                    "undelivered": d.undelivered})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -315,6 +319,17 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 .unwrap_or_default();
             println!("last run stopped{on}: {}", reason.sentence());
         }
+    }
+    let failed = crate::notify::failed_deliveries(&paths.ralph_dir);
+    if let Some(last) = failed.last() {
+        let of_run: Vec<_> = failed.iter().filter(|d| d.run_id == last.run_id).collect();
+        println!(
+            "notifications: {} not delivered in run {} (see .ralph/{}); last: {}",
+            of_run.len(),
+            last.run_id,
+            crate::notify::DELIVERIES_FILE,
+            last.describe()
+        );
     }
     if ledger_from_git || state_from_git {
         println!(

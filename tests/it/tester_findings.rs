@@ -9,6 +9,8 @@
 //!   redacted too;
 //! - a stop during the verify gate leaves the check on record as interrupted (cut short, or not
 //!   run), never an empty `verify`;
+//! - a notification that could not be delivered is said when it fails, and `ralph log` and
+//!   `ralph status` name it afterwards;
 
 use std::time::Duration;
 
@@ -342,4 +344,54 @@ fn a_stop_during_the_verify_gate_records_the_checks_as_interrupted() {
             text(&show)
         );
     }
+}
+
+#[test]
+fn an_undelivered_notification_is_named_by_the_run_log_and_status() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    // A port nothing listens on: every attempt is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let hook = format!("http://127.0.0.1:{port}/hook");
+    env.write("ralph.toml", "[notify]\nattempts = 1\n");
+    env.git(&["add", "ralph.toml"]);
+    env.git(&["commit", "-qm", "notify settings"]);
+    let agent = script_file(&env, "agent.sh", "echo 'boom' >&2\nexit 1\n");
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--max-iter",
+        "1",
+        "--notify-webhook",
+        &hook,
+    ]);
+    assert_eq!(env.ledger().len(), 1, "{}", text(&out));
+    let run_id = env.ledger()[0]["run_id"].as_str().unwrap().to_string();
+    assert!(
+        text(&out).contains("notification to webhook") && text(&out).contains("failed"),
+        "no warning in the run's output:\n{}",
+        text(&out)
+    );
+    let log = env.ralph(&["log", "--no-pager"]);
+    let log = text(&log);
+    assert!(log.contains("notifications not delivered (1"), "{log}");
+    assert!(log.contains(&format!("127.0.0.1:{port}")), "{log}");
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status.contains(&format!("notifications: 1 not delivered in run {run_id}")),
+        "{status}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        json["notifications_failed"].as_array().map(Vec::len),
+        Some(1),
+        "{json}"
+    );
 }
