@@ -11,6 +11,8 @@
 //!   run), never an empty `verify`;
 //! - a notification that could not be delivered is said when it fails, and `ralph log` and
 //!   `ralph status` name it afterwards;
+//! - `--resume-only` with nothing to resume ends like any run: a `run_finished` event with its
+//!   reason, and the GitHub outputs;
 
 use std::time::Duration;
 
@@ -394,4 +396,56 @@ fn an_undelivered_notification_is_named_by_the_run_log_and_status() {
         Some(1),
         "{json}"
     );
+}
+
+#[test]
+fn resume_only_with_nothing_to_resume_sends_run_finished_and_the_github_outputs() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let failing = json!([
+        {"claude_init": {}},
+        {"claude_result": {"text": "I could not do it", "is_error": true}},
+        {"exit": 1}
+    ]);
+    env.script(&json!({"invocations": [failing.clone(), failing]}));
+    let out = env.ralph(&["run", "--max-failures", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let gh_output = env.root.path().join("github_output");
+    let out = env
+        .ralph_cmd(&["run", "--resume-only", "--json"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_OUTPUT", &gh_output)
+        .env("GITHUB_STEP_SUMMARY", env.root.path().join("summary.md"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 1, "the agent ran again: {}", text(&out));
+    let finished: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "run_finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{}", text(&out));
+    let f = &finished[0];
+    assert_eq!(f["stop_reason"]["kind"], "nothing_to_resume", "{f}");
+    assert!(
+        f["stop_reason"]["why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--max-failures"),
+        "{f}"
+    );
+    assert_eq!(f["exit_code"], 0, "{f}");
+    assert_eq!(f["success"], true, "{f}");
+    assert_eq!(f["iterations"], 0, "{f}");
+    let outputs = std::fs::read_to_string(&gh_output).unwrap_or_default();
+    assert!(
+        outputs.contains("stop_reason=nothing_to_resume"),
+        "{outputs}"
+    );
+    assert!(outputs.contains("exit_code=0"), "{outputs}");
+    // The human output says it once, with the reason.
+    let out = env.ralph(&["run", "--resume-only"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("nothing to resume: "), "{said}");
 }
