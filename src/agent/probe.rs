@@ -33,7 +33,7 @@ pub enum ProbeError {
         seconds: u64,
     },
     /// It exited with a failure or printed nothing.
-    #[error("`{program} --version` failed (exit {code:?}): {output}")]
+    #[error("`{program} --version` failed ({}): {output}", crate::protocol::exit::describe_end(*.code, None))]
     Failed {
         /// The program.
         program: String,

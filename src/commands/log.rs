@@ -70,7 +70,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
             text.push_str(&format!("  {}\n", d.describe()));
         }
     }
-    let text = crate::redact::redact_env(&text);
+    let text = crate::output::text::readable(&text);
     if args.no_pager {
         print!("{text}");
     } else {

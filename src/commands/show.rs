@@ -118,9 +118,10 @@ fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
     Some(Box::new(move |line| parser.on_line(line)))
 }
 
-/// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret).
+/// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret;
+/// and without the terminal escape sequences an agent printed).
 fn page(text: &str, no_pager: bool) {
-    let text = &crate::redact::redact_env(text);
+    let text = &crate::output::text::readable(text);
     if no_pager {
         print!("{text}");
     } else {

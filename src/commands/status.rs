@@ -245,7 +245,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     if let Some(until) = state.resume_at.filter(|t| *t > chrono::Utc::now()) {
         println!(
             "usage limit: the agent's limit resets at {}; `ralph run` waits until then",
-            until.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+            until
+                .with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M %:z")
         );
     }
     println!();
@@ -290,7 +292,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     crate::output::text::record_secs(r),
                     crate::output::text::usd_or_unknown(r.cost_usd),
                     tokens,
-                    r.started_at.format("%Y-%m-%d %H:%M:%S")
+                    r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
                 );
             }
             println!(

@@ -474,10 +474,11 @@ impl StopReason {
     }
 }
 
-/// `2026-12-01 14:00` in local time.
+/// `2026-12-01 14:00 +01:00` in local time, with its offset from UTC (a reader in another
+/// zone, or a log read later, must not guess).
 fn local_time(at: DateTime<Utc>) -> String {
     at.with_timezone(&Local)
-        .format("%Y-%m-%d %H:%M")
+        .format("%Y-%m-%d %H:%M %:z")
         .to_string()
 }
 

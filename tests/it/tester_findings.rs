@@ -13,6 +13,8 @@
 //!   `ralph status` name it afterwards;
 //! - `--resume-only` with nothing to resume ends like any run: a `run_finished` event with its
 //!   reason, and the GitHub outputs;
+//! - what a 7 a.m. reader sees reads right: no terminal escape codes from the agent in `log`,
+//!   `show` or `report`, a reset time with its UTC offset, "a valid PRD";
 
 use std::time::Duration;
 
@@ -448,4 +450,97 @@ fn resume_only_with_nothing_to_resume_sends_run_finished_and_the_github_outputs(
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("nothing to resume: "), "{said}");
+}
+
+#[test]
+fn the_morning_reader_sees_no_escape_codes_and_reset_times_with_their_offset() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let agent = script_file(
+        &env,
+        "agent.sh",
+        "printf '\\033[1;31merror:\\033[0m the \\033[4mwidget\\033[0m broke\\n' >&2\nexit 1\n",
+    );
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--max-iter",
+        "1",
+    ]);
+    assert_eq!(env.ledger().len(), 1, "{}", text(&out));
+    assert!(
+        env.read(".ralph/ledger.jsonl").contains("widget"),
+        "the message did not reach the ledger"
+    );
+    for args in [
+        vec!["log", "--no-pager"],
+        vec!["show", "1", "--no-pager"],
+        vec!["show", "1", "--raw", "--no-pager"],
+        vec!["report", "--markdown"],
+    ] {
+        let shown = text(&env.ralph(&args));
+        assert!(
+            !shown.contains('\u{1b}'),
+            "{args:?} shows escape codes:\n{shown:?}"
+        );
+        assert!(shown.contains("widget"), "{args:?}: {shown}");
+    }
+    assert!(env.ralph(&["report"]).status.success());
+    let html = env.read(".ralph/report.html");
+    assert!(html.contains("widget") && !html.contains("\\u001b") && !html.contains('\u{1b}'));
+
+    // A usage limit the run does not wait for: its reset is said with the offset.
+    let env = TestEnv::new(&prd_with_stories(1));
+    let resets_at = chrono::Utc::now().timestamp() + 7200;
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+        {"exit": 1}
+    ]]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let offset = regex::Regex::new(r"\d\d:\d\d [+-]\d\d:\d\d").unwrap();
+    let said = text(&out);
+    let line = said
+        .lines()
+        .find(|l| l.contains("resets") || l.contains("reset at"))
+        .unwrap_or_else(|| panic!("no reset time said:\n{said}"));
+    assert!(offset.is_match(line), "no offset in {line:?}");
+    let status = text(&env.ralph(&["status"]));
+    let line = status
+        .lines()
+        .find(|l| l.contains("resets at"))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(offset.is_match(line), "no offset in {line:?}");
+}
+
+#[test]
+fn a_plan_that_never_becomes_valid_reads_as_english() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let agent = script_file(&env, "plan-agent.sh", "echo 'no JSON here'\n");
+    let out = env
+        .ralph_cmd(&[
+            "plan",
+            "add a --reverse flag",
+            "--yes",
+            "--attempts",
+            "1",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent.display().to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("asking exec for the PRD"), "{said}");
+    assert!(
+        said.contains("did not produce a valid PRD in 1 attempt"),
+        "{said}"
+    );
+    assert!(!said.contains("valid the"), "{said}");
 }
