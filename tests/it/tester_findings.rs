@@ -15,6 +15,8 @@
 //!   reason, and the GitHub outputs;
 //! - what a 7 a.m. reader sees reads right: no terminal escape codes from the agent in `log`,
 //!   `show` or `report`, a reset time with its UTC offset, "a valid PRD";
+//! - a story an earlier story's work already satisfied passes on its own passing `verify`
+//!   (the outcome says so); without a `verify` it stays refused;
 
 use std::time::Duration;
 
@@ -543,4 +545,61 @@ fn a_plan_that_never_becomes_valid_reads_as_english() {
         "{said}"
     );
     assert!(!said.contains("valid the"), "{said}");
+}
+
+/// Two stories the same file satisfies; the agent writes it (once) and marks the first open
+/// story passing. `verify` is each story's check, or none.
+fn already_done_run(verify: Option<&str>) -> (TestEnv, std::process::Output) {
+    let mut prd = prd_with_stories(2);
+    if let Some(v) = verify {
+        prd["userStories"][0]["verify"] = json!(v);
+        prd["userStories"][1]["verify"] = json!(v);
+    }
+    let env = TestEnv::new(&prd);
+    let agent = script_file(
+        &env,
+        "agent.sh",
+        "[ -f shared.txt ] || echo both > shared.txt\n\
+         python3 - <<'PY'\n\
+         import json\n\
+         p=json.load(open('prd.json'))\n\
+         s=next(s for s in p['userStories'] if not s['passes'])\n\
+         s['passes']=True\n\
+         open('prd.json','w').write(json.dumps(p,indent=2))\n\
+         PY\n",
+    );
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--max-iter",
+        "2",
+    ]);
+    (env, out)
+}
+
+#[test]
+fn a_story_already_satisfied_passes_on_its_own_check_and_not_without_one() {
+    let (env, out) = already_done_run(Some("test -f shared.txt"));
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 2, "{}", text(&out));
+    assert_eq!(ledger[0]["outcome"], "story_passed", "{}", text(&out));
+    assert_eq!(ledger[1]["story_id"], "US-002");
+    assert_eq!(ledger[1]["outcome"], "story_passed", "{}", text(&out));
+    let message = ledger[1]["message"].as_str().unwrap_or("");
+    assert!(message.contains("US-002 was already satisfied"), "{message}");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][1]["passes"], true);
+    let log = text(&env.ralph(&["log", "--no-pager"]));
+    assert!(log.contains("already satisfied"), "{log}");
+
+    // Without a check, the agent's word on a notes-only iteration is still refused.
+    let (env, out) = already_done_run(None);
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 2, "{}", text(&out));
+    assert_eq!(ledger[1]["story_id"], "US-002");
+    assert_eq!(ledger[1]["outcome"], "premature_claim", "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][1]["passes"], false);
 }

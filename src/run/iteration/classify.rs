@@ -96,6 +96,12 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
             ids.join(", ")
         )));
     }
+    for id in &obs.already_satisfied {
+        append(
+            &mut message,
+            format!("{id} was already satisfied: the iteration changed no code, and its verify command passes on the tree as it is (verified, no code change needed)"),
+        );
+    }
     if obs.marked_by_ralph {
         append(
             &mut message,

@@ -66,6 +66,10 @@ pub struct Observation {
     pub memory_only: bool,
     /// HEAD no longer contained the iteration's start, and what ralph did about it.
     pub history_rewrite: Option<HistoryRewrite>,
+    /// Stories already satisfied: marked passing on an iteration that changed nothing but
+    /// notes, and kept passing because their own `verify` (as the iteration started) passed
+    /// on the tree as it is (docs/decisions.md, "Testers' findings").
+    pub already_satisfied: Vec<String>,
     /// Stories that passed before an agent's history rewrite undid their `passes`: put back.
     pub passes_kept: Vec<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
@@ -443,10 +447,30 @@ fn refuse(
     } else {
         HashSet::new()
     };
+    // Work an earlier iteration did for another story may already satisfy this one: its own
+    // check (as the story had it when the iteration started, not `--verify`), passing on the
+    // tree as it is, is the evidence a notes-only iteration cannot give by itself.
+    let own_check_passed = |id: &str| {
+        a.snapshot
+            .prd
+            .story(id)
+            .and_then(|s| s.verify.as_deref())
+            .is_some_and(|cmd| {
+                obs.verify
+                    .iter()
+                    .any(|v| v.story_id == id && v.passed && v.command == cmd)
+            })
+    };
+    let satisfied: Vec<String> = flipped
+        .iter()
+        .filter(|id| notes_only && !worked_on.contains(*id) && own_check_passed(id))
+        .cloned()
+        .collect();
+    obs.already_satisfied = satisfied;
     obs.refused = flipped
         .iter()
         .filter_map(|id| {
-            if notes_only && !worked_on.contains(id) {
+            if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))
