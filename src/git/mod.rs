@@ -36,6 +36,22 @@ pub use trailers::{
     TRAILER_STORY, TRAILER_UNBLOCKED,
 };
 
+/// The paths a diff touches (a rename: its old and new path), relative to the root with `/`
+/// separators, sorted, no duplicates.
+fn diff_paths(diff: &git2::Diff<'_>) -> Vec<String> {
+    let mut paths = Vec::new();
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(path) = file.path_bytes() {
+                paths.push(String::from_utf8_lossy(path).into_owned());
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// Identity used when neither the environment nor the git configuration names one.
 const FALLBACK_NAME: &str = "ralph";
 /// Email of the fallback identity.
@@ -562,17 +578,7 @@ impl Repo {
             .repo
             .diff_tree_to_tree(base.as_ref(), Some(&staged), None)
             .map_err(op("diff"))?;
-        let mut paths = Vec::new();
-        for delta in diff.deltas() {
-            for file in [delta.old_file(), delta.new_file()] {
-                if let Some(path) = file.path_bytes() {
-                    paths.push(String::from_utf8_lossy(path).into_owned());
-                }
-            }
-        }
-        paths.sort();
-        paths.dedup();
-        Ok(paths)
+        Ok(diff_paths(&diff))
     }
 
     /// [`Repo::commit_all`], returning also whether the working tree was left clean.
@@ -759,17 +765,7 @@ impl Repo {
             .repo
             .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
             .map_err(op("diff"))?;
-        let mut paths = Vec::new();
-        for delta in diff.deltas() {
-            for file in [delta.old_file(), delta.new_file()] {
-                if let Some(path) = file.path_bytes() {
-                    paths.push(String::from_utf8_lossy(path).into_owned());
-                }
-            }
-        }
-        paths.sort();
-        paths.dedup();
-        Ok(paths)
+        Ok(diff_paths(&diff))
     }
 
     /// The patch between commits `from` and `to` (unified diff, 3 lines of context), cut after

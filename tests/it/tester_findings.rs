@@ -23,7 +23,31 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::common::{prd_with_stories, script_file, signal, text, wait_exit, wait_for, TestEnv};
+use crate::common::{
+    failing_iteration, prd_with_stories, script_file, signal, text, wait_exit, wait_for, TestEnv,
+};
+
+/// `ralph run` with the exec agent `agent` for at most `max_iter` iterations, and `extra` flags.
+fn run_exec(
+    env: &TestEnv,
+    agent: &std::path::Path,
+    max_iter: u32,
+    extra: &[&str],
+) -> std::process::Command {
+    let agent = agent.display().to_string();
+    let max_iter = max_iter.to_string();
+    let mut args = vec![
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent,
+        "--max-iter",
+        &max_iter,
+    ];
+    args.extend_from_slice(extra);
+    env.ralph_cmd(&args)
+}
 
 /// The files of every commit on the current branch.
 fn committed_files(env: &TestEnv) -> String {
@@ -48,16 +72,9 @@ fn allow_dirty_never_commits_an_untracked_secret_file() {
          git add .env.production\n\
          exit 0\n",
     );
-    let out = env.ralph(&[
-        "run",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &agent.display().to_string(),
-        "--max-iter",
-        "1",
-        "--allow-dirty",
-    ]);
+    let out = run_exec(&env, &agent, 1, &["--allow-dirty"])
+        .output()
+        .unwrap();
     let ledger = env.ledger();
     assert_eq!(ledger.len(), 1, "{}", text(&out));
     let files = committed_files(&env);
@@ -97,15 +114,7 @@ fn an_untracked_env_file_alone_does_not_refuse_the_run() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.write(".env", "DB_PASSWORD=hunter2hunter2\n");
     let agent = script_file(&env, "agent.sh", "echo done > file-1.txt\n");
-    let out = env.ralph(&[
-        "run",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &agent.display().to_string(),
-        "--max-iter",
-        "1",
-    ]);
+    let out = run_exec(&env, &agent, 1, &[]).output().unwrap();
     assert_eq!(env.ledger().len(), 1, "{}", text(&out));
     let files = committed_files(&env);
     assert!(files.lines().any(|l| l == "file-1.txt"), "{files}");
@@ -161,16 +170,7 @@ fn books_are_redacted_when_written_and_a_committed_key_is_flagged() {
              exit 0\n"
         ),
     );
-    let out = env
-        .ralph_cmd(&[
-            "run",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-            "--max-iter",
-            "2",
-        ])
+    let out = run_exec(&env, &agent, 2, &[])
         .env("ACME_API_KEY", RUN_KEY)
         .output()
         .unwrap();
@@ -235,16 +235,7 @@ fn encoded_and_split_forms_of_a_key_are_redacted_everywhere() {
          PY\n\
          exit 1\n",
     );
-    let out = env
-        .ralph_cmd(&[
-            "run",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-            "--max-iter",
-            "1",
-        ])
+    let out = run_exec(&env, &agent, 1, &[])
         .env("ACME_API_KEY", key)
         .output()
         .unwrap();
@@ -300,15 +291,7 @@ fn a_stop_during_the_verify_gate_records_the_checks_as_interrupted() {
              open('prd.json','w').write(json.dumps(p,indent=2))\n\
              PY\n",
         );
-        let mut child = env.ralph_spawn(&[
-            "run",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-            "--max-iter",
-            "1",
-        ]);
+        let mut child = env.ralph_spawn_with(run_exec(&env, &agent, 1, &[]));
         wait_for(&env, ".check-started", Duration::from_secs(30));
         signal(&child, sig);
         let (code, _) = wait_exit(&env, &mut child, Duration::from_secs(30));
@@ -366,17 +349,9 @@ fn an_undelivered_notification_is_named_by_the_run_log_and_status() {
     env.git(&["add", "ralph.toml"]);
     env.git(&["commit", "-qm", "notify settings"]);
     let agent = script_file(&env, "agent.sh", "echo 'boom' >&2\nexit 1\n");
-    let out = env.ralph(&[
-        "run",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &agent.display().to_string(),
-        "--max-iter",
-        "1",
-        "--notify-webhook",
-        &hook,
-    ]);
+    let out = run_exec(&env, &agent, 1, &["--notify-webhook", &hook])
+        .output()
+        .unwrap();
     assert_eq!(env.ledger().len(), 1, "{}", text(&out));
     let run_id = env.ledger()[0]["run_id"].as_str().unwrap().to_string();
     assert!(
@@ -405,12 +380,7 @@ fn an_undelivered_notification_is_named_by_the_run_log_and_status() {
 #[test]
 fn resume_only_with_nothing_to_resume_sends_run_finished_and_the_github_outputs() {
     let env = TestEnv::new(&prd_with_stories(1));
-    let failing = json!([
-        {"claude_init": {}},
-        {"claude_result": {"text": "I could not do it", "is_error": true}},
-        {"exit": 1}
-    ]);
-    env.script(&json!({"invocations": [failing.clone(), failing]}));
+    env.script(&json!({"invocations": [failing_iteration(), failing_iteration()]}));
     let out = env.ralph(&["run", "--max-failures", "1"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let gh_output = env.root.path().join("github_output");
@@ -462,15 +432,7 @@ fn the_morning_reader_sees_no_escape_codes_and_reset_times_with_their_offset() {
         "agent.sh",
         "printf '\\033[1;31merror:\\033[0m the \\033[4mwidget\\033[0m broke\\n' >&2\nexit 1\n",
     );
-    let out = env.ralph(&[
-        "run",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &agent.display().to_string(),
-        "--max-iter",
-        "1",
-    ]);
+    let out = run_exec(&env, &agent, 1, &[]).output().unwrap();
     assert_eq!(env.ledger().len(), 1, "{}", text(&out));
     assert!(
         env.read(".ralph/ledger.jsonl").contains("widget"),
@@ -568,15 +530,7 @@ fn already_done_run(verify: Option<&str>) -> (TestEnv, std::process::Output) {
          open('prd.json','w').write(json.dumps(p,indent=2))\n\
          PY\n",
     );
-    let out = env.ralph(&[
-        "run",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &agent.display().to_string(),
-        "--max-iter",
-        "2",
-    ]);
+    let out = run_exec(&env, &agent, 2, &[]).output().unwrap();
     (env, out)
 }
 
@@ -589,7 +543,10 @@ fn a_story_already_satisfied_passes_on_its_own_check_and_not_without_one() {
     assert_eq!(ledger[1]["story_id"], "US-002");
     assert_eq!(ledger[1]["outcome"], "story_passed", "{}", text(&out));
     let message = ledger[1]["message"].as_str().unwrap_or("");
-    assert!(message.contains("US-002 was already satisfied"), "{message}");
+    assert!(
+        message.contains("US-002 was already satisfied"),
+        "{message}"
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(env.prd()["userStories"][1]["passes"], true);
     let log = text(&env.ralph(&["log", "--no-pager"]));

@@ -238,6 +238,19 @@ impl TestEnv {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.repo.join(rel)
     }
+
+    /// The ledger's outcomes, in order (`?` for a record without one).
+    pub fn outcomes(&self) -> Vec<String> {
+        self.ledger()
+            .iter()
+            .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
+            .collect()
+    }
+
+    /// `.ralph/state.json`, parsed.
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.read(".ralph/state.json")).expect("state.json")
+    }
 }
 
 /// stdout + stderr of an output, for assertion messages.
@@ -328,4 +341,13 @@ pub fn wait_exit(
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A fake claude iteration in which the agent fails (an error result, exit 1).
+pub fn failing_iteration() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_result": {"text": "I could not do it", "is_error": true}},
+        {"exit": 1}
+    ])
 }
