@@ -118,7 +118,7 @@ mod tests {
         let fails = script(dir.path(), "fails", "echo 'unknown flag' >&2; exit 2");
         let err = version(&fails, VERSION_TIMEOUT).unwrap_err().to_string();
         assert!(
-            err.contains("exit Some(2)") && err.contains("unknown flag"),
+            err.contains("(exit 2)") && err.contains("unknown flag") && !err.contains("Some("),
             "{err}"
         );
 

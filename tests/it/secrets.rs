@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::common::{prd_with_stories, script_file, text, TestEnv};
+use crate::common::{plan_once_with_exec, prd_with_stories, script_file, text, TestEnv};
 
 /// In the environment, under a secret-looking name; no well-known shape.
 const ENV_KEY: &str = "acme-env-key-7f3a9c2e";
@@ -285,21 +285,9 @@ fn a_plan_session_goes_through_the_iteration_launcher() {
             stray_pid.display()
         ),
     );
-    let out = env
-        .ralph_cmd(&[
-            "plan",
-            "add a --reverse flag",
-            "--yes",
-            "--attempts",
-            "1",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-        ])
+    let out = plan_once_with_exec(&env, &agent)
         .env("RALPH_GIT_TOKEN", "ghp_PlanSessionMustNotSeeThis0123")
         .env("ACME_API_KEY", ENV_KEY)
-        .stdin(std::process::Stdio::null())
         .output()
         .expect("run ralph plan");
     assert!(!out.status.success(), "{}", text(&out));

@@ -24,7 +24,8 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 
 use crate::common::{
-    failing_iteration, prd_with_stories, script_file, signal, text, wait_exit, wait_for, TestEnv,
+    failing_iteration, plan_once_with_exec, prd_with_stories, script_file, signal, text, wait_exit,
+    wait_for, TestEnv,
 };
 
 /// `ralph run` with the exec agent `agent` for at most `max_iter` iterations, and `extra` flags.
@@ -484,21 +485,7 @@ fn the_morning_reader_sees_no_escape_codes_and_reset_times_with_their_offset() {
 fn a_plan_that_never_becomes_valid_reads_as_english() {
     let env = TestEnv::new(&prd_with_stories(1));
     let agent = script_file(&env, "plan-agent.sh", "echo 'no JSON here'\n");
-    let out = env
-        .ralph_cmd(&[
-            "plan",
-            "add a --reverse flag",
-            "--yes",
-            "--attempts",
-            "1",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let out = plan_once_with_exec(&env, &agent).output().unwrap();
     assert!(!out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(said.contains("asking exec for the PRD"), "{said}");

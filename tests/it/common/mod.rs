@@ -351,3 +351,21 @@ pub fn failing_iteration() -> Value {
         {"exit": 1}
     ])
 }
+
+/// `ralph plan "add a --reverse flag" --yes --attempts 1` with the exec agent `agent`, stdin
+/// closed.
+pub fn plan_once_with_exec(env: &TestEnv, agent: &Path) -> Command {
+    let mut cmd = env.ralph_cmd(&[
+        "plan",
+        "add a --reverse flag",
+        "--yes",
+        "--attempts",
+        "1",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+    ]);
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
