@@ -112,23 +112,6 @@ pub fn reason(r: &crate::protocol::LedgerRecord) -> String {
     one_line(&text, REASON_CHARS)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(usd(0.0047), "$0.0047");
-        assert_eq!(usd_or_unknown(None), "?");
-        assert_eq!(short_duration(Duration::from_millis(850)), "850ms");
-        assert_eq!(short_duration(Duration::from_secs(185)), "3m05s");
-        assert_eq!(short_duration(Duration::from_secs(7380)), "2h03m");
-        assert_eq!(one_line("a\n  b", 10), "a b");
-        assert_eq!(run_label("20261201T120354-4eba"), "12-01 12:03:54");
-        assert_eq!(run_label("r1"), "r1");
-    }
-}
-
 /// `text` as a reader of history is shown it (`log`, `show`, `report`): secrets redacted
 /// (`crate::redact`, with the reader's environment and the well-known shapes) and terminal
 /// escape sequences an agent printed (colours, cursor moves) removed.
@@ -145,5 +128,22 @@ pub fn strip_ansi_value(value: &mut serde_json::Value) {
         Value::Array(items) => items.iter_mut().for_each(strip_ansi_value),
         Value::Object(map) => map.values_mut().for_each(strip_ansi_value),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(usd(0.0047), "$0.0047");
+        assert_eq!(usd_or_unknown(None), "?");
+        assert_eq!(short_duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(short_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(short_duration(Duration::from_secs(7380)), "2h03m");
+        assert_eq!(one_line("a\n  b", 10), "a b");
+        assert_eq!(run_label("20261201T120354-4eba"), "12-01 12:03:54");
+        assert_eq!(run_label("r1"), "r1");
     }
 }
