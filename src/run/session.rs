@@ -257,7 +257,7 @@ impl Session {
                 if dirty.len() > 10 { "\n  …" } else { "" }
             );
         }
-        let secrets = secret_files(&self.pre)?;
+        let secrets = crate::run::iteration::commit::newly_withheld(&secret_files(&self.pre)?);
         if !secrets.is_empty() {
             out.notice(crate::run::iteration::commit::withheld_finding(&secrets));
         }

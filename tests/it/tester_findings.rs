@@ -100,10 +100,17 @@ fn allow_dirty_never_commits_an_untracked_secret_file() {
         all.contains("not committed (secret-looking, untracked): .env"),
         "{all}"
     );
+    // Those the agent left: in the iteration's record (what was there at the start was said
+    // then, once).
     let findings = ledger[0]["findings"].to_string();
-    for secret in [".env", ".env.production", "id_rsa"] {
+    for secret in [".env.production", "id_rsa"] {
         assert!(findings.contains(secret), "{secret} not named: {findings}");
     }
+    assert_eq!(
+        all.matches("not committed (secret-looking").count(),
+        2,
+        "said once each: {all}"
+    );
     // `git status` still shows them as the user's untracked files.
     let status = env.git(&["status", "--porcelain"]);
     assert!(status.contains("?? .env\n"), "{status}");

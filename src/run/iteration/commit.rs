@@ -113,8 +113,9 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     }
     let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
     record.checkpoint_commit = checkpoint.commit;
-    if !checkpoint.withheld.is_empty() {
-        record.findings.push(withheld_finding(&checkpoint.withheld));
+    let withheld = newly_withheld(&checkpoint.withheld);
+    if !withheld.is_empty() {
+        record.findings.push(withheld_finding(&withheld));
     }
     record.head_after = at.repo.head_sha()?;
     if let Some(finding) = secret_finding(at.repo, &record) {
@@ -179,6 +180,22 @@ fn secret_finding(repo: &Repo, record: &LedgerRecord) -> Option<String> {
             files.join(", ")
         )
     })
+}
+
+/// Those of `paths` (secret-looking files a checkpoint left out) not yet said in this process:
+/// each is said once (at the start of the run, or by the first iteration that left it out),
+/// not after every iteration.
+pub fn newly_withheld(paths: &[String]) -> Vec<String> {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let Ok(mut said) = SAID.lock() else {
+        return paths.to_vec();
+    };
+    paths
+        .iter()
+        .filter(|p| said.insert((*p).clone()))
+        .cloned()
+        .collect()
 }
 
 /// The finding naming the secret-looking files a checkpoint left out, e.g. `not committed
