@@ -97,6 +97,11 @@ fn nothing_to_resume(
             return ExitStatus::Success;
         }
     };
+    // The sentence names the last stop; the headline says "nothing to resume" itself.
+    let why = why
+        .strip_prefix("nothing to resume: ")
+        .map(str::to_owned)
+        .unwrap_or(why);
     let reason = StopReason::NothingToResume { why };
     let state = crate::state::State::load(&paths.ralph_dir)
         .ok()

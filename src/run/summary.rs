@@ -184,6 +184,9 @@ fn next(i: &Input<'_>) -> String {
     }
     match i.reason {
         StopReason::Complete => "review the commits (git log) and merge the branch".into(),
+        StopReason::NothingToResume { .. } if i.prd.all_pass() => {
+            "nothing for a schedule to do: every story passes; review the commits (git log) and merge the branch".into()
+        }
         StopReason::NothingToResume { .. } => {
             "nothing for a schedule to do: read `ralph status`, fix what stopped the last run, then `ralph run`".into()
         }
