@@ -168,6 +168,8 @@ pub fn remember(
 ) -> anyhow::Result<()> {
     let text = std::str::from_utf8(prd_bytes)
         .with_context(|| format!("cannot remember {}: it is not UTF-8", prd.display()))?;
+    // The books hold no secret whoever reads them later (an agent's note may quote a key).
+    let text = &*crate::redact::current().redact(text);
     crate::workspace::ensure_ralph_dir(ralph_dir)?;
     let mut memory = read_memory(ralph_dir);
     let key = memory_key(ralph_dir, prd);

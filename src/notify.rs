@@ -334,6 +334,68 @@ impl Notification {
     }
 }
 
+/// The deliveries log's file name inside a PRD's books (`.ralph/notifications.jsonl`): one JSON
+/// line per delivery, written by the notification sink as each one ends.
+pub const DELIVERIES_FILE: &str = "notifications.jsonl";
+
+/// One notification that did not go out, as `.ralph/notifications.jsonl` records it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FailedDelivery {
+    /// When the delivery was given up.
+    pub at: DateTime<Utc>,
+    /// The notification's kind (`finished`, `blocked`, …).
+    pub kind: String,
+    /// The run it was about.
+    #[serde(default)]
+    pub run_id: String,
+    /// Where it was going (URLs redacted).
+    pub target: String,
+    /// Attempts made.
+    #[serde(default)]
+    pub attempts: u32,
+    /// The last attempt's error.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The shutdown deadline cut it off (rather than every attempt failing).
+    #[serde(default)]
+    pub undelivered: bool,
+}
+
+impl FailedDelivery {
+    /// One line for a reader, e.g. `2026-01-01 03:04:05 +01:00 the finished notification to
+    /// webhook http://…: failed after 3 attempts: connection refused`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} the {} notification to {}: {} after {} attempt{}: {}",
+            self.at
+                .with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S %:z"),
+            self.kind,
+            self.target,
+            if self.undelivered {
+                "not delivered"
+            } else {
+                "failed"
+            },
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.error.as_deref().unwrap_or("no reason recorded")
+        )
+    }
+}
+
+/// The failed deliveries recorded in `ralph_dir`'s deliveries log ([`DELIVERIES_FILE`]), oldest
+/// first; a missing or unreadable log is none, and unreadable lines are skipped.
+pub fn failed_deliveries(ralph_dir: &Path) -> Vec<FailedDelivery> {
+    let Ok(text) = std::fs::read_to_string(ralph_dir.join(DELIVERIES_FILE)) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| l.contains("\"ok\":false"))
+        .filter_map(|l| serde_json::from_str::<FailedDelivery>(l).ok())
+        .collect()
+}
+
 /// The body of a webhook POST in `format`, and the `X-Ralph-Signature` header value when a
 /// secret is set: `(body, signature)`.
 pub fn webhook_body(

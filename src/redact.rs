@@ -15,8 +15,13 @@
 //! - the password of a URL (`https://user:<redacted>@host`) and the credential of an
 //!   `Authorization:` header.
 //!
-//! Each literal secret is matched as written and in its JSON-escaped form, so that a serialized
-//! line (the ledger, a transcript) can be redacted as text. The process-wide redactor is built
+//! Each literal secret is matched as written, in its JSON-escaped form (so that a serialized
+//! line, the ledger or a transcript, can be redacted as text), URL-encoded (`%2B`, `%2b`, with
+//! and without `-._~` kept) and base64-encoded (standard and URL-safe alphabets, at each of the
+//! three alignments a secret can have inside a longer encoded text: [`encoded_forms`]). A secret
+//! split across two lines (a stream that wrapped it, two writes) is matched by its ends: a line
+//! that ends with the secret's first [`MIN_FRAGMENT_LEN`]+ bytes, or starts with its last
+//! ones, has that part redacted. The process-wide redactor is built
 //! on first use from the environment and the repository around the working directory;
 //! [`install`] builds it for a given repository root instead (`ralph run` does, once).
 
@@ -28,6 +33,10 @@ use regex::Regex;
 
 /// Shortest value treated as a secret (shorter values, such as `1`, would redact common text).
 pub const MIN_SECRET_LEN: usize = 8;
+
+/// Shortest part of a secret split across two lines that is redacted on its own (shorter
+/// parts, a few characters, would redact common line endings).
+pub const MIN_FRAGMENT_LEN: usize = 6;
 
 /// The text that replaces a secret.
 pub const REDACTED: &str = "<redacted>";
@@ -61,6 +70,44 @@ fn looks_generated(value: &str) -> bool {
         && value.chars().any(|c| c.is_ascii_alphabetic())
         && value.chars().any(|c| c.is_ascii_digit())
         && !value.starts_with('/')
+}
+
+/// Whether a file's name says it holds secrets, so that ralph never commits it when git does
+/// not already track it (docs/decisions.md, "Testers' findings"): `.env` and `.env.*` (but not
+/// the templates `.env.example`, `.env.sample`, `.env.template`, `.env.dist`), private keys and
+/// keystores (`*.pem`, `*.key`, `*.p12`, `*.pfx`, `*.jks`, `*.keystore`, `id_rsa`, `id_dsa`,
+/// `id_ecdsa`, `id_ed25519` and their variants, `.pub` public keys excepted), and credential
+/// files (`credentials`, `credentials.json`, `*credentials*.json`, `.netrc`, `.pgpass`,
+/// `service-account*.json`). `path` is repository-relative with `/` separators; only its last
+/// component is read.
+pub fn is_secret_file(path: &str) -> bool {
+    let name = path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(path)
+        .to_ascii_lowercase();
+    if name == ".env" {
+        return true;
+    }
+    if let Some(suffix) = name.strip_prefix(".env.") {
+        return !matches!(
+            suffix,
+            "example" | "sample" | "template" | "dist" | "defaults"
+        );
+    }
+    let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+    if matches!(ext, "pem" | "key" | "p12" | "pfx" | "jks" | "keystore") {
+        return true;
+    }
+    if ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]
+        .iter()
+        .any(|k| name.starts_with(k))
+    {
+        return ext != "pub";
+    }
+    matches!(name.as_str(), "credentials" | ".netrc" | ".pgpass")
+        || (ext == "json" && (name.contains("credentials") || name.starts_with("service-account")))
 }
 
 /// Well-known secret shapes, redacted wherever they appear.
@@ -114,8 +161,13 @@ const KEEP_PREFIX_PATTERNS: &[&str] = &[
 /// The text redactor (see the module docs). Cheap to share ([`current`] hands out an `Arc`).
 #[derive(Debug)]
 pub struct Redactor {
-    /// The literal secrets (raw and JSON-escaped), longest first.
+    /// The literal secrets (raw, JSON-escaped and encoded), longest first.
     secrets: Vec<String>,
+    /// The raw secrets long enough to be matched by their ends across a line break
+    /// (2 × [`MIN_FRAGMENT_LEN`] bytes or more).
+    splittable: Vec<String>,
+    /// Every [`MIN_FRAGMENT_LEN`]-byte window of the splittable secrets: (secret, offset).
+    windows: std::collections::HashMap<Vec<u8>, Vec<(usize, usize)>>,
     /// The literal secrets and the token shapes, one alternation.
     whole: Option<Regex>,
     /// [`KEEP_PREFIX_PATTERNS`].
@@ -136,6 +188,7 @@ impl Redactor {
     /// well-known token shapes.
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Redactor {
         let mut all: Vec<String> = Vec::new();
+        let mut splittable: Vec<String> = Vec::new();
         for s in secrets {
             if s.len() < MIN_SECRET_LEN {
                 continue;
@@ -146,10 +199,23 @@ impl Redactor {
                     all.push(escaped);
                 }
             }
+            all.extend(encoded_forms(&s).into_iter().filter(|e| *e != s));
+            if s.len() >= 2 * MIN_FRAGMENT_LEN {
+                splittable.push(s.clone());
+            }
             all.push(s);
         }
         all.sort_by_key(|v| std::cmp::Reverse(v.len()));
         all.dedup();
+        splittable.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        splittable.dedup();
+        let mut windows: std::collections::HashMap<Vec<u8>, Vec<(usize, usize)>> =
+            std::collections::HashMap::new();
+        for (i, secret) in splittable.iter().enumerate() {
+            for (pos, w) in secret.as_bytes().windows(MIN_FRAGMENT_LEN).enumerate() {
+                windows.entry(w.to_vec()).or_default().push((i, pos));
+            }
+        }
         let alternatives: Vec<String> = all
             .iter()
             .map(|s| regex::escape(s))
@@ -170,6 +236,8 @@ impl Redactor {
         Redactor {
             prefilter,
             secrets: all,
+            splittable,
+            windows,
             whole,
             keep_prefix: KEEP_PREFIX_PATTERNS
                 .iter()
@@ -214,6 +282,98 @@ impl Redactor {
 
     /// `text` with every secret replaced by [`REDACTED`]; borrowed when nothing was found.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let out = self.redact_whole(text);
+        if self.splittable.is_empty() {
+            return out;
+        }
+        match self.redact_fragments(&out) {
+            Some(s) => Cow::Owned(s),
+            None => out,
+        }
+    }
+
+    /// The ends of a secret split across a line break ([`MIN_FRAGMENT_LEN`]): every line that
+    /// ends with a long enough first part of a secret, or starts with a long enough last part,
+    /// has that part replaced. `None` when no line has one. The cost is two hash lookups per
+    /// line, whatever the number of secrets.
+    fn redact_fragments(&self, text: &str) -> Option<String> {
+        let mut out: Option<String> = None;
+        let mut done = 0;
+        let mut offset = 0;
+        for piece in text.split_inclusive('\n') {
+            let line = piece.trim_end_matches(['\n', '\r']);
+            let head = self.fragment_at_start(line);
+            let tail = self.fragment_at_end(line);
+            if head + tail > 0 && head + tail <= line.len() {
+                let o = out.get_or_insert_with(String::new);
+                o.push_str(&text[done..offset]);
+                if head > 0 {
+                    o.push_str(REDACTED);
+                }
+                o.push_str(&line[head..line.len() - tail]);
+                if tail > 0 {
+                    o.push_str(REDACTED);
+                }
+                done = offset + line.len();
+            }
+            offset += piece.len();
+        }
+        out.map(|mut o| {
+            o.push_str(&text[done..]);
+            o
+        })
+    }
+
+    /// The length of the longest proper last part (at least [`MIN_FRAGMENT_LEN`] bytes) of a
+    /// splittable secret that `line` starts with; 0 when none. One hash lookup of the line's
+    /// first bytes, then a comparison per candidate.
+    fn fragment_at_start(&self, line: &str) -> usize {
+        let Some(key) = line.as_bytes().get(..MIN_FRAGMENT_LEN) else {
+            return 0;
+        };
+        let mut best = 0;
+        for &(i, pos) in self.windows.get(key).into_iter().flatten() {
+            let rest = &self.splittable[i].as_bytes()[pos..];
+            if pos > 0
+                && rest.len() > best
+                && line.as_bytes().starts_with(rest)
+                && line.is_char_boundary(rest.len())
+            {
+                best = rest.len();
+            }
+        }
+        best
+    }
+
+    /// The length of the longest proper first part (at least [`MIN_FRAGMENT_LEN`] bytes) of a
+    /// splittable secret that `line` ends with; 0 when none (as [`Redactor::fragment_at_start`]).
+    fn fragment_at_end(&self, line: &str) -> usize {
+        let bytes = line.as_bytes();
+        let Some(key) = bytes
+            .len()
+            .checked_sub(MIN_FRAGMENT_LEN)
+            .and_then(|from| bytes.get(from..))
+        else {
+            return 0;
+        };
+        let mut best = 0;
+        for &(i, pos) in self.windows.get(key).into_iter().flatten() {
+            let secret = self.splittable[i].as_bytes();
+            let first = &secret[..pos + MIN_FRAGMENT_LEN];
+            if first.len() < secret.len()
+                && first.len() > best
+                && bytes.ends_with(first)
+                && line.is_char_boundary(bytes.len() - first.len())
+            {
+                best = first.len();
+            }
+        }
+        best
+    }
+
+    /// The whole-secret pass of [`Redactor::redact`]: the literals, the shapes and the kept
+    /// prefixes.
+    fn redact_whole<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if let Some(pre) = &self.prefilter {
             if !pre.is_match(text) {
                 return Cow::Borrowed(text);
@@ -262,6 +422,86 @@ impl Redactor {
             _ => {}
         }
     }
+}
+
+/// The files of a unified diff (as [`crate::git::Repo::patch`] writes it: `+++ b/<path>`
+/// headers, added lines starting with `+`) whose added lines hold a secret `redactor` knows,
+/// in the order found, each once. The diff is the repository's content: ralph cannot redact it,
+/// only say that it holds one.
+pub fn files_with_secrets(redactor: &Redactor, patch: &str) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    let mut current: Option<&str> = None;
+    for line in patch.lines() {
+        if let Some(path) = line.strip_prefix("+++ ") {
+            current = Some(path.strip_prefix("b/").unwrap_or(path));
+        } else if let Some(added) = line.strip_prefix('+') {
+            if let (Some(file), Cow::Owned(_)) = (current, redactor.redact(added)) {
+                if !files.iter().any(|f| f == file) {
+                    files.push(file.to_string());
+                }
+            }
+        }
+    }
+    files
+}
+
+/// The encoded forms of `secret` that are matched as literals beside it: URL-encoded (every
+/// byte but letters and digits as `%XX`, and with `-._~` kept as RFC 3986 allows; upper- and
+/// lower-case hex), and base64 in the standard and the URL-safe alphabets. A secret inside a
+/// longer base64 text is encoded differently at each of the 3 byte alignments, so each
+/// alignment gives the characters that depend on the secret's bytes alone (without the
+/// characters shared with its neighbours); forms shorter than [`MIN_SECRET_LEN`] are left out.
+pub fn encoded_forms(secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+    const UNRESERVED: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let mut forms = Vec::new();
+    for set in [NON_ALPHANUMERIC, UNRESERVED] {
+        let upper = utf8_percent_encode(secret, set).to_string();
+        let lower = lowercase_escapes(&upper);
+        forms.push(upper);
+        forms.push(lower);
+    }
+    let bytes = secret.as_bytes();
+    for shift in 0..3usize {
+        let mut padded = vec![0u8; shift];
+        padded.extend_from_slice(bytes);
+        let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&padded);
+        // Characters made only of the secret's bits: after the ones the filler touches, and up
+        // to the last one whose 6 bits are all inside the text.
+        let first = (shift * 8).div_ceil(6);
+        let last = (padded.len() * 8) / 6;
+        if let Some(core) = encoded.get(first..last) {
+            forms.push(core.to_string());
+            forms.push(core.replace('+', "-").replace('/', "_"));
+        }
+    }
+    forms.retain(|f| f.len() >= MIN_SECRET_LEN);
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
+/// `text` with the hex digits of its `%XX` escapes in lower case.
+fn lowercase_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut left = 0;
+    for c in text.chars() {
+        if c == '%' {
+            left = 2;
+            out.push(c);
+        } else if left > 0 {
+            left -= 1;
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `data` as JSON with every string redacted by [`current`], for a renderer that escapes text
@@ -485,6 +725,54 @@ mod tests {
         ] {
             assert_eq!(r.redact(input), want, "{input}");
         }
+    }
+
+    #[test]
+    fn encoded_and_split_forms_of_a_known_secret_are_redacted() {
+        use base64::Engine as _;
+        let secret = "p@ss/word+Key=42~x";
+        let r = Redactor::new([secret.to_string()]);
+        // URL-encoded, both hex cases, with and without the unreserved characters kept.
+        for encoded in [
+            "p%40ss%2Fword%2BKey%3D42~x",
+            "p%40ss%2fword%2bkey%3d42~x".replace("key", "Key").as_str(),
+            "p%40ss%2Fword%2BKey%3D42%7Ex",
+        ] {
+            let line = format!("GET /login?pw={encoded}&next=1");
+            assert_eq!(
+                r.redact(&line),
+                "GET /login?pw=<redacted>&next=1",
+                "{encoded}"
+            );
+        }
+        // base64 at every alignment inside a longer encoded text, in both alphabets.
+        for prefix in ["", "a", "ab", "abc", "user:"] {
+            let plain = format!("{prefix}{secret} trailing");
+            for engine in [
+                base64::engine::general_purpose::STANDARD,
+                base64::engine::general_purpose::URL_SAFE,
+            ] {
+                let encoded = engine.encode(plain.as_bytes());
+                let line = format!("Authorization-ish {encoded} end");
+                let out = r.redact(&line);
+                assert!(out.contains(REDACTED), "{prefix:?} {encoded}: {out}");
+                // What is left decodes to no more than a few bytes of the secret.
+                assert!(!out.contains(&encoded), "{out}");
+            }
+        }
+        // Split across two lines, at any point that leaves both parts long enough.
+        let long = "acme-env-key-7f3a9c2e";
+        let r = Redactor::new([long.to_string()]);
+        for cut in MIN_FRAGMENT_LEN..=long.len() - MIN_FRAGMENT_LEN {
+            let text = format!("key: {}\n{} ok\n", &long[..cut], &long[cut..]);
+            assert_eq!(
+                r.redact(&text),
+                "key: <redacted>\n<redacted> ok\n",
+                "cut {cut}"
+            );
+        }
+        // A line ending with a few common characters of it is left alone.
+        assert!(matches!(r.redact("the acme\nnothing"), Cow::Borrowed(_)));
     }
 
     #[test]

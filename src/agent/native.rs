@@ -240,7 +240,8 @@ impl OutputParser for NativeParser {
                 is_error: true,
                 error_message: self.stderr_tail.joined().or_else(|| {
                     Some(format!(
-                        "the native agent ended without a result (exit code {exit_code:?})"
+                        "the native agent ended without a result ({})",
+                        crate::protocol::exit::describe_end(exit_code, None)
                     ))
                 }),
                 ..AgentReport::default()

@@ -33,7 +33,7 @@ pub enum ProbeError {
         seconds: u64,
     },
     /// It exited with a failure or printed nothing.
-    #[error("`{program} --version` failed (exit {code:?}): {output}")]
+    #[error("`{program} --version` failed ({}): {output}", crate::protocol::exit::describe_end(*.code, None))]
     Failed {
         /// The program.
         program: String,
@@ -118,7 +118,7 @@ mod tests {
         let fails = script(dir.path(), "fails", "echo 'unknown flag' >&2; exit 2");
         let err = version(&fails, VERSION_TIMEOUT).unwrap_err().to_string();
         assert!(
-            err.contains("exit Some(2)") && err.contains("unknown flag"),
+            err.contains("(exit 2)") && err.contains("unknown flag") && !err.contains("Some("),
             "{err}"
         );
 

@@ -333,7 +333,9 @@ pub struct Loop<'a> {
     pub max_attempts: u32,
     /// Where the last draft is kept when ralph gives up.
     pub draft_path: PathBuf,
-    /// What is asked for, for messages (`prd.json`, `the PRD`).
+    /// What is asked for, for messages, as a bare noun (`prd.json`, `PRD`, `clarifying
+    /// questions`): "asking claude for the PRD", "PRD draft 2 has 3 problems", "did not
+    /// produce a valid PRD" ("valid clarifying questions" for a plural).
     pub what: &'a str,
 }
 
@@ -358,7 +360,7 @@ pub async fn ask_until_valid<T>(
     let mut last = (String::new(), Vec::new());
     for attempt in 1..=max {
         out.notice(format!(
-            "asking {} for {} (attempt {attempt} of {max})",
+            "asking {} for the {} (attempt {attempt} of {max})",
             asker.agent().as_str(),
             settings.what
         ));
@@ -406,7 +408,12 @@ pub async fn ask_until_valid<T>(
     let (text, problems) = last;
     let saved = save_draft(&settings.draft_path, &text);
     let mut message = format!(
-        "the agent did not produce a valid {} in {max} attempt{}; the last draft's problems:",
+        "the agent did not produce {}valid {} in {max} attempt{}; the last draft's problems:",
+        if settings.what.ends_with('s') {
+            ""
+        } else {
+            "a "
+        },
         settings.what,
         if max == 1 { "" } else { "s" }
     );

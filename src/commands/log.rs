@@ -55,7 +55,22 @@ pub fn run(args: &LogArgs) -> anyhow::Result<ExitStatus> {
             ));
         }
     }
-    let text = crate::redact::redact_env(&text);
+    // Notifications about the runs shown that did not go out.
+    let failed: Vec<_> = crate::notify::failed_deliveries(&paths.ralph_dir)
+        .into_iter()
+        .filter(|d| records.iter().any(|r| r.run_id == d.run_id))
+        .collect();
+    if !failed.is_empty() {
+        text.push_str(&format!(
+            "\nnotifications not delivered ({}, see .ralph/{}):\n",
+            failed.len(),
+            crate::notify::DELIVERIES_FILE
+        ));
+        for d in &failed {
+            text.push_str(&format!("  {}\n", d.describe()));
+        }
+    }
+    let text = crate::output::text::readable(&text);
     if args.no_pager {
         print!("{text}");
     } else {

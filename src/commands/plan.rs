@@ -95,7 +95,7 @@ async fn plan_with(
             "prd-{}.draft.json",
             crate::convert::markdown::kebab(description)
         )),
-        what: "the PRD",
+        what: "PRD",
     };
     let settled =
         ask::ask_until_valid(asker, &settings, out, |v| plan::check_plan(v, &decisions)).await?;

@@ -80,7 +80,7 @@ fn outputs(cfg: &RunConfig, stop: &StopSignals) -> Outputs {
     if !cfg.notify.is_empty() {
         let origin = crate::notify::Origin::of_prd(&cfg.prd_path);
         let paths = crate::workspace::RunPaths::of_prd(&cfg.prd_path);
-        let log = paths.ralph_dir.join("notifications.jsonl");
+        let log = paths.ralph_dir.join(crate::notify::DELIVERIES_FILE);
         let sink = Notify::new(
             cfg.notify.clone(),
             origin,

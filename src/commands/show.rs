@@ -115,9 +115,10 @@ fn replayer(backend: &str) -> Option<crate::transcript::Replay> {
     crate::agent::replayer(backend)
 }
 
-/// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret).
+/// Prints `text` (redacted: a transcript or ledger written before redaction may hold a secret;
+/// and without the terminal escape sequences an agent printed).
 fn page(text: &str, no_pager: bool) {
-    let text = &crate::redact::redact_env(text);
+    let text = &crate::output::text::readable(text);
     if no_pager {
         print!("{text}");
     } else {
@@ -557,6 +558,15 @@ fn changes(out: &mut String, r: &LedgerRecord, repo: Option<&Repo>, diff: bool) 
                 let _ = writeln!(out, "  none");
             }
             if diff {
+                let files = crate::redact::files_with_secrets(&crate::redact::current(), &patch);
+                if !files.is_empty() {
+                    let warning = format!(
+                        "warning: this diff adds secret-looking values in {} (shown <redacted> here, but the commit holds them): rotate the key, and rewrite the commit before pushing",
+                        files.join(", ")
+                    );
+                    eprintln!("{warning}");
+                    let _ = writeln!(out, "\n{warning}");
+                }
                 let _ = writeln!(out, "\n{patch}");
             }
         }

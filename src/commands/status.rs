@@ -125,6 +125,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "paused": crate::pause_request::pending(&paths.ralph_dir).is_some(),
             "pending_hints": crate::hints::pending(&paths.ralph_dir).iter()
                 .map(crate::hints::Hint::record).collect::<Vec<_>>(),
+            "notifications_failed": crate::notify::failed_deliveries(&paths.ralph_dir)
+                .iter().map(|d| json!({"at": d.at, "kind": d.kind, "run_id": d.run_id,
+                    "target": d.target, "attempts": d.attempts, "error": d.error,
+                    "undelivered": d.undelivered})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitStatus::Success);
@@ -263,7 +267,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         };
         println!(
             "usage limit: {whose} at {}; `ralph run` waits until then",
-            until.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+            until
+                .with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M %:z")
         );
     }
     // Fallback agents: each limited agent's reset (the run goes on with the others meanwhile).
@@ -272,7 +278,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .iter()
         .filter(|(_, at)| **at > chrono::Utc::now())
         .map(|(name, at)| {
-            let at = at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M");
+            let at = at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %:z");
             format!("{name} until {at}")
         })
         .collect();
@@ -324,7 +330,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     crate::output::text::record_secs(r),
                     crate::output::text::usd_or_unknown(r.cost_usd),
                     tokens,
-                    r.started_at.format("%Y-%m-%d %H:%M:%S")
+                    r.started_at.format("%Y-%m-%d %H:%M:%S UTC")
                 );
             }
             println!(
@@ -353,6 +359,17 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 .unwrap_or_default();
             println!("last run stopped{on}: {}", reason.sentence());
         }
+    }
+    let failed = crate::notify::failed_deliveries(&paths.ralph_dir);
+    if let Some(last) = failed.last() {
+        let of_run: Vec<_> = failed.iter().filter(|d| d.run_id == last.run_id).collect();
+        println!(
+            "notifications: {} not delivered in run {} (see .ralph/{}); last: {}",
+            of_run.len(),
+            last.run_id,
+            crate::notify::DELIVERIES_FILE,
+            last.describe()
+        );
     }
     if ledger_from_git || state_from_git {
         println!(

@@ -36,6 +36,22 @@ pub use trailers::{
     TRAILER_STORY, TRAILER_UNBLOCKED,
 };
 
+/// The paths a diff touches (a rename: its old and new path), relative to the root with `/`
+/// separators, sorted, no duplicates.
+fn diff_paths(diff: &git2::Diff<'_>) -> Vec<String> {
+    let mut paths = Vec::new();
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(path) = file.path_bytes() {
+                paths.push(String::from_utf8_lossy(path).into_owned());
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// Identity used when neither the environment nor the git configuration names one.
 const FALLBACK_NAME: &str = "ralph";
 /// Email of the fallback identity.
@@ -167,8 +183,12 @@ pub struct Checkpoint {
     /// The new commit's full sha; `None` when there was nothing to commit.
     pub commit: Option<String>,
     /// Whether the working tree matches HEAD afterwards (as far as git can make it: a submodule
-    /// with uncommitted work of its own leaves it dirty).
+    /// with uncommitted work of its own leaves it dirty; a secret-looking file left out does
+    /// not count).
     pub clean: bool,
+    /// Secret-looking files git does not track that the checkpoint left out
+    /// ([`crate::redact::is_secret_file`]): never committed by ralph. Sorted.
+    pub withheld: Vec<String>,
 }
 
 /// An open git repository with a working tree.
@@ -461,11 +481,13 @@ impl Repo {
 
     /// Stages every change in the working tree as [`Repo::checkpoint`] commits it (new,
     /// modified and deleted files; ignored files excluded; the index is written) and returns the
-    /// staged tree's id and whether the working tree is clean against it.
+    /// staged tree's id, whether the working tree is clean against it, and the secret-looking
+    /// files left out: an untracked one is never staged, and one someone staged that HEAD does
+    /// not have is taken out of the index again ([`crate::redact::is_secret_file`]).
     ///
     /// # Errors
     /// As [`Repo::commit_all`].
-    fn stage_all(&self) -> Result<(git2::Oid, bool), GitError> {
+    fn stage_all(&self) -> Result<(git2::Oid, bool, Vec<String>), GitError> {
         let mut opts = StatusOptions::new();
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
@@ -479,10 +501,25 @@ impl Repo {
         }
         let mut clean = true;
         let mut staged = false;
+        let mut withheld = Vec::new();
         for entry in statuses.iter() {
             let status = entry.status();
             if status.is_conflicted() {
                 return Err(GitError::Conflicted);
+            }
+            if let Some(rel) = entry.path().filter(|p| crate::redact::is_secret_file(p)) {
+                if status.is_wt_new() {
+                    withheld.push(rel.to_string());
+                    continue;
+                }
+                if status.is_index_new() {
+                    index
+                        .remove_path(Path::new(rel))
+                        .map_err(op("unstage a secret-looking file"))?;
+                    staged = true;
+                    withheld.push(rel.to_string());
+                    continue;
+                }
             }
             let Some(path) = entry.path().map(Path::new) else {
                 // A path that is not UTF-8: let libgit2 find it itself.
@@ -518,7 +555,8 @@ impl Repo {
             index.write().map_err(op("write index"))?;
         }
         let tree_id = index.write_tree().map_err(op("write tree"))?;
-        Ok((tree_id, clean))
+        withheld.sort();
+        Ok((tree_id, clean, withheld))
     }
 
     /// The files the next checkpoint would change against commit `from` (every file of the
@@ -530,7 +568,7 @@ impl Repo {
     /// # Errors
     /// As [`Repo::commit_all`]; [`GitError::UnknownRevision`] when `from` is not a commit.
     pub fn staged_changes(&self, from: Option<&str>) -> Result<Vec<String>, GitError> {
-        let (tree_id, _) = self.stage_all()?;
+        let (tree_id, _, _) = self.stage_all()?;
         let staged = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
         let base = match from {
             Some(rev) => Some(self.resolve_commit(rev)?.tree().map_err(op("read tree"))?),
@@ -540,17 +578,7 @@ impl Repo {
             .repo
             .diff_tree_to_tree(base.as_ref(), Some(&staged), None)
             .map_err(op("diff"))?;
-        let mut paths = Vec::new();
-        for delta in diff.deltas() {
-            for file in [delta.old_file(), delta.new_file()] {
-                if let Some(path) = file.path_bytes() {
-                    paths.push(String::from_utf8_lossy(path).into_owned());
-                }
-            }
-        }
-        paths.sort();
-        paths.dedup();
-        Ok(paths)
+        Ok(diff_paths(&diff))
     }
 
     /// [`Repo::commit_all`], returning also whether the working tree was left clean.
@@ -567,7 +595,7 @@ impl Repo {
         body: &str,
         trailers: &[(&str, String)],
     ) -> Result<Checkpoint, GitError> {
-        let (tree_id, clean) = self.stage_all()?;
+        let (tree_id, clean, withheld) = self.stage_all()?;
         let parent = self.head_commit()?;
         let unchanged = match &parent {
             Some(parent) => parent.tree_id() == tree_id,
@@ -581,6 +609,7 @@ impl Repo {
             return Ok(Checkpoint {
                 commit: None,
                 clean,
+                withheld,
             });
         }
 
@@ -598,6 +627,7 @@ impl Repo {
         Ok(Checkpoint {
             commit: Some(oid.to_string()),
             clean,
+            withheld,
         })
     }
 
@@ -735,17 +765,7 @@ impl Repo {
             .repo
             .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
             .map_err(op("diff"))?;
-        let mut paths = Vec::new();
-        for delta in diff.deltas() {
-            for file in [delta.old_file(), delta.new_file()] {
-                if let Some(path) = file.path_bytes() {
-                    paths.push(String::from_utf8_lossy(path).into_owned());
-                }
-            }
-        }
-        paths.sort();
-        paths.dedup();
-        Ok(paths)
+        Ok(diff_paths(&diff))
     }
 
     /// The patch between commits `from` and `to` (unified diff, 3 lines of context), cut after

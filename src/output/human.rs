@@ -483,17 +483,17 @@ fn plural(n: usize, noun: &str) -> String {
 
 pub use super::text::usd;
 
-/// `14:00` for a time today, `Tue 1 Dec 14:00` later this year, `2027-01-04 14:00` otherwise
-/// (local time).
+/// `14:00 +01:00` for a time today, `Tue 1 Dec 14:00 +01:00` later this year,
+/// `2027-01-04 14:00 +01:00` otherwise (local time, with its offset from UTC).
 pub fn reset_time_text(until: chrono::DateTime<Utc>) -> String {
     let local = until.with_timezone(&Local);
     let now = Local::now();
     if local.date_naive() == now.date_naive() {
-        local.format("%H:%M").to_string()
+        local.format("%H:%M %:z").to_string()
     } else if local.year() == now.year() && local > now {
-        local.format("%a %-d %b %H:%M").to_string()
+        local.format("%a %-d %b %H:%M %:z").to_string()
     } else {
-        local.format("%Y-%m-%d %H:%M").to_string()
+        local.format("%Y-%m-%d %H:%M %:z").to_string()
     }
 }
 

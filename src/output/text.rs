@@ -112,6 +112,25 @@ pub fn reason(r: &crate::protocol::LedgerRecord) -> String {
     one_line(&text, REASON_CHARS)
 }
 
+/// `text` as a reader of history is shown it (`log`, `show`, `report`): secrets redacted
+/// (`crate::redact`, with the reader's environment and the well-known shapes) and terminal
+/// escape sequences an agent printed (colours, cursor moves) removed.
+pub fn readable(text: &str) -> String {
+    crate::process::strip_ansi(&crate::redact::redact_env(text))
+}
+
+/// Every string in `value` made [`readable`]'s way, but only of its escape sequences (the
+/// strings were redacted as a whole before).
+pub fn strip_ansi_value(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s.contains('\u{1b}') => *s = crate::process::strip_ansi(s),
+        Value::Array(items) => items.iter_mut().for_each(strip_ansi_value),
+        Value::Object(map) => map.values_mut().for_each(strip_ansi_value),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

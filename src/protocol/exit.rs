@@ -125,8 +125,30 @@ impl ExitStatus {
     }
 }
 
+/// How a child process ended, for a reader: `exit 1`, `killed by signal 9`, or `killed by a
+/// signal` when neither is known (`code` `None` means a signal ended it on Unix).
+pub fn describe_end(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "killed by a signal".to_owned(),
+    }
+}
+
 impl From<ExitStatus> for ExitCode {
     fn from(status: ExitStatus) -> Self {
         ExitCode::from(status.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_end_reads_as_a_person_says_it() {
+        assert_eq!(describe_end(Some(1), None), "exit 1");
+        assert_eq!(describe_end(None, Some(9)), "killed by signal 9");
+        assert_eq!(describe_end(None, None), "killed by a signal");
     }
 }

@@ -417,6 +417,10 @@ pub struct VerifyRecord {
     /// values of secret-looking environment variables replaced by `<redacted>`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output_tail: String,
+    /// A stop (Ctrl-C, SIGTERM) cut the check short or came before it ran: it said nothing
+    /// about the story (`passed` is false, and `result` says which), so it is not a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 impl VerifyRecord {
@@ -516,9 +520,9 @@ impl LedgerRecord {
         (!primary.is_empty()).then_some(primary)
     }
 
-    /// The verify runs of this iteration that failed.
+    /// The verify runs of this iteration that failed (not those a stop interrupted).
     pub fn verify_failures(&self) -> impl Iterator<Item = &VerifyRecord> {
-        self.verify.iter().filter(|v| !v.passed)
+        self.verify.iter().filter(|v| !v.passed && !v.interrupted)
     }
 }
 

@@ -239,6 +239,12 @@ pub enum StopReason {
         /// Who holds the lease now (`host pid N job J`), when known.
         holder: Option<String>,
     },
+    /// `--resume-only` found nothing to resume: the last run's stop does not pass by itself
+    /// (exit 0: a schedule has nothing to do).
+    NothingToResume {
+        /// Why, naming the last stop, e.g. `the last run stopped at exit 4 …`.
+        why: String,
+    },
     /// An auth or config error: a human must act (exit 1).
     NeedsHuman {
         /// `auth_error` or `config_error`.
@@ -254,7 +260,7 @@ impl StopReason {
     /// The exit status this reason maps to (README, "Exit codes").
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            StopReason::Complete => ExitStatus::Success,
+            StopReason::Complete | StopReason::NothingToResume { .. } => ExitStatus::Success,
             StopReason::MaxIterations { .. } => ExitStatus::MaxIterations,
             StopReason::Interrupted { .. } => ExitStatus::Interrupted,
             StopReason::NeedsHuman { .. } | StopReason::PushRejected { .. } => ExitStatus::Failure,
@@ -284,6 +290,7 @@ impl StopReason {
             StopReason::PushRejected { .. } => "push_rejected",
             StopReason::LeaseLost { .. } => "lease_lost",
             StopReason::NeedsHuman { .. } => "needs_human",
+            StopReason::NothingToResume { .. } => "nothing_to_resume",
         }
     }
 
@@ -306,6 +313,7 @@ impl StopReason {
         }
         match self {
             StopReason::Complete => "complete: every story passes".to_owned(),
+            StopReason::NothingToResume { why } => format!("nothing to resume: {why}"),
             StopReason::MaxIterations { max_iter, open } => format!(
                 "--max-iter {max_iter} reached with {} open",
                 if open.is_empty() {
@@ -341,6 +349,7 @@ impl StopReason {
             StopReason::Complete
             | StopReason::MaxIterations { .. }
             | StopReason::Interrupted { .. }
+            | StopReason::NothingToResume { .. }
             | StopReason::NeedsHuman { .. } => return None,
             StopReason::MaxDuration {
                 max_duration_s,
@@ -465,10 +474,11 @@ impl StopReason {
     }
 }
 
-/// `2026-12-01 14:00` in local time.
+/// `2026-12-01 14:00 +01:00` in local time, with its offset from UTC (a reader in another
+/// zone, or a log read later, must not guess).
 fn local_time(at: DateTime<Utc>) -> String {
     at.with_timezone(&Local)
-        .format("%Y-%m-%d %H:%M")
+        .format("%Y-%m-%d %H:%M %:z")
         .to_string()
 }
 

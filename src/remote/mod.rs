@@ -481,18 +481,7 @@ impl Remote {
             return Ok(None);
         }
         self.with_retries("fetch the branch", || {
-            let out = self
-                .git(
-                    &[
-                        "fetch",
-                        "--no-tags",
-                        "--quiet",
-                        &self.settings.remote,
-                        &refspec,
-                    ],
-                    Some(self.settings.op_timeout),
-                )
-                .map_err(|e| e.to_string())?;
+            let out = self.fetch_refspec(&refspec)?;
             if out.success() {
                 Ok(())
             } else {
@@ -513,18 +502,7 @@ impl Remote {
             return Ok(None);
         }
         let refspec = format!("+{name}:{name}");
-        let out = self
-            .git(
-                &[
-                    "fetch",
-                    "--no-tags",
-                    "--quiet",
-                    &self.settings.remote,
-                    &refspec,
-                ],
-                Some(self.settings.op_timeout),
-            )
-            .map_err(|e| e.to_string())?;
+        let out = self.fetch_refspec(&refspec)?;
         if !out.success() {
             return Err(self.clean(&out.stderr));
         }
@@ -542,18 +520,7 @@ impl Remote {
         }
         let local = self.local_lease_ref();
         let refspec = format!("+{lease_ref}:{local}");
-        let out = self
-            .git(
-                &[
-                    "fetch",
-                    "--no-tags",
-                    "--quiet",
-                    &self.settings.remote,
-                    &refspec,
-                ],
-                Some(self.settings.op_timeout),
-            )
-            .map_err(|e| e.to_string())?;
+        let out = self.fetch_refspec(&refspec)?;
         if !out.success() {
             if out.stderr.contains("couldn't find remote ref") {
                 return Ok(None);
@@ -757,6 +724,22 @@ impl Remote {
                 }
             }
         }
+    }
+
+    /// `git fetch --no-tags --quiet <remote> <refspec>` under the operation timeout; `Err` when
+    /// git could not be run (its own failure is in the returned output).
+    fn fetch_refspec(&self, refspec: &str) -> Result<Captured, String> {
+        self.git(
+            &[
+                "fetch",
+                "--no-tags",
+                "--quiet",
+                &self.settings.remote,
+                refspec,
+            ],
+            Some(self.settings.op_timeout),
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// `git <args>` in the repository, with ralph's environment for git (no prompts, C

@@ -33,7 +33,8 @@ pub fn render(report: &Report) -> Result<String, minijinja::Error> {
         .map(|c| format!("{} tokens", c.tokens))
         .unwrap_or_else(|| "no tokens".into());
     // Redacted before escaping, which could split a secret (crate::redact).
-    let r = crate::redact::redacted_value(report);
+    let mut r = crate::redact::redacted_value(report);
+    crate::output::text::strip_ansi_value(&mut r);
     env.get_template("report.html")?.render(context! {
         r => r,
         wall => if report.source == "git" { "?".to_owned() } else { short_secs(s.wall_s) },
@@ -60,6 +61,7 @@ mod tests {
             passed: false,
             result: None,
             output_tail: String::new(),
+            interrupted: false,
         }];
         let history = History {
             records: vec![

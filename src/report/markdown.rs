@@ -9,7 +9,7 @@ use crate::output::text::{short_secs, usd, usd_or_unknown};
 /// Renders `report` as Markdown, secrets redacted (`crate::redact`: a step summary is often
 /// public).
 pub fn render(r: &Report) -> String {
-    crate::redact::redact_env(&render_raw(r))
+    crate::output::text::readable(&render_raw(r))
 }
 
 fn render_raw(r: &Report) -> String {
@@ -103,7 +103,7 @@ fn render_raw(r: &Report) -> String {
 /// `text` safe inside a Markdown table cell.
 fn escape(text: &str) -> String {
     // Redacted before escaping, which could split a secret.
-    crate::redact::redact_env(text)
+    crate::output::text::readable(text)
         .replace('|', "\\|")
         .replace('\n', " ")
 }

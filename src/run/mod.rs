@@ -63,14 +63,13 @@ pub async fn run(
 ) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let pre = preflight::check(&cfg, out)?;
+    let paths = pre.paths.clone();
     let mut session = match session::open(&cfg, pre, &stop, started, out).await {
         Ok(session) => session,
         Err(e) => match e.downcast::<session::NothingToResume>() {
-            // `--resume-only` and nothing to resume: said, and a success for the schedule.
-            Ok(nothing) => {
-                out.notice(nothing.0);
-                return Ok(ExitStatus::Success);
-            }
+            // `--resume-only` and nothing to resume: a run that ends at once, with its summary
+            // (`run_finished`, the GitHub outputs), and a success for the schedule.
+            Ok(nothing) => return Ok(nothing_to_resume(&cfg, &paths, nothing.0, started, out)),
             Err(e) => return Err(e),
         },
     };
@@ -79,6 +78,52 @@ pub async fn run(
         None => drive(&cfg, &mut session, &stop, out).await?,
     };
     Ok(finish(&cfg, session, reason, &stop, out).await)
+}
+
+/// The end of a `--resume-only` run that found nothing to resume (`why`): its summary, sent as
+/// `RunFinished` like any run's, with prd.json as it is and no iteration.
+fn nothing_to_resume(
+    cfg: &RunConfig,
+    paths: &crate::workspace::RunPaths,
+    why: String,
+    started: Instant,
+    out: &mut Outputs,
+) -> ExitStatus {
+    // Preflight read prd.json a moment ago; should it be gone now, the sentence alone is said.
+    let prd = match store::load(&paths.prd) {
+        Ok(loaded) => loaded.prd,
+        Err(_) => {
+            out.notice(format!("nothing to resume: {why}"));
+            return ExitStatus::Success;
+        }
+    };
+    // The sentence names the last stop; the headline says "nothing to resume" itself.
+    let why = why
+        .strip_prefix("nothing to resume: ")
+        .map(str::to_owned)
+        .unwrap_or(why);
+    let reason = StopReason::NothingToResume { why };
+    let state = crate::state::State::load(&paths.ralph_dir)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let summary = summary::summarize(&summary::Input {
+        reason: &reason,
+        prd: &prd,
+        totals: &Default::default(),
+        elapsed: started.elapsed(),
+        ledger: &paths.rel(&paths.ledger),
+        agent: cfg.agent,
+        api_key_env: cfg.native.api_key_env.as_deref(),
+        blocked: &state.blocked,
+        attempts: &state.attempts,
+        push: None,
+        shutdown_s: None,
+        pending_reset: None,
+        default_verify: cfg.verify.as_deref(),
+    });
+    out.emit(RunEvent::RunFinished(Box::new(summary)));
+    reason.exit_status()
 }
 
 /// Gives the memory an iteration freed back to the system (glibc's `malloc_trim`). Without it

@@ -290,6 +290,10 @@ impl Session {
                 if dirty.len() > 10 { "\n  …" } else { "" }
             );
         }
+        let secrets = crate::run::iteration::commit::newly_withheld(&secret_files(&self.pre)?);
+        if !secrets.is_empty() {
+            out.notice(crate::run::iteration::commit::withheld_finding(&secrets));
+        }
         // Before any checkout can swap progress.txt or prd.json: archive the previous feature's
         // prd.json and progress.txt when branchName changed since the last run.
         let archived = crate::archive::check(
@@ -472,13 +476,25 @@ fn earlier_spending(
 /// The paths with uncommitted changes that are the user's: progress.txt is ralph's own log (an
 /// entry, or the file itself, that a killed run did not get to commit is folded into the next
 /// checkpoint, not refused as the user's work).
+/// Untracked secret-looking files are not: ralph never commits them ([`secret_files`]).
 fn user_changes(pre: &Preflight) -> anyhow::Result<Vec<String>> {
     let progress_rel = pre.paths.rel(&pre.paths.progress);
     Ok(pre
         .repo
         .dirty_paths()?
         .into_iter()
-        .filter(|p| *p != progress_rel)
+        .filter(|p| *p != progress_rel && !crate::redact::is_secret_file(p))
+        .collect())
+}
+
+/// The untracked secret-looking files (`.env`, `*.pem`, `id_rsa`, …) of the working tree, which
+/// no checkpoint will carry ([`crate::redact::is_secret_file`]).
+fn secret_files(pre: &Preflight) -> anyhow::Result<Vec<String>> {
+    Ok(pre
+        .repo
+        .dirty_paths()?
+        .into_iter()
+        .filter(|p| crate::redact::is_secret_file(p))
         .collect())
 }
 

@@ -126,7 +126,10 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         stop_reason: i.reason.clone(),
         exit_code: status.code(),
         headline: headline(i, open.len(), total),
-        success: *i.reason == StopReason::Complete,
+        success: matches!(
+            i.reason,
+            StopReason::Complete | StopReason::NothingToResume { .. }
+        ),
         passed,
         open,
         blocked: i.blocked.to_vec(),
@@ -155,6 +158,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
 fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
     match i.reason {
         StopReason::Complete => format!("complete: every story passes ({total} of {total})"),
+        StopReason::NothingToResume { why } => format!("nothing to resume: {why}"),
         StopReason::MaxIterations { max_iter, .. } => {
             format!("stopped: --max-iter {max_iter} reached with {open} of {total} stories open")
         }
@@ -196,6 +200,12 @@ fn next(i: &Input<'_>) -> String {
     }
     match i.reason {
         StopReason::Complete => "review the commits (git log) and merge the branch".into(),
+        StopReason::NothingToResume { .. } if i.prd.all_pass() => {
+            "nothing for a schedule to do: every story passes; review the commits (git log) and merge the branch".into()
+        }
+        StopReason::NothingToResume { .. } => {
+            "nothing for a schedule to do: read `ralph status`, fix what stopped the last run, then `ralph run`".into()
+        }
         StopReason::Interrupted { .. } => {
             "run `ralph run` again to resume where it stopped".into()
         }

@@ -4,16 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{prd_with_stories, text, TestEnv};
-
-/// An iteration in which the agent fails.
-fn failing() -> Value {
-    json!([
-        {"claude_init": {}},
-        {"claude_result": {"text": "I could not do it", "is_error": true}},
-        {"exit": 1}
-    ])
-}
+use crate::common::{failing_iteration, prd_with_stories, text, TestEnv};
 
 /// An iteration that passes story `id` (`@next` for the story ralph picked), writing `file`,
 /// and reports `cost` USD.
@@ -44,7 +35,7 @@ fn status_and_run_agree_on_the_next_story_from_git_history() {
     env.write("ralph.toml", "max_attempts = 2\n");
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "config"]);
-    env.script(&json!({"invocations": [failing(), failing(), passing("@next", "f2.txt", 0.1)]}));
+    env.script(&json!({"invocations": [failing_iteration(), failing_iteration(), passing("@next", "f2.txt", 0.1)]}));
     let out = env.ralph(&[
         "run",
         "--max-iter",
@@ -147,7 +138,7 @@ fn max_cost_counts_the_features_earlier_runs() {
 #[test]
 fn resume_only_resumes_a_usage_limit_but_not_a_stop_for_a_human() {
     let env = TestEnv::new(&prd_with_stories(1));
-    env.script(&json!({"invocations": [failing(), failing()]}));
+    env.script(&json!({"invocations": [failing_iteration(), failing_iteration()]}));
     let out = env.ralph(&["run", "--max-failures", "1"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let out = env.ralph(&["run", "--resume-only"]);

@@ -12,19 +12,8 @@ use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
 
 const PROMISE: &str = "<promise>COMPLETE</promise>";
 
-fn outcomes(env: &TestEnv) -> Vec<String> {
-    env.ledger()
-        .iter()
-        .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
-fn state(env: &TestEnv) -> Value {
-    serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json")
-}
-
 fn resume_at(env: &TestEnv) -> chrono::DateTime<chrono::Utc> {
-    let state = state(env);
+    let state = env.state();
     let at = state["resume_at"]
         .as_str()
         .unwrap_or_else(|| panic!("{state}"));
@@ -52,11 +41,11 @@ fn claude_weekly_limit_result_with_exit_0_waits_for_its_reset() {
     ]]}));
     let out = env.ralph(&["run", "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["usage_limit"]);
+    assert_eq!(env.outcomes(), ["usage_limit"]);
     let at = resume_at(&env);
     let now = chrono::Utc::now();
     assert!(at > now && at <= now + chrono::Duration::hours(25), "{at}");
-    assert_eq!(state(&env)["attempts"]["US-001"].as_u64().unwrap_or(0), 0);
+    assert_eq!(env.state()["attempts"]["US-001"].as_u64().unwrap_or(0), 0);
 }
 
 /// A `rate_limit_event` whose `resetsAt` is days old: ralph does not show or wait for that
@@ -75,7 +64,7 @@ fn a_stale_reset_time_waits_the_fallback_and_says_so() {
     ]]}));
     let out = env.ralph(&["run", "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["usage_limit"]);
+    assert_eq!(env.outcomes(), ["usage_limit"]);
     let wait = resume_at(&env) - chrono::Utc::now();
     assert!(
         (110..=121).contains(&wait.num_minutes()),
@@ -101,7 +90,7 @@ fn claude_text_mode_limit_through_exec_is_a_usage_limit() {
     let cmd = format!("{} -p", fake_agent_bin());
     let out = env.ralph(&["run", "--agent", "exec", "--agent-cmd", &cmd, "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["usage_limit"]);
+    assert_eq!(env.outcomes(), ["usage_limit"]);
     assert!(resume_at(&env) > chrono::Utc::now());
 }
 
@@ -122,7 +111,7 @@ fn a_missing_model_stops_the_run_at_once_naming_it() {
     ]]}));
     let out = env.ralph(&["run", "--model", "claude-nope-9", "--max-failures", "5"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["config_error"]);
+    assert_eq!(env.outcomes(), ["config_error"]);
     assert_eq!(env.agent_calls(), 1);
     let message = env.ledger()[0]["message"]
         .as_str()
@@ -160,7 +149,7 @@ fn codex_retry_chatter_then_401_is_an_auth_stop() {
         fake_agent_bin(),
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["auth_error"]);
+    assert_eq!(env.outcomes(), ["auth_error"]);
     assert_eq!(env.agent_calls(), 1);
 }
 
@@ -221,7 +210,7 @@ fn gemini_error_event_before_success_is_a_warning() {
         fake_agent_bin(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["story_passed"]);
+    assert_eq!(env.outcomes(), ["story_passed"]);
 }
 
 /// `ralph run --agent claude` with `ANTHROPIC_API_KEY` set, its HOME given, and `extra` env.
@@ -303,7 +292,7 @@ fn the_api_key_is_removed_only_when_claude_has_a_login() {
         .env("ANTHROPIC_API_KEY", "sk-ant-api03-test");
     let out = cmd.output().expect("run ralph");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["auth_error"]);
+    assert_eq!(env.outcomes(), ["auth_error"]);
     let message = env.ledger()[0]["message"]
         .as_str()
         .unwrap_or_default()

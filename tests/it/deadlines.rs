@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{prd_with_stories, TestEnv};
+use crate::common::{prd_with_stories, signal, wait_exit, wait_for, TestEnv};
 
 /// A TCP server on 127.0.0.1 that accepts every connection and never answers (a dead webhook
 /// behind a live load balancer). Lives as long as the test process; returns its URL.
@@ -21,42 +21,6 @@ fn silent_webhook() -> String {
         }
     });
     format!("http://127.0.0.1:{port}/hook")
-}
-
-/// Waits until `path` exists (the agent started), at most `within`.
-fn wait_for(env: &TestEnv, rel: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while !env.path(rel).exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{rel} never appeared:\n{}",
-            env.spawned_output()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).expect("kill");
-}
-
-/// Waits for `child` to exit, at most `within`; kills it and fails the test past that.
-fn wait_exit(env: &TestEnv, child: &mut std::process::Child, within: Duration) -> (i32, Duration) {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return (status.code().unwrap_or(-1), started.elapsed());
-        }
-        if started.elapsed() > within {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "ralph did not exit within {within:?} of the signal:\n{}",
-                env.spawned_output()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn notification_log(env: &TestEnv) -> Vec<Value> {

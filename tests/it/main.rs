@@ -49,6 +49,7 @@ mod stop_conditions;
 mod store;
 mod support_llm;
 mod support_model;
+mod tester_findings;
 mod tools;
 mod trust_iteration;
 mod trust_recovery;

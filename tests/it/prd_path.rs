@@ -7,17 +7,6 @@ use serde_json::{json, Value};
 
 use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
 
-fn outcomes(env: &TestEnv) -> Vec<String> {
-    env.ledger()
-        .iter()
-        .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
-fn state(env: &TestEnv) -> Value {
-    serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json")
-}
-
 /// claude prints its limit sentence as a plain line on stdout in stream-json mode, instead of
 /// the JSON lines or among them, then exits 1: the run reads a usage limit with its reset time
 /// (exit 75 with --no-wait, the reset in state.json), not "exited with code 1 and gave no error
@@ -45,14 +34,14 @@ fn claude_plain_text_limit_line_is_a_usage_limit_with_its_reset() {
         env.script(&json!({ "invocations": [script] }));
         let out = env.ralph(&["run", "--no-wait"]);
         assert_eq!(out.status.code(), Some(75), "{script}: {}", text(&out));
-        assert_eq!(outcomes(&env), ["usage_limit"], "{script}");
+        assert_eq!(env.outcomes(), ["usage_limit"], "{script}");
         let record = &env.ledger()[0];
         let message = record["message"].as_str().unwrap_or_default();
         assert!(
             !message.contains("gave no error message") && message.contains("reset"),
             "{script}: {message}"
         );
-        let state = state(&env);
+        let state = env.state();
         let at = chrono::DateTime::parse_from_rfc3339(
             state["resume_at"]
                 .as_str()
@@ -96,7 +85,7 @@ fn gemini_session_turn_limit_fails_the_iteration_and_says_so() {
         "1",
     ]);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["agent_error"], "{}", text(&out));
+    assert_eq!(env.outcomes(), ["agent_error"], "{}", text(&out));
     let message = env.ledger()[0]["message"]
         .as_str()
         .unwrap_or_default()
@@ -431,7 +420,7 @@ fn github_outputs_name_the_open_and_blocked_stories_and_the_run() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert_eq!(outcomes(&env), ["agent_error", "story_passed"]);
+    assert_eq!(env.outcomes(), ["agent_error", "story_passed"]);
     let written = std::fs::read_to_string(&outputs).unwrap();
     let value = |key: &str| -> String {
         written

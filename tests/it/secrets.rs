@@ -10,12 +10,12 @@
 //!   classified with the user's `[patterns]`;
 //! - notifications name the project, the PRD and the branch, in the text and as fields.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::common::{prd_with_stories, text, TestEnv};
+use crate::common::{plan_once_with_exec, prd_with_stories, script_file, text, TestEnv};
 
 /// In the environment, under a secret-looking name; no well-known shape.
 const ENV_KEY: &str = "acme-env-key-7f3a9c2e";
@@ -70,15 +70,6 @@ impl Drop for Webhook {
             let _ = t.join();
         }
     }
-}
-
-/// Writes an executable script outside the repository and returns its path.
-fn script(env: &TestEnv, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = env.root.path().join(name);
-    std::fs::write(&path, format!("#!/bin/bash\n{body}")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }
 
 /// The places checked, and what was wrong with each (all of them are reported at the end, so
@@ -170,7 +161,7 @@ fn leaky_env() -> TestEnv {
 #[test]
 fn a_key_the_agent_prints_reaches_nothing_ralph_writes_or_sends() {
     let env = leaky_env();
-    let agent = script(
+    let agent = script_file(
         &env,
         "leaky-agent.sh",
         &format!(
@@ -280,7 +271,7 @@ fn a_plan_session_goes_through_the_iteration_launcher() {
     env.git(&["commit", "-qm", "patterns"]);
     let seen = env.root.path().join("seen.txt");
     let stray_pid = env.root.path().join("stray.pid");
-    let agent = script(
+    let agent = script_file(
         &env,
         "plan-agent.sh",
         &format!(
@@ -294,21 +285,9 @@ fn a_plan_session_goes_through_the_iteration_launcher() {
             stray_pid.display()
         ),
     );
-    let out = env
-        .ralph_cmd(&[
-            "plan",
-            "add a --reverse flag",
-            "--yes",
-            "--attempts",
-            "1",
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent.display().to_string(),
-        ])
+    let out = plan_once_with_exec(&env, &agent)
         .env("RALPH_GIT_TOKEN", "ghp_PlanSessionMustNotSeeThis0123")
         .env("ACME_API_KEY", ENV_KEY)
-        .stdin(std::process::Stdio::null())
         .output()
         .expect("run ralph plan");
     assert!(!out.status.success(), "{}", text(&out));

@@ -96,6 +96,12 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
             ids.join(", ")
         )));
     }
+    for id in &obs.already_satisfied {
+        append(
+            &mut message,
+            format!("{id} was already satisfied: the iteration changed no code, and its verify command passes on the tree as it is (verified, no code change needed)"),
+        );
+    }
     if obs.marked_by_ralph {
         append(
             &mut message,
@@ -105,7 +111,18 @@ pub fn classify(f: &Facts<'_>, obs: &Observation) -> Verdict {
             ),
         );
     }
-    for v in obs.verify.iter().filter(|v| !v.passed) {
+    for v in obs.verify.iter().filter(|v| v.interrupted) {
+        append(
+            &mut message,
+            format!(
+                "verify for {}: `{}` {}; passes set back to false",
+                v.story_id,
+                v.command,
+                v.result.as_deref().unwrap_or("was interrupted")
+            ),
+        );
+    }
+    for v in obs.verify.iter().filter(|v| !v.passed && !v.interrupted) {
         let result = v.result.as_deref().unwrap_or("failed");
         append(
             &mut message,
@@ -183,7 +200,7 @@ fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
     if obs.corrupted.is_some() {
         return Outcome::PrdCorrupted;
     }
-    if obs.verify.iter().any(|v| !v.passed) {
+    if obs.verify.iter().any(|v| !v.passed && !v.interrupted) {
         return Outcome::VerifyFailed;
     }
     if promise_seen && !obs.open_after.is_empty() {
@@ -458,6 +475,7 @@ mod tests {
                 passed: false,
                 result: Some("exited with code 1".into()),
                 output_tail: "boom".into(),
+                interrupted: false,
             }],
             files_changed: vec!["a".into()],
             open_after: vec!["US-001".into(), "US-002".into()],

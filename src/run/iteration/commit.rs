@@ -113,7 +113,15 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     }
     let checkpoint = at.repo.checkpoint(&subject, &body, &trailers.pairs())?;
     record.checkpoint_commit = checkpoint.commit;
+    let withheld = newly_withheld(&checkpoint.withheld);
+    if !withheld.is_empty() {
+        record.findings.push(withheld_finding(&withheld));
+    }
     record.head_after = at.repo.head_sha()?;
+    if let Some(finding) = secret_finding(at.repo, &record) {
+        tracing::warn!("{finding}");
+        record.findings.push(finding);
+    }
     // The iteration's commit point waits for the push: the ledger then says whether the remote
     // has it. (The `end` ref is pinned later, before a wait or at the end, and goes with the
     // next push or the lease's release.)
@@ -149,6 +157,60 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         record,
         tree_clean: checkpoint.clean,
     })
+}
+
+/// Largest patch read for secrets after a checkpoint, in bytes.
+const SECRET_SCAN_MAX_BYTES: usize = 8 << 20;
+
+/// The finding, when what the iteration committed (the agent's commits and ralph's checkpoint)
+/// adds a line holding a secret the run knows (`crate::redact`): the diff is the repository's
+/// content, which ralph cannot redact, so the record says so loudly, naming the files.
+fn secret_finding(repo: &Repo, record: &LedgerRecord) -> Option<String> {
+    let (Some(from), Some(to)) = (&record.head_before, &record.head_after) else {
+        return None;
+    };
+    if from == to {
+        return None;
+    }
+    let (patch, _) = repo.patch(from, to, SECRET_SCAN_MAX_BYTES).ok()?;
+    let files = crate::redact::files_with_secrets(&crate::redact::current(), &patch);
+    (!files.is_empty()).then(|| {
+        format!(
+            "SECRET COMMITTED: the iteration's commits add a secret-looking value in {} — it is in git history now (shown <redacted> by ralph, not in git): rotate the key, and rewrite the commit before pushing",
+            files.join(", ")
+        )
+    })
+}
+
+/// Those of `paths` (secret-looking files a checkpoint left out) not yet said in this process:
+/// each is said once (at the start of the run, or by the first iteration that left it out),
+/// not after every iteration.
+pub fn newly_withheld(paths: &[String]) -> Vec<String> {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let Ok(mut said) = SAID.lock() else {
+        return paths.to_vec();
+    };
+    paths
+        .iter()
+        .filter(|p| said.insert((*p).clone()))
+        .cloned()
+        .collect()
+}
+
+/// The finding naming the secret-looking files a checkpoint left out, e.g. `not committed
+/// (secret-looking, untracked): .env — ralph never commits such a file; add it to .gitignore`.
+pub fn withheld_finding(paths: &[String]) -> String {
+    let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
+    format!(
+        "not committed (secret-looking, untracked): {}{} — ralph never commits such a file; add it to .gitignore, or commit it yourself if it is meant to be shared",
+        shown.join(", "),
+        if paths.len() > 5 {
+            format!(" and {} more", paths.len() - 5)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Points `refs/ralph/<run>/<n>/end` at the iteration's result (HEAD after its checkpoint), so

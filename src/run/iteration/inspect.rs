@@ -66,6 +66,10 @@ pub struct Observation {
     pub memory_only: bool,
     /// HEAD no longer contained the iteration's start, and what ralph did about it.
     pub history_rewrite: Option<HistoryRewrite>,
+    /// Stories already satisfied: marked passing on an iteration that changed nothing but
+    /// notes, and kept passing because their own `verify` (as the iteration started) passed
+    /// on the tree as it is (docs/decisions.md, "Testers' findings").
+    pub already_satisfied: Vec<String>,
     /// Stories that passed before an agent's history rewrite undid their `passes`: put back.
     pub passes_kept: Vec<String>,
     /// Commits the agent made and threw away, pinned under `refs/ralph/<run>/<n>/lost-<sha>`.
@@ -443,10 +447,30 @@ fn refuse(
     } else {
         HashSet::new()
     };
+    // Work an earlier iteration did for another story may already satisfy this one: its own
+    // check (as the story had it when the iteration started, not `--verify`), passing on the
+    // tree as it is, is the evidence a notes-only iteration cannot give by itself.
+    let own_check_passed = |id: &str| {
+        a.snapshot
+            .prd
+            .story(id)
+            .and_then(|s| s.verify.as_deref())
+            .is_some_and(|cmd| {
+                obs.verify
+                    .iter()
+                    .any(|v| v.story_id == id && v.passed && v.command == cmd)
+            })
+    };
+    let satisfied: Vec<String> = flipped
+        .iter()
+        .filter(|id| notes_only && !worked_on.contains(*id) && own_check_passed(id))
+        .cloned()
+        .collect();
+    obs.already_satisfied = satisfied;
     obs.refused = flipped
         .iter()
         .filter_map(|id| {
-            if notes_only && !worked_on.contains(id) {
+            if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))
@@ -528,14 +552,18 @@ async fn verify_gate(
         let Some(command) = command_of(&current.prd, id) else {
             continue;
         };
+        // A check the stop cut short, or left unrun, said nothing about the story: unchecked,
+        // not failed, and on record as interrupted.
         if cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
+            obs.verify.push(verify::interrupted(None, &command, id));
             continue;
         }
         let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
-        // A check the stop cut short said nothing about the story: unchecked, not failed.
         if !record.passed && cx.stop.stop.is_cancelled() {
             unchecked.push(id.clone());
+            obs.verify
+                .push(verify::interrupted(Some(record), &command, id));
         } else {
             obs.verify.push(record);
         }
@@ -556,7 +584,7 @@ async fn verify_gate(
     let failed: Vec<&str> = obs
         .verify
         .iter()
-        .filter(|v| !v.passed)
+        .filter(|v| !v.passed && !v.interrupted)
         .map(|v| v.story_id.as_str())
         .chain(unchecked.iter().map(String::as_str))
         .collect();
@@ -588,7 +616,11 @@ async fn verify_gate(
         let record = run_verify(cx, a.iteration, &command, id, obs, io).await?;
         let passed = record.passed;
         // A stop cut the check short: the gate did not get to judge the iteration.
-        obs.stopped_in_gate |= !passed && cx.stop.stop.is_cancelled();
+        if !passed && cx.stop.stop.is_cancelled() {
+            obs.stopped_in_gate = true;
+            obs.verify
+                .push(verify::interrupted(Some(record.clone()), &command, id));
+        }
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);

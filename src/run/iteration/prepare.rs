@@ -112,8 +112,13 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     // A new file per iteration, only ever read by a person: no temporary file, no fsync.
-    std::fs::write(&prompt_file, prompt.as_bytes())
-        .with_context(|| format!("cannot write {}", prompt_file.display()))?;
+    // Redacted, as everything under .ralph/ is when written (the prompt quotes prd.json's notes
+    // and progress.txt, which an agent may have written a key into).
+    std::fs::write(
+        &prompt_file,
+        crate::redact::current().redact(&prompt).as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", prompt_file.display()))?;
     let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
     // Rewritten only when prd.json changed since the last iteration; not fsynced (prd.json

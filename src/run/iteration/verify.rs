@@ -16,6 +16,33 @@ use crate::config::RunConfig;
 use crate::process::{self, EndReason, Limits, LineVerdict, StopSignals};
 use crate::protocol::{StrayFound, StrayProcess, VerifyRecord};
 
+/// A check's `result` when a stop (Ctrl-C, SIGTERM) cut it short.
+pub const INTERRUPTED: &str = "was interrupted by the stop (Ctrl-C or SIGTERM) before it finished";
+
+/// A check's `result` when a stop came before its turn.
+pub const NOT_RUN: &str = "was not run: a stop (Ctrl-C or SIGTERM) came before its turn";
+
+/// The record of a check a stop cut short (`record`, marked interrupted) or left unrun
+/// (`record` is `None`).
+pub fn interrupted(record: Option<VerifyRecord>, command: &str, story_id: &str) -> VerifyRecord {
+    match record {
+        Some(mut r) => {
+            r.passed = false;
+            r.interrupted = true;
+            r.result = Some(INTERRUPTED.to_string());
+            r
+        }
+        None => VerifyRecord {
+            story_id: story_id.to_string(),
+            command: command.to_string(),
+            passed: false,
+            result: Some(NOT_RUN.to_string()),
+            output_tail: String::new(),
+            interrupted: true,
+        },
+    }
+}
+
 /// How long output is still read after the command exited.
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -134,8 +161,12 @@ async fn run_spec(
             "timed out after {}",
             humantime::format_duration(cx.cfg.verify_timeout)
         )),
-        (EndReason::Cancelled, _) => Some("was interrupted".to_string()),
-        _ => Some(format!("was killed (signal {:?})", outcome.signal)),
+        (EndReason::Cancelled, _) => Some(INTERRUPTED.to_string()),
+        (_, Some(code)) => Some(format!("exited with code {code}")),
+        _ => Some(match outcome.signal {
+            Some(signal) => format!("was killed by signal {signal}"),
+            None => "was killed".to_string(),
+        }),
     };
     let output_tail = match result {
         None => String::new(),
@@ -145,6 +176,7 @@ async fn run_spec(
         story_id: story_id.to_string(),
         command: command.to_string(),
         passed: result.is_none(),
+        interrupted: outcome.end == EndReason::Cancelled,
         result,
         output_tail,
     };

@@ -238,6 +238,19 @@ impl TestEnv {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.repo.join(rel)
     }
+
+    /// The ledger's outcomes, in order (`?` for a record without one).
+    pub fn outcomes(&self) -> Vec<String> {
+        self.ledger()
+            .iter()
+            .map(|r| r["outcome"].as_str().unwrap_or("?").to_string())
+            .collect()
+    }
+
+    /// `.ralph/state.json`, parsed.
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.read(".ralph/state.json")).expect("state.json")
+    }
 }
 
 /// stdout + stderr of an output, for assertion messages.
@@ -275,4 +288,84 @@ pub fn group_has_live_members(pgid: i32) -> bool {
         }
     }
     false
+}
+
+/// Writes an executable bash script `name` beside the repository (outside it, so that it is no
+/// change of the agent's) and returns its path.
+pub fn script_file(env: &TestEnv, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = env.root.path().join(name);
+    std::fs::write(&path, format!("#!/bin/bash\n{body}")).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// Waits until `rel` exists in the repository (an agent or a check got that far), at most
+/// `within`; fails naming what every background ralph printed.
+pub fn wait_for(env: &TestEnv, rel: &str, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while !env.path(rel).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{rel} never appeared:\n{}",
+            env.spawned_output()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Sends `sig` to `child`.
+pub fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).expect("kill");
+}
+
+/// Waits for `child` to exit, at most `within`; kills it and fails the test past that. Returns
+/// its exit code (-1 for a signal) and how long the wait took.
+pub fn wait_exit(
+    env: &TestEnv,
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+) -> (i32, std::time::Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return (status.code().unwrap_or(-1), started.elapsed());
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ralph did not exit within {within:?}:\n{}",
+                env.spawned_output()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A fake claude iteration in which the agent fails (an error result, exit 1).
+pub fn failing_iteration() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_result": {"text": "I could not do it", "is_error": true}},
+        {"exit": 1}
+    ])
+}
+
+/// `ralph plan "add a --reverse flag" --yes --attempts 1` with the exec agent `agent`, stdin
+/// closed.
+pub fn plan_once_with_exec(env: &TestEnv, agent: &Path) -> Command {
+    let mut cmd = env.ralph_cmd(&[
+        "plan",
+        "add a --reverse flag",
+        "--yes",
+        "--attempts",
+        "1",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+    ]);
+    cmd.stdin(std::process::Stdio::null());
+    cmd
 }
