@@ -469,6 +469,9 @@ mod tests {
     /// 0, or on stderr with no result at all. One family: a usage limit with its reset time.
     #[test]
     fn every_limit_wording_is_a_usage_limit_with_its_reset() {
+        // A clock reset that has just passed ("resets 5am" read at 5:02) is due now, not
+        // tomorrow: the reset is never before the test began, whatever the time of day.
+        let began = chrono::Utc::now() - chrono::Duration::seconds(1);
         let legacy = format!(
             "Claude AI usage limit reached|{}",
             chrono::Utc::now().timestamp() + 3 * 3600
@@ -488,7 +491,7 @@ mod tests {
             assert!(report.is_error, "{text}");
             assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{text}");
             let at = report.resume_at.expect(text);
-            assert!(at > chrono::Utc::now(), "{text}: {at}");
+            assert!(at >= began, "{text}: {at}");
             assert!(
                 at < chrono::Utc::now() + chrono::Duration::days(30),
                 "{text}: {at}"

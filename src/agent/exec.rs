@@ -591,6 +591,9 @@ mod tests {
     /// answer, with `∙` or `·`, and may exit 0: a usage limit with its reset time.
     #[test]
     fn a_limit_notice_as_the_last_line_is_a_usage_limit() {
+        // A clock reset that has just passed ("resets 5am" read at 5:02) is due now, not
+        // tomorrow: never before the test began, whatever the time of day.
+        let began = chrono::Utc::now() - chrono::Duration::seconds(1);
         for exit in [Some(0), Some(1)] {
             for notice in [
                 "Weekly limit reached \u{2219} resets 5am",
@@ -602,7 +605,7 @@ mod tests {
                 assert_eq!(report.failure, Some(FailureClass::UsageLimit), "{notice}");
                 assert_eq!(report.error_message.as_deref(), Some(notice));
                 assert!(
-                    report.resume_at.is_some_and(|t| t > chrono::Utc::now()),
+                    report.resume_at.is_some_and(|t| t >= began),
                     "{notice}: {:?}",
                     report.resume_at
                 );

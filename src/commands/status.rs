@@ -278,7 +278,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .iter()
         .filter(|(_, at)| **at > chrono::Utc::now())
         .map(|(name, at)| {
-            let at = at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %:z");
+            let at = at
+                .with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M %:z");
             format!("{name} until {at}")
         })
         .collect();

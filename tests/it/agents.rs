@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::common::claude_clock_in;
 use ralph::agent::{backend, AgentSettings, Backend};
 use ralph::completion::promise_in_final_text;
 use ralph::process::{OutputLine, SpawnSpec, StreamKind};
@@ -529,7 +530,7 @@ fn claude_older_shapes_errors_array_and_stderr_limits() {
                    "session_id": "s", "num_turns": 4, "total_cost_usd": 0.03,
                    "errors": ["Error: Request was aborted."], "terminal_reason": "aborted_streaming"}},
          {"exit": 1}],
-        [{"stderr": "Session limit reached \u{2219} resets 10am"}, {"exit": 1}]
+        [{"stderr": format!("Session limit reached \u{2219} resets {}", claude_clock_in(3))}, {"exit": 1}]
     ]}));
     let claude = fx.claude();
 

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
+use crate::common::{claude_clock_in, fake_agent_bin, prd_with_stories, text, TestEnv};
 
 const PROMISE: &str = "<promise>COMPLETE</promise>";
 
@@ -34,9 +34,13 @@ fn claude_error_result(text: &str, status: Option<u16>) -> Value {
 #[test]
 fn claude_weekly_limit_result_with_exit_0_waits_for_its_reset() {
     let env = TestEnv::new(&prd_with_stories(1));
+    let limit = format!(
+        "Weekly limit reached \u{2219} resets {}",
+        claude_clock_in(3)
+    );
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
-        claude_error_result("Weekly limit reached \u{2219} resets 5am", Some(429)),
+        claude_error_result(&limit, Some(429)),
         {"exit": 0}
     ]]}));
     let out = env.ralph(&["run", "--no-wait"]);
@@ -84,7 +88,7 @@ fn claude_text_mode_limit_through_exec_is_a_usage_limit() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[
         {"read_stdin": true},
-        {"stdout": "You're out of extra usage \u{00b7} resets 9pm"},
+        {"stdout": format!("You're out of extra usage \u{00b7} resets {}", claude_clock_in(3))},
         {"exit": 0}
     ]]}));
     let cmd = format!("{} -p", fake_agent_bin());

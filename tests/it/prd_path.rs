@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
+use crate::common::{claude_clock_in, fake_agent_bin, prd_with_stories, text, TestEnv};
 
 /// claude prints its limit sentence as a plain line on stdout in stream-json mode, instead of
 /// the JSON lines or among them, then exits 1: the run reads a usage limit with its reset time
@@ -21,7 +21,7 @@ fn claude_plain_text_limit_line_is_a_usage_limit_with_its_reset() {
         ),
         // Among them: the extra-usage wording with a clock time.
         (
-            json!([{"claude_init": {}}, {"stdout": "You're out of extra usage \u{00b7} resets 9pm"}, {"exit": 1}]),
+            json!([{"claude_init": {}}, {"stdout": format!("You're out of extra usage \u{00b7} resets {}", claude_clock_in(3))}, {"exit": 1}]),
             (0, 25),
         ),
         // The weekly wording with a day and a time.

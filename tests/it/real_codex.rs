@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{fake_agent_bin, prd_with_stories, TestEnv};
+use crate::common::{codex_clock_in, fake_agent_bin, prd_with_stories, TestEnv};
 use crate::support_model::{
     example_dir, git, hermetic_env, init_repo_from_example, isolated, netns_flag, read_jsonl,
     run_with_deadline, RunOutput, SCRIPTED_MODEL,
@@ -121,10 +121,12 @@ fn fake_codex_story_passes_and_a_promise_in_command_output_is_no_claim() {
 #[test]
 fn fake_codex_usage_limit_stops_with_no_wait_without_using_an_attempt() {
     let env = TestEnv::new(&prd_with_stories(1));
+    // Case 13's wording ("try again at 3:28 PM"), at a clock time hours ahead of the test's.
+    let at = codex_clock_in(3);
     env.script(&json!({"invocations": [[
         {"read_stdin": true},
         {"codex": {"start": {}}},
-        {"codex": {"usage_limit": {}}},
+        {"codex": {"usage_limit": {"at": at}}},
         {"codex": {"message": "never printed: usage_limit exits 1"}}
     ]]}));
     let out = env.ralph(&[
@@ -142,15 +144,20 @@ fn fake_codex_usage_limit_stops_with_no_wait_without_using_an_attempt() {
     let message = ledger[0]["message"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("You've hit your usage limit.")
-            && message.ends_with("try again at 3:28 PM."),
+            && message.ends_with(&format!("try again at {at}.")),
         "{message}"
     );
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json");
     // Case 13: "try again at 3:28 PM" is read as the next 15:28 in the local zone.
+    let named = chrono::NaiveTime::parse_from_str(&at, "%I:%M %p").expect("a clock time");
     let resume_at = chrono::DateTime::parse_from_rfc3339(state["resume_at"].as_str().unwrap())
         .unwrap()
         .with_timezone(&chrono::Local);
-    assert_eq!(resume_at.format("%H:%M").to_string(), "15:28", "{state}");
+    assert_eq!(
+        resume_at.format("%H:%M").to_string(),
+        named.format("%H:%M").to_string(),
+        "{state}"
+    );
     let ahead = resume_at.signed_duration_since(chrono::Local::now());
     assert!(
         ahead > -chrono::Duration::minutes(11) && ahead <= chrono::Duration::hours(24),

@@ -369,3 +369,19 @@ pub fn plan_once_with_exec(env: &TestEnv, agent: &Path) -> Command {
     cmd.stdin(std::process::Stdio::null());
     cmd
 }
+
+/// A wall-clock time `hours` from now in the local zone, as claude words a reset (`5am`,
+/// `11pm`): a reset that is hours ahead whatever the test's time of day. (A fixed "resets 5am"
+/// read at 5:02 is due now, which is right but not the case such a test is about.)
+pub fn claude_clock_in(hours: i64) -> String {
+    (chrono::Local::now() + chrono::Duration::hours(hours))
+        .format("%-I%P")
+        .to_string()
+}
+
+/// A wall-clock time `hours` from now in the local zone, as codex words a reset (`3:28 PM`).
+pub fn codex_clock_in(hours: i64) -> String {
+    (chrono::Local::now() + chrono::Duration::hours(hours))
+        .format("%-I:%M %p")
+        .to_string()
+}
