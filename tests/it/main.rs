@@ -38,6 +38,7 @@ mod real_opencode;
 mod report_browser;
 mod run_cases;
 mod run_pipeline;
+mod scale;
 mod scale_out;
 mod secrets;
 mod slurm;
