@@ -153,22 +153,7 @@ async fn drive(
     let mut clean_at: Option<String> = None;
     loop {
         let current = store::load_shared(&paths.prd)?;
-        // What this feature's prd.json looks like, so that a later run with a new branchName
-        // archives this one (not the new one). Not after a stop: the run ends at the pick below,
-        // the stopped iteration's passes went back, and the next run's start remembers the file
-        // as it finds it (a rewrite of a large file's copy would hold the exit).
-        let remembered = match stop.stop.is_cancelled() {
-            true => Ok(()),
-            false => crate::archive::remember(
-                &paths.ralph_dir,
-                &paths.prd,
-                &current.raw,
-                current.prd.branch_name.as_deref(),
-            ),
-        };
-        if let Err(e) = remembered {
-            out.warn(format!("cannot remember prd.json for archiving: {e:#}"));
-        }
+        remember(&current, &paths, stop, out);
         let situation = Situation {
             prd: &current.prd,
             expected_ids: &s.expected_ids,
@@ -282,6 +267,29 @@ async fn drive(
             s.state.resume_at = None;
             s.state.save(&paths.ralph_dir)?;
         }
+    }
+}
+
+/// What this feature's prd.json looks like, so that a later run with a new branchName archives
+/// this one (not the new one). Not after a stop: the run ends at the next pick, the stopped
+/// iteration's passes went back, and the next run's start remembers the file as it finds it (a
+/// rewrite of a large file's copy would hold the exit).
+fn remember(
+    current: &store::LoadedPrd,
+    paths: &crate::workspace::RunPaths,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) {
+    if stop.stop.is_cancelled() {
+        return;
+    }
+    if let Err(e) = crate::archive::remember(
+        &paths.ralph_dir,
+        &paths.prd,
+        &current.raw,
+        current.prd.branch_name.as_deref(),
+    ) {
+        out.warn(format!("cannot remember prd.json for archiving: {e:#}"));
     }
 }
 
