@@ -152,3 +152,43 @@ fn escape(text: &str) -> String {
         .replace('|', "\\|")
         .replace('\n', " ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::StoryRow;
+
+    fn row(i: usize, status: &str, iterations: usize) -> StoryRow {
+        StoryRow {
+            id: format!("US-{i:06}"),
+            title: format!("Story {i}"),
+            status: status.to_owned(),
+            iterations,
+            last_outcome: None,
+            cost_usd: None,
+            time_to_pass_s: None,
+        }
+    }
+
+    #[test]
+    fn a_stories_table_past_its_rows_says_how_many_more_by_status() {
+        let mut stories: Vec<StoryRow> = (1..=50_000).map(|i| row(i, "passes", 0)).collect();
+        stories.extend((50_001..=99_990).map(|i| row(i, "open", 0)));
+        stories.push(row(99_991, "waits for US-099990 (blocked)", 0));
+        stories.extend((99_992..=100_000).map(|i| row(i, "open", 1)));
+        // The 9 stories worked on are the table's rows.
+        assert_eq!(
+            more_stories(&stories, 9),
+            "… and 99,991 more stories (49,990 open, 50,000 passing, 1 waiting): `ralph status` lists every one."
+        );
+        // Worked on beyond the rows shown are counted apart.
+        assert_eq!(
+            more_stories(&stories, 5),
+            "… and 99,995 more stories (4 more worked on, 49,990 open, 50,000 passing, 1 waiting): `ralph status` lists every one."
+        );
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}
