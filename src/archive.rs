@@ -243,11 +243,10 @@ pub fn check(
         Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err).with_context(|| format!("cannot read {}", prd.display())),
     };
-    let Some(current_doc) = parse_json(&current) else {
+    let Some(new_branch) = branch_of(&current) else {
         // The run refuses an invalid prd.json itself; keep the memory for when it is fixed.
         return Ok(None);
     };
-    let new_branch = branch_in(&current_doc);
 
     let previous = match read_memory(ralph_dir)
         .prds
@@ -296,7 +295,7 @@ pub fn archive_current(
         ),
         Err(err) => return Err(err).with_context(|| format!("cannot read {}", prd.display())),
     };
-    let branch = parse_json(&bytes).and_then(|doc| branch_in(&doc));
+    let branch = branch_of(&bytes).flatten();
     let archived = archive_into(
         prd,
         progress,
@@ -509,7 +508,7 @@ fn from_git(repo_root: &Path, prd: &Path) -> anyhow::Result<Option<Previous>> {
         return Ok(None);
     };
     Ok(Some(Previous {
-        branch: parse_json(&bytes).and_then(|doc| branch_in(&doc)),
+        branch: branch_of(&bytes).flatten(),
         bytes,
         source: Source::GitCommit { sha: newest.sha },
     }))
@@ -551,18 +550,25 @@ fn read_memory(ralph_dir: &Path) -> Memory {
     }
 }
 
-/// Parses prd.json bytes leniently (a UTF-8 BOM is skipped), without validating the schema.
-fn parse_json(bytes: &[u8]) -> Option<serde_json::Value> {
+/// The `branchName` of prd.json bytes read leniently (a UTF-8 BOM is skipped, the schema is not
+/// validated): `None` when they are not a JSON object, `Some(None)` when it has no non-blank
+/// string `branchName`. Only that member is kept: the stories are skipped, not built (a
+/// 100,000-story prd.json is read at every start).
+fn branch_of(bytes: &[u8]) -> Option<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(rename = "branchName", default)]
+        branch_name: Option<serde_json::Value>,
+    }
     let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    serde_json::from_slice(body).ok()
-}
-
-/// The document's `branchName` when it is a non-blank string.
-fn branch_in(doc: &serde_json::Value) -> Option<String> {
-    doc.get("branchName")
-        .and_then(|v| v.as_str())
-        .filter(|b| !b.trim().is_empty())
-        .map(str::to_owned)
+    let head: Head = serde_json::from_slice(body).ok()?;
+    Some(
+        head.branch_name
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .filter(|b| !b.trim().is_empty())
+            .map(str::to_owned),
+    )
 }
 
 /// Creates `path` (which must not exist) with `bytes` and syncs it.

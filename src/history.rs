@@ -62,9 +62,9 @@ impl History {
         } else {
             Vec::new()
         };
-        let feature = crate::prd::store::load(&paths.prd)
+        let feature = crate::prd::store::load_shared(&paths.prd)
             .ok()
-            .and_then(|l| l.prd.branch_name);
+            .and_then(|l| l.prd.branch_name.clone());
         // A PRD kept in a folder shares the repository's history with the other PRDs: of the
         // commits git remembers, only its own feature's (and those that name none) are its.
         let nested = paths.ralph_dir != paths.repo_root.join(crate::workspace::RALPH_DIR);

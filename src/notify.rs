@@ -234,7 +234,7 @@ impl Origin {
     /// `ralph` and the path as given.
     pub fn of_prd(prd_path: &Path) -> Origin {
         let paths = crate::workspace::RunPaths::of_prd(prd_path);
-        let loaded = crate::prd::store::load(prd_path).ok();
+        let loaded = crate::prd::store::load_shared(prd_path).ok();
         let prd = loaded
             .as_ref()
             .map(|l| l.path.clone())
@@ -254,7 +254,7 @@ impl Origin {
             .unwrap_or_default();
         Origin {
             project: loaded
-                .map(|l| l.prd.project)
+                .map(|l| l.prd.project.clone())
                 .unwrap_or_else(|| "ralph".into()),
             prd: rel.display().to_string(),
             branch,

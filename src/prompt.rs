@@ -244,6 +244,9 @@ impl PromptContext {
     }
 }
 
+/// How many stories besides the first the template check renders (see [`PromptTemplate::check`]).
+pub const CHECK_OTHERS: usize = 3;
+
 /// A loaded template, ready to render.
 #[derive(Debug)]
 pub struct PromptTemplate {
@@ -324,9 +327,11 @@ impl PromptTemplate {
         }
     }
 
-    /// Renders the template once with a complete sample context for `prd` (its first story, the
-    /// others, a feedback line and a progress excerpt), so that an undefined variable in any
-    /// branch of the template is reported before an agent starts.
+    /// Renders the template once with a complete sample context for `prd` (its first story, up
+    /// to [`CHECK_OTHERS`] others, a feedback line and a progress excerpt), so that an undefined
+    /// variable in any branch of the template is reported before an agent starts. The sample
+    /// stops at a few stories: a template's loop over `other_stories` fails on the first as on
+    /// the last, and the prompt of a 100,000-story prd.json is rendered once, by the iteration.
     ///
     /// # Errors
     /// [`PromptError::Render`] naming the template, line and variable.
@@ -334,8 +339,18 @@ impl PromptTemplate {
         let Some(story) = prd.user_stories.first() else {
             return Ok(());
         };
+        let sample = Prd {
+            schema: prd.schema.clone(),
+            project: prd.project.clone(),
+            branch_name: prd.branch_name.clone(),
+            base_branch: prd.base_branch.clone(),
+            description: prd.description.clone(),
+            user_stories: prd.user_stories[..prd.user_stories.len().min(1 + CHECK_OTHERS)].to_vec(),
+            extra: prd.extra.clone(),
+            index: Default::default(),
+        };
         let ctx = PromptContext::new(
-            prd,
+            &sample,
             story,
             (1, 1),
             paths,

@@ -24,7 +24,8 @@ use crate::workspace::RunPaths;
 pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     let cwd = std::env::current_dir()?;
     let prd_path = crate::workspace::locate_prd(args.prd.as_deref(), &cwd)?;
-    let checked_out = store::load(&prd_path)?;
+    // Shared: `History::load` reads the same prd.json (for its feature) without a second parse.
+    let checked_out = store::load_shared(&prd_path)?;
     let paths = RunPaths::of_prd(&checked_out.path);
     let root = paths.repo_root.clone();
     let repo = Repo::discover(&root).ok();
@@ -37,7 +38,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         let repo = repo.as_ref()?;
         let rel = checked_out.path.strip_prefix(repo.root()).ok()?;
         let bytes = repo.file_at(sha, &rel.to_string_lossy()).ok()??;
-        let loaded = store::parse_bytes(&checked_out.path, &bytes).ok()?;
+        let loaded = std::sync::Arc::new(store::parse_bytes(&checked_out.path, &bytes).ok()?);
         let reader = Repo::discover(&root).ok()?.reading_history_at(sha).ok()?;
         Some((loaded, reader))
     });

@@ -261,7 +261,19 @@ impl Human {
         let open = if s.open.is_empty() {
             String::from("0 open")
         } else {
-            format!("{} open ({})", s.open.len(), s.open.join(", "))
+            // The first ten: a summary of 100,000 open stories is not a list of them.
+            const SHOWN: usize = 10;
+            let more = s.open.len().saturating_sub(SHOWN);
+            let tail = if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "{} open ({}{tail})",
+                s.open.len(),
+                s.open[..s.open.len().min(SHOWN)].join(", ")
+            )
         };
         let iterations = match s.iteration_range {
             Some((a, b)) if a != b => format!("{} this run (#{a}–#{b})", s.iterations),

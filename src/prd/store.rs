@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::ValidationError;
@@ -228,6 +229,52 @@ pub fn load(path: &Path) -> Result<LoadedPrd, PrdError> {
     parse_bytes(path, &bytes)
 }
 
+/// The last two prd.json parses of [`load_shared`] and [`parse_shared`], newest last, for the
+/// next call with the same file and the same bytes. Two: an iteration's start and what the
+/// agent made of it (ralph often puts the file back to the first).
+static LAST: std::sync::Mutex<Vec<Arc<LoadedPrd>>> = std::sync::Mutex::new(Vec::new());
+
+/// How many parses [`LAST`] keeps.
+const SHARED_PARSES: usize = 2;
+
+/// Like [`load`], shared: when the file's bytes are those of the prd.json this process parsed
+/// last (at the same absolute path), that parse is returned again instead of a new one. A run
+/// reads prd.json at every stage boundary (start, each iteration, after the agent, the end);
+/// with 100,000 stories a parse costs about a second, a read and a comparison of the bytes a few
+/// milliseconds. The bytes are always read: an edit, by anyone, is always seen.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_shared(path: &Path) -> Result<Arc<LoadedPrd>, PrdError> {
+    let bytes = std::fs::read(path).map_err(|source| PrdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_shared(path, bytes)
+}
+
+/// Like [`parse_bytes`] for content read from `path`, shared as [`load_shared`] is: the last
+/// parse is returned when `bytes` are the same, and a new parse becomes the last one.
+///
+/// # Errors
+/// As [`parse_bytes`].
+pub fn parse_shared(path: &Path, bytes: Vec<u8>) -> Result<Arc<LoadedPrd>, PrdError> {
+    let abs = std::path::absolute(path).map_err(|source| PrdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let kept = LAST.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(hit) = kept.into_iter().find(|l| l.path == abs && l.raw == bytes) {
+        return Ok(hit);
+    }
+    let loaded = Arc::new(parse_owned(path, bytes)?);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    last.push(Arc::clone(&loaded));
+    let excess = last.len().saturating_sub(SHARED_PARSES);
+    last.drain(..excess);
+    Ok(loaded)
+}
+
 /// Parse and validate prd.json content that was read from `path` (used in messages and made
 /// absolute for [`LoadedPrd::path`]). A leading UTF-8 BOM is skipped; CRLF is plain whitespace.
 ///
@@ -236,7 +283,12 @@ pub fn load(path: &Path) -> Result<LoadedPrd, PrdError> {
 /// [`PrdError::Invalid`] with every violation otherwise, [`PrdError::Io`] only if the current
 /// directory is needed to make `path` absolute and cannot be read.
 pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedPrd, PrdError> {
-    let body = bytes.strip_prefix(BOM).unwrap_or(bytes);
+    parse_owned(path, bytes.to_vec())
+}
+
+/// [`parse_bytes`] keeping `bytes` as [`LoadedPrd::raw`] (no copy of a large file).
+fn parse_owned(path: &Path, bytes: Vec<u8>) -> Result<LoadedPrd, PrdError> {
+    let body = bytes.strip_prefix(BOM).unwrap_or(&bytes);
     let value: Value = serde_json::from_slice(body).map_err(|err| PrdError::NotJson {
         path: path.to_path_buf(),
         line: err.line(),
@@ -264,7 +316,7 @@ pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedPrd, PrdError> {
     })?;
     Ok(LoadedPrd {
         path: abs,
-        raw: bytes.to_vec(),
+        raw: bytes,
         value,
         prd,
     })
@@ -764,6 +816,117 @@ pub fn set_passes(raw: &[u8], story_id: &str, passes: bool) -> Result<Vec<u8>, P
     Ok(out)
 }
 
+/// [`set_passes`] for several stories at once: `raw` with each story's `passes` set, every other
+/// byte unchanged. The document is parsed and its story list scanned once, whatever the number
+/// of stories (one [`set_passes`] per story would read the whole file each time).
+/// `parsed`, when given and parsed from these very bytes, saves the parse.
+///
+/// # Errors
+/// As [`set_passes`], naming the first story that cannot be edited.
+pub fn set_passes_many(
+    raw: &[u8],
+    edits: &[(&str, bool)],
+    parsed: Option<&LoadedPrd>,
+) -> Result<Vec<u8>, PrdError> {
+    let Some(&(first_id, _)) = edits.first() else {
+        return Ok(raw.to_vec());
+    };
+    let rewrite = |story_id: &str, reason: &str| PrdError::Rewrite {
+        story_id: story_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let offset = if raw.starts_with(BOM) { BOM.len() } else { 0 };
+    let body = &raw[offset..];
+    let fresh;
+    let value: &Value = match parsed.filter(|p| p.raw == raw) {
+        Some(p) => &p.value,
+        None => {
+            fresh = serde_json::from_slice::<Value>(body).map_err(|err| PrdError::NotJson {
+                path: PathBuf::from("prd.json"),
+                line: err.line(),
+                column: err.column(),
+                message: strip_position(&err.to_string()),
+            })?;
+            &fresh
+        }
+    };
+    // The first story with each id, as `set_passes` finds it.
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, s) in value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(id) = s.get("id").and_then(Value::as_str) {
+            index.entry(id).or_insert(i);
+        }
+    }
+    // Story index -> the literal its `passes` gets (a later edit of the same story wins).
+    let mut wanted: HashMap<usize, (&str, bool)> = HashMap::new();
+    for &(id, passes) in edits {
+        let i = *index
+            .get(id)
+            .ok_or_else(|| rewrite(id, "no story has this id"))?;
+        wanted.insert(i, (id, passes));
+    }
+    let scan_failed = |_: ScanError| rewrite(first_id, "the file could not be scanned");
+    let mut spans: Vec<(Range<usize>, bool)> = Vec::with_capacity(wanted.len());
+    let mut failed: Option<PrdError> = None;
+    let mut edit = |i: usize, story_start: usize| {
+        let Some(&(id, passes)) = wanted.get(&i) else {
+            return;
+        };
+        match Scanner::at(body, story_start).object_member("passes") {
+            Ok(Some(span)) => spans.push((span, passes)),
+            Ok(None) => {
+                failed.get_or_insert_with(|| rewrite(id, "the story has no `passes` field"));
+            }
+            Err(_) => {
+                failed.get_or_insert_with(|| rewrite(id, "the file could not be scanned"));
+            }
+        }
+    };
+    // Where each story starts, from serde_json's parser (it borrows each story's text, whose
+    // place in `body` is its offset); the byte scanner below only when that fails (say two
+    // `userStories` keys, where the last one counts).
+    #[derive(serde::Deserialize)]
+    struct Stories<'a> {
+        #[serde(rename = "userStories", borrow)]
+        user_stories: Vec<&'a serde_json::value::RawValue>,
+    }
+    match serde_json::from_slice::<Stories<'_>>(body) {
+        Ok(doc) => {
+            for (i, story) in doc.user_stories.iter().enumerate() {
+                edit(i, story.get().as_ptr() as usize - body.as_ptr() as usize);
+            }
+        }
+        Err(_) => {
+            let stories_span = Scanner::at(body, 0)
+                .object_member("userStories")
+                .map_err(scan_failed)?
+                .ok_or_else(|| rewrite(first_id, "`userStories` not found"))?;
+            Scanner::at(body, stories_span.start)
+                .elements(|i, story| edit(i, story.start))
+                .map_err(scan_failed)?;
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    spans.sort_by_key(|(span, _)| span.start);
+    let mut out = Vec::with_capacity(raw.len() + spans.len());
+    let mut at = 0;
+    for (span, passes) in spans {
+        out.extend_from_slice(&raw[at..offset + span.start]);
+        out.extend_from_slice(if passes { b"true" } else { b"false" });
+        at = offset + span.end;
+    }
+    out.extend_from_slice(&raw[at..]);
+    Ok(out)
+}
+
 /// Return `raw` with the `notes` of the first story whose `id` is `story_id` set to `notes` (a
 /// JSON string, escaped by serde_json), every other byte unchanged, like [`set_passes`]. A story
 /// without a `notes` field gets one appended as its last member (`, "notes": "…"` right after the
@@ -898,13 +1061,15 @@ impl<'a> Scanner<'a> {
         let start = self.pos;
         self.eat(b'"')?;
         loop {
+            // To the next quote or backslash at once (memchr): prd.json is mostly strings.
+            let rest = self.text.get(self.pos..).ok_or(ScanError)?;
+            self.pos += memchr::memchr2(b'"', b'\\', rest).ok_or(ScanError)?;
             match self.peek().ok_or(ScanError)? {
                 b'\\' => self.pos += 2,
-                b'"' => {
+                _ => {
                     self.pos += 1;
                     return Ok(start..self.pos);
                 }
-                _ => self.pos += 1,
             }
         }
     }
@@ -1307,5 +1472,65 @@ mod tests {
         // And the smaller shapes still come out as before.
         assert_eq!(find_cycles(&[vec![1], vec![2], vec![1]]), vec![vec![1, 2]]);
         assert!(find_cycles(&[vec![], vec![0], vec![0, 1]]).is_empty());
+    }
+
+    #[test]
+    fn set_passes_many_is_set_passes_for_each_story_in_one_pass() {
+        let raw = "\u{feff}{\r\n  \"project\": \"p\",\r\n  \"userStories\": [\r\n    {\"id\": \"A\", \"passes\": false, \"x\": [1, {\"passes\": 3}]},\r\n    {\"id\": \"B\",\"passes\":true},\r\n    {\"id\": \"C\", \"passes\" : false }\r\n  ]\r\n}\r\n".as_bytes();
+        let edits = [("C", true), ("A", true), ("B", false)];
+        let mut one_by_one = raw.to_vec();
+        for (id, passes) in edits {
+            one_by_one = set_passes(&one_by_one, id, passes).unwrap();
+        }
+        assert_eq!(set_passes_many(raw, &edits, None).unwrap(), one_by_one);
+        // With the parse of the same bytes given, the same result without parsing again.
+        let body = &raw[BOM.len()..];
+        let parsed = LoadedPrd {
+            path: PathBuf::from("prd.json"),
+            raw: raw.to_vec(),
+            value: serde_json::from_slice(body).unwrap(),
+            prd: crate::prd::model::Prd {
+                schema: None,
+                project: "p".into(),
+                branch_name: None,
+                base_branch: None,
+                description: String::new(),
+                user_stories: Vec::new(),
+                extra: Default::default(),
+                index: Default::default(),
+            },
+        };
+        assert_eq!(
+            set_passes_many(raw, &edits, Some(&parsed)).unwrap(),
+            one_by_one
+        );
+        assert!(set_passes_many(raw, &[], None).unwrap() == raw);
+        let err = set_passes_many(raw, &[("A", true), ("Z", true)], None).unwrap_err();
+        assert!(err.to_string().contains('Z'), "{err}");
+    }
+
+    #[test]
+    fn a_shared_parse_is_reused_for_the_same_bytes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prd.json");
+        let doc = |passes: bool| {
+            format!(
+                "{{\"project\": \"p\", \"userStories\": [{{\"id\": \"A\", \"title\": \"a\", \"acceptanceCriteria\": [], \"priority\": 1, \"passes\": {passes}}}]}}\n"
+            )
+        };
+        std::fs::write(&path, doc(false)).unwrap();
+        let first = load_shared(&path).unwrap();
+        let again = load_shared(&path).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "same bytes: the same parse");
+        std::fs::write(&path, doc(true)).unwrap();
+        let edited = load_shared(&path).unwrap();
+        assert!(!Arc::ptr_eq(&first, &edited), "an edit is always seen");
+        assert!(edited.prd.user_stories[0].passes);
+        // Put back as it was: the earlier parse is still kept.
+        std::fs::write(&path, doc(false)).unwrap();
+        assert!(Arc::ptr_eq(&first, &load_shared(&path).unwrap()));
+        // Invalid bytes are an error, as with `load`.
+        std::fs::write(&path, "{").unwrap();
+        assert!(load_shared(&path).is_err());
     }
 }

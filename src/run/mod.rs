@@ -30,7 +30,7 @@ use chrono::Utc;
 use crate::config::RunConfig;
 use crate::output::Outputs;
 use crate::prd::store;
-use crate::process::{Limits, StopSignals};
+use crate::process::{self, Limits, StopSignals};
 use crate::protocol::run_event::WaitReason;
 use crate::protocol::stop::During;
 use crate::protocol::{ExitStatus, RunEvent, StopReason};
@@ -63,6 +63,14 @@ pub async fn run(
 ) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let pre = preflight::check(&cfg, out)?;
+    if let Some(cause) = first_parse(&pre.paths.prd, &stop).await {
+        out.notice(format!(
+            "stopped by {} while reading {}: nothing ran, nothing changed",
+            cause.signal,
+            pre.paths.rel(&pre.paths.prd)
+        ));
+        return Ok(ExitStatus::Interrupted);
+    }
     let paths = pre.paths.clone();
     let mut session = match session::open(&cfg, pre, &stop, started, out).await {
         Ok(session) => session,
@@ -126,6 +134,33 @@ fn nothing_to_resume(
     reason.exit_status()
 }
 
+/// Parses prd.json for the session (the parse every later read of the same bytes shares, see
+/// [`store::load_shared`]) on a thread of its own, while listening for a stop: a 100,000-story
+/// file takes seconds to parse in a slow build, and a Ctrl-C or SIGTERM meanwhile must end the
+/// run at once. Returns the stop's cause when one came first (the parse is abandoned: nothing
+/// was locked or written yet); `None` when the parse ended, whatever its result (the session
+/// reports an invalid file).
+async fn first_parse(prd: &std::path::Path, stop: &StopSignals) -> Option<process::StopCause> {
+    let (done, parsed) = tokio::sync::oneshot::channel();
+    let path = prd.to_path_buf();
+    // A plain thread, not `spawn_blocking`: the runtime waits for its blocking tasks when it
+    // shuts down, and an abandoned parse must not hold the exit.
+    let spawned = std::thread::Builder::new()
+        .name("ralph-prd-parse".into())
+        .spawn(move || {
+            let _ = store::load_shared(&path);
+            let _ = done.send(());
+        });
+    if spawned.is_err() {
+        // No thread: parsed later, in the session, as before.
+        return None;
+    }
+    tokio::select! {
+        _ = parsed => None,
+        () = stop.stop.cancelled() => stop.stopped(),
+    }
+}
+
 /// Gives the memory an iteration freed back to the system (glibc's `malloc_trim`). Without it
 /// the allocator keeps freed pages of every thread's arena, and a night of iterations shows as
 /// a slowly rising RSS though nothing is kept (issue 13, P3). About 0.1 ms.
@@ -166,8 +201,8 @@ async fn drive(
         {
             clean_at = None;
         }
-        let current = store::load(&paths.prd)?;
-        remember(&paths, &current, out);
+        let current = store::load_shared(&paths.prd)?;
+        remember(&current, &paths, stop, out);
         let situation = Situation {
             prd: &current.prd,
             expected_ids: &s.expected_ids,
@@ -319,8 +354,18 @@ fn contexts<'a>(
 }
 
 /// What this feature's prd.json looks like, so that a later run with a new branchName archives
-/// this one (not the new one).
-fn remember(paths: &crate::workspace::RunPaths, current: &store::LoadedPrd, out: &mut Outputs) {
+/// this one (not the new one). Not after a stop: the run ends at the next pick, the stopped
+/// iteration's passes went back, and the next run's start remembers the file as it finds it (a
+/// rewrite of a large file's copy would hold the exit).
+fn remember(
+    current: &store::LoadedPrd,
+    paths: &crate::workspace::RunPaths,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) {
+    if stop.stop.is_cancelled() {
+        return;
+    }
     if let Err(e) = crate::archive::remember(
         &paths.ralph_dir,
         &paths.prd,
@@ -624,13 +669,12 @@ async fn finish(
         .take()
         .map(|remote| hand_back(remote, &reason, s.state.resume_at, out));
     let shutdown_s = stop.stopped().map(|c| c.at.elapsed().as_secs_f64());
-    let final_prd = store::load(&paths.prd)
-        .map(|l| l.prd)
-        .unwrap_or_else(|_| s.initial.prd.clone());
+    // The same bytes as the last iteration left them: the parse it made, not a new one.
+    let final_prd = store::load_shared(&paths.prd).unwrap_or_else(|_| s.initial.clone());
     let ledger = paths.rel(&paths.ledger);
     let summary = summary::summarize(&summary::Input {
         reason: &reason,
-        prd: &final_prd,
+        prd: &final_prd.prd,
         totals: &s.totals,
         elapsed: s.started.elapsed(),
         ledger: &ledger,

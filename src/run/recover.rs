@@ -46,7 +46,7 @@ pub async fn recover(
     // A prd.json the killed agent left broken is restored from the iteration's snapshot, so the
     // run can go on (the checkpoint below commits the restored file).
     let mut restored_prd = false;
-    if store::load(&paths.prd).is_err() {
+    if store::load_shared(&paths.prd).is_err() {
         if let Ok(raw) = std::fs::read(paths.prd_snapshot()) {
             if store::parse_bytes(&paths.prd, &raw).is_ok() {
                 write_atomic(&paths.prd, &raw)?;
@@ -198,8 +198,10 @@ async fn judge_passes(
     out: &mut Outputs,
 ) -> anyhow::Result<Judged> {
     let mut judged = Judged::default();
-    let (Ok(now), Ok(raw_before)) = (store::load(&paths.prd), std::fs::read(paths.prd_snapshot()))
-    else {
+    let (Ok(now), Ok(raw_before)) = (
+        store::load_shared(&paths.prd),
+        std::fs::read(paths.prd_snapshot()),
+    ) else {
         return Ok(judged);
     };
     let Ok(before) = store::parse_bytes(&paths.prd_snapshot(), &raw_before) else {
@@ -368,7 +370,7 @@ fn draft(
     restored_prd: bool,
 ) -> anyhow::Result<Draft> {
     let head = repo.head_sha()?;
-    let prd = store::load(&paths.prd).ok();
+    let prd = store::load_shared(&paths.prd).ok();
     let mut r = LedgerRecord::new(
         &flight.run_id,
         flight.iteration,
@@ -380,7 +382,7 @@ fn draft(
         .as_ref()
         .and_then(|l| l.prd.story(&flight.story_id).map(|s| s.title.clone()))
         .unwrap_or_default();
-    r.feature = prd.and_then(|l| l.prd.branch_name);
+    r.feature = prd.and_then(|l| l.prd.branch_name.clone());
     r.backend = cfg.agent.as_str().to_string();
     r.model = cfg.model.clone();
     r.head_before = flight.start_sha.clone();

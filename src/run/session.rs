@@ -49,7 +49,7 @@ pub struct Session {
     /// The story ids prd.json had when the run started.
     pub expected_ids: BTreeSet<String>,
     /// prd.json when the run started.
-    pub initial: LoadedPrd,
+    pub initial: std::sync::Arc<LoadedPrd>,
     /// Why the run ends before its first iteration, when it does (a usage-limit reset it may
     /// not wait for, Ctrl-C or `ralph stop` during that wait).
     pub early_stop: Option<StopReason>,
@@ -79,7 +79,9 @@ pub async fn open(
 ) -> anyhow::Result<Session> {
     let paths = pre.paths.clone();
     // Books an older ralph kept in .ralph/ for this prd.json in a folder become its own.
-    let feature = store::load(&paths.prd).ok().and_then(|l| l.prd.branch_name);
+    let feature = store::load_shared(&paths.prd)
+        .ok()
+        .and_then(|l| l.prd.branch_name.clone());
     let moved = crate::workspace::adopt_legacy_books(&paths, feature.as_deref())?;
     if moved > 0 {
         out.notice(format!(
@@ -150,7 +152,7 @@ pub async fn open(
         .iteration
         .max(history::last_recorded_iteration(&paths, &pre.repo));
     let budgets = Budgets::of(cfg);
-    let initial = store::load(&paths.prd)?;
+    let initial = store::load_shared(&paths.prd)?;
     if let Some(warning) = store::size_warning(&initial) {
         out.warn(warning);
     }
@@ -179,6 +181,14 @@ pub async fn open(
         _lock: acquired.lock,
     };
     session.prepare_stories(cfg, out)?;
+    // A stop heard here ends the run before the tree is touched (archive, branch): with a large
+    // prd.json the archive's copy of it alone takes a while.
+    if stop.stop.is_cancelled() {
+        session.early_stop = Some(StopReason::Interrupted {
+            agent_running: false,
+        });
+        return Ok(session);
+    }
     let branch_row = session.prepare_tree(cfg, out)?;
     let branch_row = adopted.unwrap_or(branch_row);
     let progress_row = match crate::progress::ensure_exists(&paths.progress, Local::now())? {
@@ -515,9 +525,9 @@ fn adopt_remote_branch(
     pre: &Preflight,
     out: &mut Outputs,
 ) -> anyhow::Result<Option<String>> {
-    let Some(branch) = store::load(&pre.paths.prd)
+    let Some(branch) = store::load_shared(&pre.paths.prd)
         .ok()
-        .and_then(|l| l.prd.branch_name)
+        .and_then(|l| l.prd.branch_name.clone())
         .filter(|b| !b.is_empty())
     else {
         return Ok(None);
@@ -570,9 +580,9 @@ fn load_state(pre: &Preflight, out: &mut Outputs) -> anyhow::Result<State> {
         return Ok(state);
     }
     let history = History::load(&pre.paths, Some(&pre.repo))?;
-    let feature = store::load(&pre.paths.prd)
+    let feature = store::load_shared(&pre.paths.prd)
         .ok()
-        .and_then(|l| l.prd.branch_name);
+        .and_then(|l| l.prd.branch_name.clone());
     let rebuilt = State::rebuild(&history.records, feature.as_deref());
     if rebuilt.iteration > 0 {
         out.notice(format!(
@@ -710,7 +720,7 @@ fn open_remote(
     out: &mut Outputs,
 ) -> anyhow::Result<(crate::remote::Remote, Option<chrono::DateTime<Utc>>)> {
     let paths = &pre.paths;
-    let branch = match store::load(&paths.prd)?.prd.branch_name {
+    let branch = match store::load_shared(&paths.prd)?.prd.branch_name.clone() {
         Some(b) => b,
         None => pre.repo.current_branch().ok_or_else(|| {
             crate::error::UserError::new(

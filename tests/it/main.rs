@@ -42,6 +42,7 @@ mod report_browser;
 mod run_cases;
 mod run_pipeline;
 mod sandbox;
+mod scale;
 mod scale_out;
 mod secrets;
 mod slurm;

@@ -11,6 +11,7 @@
 //! [`crate::fsutil::write_atomic`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 
@@ -153,7 +154,8 @@ pub async fn inspect(
         after = keep_passed(cx, snapshot, after, &mut obs)?;
     }
     // What the agent did, for the report (before ralph's gate or guard changed anything).
-    let agent_prd = after.as_ref().map(|l| l.prd.clone());
+    let agent_loaded = after.clone();
+    let agent_prd = agent_loaded.as_ref().map(|l| &l.prd);
     if let Some(agent) = &after {
         obs.criteria_proposals = criteria_proposals(snapshot, agent);
     }
@@ -175,17 +177,15 @@ pub async fn inspect(
     after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
-        let mut raw = std::fs::read(&cx.paths.prd)?;
-        for id in &flipped {
-            raw = store::set_passes(&raw, id, false)?;
-        }
+        let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
+        let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
         write_atomic(&cx.paths.prd, &raw)?;
-        after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
+        after = Some(store::parse_shared(&cx.paths.prd, raw)?);
         obs.refused_off_branch = std::mem::take(&mut flipped);
         obs.marked_by_ralph = false;
     }
     if let Some(agent) = &after {
-        obs.guard = guard_findings(snapshot, agent, agent_prd.as_ref().unwrap_or(&agent.prd));
+        obs.guard = guard_findings(snapshot, agent, agent_prd.unwrap_or(&agent.prd));
         if !obs.unchecked.is_empty() {
             obs.guard.push(format!(
                 "ralph was stopped before checking {}, so {} passes went back to false",
@@ -199,7 +199,7 @@ pub async fn inspect(
         }
     }
     after = guard(cx, a, after, &mut obs)?;
-    let reported = agent_prd.as_ref().unwrap_or(prd_of(&after, snapshot));
+    let reported = agent_prd.unwrap_or(prd_of(&after, snapshot));
     obs.reverted = flipped_ids(&snapshot.prd, reported, false)
         .into_iter()
         .filter(|id| !obs.passes_kept.contains(id))
@@ -375,9 +375,9 @@ pub fn pruned(repo: &crate::git::Repo, paths: &crate::workspace::RunPaths, start
 fn keep_passed(
     cx: &Cx<'_>,
     snapshot: &LoadedPrd,
-    after: Option<LoadedPrd>,
+    after: Option<Arc<LoadedPrd>>,
     obs: &mut Observation,
-) -> anyhow::Result<Option<LoadedPrd>> {
+) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let Some(current) = &after else {
         return Ok(after);
     };
@@ -385,13 +385,11 @@ fn keep_passed(
     if lost.is_empty() {
         return Ok(after);
     }
-    let mut raw = std::fs::read(&cx.paths.prd)?;
-    for id in &lost {
-        raw = store::set_passes(&raw, id, true)?;
-    }
+    let edits: Vec<(&str, bool)> = lost.iter().map(|id| (id.as_str(), true)).collect();
+    let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
     write_atomic(&cx.paths.prd, &raw)?;
     obs.passes_kept = lost;
-    Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+    Ok(Some(store::parse_shared(&cx.paths.prd, raw)?))
 }
 
 /// The files the checkpoint would change against the iteration's start, less those that were
@@ -432,11 +430,11 @@ fn stories_with_work(cx: &Cx<'_>, a: &Assignment) -> HashSet<String> {
 fn refuse(
     cx: &Cx<'_>,
     a: &Assignment,
-    after: Option<LoadedPrd>,
+    after: Option<Arc<LoadedPrd>>,
     flipped: &mut Vec<String>,
     notes_only: bool,
     obs: &mut Observation,
-) -> anyhow::Result<Option<LoadedPrd>> {
+) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let rewritten: HashSet<&str> = obs
         .criteria_proposals
         .iter()
@@ -484,15 +482,17 @@ fn refuse(
     }
     let refused: HashSet<&str> = obs.refused.iter().map(|(id, _)| id.as_str()).collect();
     flipped.retain(|id| !refused.contains(id.as_str()));
-    let mut raw = std::fs::read(&cx.paths.prd)?;
-    for (id, _) in &obs.refused {
-        raw = store::set_passes(&raw, id, false)?;
-    }
+    let edits: Vec<(&str, bool)> = obs
+        .refused
+        .iter()
+        .map(|(id, _)| (id.as_str(), false))
+        .collect();
+    let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
     write_atomic(&cx.paths.prd, &raw)?;
-    Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+    Ok(Some(store::parse_shared(&cx.paths.prd, raw)?))
 }
 
-fn prd_of<'a>(after: &'a Option<LoadedPrd>, snapshot: &'a LoadedPrd) -> &'a Prd {
+fn prd_of<'a>(after: &'a Option<Arc<LoadedPrd>>, snapshot: &'a LoadedPrd) -> &'a Prd {
     after.as_ref().map(|l| &l.prd).unwrap_or(&snapshot.prd)
 }
 
@@ -502,9 +502,9 @@ fn read_back(
     cx: &Cx<'_>,
     snapshot: &LoadedPrd,
     obs: &mut Observation,
-) -> anyhow::Result<Option<LoadedPrd>> {
+) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let parsed = match std::fs::read(&cx.paths.prd) {
-        Ok(bytes) => store::parse_bytes(&cx.paths.prd, &bytes).map_err(|e| e.to_string()),
+        Ok(bytes) => store::parse_shared(&cx.paths.prd, bytes).map_err(|e| e.to_string()),
         Err(e) => Err(format!("prd.json could not be read: {e}")),
     };
     match parsed {
@@ -527,12 +527,12 @@ fn read_back(
 async fn verify_gate(
     cx: &Cx<'_>,
     a: &Assignment,
-    mut after: Option<LoadedPrd>,
+    mut after: Option<Arc<LoadedPrd>>,
     flipped: &[String],
     notes_only: bool,
     obs: &mut Observation,
     io: &mut GateIo<'_>,
-) -> anyhow::Result<Option<LoadedPrd>> {
+) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let Some(current) = &after else {
         return Ok(after);
     };
@@ -589,12 +589,10 @@ async fn verify_gate(
         .chain(unchecked.iter().map(String::as_str))
         .collect();
     if !failed.is_empty() {
-        let mut raw = std::fs::read(&cx.paths.prd)?;
-        for id in &failed {
-            raw = store::set_passes(&raw, id, false)?;
-        }
+        let edits: Vec<(&str, bool)> = failed.iter().map(|id| (*id, false)).collect();
+        let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
         write_atomic(&cx.paths.prd, &raw)?;
-        after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
+        after = Some(store::parse_shared(&cx.paths.prd, raw)?);
     }
     let id = &a.story.id;
     // ralph marks a story passing only on an iteration that did its work, against the
@@ -626,7 +624,7 @@ async fn verify_gate(
             obs.verify.push(record);
             let raw = store::set_passes(&std::fs::read(&cx.paths.prd)?, id, true)?;
             write_atomic(&cx.paths.prd, &raw)?;
-            after = Some(store::parse_bytes(&cx.paths.prd, &raw)?);
+            after = Some(store::parse_shared(&cx.paths.prd, raw)?);
             obs.marked_by_ralph = true;
         }
     }
@@ -688,7 +686,9 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Ve
     if !added.is_empty() {
         out.push(format!("stories added to prd.json: {}", added.join(", ")));
     }
-    out.extend(prd_edits(&snapshot.value, &agent.value));
+    if snapshot.raw != agent.raw {
+        out.extend(prd_edits(&snapshot.value, &agent.value));
+    }
     out
 }
 
@@ -699,9 +699,9 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Ve
 fn guard(
     cx: &Cx<'_>,
     a: &Assignment,
-    after: Option<LoadedPrd>,
+    after: Option<Arc<LoadedPrd>>,
     obs: &mut Observation,
-) -> anyhow::Result<Option<LoadedPrd>> {
+) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let Some(current) = &after else {
         return Ok(after);
     };
@@ -770,7 +770,7 @@ fn guard(
                     _ => "acceptance criteria",
                 }
             ));
-            return Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?));
+            return Ok(Some(store::parse_shared(&cx.paths.prd, raw)?));
         }
     }
     let beyond_story = !obs.guard.is_empty()
@@ -794,7 +794,7 @@ fn guard(
         PrdGuard::Restore => "prd.json put back as it was except the current story's passes/notes (prd_guard = restore)".to_owned(),
         _ => "prd.json put back as it was except the current story's passes/notes: the agent added or removed a verify or acceptanceCriteria field, which ralph can only put back with the whole file (prd_guard = report)".to_owned(),
     });
-    Ok(Some(store::parse_bytes(&cx.paths.prd, &raw)?))
+    Ok(Some(store::parse_shared(&cx.paths.prd, raw)?))
 }
 
 /// prd.json as it is now with the `verify` of `checks` and the `acceptanceCriteria` of
@@ -872,6 +872,10 @@ fn by_id(prd: &Prd) -> HashMap<&str, &Story> {
 /// and the proposed text (the agent's value read as a list of strings; anything else counts as
 /// no criteria).
 fn criteria_proposals(snapshot: &LoadedPrd, agent: &LoadedPrd) -> Vec<CriteriaProposal> {
+    // The same bytes: nothing was rewritten (a comparison, not a walk of every story).
+    if snapshot.raw == agent.raw {
+        return Vec::new();
+    }
     let before = by_id(&snapshot.prd);
     agent
         .prd

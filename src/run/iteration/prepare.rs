@@ -34,7 +34,7 @@ pub struct Assignment {
     /// The user's pending hints for this story (`ralph hint`), shown in their own block.
     pub hints: Vec<crate::hints::Hint>,
     /// prd.json when the iteration started (restored from it when the agent breaks it).
-    pub snapshot: LoadedPrd,
+    pub snapshot: std::sync::Arc<LoadedPrd>,
     /// The HEAD at which the previous iteration's checkpoint left the working tree clean, when
     /// the loop went straight on to this one (no wait in between): then nothing is dirty at the
     /// start and the status walk is skipped. `None` makes the start look at the tree.
