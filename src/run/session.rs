@@ -112,27 +112,7 @@ pub async fn open(
     // the run branch a remote has, rather than starting over on a new one.
     let adopted = adopt_remote_branch(cfg, &pre, out)?;
     let mut state = load_state(&pre, out)?;
-    // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
-    if cfg.resume_only {
-        if let Err(why) = policy::resumable(state.stop_reason.as_ref()) {
-            return Err(NothingToResume(why).into());
-        }
-    }
-    // A stop asked of an earlier run that ended before it saw the request.
-    crate::stop_request::clear(&paths.ralph_dir);
-    // Likewise a pause (`ralph pause` needs a live run; this one is left from a dead one).
-    crate::pause_request::clear(&paths.ralph_dir);
-    state.stop_reason = None;
-    state.limits = Some(crate::state::RunLimits {
-        max_iter: cfg.max_iter,
-        max_cost_usd: cfg.max_cost,
-        max_duration_s: cfg.max_duration.map(|d| d.as_secs()),
-        started_at: chrono::Utc::now(),
-    });
-    // A usage-limit reset the worker that released the lease was waiting for.
-    if let Some(at) = lease_resume_at {
-        state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
-    }
+    begin_state(cfg, &mut state, &paths, lease_resume_at)?;
     let mut pending = Pending::default();
     pending.add(
         super::recover::recover(
@@ -215,6 +195,53 @@ pub async fn open(
     if session.early_stop.is_some() {
         return Ok(session);
     }
+    start_local_model(&mut session, out).await?;
+    Ok(session)
+}
+
+/// Readies state.json's run-wide fields for this run: `--resume-only` refuses a run whose last
+/// stop does not pass by itself; stop and pause requests left by a dead run are cleared; the
+/// run's limits are written (for `ralph watch`); a usage-limit reset handed on with the `--push`
+/// lease is kept.
+///
+/// # Errors
+/// [`NothingToResume`] under `--resume-only` when the last stop needs a human.
+fn begin_state(
+    cfg: &RunConfig,
+    state: &mut crate::state::State,
+    paths: &crate::workspace::RunPaths,
+    lease_resume_at: Option<chrono::DateTime<Utc>>,
+) -> anyhow::Result<()> {
+    // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
+    if cfg.resume_only {
+        if let Err(why) = policy::resumable(state.stop_reason.as_ref()) {
+            return Err(NothingToResume(why).into());
+        }
+    }
+    // A stop asked of an earlier run that ended before it saw the request.
+    crate::stop_request::clear(&paths.ralph_dir);
+    // Likewise a pause (`ralph pause` needs a live run; this one is left from a dead one).
+    crate::pause_request::clear(&paths.ralph_dir);
+    state.stop_reason = None;
+    state.limits = Some(crate::state::RunLimits {
+        max_iter: cfg.max_iter,
+        max_cost_usd: cfg.max_cost,
+        max_duration_s: cfg.max_duration.map(|d| d.as_secs()),
+        started_at: chrono::Utc::now(),
+    });
+    // A usage-limit reset the worker that released the lease was waiting for.
+    if let Some(at) = lease_resume_at {
+        state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
+    }
+    Ok(())
+}
+
+/// Starts the local model's server for the first agent that needs it (one server per run) and
+/// rebuilds that agent's backend on its URL.
+///
+/// # Errors
+/// The model cannot be prepared or its server does not start.
+async fn start_local_model(session: &mut Session, out: &mut Outputs) -> anyhow::Result<()> {
     // The local model's server, for the first agent that needs it (one server per run).
     let paths = session.pre.paths.clone();
     if let Some(agent) = session
@@ -228,7 +255,7 @@ pub async fn open(
         crate::agent::sandbox::allow_url(agent.sandbox.as_ref(), Some(&server.base_url()));
         session.local_server = Some(server);
     }
-    Ok(session)
+    Ok(())
 }
 
 impl Session {
