@@ -376,7 +376,7 @@ mod real {
     use serde_json::{json, Value};
 
     use crate::support_model::{
-        example_dir, hermetic_env, init_repo_from_example, isolated, netns_flag, read_jsonl,
+        example_dir, git, hermetic_env, init_repo_from_example, isolated, netns_flag, read_jsonl,
         real_cli_or_skip, run_with_deadline, SCRIPTED_MODEL,
     };
 
@@ -420,6 +420,16 @@ plugins = false
         let repo = root.join("textkit");
         let sandbox = root.join("sandbox");
         init_repo_from_example(&example_dir("textkit"), &repo, &sandbox);
+        // The order under test does not hang on how fast this machine is: claude's reset comes
+        // 4 s after its limit (usage_limit_fallback), so the pick right after the limit finds
+        // claude limited however slow the bookkeeping; US-002's check takes 5 s, so the pick
+        // after codex's iteration finds the reset passed however fast codex answered.
+        let prd_path = repo.join("prd.json");
+        let mut prd: Value =
+            serde_json::from_str(&fs::read_to_string(&prd_path).expect("prd.json")).expect("JSON");
+        prd["userStories"][1]["verify"] = json!("sleep 5");
+        fs::write(&prd_path, serde_json::to_string_pretty(&prd).expect("JSON")).expect("write");
+        git(&repo, &sandbox, &["commit", "-qam", "US-002 checks slowly"]);
         let port = match netns_flag() {
             Some(_) => NETNS_PORT,
             None => TcpListener::bind(("127.0.0.1", 0))
@@ -431,7 +441,7 @@ plugins = false
         fs::create_dir_all(&codex_home).expect("CODEX_HOME");
         fs::write(codex_home.join("config.toml"), codex_config(port)).expect("config.toml");
         // claude's side: US-002 answers with the API's spend-limit error (a reset date long
-        // past, so ralph tries claude again after usage_limit_fallback: 1 s).
+        // past, so ralph tries claude again after usage_limit_fallback: 4 s).
         let textkit: Value = serde_json::from_str(
             &fs::read_to_string(example_dir("textkit").join("scenario.json")).expect("scenario"),
         )
@@ -448,7 +458,7 @@ plugins = false
         fs::write(
             &config,
             format!(
-                "usage_limit_fallback = \"1s\"\nusage_limit_margin = \"0s\"\n\n[[agents]]\nname = \"codex\"\nagent = \"codex\"\nagent_program = \"{}\"\n",
+                "usage_limit_fallback = \"4s\"\nusage_limit_margin = \"0s\"\n\n[[agents]]\nname = \"codex\"\nagent = \"codex\"\nagent_program = \"{}\"\n",
                 codex.display()
             ),
         )
