@@ -187,7 +187,7 @@ pub struct PromptContext {
     /// Bounded excerpt of progress.txt (Codebase Patterns + tail).
     pub progress_excerpt: String,
     /// Feedback lines from the previous iteration (may be empty), with the repository's
-    /// absolute path taken out ([`crate::prd::files::relative_to_root`]).
+    /// absolute path and measured durations taken out ([`crate::prd::files::steady_text`]).
     pub feedback: Vec<String>,
     /// The completion promise, `<promise>COMPLETE</promise>`.
     pub promise: String,
@@ -226,11 +226,11 @@ impl PromptContext {
                 .collect(),
             progress_excerpt,
             // A check's output in the feedback names files by the repository's absolute path
-            // (a traceback); without it the same attempt reads the same wherever the
-            // repository lies.
+            // (a traceback) and says how long its tests took; without them the same attempt
+            // reads the same wherever the repository lies and however busy the machine is.
             feedback: feedback
                 .iter()
-                .map(|f| crate::prd::files::relative_to_root(f, &paths.repo_root))
+                .map(|f| crate::prd::files::steady_text(f, &paths.repo_root))
                 .collect(),
             promise: PROMISE.to_string(),
             hints: Vec::new(),

@@ -33,6 +33,12 @@
 //!
 //! Memory stays bounded whatever the output length: the parser keeps a window of as many
 //! lines as the prompt has, plus the last non-empty line that left the window.
+//!
+//! **Answer sessions** (`ralph plan`, `ralph convert`, [`ExecParser::for_answer`]) read the
+//! whole stdout instead of its last line: the document the agent answers with may be
+//! pretty-printed over many lines, fenced, or come after log lines. The final text is then every
+//! stdout line, echoes of the prompt cut out as above, at most [`ANSWER_MAX_BYTES`] (the end is
+//! kept: the document comes last).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -180,7 +186,16 @@ impl Backend for Exec {
     fn parser(&self, prompt: &str) -> Box<dyn OutputParser> {
         Box::new(ExecParser::new(prompt, &self.program))
     }
+
+    /// The whole stdout is the answer ([`ExecParser::for_answer`]).
+    fn answer_parser(&self, prompt: &str) -> Box<dyn OutputParser> {
+        Box::new(ExecParser::for_answer(prompt, &self.program))
+    }
 }
+
+/// How much of an answer session's stdout [`ExecParser::for_answer`] keeps, in bytes (the end of
+/// it when there is more): 4 MiB, far above a prd.json of hundreds of stories.
+pub const ANSWER_MAX_BYTES: usize = 4 << 20;
 
 /// How an agent CLI's error answer starts in text mode (`claude -p` without stream-json prints
 /// these as its whole answer and exits 1), lowercase. The final line of a failed exec run that
@@ -208,6 +223,38 @@ impl ExecParser {
     pub fn new(prompt: &str, program: &str) -> Self {
         Parser::with(ExecDialect::new(prompt, program))
     }
+
+    /// A parser for an answer session of `prompt` (`ralph plan`, `ralph convert`): the final
+    /// text is the whole stdout with echoes of the prompt cut out (at most
+    /// [`ANSWER_MAX_BYTES`], the end kept), not only its last line, so that a document printed
+    /// over many lines, fenced or after log lines reaches the caller whole. Everything else
+    /// (events, failure classes) is as [`ExecParser::new`].
+    pub fn for_answer(prompt: &str, program: &str) -> Self {
+        let mut dialect = ExecDialect::new(prompt, program);
+        dialect.whole = Some(AnswerText::default());
+        Parser::with(dialect)
+    }
+}
+
+/// The stdout lines of an answer session that left the echo window, bounded to
+/// [`ANSWER_MAX_BYTES`] (the oldest lines go first).
+#[derive(Debug, Default)]
+struct AnswerText {
+    lines: VecDeque<String>,
+    bytes: usize,
+}
+
+impl AnswerText {
+    fn push(&mut self, line: String) {
+        self.bytes += line.len() + 1;
+        self.lines.push_back(line);
+        while self.bytes > ANSWER_MAX_BYTES {
+            match self.lines.pop_front() {
+                Some(old) => self.bytes -= old.len() + 1,
+                None => break,
+            }
+        }
+    }
 }
 
 /// The plain-text dialect (see the module docs).
@@ -221,6 +268,9 @@ pub struct ExecDialect {
     window: VecDeque<String>,
     /// The last non-empty line that left the window (no echo can cover it any more).
     last_outside: Option<String>,
+    /// An answer session's whole stdout so far (the lines that left the window), `None` for an
+    /// iteration (see [`ExecParser::for_answer`]).
+    whole: Option<AnswerText>,
 }
 
 impl ExecDialect {
@@ -238,6 +288,7 @@ impl ExecDialect {
             window: VecDeque::with_capacity(prompt_lines.len().max(1) + 1),
             prompt_lines,
             last_outside: None,
+            whole: None,
         }
     }
 
@@ -249,6 +300,9 @@ impl ExecDialect {
         self.window.push_back(line);
         while self.window.len() > self.window_size() {
             if let Some(old) = self.window.pop_front() {
+                if let Some(whole) = &mut self.whole {
+                    whole.push(old.clone());
+                }
                 if !old.trim().is_empty() {
                     self.last_outside = Some(old);
                 }
@@ -282,13 +336,42 @@ impl ExecDialect {
         }
     }
 
-    fn final_text(&self) -> Option<String> {
+    /// The last non-empty stdout line, echoes cut out, trimmed: an iteration's final text, and
+    /// the line read for a limit notice or an error answer.
+    fn last_line(&self) -> Option<String> {
         self.window
             .iter()
             .rev()
             .find(|l| !l.trim().is_empty())
             .or(self.last_outside.as_ref())
             .map(|l| l.trim().to_owned())
+    }
+
+    /// The final text: an answer session's whole stdout (trimmed), else [`Self::last_line`].
+    fn final_text(&self) -> Option<String> {
+        let Some(whole) = &self.whole else {
+            return self.last_line();
+        };
+        let text = whole
+            .lines
+            .iter()
+            .chain(&self.window)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n");
+        // The window adds up to a prompt's worth of lines to the bounded part: cut the head
+        // again, at a line's start.
+        let mut start = text.len().saturating_sub(ANSWER_MAX_BYTES);
+        if start > 0 {
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            start = text[start..]
+                .find('\n')
+                .map_or(text.len(), |i| start + i + 1);
+        }
+        let text = text[start..].trim();
+        (!text.is_empty()).then(|| text.to_owned())
     }
 }
 
@@ -329,7 +412,7 @@ impl Dialect for ExecDialect {
         let final_text = self.final_text();
         core.saw_final = exit_code.is_some();
         core.is_error = exit_code != Some(0);
-        if let Some(line) = &final_text {
+        if let Some(line) = &self.last_line() {
             let lower = line.to_lowercase();
             if is_limit_notice(line) {
                 core.classifier.observe(Signal::Text(line));
@@ -501,6 +584,43 @@ mod tests {
         let (events, report) = run(PROMPT, &stdout, &[], Some(0));
         assert_eq!(events.len(), 10_000);
         assert_eq!(report.final_text.as_deref(), Some("line 9999"));
+    }
+
+    /// An answer session's parser: the whole stdout, pretty-printed JSON after an echo of the
+    /// prompt and log lines, with the echo cut out; the limit notice still read from the last
+    /// line; and the window of kept bytes bounded, keeping the end.
+    #[test]
+    fn an_answer_session_reads_the_whole_stdout_without_the_echo() {
+        let answer = |stdout: &str, exit: Option<i32>| {
+            let mut parser: Box<dyn OutputParser> =
+                Box::new(ExecParser::for_answer(PROMPT, "my-agent"));
+            for l in stdout.split('\n') {
+                parser.on_line(&OutputLine {
+                    stream: StreamKind::Stdout,
+                    text: l.to_owned(),
+                    truncated_from: None,
+                });
+            }
+            parser.finish(exit)
+        };
+        let stdout = format!("{PROMPT}starting\n{{\n  \"userStories\": []\n}}\n");
+        let report = answer(&stdout, Some(0));
+        assert_eq!(
+            report.final_text.as_deref(),
+            Some("starting\n{\n  \"userStories\": []\n}")
+        );
+        assert!(!report.is_error);
+
+        let report = answer("{\n}\nClaude AI usage limit reached|1753441200", Some(0));
+        assert!(report.is_error);
+        assert_eq!(report.failure, Some(FailureClass::UsageLimit));
+
+        let line = "x".repeat(1023);
+        let flood = format!("{}tail\n", format!("{line}\n").repeat(5000));
+        let text = answer(&flood, Some(0)).final_text.unwrap();
+        assert!(text.ends_with("\ntail"), "the end is kept");
+        assert!(text.len() <= ANSWER_MAX_BYTES, "{}", text.len());
+        assert!(text.len() > ANSWER_MAX_BYTES - 2048, "{}", text.len());
     }
 
     #[test]

@@ -119,6 +119,13 @@ pub trait Backend: Send + Sync {
     fn command(&self, prompt: &str) -> anyhow::Result<SpawnSpec>;
     /// A fresh parser for one run of `prompt` (exec uses the prompt to drop an echo of it).
     fn parser(&self, prompt: &str) -> Box<dyn OutputParser>;
+    /// A fresh parser for an answer session of `prompt` (`ralph plan`, `ralph convert`: the
+    /// agent replies with a document): its report's `final_text` is the whole reply. By default
+    /// [`Backend::parser`], whose final text already is the agent's last message; exec reads
+    /// all of stdout instead of its last line.
+    fn answer_parser(&self, prompt: &str) -> Box<dyn OutputParser> {
+        self.parser(prompt)
+    }
     /// One-line notices about how this backend runs its agent that the user should see once,
     /// at the start of a run, as warnings (claude: `ANTHROPIC_API_KEY` is not passed on). A
     /// backend cannot print; the run loop shows these. By default none.

@@ -1,69 +1,39 @@
 //! Pulling the JSON document out of an agent's reply: agents wrap it in a Markdown fence, put a
-//! sentence before it, or answer with nothing but the JSON.
+//! sentence before it, print log lines before it (an exec agent's whole stdout), pretty-print it
+//! over many lines, or answer with nothing but the JSON.
 
 use serde_json::Value;
 
-/// The JSON object in `text`: the first candidate object that has the top-level field `key`,
-/// else the first candidate object. Candidates, in order: the contents of fenced code blocks
-/// (```` ```json ```` or a bare fence), then every object that starts at a `{` anywhere in the
-/// text (the first complete JSON value from there; trailing text is ignored). `None` when no
-/// object parses.
+/// The JSON object in `text`: the last top-level object that has the field `key`, else the
+/// last top-level object (the document an agent settles on comes after its chatter, its log
+/// lines and any example it quotes). A top-level object is the first complete JSON value from a
+/// `{` (over any number of lines, inside a ```` ```json ```` fence or not) that is not inside
+/// an object found before it. `None` when no object parses.
 pub fn extract(text: &str, key: &str) -> Option<Value> {
-    let mut candidates: Vec<Value> = Vec::new();
-    for block in fenced_blocks(text) {
-        if let Some(v) = first_object(block) {
-            candidates.push(v);
-        }
-    }
-    for (start, _) in text.match_indices('{') {
-        let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
-        if let Some(Ok(v @ Value::Object(_))) = stream.next() {
-            candidates.push(v);
-        }
-        if candidates.iter().any(|c| c.get(key).is_some()) {
-            break;
-        }
-    }
-    let keyed = candidates.iter().position(|c| c.get(key).is_some());
-    match keyed {
+    let mut candidates = top_level_objects(text);
+    match candidates.iter().rposition(|c| c.get(key).is_some()) {
         Some(i) => Some(candidates.swap_remove(i)),
-        None => candidates.into_iter().next(),
+        None => candidates.pop(),
     }
 }
 
-/// The first JSON object in `text` (which may have text around it).
-fn first_object(text: &str) -> Option<Value> {
-    let start = text.find('{')?;
-    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
-    match stream.next() {
-        Some(Ok(v @ Value::Object(_))) => Some(v),
-        _ => None,
-    }
-}
-
-/// The bodies of the fenced code blocks (``` or ~~~) in `text`, in order.
-fn fenced_blocks(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(open) = rest.find("```").or_else(|| rest.find("~~~")) {
-        let fence = &rest[open..open + 3];
-        let after = &rest[open + 3..];
-        let Some(body_start) = after.find('\n') else {
-            break;
-        };
-        let body = &after[body_start + 1..];
-        match body.find(fence) {
-            Some(close) => {
-                out.push(&body[..close]);
-                rest = &body[close + 3..];
+/// Every JSON object in `text` that starts at a `{` outside an object found before it, in
+/// order. A `{` that starts no complete object (a brace in a log line) is skipped.
+fn top_level_objects(text: &str) -> Vec<Value> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(offset) = text[at..].find('{') {
+        let start = at + offset;
+        let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+        match stream.next() {
+            Some(Ok(v @ Value::Object(_))) => {
+                found.push(v);
+                at = start + stream.byte_offset();
             }
-            None => {
-                out.push(body);
-                break;
-            }
+            _ => at = start + 1,
         }
     }
-    out
+    found
 }
 
 #[cfg(test)]
@@ -95,6 +65,18 @@ mod tests {
             json!({"a": 1})
         );
         assert!(extract("no json here", "userStories").is_none());
+        // Pretty-printed after log lines, a log line that is JSON too, braces in plain text.
+        let logged = "starting agent {pid 12}\n{\"level\": \"info\"}\n{\n  \"userStories\": [\n    {\"id\": \"US-001\"}\n  ]\n}\nbye";
+        assert_eq!(
+            extract(logged, "userStories").unwrap(),
+            json!({"userStories": [{"id": "US-001"}]})
+        );
+        // A draft, then the corrected document: the last one is the answer.
+        let twice = "draft: {\"userStories\": [1]}\nfinal:\n```json\n{\"userStories\": [2]}\n```";
+        assert_eq!(
+            extract(twice, "userStories").unwrap(),
+            json!({"userStories": [2]})
+        );
         assert!(extract("{\"userStories\": [", "userStories").is_none());
     }
 }

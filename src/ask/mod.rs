@@ -175,7 +175,7 @@ impl Asker {
             + 1;
         let session = Session {
             spec: backend.command(prompt)?,
-            parser: backend.parser(prompt),
+            parser: backend.answer_parser(prompt),
             tag: process::agent_tag(&self.session_id, n),
             limits: &limits,
             stop: &self.stop,
@@ -346,8 +346,8 @@ pub struct Loop<'a> {
 ///
 /// # Errors
 /// An agent session that fails (see [`Asker::ask`]); no usable draft after the last attempt: a
-/// [`UserError`] listing the last problems and naming `draft_path`, where the last reply was
-/// saved.
+/// [`UserError`] listing the last problems and naming `draft_path`, where the last draft was
+/// saved (the reply's JSON document pretty-printed, or the whole reply when it holds none).
 pub async fn ask_until_valid<T>(
     asker: &Asker,
     settings: &Loop<'_>,
@@ -365,7 +365,14 @@ pub async fn ask_until_valid<T>(
             settings.what
         ));
         let answer = asker.ask(&prompt, settings.schema, out).await?;
-        let checked = match json::extract(&answer.text, settings.key) {
+        let found = json::extract(&answer.text, settings.key);
+        // The draft as the agent meant it: the JSON document alone (an exec agent's log lines
+        // and sentences around it are not part of it), else the whole reply.
+        let draft = found
+            .as_ref()
+            .and_then(|v| serde_json::to_string_pretty(v).ok())
+            .unwrap_or_else(|| answer.text.clone());
+        let checked = match found {
             Some(value) => check(&value),
             None => Checked {
                 usable: None,
@@ -395,8 +402,8 @@ pub async fn ask_until_valid<T>(
                 if checked.problems.len() == 1 { "" } else { "s" }
             ));
         }
-        prompt = feedback_prompt(settings.prompt, &answer.text, &checked.problems);
-        last = (answer.text, checked.problems);
+        prompt = feedback_prompt(settings.prompt, &draft, &checked.problems);
+        last = (draft, checked.problems);
     }
     if let Some((value, warnings, attempts)) = best {
         return Ok(Settled {

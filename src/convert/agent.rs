@@ -188,7 +188,44 @@ pub fn check(draft: &Value) -> Checked<Prd> {
     );
     problems.extend(rule_findings(&value));
     problems.extend(copied_example(&value));
+    problems.extend(placeholders(&value));
     Checked { usable, problems }
+}
+
+/// The rules' placeholders (`[user]`, `[feature]`, `[benefit]`) left in a story's title,
+/// description or criteria, one problem each: the agent copied the rule instead of filling it in.
+pub fn placeholders(value: &Value) -> Vec<String> {
+    const HOLES: &[&str] = &["[user]", "[feature]", "[benefit]"];
+    let stories = value
+        .get("userStories")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, story) in stories.iter().enumerate() {
+        let mut fields: Vec<(String, &str)> = ["title", "description"]
+            .iter()
+            .filter_map(|f| Some((format!(".{f}"), story.get(*f)?.as_str()?)))
+            .collect();
+        if let Some(criteria) = story.get("acceptanceCriteria").and_then(Value::as_array) {
+            fields.extend(
+                criteria
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, c)| Some((format!(".acceptanceCriteria[{j}]"), c.as_str()?))),
+            );
+        }
+        for (path, text) in fields {
+            let lower = text.to_lowercase();
+            if let Some(hole) = HOLES.iter().find(|h| lower.contains(*h)) {
+                out.push(format!(
+                    "$.userStories[{i}]{path}: holds the placeholder {hole} (fix: write what the \
+                     PRD says there, in its own words)"
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Removes from each story's `dependsOn` the ids of itself and of the stories listed after it,
@@ -381,6 +418,22 @@ mod tests {
         assert!(
             without.contains("the JSON schema that comes with this request"),
             "{without}"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_of_the_rules_left_in_a_story_is_fed_back() {
+        let filled = json!({"userStories": [{"title": "t",
+            "description": "As a [user], I want [feature] so that [benefit].",
+            "acceptanceCriteria": ["ok", "the [Feature] works"]}]});
+        assert_eq!(
+            placeholders(&filled),
+            [
+                "$.userStories[0].description: holds the placeholder [user] (fix: write what \
+                 the PRD says there, in its own words)",
+                "$.userStories[0].acceptanceCriteria[1]: holds the placeholder [feature] (fix: \
+                 write what the PRD says there, in its own words)"
+            ]
         );
     }
 

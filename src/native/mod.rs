@@ -600,8 +600,9 @@ pub async fn run_session(
             }
             let content = redact(&content, &cfg.redact);
             // Paths under the repository read relative to it (a traceback, a check's output),
-            // so that the model is told the same thing wherever the repository lies.
-            let content = crate::prd::files::relative_to_root(&content, &ctx.repo_root);
+            // and measured durations are taken out, so that the model is told the same thing
+            // wherever the repository lies and however busy the machine is.
+            let content = crate::prd::files::steady_text(&content, &ctx.repo_root);
             messages.push(Message::tool_result(&call.id, content, is_error));
         }
     }

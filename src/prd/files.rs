@@ -111,6 +111,24 @@ pub fn relative_to_root(text: &str, root: &std::path::Path) -> String {
     out
 }
 
+/// `text` as a model should read it on every run of the same story: [`relative_to_root`], then
+/// each measured duration a command printed (a decimal number of seconds or milliseconds:
+/// `Ran 3 tests in 0.002s`, `1 passed in 0.12s`, `Time: 1.5 s`, `12.3ms`) replaced by
+/// `[time]`. A check's or a command's output then reads the same on a busy machine and an idle
+/// one, so the local model, at temperature 0 with a fixed seed, is asked the same thing on every
+/// run. Whole numbers (`timeout 5s`, a setting) are left alone.
+pub fn steady_text(text: &str, root: &std::path::Path) -> String {
+    static DURATION: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let text = relative_to_root(text, root);
+    let re = DURATION.get_or_init(|| {
+        regex::Regex::new(r"\b\d+\.\d+ ?(?:ms|s|sec|secs|seconds)\b").expect("a valid regex")
+    });
+    match re.replace_all(&text, "[time]") {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(changed) => changed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +150,19 @@ mod tests {
         );
         assert_eq!(relative_to_root("nothing here", root), "nothing here");
         assert_eq!(relative_to_root("/x", Path::new("/")), "/x");
+    }
+
+    #[test]
+    fn measured_durations_are_taken_out_of_text() {
+        let root = Path::new("/tmp/.tmpAbC/repo");
+        assert_eq!(
+            steady_text(
+                "Ran 3 tests in 0.002s\n1 passed in 0.12s\nTime: 1.5 s\nok  pkg\t12.30ms\n\
+                 File \"/tmp/.tmpAbC/repo/t.py\", timeout 5s, version 1.2.3, 2.5 seconds",
+                root
+            ),
+            "Ran 3 tests in [time]\n1 passed in [time]\nTime: [time]\nok  pkg\t[time]\n\
+             File \"t.py\", timeout 5s, version 1.2.3, [time]"
+        );
     }
 }

@@ -63,11 +63,45 @@ pub(crate) fn prepared_or_skip(test: &str, model: BuiltinModel) -> Option<LocalM
 /// servers share 2 cores, and the default model needs about 2 GB of RAM.
 static ONE_MODEL_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Waits until no other test of this binary runs a model; hold the guard while yours runs.
-pub(crate) fn one_model_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_MODEL_AT_A_TIME
+/// The one-model-at-a-time guard: this test binary's mutex and an exclusive lock on
+/// `<cache>/test-model.lock` (the model's cache, [`cache_dir`]), so that the model tests of two
+/// `cargo test` processes (two worktrees, a rerun loop beside a suite) wait for each other too.
+pub(crate) struct OneModel {
+    _file: Option<File>,
+    _guard: MutexGuard<'static, ()>,
+}
+
+/// Waits until no other test, of this binary or of another process sharing the model cache,
+/// runs a model; hold the guard while yours runs. (A cache folder that cannot hold the lock
+/// file leaves only the in-process lock, with a note.)
+pub(crate) fn one_model_at_a_time() -> OneModel {
+    let guard = ONE_MODEL_AT_A_TIME
         .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner);
+    let path = cache_dir().join("test-model.lock");
+    let file = fs::create_dir_all(cache_dir())
+        .and_then(|()| {
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+        })
+        .and_then(|f| f.lock().map(|()| f));
+    let file = match file {
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!(
+                "note: cannot lock {} ({e}); model tests of other processes may overlap",
+                path.display()
+            );
+            None
+        }
+    };
+    OneModel {
+        _file: file,
+        _guard: guard,
+    }
 }
 
 fn script() -> PathBuf {

@@ -2,7 +2,9 @@
 //! command gets its own process group, a wall-clock limit that kills the whole group, and the
 //! session's stop signals. Output is kept as head plus tail within the output cap, with the size
 //! of what was left out, so a noisy build cannot flood the context yet its verdict (usually at
-//! the end) survives.
+//! the end) survives. The model reads the output and `[exit code N]`, not how long the command
+//! took (the transcript's timestamps show that, `ralph show`), so the same command reads the same
+//! on every run.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -133,7 +135,10 @@ pub(super) async fn run(args: Args, ctx: &ToolContext) -> Result<ToolOutput, Too
     } else {
         String::new()
     };
-    let _ = write!(content, "[{status}{size}; {seconds:.1} s]");
+    // How long it took is not in what the model reads (the transcript's timestamps show it):
+    // the same command must read the same on a busy machine and an idle one, so that a local
+    // model at temperature 0 is asked the same thing on every run.
+    let _ = write!(content, "[{status}{size}]");
     let short_status = match outcome.end {
         EndReason::TimedOut => "timed out".to_string(),
         EndReason::Cancelled => "stopped".to_string(),
