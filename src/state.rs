@@ -54,6 +54,15 @@ pub struct State {
     /// free).
     #[serde(default, with = "rfc3339::option")]
     pub resume_at: Option<DateTime<Utc>>,
+    /// When the run, waiting after a transient agent failure (`transient_backoff`), tries the
+    /// story again (RFC 3339 UTC); set only during that wait, so that `ralph watch` can count
+    /// down to it. Absent otherwise.
+    #[serde(
+        default,
+        with = "rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_at: Option<DateTime<Utc>>,
     /// When each agent's usage limit resets, by agent (profile) name (RFC 3339 UTC); an agent
     /// leaves the map when an iteration on it ends without a limit. Absent in a state.json
     /// written before per-agent resets (its `resume_at` is then the primary agent's).
@@ -103,6 +112,7 @@ impl Default for State {
             last_outcome: None,
             in_flight: None,
             resume_at: None,
+            retry_at: None,
             agent_resets: BTreeMap::new(),
             feature: None,
             stop_reason: None,

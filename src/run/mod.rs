@@ -312,14 +312,19 @@ async fn drive(
             return Ok(reason);
         }
         out.emit(waiting(cfg, &s.tally, reason, until, story_id));
+        // A retry's wait is written down too, for `ralph watch` (a usage limit's already is).
+        s.state.retry_at = (reason == WaitReason::Retry).then_some(until);
+        s.state.save(&paths.ralph_dir)?;
         let end = wait::until(until, stop, &paths.ralph_dir).await;
+        s.state.retry_at = None;
         if let Some(reason) = policy::after_wait(end, during) {
+            s.state.save(&paths.ralph_dir)?;
             return Ok(acknowledge(reason, &paths.ralph_dir));
         }
         if during == During::UsageLimitWait {
             s.state.resume_at = None;
-            s.state.save(&paths.ralph_dir)?;
         }
+        s.state.save(&paths.ralph_dir)?;
     }
 }
 

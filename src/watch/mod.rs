@@ -134,6 +134,8 @@ pub struct Snapshot {
     pub budget: Budget,
     /// A usage-limit reset the run waits for.
     pub wait_until: Option<DateTime<Utc>>,
+    /// When the run tries a story again after a transient failure, while it waits for that.
+    pub retry_at: Option<DateTime<Utc>>,
     /// Pending hints.
     pub hints: Vec<Hint>,
     /// The moment the snapshot describes.
@@ -245,6 +247,7 @@ impl Snapshot {
             recent,
             budget,
             wait_until: state.resume_at.filter(|at| *at > probe.now),
+            retry_at: state.retry_at.filter(|at| *at > probe.now),
             hints: crate::hints::pending(&paths.ralph_dir),
             now: probe.now,
         })

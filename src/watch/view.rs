@@ -169,6 +169,13 @@ fn now<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
                     until.format("%H:%M")
                 )));
             }
+            if let Some(at) = snap.retry_at {
+                lines.push(Line::from(format!(
+                    "transient failure: tries again in {} (at {} UTC)",
+                    clock((at - snap.now).num_seconds()),
+                    at.format("%H:%M:%S")
+                )));
+            }
             match &snap.run {
                 RunState::Running { .. } if snap.paused() => lines.push(Line::from(
                     "paused: `ralph resume` (p) goes on; prd.json and progress.txt are yours to edit",

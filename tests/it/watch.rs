@@ -203,3 +203,51 @@ fn watch_without_a_terminal_prints_one_snapshot_of_the_last_run() {
         "{shown}"
     );
 }
+
+/// A run that waits to try a story again after a transient failure: `ralph watch` counts down to
+/// the retry, and the wait is gone from state.json once the run goes on.
+#[test]
+fn watch_counts_down_to_a_retry_after_a_transient_failure() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "transient_backoff = \"30s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"claude_result": {"text": "API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", "is_error": true, "terminal_reason": "api_error"}},
+            {"exit": 1}
+        ]
+    ]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let retry_at = loop {
+        let state = std::fs::read_to_string(env.path(".ralph/state.json")).unwrap_or_default();
+        let state: serde_json::Value = serde_json::from_str(&state).unwrap_or_default();
+        if let Some(at) = state["retry_at"].as_str() {
+            break chrono::DateTime::parse_from_rfc3339(at).expect("rfc3339");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no retry_at in state.json:\n{}",
+            env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ahead = retry_at.timestamp() - chrono::Utc::now().timestamp();
+    // 30 s and its jitter.
+    assert!((1..=60).contains(&ahead), "retry in {ahead}s");
+    let out = env.ralph(&["watch"]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("transient failure: tries again in"),
+        "{shown}"
+    );
+    // `ralph stop` ends the wait; the run ends and the wait is no longer on record.
+    let stop = env.ralph(&["stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    let (code, _) = crate::common::wait_exit(&env, &mut child, Duration::from_secs(30));
+    assert_ne!(code, -1, "{}", env.spawned_output());
+    let state = env.state();
+    assert!(state.get("retry_at").is_none(), "{state}");
+}
