@@ -312,19 +312,9 @@ async fn drive(
             return Ok(reason);
         }
         out.emit(waiting(cfg, &s.tally, reason, until, story_id));
-        // A retry's wait is written down too, for `ralph watch` (a usage limit's already is).
-        s.state.retry_at = (reason == WaitReason::Retry).then_some(until);
-        s.state.save(&paths.ralph_dir)?;
-        let end = wait::until(until, stop, &paths.ralph_dir).await;
-        s.state.retry_at = None;
-        if let Some(reason) = policy::after_wait(end, during) {
-            s.state.save(&paths.ralph_dir)?;
-            return Ok(acknowledge(reason, &paths.ralph_dir));
+        if let Some(reason) = wait_out(&mut s.state, until, during, stop, &paths).await? {
+            return Ok(reason);
         }
-        if during == During::UsageLimitWait {
-            s.state.resume_at = None;
-        }
-        s.state.save(&paths.ralph_dir)?;
     }
 }
 
@@ -610,6 +600,31 @@ fn before_wait(
 }
 
 /// A `ralph stop` request is answered once: its file is removed when the run acts on it.
+/// Waits until `until` (`during` says why) and returns the stop a signal, `ralph stop` or the
+/// end of the budget brought meanwhile. A retry's wait is written to state.json's `retry_at` while
+/// it lasts, for `ralph watch` (a usage limit's is its `resume_at`, cleared once waited out).
+///
+/// # Errors
+/// state.json cannot be written.
+async fn wait_out(
+    state: &mut crate::state::State,
+    until: chrono::DateTime<Utc>,
+    during: During,
+    stop: &StopSignals,
+    paths: &crate::workspace::RunPaths,
+) -> anyhow::Result<Option<StopReason>> {
+    state.retry_at = (during == During::RetryWait).then_some(until);
+    state.save(&paths.ralph_dir)?;
+    let end = wait::until(until, stop, &paths.ralph_dir).await;
+    state.retry_at = None;
+    let stopped = policy::after_wait(end, during);
+    if stopped.is_none() && during == During::UsageLimitWait {
+        state.resume_at = None;
+    }
+    state.save(&paths.ralph_dir)?;
+    Ok(stopped.map(|reason| acknowledge(reason, &paths.ralph_dir)))
+}
+
 fn acknowledge(reason: StopReason, ralph_dir: &std::path::Path) -> StopReason {
     if matches!(reason, StopReason::StopRequested { .. }) {
         crate::stop_request::clear(ralph_dir);
