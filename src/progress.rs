@@ -81,12 +81,35 @@ pub fn initial_contents(now: DateTime<Local>) -> String {
     )
 }
 
+/// Whether `path` is a symbolic link (a dangling one included).
+pub fn is_link(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Removes a symbolic link at `path` and returns where it pointed; `None` when `path` is no
+/// link. ralph never follows a link at progress.txt: an agent that links it to a file outside
+/// the tree (`~/.ssh/id_ed25519`, `~/.profile`) would otherwise have ralph read that file into
+/// the next prompt or append its entries to it, from outside any `--sandbox`. The file that
+/// takes the link's place starts afresh; the earlier entries are in git.
+///
+/// # Errors
+/// [`ProgressError`] when the link cannot be removed.
+pub fn detach_link(path: &Path) -> Result<Option<std::path::PathBuf>, ProgressError> {
+    if !is_link(path) {
+        return Ok(None);
+    }
+    let target = fs::read_link(path).unwrap_or_default();
+    fs::remove_file(path).map_err(io_error("remove the symbolic link", path))?;
+    Ok(Some(target))
+}
+
 /// Creates `path` with [`initial_contents`] when it does not exist (the parent directory must
 /// exist). Returns whether it was created; an existing file is left untouched.
 ///
 /// # Errors
 /// [`ProgressError`] naming the file.
 pub fn ensure_exists(path: &Path, now: DateTime<Local>) -> Result<bool, ProgressError> {
+    detach_link(path)?;
     match OpenOptions::new().write(true).create_new(true).open(path) {
         Ok(mut file) => {
             file.write_all(initial_contents(now).as_bytes())
@@ -221,6 +244,7 @@ pub struct Rolled {
 /// # Errors
 /// [`ProgressError`] naming the file or folder that could not be read or written.
 pub fn roll(path: &Path, now: DateTime<Local>) -> Result<Option<Rolled>, ProgressError> {
+    detach_link(path)?;
     match fs::metadata(path) {
         Ok(meta) if meta.len() > ROLL_AT_BYTES => {}
         Ok(_) => return Ok(None),
@@ -399,6 +423,11 @@ fn with_pointer(head: &str, pointer: &str) -> String {
 /// # Errors
 /// [`ProgressError`] when the file exists but cannot be read.
 pub fn excerpt(path: &Path, max_bytes: usize) -> Result<String, ProgressError> {
+    // A link is never followed: an agent (sandboxed or not) that links progress.txt to a file
+    // it cannot read would have ralph paste that file into the next prompt.
+    if is_link(path) {
+        return Ok(String::new());
+    }
     let mut bytes = Vec::new();
     match fs::File::open(path) {
         Ok(mut file) => file

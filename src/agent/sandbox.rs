@@ -37,6 +37,21 @@ pub fn build(ask: &SandboxAsk, info: &BackendInfo) -> anyhow::Result<Option<Sand
         return Ok(None);
     }
     let mode = ask.mode.as_str();
+    for host in &ask.allow_hosts {
+        check_allow_host(host).map_err(|why| {
+            UserError::new(format!("--allow-host {host:?}: {why}")).with_hint(
+                "give a host name or address, with a port when only one port may be reached: `--allow-host pypi.org` or `--allow-host pypi.org:443` (no scheme, no path, no wildcard)",
+            )
+        })?;
+    }
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    for path in &ask.writable {
+        check_writable(path, home.as_deref()).map_err(|why| {
+            UserError::new(format!("--sandbox-writable {}: {why}", path.display())).with_hint(
+                "name the one folder the agent's tools must write outside the tree, e.g. a package cache (`~/.cache/pip`)",
+            )
+        })?;
+    }
     let bwrap = probe().map_err(|why| {
         UserError::new(format!("--sandbox {mode} cannot be built: {why}"))
             .with_hint("ralph never runs the agent unsandboxed when a sandbox was asked for; `ralph doctor` checks bubblewrap")
@@ -101,5 +116,175 @@ pub fn allow_url(sandbox: Option<&Sandbox>, url: Option<&str>) {
         url.and_then(url_host),
     ) {
         egress.allow(&host);
+    }
+}
+
+/// Checks one `--allow-host` value: a host name, an IPv4 address or a bracketed IPv6 address,
+/// optionally with `:PORT` (1–65535).
+///
+/// # Errors
+/// What is wrong with it, in words.
+pub fn check_allow_host(value: &str) -> Result<(), String> {
+    let (host, port) = if let Some(rest) = value.strip_prefix('[') {
+        let (addr, after) = rest
+            .split_once(']')
+            .ok_or("an IPv6 address needs its closing `]`")?;
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("`{addr}` is no IPv6 address"));
+        }
+        match after.strip_prefix(':') {
+            Some(port) => ("v6", Some(port)),
+            None if after.is_empty() => ("v6", None),
+            None => return Err(format!("unexpected `{after}` after the address")),
+        }
+    } else {
+        match value.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (value, None),
+        }
+    };
+    if value.contains("://") {
+        return Err("a host, not a URL: leave out the scheme".into());
+    }
+    if host != "v6" {
+        let ok = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            });
+        if !ok {
+            return Err(format!("`{host}` is no host name or address"));
+        }
+    }
+    if let Some(port) = port {
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(format!("`{port}` is no port (1 to 65535)")),
+        }
+    }
+    Ok(())
+}
+
+/// Checks one `--sandbox-writable` path (absolute): it must not give the agent the system, the
+/// kernel's views, the home folder as a whole, or where credentials live.
+///
+/// # Errors
+/// What the path would give away.
+pub fn check_writable(
+    path: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Result<(), String> {
+    use std::path::Path;
+    if path == Path::new("/") {
+        return Err("the whole file system; the sandbox would protect nothing".into());
+    }
+    for system in [
+        "/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+        "/lib64", "/libx32",
+    ] {
+        if path.starts_with(system) {
+            return Err(format!(
+                "{system} is the system's; the sandbox keeps it read-only"
+            ));
+        }
+    }
+    for top in [
+        "/var", "/home", "/root", "/opt", "/srv", "/mnt", "/media", "/run",
+    ] {
+        if path == Path::new(top) {
+            return Err(format!("all of {top}; name a folder inside it"));
+        }
+    }
+    if let Some(home) = home {
+        if home.starts_with(path) {
+            return Err(
+                "it holds your home folder, whose keys and tokens the sandbox hides".into(),
+            );
+        }
+        for secret in [
+            ".ssh",
+            ".aws",
+            ".gnupg",
+            ".config/gh",
+            ".netrc",
+            ".git-credentials",
+            ".docker",
+            ".kube",
+        ] {
+            if path.starts_with(home.join(secret)) {
+                return Err(format!("~/{secret} holds credentials the sandbox hides"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn allow_host_values_are_hosts_with_an_optional_port() {
+        for ok in [
+            "pypi.org",
+            "pypi.org:443",
+            "10.0.0.1",
+            "10.0.0.1:8080",
+            "[::1]:8080",
+            "[::1]",
+            "a-b.example",
+        ] {
+            assert_eq!(check_allow_host(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://pypi.org",
+            "",
+            ":80",
+            "a b",
+            "*",
+            "*.pypi.org",
+            "pypi.org:abc",
+            "pypi.org:99999",
+            "pypi.org:0",
+            "pypi.org/simple",
+            "[::1",
+            "-a.org",
+        ] {
+            assert!(check_allow_host(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn writable_paths_that_give_away_the_system_or_the_secrets_are_refused() {
+        let home = Some(Path::new("/home/u"));
+        for bad in [
+            "/",
+            "/proc",
+            "/proc/1",
+            "/sys",
+            "/etc",
+            "/etc/cron.d",
+            "/usr/local",
+            "/home",
+            "/home/u",
+            "/home/u/.ssh",
+            "/home/u/.aws/x",
+            "/var",
+        ] {
+            assert!(check_writable(Path::new(bad), home).is_err(), "{bad}");
+        }
+        for ok in [
+            "/home/u/.cache/pip",
+            "/var/cache/npm",
+            "/tmp/x",
+            "/opt/cache",
+        ] {
+            assert_eq!(check_writable(Path::new(ok), home), Ok(()), "{ok}");
+        }
     }
 }

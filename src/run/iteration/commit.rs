@@ -76,6 +76,14 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     // A ledger that starts while git already has ralph's iterations (a fresh clone, a deleted
     // `.ralph/`) says so on its first record.
     record.rebuilt = rebuilt_mark(at);
+    if let Some(target) = progress::detach_link(&at.paths.progress)? {
+        let finding = format!(
+            "progress.txt was a symbolic link (to {}); ralph does not follow it and wrote a new progress.txt in its place (earlier entries are in git)",
+            target.display()
+        );
+        tracing::warn!("{finding}");
+        record.findings.push(finding);
+    }
     progress::ensure_exists(&at.paths.progress, Local::now())?;
     // progress.txt stays bounded: its older entries move to progress-history/ (P5).
     if let Some(rolled) = progress::roll(&at.paths.progress, Local::now())? {
