@@ -170,7 +170,8 @@ pub fn check_allow_host(value: &str) -> Result<(), String> {
 }
 
 /// Checks one `--sandbox-writable` path (absolute): it must not give the agent the system, the
-/// kernel's views, the home folder as a whole, or where credentials live.
+/// kernel's views, a whole top-level folder, or where credentials live. (A folder that holds
+/// `$HOME` is fine: the home is mounted empty after it.)
 ///
 /// # Errors
 /// What the path would give away.
@@ -200,11 +201,6 @@ pub fn check_writable(
         }
     }
     if let Some(home) = home {
-        if home.starts_with(path) {
-            return Err(
-                "it holds your home folder, whose keys and tokens the sandbox hides".into(),
-            );
-        }
         for secret in [
             ".ssh",
             ".aws",
@@ -271,7 +267,6 @@ mod tests {
             "/etc/cron.d",
             "/usr/local",
             "/home",
-            "/home/u",
             "/home/u/.ssh",
             "/home/u/.aws/x",
             "/var",

@@ -150,6 +150,7 @@ pub async fn run_session(
         sandbox,
     } = session;
     decorate(&mut spec, &tag);
+    let cwd = spec.cwd.clone();
     // After the decoration: the tag and the environment go into the sandbox with the agent.
     if let Some(sandbox) = sandbox {
         spec = sandbox.apply(spec);
@@ -172,6 +173,9 @@ pub async fn run_session(
         verdict
     })
     .await?;
+    if let Some(sandbox) = sandbox {
+        sandbox.settle(&cwd);
+    }
     // Anything the agent left running in a session of its own (setsid, a daemonized dev server)
     // is no longer linked to it once the agent exited; its tag still names it.
     let strays = process::sweep_tagged_since(&tag, process.pid, process.forks_before);

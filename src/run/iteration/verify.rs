@@ -103,10 +103,15 @@ impl Check<'_> {
         // The agent's treatment: its tag, no `--push` token, git's housekeeping in the
         // foreground (agent/session.rs).
         crate::agent::session::decorate(&mut spec, &self.tag);
+        let cwd = spec.cwd.clone();
         if let Some(sandbox) = self.sandbox {
             spec = sandbox.apply(spec);
         }
-        run_spec(self, spec, command, story_id).await
+        let checked = run_spec(self, spec, command, story_id).await;
+        if let Some(sandbox) = self.sandbox {
+            sandbox.settle(&cwd);
+        }
+        checked
     }
 }
 
