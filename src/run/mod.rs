@@ -186,21 +186,6 @@ async fn drive(
     // Where the previous iteration left the tree clean, while nothing else can have run since.
     let mut clean_at: Option<String> = None;
     loop {
-        let (budgets, started) = (&s.budgets, s.started);
-        if hold(
-            &Held {
-                budgets,
-                started,
-                stop,
-            },
-            &paths,
-            &mut s.expected_ids,
-            out,
-        )
-        .await?
-        {
-            clean_at = None;
-        }
         let current = store::load_shared(&paths.prd)?;
         remember(&current, &paths, stop, out);
         let situation = Situation {
@@ -228,6 +213,17 @@ async fn drive(
             Ok(pick) => pick,
             Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
         };
+        // `ralph pause` holds only a run that would start an iteration (one about to end, ends);
+        // after the pause, prd.json is read and the story picked again.
+        let held = Held {
+            budgets: &s.budgets,
+            started: s.started,
+            stop,
+        };
+        if hold(&held, &paths, &mut s.expected_ids, out).await? {
+            clean_at = None;
+            continue;
+        }
         say_switch(&s.books, &mut on_agent, index, out);
         let story = current.prd.story(&pick.story_id).cloned().ok_or_else(|| {
             anyhow::anyhow!(

@@ -228,3 +228,33 @@ fn a_usage_limit_wait_during_a_pause_is_not_lost() {
         env.spawned_output()
     );
 }
+
+/// A pause asked during the run's last iteration (`--max-iter 1`, or the last story) does not
+/// hold a run that is about to end: it ends with its usual exit code and lets go of its lock.
+#[test]
+fn a_pause_during_the_last_iteration_lets_the_run_end() {
+    for (stories, args, code) in [(2, vec!["--max-iter", "1"], 3), (1, vec![], 0)] {
+        let env = TestEnv::new(&prd_with_stories(stories));
+        env.script(&json!({"invocations": [story("US-001", 1, 1500)]}));
+        let mut all = vec!["run", "--json"];
+        all.extend_from_slice(&args);
+        let mut child = env.ralph_spawn(&all);
+        wait_until("iteration 1", || exists(&env, "started-1"));
+        let out = env.ralph(&["pause"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let (exit, _) = crate::common::wait_exit(&env, &mut child, Duration::from_secs(60));
+        assert_eq!(exit, code, "{args:?}: {}", env.spawned_output());
+        assert!(
+            !env.spawned_output().contains(r#""event":"paused""#),
+            "{}",
+            env.spawned_output()
+        );
+        // The lock is free: another run starts (and finds nothing more to do or its limit).
+        let again = env.ralph(&["status"]);
+        assert!(
+            !text(&again).contains("paused: no new iteration"),
+            "{}",
+            text(&again)
+        );
+    }
+}
