@@ -682,26 +682,39 @@ fn visible(roots: &Roots, path: &Path) -> bool {
             .any(|p| path.starts_with(p))
 }
 
-/// Makes the program at `program` runnable inside: a file in a hidden place is bound
-/// read-only; a link there (`~/.local/bin/claude` → `~/.local/share/claude/versions/…`,
-/// a test's `bin/claude` → the fake agent) is recreated inside, and its target's directory
-/// bound read-only when that is hidden too (the CLI's package).
+/// Makes the program at `program` runnable inside. A link (`~/.local/bin/claude` →
+/// `~/.local/share/claude/versions/…`, a test's `bin/claude` → the fake agent, an npm
+/// `node_modules/.bin/codex` → `../@openai/codex/bin/codex.js`) has its target's install folder
+/// bound read-only when that is hidden, whether or not the link itself is visible (a link in a
+/// `sandbox_writable` folder or the tree may point into a hidden `/tmp` or `$HOME`), and is
+/// recreated inside when it is still hidden then. A hidden plain file is bound read-only.
 fn keep_program_visible(roots: &mut Roots, program: &Path) {
-    if visible(roots, program) {
-        return;
-    }
     let is_link = std::fs::symlink_metadata(program).is_ok_and(|m| m.file_type().is_symlink());
     match (is_link, program.canonicalize()) {
         (true, Ok(target)) => {
             if !visible(roots, &target) {
-                if let Some(dir) = target.parent() {
-                    roots.extra_readable.push(dir.to_path_buf());
-                }
+                roots.extra_readable.push(install_root(&target));
             }
-            roots.links.push((target, program.to_path_buf()));
+            if !visible(roots, program) {
+                roots.links.push((target, program.to_path_buf()));
+            }
         }
-        _ => roots.extra_readable.push(program.to_path_buf()),
+        _ if !visible(roots, program) => roots.extra_readable.push(program.to_path_buf()),
+        _ => {}
     }
+}
+
+/// The folder a program file at `target` needs readable: the outermost `node_modules` above it
+/// (an npm CLI's launcher loads its own package and a platform package beside it), else the
+/// file's own folder.
+fn install_root(target: &Path) -> PathBuf {
+    target
+        .ancestors()
+        .filter(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .last()
+        .or_else(|| target.parent())
+        .unwrap_or(target)
+        .to_path_buf()
 }
 
 /// The `PATH` the spec's program is looked up on: the spec's own, else ralph's.
@@ -914,6 +927,45 @@ mod tests {
             &["--bind-try", "/m/.git/refs/heads", "/m/.git/refs/heads"],
         );
         assert!(common < objects && refs < heads);
+    }
+
+    /// A link that is itself visible (in a writable folder) but points into a hidden place gets
+    /// its target's install folder bound; an npm launcher's whole `node_modules` is bound, and
+    /// the link, visible then, is not recreated.
+    #[test]
+    fn a_programs_hidden_target_is_bound_wherever_its_link_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let fake = base.join("target/debug/ralph-fake-agent");
+        std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
+        std::fs::write(&fake, "").unwrap();
+        std::fs::create_dir_all(base.join("bin")).unwrap();
+        std::os::unix::fs::symlink(&fake, base.join("bin/claude")).unwrap();
+        let mut r = roots();
+        r.writable = vec![base.join("bin")];
+        keep_program_visible(&mut r, &base.join("bin/claude"));
+        let fake_dir = fake.canonicalize().unwrap().parent().unwrap().to_path_buf();
+        assert!(
+            r.extra_readable.contains(&fake_dir),
+            "{:?}",
+            r.extra_readable
+        );
+        assert!(r.links.is_empty(), "{:?}", r.links);
+
+        let nm = base.join("tools/codex/node_modules");
+        std::fs::create_dir_all(nm.join("@openai/codex/bin")).unwrap();
+        std::fs::create_dir_all(nm.join(".bin")).unwrap();
+        std::fs::write(nm.join("@openai/codex/bin/codex.js"), "").unwrap();
+        std::os::unix::fs::symlink("../@openai/codex/bin/codex.js", nm.join(".bin/codex")).unwrap();
+        let mut r = roots();
+        keep_program_visible(&mut r, &nm.join(".bin/codex"));
+        assert_eq!(r.extra_readable, vec![nm.canonicalize().unwrap()]);
+        // The link lies in the bound node_modules: visible, not recreated.
+        assert!(
+            r.links.is_empty() || !nm.starts_with("/tmp"),
+            "{:?}",
+            r.links
+        );
     }
 
     /// What an agent wrote in its objects folder moves into the history before the next
