@@ -126,12 +126,17 @@ fn render_raw(r: &Report) -> String {
     out.push_str("\n### Iterations\n\n| # | story | outcome | time | cost | commits | files | why |\n|---|---|---|---|---|---|---|---|\n");
     for c in &r.iterations {
         let rec = &c.record;
+        // With fallback agents, the outcome names the agent that ran (`usage_limit · claude`).
+        let outcome = match &rec.agent {
+            Some(agent) => format!("{} · {}", rec.outcome, escape(agent)),
+            None => rec.outcome.to_string(),
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             rec.iteration,
             rec.story_id,
-            rec.outcome,
+            outcome,
             c.duration,
             c.cost,
             crate::output::text::record_count(rec, rec.commits.len()),

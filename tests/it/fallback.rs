@@ -134,6 +134,18 @@ fn a_usage_limit_switches_to_the_fallback_and_the_primary_is_probed_after_its_re
         .map(|r| r["backend"].as_str().unwrap_or("?").to_owned())
         .collect();
     assert_eq!(backends, ["claude", "claude", "codex", "claude"]);
+    // The morning report names the agent of each iteration.
+    let md = text(&env.ralph(&["report", "--markdown"]));
+    for row in ["usage_limit · claude", "story_passed · backup"] {
+        assert!(md.contains(row), "missing {row:?} in:\n{md}");
+    }
+    let html = env.ralph(&["report", "--out", "report.html"]);
+    assert_eq!(html.status.code(), Some(0), "{}", text(&html));
+    let html = env.read("report.html");
+    assert!(
+        html.contains("agent backup") && html.contains("agent claude"),
+        "the HTML report labels the agents"
+    );
     // Each agent runs with its own model: the fallback does not inherit the primary's.
     let codex_argv = argv(&env, 2).join(" ");
     assert!(
