@@ -40,7 +40,7 @@ pub fn build(ask: &SandboxAsk, info: &BackendInfo) -> anyhow::Result<Option<Sand
     for host in &ask.allow_hosts {
         check_allow_host(host).map_err(|why| {
             UserError::new(format!("--allow-host {host:?}: {why}")).with_hint(
-                "give a host name or address, with a port when only one port may be reached: `--allow-host pypi.org` or `--allow-host pypi.org:443` (no scheme, no path, no wildcard)",
+                "give a host name or address, with a port when only one port may be reached: `--allow-host pypi.org` or `--allow-host pypi.org:443` (no scheme or path; `*.example.com` for every name under a domain)",
             )
         })?;
     }
@@ -119,8 +119,8 @@ pub fn allow_url(sandbox: Option<&Sandbox>, url: Option<&str>) {
     }
 }
 
-/// Checks one `--allow-host` value: a host name, an IPv4 address or a bracketed IPv6 address,
-/// optionally with `:PORT` (1–65535).
+/// Checks one `--allow-host` value: a host name, `*.` and a domain (its subdomains), an IPv4
+/// address or a bracketed IPv6 address, optionally with `:PORT` (1–65535).
 ///
 /// # Errors
 /// What is wrong with it, in words.
@@ -146,6 +146,8 @@ pub fn check_allow_host(value: &str) -> Result<(), String> {
     if value.contains("://") {
         return Err("a host, not a URL: leave out the scheme".into());
     }
+    // `*.example.com`: every name under example.com (the egress proxy's suffix rule).
+    let host = host.strip_prefix("*.").unwrap_or(host);
     if host != "v6" {
         let ok = !host.is_empty()
             && host.len() <= 253
@@ -234,6 +236,7 @@ mod tests {
             "[::1]:8080",
             "[::1]",
             "a-b.example",
+            "*.pypi.org",
         ] {
             assert_eq!(check_allow_host(ok), Ok(()), "{ok}");
         }
@@ -243,7 +246,8 @@ mod tests {
             ":80",
             "a b",
             "*",
-            "*.pypi.org",
+            "*.",
+            "*.*.org",
             "pypi.org:abc",
             "pypi.org:99999",
             "pypi.org:0",
