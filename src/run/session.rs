@@ -414,12 +414,13 @@ impl Session {
                     humantime::format_duration(cfg.idle_timeout)
                 ),
             ),
+            ("sandbox", sandbox_row(cfg)),
             ("ledger", paths.rel(&paths.ledger)),
         ];
-        // The fallback row only when there are fallback agents.
+        // The fallback and sandbox rows only when there are fallback agents or a sandbox.
         let rows = rows
             .into_iter()
-            .filter(|(key, value)| *key != "fallback" || !value.is_empty());
+            .filter(|(key, value)| !matches!(*key, "fallback" | "sandbox") || !value.is_empty());
         out.emit(RunEvent::RunStarted {
             run_id: self.run_id.clone(),
             prd: paths.prd.display().to_string(),
@@ -432,6 +433,24 @@ impl Session {
                 })
                 .collect(),
         });
+    }
+}
+
+/// The header's `sandbox` row: the mode, and in strict mode the hosts `--allow-host` adds (the
+/// backend's own are implied); empty with `--sandbox off`.
+fn sandbox_row(cfg: &RunConfig) -> String {
+    if !cfg.sandbox.is_on() {
+        return String::new();
+    }
+    match (cfg.sandbox, cfg.allow_hosts.is_empty()) {
+        (crate::protocol::SandboxMode::Strict, false) => format!(
+            "strict (network: the agent's API hosts and {})",
+            cfg.allow_hosts.join(", ")
+        ),
+        (crate::protocol::SandboxMode::Strict, true) => {
+            "strict (network: the agent's API hosts only)".to_owned()
+        }
+        (mode, _) => mode.as_str().to_owned(),
     }
 }
 

@@ -255,7 +255,10 @@ fn hints(snap: &Snapshot) -> Line<'static> {
             None => format!("{} {}", h.id, h.text),
         })
         .collect();
-    Line::from(format!("hints pending: {}", list.join(" · ")))
+    match list.len() {
+        1 => Line::from(format!("hints pending: {}", list[0])),
+        n => Line::from(format!("hints pending ({n}): {}", list.join(" · "))),
+    }
 }
 
 fn footer(ui: &Ui) -> Paragraph<'static> {

@@ -163,6 +163,11 @@ fn hostile_run(mode: &str) {
         Some(0),
         "ralph survived and finished: {all}"
     );
+    assert!(
+        all.lines()
+            .any(|l| l.trim_start().starts_with("sandbox") && l.contains(mode)),
+        "the run header names the sandbox: {all}"
+    );
     for attempt in [
         "home",
         "etc",
