@@ -45,8 +45,15 @@ pub fn run(args: &HintArgs) -> anyhow::Result<ExitStatus> {
             .with_hint("ralph hint \"use the helper in src/util.rs\"")
             .into());
     }
+    let mut passed_note = String::new();
     if let Some(story) = &args.story {
         let loaded = crate::prd::store::load(&paths.prd)?;
+        if loaded.prd.story(story).is_some_and(|s| s.passes) {
+            // Kept (the user may reopen the story), but said: no iteration of it is coming.
+            passed_note = format!(
+                "\nnote: {story} already passes, so no iteration of it runs unless you set its `passes` back to false"
+            );
+        }
         if loaded.prd.story(story).is_none() {
             let ids: Vec<&str> = loaded
                 .prd
@@ -67,7 +74,7 @@ pub fn run(args: &HintArgs) -> anyhow::Result<ExitStatus> {
         None => "the next iteration".to_owned(),
     };
     println!(
-        "hint {} saved; {target} gets it (`ralph hint --drop {}` takes it back)",
+        "hint {} saved; {target} gets it (`ralph hint --drop {}` takes it back){passed_note}",
         hint.id, hint.id
     );
     Ok(ExitStatus::Success)

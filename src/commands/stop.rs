@@ -33,8 +33,13 @@ pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
         .and_then(|s| s.in_flight)
         .map(|f| format!(" (iteration {}, {})", f.iteration, f.story_id))
         .unwrap_or_default();
+    let when = if crate::pause_request::pending(&paths.ralph_dir).is_some() && current.is_empty() {
+        "to stop (it is paused: it stops at once)".to_owned()
+    } else {
+        format!("to stop after its current iteration{current}")
+    };
     println!(
-        "asked ralph (pid {} on {}) to stop after its current iteration{current}; it exits 4 when done",
+        "asked ralph (pid {} on {}) {when}; it exits 4 when done",
         holder.pid, holder.host
     );
     Ok(ExitStatus::Success)

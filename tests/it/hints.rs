@@ -179,3 +179,21 @@ fn a_hint_for_a_story_waits_for_that_storys_iteration_and_can_be_dropped() {
         json!([{"id": 1, "text": needle, "story": "US-002"}])
     );
 }
+
+/// A hint for a story that already passes is kept, and `ralph hint` says that no iteration of it
+/// runs unless the story is reopened.
+#[test]
+fn a_hint_for_a_story_that_already_passes_says_none_of_its_iterations_is_coming() {
+    let mut prd = prd_with_stories(2);
+    prd["userStories"][0]["passes"] = serde_json::json!(true);
+    let env = TestEnv::new(&prd);
+    let out = env.ralph(&["hint", "--story", "US-001", "use the helper"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("US-001 already passes") && said.contains("`passes` back to false"),
+        "{said}"
+    );
+    let out = env.ralph(&["hint", "--story", "US-002", "mind the edge cases"]);
+    assert!(!text(&out).contains("already passes"), "{}", text(&out));
+}
