@@ -629,6 +629,12 @@ pub struct RunArgs {
     /// story: for jobs where a blocked story needs a human before anything else.
     #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]
     pub stop_on_block: bool,
+    /// Work on up to N stories at once, each in its own git worktree with its own agent; the
+    /// stories' work lands on the run branch one at a time, checked on the landed tip (default
+    /// 1: one story at a time, in the checkout itself). Worth it for stories that touch
+    /// different files; it costs N agents' tokens and N times the load of the checks.
+    #[arg(long, value_name = "N", env = "RALPH_PARALLEL")]
+    pub parallel: Option<u32>,
     /// claude: always keep ANTHROPIC_API_KEY in claude's environment. Without this ralph removes
     /// it only when claude has a login of its own (the key would bill the API instead of your
     /// subscription) and no ANTHROPIC_BASE_URL or ANTHROPIC_AUTH_TOKEN is set.

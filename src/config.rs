@@ -134,6 +134,13 @@ pub struct FileConfig {
     pub prd_guard: Option<PrdGuard>,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: Option<bool>,
+    /// Stories worked on at once (`--parallel`).
+    pub parallel: Option<u32>,
+    /// `--parallel`: ignored files copied from the checkout into each story's worktree (paths
+    /// relative to the repository root, e.g. `.env`).
+    pub worktree_copy: Option<Vec<String>>,
+    /// `--parallel`: a shell command run in each new worktree before its agent (e.g. `npm ci`).
+    pub worktree_setup: Option<String>,
     /// `off` (default), `fs` or `strict`: run the agent and verify commands in bubblewrap.
     pub sandbox: Option<crate::protocol::SandboxMode>,
     /// `strict`: more hosts the agent may reach (`host` or `host:port`).
@@ -319,6 +326,14 @@ pub struct RunConfig {
     pub unblock: bool,
     /// Stop the run as soon as a story is blocked.
     pub stop_on_block: bool,
+    /// `--parallel`: stories worked on at once, each in its own worktree (≥ 1; 1: serial, in
+    /// the checkout).
+    pub parallel: u32,
+    /// `worktree_copy`: ignored files copied from the checkout into each worktree, relative to
+    /// the repository root.
+    pub worktree_copy: Vec<String>,
+    /// `worktree_setup`: the shell command run in each new worktree before its agent.
+    pub worktree_setup: Option<String>,
     /// `--sandbox`: how the agent and the verify commands are confined.
     pub sandbox: crate::protocol::SandboxMode,
     /// `--allow-host` and `allow_hosts`: hosts a strict sandbox lets the agent reach, beyond its
@@ -894,6 +909,7 @@ impl RunConfig {
                 DEFAULT_MAX_ATTEMPTS
             },
         )?;
+        let parallel = count("--parallel", "parallel", args.parallel, file.parallel, 1)?;
         let max_failures = count(
             "--max-failures",
             "max_failures",
@@ -985,6 +1001,9 @@ impl RunConfig {
             prd_guard: args.prd_guard.or(file.prd_guard).unwrap_or_default(),
             unblock: args.unblock,
             stop_on_block: args.stop_on_block || file.stop_on_block.unwrap_or(false),
+            parallel,
+            worktree_copy: file.worktree_copy.clone().unwrap_or_default(),
+            worktree_setup: file.worktree_setup.clone().filter(|c| !c.trim().is_empty()),
             sandbox: args.sandbox.or(file.sandbox).unwrap_or_default(),
             allow_hosts: args
                 .allow_hosts

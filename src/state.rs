@@ -49,6 +49,10 @@ pub struct State {
     /// that an iteration was cut short.
     #[serde(default)]
     pub in_flight: Option<InFlight>,
+    /// `--parallel`: the iterations running right now in worker worktrees, one per busy worker
+    /// (a serial run uses `in_flight`); still set after a crash, so a restart recovers each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flights: Vec<InFlight>,
     /// When a usage limit resets (RFC 3339 UTC); a restarted run waits until then. With
     /// fallback agents: the earliest reset when every agent is limited (`None` while one is
     /// free).
@@ -111,6 +115,7 @@ impl Default for State {
             blocked: Vec::new(),
             last_outcome: None,
             in_flight: None,
+            flights: Vec::new(),
             resume_at: None,
             retry_at: None,
             agent_resets: BTreeMap::new(),
@@ -145,6 +150,21 @@ pub struct InFlight {
     /// record a restart writes for a killed ralph still lists them ([`State::note_strays`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strays: Vec<StrayProcess>,
+    /// `--parallel`: the worker slot (1-based) and the worktree (absolute path) the iteration
+    /// runs in; absent in a serial run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorkerTree>,
+}
+
+/// Where a `--parallel` iteration runs (see [`InFlight::worktree`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTree {
+    /// The worker slot, 1-based.
+    pub worker: u32,
+    /// The worktree's root, absolute.
+    pub root: PathBuf,
+    /// The run branch's tip the worktree started from (full sha).
+    pub base: String,
 }
 
 /// Errors loading or saving the state. Each names the file.

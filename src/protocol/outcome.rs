@@ -43,11 +43,19 @@ pub enum Outcome {
     VerifyFailed,
     /// Stopped by Ctrl-C, SIGTERM or SIGHUP (or found in flight after a crash).
     Interrupted,
+    /// `--parallel`: the story's work could not land on the run branch (a merge conflict with
+    /// stories landed meanwhile, or its check failing once they are present). Nothing is lost:
+    /// its commits are kept under `refs/ralph/salvage/<run>/<story>` (the record's `landing`)
+    /// and its next attempt starts from the new tip with the conflict as feedback.
+    Conflict,
+    /// `--parallel`: the story's worktree could not be set up (`worktree_copy`,
+    /// `worktree_setup` or the submodules failed). No agent ran; the story is blocked.
+    SetupFailed,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::StoryPassed,
         Outcome::Progress,
         Outcome::NoProgress,
@@ -62,6 +70,8 @@ impl Outcome {
         Outcome::PrdCorrupted,
         Outcome::VerifyFailed,
         Outcome::Interrupted,
+        Outcome::Conflict,
+        Outcome::SetupFailed,
     ];
 
     /// The snake_case wire name, e.g. `"story_passed"`.
@@ -81,6 +91,8 @@ impl Outcome {
             Outcome::PrdCorrupted => "prd_corrupted",
             Outcome::VerifyFailed => "verify_failed",
             Outcome::Interrupted => "interrupted",
+            Outcome::Conflict => "conflict",
+            Outcome::SetupFailed => "setup_failed",
         }
     }
 
@@ -107,6 +119,11 @@ impl Outcome {
             Outcome::ConfigError => (true, true, Reset, StopNeedsHuman),
             // The user's Ctrl-C, or a crash: not the story's failure.
             Outcome::Interrupted => (true, false, Neutral, StopInterrupted),
+            // The agent worked, its work did not fit with the others': an attempt, retried from
+            // the new tip (no streak: the agent did nothing wrong).
+            Outcome::Conflict => (true, true, Neutral, Continue),
+            // No agent ran: neither the budget nor an attempt; the loop blocks the story.
+            Outcome::SetupFailed => (false, false, Neutral, Continue),
         };
         OutcomeRules {
             uses_budget,
@@ -183,7 +200,7 @@ impl fmt::Display for Outcome {
 
 /// A string that is not one of the [`Outcome`] wire names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown outcome `{0}` (expected one of: story_passed, progress, no_progress, premature_claim, agent_error, timeout, stalled, usage_limit, transient, auth_error, config_error, prd_corrupted, verify_failed, interrupted)")]
+#[error("unknown outcome `{0}` (expected one of: story_passed, progress, no_progress, premature_claim, agent_error, timeout, stalled, usage_limit, transient, auth_error, config_error, prd_corrupted, verify_failed, interrupted, conflict, setup_failed)")]
 pub struct UnknownOutcome(pub String);
 
 impl FromStr for Outcome {

@@ -183,6 +183,66 @@ pub struct LedgerRecord {
     /// stay pending for the next iteration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<HintRecord>,
+    /// `--parallel`: the worker slot (1-based, at most `--parallel`) that ran the iteration;
+    /// absent in a serial run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u32>,
+    /// `--parallel`: the story's worktree, relative to the repository root (e.g.
+    /// `.ralph/worktrees/<run>/US-002`); removed once its work landed or was saved under a ref.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// `--parallel`: how the story's work came onto the run branch (or why it did not); absent
+    /// in a serial run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landing: Option<LandingRecord>,
+}
+
+/// How a `--parallel` worker's work came onto the run branch (the ledger's `landing` field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LandingRecord {
+    /// What happened.
+    pub kind: LandingKind,
+    /// The run branch's tip the landing started from (full sha).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onto: Option<String>,
+    /// The commit the run branch points at after the landing (full sha); absent when nothing
+    /// landed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where the story's commits are kept when they did not land (`conflict`, `reverted`,
+    /// an interrupted worker): `refs/ralph/salvage/<run>/<story>`, in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salvage_ref: Option<String>,
+    /// The files in conflict (`conflict`), relative to the repository root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// The stories landed on the run branch since this story's worktree started (what it
+    /// met when it landed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub landed_since: Vec<String>,
+    /// One sentence for a person (e.g. which check failed once the others were present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The kinds of [`LandingRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LandingKind {
+    /// The run branch had not moved since the story started: it now points at the story's work.
+    FastForward,
+    /// Other stories landed meanwhile: the story's commits were merged onto the tip (a merge
+    /// commit with both as parents).
+    Merge,
+    /// The merge conflicted: nothing landed, the run branch is as it was, the story's commits
+    /// are under `salvage_ref`.
+    Conflict,
+    /// The story's work merged, but its check failed with the other landed stories present:
+    /// the landing was undone, the story's commits are under `salvage_ref`.
+    Reverted,
+    /// Nothing to land: the iteration did not pass its story (its work is under `salvage_ref`
+    /// when it left any).
+    NotLanded,
 }
 
 fn is_sandbox_off(mode: &super::kinds::SandboxMode) -> bool {
@@ -489,6 +549,9 @@ impl LedgerRecord {
             sandbox: super::kinds::SandboxMode::Off,
             refused_hosts: Vec::new(),
             hints: Vec::new(),
+            worker: None,
+            worktree: None,
+            landing: None,
         }
     }
 

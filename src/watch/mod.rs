@@ -419,6 +419,7 @@ mod tests {
                 started_at: at(1, 10, 0),
                 start_sha: None,
                 strays: Vec::new(),
+                worktree: None,
             }),
             limits: Some(crate::state::RunLimits {
                 max_iter: 10,

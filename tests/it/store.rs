@@ -504,6 +504,7 @@ fn sample_state() -> State {
             started_at: at,
             start_sha: Some("abc123".into()),
             strays: Vec::new(),
+            worktree: None,
         }),
         ..State::default()
     };

@@ -135,6 +135,7 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         started_at: start.at,
         start_sha: start.head.clone(),
         strays: Vec::new(),
+        worktree: None,
     });
     // Saved now, before the agent exists: a spawned agent can change the tree before ralph
     // gets to write anything else, and a ralph killed in that moment must find the iteration on
