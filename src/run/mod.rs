@@ -16,6 +16,7 @@
 
 pub mod feedback;
 pub mod iteration;
+pub mod parallel;
 pub mod policy;
 pub mod preflight;
 pub mod recover;
@@ -180,6 +181,9 @@ async fn drive(
     stop: &StopSignals,
     out: &mut Outputs,
 ) -> anyhow::Result<StopReason> {
+    if parallel::wanted(cfg) {
+        return parallel::drive(cfg, s, stop, out).await;
+    }
     let paths = s.pre.paths.clone();
     let cxs = contexts(&s.pre, &paths, &s.run_id, s.remote.as_ref(), stop);
     let mut on_agent: Option<usize> = None;

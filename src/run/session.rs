@@ -126,6 +126,7 @@ pub async fn open(
         )
         .await?,
     );
+    pending.add(super::recover::recover_flights(&pre.repo, &paths, &mut state, cfg, out).await?);
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
     // trailers remember them.
     state.iteration = state
