@@ -474,9 +474,12 @@ pub async fn recover_flights(
         let strays = kill_leftovers(&flight, cfg, out).await;
         let recorded = history_has(paths, &flight);
         if let Some(tree) = &flight.worktree {
-            let prd = tree
-                .root
-                .join(paths.prd.strip_prefix(&paths.repo_root).unwrap_or(&paths.prd));
+            let prd = tree.root.join(
+                paths
+                    .prd
+                    .strip_prefix(&paths.repo_root)
+                    .unwrap_or(&paths.prd),
+            );
             let tree_paths = RunPaths::new(&tree.root, &prd);
             super::parallel::land::bring_transcripts(
                 &tree_paths,

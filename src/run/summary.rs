@@ -15,8 +15,11 @@ use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
 pub struct RunTotals {
     /// Iterations recorded in this run.
     pub iterations: u32,
-    /// The first one's number.
+    /// The lowest number among them (with `--parallel`, iterations are written down in the
+    /// order they land, not the order they started).
     pub first_iteration: Option<u32>,
+    /// The highest number among them.
+    pub last_iteration: Option<u32>,
     /// The latest record, whole.
     pub last: Option<LedgerRecord>,
     /// Sum of the reported or priced costs, USD; `None` when no iteration had one.
@@ -35,7 +38,14 @@ impl RunTotals {
     /// Adds one iteration's record (oldest first).
     pub fn add(&mut self, r: LedgerRecord) {
         self.iterations += 1;
-        self.first_iteration.get_or_insert(r.iteration);
+        self.first_iteration = Some(
+            self.first_iteration
+                .map_or(r.iteration, |f| f.min(r.iteration)),
+        );
+        self.last_iteration = Some(
+            self.last_iteration
+                .map_or(r.iteration, |l| l.max(r.iteration)),
+        );
         let sum_f = |acc: Option<f64>, v: Option<f64>| match (acc, v) {
             (a, None) => a,
             (a, Some(v)) => Some(a.unwrap_or(0.0) + v),
@@ -134,10 +144,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         open,
         blocked: i.blocked.to_vec(),
         iterations: t.iterations,
-        iteration_range: t
-            .first_iteration
-            .zip(t.last.as_ref())
-            .map(|(a, b)| (a, b.iteration)),
+        iteration_range: t.first_iteration.zip(t.last_iteration),
         elapsed_s: i.elapsed.as_secs_f64(),
         cost_usd: t.cost_usd,
         tokens_in: t.tokens_in,

@@ -144,10 +144,20 @@ pub async fn land(
     let record = &mut worked.draft.record;
     record.worker = Some(flight.worker);
     record.worktree = Some(paths.rel(&flight.root));
+    let mut flight = flight;
     let landing = if flight.root.join(".git").exists() {
-        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
         let tree = Repo::discover(&flight.root)?;
-        append_agent_notes(&tree, &tree_paths, &paths, &flight.base)?;
+        let work = git_land::commit_leftovers(
+            &tree,
+            &format!(
+                "ralph: iteration {} ({}): the agent's uncommitted work",
+                flight.iteration, flight.story_id
+            ),
+        )?;
+        let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
+        flight.work = Some(work);
+        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
+        append_notes(&paths, notes.as_deref())?;
         landing
     } else {
         None
@@ -193,13 +203,7 @@ async fn onto_branch(
     let paths = s.pre.paths.clone();
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
-    let work = git_land::commit_leftovers(
-        &tree,
-        &format!(
-            "ralph: iteration {} ({story}): the agent's uncommitted work",
-            flight.iteration
-        ),
-    )?;
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     let tip = s
         .pre
         .repo
@@ -217,12 +221,7 @@ async fn onto_branch(
     if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
         // Nothing to land; work the agent did is kept for the story's next attempt.
         if work != flight.base {
-            landing.salvage_ref = Some(git_land::salvage(
-                &s.pre.repo,
-                &s.run_id,
-                &story,
-                &work,
-            )?);
+            landing.salvage_ref = Some(git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?);
             board.resume.insert(story.clone(), work);
         }
         clear_pass(worked);
@@ -230,7 +229,17 @@ async fn onto_branch(
     }
     let keep = kept_paths(&paths);
     let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
-    let (result, fast_forward) = match git_land::integrate(&tree, &tip, &keep)? {
+    let integrated = if tip == flight.base {
+        // Nothing landed since the story started: the branch moves to its work as it is, and
+        // ralph puts the run's prd.json and progress.txt back on top (below).
+        Integration::Clean {
+            commit: work.clone(),
+            fast_forward: true,
+        }
+    } else {
+        git_land::integrate(&tree, &tip, &keep)?
+    };
+    let (result, fast_forward) = match integrated {
         Integration::Clean {
             commit,
             fast_forward,
@@ -286,6 +295,9 @@ async fn onto_branch(
         }
     }
     let branch = s.pre.repo.current_branch().unwrap_or_default();
+    // The run's own prd.json and progress.txt, as they are before the checkout moves: the
+    // story's copies never land.
+    let own = Own::read(&paths);
     if let Err(e) = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result) {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
         let message = format!(
@@ -303,6 +315,7 @@ async fn onto_branch(
         });
         return Ok(Some(landing));
     }
+    own.restore(&paths)?;
     mark_passing(&paths, &story, worked.story_notes.as_deref())?;
     board.landed.push(story);
     landing.kind = if fast_forward {
@@ -437,13 +450,9 @@ fn mark_passing(paths: &RunPaths, story: &str, notes: Option<&str>) -> anyhow::R
 }
 
 /// What the agent appended to its worktree's progress.txt (the original ralph's agents write
-/// their learnings there) goes to the run's progress.txt, before ralph's own entry.
-fn append_agent_notes(
-    tree: &Repo,
-    tree_paths: &RunPaths,
-    paths: &RunPaths,
-    base: &str,
-) -> anyhow::Result<()> {
+/// their learnings there) between the story's start (`base`) and its work (`work`); `None` when
+/// nothing, or when it rewrote the file instead of appending.
+fn agent_notes(tree: &Repo, tree_paths: &RunPaths, base: &str, work: &str) -> Option<Vec<u8>> {
     let rel = tree_paths
         .progress
         .strip_prefix(&tree_paths.repo_root)
@@ -451,15 +460,17 @@ fn append_agent_notes(
         .to_string_lossy()
         .into_owned();
     let before = tree.file_at(base, &rel).ok().flatten().unwrap_or_default();
-    let Ok(now) = std::fs::read(&tree_paths.progress) else {
+    let now = tree.file_at(work, &rel).ok().flatten()?;
+    let added = now.strip_prefix(before.as_slice())?;
+    (!added.iter().all(u8::is_ascii_whitespace)).then(|| added.to_vec())
+}
+
+/// Appends an agent's progress.txt notes ([`agent_notes`]) to the run's progress.txt, before
+/// ralph's own entry.
+fn append_notes(paths: &RunPaths, notes: Option<&[u8]>) -> anyhow::Result<()> {
+    let Some(added) = notes else {
         return Ok(());
     };
-    let Some(added) = now.strip_prefix(before.as_slice()) else {
-        return Ok(());
-    };
-    if added.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
     crate::progress::ensure_exists(&paths.progress, chrono::Local::now())?;
     let mut text = std::fs::read(&paths.progress).unwrap_or_default();
     if !text.ends_with(b"\n") && !text.is_empty() {
@@ -468,6 +479,31 @@ fn append_agent_notes(
     text.extend_from_slice(added);
     write_atomic(&paths.progress, &text)?;
     Ok(())
+}
+
+/// The run's prd.json and progress.txt bytes, kept across a move of the checkout.
+struct Own(Vec<(PathBuf, Option<Vec<u8>>)>);
+
+impl Own {
+    fn read(paths: &RunPaths) -> Own {
+        Own([&paths.prd, &paths.progress]
+            .into_iter()
+            .map(|p| (p.clone(), std::fs::read(p).ok()))
+            .collect())
+    }
+
+    /// Puts the bytes back where the move changed them.
+    fn restore(&self, paths: &RunPaths) -> anyhow::Result<()> {
+        let _ = paths;
+        for (path, bytes) in &self.0 {
+            match bytes {
+                Some(b) if std::fs::read(path).ok().as_ref() != Some(b) => write_atomic(path, b)?,
+                None if path.exists() => std::fs::remove_file(path)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Moves the iteration's transcript and prompt copy from the worktree's books to the run's,

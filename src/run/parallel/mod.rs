@@ -25,9 +25,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
 use super::iteration::prepare::Assignment;
+use super::limits;
 use super::policy::{self, Aftermath, Next, Situation};
 use super::session::Session;
-use super::{limits, wait, RunEvent};
 use crate::config::RunConfig;
 use crate::output::Outputs;
 use crate::prd::store;
@@ -37,7 +37,7 @@ use crate::protocol::stop::During;
 use crate::protocol::{Outcome, StopReason};
 use crate::state::{InFlight, WorkerTree};
 
-use self::worker::{End, Job, Msg};
+use self::worker::{Job, Msg};
 
 /// An iteration running in a worker.
 #[derive(Debug, Clone)]
@@ -56,6 +56,8 @@ pub struct Flight {
     pub agent: usize,
     /// Stories landed on the run branch when the worktree was made (to name what it met).
     pub landed_before: usize,
+    /// The story's work once its worktree's leftovers are committed (at landing).
+    pub work: Option<String>,
 }
 
 /// The dispatcher's memory of the night (what is not in state.json).
@@ -87,6 +89,7 @@ pub async fn drive(
 ) -> anyhow::Result<StopReason> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let mut board = Board::default();
+    start_point(s)?;
     loop {
         if board.stopping.is_none() {
             launch(cfg, s, &mut board, stop, &tx, out).await?;
@@ -117,6 +120,22 @@ pub async fn drive(
             }
         }
     }
+}
+
+/// Worktrees start from the run branch's last commit: prd.json and progress.txt as the run
+/// starts (progress.txt just created, a prd.json not yet committed, `--allow-dirty`'s files)
+/// are committed first, so that every worktree has them.
+fn start_point(s: &Session) -> anyhow::Result<()> {
+    let repo = &s.pre.repo;
+    if repo.dirty_paths()?.is_empty() {
+        return Ok(());
+    }
+    repo.checkpoint(
+        &format!("ralph: the run's prd.json and progress.txt ({})", s.run_id),
+        "Committed before the stories' worktrees are made (--parallel).",
+        &[],
+    )?;
+    Ok(())
 }
 
 /// Starts iterations on free workers while stories are ready and the budgets allow.
@@ -188,7 +207,15 @@ async fn launch(
             snapshot: current.clone(),
             clean_at: None,
         };
-        start(cfg, s, board, (assignment, pick.timeout, agent), stop, tx, out)?;
+        start(
+            cfg,
+            s,
+            board,
+            (assignment, pick.timeout, agent),
+            stop,
+            tx,
+            out,
+        )?;
     }
     Ok(())
 }
@@ -277,6 +304,7 @@ fn start(
         base,
         agent,
         landed_before: board.landed.len(),
+        work: None,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
 }
