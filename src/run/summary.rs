@@ -298,5 +298,36 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
             if detail.len() == 1 { "it" } else { "them" }
         ));
     }
+    if let Some(waits) = waiting_for_blocked(i.prd, i.blocked) {
+        out.push(waits);
+    }
     out
+}
+
+/// The open stories never attempted because they wait, directly or through other open stories,
+/// for a blocked one, grouped by that story: `not attempted: US-003 waits for US-002 (blocked)`;
+/// `None` when there are none.
+fn waiting_for_blocked(prd: &Prd, blocked: &[String]) -> Option<String> {
+    let pairs = crate::run::policy::ready::blocked_by_dependency(prd, blocked);
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut roots: Vec<(&str, Vec<String>)> = Vec::new();
+    for (story, root) in &pairs {
+        match roots.iter_mut().find(|(r, _)| *r == root.as_str()) {
+            Some((_, stories)) => stories.push(story.clone()),
+            None => roots.push((root.as_str(), vec![story.clone()])),
+        }
+    }
+    let parts: Vec<String> = roots
+        .iter()
+        .map(|(root, stories)| match stories.as_slice() {
+            [one] => format!("{one} {}", crate::run::policy::ready::waits_for(root)),
+            many => format!(
+                "{} wait for {root} (blocked)",
+                crate::run::preflight::id_list(many)
+            ),
+        })
+        .collect();
+    Some(format!("not attempted: {}", parts.join("; ")))
 }
