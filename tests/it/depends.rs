@@ -108,3 +108,73 @@ fn depends_a_story_whose_own_dependency_is_blocked_in_the_middle_names_the_neare
         "{err}"
     );
 }
+
+/// Runs `ralph run` (with `extra` flags) on a prd.json whose graph is broken, asserts it is
+/// refused with exit 1 (an invalid prd.json) before any agent starts, and returns stderr.
+fn refused(prd: &Value, extra: &[&str]) -> String {
+    let env = TestEnv::new(prd);
+    env.script(&json!({"invocations": [story("US-001")]}));
+    let mut args = vec!["run", "--max-iter", "5"];
+    args.extend_from_slice(extra);
+    let out = env.ralph(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(env.agent_calls(), 0, "an agent ran: {}", text(&out));
+    assert!(env.ledger().is_empty(), "{}", text(&out));
+    // Nothing was set up for the run either: no branch, no progress.txt.
+    assert_eq!(env.git(&["branch", "--list", "ralph/demo"]), "");
+    assert!(!env.path("progress.txt").exists());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains(&format!(
+            "error: {} is not a valid PRD",
+            env.path("prd.json").display()
+        )),
+        "{err}"
+    );
+    // One problem's hint is printed flush, several problems' indented: compared flush.
+    err.lines()
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect()
+}
+
+#[test]
+fn depends_an_unknown_dependency_refuses_the_run_before_any_agent() {
+    let prd = prd_with_deps(3, &[(2, &["US-001", "US-009"])]);
+    let err = refused(&prd, &[]);
+    assert!(
+        err.contains(
+            "prd.json: $.userStories[2].dependsOn[1]: unknown story id \"US-009\"\nhint: use the \
+             id of a story in this file (known ids: US-001, US-002, US-003)\n"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn depends_a_self_dependency_refuses_the_run_before_any_agent() {
+    let prd = prd_with_deps(3, &[(1, &["US-002"])]);
+    let err = refused(&prd, &["--parallel", "2"]);
+    assert!(
+        err.contains(
+            "prd.json: $.userStories[1].dependsOn[0]: story \"US-002\" depends on itself\nhint: \
+             remove \"US-002\" from its own dependsOn\n"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("cycle"), "{err}");
+}
+
+#[test]
+fn depends_a_cycle_refuses_the_run_before_any_agent() {
+    // US-001 → US-003 → US-002 → US-001; US-004 is free but nothing starts.
+    let prd = prd_with_deps(4, &[(0, &["US-003"]), (1, &["US-001"]), (2, &["US-002"])]);
+    let err = refused(&prd, &[]);
+    assert!(
+        err.contains(
+            "prd.json: $.userStories[0].dependsOn: dependency cycle: US-001 → US-003 → US-002 → \
+             US-001\nhint: remove one of these dependsOn entries so the stories can run in some \
+             order\n"
+        ),
+        "{err}"
+    );
+}
