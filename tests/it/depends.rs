@@ -178,3 +178,34 @@ fn depends_a_cycle_refuses_the_run_before_any_agent() {
         "{err}"
     );
 }
+
+#[test]
+fn depends_a_cycle_an_agent_writes_into_prd_json_is_put_back() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    // The agent makes US-001 and US-002 wait for each other (and claims US-001).
+    let mut broken = env.prd();
+    broken["userStories"][0]["dependsOn"] = json!(["US-002"]);
+    broken["userStories"][1]["dependsOn"] = json!(["US-001"]);
+    broken["userStories"][0]["passes"] = json!(true);
+    let content = serde_json::to_string_pretty(&broken).unwrap();
+    env.script(&json!({"invocations": [
+        [{"claude_init": {}}, {"write_file": {"path": "prd.json", "content": content}},
+         {"claude_result": {"text": "Reordered the stories."}}],
+        story("US-001"),
+        story("US-002"),
+    ]}));
+    let out = env.ralph(&["run", "--max-iter", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(stories_of(&env), ["US-001", "US-001", "US-002"]);
+    let first = &env.ledger()[0];
+    assert!(
+        first["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("dependency cycle: US-001 → US-002 → US-001")),
+        "{first:#}"
+    );
+    // Put back as it was: no dependsOn left, both stories passing by their own iterations.
+    let prd = env.prd();
+    assert!(prd["userStories"][0].get("dependsOn").is_none(), "{prd:#}");
+    assert!(prd["userStories"][1].get("dependsOn").is_none(), "{prd:#}");
+}
