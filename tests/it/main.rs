@@ -11,6 +11,7 @@ mod cli_extras;
 mod common;
 mod convert;
 mod deadlines;
+mod depends;
 mod doctor;
 mod errors;
 mod examples;
