@@ -109,8 +109,10 @@ pub async fn run(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
+        worker: None,
     });
     out.emit(RunEvent::AgentCommand {
+        iteration: assignment.iteration,
         command: command_line,
     });
     if let Some(warning) = crate::prompt::size_warning(launch.prompt.len()) {
@@ -178,22 +180,29 @@ pub async fn run(
         cx.run_id,
         record.iteration,
     ) {
-        out.warn(format!(
-            "cannot mark the hints of iteration {} delivered: {e}",
-            record.iteration
-        ));
+        out.warn_in(
+            record.iteration,
+            format!(
+                "cannot mark the hints of iteration {} delivered: {e}",
+                record.iteration
+            ),
+        );
     }
     out.emit(RunEvent::IterationFinished {
+        iteration: record.iteration,
         record: Box::new(record.clone()),
         slot: assignment.slot,
         max_iter: cx.cfg.max_iter,
     });
     // `--push`: a push that did not land is said when it happens, not only in the summary.
     if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
-        out.warn(format!("iteration {}: {problem}", record.iteration));
+        out.warn_in(
+            record.iteration,
+            format!("iteration {}: {problem}", record.iteration),
+        );
     }
     if !record.refused_hosts.is_empty() {
-        out.warn(format!(
+        out.warn_in(record.iteration, format!(
             "iteration {}: --sandbox strict refused connections to {} (let one through with --allow-host HOST)",
             record.iteration,
             record.refused_hosts.join(", ")
