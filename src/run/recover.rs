@@ -51,7 +51,7 @@ pub async fn recover(
             if store::parse_bytes(&paths.prd, &raw).is_ok() {
                 write_atomic(&paths.prd, &raw)?;
                 restored_prd = true;
-                out.warn(format!(
+                out.warn_in(flight.iteration, format!(
                     "prd.json was invalid after the interrupted iteration {}; restored it from the iteration's snapshot",
                     flight.iteration
                 ));
@@ -83,7 +83,9 @@ pub async fn recover(
             draft,
         )?
         .record;
-        out.warn(format!(
+        out.warn_in(
+            flight.iteration,
+            format!(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,
             flight.story_id,
@@ -92,7 +94,8 @@ pub async fn recover(
                 .as_deref()
                 .map(|s| s.get(..8).unwrap_or(s))
                 .unwrap_or("the existing commits")
-        ));
+        ),
+        );
         if !judged.kept.contains(&flight.story_id) {
             feedback.push(Feedback::about(
                 &flight.story_id,
@@ -242,7 +245,7 @@ async fn judge_passes(
                 .push((id, "a stop came before its check could run".to_owned()));
             continue;
         }
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {} was interrupted before ralph checked the stories it marked passing: running {id}'s check on the work it left (`{command}`)",
             flight.iteration
         ));
@@ -295,14 +298,14 @@ async fn judge_passes(
             .iter()
             .map(|(id, why)| format!("{id} ({why})"))
             .collect();
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {} was interrupted before ralph checked the stories it marked passing: {} set back to not passing, until an iteration passes its check",
             flight.iteration,
             which.join(", ")
         ));
     }
     if !judged.kept.is_empty() {
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {}: {} passed {} check on the work the interrupted iteration left, so {} stay{} passing",
             flight.iteration,
             judged.kept.join(", "),
@@ -327,12 +330,15 @@ async fn kill_leftovers(
     // commands, setsid) carry its tag too.
     let mut strays = stray_records(&crate::process::sweep_tagged(&tag), StrayFound::AtRestart);
     if !strays.is_empty() {
-        out.warn(format!(
-            "killed {} left running by the interrupted iteration {}: {}",
-            plural_processes(strays.len()),
+        out.warn_in(
             flight.iteration,
-            describe_strays(&strays)
-        ));
+            format!(
+                "killed {} left running by the interrupted iteration {}: {}",
+                plural_processes(strays.len()),
+                flight.iteration,
+                describe_strays(&strays)
+            ),
+        );
     }
     let Ok(pgid) = i32::try_from(flight.pid) else {
         return strays;

@@ -154,8 +154,10 @@ pub async fn work(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
+        worker: None,
     });
     out.emit(RunEvent::AgentCommand {
+        iteration: assignment.iteration,
         command: command_line,
     });
     if let Some(warning) = crate::prompt::size_warning(launch.prompt.len()) {
@@ -250,22 +252,29 @@ pub fn write_down(
         run_id,
         record.iteration,
     ) {
-        out.warn(format!(
-            "cannot mark the hints of iteration {} delivered: {e}",
-            record.iteration
-        ));
+        out.warn_in(
+            record.iteration,
+            format!(
+                "cannot mark the hints of iteration {} delivered: {e}",
+                record.iteration
+            ),
+        );
     }
     out.emit(RunEvent::IterationFinished {
+        iteration: record.iteration,
         record: Box::new(record.clone()),
         slot: worked.slot,
         max_iter,
     });
     // `--push`: a push that did not land is said when it happens, not only in the summary.
     if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
-        out.warn(format!("iteration {}: {problem}", record.iteration));
+        out.warn_in(
+            record.iteration,
+            format!("iteration {}: {problem}", record.iteration),
+        );
     }
     if !record.refused_hosts.is_empty() {
-        out.warn(format!(
+        out.warn_in(record.iteration, format!(
             "iteration {}: --sandbox strict refused connections to {} (let one through with --allow-host HOST)",
             record.iteration,
             record.refused_hosts.join(", ")
