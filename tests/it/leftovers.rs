@@ -1,0 +1,109 @@
+//! Leftovers of issues 19, 21 and 22 that a user would notice:
+//! - `--sandbox`: bubblewrap failing mid-run stops the run as a sandbox (config) failure naming
+//!   bubblewrap, not as the agent's error; the `$ …` command line of a sandboxed iteration says
+//!   it runs inside bubblewrap; a `ralph.toml` an agent creates where there was none is moved
+//!   aside, named in the record's findings and never committed;
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, script_file, text, TestEnv};
+
+/// A `bwrap` on PATH that passes ralph's start-of-run probe (`… -- true`) and then fails as
+/// bubblewrap does when it cannot build a sandbox any more: its own `bwrap: …` line, exit 1.
+fn breaking_bwrap(env: &TestEnv) {
+    let path = env.bin.join("bwrap");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\nfor last; do :; done\n[ \"$last\" = true ] && exit 0\necho 'bwrap: Creating new namespace failed: No space left on device' >&2\nexit 1\n",
+    )
+    .expect("write bwrap");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+}
+
+#[test]
+fn bubblewrap_failing_mid_run_stops_the_run_as_a_sandbox_failure_not_an_agent_error() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    breaking_bwrap(&env);
+    env.script(&json!({"invocations": [[{"claude_result": {"text": "ran"}}]]}));
+    let out = env.ralph(&["run", "--max-iter", "3", "--sandbox", "fs", "-v"]);
+    let all = text(&out);
+    assert_eq!(env.agent_calls(), 0, "the agent ran: {all}");
+    assert_eq!(env.outcomes(), vec!["config_error"], "{all}");
+    let record = &env.ledger()[0];
+    let message = record["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("--sandbox fs: bubblewrap could not start the agent")
+            && message.contains("bwrap: Creating new namespace failed"),
+        "{message}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("bubblewrap could not start the agent"),
+        "{all}"
+    );
+    // The command line shown (`-v`) and kept in the transcript says where it runs.
+    assert!(
+        all.contains("$ [sandbox fs: runs inside bubblewrap"),
+        "{all}"
+    );
+    let transcript = env.read(record["transcript"].as_str().unwrap_or_default());
+    assert!(
+        transcript.contains("\"command\":\"[sandbox fs: runs inside bubblewrap"),
+        "{transcript}"
+    );
+}
+
+#[test]
+fn a_ralph_toml_the_sandboxed_agent_creates_is_moved_aside_flagged_and_never_committed() {
+    if !crate::sandbox::bwrap_or_skip("a_ralph_toml_the_sandboxed_agent_creates_…") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    let agent = script_file(
+        &env,
+        "agent.sh",
+        "cat > /dev/null\nprintf 'sandbox = \"off\"\\n' > ralph.toml\necho work > work.txt\n",
+    );
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--sandbox",
+        "fs",
+        "--max-iter",
+        "1",
+    ]);
+    let all = text(&out);
+    assert!(!env.path("ralph.toml").exists(), "{all}");
+    assert_eq!(
+        env.read(".ralph/refused/ralph.toml.1"),
+        "sandbox = \"off\"\n",
+        "{all}"
+    );
+    let tracked = env.git(&["ls-tree", "-r", "--name-only", "HEAD"]);
+    assert!(
+        tracked.contains("work.txt") && !tracked.contains("ralph.toml"),
+        "{tracked}"
+    );
+    let ledger = env.ledger();
+    let findings: Vec<&str> = ledger[0]["findings"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("the agent created ralph.toml")
+                && f.contains(".ralph/refused/ralph.toml.1")),
+        "{findings:?}\n{all}"
+    );
+    assert!(all.contains("the agent created ralph.toml"), "{all}");
+    let files: Vec<&str> = ledger[0]["files_changed"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(!files.contains(&"ralph.toml"), "{files:?}");
+}
