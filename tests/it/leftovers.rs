@@ -3,6 +3,9 @@
 //!   bubblewrap, not as the agent's error; the `$ …` command line of a sandboxed iteration says
 //!   it runs inside bubblewrap; a `ralph.toml` an agent creates where there was none is moved
 //!   aside, named in the record's findings and never committed;
+//! - fallback agents: a failed login uses neither `--max-iter` nor the story's attempt;
+//! - `ralph.toml`'s `[[agents]]` errors name the table, the field and the valid keys;
+//! - `ralph watch` after a run says how the last run ended.
 
 use serde_json::{json, Value};
 
@@ -106,4 +109,39 @@ fn a_ralph_toml_the_sandboxed_agent_creates_is_moved_aside_flagged_and_never_com
         .map(|f| f.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     assert!(!files.contains(&"ralph.toml"), "{files:?}");
+}
+
+#[test]
+fn a_failed_login_on_a_fallback_run_spends_neither_max_iter_nor_the_attempt() {
+    use crate::fallback::{codex_story, env_with, pairs, sequence};
+    let env = env_with(1, "");
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+                "is_error": true, "subtype": "success", "api_error_status": 401,
+                "terminal_reason": "api_error",
+                "result": "Invalid API key · Please run /login", "type": "result"}},
+            {"exit": 1}
+        ],
+        codex_story("US-001", 0),
+    ]}));
+    let out = env.ralph(&[
+        "run",
+        "--fallback-agent",
+        "codex",
+        "--max-iter",
+        "1",
+        "--max-attempts",
+        "1",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(
+        sequence(&env),
+        pairs(&[("claude", "auth_error"), ("codex", "story_passed")]),
+        "{all}"
+    );
+    assert_eq!(env.state()["attempts"]["US-001"], json!(1), "{all}");
+    assert_eq!(env.state()["blocked"], json!([]), "{all}");
 }
