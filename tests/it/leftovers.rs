@@ -145,3 +145,69 @@ fn a_failed_login_on_a_fallback_run_spends_neither_max_iter_nor_the_attempt() {
     assert_eq!(env.state()["attempts"]["US-001"], json!(1), "{all}");
     assert_eq!(env.state()["blocked"], json!([]), "{all}");
 }
+
+/// `ralph watch` counts a usage-limit wait down to the moment the run itself waits for (the
+/// reset plus `usage_limit_margin`), not to the bare reset: the two used to differ by the margin.
+#[test]
+fn watch_counts_a_usage_limit_wait_down_to_the_runs_own_end_of_the_wait() {
+    use std::time::{Duration, Instant};
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "usage_limit_margin = \"40s\"\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    let resets_at = chrono::Utc::now().timestamp() + 5;
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_at": resets_at}},
+        {"exit": 1}
+    ]]}));
+    let mut child = env.ralph_spawn(&["run", "--json"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let until = loop {
+        let out = env.spawned_output();
+        let waiting = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["event"] == "waiting");
+        if let Some(e) = waiting {
+            let at = e["until"].as_str().expect("until");
+            break chrono::DateTime::parse_from_rfc3339(at).expect("rfc3339");
+        }
+        assert!(Instant::now() < deadline, "no wait:\n{out}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The run's terminal says it waits past the reset by the margin.
+    assert!(until.timestamp() >= resets_at + 39, "until {until}");
+    let shown = String::from_utf8_lossy(&env.ralph(&["watch"]).stdout).into_owned();
+    let left = (until.timestamp() - chrono::Utc::now().timestamp()).max(0);
+    let countdown = shown
+        .split("usage limit: waits ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no countdown in:\n{shown}"));
+    let (m, sec) = countdown.split_once(':').expect("M:SS");
+    let shown_left: i64 =
+        m.parse::<i64>().expect("minutes") * 60 + sec.parse::<i64>().expect("seconds");
+    assert!(
+        (shown_left - left).abs() <= 3,
+        "watch shows {countdown}, the run waits {left}s more:\n{shown}"
+    );
+    assert!(
+        shown.contains(&format!("(until {} UTC)", until.format("%H:%M"))),
+        "{shown}"
+    );
+    let stop = env.ralph(&["stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    let (code, _) = crate::common::wait_exit(&env, &mut child, Duration::from_secs(30));
+    assert_ne!(code, -1, "{}", env.spawned_output());
+    assert!(env.state().get("wait_until").is_none(), "{}", env.state());
+    // After the run: the header says how it ended, not that a run is stopping.
+    let shown = String::from_utf8_lossy(&env.ralph(&["watch"]).stdout).into_owned();
+    let header = shown.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("ralph watch · last run ended ")
+            && header.contains("UTC: stop requested"),
+        "{shown}"
+    );
+    assert!(!header.contains("stopping"), "{shown}");
+}
