@@ -686,8 +686,13 @@ async fn pending_reset(
                 attempt: 1,
                 max: budgets.max_usage_limit_waits,
             });
+            // For `ralph watch`: the end of this wait, margin included.
+            state.wait_until = Some(until);
+            state.save(&paths.ralph_dir)?;
             let end = wait::until(until, stop, &paths.ralph_dir).await;
+            state.wait_until = None;
             if let Some(reason) = policy::after_wait(end, During::UsageLimitWait) {
+                state.save(&paths.ralph_dir)?;
                 if matches!(reason, StopReason::StopRequested { .. }) {
                     crate::stop_request::clear(&paths.ralph_dir);
                 }

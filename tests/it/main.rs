@@ -21,6 +21,7 @@ mod fault_injection;
 mod hints;
 mod init_skills;
 mod integrations;
+mod leftovers;
 mod lint;
 mod llm;
 mod local;

@@ -349,6 +349,17 @@ fn draft(
     }
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
+    // `--sandbox`: what the sandbox's settle found (a ralph.toml the agent created, moved
+    // aside), appended as the verdict's findings are.
+    let settled = cx.sandbox.map(|s| s.take_findings()).unwrap_or_default();
+    if !settled.is_empty() {
+        let joined = settled.join("; ");
+        r.message = Some(match r.message.take() {
+            Some(m) => format!("{m}; {joined}"),
+            None => joined,
+        });
+        r.findings.extend(settled);
+    }
     r.hints = a.hints.iter().map(crate::hints::Hint::record).collect();
     Draft {
         progress_summary: commit::progress_summary(
