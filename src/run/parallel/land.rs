@@ -221,8 +221,21 @@ async fn onto_branch(
     if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
         // Nothing to land; work the agent did is kept for the story's next attempt.
         if work != flight.base {
-            landing.salvage_ref = Some(git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?);
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?;
+            if worked.draft.record.outcome == Outcome::Interrupted {
+                let message = format!(
+                    "interrupted by a stop signal; its work is kept in {salvage} (not landed: it was not checked)"
+                );
+                set_outcome(worked, Outcome::Interrupted, message);
+            }
+            landing.salvage_ref = Some(salvage);
             board.resume.insert(story.clone(), work);
+        } else if worked.draft.record.outcome == Outcome::Interrupted {
+            set_outcome(
+                worked,
+                Outcome::Interrupted,
+                "interrupted by a stop signal before it changed anything".into(),
+            );
         }
         clear_pass(worked);
         return Ok(Some(landing));
@@ -348,11 +361,13 @@ async fn check_landed(
         sandbox: None,
     };
     out.emit(RunEvent::VerifyStarted {
+        iteration: flight.iteration,
         story_id: flight.story_id.clone(),
         command: command.clone(),
     });
     let checked = check.run(&command, &flight.story_id).await?;
     out.emit(RunEvent::VerifyFinished {
+        iteration: flight.iteration,
         verify: checked.record.clone(),
     });
     let passed = checked.record.passed;
