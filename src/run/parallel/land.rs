@@ -284,7 +284,9 @@ async fn onto_branch(
             return Ok(Some(landing));
         }
     };
-    if tip != flight.base {
+    // Only a story landed since its start changes the code it meets: ralph's own records
+    // (progress.txt, prd.json) do not call for the check again.
+    if !landing.landed_since.is_empty() {
         if let Some(failed) = check_landed(cfg, s, flight, worked, stop, out).await? {
             let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
             let message = format!(
