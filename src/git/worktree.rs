@@ -212,9 +212,11 @@ impl Repo {
         found
     }
 
-    /// Whether git ignores `path` (relative to this checkout's root; a directory may be given
-    /// with or without a trailing `/`), by `.gitignore`, `.git/info/exclude` or
-    /// `core.excludesFile`. A path git tracks is not ignored.
+    /// Whether git ignores `path` (relative to this checkout's root), by `.gitignore`,
+    /// `.git/info/exclude` or `core.excludesFile`. It is asked as a directory when it ends with
+    /// `/` or is a directory here (so `node_modules/` matches a `node_modules/` rule before the
+    /// directory exists). A path git tracks, or a directory holding tracked files, is not
+    /// ignored.
     ///
     /// # Errors
     /// [`GitError::Git`] when the ignore rules or the index cannot be read.
@@ -224,7 +226,7 @@ impl Repo {
         if index.get_path(Path::new(trimmed), 0).is_some() {
             return Ok(false);
         }
-        if self.root.join(trimmed).is_dir() {
+        if path.ends_with('/') || self.root.join(trimmed).is_dir() {
             let prefix = format!("{trimmed}/");
             let tracked_inside = index.iter().any(|e| e.path.starts_with(prefix.as_bytes()));
             if tracked_inside {
@@ -578,5 +580,10 @@ pub(crate) mod tests {
         assert!(!repo.is_ignored("a.txt").unwrap());
         assert!(!repo.is_ignored("src").unwrap());
         assert!(!repo.is_ignored("config/local.toml").unwrap());
+        std::fs::remove_dir_all(root.join("node_modules")).unwrap();
+        assert!(
+            repo.is_ignored("node_modules/").unwrap(),
+            "asked as a directory before it exists"
+        );
     }
 }
