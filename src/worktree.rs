@@ -554,5 +554,13 @@ mod tests {
             "from the submodule\n"
         );
         assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+        // Removing the worktree takes the submodule's checkout with it, and git's entries.
+        repo.remove_worktree(&wt).unwrap();
+        assert!(!wt.exists());
+        assert!(
+            repo.worktrees_under(&main.join(".ralph")).len() == 1,
+            "US-1's is left"
+        );
+        assert!(!git(&main, &["worktree", "list"]).contains("US-2"));
     }
 }

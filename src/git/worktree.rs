@@ -119,7 +119,7 @@ impl Repo {
     pub fn add_worktree(&self, root: &Path, base: &str) -> Result<(), GitError> {
         let sha = self.resolve_commit(base)?.id().to_string();
         let root = normalized(&self.root, root);
-        if root == normalized(&self.root, &self.root) || self.root.starts_with(&root) {
+        if normalized(&self.root, &self.root).starts_with(&root) {
             return Err(GitError::WorktreeInTheWay {
                 path: root,
                 why: "this is the main checkout, not a place for a story's worktree".to_owned(),
@@ -170,7 +170,7 @@ impl Repo {
     /// deleted or pruned.
     pub fn remove_worktree(&self, root: &Path) -> Result<(), GitError> {
         let root = normalized(&self.root, root);
-        if self.root.starts_with(&root) || normalized(&self.root, &self.root) == root {
+        if normalized(&self.root, &self.root).starts_with(&root) {
             return Err(GitError::WorktreeInTheWay {
                 path: root,
                 why: "this is the main checkout: ralph never removes it".to_owned(),
@@ -548,6 +548,11 @@ pub(crate) mod tests {
         // Its directory deleted by hand: the stale registration is pruned and it is made again.
         drop(again);
         std::fs::remove_dir_all(&wt_root).unwrap();
+        assert_eq!(
+            repo.worktrees_under(&root.join(".ralph/worktrees")).len(),
+            1,
+            "recovery still sees a registration whose directory is gone"
+        );
         repo.add_worktree(&wt_root, &first).unwrap();
         assert!(wt_root.join("a.txt").exists());
     }
