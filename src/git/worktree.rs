@@ -164,10 +164,14 @@ impl Repo {
     /// administrative entry for it (`.git/worktrees/<name>`). Never deletes a reference or a
     /// branch. Nothing at `root` and no registration: nothing to do.
     ///
+    /// The worktree's HEAD commit must be kept by some reference (landed on the run branch, or
+    /// saved by [`super::land::salvage`]): a worktree holding commits nothing else keeps is never
+    /// removed.
+    ///
     /// # Errors
-    /// [`GitError::WorktreeInTheWay`] when `root` is the main checkout or a directory that is not
-    /// a worktree of this repository (never deleted); [`GitError::Git`] when it cannot be
-    /// deleted or pruned.
+    /// [`GitError::WorktreeInTheWay`] when `root` is the main checkout, a directory that is not
+    /// a worktree of this repository, or a worktree whose HEAD no reference keeps (never
+    /// deleted); [`GitError::Git`] when it cannot be deleted or pruned.
     pub fn remove_worktree(&self, root: &Path) -> Result<(), GitError> {
         let root = normalized(&self.root, root);
         if normalized(&self.root, &self.root).starts_with(&root) {
@@ -186,6 +190,17 @@ impl Repo {
                 why: "not a worktree of this repository, so ralph leaves it alone\nhint: look at what it holds, then move or delete it yourself".to_owned(),
             });
         };
+        if let Some(head) = Repository::open(&root)
+            .ok()
+            .and_then(|r| r.head().ok().and_then(|h| h.target()))
+        {
+            if !self.commit_is_kept(head)? {
+                return Err(GitError::WorktreeInTheWay {
+                    path: root,
+                    why: format!("its HEAD {head} is kept by no branch or reference, so removing the worktree would lose it\nhint: land it or save it first (`refs/ralph/salvage/…`, `git branch <name> {head}`)"),
+                });
+            }
+        }
         if root.exists() {
             remove_tree(&root).map_err(|e| GitError::WorktreeInTheWay {
                 path: root.clone(),
@@ -482,8 +497,16 @@ pub(crate) mod tests {
 
         // Work in the worktree, kept under a ref, then the worktree goes: the ref stays.
         std::fs::write(wt_root.join("c.txt"), "c\n").unwrap();
-        std::fs::write(wt_root.join("ignored.log"), "x\n").unwrap();
         let work = wt.commit_all("work", "", &[]).unwrap().unwrap();
+        std::fs::create_dir_all(wt_root.join(".ralph")).unwrap();
+        std::fs::write(wt_root.join(".ralph/ignored.bin"), "x\n").unwrap();
+        std::fs::write(wt_root.join("untracked.txt"), "x\n").unwrap();
+        let err = repo.remove_worktree(&wt_root).unwrap_err().to_string();
+        assert!(
+            err.contains(&work) && err.contains("would lose it"),
+            "{err}"
+        );
+        assert!(wt_root.join("c.txt").exists());
         repo.set_ref("refs/ralph/salvage/run-1/a%2Fb", &work)
             .unwrap();
         drop(wt);
