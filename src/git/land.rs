@@ -31,11 +31,13 @@ pub enum Integration {
     Conflict {
         /// The conflicting paths, repository-relative, sorted.
         files: Vec<String>,
-        /// The story's side: the subjects of its commits since the merge base, then per
-        /// conflicting file a few of the lines it changed. One paragraph (lines, no blank
-        /// line), for the story's next prompt.
+        /// The run branch's side (the tip: the stories landed meanwhile; the merge's first
+        /// parent): how many commits since the merge base and their subjects (newest first),
+        /// then per conflicting file a few of the lines it changed there (`deleted.` for a
+        /// file it deleted). One paragraph (lines, no blank line), with no label: the caller
+        /// says which side it is, in the story's next prompt.
         ours: String,
-        /// The run branch's side (the stories landed meanwhile), in the same shape.
+        /// The story's side (the worktree's HEAD), in the same shape.
         theirs: String,
     },
 }
@@ -128,22 +130,8 @@ pub fn integrate(wt: &Repo, tip: &str, keep_from_tip: &[&str]) -> Result<Integra
     let conflicts = real_conflicts(&index, keep_from_tip)?;
     if !conflicts.is_empty() {
         let base_sha = base.map(|b| b.to_string());
-        let ours = side_summary(
-            wt,
-            "This story's work",
-            base_sha.as_deref(),
-            &story,
-            &base_tree,
-            &conflicts,
-        )?;
-        let theirs = side_summary(
-            wt,
-            "The run branch (stories landed since this story started)",
-            base_sha.as_deref(),
-            &tip,
-            &base_tree,
-            &conflicts,
-        )?;
+        let ours = side_summary(wt, base_sha.as_deref(), &tip, &base_tree, &conflicts)?;
+        let theirs = side_summary(wt, base_sha.as_deref(), &story, &base_tree, &conflicts)?;
         return Ok(Integration::Conflict {
             files: conflicts,
             ours,
@@ -308,11 +296,10 @@ fn take_from_tip(
     Ok(())
 }
 
-/// One side of a conflict for the story's next prompt: `label`, the subjects of `side`'s commits
-/// since `base`, then per conflicting file a few of the lines `side` changed there.
+/// One side of a conflict for the story's next prompt: the subjects of `side`'s commits since
+/// `base`, then per conflicting file a few of the lines `side` changed there.
 fn side_summary(
     wt: &Repo,
-    label: &str,
     base: Option<&str>,
     side: &git2::Commit<'_>,
     base_tree: &Tree<'_>,
@@ -333,7 +320,7 @@ fn side_summary(
         .map(|b| format!("since {}", &b[..b.len().min(12)]))
         .unwrap_or_else(|| "(no common history)".to_owned());
     let mut out = format!(
-        "{label}: {} commit{} {since}",
+        "{} commit{} {since}",
         commits.len(),
         if commits.len() == 1 { "" } else { "s" }
     );
@@ -865,14 +852,22 @@ mod tests {
             !text.contains("<<<<<<<") && text.contains("{ 2 }"),
             "{text}"
         );
+        // `ours` is the run branch's side (the merge's first parent), `theirs` the story's.
         assert!(
-            ours.contains("US-2: shared returns 2") && ours.contains("+ fn shared() -> u8 { 2 }"),
+            theirs.starts_with("1 commit since ")
+                && theirs.contains("\"US-2: shared returns 2\"")
+                && theirs.contains(
+                    "lib.rs: changed:\n  - fn shared() -> u8 { 1 }\n  + fn shared() -> u8 { 2 }"
+                ),
+            "{theirs}"
+        );
+        assert!(
+            ours.contains("US-1: shared returns 3") && ours.contains("+ fn shared() -> u8 { 3 }"),
             "{ours}"
         );
-        assert!(ours.contains("lib.rs"), "{ours}");
         assert!(
-            theirs.contains("US-1: shared returns 3") && theirs.contains("{ 3 }"),
-            "{theirs}"
+            !ours.contains("US-2") && !theirs.contains("US-1"),
+            "{ours}\n{theirs}"
         );
         assert!(!ours.contains("\n\n") && !theirs.contains("\n\n"));
     }
@@ -886,11 +881,11 @@ mod tests {
         std::fs::remove_file(main.root().join("a.txt")).unwrap();
         let tip = main.commit_all("delete a", "", &[]).unwrap().unwrap();
         let got = integrate(&wt, &tip, &[]).unwrap();
-        let Integration::Conflict { files, theirs, .. } = got else {
+        let Integration::Conflict { files, ours, .. } = got else {
             panic!("{got:?}")
         };
         assert_eq!(files, vec!["a.txt".to_owned()]);
-        assert!(theirs.contains("a.txt: deleted."), "{theirs}");
+        assert!(ours.contains("a.txt: deleted."), "{ours}");
         assert_eq!(wt.head_sha().unwrap(), Some(story));
         assert_eq!(read(&root, "a.txt").as_deref(), Some("story changed it\n"));
         assert_eq!(git(&root, &["status", "--porcelain"]), "");
