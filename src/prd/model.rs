@@ -132,12 +132,24 @@ impl Prd {
     /// The first story whose `id` is `id`, if any. A hash lookup (see [`StoryIndex`]); an id
     /// that names no story costs one scan.
     pub fn story(&self, id: &str) -> Option<&Story> {
+        self.position(id).map(|i| &self.user_stories[i])
+    }
+
+    /// Where the first story whose `id` is `id` is in `user_stories` (0-based), if any. A hash
+    /// lookup (see [`StoryIndex`]); an id that names no story costs one scan.
+    pub fn position(&self, id: &str) -> Option<usize> {
         let found = self
             .index
             .position(&self.user_stories, id)
-            .and_then(|i| self.user_stories.get(i))
-            .filter(|story| story.id == id);
-        found.or_else(|| self.user_stories.iter().find(|story| story.id == id))
+            .filter(|&i| self.user_stories.get(i).is_some_and(|story| story.id == id));
+        found.or_else(|| self.user_stories.iter().position(|story| story.id == id))
+    }
+
+    /// Whether the dependency `id` is met: the first story with that id has `passes: true`. An id
+    /// that names no story is never met (validation refuses such files). The one rule both
+    /// [`Prd::next_story`] and the parallel scheduler (`run::policy::ready`) use.
+    pub fn dependency_passes(&self, id: &str) -> bool {
+        self.story(id).is_some_and(|story| story.passes)
     }
 
     /// True when every story has `passes: true` (vacuously true for an empty list): the only
@@ -171,20 +183,16 @@ impl Prd {
     /// Linear in the number of stories, their dependencies and `blocked`.
     pub fn next_story(&self, blocked: &[String]) -> Option<&Story> {
         let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
-        let passing: HashSet<&str> = self
-            .user_stories
-            .iter()
-            .filter(|story| story.passes)
-            .map(|story| story.id.as_str())
-            .collect();
-        // The first story with an id decides whether that id passes.
-        let first_passes =
-            |dep: &str| passing.contains(dep) && self.story(dep).is_some_and(|d| d.passes);
         self.user_stories
             .iter()
             .filter(|story| !story.passes)
             .filter(|story| !blocked.contains(story.id.as_str()))
-            .filter(|story| story.depends_on.iter().all(|dep| first_passes(dep)))
+            .filter(|story| {
+                story
+                    .depends_on
+                    .iter()
+                    .all(|dep| self.dependency_passes(dep))
+            })
             // `min_by_key` returns the first of equal minima, which gives document order on ties.
             .min_by_key(|story| story.priority)
     }

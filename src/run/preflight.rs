@@ -69,6 +69,13 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
             cfg.prd_path.display()
         );
     }
+    if cfg.parallel > 1 && cfg.sandbox.is_on() {
+        bail!(
+            "--parallel {} cannot be used with --sandbox {} yet: the sandbox is built for the checkout, not for the stories' worktrees\nhint: run with --parallel 1 to keep the sandbox, or without --sandbox to work on stories in parallel",
+            cfg.parallel,
+            cfg.sandbox.as_str()
+        );
+    }
     let repo = Repo::discover(&prd_dir)?;
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
     let mut agents = vec![setup_agent(cfg, &paths, out)?];
