@@ -52,10 +52,11 @@ pub struct SetupReport {
 
 /// A setup step that failed: the story cannot start in this worktree.
 ///
-/// Displays as ``<step> failed (<reason>): <output>`` (without the output when there is none),
-/// e.g. ``worktree_setup `npm ci` failed (exit code 1): npm ERR! …``.
+/// Displays as ``<step> failed (<reason>): <output>`` (without the output when there is none;
+/// an output of several lines starts on a line of its own), e.g. ``worktree_setup `npm ci`
+/// failed (exit code 1): npm ERR! …``.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{step} failed ({reason}){}", if output.is_empty() { String::new() } else { format!(": {output}") })]
+#[error("{step} failed ({reason}){}", output_suffix(output))]
 pub struct SetupFailed {
     /// The step, e.g. ``worktree_copy `.env` `` or ``worktree_setup `npm ci` ``.
     pub step: String,
@@ -68,6 +69,16 @@ pub struct SetupFailed {
     /// A stop (Ctrl-C, SIGTERM) cut the step short: not the setup's fault, so the story should
     /// not be blocked for it.
     pub interrupted: bool,
+}
+
+/// `: <output>` for a one-line output, `:` and the output on lines of their own for a longer
+/// one, nothing for none.
+fn output_suffix(output: &str) -> String {
+    match output {
+        "" => String::new(),
+        o if o.contains('\n') => format!(":\n{o}"),
+        o => format!(": {o}"),
+    }
 }
 
 impl SetupFailed {
@@ -142,10 +153,36 @@ pub fn set_up(s: &TreeSetup, stop: &StopSignals) -> Result<SetupReport, SetupFai
     Ok(report)
 }
 
-/// Copies `path` (see [`set_up`], step 1).
-fn copy_in(s: &TreeSetup, wt: &crate::git::Repo, path: &str) -> Result<(), SetupFailed> {
-    let step = format!("worktree_copy `{path}`");
-    let fail = |reason: String| SetupFailed::of(step.clone(), reason);
+/// Checks `worktree_copy` against the main checkout before any worktree is made, so that a
+/// mistake in ralph.toml stops the run at its start instead of failing every story's setup:
+/// each path must be relative, stay inside the repository, exist in the main checkout
+/// `main` and be ignored by git there (the same rules [`set_up`] applies in each worktree).
+///
+/// # Errors
+/// The first path that breaks a rule, as a [`SetupFailed`] naming it and the fix.
+pub fn check_copies(main: &crate::git::Repo, copy: &[String]) -> Result<(), SetupFailed> {
+    for path in copy {
+        let step = format!("worktree_copy `{path}`");
+        let rel = checked_rel(path).map_err(|reason| SetupFailed::of(step.clone(), reason))?;
+        let from = main.root().join(rel);
+        let meta = std::fs::metadata(&from).map_err(|_| {
+            SetupFailed::of(
+                step.clone(),
+                format!(
+                    "it does not exist in {}; create it or fix `worktree_copy` in ralph.toml",
+                    main.root().display()
+                ),
+            )
+        })?;
+        ignored(main, rel, meta.is_dir())
+            .map_err(|reason| SetupFailed::of(step.clone(), reason))?;
+    }
+    Ok(())
+}
+
+/// `path` as a relative path that stays inside the repository and is not git's own directory;
+/// else why not.
+fn checked_rel(path: &str) -> Result<&Path, String> {
     let rel = Path::new(path.trim_end_matches('/'));
     let escapes = rel.as_os_str().is_empty()
         || rel.is_absolute()
@@ -153,15 +190,38 @@ fn copy_in(s: &TreeSetup, wt: &crate::git::Repo, path: &str) -> Result<(), Setup
             .components()
             .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
     if escapes {
-        return Err(fail(
-            "the path must be relative to the repository and stay inside it (no `..`, not absolute); fix `worktree_copy` in ralph.toml".to_owned(),
-        ));
+        return Err("the path must be relative to the repository and stay inside it (no `..`, not absolute); fix `worktree_copy` in ralph.toml".to_owned());
     }
     if rel.components().next() == Some(Component::Normal(".git".as_ref())) {
-        return Err(fail(
+        return Err(
             "git's own directory is not copied; fix `worktree_copy` in ralph.toml".to_owned(),
-        ));
+        );
     }
+    Ok(rel)
+}
+
+/// Ok when git ignores `rel` in `repo` (asked as a directory when `dir`); else why that matters.
+fn ignored(repo: &crate::git::Repo, rel: &Path, dir: bool) -> Result<(), String> {
+    let rel_str = rel.to_string_lossy();
+    let asked = if dir {
+        format!("{rel_str}/")
+    } else {
+        rel_str.to_string()
+    };
+    match repo.is_ignored(&asked) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!(
+            "git does not ignore `{rel_str}`, so the story's commit would take the copy in; add it to .gitignore, or remove it from `worktree_copy` in ralph.toml"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Copies `path` (see [`set_up`], step 1).
+fn copy_in(s: &TreeSetup, wt: &crate::git::Repo, path: &str) -> Result<(), SetupFailed> {
+    let step = format!("worktree_copy `{path}`");
+    let fail = |reason: String| SetupFailed::of(step.clone(), reason);
+    let rel = checked_rel(path).map_err(&fail)?;
     let from = s.main_root.join(rel);
     // A link on the way (not the path itself) must not lead out of the repository.
     let main_real = s
@@ -177,25 +237,11 @@ fn copy_in(s: &TreeSetup, wt: &crate::git::Repo, path: &str) -> Result<(), Setup
     }
     let Ok(meta) = std::fs::metadata(&from) else {
         return Err(fail(format!(
-            "{} does not exist in the main checkout; create it or fix `worktree_copy` in ralph.toml",
-            from.display()
+            "it does not exist in the main checkout {}; create it or fix `worktree_copy` in ralph.toml",
+            s.main_root.display()
         )));
     };
-    let rel_str = rel.to_string_lossy();
-    let asked = if meta.is_dir() {
-        format!("{rel_str}/")
-    } else {
-        rel_str.to_string()
-    };
-    match wt.is_ignored(&asked) {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(fail(format!(
-                "git does not ignore `{rel_str}`, so the story's commit would take the copy in; add it to .gitignore, or remove it from `worktree_copy` in ralph.toml"
-            )))
-        }
-        Err(e) => return Err(fail(e.to_string())),
-    }
+    ignored(wt, rel, meta.is_dir()).map_err(&fail)?;
     let to = s.root.join(rel);
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)
@@ -451,6 +497,31 @@ mod tests {
             "{err}"
         );
         assert!(!wt.join("ran").exists(), "no step runs after a failed one");
+
+        // The same rules at the run's start, against the main checkout.
+        let repo = Repo::discover(&main).unwrap();
+        let check = |copy: &[&str]| {
+            check_copies(
+                &repo,
+                &copy.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        assert!(check(&[".env", "node_modules", "node_modules/"]).is_ok());
+        let err = check(&[".env", "local.toml"]).unwrap_err();
+        assert_eq!(err.step, "worktree_copy `local.toml`");
+        assert!(err.reason.contains("does not exist in"), "{err}");
+        assert!(check(&["../x"])
+            .unwrap_err()
+            .reason
+            .contains("stay inside it"));
+        assert!(check(&["tracked.txt"])
+            .unwrap_err()
+            .reason
+            .contains("does not ignore"));
+        assert!(check(&[".git/config"])
+            .unwrap_err()
+            .reason
+            .contains("git's own directory"));
     }
 
     #[test]
@@ -478,7 +549,8 @@ mod tests {
             err.output
         );
         assert!(
-            err.to_string().contains("failed (exit code 3): installing"),
+            err.to_string()
+                .contains("failed (exit code 3):\ninstalling\n"),
             "{err}"
         );
 
