@@ -324,17 +324,22 @@ impl Repo {
 
     /// Whether some reference (branch, tag, `refs/ralph/…`, a remote-tracking branch) points
     /// at `oid` or at a descendant of it.
+    ///
+    /// Branches and salvage refs are looked at first (where landed or saved work is), so the
+    /// usual answer costs a few history walks however many `refs/ralph/<run>/<n>/…` pins exist.
     fn commit_is_kept(&self, oid: git2::Oid) -> Result<bool, GitError> {
-        for reference in self
-            .repo
-            .references()
-            .map_err(op("list references"))?
-            .flatten()
-        {
-            if let Ok(commit) = reference.peel_to_commit() {
-                let tip = commit.id();
-                if tip == oid || self.repo.graph_descendant_of(tip, oid).unwrap_or(false) {
-                    return Ok(true);
+        for glob in ["refs/heads/*", "refs/ralph/salvage/*", "*"] {
+            for reference in self
+                .repo
+                .references_glob(glob)
+                .map_err(op("list references"))?
+                .flatten()
+            {
+                if let Ok(commit) = reference.peel_to_commit() {
+                    let tip = commit.id();
+                    if tip == oid || self.repo.graph_descendant_of(tip, oid).unwrap_or(false) {
+                        return Ok(true);
+                    }
                 }
             }
         }
@@ -578,6 +583,27 @@ pub(crate) mod tests {
         );
         repo.add_worktree(&wt_root, &first).unwrap();
         assert!(wt_root.join("a.txt").exists());
+    }
+
+    #[test]
+    fn any_reference_keeps_a_worktrees_head() {
+        let (_dir, repo, first) = repo_with_commit();
+        let wt_root = repo.root().join(".ralph/worktrees/r/US-9");
+        repo.add_worktree(&wt_root, &first).unwrap();
+        let wt = Repo::discover(&wt_root).unwrap();
+        std::fs::write(wt_root.join("n.txt"), "n\n").unwrap();
+        let work = wt.commit_all("work", "", &[]).unwrap().unwrap();
+        let oid = git2::Oid::from_str(&work).unwrap();
+        assert!(!repo.commit_is_kept(oid).unwrap());
+        // A pin deep under refs/ralph/ keeps it; so does a tag on a descendant.
+        repo.set_ref("refs/ralph/r/7/start", &work).unwrap();
+        assert!(repo.commit_is_kept(oid).unwrap());
+        git(repo.root(), &["update-ref", "-d", "refs/ralph/r/7/start"]);
+        std::fs::write(wt_root.join("m.txt"), "m\n").unwrap();
+        let later = wt.commit_all("later", "", &[]).unwrap().unwrap();
+        git(repo.root(), &["tag", "v1", &later]);
+        assert!(repo.commit_is_kept(oid).unwrap());
+        repo.remove_worktree(&wt_root).unwrap();
     }
 
     #[test]
