@@ -31,11 +31,13 @@ pub enum Integration {
     Conflict {
         /// The conflicting paths, repository-relative, sorted.
         files: Vec<String>,
-        /// The story's side: the subjects of its commits since the merge base, then per
-        /// conflicting file a few of the lines it changed. One paragraph (lines, no blank
-        /// line), for the story's next prompt.
+        /// The run branch's side (the tip: the stories landed meanwhile; the merge's first
+        /// parent): how many commits since the merge base and their subjects (newest first),
+        /// then per conflicting file a few of the lines it changed there (`deleted.` for a
+        /// file it deleted). One paragraph (lines, no blank line), with no label: the caller
+        /// says which side it is, in the story's next prompt.
         ours: String,
-        /// The run branch's side (the stories landed meanwhile), in the same shape.
+        /// The story's side (the worktree's HEAD), in the same shape.
         theirs: String,
     },
 }
@@ -128,22 +130,8 @@ pub fn integrate(wt: &Repo, tip: &str, keep_from_tip: &[&str]) -> Result<Integra
     let conflicts = real_conflicts(&index, keep_from_tip)?;
     if !conflicts.is_empty() {
         let base_sha = base.map(|b| b.to_string());
-        let ours = side_summary(
-            wt,
-            "This story's work",
-            base_sha.as_deref(),
-            &story,
-            &base_tree,
-            &conflicts,
-        )?;
-        let theirs = side_summary(
-            wt,
-            "The run branch (stories landed since this story started)",
-            base_sha.as_deref(),
-            &tip,
-            &base_tree,
-            &conflicts,
-        )?;
+        let ours = side_summary(wt, base_sha.as_deref(), &tip, &base_tree, &conflicts)?;
+        let theirs = side_summary(wt, base_sha.as_deref(), &story, &base_tree, &conflicts)?;
         return Ok(Integration::Conflict {
             files: conflicts,
             ours,
@@ -182,6 +170,9 @@ pub fn integrate(wt: &Repo, tip: &str, keep_from_tip: &[&str]) -> Result<Integra
         .map_err(op("commit"))?;
     let mut checkout = CheckoutBuilder::new();
     checkout.safe();
+    repo.index()
+        .and_then(|mut i| i.read(false))
+        .map_err(op("read index"))?;
     repo.checkout_tree(tree.as_object(), Some(&mut checkout))
         .map_err(|err| {
             if err.code() == git2::ErrorCode::Conflict {
@@ -308,11 +299,10 @@ fn take_from_tip(
     Ok(())
 }
 
-/// One side of a conflict for the story's next prompt: `label`, the subjects of `side`'s commits
-/// since `base`, then per conflicting file a few of the lines `side` changed there.
+/// One side of a conflict for the story's next prompt: the subjects of `side`'s commits since
+/// `base`, then per conflicting file a few of the lines `side` changed there.
 fn side_summary(
     wt: &Repo,
-    label: &str,
     base: Option<&str>,
     side: &git2::Commit<'_>,
     base_tree: &Tree<'_>,
@@ -333,7 +323,7 @@ fn side_summary(
         .map(|b| format!("since {}", &b[..b.len().min(12)]))
         .unwrap_or_else(|| "(no common history)".to_owned());
     let mut out = format!(
-        "{label}: {} commit{} {since}",
+        "{} commit{} {since}",
         commits.len(),
         if commits.len() == 1 { "" } else { "s" }
     );
@@ -432,7 +422,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     if on.as_deref() != Some(branch) {
         return Err(blocked(
             format!(
-                "HEAD is {}, not on the run branch `{branch}`\nhint: check out `{branch}` again (`git switch {branch}`), then run ralph again",
+                "the checkout cannot move forward: HEAD is {}, not on the run branch `{branch}`\nhint: check out `{branch}` again (`git switch {branch}`), then run ralph again",
                 on.map(|b| format!("on `{b}`")).unwrap_or_else(|| "detached".to_owned())
             ),
             Vec::new(),
@@ -444,7 +434,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     if head != Some(from_commit.id()) {
         return Err(blocked(
             format!(
-                "`{branch}` is at {}, not at {from} where the landing started\nhint: something else committed on the run branch during the run; look at `git log {branch}`",
+                "the checkout cannot move forward: `{branch}` is at {}, not at {from} where the landing started\nhint: something else committed on the run branch during the run; look at `git log {branch}`",
                 head.map(|h| h.to_string()).unwrap_or_else(|| "no commit".to_owned())
             ),
             Vec::new(),
@@ -455,7 +445,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     }
     if !main.is_ancestor(from, to)? {
         return Err(blocked(
-            format!("{to} does not descend from {from}, so `{branch}` cannot move forward to it"),
+            format!("the checkout cannot move forward: {to} does not descend from {from}, so `{branch}` cannot move to it"),
             Vec::new(),
         ));
     }
@@ -463,7 +453,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     if !edited.is_empty() {
         return Err(blocked(
             format!(
-                "tracked files differ from the run branch's last commit (someone edited them during the run): {}\nhint: commit or move your changes elsewhere (ralph never stashes or resets them), then run ralph again",
+                "the landed work cannot be checked out: tracked files in your checkout were changed during the run: {}\nhint: commit or move your changes elsewhere (ralph never stashes or resets them), then run ralph again",
                 edited.join(", ")
             ),
             edited,
@@ -475,7 +465,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     if !in_the_way.is_empty() {
         return Err(blocked(
             format!(
-                "untracked or ignored files are where the landed work puts tracked files: {}\nhint: move them away (ralph never overwrites them), then run ralph again",
+                "the landed work cannot be checked out: untracked or ignored files in your checkout are where it puts tracked files: {}\nhint: move them away (ralph never overwrites them), then run ralph again",
                 in_the_way.join(", ")
             ),
             in_the_way,
@@ -493,6 +483,11 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             }
             true
         });
+    // The index as it is on disk now (the user may have staged something since it was read).
+    main.repo
+        .index()
+        .and_then(|mut i| i.read(false))
+        .map_err(op("read index"))?;
     let result = main
         .repo
         .checkout_tree(to_tree.as_object(), Some(&mut checkout));
@@ -503,7 +498,7 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             refused.dedup();
             return Err(blocked(
                 format!(
-                    "files in the checkout are in the way: {}\nhint: move them away or commit them, then run ralph again",
+                    "the landed work cannot be checked out: files in your checkout are in the way: {}\nhint: move them away or commit them, then run ralph again",
                     refused.join(", ")
                 ),
                 refused,
@@ -587,6 +582,123 @@ impl Repo {
         found.dedup();
         Ok(found)
     }
+}
+
+/// On the main checkout, commits only `paths` (repository-relative files, or directory prefixes
+/// such as `progress-history/` covering what is under them) as the working tree has them
+/// (added, changed or deleted) on top of HEAD, with a message laid out as
+/// [`Repo::checkpoint`]'s (`subject`, `body`, trailers). Everything else in the working tree
+/// and the index (what the user changed or staged during the run) is left exactly as it is and
+/// is not committed: the landing's own checkpoint (prd.json, progress.txt) never takes the
+/// user's work in. Returns the new commit's full sha; `None` when those paths are as HEAD has
+/// them.
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when HEAD has no commit; [`GitError::Git`] when a file cannot
+/// be read or the commit cannot be written.
+pub fn commit_own_files(
+    main: &Repo,
+    paths: &[&str],
+    subject: &str,
+    body: &str,
+    trailers: &[(&str, String)],
+) -> Result<Option<String>, GitError> {
+    let head = main
+        .head_commit()?
+        .ok_or_else(|| GitError::UnknownRevision {
+            rev: "HEAD".to_owned(),
+        })?;
+    let head_tree = head.tree().map_err(op("read tree"))?;
+    let files = own_files(main, &head_tree, paths);
+    let mut index = main.repo.index().map_err(op("read index"))?;
+    // What someone else (the user's `git add`) wrote since this handle read it.
+    index.read(false).map_err(op("read index"))?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for file in &files {
+        let on_disk = std::fs::symlink_metadata(main.root.join(file))
+            .is_ok_and(|m| m.is_file() || m.file_type().is_symlink());
+        if on_disk {
+            index
+                .add_path(Path::new(file))
+                .map_err(op("stage a file"))?;
+            let Some(entry) = index.get_path(Path::new(file), 0) else {
+                continue;
+            };
+            let mode = match entry.mode {
+                0o100755 => git2::FileMode::BlobExecutable,
+                0o120000 => git2::FileMode::Link,
+                _ => git2::FileMode::Blob,
+            };
+            update.upsert(file.as_str(), entry.id, mode);
+        } else {
+            let _ = index.remove_path(Path::new(file));
+            update.remove(file.as_str());
+        }
+    }
+    let tree_id = update
+        .create_updated(&main.repo, &head_tree)
+        .map_err(op("write tree"))?;
+    index.write().map_err(op("write index"))?;
+    if tree_id == head_tree.id() {
+        return Ok(None);
+    }
+    let tree = main.repo.find_tree(tree_id).map_err(op("read tree"))?;
+    let config = main.repo.config().map_err(op("read config"))?;
+    let env = |key: &str| std::env::var(key).ok();
+    let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+    let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+    let message = commit_message(subject, body, trailers);
+    let oid = main
+        .repo
+        .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&head])
+        .map_err(op("commit"))?;
+    Ok(Some(oid.to_string()))
+}
+
+/// The files `paths` names: each plain path, and for a directory prefix every file under it in
+/// the working tree or in HEAD's tree (`/`-separated, sorted, no duplicates).
+fn own_files(main: &Repo, head_tree: &Tree<'_>, paths: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    for p in paths {
+        let p = p.trim_start_matches("./");
+        let dir = p.trim_end_matches('/');
+        if dir.is_empty() {
+            continue;
+        }
+        let in_head_as_dir = head_tree
+            .get_path(Path::new(dir))
+            .is_ok_and(|e| e.kind() == Some(git2::ObjectType::Tree));
+        let on_disk_as_dir = main.root.join(dir).is_dir();
+        if !(p.ends_with('/') || in_head_as_dir || on_disk_as_dir) {
+            files.push(dir.to_owned());
+            continue;
+        }
+        let keep = [dir];
+        let _ = head_tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+            let path = format!("{parent}{}", entry.name().unwrap_or_default());
+            if entry.kind() == Some(git2::ObjectType::Blob) && covered(&path, &keep) {
+                files.push(path);
+            }
+            git2::TreeWalkResult::Ok
+        });
+        let mut stack = vec![main.root.join(dir)];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&main.root) {
+                    files.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    files
 }
 
 /// Points `refs/ralph/salvage/<run>/<story>` at commit `sha` and returns the reference's full
@@ -865,14 +977,22 @@ mod tests {
             !text.contains("<<<<<<<") && text.contains("{ 2 }"),
             "{text}"
         );
+        // `ours` is the run branch's side (the merge's first parent), `theirs` the story's.
         assert!(
-            ours.contains("US-2: shared returns 2") && ours.contains("+ fn shared() -> u8 { 2 }"),
+            theirs.starts_with("1 commit since ")
+                && theirs.contains("\"US-2: shared returns 2\"")
+                && theirs.contains(
+                    "lib.rs: changed:\n  - fn shared() -> u8 { 1 }\n  + fn shared() -> u8 { 2 }"
+                ),
+            "{theirs}"
+        );
+        assert!(
+            ours.contains("US-1: shared returns 3") && ours.contains("+ fn shared() -> u8 { 3 }"),
             "{ours}"
         );
-        assert!(ours.contains("lib.rs"), "{ours}");
         assert!(
-            theirs.contains("US-1: shared returns 3") && theirs.contains("{ 3 }"),
-            "{theirs}"
+            !ours.contains("US-2") && !theirs.contains("US-1"),
+            "{ours}\n{theirs}"
         );
         assert!(!ours.contains("\n\n") && !theirs.contains("\n\n"));
     }
@@ -886,11 +1006,11 @@ mod tests {
         std::fs::remove_file(main.root().join("a.txt")).unwrap();
         let tip = main.commit_all("delete a", "", &[]).unwrap().unwrap();
         let got = integrate(&wt, &tip, &[]).unwrap();
-        let Integration::Conflict { files, theirs, .. } = got else {
+        let Integration::Conflict { files, ours, .. } = got else {
             panic!("{got:?}")
         };
         assert_eq!(files, vec!["a.txt".to_owned()]);
-        assert!(theirs.contains("a.txt: deleted."), "{theirs}");
+        assert!(ours.contains("a.txt: deleted."), "{ours}");
         assert_eq!(wt.head_sha().unwrap(), Some(story));
         assert_eq!(read(&root, "a.txt").as_deref(), Some("story changed it\n"));
         assert_eq!(git(&root, &["status", "--porcelain"]), "");
@@ -1018,5 +1138,60 @@ mod tests {
             salvage(&main, "r", "US-1", "no-such"),
             Err(GitError::UnknownRevision { .. })
         ));
+    }
+
+    #[test]
+    fn commit_own_files_commits_ralphs_files_and_leaves_the_users_changes_alone() {
+        let (_d, main, _) = repo_with_commit();
+        let root = main.root().to_path_buf();
+        write(&root, "prd.json", "{}\n");
+        write(&root, "progress.txt", "start\n");
+        write(&root, "progress-history/0001.txt", "old part\n");
+        write(&root, "README.md", "readme\n");
+        write(&root, "staged.txt", "v1\n");
+        let before = main.commit_all("base", "", &[]).unwrap().unwrap();
+        // The user, during the run: an edit, a staged change, a new file.
+        write(&root, "README.md", "readme\nmy edit\n");
+        write(&root, "staged.txt", "v2\n");
+        git(&root, &["add", "staged.txt"]);
+        write(&root, "mine.txt", "new\n");
+        // ralph, at landing.
+        write(&root, "prd.json", "{\"passes\": true}\n");
+        write(&root, "progress.txt", "start\nentry\n");
+        write(&root, "progress-history/0002.txt", "new part\n");
+        std::fs::remove_file(root.join("progress-history/0001.txt")).unwrap();
+
+        let own = ["prd.json", "progress.txt", "progress-history/"];
+        let commit = commit_own_files(
+            &main,
+            &own,
+            "ralph: iteration 2 (US-001)",
+            "",
+            &[("Ralph-Run", "r".into())],
+        )
+        .unwrap()
+        .unwrap();
+        assert_ne!(commit, before);
+        let changed = git(&root, &["diff", "--name-status", &before, &commit]);
+        assert_eq!(
+            changed,
+            "M\tprd.json\nD\tprogress-history/0001.txt\nA\tprogress-history/0002.txt\nM\tprogress.txt\n"
+        );
+        assert!(main.message_of(&commit).unwrap().contains("Ralph-Run: r"));
+        // The user's changes are as they were: the edit unstaged, the staged change staged, the
+        // new file untracked.
+        assert_eq!(
+            git(&root, &["status", "--porcelain"]),
+            " M README.md\nM  staged.txt\n?? mine.txt\n"
+        );
+        assert_eq!(
+            read(&root, "README.md").as_deref(),
+            Some("readme\nmy edit\n")
+        );
+        // Nothing left of ralph's: no empty commit.
+        assert_eq!(
+            commit_own_files(&main, &own, "again", "", &[]).unwrap(),
+            None
+        );
     }
 }

@@ -131,8 +131,9 @@ pub enum GitError {
         why: String,
     },
     /// The main checkout cannot move forward: it is not where the landing expected, or the
-    /// user's files are in the way. Nothing was changed.
-    #[error("cannot move the checkout forward: {why}")]
+    /// user's files are in the way. Nothing was changed. Displays as `why` alone (a sentence
+    /// naming the files, then a `hint:` line).
+    #[error("{why}")]
     CheckoutBlocked {
         /// What is wrong, naming the files, and how to fix it.
         why: String,

@@ -119,7 +119,7 @@ impl Repo {
     pub fn add_worktree(&self, root: &Path, base: &str) -> Result<(), GitError> {
         let sha = self.resolve_commit(base)?.id().to_string();
         let root = normalized(&self.root, root);
-        if root == normalized(&self.root, &self.root) || self.root.starts_with(&root) {
+        if normalized(&self.root, &self.root).starts_with(&root) {
             return Err(GitError::WorktreeInTheWay {
                 path: root,
                 why: "this is the main checkout, not a place for a story's worktree".to_owned(),
@@ -164,13 +164,17 @@ impl Repo {
     /// administrative entry for it (`.git/worktrees/<name>`). Never deletes a reference or a
     /// branch. Nothing at `root` and no registration: nothing to do.
     ///
+    /// The worktree's HEAD commit must be kept by some reference (landed on the run branch, or
+    /// saved by [`super::land::salvage`]): a worktree holding commits nothing else keeps is never
+    /// removed.
+    ///
     /// # Errors
-    /// [`GitError::WorktreeInTheWay`] when `root` is the main checkout or a directory that is not
-    /// a worktree of this repository (never deleted); [`GitError::Git`] when it cannot be
-    /// deleted or pruned.
+    /// [`GitError::WorktreeInTheWay`] when `root` is the main checkout, a directory that is not
+    /// a worktree of this repository, or a worktree whose HEAD no reference keeps (never
+    /// deleted); [`GitError::Git`] when it cannot be deleted or pruned.
     pub fn remove_worktree(&self, root: &Path) -> Result<(), GitError> {
         let root = normalized(&self.root, root);
-        if self.root.starts_with(&root) || normalized(&self.root, &self.root) == root {
+        if normalized(&self.root, &self.root).starts_with(&root) {
             return Err(GitError::WorktreeInTheWay {
                 path: root,
                 why: "this is the main checkout: ralph never removes it".to_owned(),
@@ -186,6 +190,17 @@ impl Repo {
                 why: "not a worktree of this repository, so ralph leaves it alone\nhint: look at what it holds, then move or delete it yourself".to_owned(),
             });
         };
+        if let Some(head) = Repository::open(&root)
+            .ok()
+            .and_then(|r| r.head().ok().and_then(|h| h.target()))
+        {
+            if !self.commit_is_kept(head)? {
+                return Err(GitError::WorktreeInTheWay {
+                    path: root,
+                    why: format!("its HEAD {head} is kept by no branch or reference, so removing the worktree would lose it\nhint: land it or save it first (`refs/ralph/salvage/…`, `git branch <name> {head}`)"),
+                });
+            }
+        }
         if root.exists() {
             remove_tree(&root).map_err(|e| GitError::WorktreeInTheWay {
                 path: root.clone(),
@@ -212,9 +227,11 @@ impl Repo {
         found
     }
 
-    /// Whether git ignores `path` (relative to this checkout's root; a directory may be given
-    /// with or without a trailing `/`), by `.gitignore`, `.git/info/exclude` or
-    /// `core.excludesFile`. A path git tracks is not ignored.
+    /// Whether git ignores `path` (relative to this checkout's root), by `.gitignore`,
+    /// `.git/info/exclude` or `core.excludesFile`. It is asked as a directory when it ends with
+    /// `/` or is a directory here (so `node_modules/` matches a `node_modules/` rule before the
+    /// directory exists). A path git tracks, or a directory holding tracked files, is not
+    /// ignored.
     ///
     /// # Errors
     /// [`GitError::Git`] when the ignore rules or the index cannot be read.
@@ -224,7 +241,7 @@ impl Repo {
         if index.get_path(Path::new(trimmed), 0).is_some() {
             return Ok(false);
         }
-        if self.root.join(trimmed).is_dir() {
+        if path.ends_with('/') || self.root.join(trimmed).is_dir() {
             let prefix = format!("{trimmed}/");
             let tracked_inside = index.iter().any(|e| e.path.starts_with(prefix.as_bytes()));
             if tracked_inside {
@@ -307,17 +324,22 @@ impl Repo {
 
     /// Whether some reference (branch, tag, `refs/ralph/…`, a remote-tracking branch) points
     /// at `oid` or at a descendant of it.
+    ///
+    /// Branches and salvage refs are looked at first (where landed or saved work is), so the
+    /// usual answer costs a few history walks however many `refs/ralph/<run>/<n>/…` pins exist.
     fn commit_is_kept(&self, oid: git2::Oid) -> Result<bool, GitError> {
-        for reference in self
-            .repo
-            .references()
-            .map_err(op("list references"))?
-            .flatten()
-        {
-            if let Ok(commit) = reference.peel_to_commit() {
-                let tip = commit.id();
-                if tip == oid || self.repo.graph_descendant_of(tip, oid).unwrap_or(false) {
-                    return Ok(true);
+        for glob in ["refs/heads/*", "refs/ralph/salvage/*", "*"] {
+            for reference in self
+                .repo
+                .references_glob(glob)
+                .map_err(op("list references"))?
+                .flatten()
+            {
+                if let Ok(commit) = reference.peel_to_commit() {
+                    let tip = commit.id();
+                    if tip == oid || self.repo.graph_descendant_of(tip, oid).unwrap_or(false) {
+                        return Ok(true);
+                    }
                 }
             }
         }
@@ -480,8 +502,16 @@ pub(crate) mod tests {
 
         // Work in the worktree, kept under a ref, then the worktree goes: the ref stays.
         std::fs::write(wt_root.join("c.txt"), "c\n").unwrap();
-        std::fs::write(wt_root.join("ignored.log"), "x\n").unwrap();
         let work = wt.commit_all("work", "", &[]).unwrap().unwrap();
+        std::fs::create_dir_all(wt_root.join(".ralph")).unwrap();
+        std::fs::write(wt_root.join(".ralph/ignored.bin"), "x\n").unwrap();
+        std::fs::write(wt_root.join("untracked.txt"), "x\n").unwrap();
+        let err = repo.remove_worktree(&wt_root).unwrap_err().to_string();
+        assert!(
+            err.contains(&work) && err.contains("would lose it"),
+            "{err}"
+        );
+        assert!(wt_root.join("c.txt").exists());
         repo.set_ref("refs/ralph/salvage/run-1/a%2Fb", &work)
             .unwrap();
         drop(wt);
@@ -546,8 +576,34 @@ pub(crate) mod tests {
         // Its directory deleted by hand: the stale registration is pruned and it is made again.
         drop(again);
         std::fs::remove_dir_all(&wt_root).unwrap();
+        assert_eq!(
+            repo.worktrees_under(&root.join(".ralph/worktrees")).len(),
+            1,
+            "recovery still sees a registration whose directory is gone"
+        );
         repo.add_worktree(&wt_root, &first).unwrap();
         assert!(wt_root.join("a.txt").exists());
+    }
+
+    #[test]
+    fn any_reference_keeps_a_worktrees_head() {
+        let (_dir, repo, first) = repo_with_commit();
+        let wt_root = repo.root().join(".ralph/worktrees/r/US-9");
+        repo.add_worktree(&wt_root, &first).unwrap();
+        let wt = Repo::discover(&wt_root).unwrap();
+        std::fs::write(wt_root.join("n.txt"), "n\n").unwrap();
+        let work = wt.commit_all("work", "", &[]).unwrap().unwrap();
+        let oid = git2::Oid::from_str(&work).unwrap();
+        assert!(!repo.commit_is_kept(oid).unwrap());
+        // A pin deep under refs/ralph/ keeps it; so does a tag on a descendant.
+        repo.set_ref("refs/ralph/r/7/start", &work).unwrap();
+        assert!(repo.commit_is_kept(oid).unwrap());
+        git(repo.root(), &["update-ref", "-d", "refs/ralph/r/7/start"]);
+        std::fs::write(wt_root.join("m.txt"), "m\n").unwrap();
+        let later = wt.commit_all("later", "", &[]).unwrap().unwrap();
+        git(repo.root(), &["tag", "v1", &later]);
+        assert!(repo.commit_is_kept(oid).unwrap());
+        repo.remove_worktree(&wt_root).unwrap();
     }
 
     #[test]
@@ -578,5 +634,10 @@ pub(crate) mod tests {
         assert!(!repo.is_ignored("a.txt").unwrap());
         assert!(!repo.is_ignored("src").unwrap());
         assert!(!repo.is_ignored("config/local.toml").unwrap());
+        std::fs::remove_dir_all(root.join("node_modules")).unwrap();
+        assert!(
+            repo.is_ignored("node_modules/").unwrap(),
+            "asked as a directory before it exists"
+        );
     }
 }
