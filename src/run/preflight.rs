@@ -77,6 +77,10 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
         );
     }
     let repo = Repo::discover(&prd_dir)?;
+    if cfg.parallel > 1 {
+        // A `worktree_copy` path missing from the checkout would fail every story's setup.
+        crate::worktree::check_copies(&repo, &cfg.worktree_copy)?;
+    }
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
     let mut agents = vec![setup_agent(cfg, &paths, out)?];
     for profile in &cfg.fallbacks {

@@ -114,6 +114,7 @@ pub async fn land(
     out: &mut Outputs,
 ) -> anyhow::Result<Landed> {
     let paths = s.pre.paths.clone();
+    let ran = matches!(end, End::Worked(_));
     let mut worked = match end {
         End::Worked(worked) => *worked,
         End::SetupFailed(message) => {
@@ -145,7 +146,7 @@ pub async fn land(
     record.worker = Some(flight.worker);
     record.worktree = Some(paths.rel(&flight.root));
     let mut flight = flight;
-    let landing = if flight.root.join(".git").exists() {
+    let landing = if ran && flight.root.join(".git").exists() {
         let tree = Repo::discover(&flight.root)?;
         let work = git_land::commit_leftovers(
             &tree,
@@ -405,7 +406,7 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
     r.message = Some(message);
     Worked {
         story_id: flight.story_id.clone(),
-        slot: 0,
+        slot: flight.slot,
         draft: Draft {
             progress_summary: String::new(),
             subject: format!(
