@@ -2,7 +2,8 @@
 //! - `--sandbox`: bubblewrap failing mid-run stops the run as a sandbox (config) failure naming
 //!   bubblewrap, not as the agent's error; the `$ …` command line of a sandboxed iteration says
 //!   it runs inside bubblewrap; a `ralph.toml` an agent creates where there was none is moved
-//!   aside, named in the record's findings and never committed;
+//!   aside, named in the record's findings and never committed; writes the sandbox refused are
+//!   counted in the record;
 //! - fallback agents: a failed login uses neither `--max-iter` nor the story's attempt;
 //! - ralph.toml's `[[agents]]` and price errors name the file, the table and the field;
 //! - `ralph watch` after a run says how the last run ended.
@@ -109,6 +110,48 @@ fn a_ralph_toml_the_sandboxed_agent_creates_is_moved_aside_flagged_and_never_com
         .map(|f| f.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     assert!(!files.contains(&"ralph.toml"), "{files:?}");
+}
+
+/// Writes the sandbox refused (the agent's tools say `Read-only file system`) are counted in
+/// the iteration's record, with where a path that must be writable goes.
+#[test]
+fn writes_the_sandbox_refused_are_counted_in_the_record() {
+    if !crate::sandbox::bwrap_or_skip("writes_the_sandbox_refused_are_counted_in_the_record") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    let agent = script_file(
+        &env,
+        "agent.sh",
+        "cat > /dev/null\ntouch /etc/ralph-denied-x 2>&1\nmkdir /usr/ralph-denied-y 2>&1\necho work > work.txt\n",
+    );
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--sandbox",
+        "fs",
+        "--max-iter",
+        "1",
+    ]);
+    let all = text(&out);
+    assert!(!std::path::Path::new("/etc/ralph-denied-x").exists());
+    let findings = env.ledger()[0]["findings"].clone();
+    assert!(
+        findings.as_array().into_iter().flatten().any(|f| f
+            .as_str()
+            .is_some_and(|f| f.starts_with("the sandbox refused writes: 2 lines"))),
+        "{findings}\n{all}"
+    );
+    assert!(all.contains("the sandbox refused writes: 2 lines"), "{all}");
+    let show = env.ralph(&["show", "1"]);
+    assert!(
+        text(&show).contains("the sandbox refused writes"),
+        "{}",
+        text(&show)
+    );
 }
 
 #[test]
