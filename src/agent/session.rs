@@ -274,12 +274,13 @@ impl SandboxStart {
     pub fn denied_finding(&self) -> Option<String> {
         (self.denied_writes > 0).then(|| {
             format!(
-                "the sandbox refused writes: {} of the agent's output say `{DENIED_WRITE}`; a path its tools must write outside the worktree goes in --sandbox-writable (sandbox_writable in ralph.toml)",
+                "the sandbox refused writes: {} of the agent's output {} `{DENIED_WRITE}`; a path its tools must write outside the worktree goes in --sandbox-writable (sandbox_writable in ralph.toml)",
                 if self.denied_writes == 1 {
                     "1 line".to_owned()
                 } else {
                     format!("{} lines", self.denied_writes)
-                }
+                },
+                if self.denied_writes == 1 { "says" } else { "say" }
             )
         })
     }
@@ -395,7 +396,7 @@ mod tests {
         start.see(&OutputLine::stdout("all good"));
         let one = start.denied_finding().unwrap_or_default();
         assert!(
-            one.starts_with("the sandbox refused writes: 1 line of the agent's output say"),
+            one.starts_with("the sandbox refused writes: 1 line of the agent's output says"),
             "{one}"
         );
         start.see(&OutputLine::stdout(
