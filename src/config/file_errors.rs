@@ -43,8 +43,8 @@ pub fn table_at(text: &str, offset: usize) -> Option<TableAt> {
     let header_start = before
         .lines()
         .map(str::trim)
-        .filter(|l| l.starts_with('['))
-        .last()?
+        .rev()
+        .find(|l| l.starts_with('['))?
         .to_owned();
     let from = before.rfind(header_start.as_str()).unwrap_or(0);
     let name = text[from..]
