@@ -546,8 +546,8 @@ pub struct Sandbox {
 /// [`CONFIG_REFUSED_DIR`] after the process ([`Sandbox::settle`]).
 pub const CONFIG_FILE: &str = "ralph.toml";
 /// Where, under the worktree, a `ralph.toml` that a sandboxed process created is moved to
-/// (`.ralph/refused/ralph.toml.<n>`, `n` from 1): never committed, never read as settings,
-/// kept for the user to look at.
+/// (`.ralph/refused/ralph.toml.<n>`, `n` from 1; the folder has a `.gitignore` of `*`): never
+/// committed, never read as settings, kept for the user to look at.
 pub const CONFIG_REFUSED_DIR: &str = ".ralph/refused";
 
 /// Moves the `ralph.toml` at `worktree`'s root, which a sandboxed process created, to
@@ -559,6 +559,12 @@ pub const CONFIG_REFUSED_DIR: &str = ".ralph/refused";
 pub fn refuse_created_config(worktree: &Path) -> std::io::Result<String> {
     let dir = worktree.join(CONFIG_REFUSED_DIR);
     std::fs::create_dir_all(&dir)?;
+    // Ignored wherever it is: `.ralph/`'s own `.gitignore` is the main checkout's alone, and a
+    // `--parallel` worker's worktree must not commit what was refused.
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        crate::fsutil::write_atomic(&ignore, b"*\n")?;
+    }
     let mut n = 1u32;
     let target = loop {
         let candidate = dir.join(format!("{CONFIG_FILE}.{n}"));
@@ -863,6 +869,10 @@ mod tests {
             );
             assert!(sandbox.take_findings(tree).is_empty(), "taken once");
         }
+        assert_eq!(
+            std::fs::read_to_string(tree.join(CONFIG_REFUSED_DIR).join(".gitignore")).unwrap(),
+            "*\n"
+        );
         // Under --parallel each worktree's findings go to its own iteration.
         let other = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(other.path().join(".git")).expect("mkdir");
