@@ -351,7 +351,10 @@ fn draft(
     r.message = v.message.clone();
     // `--sandbox`: what the sandbox's settle found (a ralph.toml the agent created, moved
     // aside), appended as the verdict's findings are.
-    let settled = cx.sandbox.map(|s| s.take_findings()).unwrap_or_default();
+    let settled = cx
+        .sandbox
+        .map(|s| s.take_findings(&cx.paths.repo_root))
+        .unwrap_or_default();
     if !settled.is_empty() {
         let joined = settled.join("; ");
         r.message = Some(match r.message.take() {
