@@ -16,7 +16,8 @@
 //!   ([`crate::process::sandbox`]), its environment cut down to an allowlist. When bubblewrap
 //!   itself fails before the agent starts (it exits 1 with its own `bwrap: …` lines and the
 //!   agent printed nothing), the report says so as a config failure naming bubblewrap
-//!   ([`SandboxStart`]), not as the agent's error.
+//!   ([`SandboxStart`]), not as the agent's error; lines of its output saying a write was refused
+//!   (`Read-only file system`) are counted into a finding of the iteration's record.
 //!
 //! The process itself is started by [`crate::process::run`] (only `process/` spawns).
 
@@ -212,6 +213,9 @@ pub async fn run_session(
     patterns.apply(&mut report);
     if let Some(sandbox) = sandbox {
         start.judge(sandbox.mode.as_str(), process.exit_code, &mut report);
+        if let Some(finding) = start.denied_finding() {
+            sandbox.note(finding);
+        }
     }
     redact_report(&mut report, &redactor);
     Ok(SessionEnd {
@@ -232,13 +236,22 @@ pub struct SandboxStart {
     bwrap_lines: Vec<String>,
     /// Whether any other line came (then the agent, or bubblewrap's child, ran).
     other_output: bool,
+    /// Lines of the agent's output (its tools' results included) that report a write the
+    /// read-only file system refused ([`DENIED_WRITE`]).
+    denied_writes: u32,
 }
+
+/// `strerror(EROFS)`, what a tool prints when the sandbox's read-only mounts refuse a write.
+pub const DENIED_WRITE: &str = "Read-only file system";
 
 impl SandboxStart {
     /// Takes one output line of the sandboxed process, before redaction.
     pub fn see(&mut self, line: &process::OutputLine) {
         let text = process::strip_ansi(&line.text);
         let text = text.trim();
+        if text.contains(DENIED_WRITE) {
+            self.denied_writes += 1;
+        }
         if !self.other_output
             && line.stream == process::StreamKind::Stderr
             && text.starts_with("bwrap: ")
@@ -253,6 +266,23 @@ impl SandboxStart {
     /// nothing else printed.
     pub fn failed(&self, exit_code: Option<i32>) -> bool {
         exit_code == Some(1) && !self.bwrap_lines.is_empty() && !self.other_output
+    }
+
+    /// The finding for the record when the agent's output reported writes the sandbox refused
+    /// (`None` when it reported none): how many lines say so, and where a path that must be
+    /// writable goes.
+    pub fn denied_finding(&self) -> Option<String> {
+        (self.denied_writes > 0).then(|| {
+            format!(
+                "the sandbox refused writes: {} of the agent's output {} `{DENIED_WRITE}`; a path its tools must write outside the worktree goes in --sandbox-writable (sandbox_writable in ralph.toml)",
+                if self.denied_writes == 1 {
+                    "1 line".to_owned()
+                } else {
+                    format!("{} lines", self.denied_writes)
+                },
+                if self.denied_writes == 1 { "says" } else { "say" }
+            )
+        })
     }
 
     /// When [`SandboxStart::failed`]: makes `report` a config failure (the run stops, as for a
@@ -354,6 +384,29 @@ mod tests {
         ran.judge("fs", Some(1), &mut report);
         assert_eq!(report.failure, None);
         assert!(!ran.failed(Some(1)));
+    }
+
+    #[test]
+    fn writes_the_sandbox_refused_are_counted_into_a_finding() {
+        let mut start = SandboxStart::default();
+        assert_eq!(start.denied_finding(), None);
+        start.see(&OutputLine::stdout(
+            "touch: cannot touch '/etc/x': Read-only file system",
+        ));
+        start.see(&OutputLine::stdout("all good"));
+        let one = start.denied_finding().unwrap_or_default();
+        assert!(
+            one.starts_with("the sandbox refused writes: 1 line of the agent's output says"),
+            "{one}"
+        );
+        start.see(&OutputLine::stdout(
+            "{\"type\":\"user\",\"content\":\"mkdir: cannot create directory '/usr/x': Read-only file system\"}",
+        ));
+        let two = start.denied_finding().unwrap_or_default();
+        assert!(
+            two.contains("2 lines") && two.contains("--sandbox-writable"),
+            "{two}"
+        );
     }
 
     #[test]

@@ -196,6 +196,89 @@ impl Prd {
             // `min_by_key` returns the first of equal minima, which gives document order on ties.
             .min_by_key(|story| story.priority)
     }
+
+    /// For each story, in `user_stories` order, the blocked story it waits for: the first story
+    /// in `blocked` met walking its `dependsOn` (in order, depth first) through dependencies
+    /// that do not pass. `None` for a story with no such dependency (the story's own blocked
+    /// state does not count). A dependency that passes is met even when it is listed in
+    /// `blocked`; an id that names no story leads nowhere; a cycle (which validation refuses)
+    /// ends the walk. Linear in the stories and dependencies, without recursion.
+    pub fn blocked_roots(&self, blocked: &[String]) -> Vec<Option<&Story>> {
+        if blocked.is_empty() {
+            return vec![None; self.user_stories.len()];
+        }
+        let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
+        blocked_positions(self, &blocked)
+            .into_iter()
+            .map(|root| root.map(|i| &self.user_stories[i]))
+            .collect()
+    }
+}
+
+/// What the walk knows of a story.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Walk {
+    /// Not reached yet.
+    New,
+    /// On the walk's path (reaching it again means a cycle, which validation refuses; the cycle
+    /// counts as waiting, not blocked).
+    OnPath,
+    /// Walked: the position of the blocked story it waits for, if any.
+    Done(Option<usize>),
+}
+
+/// For each story (by position), the position of the blocked story it waits for through its
+/// open dependencies, if any. A depth-first walk with an explicit stack; a dependency that
+/// passes is met and not followed, one that names no story is not followed.
+fn blocked_positions(prd: &Prd, blocked: &HashSet<&str>) -> Vec<Option<usize>> {
+    let stories = &prd.user_stories;
+    let mut walk = vec![Walk::New; stories.len()];
+    // The path: each story with the index of its next dependency to look at.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for start in 0..stories.len() {
+        if walk[start] != Walk::New {
+            continue;
+        }
+        walk[start] = Walk::OnPath;
+        path.push((start, 0));
+        while let Some(top) = path.last_mut() {
+            let (node, k) = *top;
+            let Some(dep) = stories[node].depends_on.get(k) else {
+                walk[node] = Walk::Done(None);
+                path.pop();
+                continue;
+            };
+            top.1 += 1;
+            let Some(j) = prd.position(dep).filter(|&j| !stories[j].passes) else {
+                continue;
+            };
+            let found = if blocked.contains(dep.as_str()) {
+                Some(j)
+            } else {
+                match walk[j] {
+                    Walk::Done(root) => root,
+                    Walk::OnPath => None,
+                    Walk::New => {
+                        walk[j] = Walk::OnPath;
+                        path.push((j, 0));
+                        None
+                    }
+                }
+            };
+            if found.is_some() {
+                // Every story on the path reached this one through its current dependency.
+                for (on_path, _) in path.drain(..) {
+                    walk[on_path] = Walk::Done(found);
+                }
+            }
+        }
+    }
+    walk.into_iter()
+        .map(|w| match w {
+            Walk::Done(root) => root,
+            Walk::New | Walk::OnPath => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -256,6 +339,37 @@ mod tests {
 
         let p = prd(vec![story("US-002", 1, false, &["US-404"])]);
         assert!(p.next_story(&[]).is_none(), "unknown dependency is unmet");
+    }
+
+    #[test]
+    fn blocked_roots_name_the_blocked_story_each_one_waits_for() {
+        let p = prd(vec![
+            story("US-001", 1, false, &[]),
+            story("US-002", 2, false, &["US-001"]),
+            story("US-003", 3, false, &["US-002"]),
+            story("US-004", 4, true, &[]),
+            story("US-005", 5, false, &["US-004"]),
+        ]);
+        let roots = |blocked: &[&str]| -> Vec<Option<String>> {
+            let blocked: Vec<String> = blocked.iter().map(|s| s.to_string()).collect();
+            p.blocked_roots(&blocked)
+                .into_iter()
+                .map(|r| r.map(|s| s.id.clone()))
+                .collect()
+        };
+        let some = |id: &str| Some(id.to_string());
+        assert_eq!(roots(&[]), [None, None, None, None, None]);
+        // US-002 is blocked itself and also waits for US-001: both are said.
+        assert_eq!(
+            roots(&["US-001", "US-002"]),
+            [None, some("US-001"), some("US-002"), None, None]
+        );
+        assert_eq!(
+            roots(&["US-001"]),
+            [None, some("US-001"), some("US-001"), None, None]
+        );
+        // A passing story in the list holds nothing back.
+        assert_eq!(roots(&["US-004"]), [None, None, None, None, None]);
     }
 
     #[test]

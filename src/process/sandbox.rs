@@ -529,8 +529,8 @@ pub struct Sandbox {
     /// The worktrees' `ralph.toml` paths that did not exist when a sandboxed process started
     /// there ([`Sandbox::apply`]); [`Sandbox::settle`] moves one the process created aside.
     pub absent_config: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
-    /// What [`Sandbox::settle`] found and did, one sentence each, until
-    /// [`Sandbox::take_findings`] takes them (the iteration's record's `findings`).
+    /// What [`Sandbox::settle`] found and did and what [`Sandbox::note`] was told, one sentence
+    /// each, until [`Sandbox::take_findings`] takes them (the iteration's record's `findings`).
     pub findings: std::sync::Mutex<Vec<String>>,
 }
 
@@ -668,8 +668,16 @@ impl Sandbox {
         }
     }
 
-    /// What [`Sandbox::settle`] found since the last call, one sentence each (empty when
-    /// nothing).
+    /// Adds `finding` to those [`Sandbox::take_findings`] returns (e.g. the agent's refused
+    /// writes, counted by the launcher).
+    pub fn note(&self, finding: String) {
+        if let Ok(mut findings) = self.findings.lock() {
+            findings.push(finding);
+        }
+    }
+
+    /// What [`Sandbox::settle`] and [`Sandbox::note`] found since the last call, one sentence
+    /// each (empty when nothing).
     pub fn take_findings(&self) -> Vec<String> {
         self.findings
             .lock()

@@ -162,6 +162,19 @@ fn depends_a_self_dependency_refuses_the_run_before_any_agent() {
         "{err}"
     );
     assert!(!err.contains("cycle"), "{err}");
+    // `ralph validate` says the same, at the same path.
+    let env = TestEnv::new(&prd);
+    let out = env.ralph(&["validate", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("validate --json");
+    assert_eq!(
+        report["violations"],
+        json!([{
+            "jsonPath": "$.userStories[1].dependsOn[0]",
+            "message": "story \"US-002\" depends on itself",
+            "hint": "remove \"US-002\" from its own dependsOn"
+        }])
+    );
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! - `--sandbox`: bubblewrap failing mid-run stops the run as a sandbox (config) failure naming
 //!   bubblewrap, not as the agent's error; the `$ …` command line of a sandboxed iteration says
 //!   it runs inside bubblewrap; a `ralph.toml` an agent creates where there was none is moved
-//!   aside, named in the record's findings and never committed;
+//!   aside, named in the record's findings and never committed; writes the sandbox refused are
+//!   counted in the record;
 //! - fallback agents: a failed login uses neither `--max-iter` nor the story's attempt;
-//! - `ralph.toml`'s `[[agents]]` errors name the table, the field and the valid keys;
+//! - ralph.toml's `[[agents]]` and price errors name the file, the table and the field;
 //! - `ralph watch` after a run says how the last run ended.
 
 use serde_json::{json, Value};
@@ -111,6 +112,48 @@ fn a_ralph_toml_the_sandboxed_agent_creates_is_moved_aside_flagged_and_never_com
     assert!(!files.contains(&"ralph.toml"), "{files:?}");
 }
 
+/// Writes the sandbox refused (the agent's tools say `Read-only file system`) are counted in
+/// the iteration's record, with where a path that must be writable goes.
+#[test]
+fn writes_the_sandbox_refused_are_counted_in_the_record() {
+    if !crate::sandbox::bwrap_or_skip("writes_the_sandbox_refused_are_counted_in_the_record") {
+        return;
+    }
+    let env = TestEnv::new(&prd_with_stories(1));
+    let agent = script_file(
+        &env,
+        "agent.sh",
+        "cat > /dev/null\ntouch /etc/ralph-denied-x 2>&1\nmkdir /usr/ralph-denied-y 2>&1\necho work > work.txt\n",
+    );
+    let out = env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--sandbox",
+        "fs",
+        "--max-iter",
+        "1",
+    ]);
+    let all = text(&out);
+    assert!(!std::path::Path::new("/etc/ralph-denied-x").exists());
+    let findings = env.ledger()[0]["findings"].clone();
+    assert!(
+        findings.as_array().into_iter().flatten().any(|f| f
+            .as_str()
+            .is_some_and(|f| f.starts_with("the sandbox refused writes: 2 lines"))),
+        "{findings}\n{all}"
+    );
+    assert!(all.contains("the sandbox refused writes: 2 lines"), "{all}");
+    let show = env.ralph(&["show", "1"]);
+    assert!(
+        text(&show).contains("the sandbox refused writes"),
+        "{}",
+        text(&show)
+    );
+}
+
 #[test]
 fn a_failed_login_on_a_fallback_run_spends_neither_max_iter_nor_the_attempt() {
     use crate::fallback::{codex_story, env_with, pairs, sequence};
@@ -210,4 +253,73 @@ fn watch_counts_a_usage_limit_wait_down_to_the_runs_own_end_of_the_wait() {
         "{shown}"
     );
     assert!(!header.contains("stopping"), "{shown}");
+}
+
+/// ralph.toml's `[[agents]]` and price mistakes read as sentences naming the file, the table and
+/// the field, with a fix that points at that table (never at the primary agent's flags).
+#[test]
+fn agents_table_and_price_mistakes_name_the_file_the_table_and_the_field() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "a typo in an [[agents]] table",
+            "[[agents]]\nname = \"cx\"\nagent = \"codex\"\nagent_cmdd = \"x\"\n",
+            &["unknown key `agent_cmdd` in [[agents]] (name = \"cx\"): did you mean `agent_cmd`?"],
+        ),
+        (
+            "a run-wide key in an [[agents]] table",
+            "[[agents]]\nname = \"cx\"\nagent = \"codex\"\nmax_iter = 3\n",
+            &["`max_iter` is a run-wide setting, not an agent's: put it above the first [[agents]] table", "an [[agents]] table takes name, agent, agent_cmd"],
+        ),
+        (
+            "a price given as a number",
+            "[prices]\n\"gpt-5\" = -1\n",
+            &["in [prices]: a model's price is a table of USD per million tokens, not a single value", "line 2"],
+        ),
+        (
+            "a negative price in an [[agents]] table",
+            "[[agents]]\nname = \"cx\"\nagent = \"codex\"\n[agents.prices.\"gpt-5\"]\ninput = 1\noutput = -3\n",
+            &["the prices of the [[agents]] table `cx`: the price of `gpt-5` has `output = -3`: a price is USD per million tokens, 0 or more"],
+        ),
+        (
+            "two tables with one name",
+            "[[agents]]\nname = \"a\"\nagent = \"codex\"\n[[agents]]\nname = \"b\"\nagent = \"gemini\"\n[[agents]]\nname = \"a\"\nagent = \"opencode\"\n",
+            &["two [[agents]] tables in ", "ralph.toml are named `a`: the 1st and the 3rd"],
+        ),
+        (
+            "a table named like the primary agent",
+            "[[agents]]\nname = \"claude\"\nmodel = \"opus\"\n",
+            &["the [[agents]] table `claude` in ", "ralph.toml has the primary agent's name", "rename the table"],
+        ),
+        (
+            "an exec table without its command",
+            "[[agents]]\nname = \"ex\"\nagent = \"exec\"\n",
+            &["`agent = \"exec\"` in the [[agents]] table `ex` of ", "hint: set agent_cmd = \"my-agent --flag\" in the [[agents]] table `ex`"],
+        ),
+    ];
+    for (what, toml, needles) in cases {
+        let env = TestEnv::new(&prd_with_stories(1));
+        env.write("ralph.toml", toml);
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-qm", "config"]);
+        let out = env.ralph(&["run", "--max-iter", "1"]);
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {all}");
+        let path = env.path("ralph.toml").display().to_string();
+        assert!(all.contains(&path), "{what}: the file is not named:\n{all}");
+        for needle in *needles {
+            assert!(
+                all.contains(needle),
+                "{what}: missing {needle:?} in:\n{all}"
+            );
+        }
+        for wrong in [
+            "expected struct",
+            "--agent-cmd",
+            "--agent-program",
+            "is empty or used twice",
+        ] {
+            assert!(!all.contains(wrong), "{what}: says {wrong:?}:\n{all}");
+        }
+        assert_eq!(env.agent_calls(), 0, "{what}: the agent ran");
+    }
 }

@@ -114,6 +114,7 @@ pub async fn land(
     out: &mut Outputs,
 ) -> anyhow::Result<Landed> {
     let paths = s.pre.paths.clone();
+    let ran = matches!(end, End::Worked(_));
     let mut worked = match end {
         End::Worked(worked) => *worked,
         End::SetupFailed(message) => {
@@ -145,7 +146,7 @@ pub async fn land(
     record.worker = Some(flight.worker);
     record.worktree = Some(paths.rel(&flight.root));
     let mut flight = flight;
-    let landing = if flight.root.join(".git").exists() {
+    let landing = if ran && flight.root.join(".git").exists() {
         let tree = Repo::discover(&flight.root)?;
         let work = git_land::commit_leftovers(
             &tree,
@@ -284,7 +285,9 @@ async fn onto_branch(
             return Ok(Some(landing));
         }
     };
-    if tip != flight.base {
+    // Only a story landed since its start changes the code it meets: ralph's own records
+    // (progress.txt, prd.json) do not call for the check again.
+    if !landing.landed_since.is_empty() {
         if let Some(failed) = check_landed(cfg, s, flight, worked, stop, out).await? {
             let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
             let message = format!(
@@ -403,7 +406,7 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
     r.message = Some(message);
     Worked {
         story_id: flight.story_id.clone(),
-        slot: 0,
+        slot: flight.slot,
         draft: Draft {
             progress_summary: String::new(),
             subject: format!(

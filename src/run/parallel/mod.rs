@@ -58,6 +58,8 @@ pub struct Flight {
     pub landed_before: usize,
     /// The story's work once its worktree's leftovers are committed (at landing).
     pub work: Option<String>,
+    /// Its place in the run's budget (1-based).
+    pub slot: u32,
 }
 
 /// The dispatcher's memory of the night (what is not in state.json).
@@ -241,6 +243,7 @@ fn start(
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
     let iteration = assignment.iteration;
+    let slot = assignment.slot;
     let story_id = assignment.story.id.clone();
     let base = repo
         .head_sha()?
@@ -305,6 +308,7 @@ fn start(
         agent,
         landed_before: board.landed.len(),
         work: None,
+        slot,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
 }

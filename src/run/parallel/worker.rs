@@ -116,8 +116,17 @@ impl Sink for Forward {
 
 /// The worker's body (see the module docs).
 async fn run(job: Job, tx: UnboundedSender<Msg>) -> End {
-    // SETUP-PLACEHOLDER
-    let _ = setup_timeout(&job.cfg);
+    let setup = crate::worktree::TreeSetup {
+        main_root: &job.main_root,
+        root: &job.tree,
+        copy: &job.copy,
+        command: job.setup.as_deref(),
+        timeout: setup_timeout(&job.cfg),
+        tag: &crate::process::agent_tag(&job.run_id, job.assignment.iteration),
+    };
+    if let Err(failed) = crate::worktree::set_up(&setup, &job.stop) {
+        return End::SetupFailed(failed.to_string());
+    }
     match work(job, tx).await {
         Ok(worked) => End::Worked(Box::new(worked)),
         Err(e) => End::Failed(format!("{e:#}")),

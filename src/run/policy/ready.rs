@@ -10,7 +10,8 @@
 //! blocked never starts: it waits for the blocked story ([`waits_for`] says so in words).
 //!
 //! Linear in the number of stories and dependencies; a dependency chain of 100,000 stories is
-//! walked without recursion.
+//! walked without recursion ([`Prd::blocked_roots`], which `ralph status` and the report can use
+//! for the same words without depending on the run).
 
 use std::collections::HashSet;
 
@@ -44,9 +45,9 @@ pub fn ready_set(
     in_flight: &[String],
     held: &[String],
 ) -> Readiness {
+    let roots = prd.blocked_roots(blocked);
     let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
     let busy: HashSet<&str> = in_flight.iter().chain(held).map(String::as_str).collect();
-    let roots = blocked_roots(prd, &blocked);
     let mut out = Readiness::default();
     let mut ready = Vec::new();
     for (story, root) in prd.user_stories.iter().zip(roots) {
@@ -55,8 +56,7 @@ pub fn ready_set(
             continue;
         }
         if let Some(root) = root {
-            out.blocked_by
-                .push((story.id.clone(), prd.user_stories[root].id.clone()));
+            out.blocked_by.push((story.id.clone(), root.id.clone()));
             continue;
         }
         let unmet: Vec<String> = story
@@ -91,75 +91,6 @@ pub fn blocked_by_dependency(prd: &Prd, blocked: &[String]) -> Vec<(String, Stri
 /// `waits for US-002 (blocked)`.
 pub fn waits_for(root: &str) -> String {
     format!("waits for {root} (blocked)")
-}
-
-/// What the walk knows of a story.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Walk {
-    /// Not reached yet.
-    New,
-    /// On the walk's path (reaching it again means a cycle, which validation refuses; the cycle
-    /// counts as waiting, not blocked).
-    OnPath,
-    /// Walked: the position of the blocked story it waits for, if any.
-    Done(Option<usize>),
-}
-
-/// For each story (by position), the position of the blocked story it waits for through its
-/// open dependencies, if any. A depth-first walk with an explicit stack; a dependency that
-/// passes is met and not followed, one that names no story is not followed.
-fn blocked_roots(prd: &Prd, blocked: &HashSet<&str>) -> Vec<Option<usize>> {
-    let stories = &prd.user_stories;
-    let mut walk = vec![Walk::New; stories.len()];
-    if blocked.is_empty() {
-        return vec![None; stories.len()];
-    }
-    // The path: each story with the index of its next dependency to look at.
-    let mut path: Vec<(usize, usize)> = Vec::new();
-    for start in 0..stories.len() {
-        if walk[start] != Walk::New {
-            continue;
-        }
-        walk[start] = Walk::OnPath;
-        path.push((start, 0));
-        while let Some(top) = path.last_mut() {
-            let (node, k) = *top;
-            let Some(dep) = stories[node].depends_on.get(k) else {
-                walk[node] = Walk::Done(None);
-                path.pop();
-                continue;
-            };
-            top.1 += 1;
-            let Some(j) = prd.position(dep).filter(|&j| !stories[j].passes) else {
-                continue;
-            };
-            let found = if blocked.contains(dep.as_str()) {
-                Some(j)
-            } else {
-                match walk[j] {
-                    Walk::Done(root) => root,
-                    Walk::OnPath => None,
-                    Walk::New => {
-                        walk[j] = Walk::OnPath;
-                        path.push((j, 0));
-                        None
-                    }
-                }
-            };
-            if found.is_some() {
-                // Every story on the path reached this one through its current dependency.
-                for (on_path, _) in path.drain(..) {
-                    walk[on_path] = Walk::Done(found);
-                }
-            }
-        }
-    }
-    walk.into_iter()
-        .map(|w| match w {
-            Walk::Done(root) => root,
-            Walk::New | Walk::OnPath => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]
