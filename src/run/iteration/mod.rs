@@ -101,6 +101,7 @@ pub async fn run(
         repo: cx.repo,
         paths: cx.paths,
         remote: cx.remote,
+        only: None,
     };
     write_down(at, cx.run_id, cx.cfg.max_iter, state, worked, out)
 }

@@ -165,11 +165,15 @@ pub async fn land(
     };
     worked.draft.record.landing = landing;
     refresh_summary(&mut worked.draft);
+    let own = kept_paths(&paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
             paths: &paths,
             remote: s.remote.as_ref(),
+            // Only ralph's files: a file the user edits in the checkout during the run is theirs.
+            only: Some(&own),
         },
         &s.run_id,
         cfg.max_iter,
@@ -316,9 +320,7 @@ async fn onto_branch(
     let own = Own::read(&paths);
     if let Err(e) = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result) {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
-        let message = format!(
-            "cannot move the checkout forward ({e}); ralph never resets your files: commit or stash your changes, then run again. The story's work is kept in {salvage}"
-        );
+        let message = format!("{e}\nThe story's work is kept in {salvage}.");
         board.resume.insert(story.clone(), result);
         set_outcome(worked, Outcome::Conflict, message.clone());
         landing.salvage_ref = Some(salvage);
