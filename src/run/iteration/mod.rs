@@ -155,7 +155,7 @@ pub async fn work(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
-        worker: None,
+        worker: assignment.worker,
     });
     out.emit(RunEvent::AgentCommand {
         iteration: assignment.iteration,

@@ -39,6 +39,8 @@ pub struct Assignment {
     /// the loop went straight on to this one (no wait in between): then nothing is dirty at the
     /// start and the status walk is skipped. `None` makes the start look at the tree.
     pub clean_at: Option<String>,
+    /// `--parallel`: the worker slot (1-based) it runs on; `None` in a serial run.
+    pub worker: Option<u32>,
 }
 
 /// Where an iteration started.

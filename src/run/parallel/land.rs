@@ -79,6 +79,24 @@ pub fn make_tree(
     Ok(())
 }
 
+/// Commits prd.json and progress.txt when they differ from the run branch's tip (the user
+/// edited them during the run: a story added, a note), and nothing else of the checkout.
+///
+/// # Errors
+/// git failing to commit.
+pub fn commit_edits(s: &Session) -> anyhow::Result<()> {
+    let own = kept_paths(&s.pre.paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    git_land::commit_own_files(
+        &s.pre.repo,
+        &own,
+        "ralph: prd.json and progress.txt as edited during the run",
+        "Committed before the next story starts or lands (--parallel), so that it builds on them.",
+        &[],
+    )?;
+    Ok(())
+}
+
 /// The paths ralph writes itself at landing, relative to the repository root: prd.json,
 /// progress.txt and its `progress-history/`.
 pub fn kept_paths(paths: &RunPaths) -> Vec<String> {
@@ -209,6 +227,9 @@ async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
+    // as they are before the story lands on top.
+    commit_edits(s)?;
     let tip = s
         .pre
         .repo
