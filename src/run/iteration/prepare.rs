@@ -97,7 +97,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         excerpt,
         a.feedback.clone(),
     )
-    .with_hints(a.hints.iter().map(|h| h.text.clone()).collect());
+    .with_hints(a.hints.iter().map(|h| h.text.clone()).collect())
+    .in_worktree(a.worker.is_some());
     let prompt = cx.template.render(&ctx)?;
     let mut spec = cx.backend.command(&prompt)?;
     // The tag (a restarted ralph only kills a process group that is really its own), NO_COLOR
