@@ -32,6 +32,10 @@ pub struct RunTotals {
     pub flipped_elsewhere: Vec<String>,
     /// Per agent, for records that name one (runs with fallback agents).
     pub by_agent: Vec<crate::protocol::run_event::AgentTotals>,
+    /// `--parallel`: per story, the ref its last work that did not land is kept under (a
+    /// conflict, a check failing on the landed tip, an interrupted worker); a story that landed
+    /// since is not in it.
+    pub salvaged: std::collections::BTreeMap<String, String>,
 }
 
 impl RunTotals {
@@ -55,6 +59,18 @@ impl RunTotals {
             (a, Some(v)) => Some(a.unwrap_or(0).saturating_add(v)),
         };
         self.cost_usd = sum_f(self.cost_usd, r.cost_usd);
+        if let Some(landing) = &r.landing {
+            use crate::protocol::LandingKind;
+            match (&landing.salvage_ref, landing.kind) {
+                (Some(kept), _) => {
+                    self.salvaged.insert(r.story_id.clone(), kept.clone());
+                }
+                (None, LandingKind::FastForward | LandingKind::Merge) => {
+                    self.salvaged.remove(&r.story_id);
+                }
+                _ => {}
+            }
+        }
         if let Some(agent) = &r.agent {
             match self.by_agent.iter_mut().find(|a| a.agent == *agent) {
                 Some(a) => {
@@ -226,6 +242,10 @@ fn next(i: &Input<'_>) -> String {
             ),
             _ => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
         },
+        StopReason::NeedsHuman {
+            outcome: Outcome::Interrupted,
+            ..
+        } => "commit or move your changes in the checkout (named above: ralph never resets them), then `ralph run`; the story's work is kept under the ref named above".into(),
         StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),
         StopReason::UsageLimit { .. } => {
             "`ralph run` again after the reset (it waits for a reset that has not passed)".into()
@@ -272,6 +292,12 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
         ));
     }
     out.extend(i.totals.flipped_elsewhere.iter().cloned());
+    // `--parallel`: work that did not land is never lost; say where it is.
+    for (story, kept) in &i.totals.salvaged {
+        if i.prd.story(story).is_some_and(|s| !s.passes) {
+            out.push(format!("not landed: {story}'s last work is kept in {kept}"));
+        }
+    }
     let unchecked = crate::run::preflight::unchecked_stories(i.prd, i.default_verify, true);
     if !unchecked.is_empty() {
         let one = unchecked.len() == 1;

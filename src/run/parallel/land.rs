@@ -166,6 +166,17 @@ pub async fn land(
     let mut flight = flight;
     let landing = if ran && flight.root.join(".git").exists() {
         let tree = Repo::discover(&flight.root)?;
+        // An agent that checked a branch out in its worktree: its commits stay the story's
+        // work, on a detached HEAD, and the branch is looked at below.
+        if let Some(branch) = tree.detach_head()? {
+            worked.draft.record.findings.push(format!(
+                "the agent checked out the branch {branch} in its worktree; ralph detached it again (its commits are the story's work)"
+            ));
+        }
+        if let Some(warning) = guard_branch(s, board)? {
+            worked.draft.record.findings.push(warning.clone());
+            out.warn_in(flight.iteration, warning);
+        }
         let work = git_land::commit_leftovers(
             &tree,
             &format!(
@@ -185,6 +196,24 @@ pub async fn land(
     refresh_summary(&mut worked.draft);
     let own = kept_paths(&paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    if !ran {
+        // The outputs saw no start of this iteration (its worker never got to the agent).
+        out.emit(RunEvent::IterationStarted {
+            iteration: flight.iteration,
+            slot: flight.slot,
+            max_iter: cfg.max_iter,
+            story_id: flight.story_id.clone(),
+            story_title: worked.draft.record.story_title.clone(),
+            backend: worked.draft.record.backend.clone(),
+            worker: Some(flight.worker),
+        });
+    }
+    if let Some(landing) = &worked.draft.record.landing {
+        // What this record did to the run branch starts where the landing found it.
+        if landing.onto.is_some() {
+            worked.draft.record.head_before = landing.onto.clone();
+        }
+    }
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -207,10 +236,47 @@ pub async fn land(
             ));
         }
     }
+    board.tip = s.pre.repo.head_sha()?;
     Ok(Landed {
         done,
         agent: flight.agent,
     })
+}
+
+/// Puts the run branch back where ralph left it (`board.tip`) when something else moved it
+/// (an agent committing on it from its worktree, `git update-ref`, a `git checkout` of it with
+/// `--ignore-other-worktrees`): the commits it was moved to are kept under
+/// `refs/ralph/<run>/moved-branch-<n>` and the warning naming them is returned. Only the
+/// reference moves back: the checkout's files and index are still those of `board.tip`.
+///
+/// # Errors
+/// git failing to read or write the references.
+pub fn guard_branch(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
+    let (Some(expected), Some(branch)) = (&board.tip, s.pre.repo.current_branch()) else {
+        return Ok(None);
+    };
+    let name = format!("refs/heads/{branch}");
+    let Some(now) = s.pre.repo.ref_sha(&name) else {
+        return Ok(None);
+    };
+    if now == *expected {
+        return Ok(None);
+    }
+    let mut n = 1;
+    let kept = loop {
+        let kept = format!("refs/ralph/{}/moved-branch-{n}", s.run_id);
+        if s.pre.repo.ref_sha(&kept).is_none() {
+            break kept;
+        }
+        n += 1;
+    };
+    s.pre.repo.set_ref(&kept, &now)?;
+    s.pre.repo.set_ref(&name, expected)?;
+    Ok(Some(format!(
+        "the run branch {branch} was moved behind ralph's back (to {}, by an agent working in a worktree); ralph put it back at {} and kept what it pointed at under {kept}",
+        short(&now),
+        short(expected)
+    )))
 }
 
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
@@ -343,12 +409,13 @@ async fn onto_branch(
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
         let message = format!("{e}\nThe story's work is kept in {salvage}.");
         board.resume.insert(story.clone(), result);
-        set_outcome(worked, Outcome::Conflict, message.clone());
+        // Not the story's failure: no attempt is spent, and the run stops for the user.
+        set_outcome(worked, Outcome::Interrupted, message.clone());
         landing.salvage_ref = Some(salvage);
         landing.message = Some(message.clone());
         clear_pass(worked);
         board.stopping.get_or_insert(StopReason::NeedsHuman {
-            outcome: Outcome::Conflict,
+            outcome: Outcome::Interrupted,
             iteration: flight.iteration,
             message: Some(message),
         });

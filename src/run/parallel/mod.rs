@@ -77,6 +77,9 @@ pub struct Board {
     pub resume: BTreeMap<String, String>,
     /// Why the run stops, once known: no new launch, the running iterations finish and land.
     pub stopping: Option<StopReason>,
+    /// Where ralph last left the run branch (an agent in a worktree can move the shared ref:
+    /// [`land::guard_branch`] puts it back).
+    pub tip: Option<String>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -92,17 +95,23 @@ pub async fn drive(
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let mut board = Board::default();
     start_point(s)?;
+    board.tip = s.pre.repo.head_sha()?;
+    board.resume = earlier_work(s);
     loop {
         if board.stopping.is_none() {
             launch(cfg, s, &mut board, stop, &tx, out).await?;
         }
         if board.flights.is_empty() {
             if let Some(reason) = board.stopping.take() {
+                tidy(s);
                 return Ok(reason);
             }
             // Nothing runs: a wait (a retry, a usage limit) or the end.
             match idle(cfg, s, &mut board, stop, out).await? {
-                Some(reason) => return Ok(reason),
+                Some(reason) => {
+                    tidy(s);
+                    return Ok(reason);
+                }
                 None => continue,
             }
         }
@@ -122,6 +131,51 @@ pub async fn drive(
             }
         }
     }
+}
+
+/// The work of earlier runs that did not land and that an open story's next attempt starts
+/// from (its last record's salvage ref, unless that was a conflict: a conflicting story starts
+/// from the tip). Read from the ledger; empty when there is none.
+fn earlier_work(s: &Session) -> BTreeMap<String, String> {
+    let Ok(history) = crate::history::History::load(&s.pre.paths, None) else {
+        return BTreeMap::new();
+    };
+    let open: std::collections::BTreeSet<String> = s
+        .initial
+        .prd
+        .user_stories
+        .iter()
+        .filter(|story| !story.passes)
+        .map(|story| story.id.clone())
+        .collect();
+    let mut last: BTreeMap<String, &crate::protocol::LedgerRecord> = BTreeMap::new();
+    for r in &history.records {
+        if open.contains(&r.story_id) {
+            last.insert(r.story_id.clone(), r);
+        }
+    }
+    last.into_iter()
+        .filter_map(|(story, r)| {
+            let landing = r.landing.as_ref()?;
+            if landing.kind == crate::protocol::LandingKind::Conflict {
+                return None;
+            }
+            let sha = s.pre.repo.ref_sha(landing.salvage_ref.as_deref()?)?;
+            Some((story, sha))
+        })
+        .collect()
+}
+
+/// Removes this run's worktree folder (and `.ralph/worktrees/`) when nothing is left in them.
+fn tidy(s: &Session) {
+    let dir = s
+        .pre
+        .paths
+        .repo_root
+        .join(crate::workspace::RALPH_DIR)
+        .join("worktrees");
+    let _ = std::fs::remove_dir(dir.join(&s.run_id));
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Worktrees start from the run branch's last commit: prd.json and progress.txt as the run
@@ -241,9 +295,14 @@ fn start(
     tx: &mpsc::UnboundedSender<Msg>,
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
+    // An agent that moved the run branch does not decide where the next story starts.
+    if let Some(warning) = land::guard_branch(s, board)? {
+        out.warn(warning);
+    }
     // prd.json as the user edited it meanwhile (a story added during a pause) is what the
     // worktree must start from.
     land::commit_edits(s)?;
+    board.tip = s.pre.repo.head_sha()?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
     let iteration = assignment.iteration;
