@@ -5,8 +5,9 @@ run. Normally started by `scripts/bench.sh`, which owns the temporary directory:
     bench.py [--quick] [--rows ROW,...] [--json FILE] [--tmp DIR] [--dry-run] [RALPH_BIN]
 
 Without RALPH_BIN it runs `cargo build --release --bin ralph` and uses target/release/ralph.
-Rows (names for --rows, case-insensitive): p1, p1-big, p1-stale, p2, p2-2g, p3, p4, p5, startup,
-scale-status, scale-iter, or the issue's groups P1 (p1, p1-big, p1-stale), P2 (p2, p2-2g), P3, P4,
+Rows (names for --rows, case-insensitive): p1, p1-big, p1-before (only with --before BIN),
+p1-stale, p2, p2-2g, p3, p4, p5, startup, scale-status, scale-iter, or the issue's groups
+P1 (p1, p1-big, p1-before, p1-stale), P2 (p2, p2-2g), P3, P4,
 P5, startup, scale (issue 18: 100,000 stories).
 --quick (or RALPH_BENCH_QUICK=1) runs fewer iterations and a 400 MB stream in place of the 2 GB
 one: a few minutes. --dry-run prints what would run and exits (the CI smoke test of the
@@ -36,8 +37,8 @@ SHELL_LOOP = os.path.join(HERE, "shell-loop.sh")
 GEN_HISTORY = os.path.join(HERE, "gen_history.py")
 GEN_STREAM = os.path.join(HERE, "gen_stream.py")
 TRUE = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-ROWS = ["p1", "p1-big", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter"]
-GROUPS = {"p1": ["p1", "p1-big", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
+ROWS = ["p1", "p1-big", "p1-before", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter"]
+GROUPS = {"p1": ["p1", "p1-big", "p1-before", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
           "start-up": ["startup"], "scale": ["scale-status", "scale-iter"]}
 GEN_PRD = os.path.join(ROOT, "benches", "scale", "gen_prd.py")
 MIB = 1024 * 1024
@@ -206,10 +207,10 @@ class Bench:
 
     # ---- the two sides of a no-op iteration ------------------------------------------------
 
-    def ralph_noop(self, repo, n, agent_cmd=None):
+    def ralph_noop(self, repo, n, agent_cmd=None, binary=None):
         """`ralph run` with an exec agent that changes nothing, n iterations; checks that the
-        ledger has n records. Returns (wall s, cpu s)."""
-        argv = [self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent_cmd or TRUE,
+        ledger has n records. Returns (wall s, cpu s). binary: another ralph (--before)."""
+        argv = [binary or self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent_cmd or TRUE,
                 "--max-iter", str(n)] + LIMITS
         ledger = os.path.join(repo, ".ralph", "ledger.jsonl")
         before = count_lines(ledger)
@@ -283,6 +284,30 @@ class Bench:
                  % (fmt_int(c["big_files"]), c["big_bytes"] // 1_000_000, c["big_n"], c["big_runs"]),
                  "%.1f ms/iter" % r, "shell loop %.1f ms/iter" % s, ratio(r, s), "≤ 2×", met(r / s <= 2),
                  "CPU: ralph %.1f ms/iter, shell loop %.1f ms/iter (%.2f×)" % (rc, sc, rc / sc))
+
+    def row_p1_before(self):
+        """--before BIN: the 5,000-file no-op iteration of this ralph and of BIN (an earlier
+        build), each on its own copy, alternating which goes first: the change's effect on the
+        per-iteration overhead, paired in one run."""
+        c = self.cfg
+        big = self.big_template()
+        now_w, now_c, old_w, old_c = [], [], [], []
+        for k in range(c["big_runs"] * 2):
+            for side in (["now", "old"] if k % 2 == 0 else ["old", "now"]):
+                repo = self.copy(big, "run")
+                try:
+                    w, cpu = self.ralph_noop(repo, c["big_n"], binary=None if side == "now" else self.before)
+                finally:
+                    self.remove(repo)
+                (now_w if side == "now" else old_w).append(w / c["big_n"] * 1e3)
+                (now_c if side == "now" else old_c).append(cpu / c["big_n"] * 1e3)
+        med = statistics.median
+        r, b = med(now_w), med(old_w)
+        self.add("P1 on a %s-file repo, %d iterations: this ralph vs --before (median of %d)"
+                 % (fmt_int(c["big_files"]), c["big_n"], len(now_w)),
+                 "%.1f ms/iter" % r, "--before %.1f ms/iter" % b, ratio(r, b), "< 1×", met(r < b),
+                 "CPU: this ralph %.1f ms/iter, --before %.1f ms/iter (%.2f×); --before is %s"
+                 % (med(now_c), med(old_c), med(now_c) / med(old_c), self.before))
 
     def row_p1_stale(self):
         c = self.cfg
@@ -802,6 +827,8 @@ def main():
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--tmp", help="work directory (default: a new one, removed at the end)")
     ap.add_argument("--dry-run", action="store_true", help="print the rows and settings that would run, and exit")
+    ap.add_argument("--before", metavar="BIN",
+                    help="an earlier ralph build: row p1-before pairs it with this one on the 5,000-file repo")
     a = ap.parse_args()
     a.quick = a.quick or os.environ.get("RALPH_BENCH_QUICK", "") not in ("", "0")
     only = select_rows(ap, a.rows)
@@ -823,6 +850,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ralph-bench.") if own_tmp else a.tmp
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bench = Bench(ralph, tmp, QUICK if a.quick else FULL)
+    bench.before = os.path.abspath(a.before) if a.before else None
     version = subprocess.run([ralph, "--version"], capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()
     fsync_file, fsync_dir = fsync_probe(tmp)
@@ -831,13 +859,14 @@ def main():
     started = time.perf_counter()
     try:
         steps = {"p1": bench.row_p1, "p1-big": bench.row_p1_big, "p1-stale": bench.row_p1_stale,
+                 "p1-before": bench.row_p1_before,
                  "p2": lambda: bench.row_p2(100_000_000, "100 MB", bench.cfg["p2_runs"]),
                  "p2-2g": lambda: bench.row_p2(bench.cfg["p2_big"], p2_big_label(bench.cfg["p2_big"]), 1,
                                                big=True),
                  "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup,
                  "scale-status": bench.row_scale_status, "scale-iter": bench.row_scale_iter}
         for name in ROWS:
-            if name not in only:
+            if name not in only or (name == "p1-before" and not bench.before):
                 continue
             sys.stderr.write("%s ...\n" % name)
             bench.step = name

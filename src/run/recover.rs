@@ -450,5 +450,6 @@ fn draft(
         body: "Outcome: interrupted (ralph was killed during this iteration).".to_string(),
         clock: None,
         signal_at: None,
+        staged: None,
     })
 }

@@ -29,6 +29,7 @@ mod local_repeat;
 mod morning;
 mod native_loop;
 mod notify;
+mod parallel;
 mod pause;
 mod plan;
 mod plan_local;
