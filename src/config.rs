@@ -16,6 +16,7 @@ use crate::protocol::Price;
 use crate::protocol::ProviderKind;
 use crate::protocol::{PrdGuard, ToolMode};
 
+mod file_errors;
 pub mod profile;
 pub use profile::AgentProfile;
 
@@ -390,6 +391,14 @@ pub enum Origin {
     CommandLine,
     /// A key in this ralph.toml.
     File(PathBuf),
+    /// A key in the `[[agents]]` table named `name` of the ralph.toml at `path` (a fallback
+    /// agent's own settings).
+    Table {
+        /// The ralph.toml.
+        path: PathBuf,
+        /// The table's `name`.
+        name: String,
+    },
 }
 
 impl Origin {
@@ -398,14 +407,45 @@ impl Origin {
         match self {
             Origin::CommandLine => flag.to_owned(),
             Origin::File(path) => format!("`{key}` in {}", path.display()),
+            Origin::Table { path, name } => format!(
+                "`{key}` in the [[agents]] table `{name}` of {}",
+                path.display()
+            ),
         }
     }
 
-    /// How to give the setting another value: `pass <flag> <example>` or `set <key> to <example>`.
+    /// The setting with its value: `--agent exec`, or `` `agent = "exec"` in <file> `` (or in
+    /// its `[[agents]]` table).
+    fn value(&self, flag: &str, key: &str, value: &str) -> String {
+        match self {
+            Origin::CommandLine => format!("{flag} {value}"),
+            Origin::File(path) => format!("`{key} = \"{value}\"` in {}", path.display()),
+            Origin::Table { path, name } => format!(
+                "`{key} = \"{value}\"` in the [[agents]] table `{name}` of {}",
+                path.display()
+            ),
+        }
+    }
+
+    /// How to give the setting another value: `pass <flag> <example>` or `set <key> to <example>`
+    /// (in that `[[agents]]` table, for a table's key).
     fn change(&self, flag: &str, key: &str, example: &str) -> String {
         match self {
             Origin::CommandLine => format!("pass {flag} {example}"),
             Origin::File(_) => format!("set {key} to {example}"),
+            Origin::Table { .. } => format!("set {key} to {example} in that [[agents]] table"),
+        }
+    }
+
+    /// How to set a missing setting that goes with this one: the flag or the file's key (both
+    /// work for the primary agent), or the key of this `[[agents]]` table (only it works for a
+    /// fallback agent: the flags set the primary's).
+    fn add(&self, flag: &str, key: &str, example: &str) -> String {
+        match self {
+            Origin::Table { name, .. } => {
+                format!("set {key} = {example} in the [[agents]] table `{name}`")
+            }
+            _ => format!("pass {flag} {example}, or set {key} in ralph.toml"),
         }
     }
 
@@ -413,7 +453,19 @@ impl Origin {
     fn drop(&self) -> &'static str {
         match self {
             Origin::CommandLine => "leave it out",
-            Origin::File(_) => "remove it",
+            Origin::File(_) | Origin::Table { .. } => "remove it",
+        }
+    }
+
+    /// This origin as the `[[agents]]` table `name` of `path` when it was `path` itself; a flag
+    /// stays a flag.
+    fn in_table(self, path: &Path, name: &str) -> Origin {
+        match self {
+            Origin::File(p) if p == path => Origin::Table {
+                path: p,
+                name: name.to_owned(),
+            },
+            other => other,
         }
     }
 }
@@ -501,7 +553,7 @@ pub enum ConfigError {
     #[error(
         "{} must be a positive amount in USD (got {value})\nhint: e.g. {} for five dollars",
         origin.name("--max-cost", "max_cost"),
-        match origin { Origin::CommandLine => "--max-cost 5", Origin::File(_) => "max_cost = 5" }
+        match origin { Origin::CommandLine => "--max-cost 5", _ => "max_cost = 5" }
     )]
     BadCost {
         /// The value given.
@@ -534,9 +586,9 @@ pub enum ConfigError {
     },
     /// `--agent native` without a model.
     #[error(
-        "{} native needs the model name\nhint: pass --model NAME (e.g. gpt-4.1-mini, \
-         claude-sonnet-4-5), or set model in ralph.toml",
-        agent.name("--agent", "agent")
+        "{} needs the model name\nhint: {} (e.g. gpt-4.1-mini, claude-sonnet-4-5)",
+        agent.value("--agent", "agent", "native"),
+        agent.add("--model", "model", "NAME")
     )]
     MissingModel {
         /// Where `native` came from.
@@ -547,7 +599,7 @@ pub enum ConfigError {
         "{} `{value}` is not a git remote's name\nhint: {} (a remote from `git remote -v`), or {} to push to origin",
         origin.name("--push", "push"),
         origin.change("--push", "push", "\"origin\""),
-        match origin { Origin::CommandLine => "pass --push alone", Origin::File(_) => "set push = true" }
+        match origin { Origin::CommandLine => "pass --push alone", _ => "set push = true" }
     )]
     BadRemote {
         /// The value given.
@@ -577,9 +629,9 @@ pub enum ConfigError {
     },
     /// `--agent exec` without a command line.
     #[error(
-        "{} exec needs the command to run\nhint: pass --agent-cmd \"my-agent --flag\" or set \
-         agent_cmd in ralph.toml",
-        agent.name("--agent", "agent")
+        "{} needs the command to run\nhint: {}",
+        agent.value("--agent", "agent", "exec"),
+        agent.add("--agent-cmd", "agent_cmd", "\"my-agent --flag\"")
     )]
     MissingAgentCmd {
         /// Where `exec` came from.
@@ -588,6 +640,66 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// This error of a fallback agent's `[[agents]]` table `name` (resolved from the ralph.toml
+    /// at `path` as if it were the primary's settings): the settings it names are that table's
+    /// keys, so the fix points there and not at the primary's flags or top-level keys.
+    pub fn in_table(self, path: &Path, name: &str) -> ConfigError {
+        let at = |o: Origin| o.in_table(path, name);
+        match self {
+            ConfigError::ZeroIterations { origin } => {
+                ConfigError::ZeroIterations { origin: at(origin) }
+            }
+            ConfigError::ZeroDuration {
+                name: n,
+                key,
+                origin,
+            } => ConfigError::ZeroDuration {
+                name: n,
+                key,
+                origin: at(origin),
+            },
+            ConfigError::ZeroLimit {
+                name: n,
+                key,
+                default,
+                origin,
+            } => ConfigError::ZeroLimit {
+                name: n,
+                key,
+                default,
+                origin: at(origin),
+            },
+            ConfigError::BadCost { value, origin } => ConfigError::BadCost {
+                value,
+                origin: at(origin),
+            },
+            ConfigError::ZeroSteps { origin } => ConfigError::ZeroSteps { origin: at(origin) },
+            ConfigError::JsonModeNeedsOpenai {
+                tool_mode,
+                provider,
+            } => ConfigError::JsonModeNeedsOpenai {
+                tool_mode: at(tool_mode),
+                provider: at(provider),
+            },
+            ConfigError::MissingModel { agent } => ConfigError::MissingModel { agent: at(agent) },
+            ConfigError::MissingAgentCmd { agent } => {
+                ConfigError::MissingAgentCmd { agent: at(agent) }
+            }
+            ConfigError::Duration {
+                path: p,
+                key,
+                value,
+                message,
+            } if p == path => ConfigError::Duration {
+                path: p,
+                key,
+                value,
+                message: format!("{message} (in the [[agents]] table `{name}`)"),
+            },
+            other => other,
+        }
+    }
+
     /// The exit code for this error. [`ExitStatus::Usage`] (2) when the command line alone is
     /// wrong on its face: a flag (or its `RALPH_*` variable) with a value ralph refuses without
     /// looking at anything else (a zero count or duration, a negative cost), flags that cannot
@@ -1122,43 +1234,48 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_path_buf(),
         source,
     })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_path_buf(),
-        message: suggest_key(&e.to_string()),
-    })
+    let file: FileConfig = toml::from_str(&text).map_err(|e| {
+        let table = e
+            .span()
+            .and_then(|span| file_errors::table_at(&text, span.start));
+        ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: file_errors::explain(&e.to_string(), table.as_ref(), &top_level_keys()),
+        }
+    })?;
+    let mut problem = file_errors::price_problem(&file.prices, "[prices]");
+    for t in &file.agents {
+        problem = problem.or_else(|| {
+            file_errors::price_problem(
+                &t.prices,
+                &format!("the prices of the [[agents]] table `{}`", t.name),
+            )
+        });
+    }
+    match problem {
+        Some(message) => Err(ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        }),
+        None => Ok(file),
+    }
 }
 
-/// The TOML parser's message, with its list of every valid key (`unknown field `x`, expected one
-/// of …`) replaced by the closest valid key, as clap does for flags: `did you mean `max_iter`?`.
-fn suggest_key(message: &str) -> String {
-    let Some(start) = message.find("unknown field `") else {
-        return message.to_owned();
-    };
-    let rest = &message[start + "unknown field `".len()..];
-    let Some(end) = rest.find('`') else {
-        return message.to_owned();
-    };
-    let key = &rest[..end];
-    let Some(list_at) = rest.find("expected one of ") else {
-        return message.to_owned();
-    };
-    let list = &rest[list_at + "expected one of ".len()..];
-    let list_end = list.find('\n').unwrap_or(list.len());
-    let keys: Vec<&str> = list[..list_end]
+/// The keys valid at the top level of ralph.toml, read from the parser's own list (so an
+/// `[[agents]]` table's error can tell a run-wide key put in it from a typo). Only on an error.
+fn top_level_keys() -> Vec<String> {
+    let message = toml::from_str::<FileConfig>("zz_not_a_ralph_key = 1")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    message
+        .split("expected one of ")
+        .nth(1)
+        .and_then(|l| l.lines().next())
+        .unwrap_or_default()
         .split(", ")
-        .map(|k| k.trim_matches('`'))
-        .collect();
-    let best = keys
-        .iter()
-        .map(|k| (strsim::jaro_winkler(key, k), *k))
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    let suggestion = match best {
-        Some((score, k)) if score > 0.8 => format!("did you mean `{k}`?"),
-        _ => "it is not a ralph.toml key (README.md, Configuration, lists them all)".to_owned(),
-    };
-    let head = &message[..start];
-    let tail = &list[list_end..];
-    format!("{head}unknown key `{key}`: {suggestion}{tail}")
+        .map(|k| k.trim_matches('`').to_owned())
+        .collect()
 }
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {

@@ -50,3 +50,4 @@ pub mod stop_request;
 pub mod transcript;
 pub mod watch;
 pub mod workspace;
+pub mod worktree;

@@ -248,7 +248,7 @@ impl PromptContext {
 pub const CHECK_OTHERS: usize = 3;
 
 /// A loaded template, ready to render.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PromptTemplate {
     name: String,
     source: String,

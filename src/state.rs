@@ -67,6 +67,16 @@ pub struct State {
         skip_serializing_if = "Option::is_none"
     )]
     pub retry_at: Option<DateTime<Utc>>,
+    /// When the usage-limit wait the run is in now ends (RFC 3339 UTC): the reset plus
+    /// `usage_limit_margin`, the time the run's terminal counts down to. Set only during that
+    /// wait, so that `ralph watch` counts down to the same moment (`resume_at` is the reset
+    /// itself, without the margin). Absent otherwise.
+    #[serde(
+        default,
+        with = "rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wait_until: Option<DateTime<Utc>>,
     /// When each agent's usage limit resets, by agent (profile) name (RFC 3339 UTC); an agent
     /// leaves the map when an iteration on it ends without a limit. Absent in a state.json
     /// written before per-agent resets (its `resume_at` is then the primary agent's).
@@ -118,6 +128,7 @@ impl Default for State {
             flights: Vec::new(),
             resume_at: None,
             retry_at: None,
+            wait_until: None,
             agent_resets: BTreeMap::new(),
             feature: None,
             stop_reason: None,

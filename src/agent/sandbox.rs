@@ -94,6 +94,8 @@ pub fn build(ask: &SandboxAsk, info: &BackendInfo) -> anyhow::Result<Option<Sand
         egress,
         ralph: std::env::current_exe().unwrap_or_else(|_| "ralph".into()),
         writable: ask.writable.clone(),
+        absent_config: Default::default(),
+        findings: Default::default(),
     }))
 }
 

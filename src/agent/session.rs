@@ -13,7 +13,11 @@
 //! - the user's extra error patterns (`[patterns]` in ralph.toml) applied to the report;
 //! - after the agent exits, whatever still carries its tag is killed (the stray kill);
 //! - `--sandbox fs|strict`: the decorated process wrapped in bubblewrap
-//!   ([`crate::process::sandbox`]), its environment cut down to an allowlist.
+//!   ([`crate::process::sandbox`]), its environment cut down to an allowlist. When bubblewrap
+//!   itself fails before the agent starts (it exits 1 with its own `bwrap: …` lines and the
+//!   agent printed nothing), the report says so as a config failure naming bubblewrap
+//!   ([`SandboxStart`]), not as the agent's error; lines of its output saying a write was refused
+//!   (`Read-only file system`) are counted into a finding of the iteration's record.
 //!
 //! The process itself is started by [`crate::process::run`] (only `process/` spawns).
 
@@ -88,6 +92,27 @@ fn keep_git_in_foreground(spec: &mut SpawnSpec, inherited: Option<&str>) {
     ));
 }
 
+/// The command line shown for an agent session (the run's `$ …` line, the ledger's `command`):
+/// [`SpawnSpec::shell_line`] of the decorated `spec`, and, under `--sandbox fs|strict`, a
+/// `[sandbox MODE: bubblewrap, …]` prefix, because the process that runs is bubblewrap around
+/// that command (the system read-only, the environment cut to an allowlist, strict's network
+/// through ralph's proxy): pasted without the prefix, the line runs the agent unconfined.
+/// `stdin_file` as for [`SpawnSpec::shell_line`].
+pub fn shown_command_line(
+    spec: &SpawnSpec,
+    sandbox: Option<crate::protocol::SandboxMode>,
+    stdin_file: Option<&std::path::Path>,
+) -> String {
+    let line = spec.shell_line(stdin_file);
+    match sandbox.filter(|m| m.is_on()) {
+        Some(mode) => format!(
+            "[sandbox {}: runs inside bubblewrap, environment cut to an allowlist] {line}",
+            mode.as_str()
+        ),
+        None => line,
+    }
+}
+
 /// One agent session to run: the process and how to read it.
 pub struct Session<'a> {
     /// The process (decorated here again, see [`decorate`]).
@@ -157,7 +182,12 @@ pub async fn run_session(
     }
     let redactor = crate::redact::current();
     let parser_ref = &mut parser;
+    let mut start = SandboxStart::default();
+    let start_ref = &mut start;
     let process = process::run(spec, limits, stop, on_spawn, |mut line| {
+        if sandbox.is_some() {
+            start_ref.see(&line);
+        }
         redactor.redact_in_place(&mut line.text);
         let events = parser_ref.on_line(&line);
         let verdict = if events.iter().any(|e| matches!(e, AgentEvent::Final { .. })) {
@@ -181,12 +211,94 @@ pub async fn run_session(
     let strays = process::sweep_tagged_since(&tag, process.pid, process.forks_before);
     let mut report = parser.finish(process.exit_code);
     patterns.apply(&mut report);
+    if let Some(sandbox) = sandbox {
+        start.judge(sandbox.mode.as_str(), process.exit_code, &mut report);
+        if let Some(finding) = start.denied_finding() {
+            sandbox.note(finding);
+        }
+    }
     redact_report(&mut report, &redactor);
     Ok(SessionEnd {
         process,
         report,
         strays,
     })
+}
+
+/// What a sandboxed session's output says of bubblewrap's own start: the `bwrap: …` lines it
+/// printed on stderr before any other output. bubblewrap prefixes its own errors with `bwrap: `
+/// and exits 1 when it cannot build the sandbox (a mount refused, user namespaces turned off
+/// since the run started, a path gone); the agent has not run then, so the failure is the
+/// sandbox's, and no retry of the agent fixes it.
+#[derive(Debug, Default)]
+pub struct SandboxStart {
+    /// bubblewrap's own lines, in order (ANSI codes stripped).
+    bwrap_lines: Vec<String>,
+    /// Whether any other line came (then the agent, or bubblewrap's child, ran).
+    other_output: bool,
+    /// Lines of the agent's output (its tools' results included) that report a write the
+    /// read-only file system refused ([`DENIED_WRITE`]).
+    denied_writes: u32,
+}
+
+/// `strerror(EROFS)`, what a tool prints when the sandbox's read-only mounts refuse a write.
+pub const DENIED_WRITE: &str = "Read-only file system";
+
+impl SandboxStart {
+    /// Takes one output line of the sandboxed process, before redaction.
+    pub fn see(&mut self, line: &process::OutputLine) {
+        let text = process::strip_ansi(&line.text);
+        let text = text.trim();
+        if text.contains(DENIED_WRITE) {
+            self.denied_writes += 1;
+        }
+        if !self.other_output
+            && line.stream == process::StreamKind::Stderr
+            && text.starts_with("bwrap: ")
+        {
+            self.bwrap_lines.push(text.to_owned());
+        } else if !text.is_empty() {
+            self.other_output = true;
+        }
+    }
+
+    /// Whether bubblewrap failed before the agent started: exit code 1, its own lines, and
+    /// nothing else printed.
+    pub fn failed(&self, exit_code: Option<i32>) -> bool {
+        exit_code == Some(1) && !self.bwrap_lines.is_empty() && !self.other_output
+    }
+
+    /// The finding for the record when the agent's output reported writes the sandbox refused
+    /// (`None` when it reported none): how many lines say so, and where a path that must be
+    /// writable goes.
+    pub fn denied_finding(&self) -> Option<String> {
+        (self.denied_writes > 0).then(|| {
+            format!(
+                "the sandbox refused writes: {} of the agent's output {} `{DENIED_WRITE}`; a path its tools must write outside the worktree goes in --sandbox-writable (sandbox_writable in ralph.toml)",
+                if self.denied_writes == 1 {
+                    "1 line".to_owned()
+                } else {
+                    format!("{} lines", self.denied_writes)
+                },
+                if self.denied_writes == 1 { "says" } else { "say" }
+            )
+        })
+    }
+
+    /// When [`SandboxStart::failed`]: makes `report` a config failure (the run stops, as for a
+    /// sandbox that cannot be built at its start) whose message quotes bubblewrap and names
+    /// `--sandbox <mode>`.
+    pub fn judge(&self, mode: &str, exit_code: Option<i32>, report: &mut AgentReport) {
+        if !self.failed(exit_code) {
+            return;
+        }
+        report.is_error = true;
+        report.failure = Some(crate::protocol::FailureClass::Config);
+        report.error_message = Some(format!(
+            "--sandbox {mode}: bubblewrap could not start the agent ({}); the agent did not run. `ralph doctor` checks bubblewrap; ralph never runs the agent unsandboxed when a sandbox was asked for",
+            self.bwrap_lines.join("; ")
+        ));
+    }
 }
 
 /// The report's texts with secrets redacted (the lines were; a parser may still assemble a
@@ -203,6 +315,7 @@ fn redact_report(report: &mut AgentReport, redactor: &crate::redact::Redactor) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::OutputLine;
 
     #[test]
     fn decorate_tags_hides_the_token_and_is_idempotent() {
@@ -238,6 +351,83 @@ mod tests {
             .filter(|(n, _)| n == "GIT_CONFIG_COUNT")
             .collect();
         assert_eq!(counts.len(), 1, "{spec:?}");
+    }
+
+    #[test]
+    fn bubblewrap_failing_before_the_agent_is_a_config_failure_naming_it() {
+        let err = |t: &str| OutputLine {
+            stream: process::StreamKind::Stderr,
+            text: t.into(),
+            truncated_from: None,
+        };
+        let mut start = SandboxStart::default();
+        start.see(&err(
+            "bwrap: Can't mount proc on /newroot/proc: Operation not permitted",
+        ));
+        let mut report = AgentReport::default();
+        start.judge("fs", Some(1), &mut report);
+        assert_eq!(report.failure, Some(crate::protocol::FailureClass::Config));
+        let message = report.error_message.unwrap_or_default();
+        assert!(
+            message.contains("--sandbox fs: bubblewrap could not start the agent")
+                && message.contains("Can't mount proc"),
+            "{message}"
+        );
+        // Another exit code, or output before bwrap's line: the agent ran; its failure is its own.
+        let mut report = AgentReport::default();
+        start.judge("fs", Some(2), &mut report);
+        assert_eq!(report.failure, None);
+        let mut ran = SandboxStart::default();
+        ran.see(&OutputLine::stdout("{\"type\":\"system\"}"));
+        ran.see(&err("bwrap: late message"));
+        let mut report = AgentReport::default();
+        ran.judge("fs", Some(1), &mut report);
+        assert_eq!(report.failure, None);
+        assert!(!ran.failed(Some(1)));
+    }
+
+    #[test]
+    fn writes_the_sandbox_refused_are_counted_into_a_finding() {
+        let mut start = SandboxStart::default();
+        assert_eq!(start.denied_finding(), None);
+        start.see(&OutputLine::stdout(
+            "touch: cannot touch '/etc/x': Read-only file system",
+        ));
+        start.see(&OutputLine::stdout("all good"));
+        let one = start.denied_finding().unwrap_or_default();
+        assert!(
+            one.starts_with("the sandbox refused writes: 1 line of the agent's output says"),
+            "{one}"
+        );
+        start.see(&OutputLine::stdout(
+            "{\"type\":\"user\",\"content\":\"mkdir: cannot create directory '/usr/x': Read-only file system\"}",
+        ));
+        let two = start.denied_finding().unwrap_or_default();
+        assert!(
+            two.contains("2 lines") && two.contains("--sandbox-writable"),
+            "{two}"
+        );
+    }
+
+    #[test]
+    fn the_shown_command_line_says_it_runs_in_the_sandbox() {
+        let spec = SpawnSpec {
+            program: "claude".into(),
+            cwd: "/w".into(),
+            ..SpawnSpec::default()
+        };
+        let plain = shown_command_line(&spec, None, None);
+        assert_eq!(plain, "cd /w && claude < /dev/null");
+        assert_eq!(
+            shown_command_line(&spec, Some(crate::protocol::SandboxMode::Off), None),
+            plain
+        );
+        assert_eq!(
+            shown_command_line(&spec, Some(crate::protocol::SandboxMode::Strict), None),
+            format!(
+                "[sandbox strict: runs inside bubblewrap, environment cut to an allowlist] {plain}"
+            )
+        );
     }
 
     #[test]

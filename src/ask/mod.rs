@@ -191,7 +191,11 @@ impl Asker {
             |_| {},
             |seen| {
                 for event in seen.events {
-                    out.emit(RunEvent::AgentEvent { agent_event: event });
+                    // An answer session is no iteration of a run: 0 (see the event's docs).
+                    out.emit(RunEvent::AgentEvent {
+                        iteration: 0,
+                        agent_event: event,
+                    });
                 }
             },
         )

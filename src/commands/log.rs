@@ -6,6 +6,10 @@
 //!     #  RUN             STORY   OUTCOME          TIME   COST  COMMITS  FILES  WHY
 //!     3  12-01 12:03:54  US-002  verify_failed    1m03s  $0.21        0      2  verify failed for US-002: …
 //! ```
+//!
+//! A `--parallel` iteration's reason starts with its worker and how its work landed (`[w2 ff]`,
+//! `[w3 merge]`); work that did not land gets a line naming the ref that keeps it, in full
+//! (`↳ conflict → refs/ralph/salvage/<run>/<story>`).
 
 use std::fmt::Write as _;
 
@@ -15,7 +19,9 @@ use crate::cli::LogArgs;
 use crate::error::UserError;
 use crate::git::Repo;
 use crate::history::{History, Source};
-use crate::output::text::{reason, run_label, short_secs, usd_or_unknown};
+use crate::output::text::{
+    landing_kind, landing_short, reason, run_label, short_secs, usd_or_unknown,
+};
 use crate::protocol::{ExitStatus, LedgerRecord, Outcome};
 use crate::workspace::RunPaths;
 
@@ -181,7 +187,33 @@ fn notes(r: &LedgerRecord) -> Vec<String> {
             r.passes_refused.join(", ")
         ));
     }
+    if let Some(l) = r.landing.as_ref().filter(|l| l.salvage_ref.is_some()) {
+        let files = match l.files.as_slice() {
+            [] => String::new(),
+            files => format!(" (in conflict: {})", files.join(", ")),
+        };
+        out.push(format!("{}{files}", landing_short(l)));
+    }
     out
+}
+
+/// `[w2 ff] ` before a `--parallel` iteration's reason (with the fallback agent's name when
+/// there is one: `[w2 merge · codex] `); `[codex] ` or nothing in a serial run.
+fn tag(r: &LedgerRecord) -> String {
+    let mut parts = Vec::new();
+    if let Some(w) = r.worker {
+        parts.push(match &r.landing {
+            Some(l) => format!("w{w} {}", landing_kind(l.kind)),
+            None => format!("w{w}"),
+        });
+    }
+    if let Some(agent) = &r.agent {
+        parts.push(agent.clone());
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!("[{}] ", parts.join(" · ")),
+    }
 }
 
 /// The table.
@@ -224,11 +256,8 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
             cost,
             commits,
             files,
-            // In a run with fallback agents: which one ran the iteration.
-            match &r.agent {
-                Some(agent) => format!("[{agent}] {}", reason(r)),
-                None => reason(r),
-            }
+            // Its worker and landing (`--parallel`), the agent that ran it (fallback agents).
+            format!("{}{}", tag(r), reason(r))
         );
         for note in notes(r) {
             let _ = writeln!(out, "{:>5}  ↳ {note}", "");

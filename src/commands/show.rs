@@ -78,6 +78,7 @@ pub fn run(args: &ShowArgs) -> anyhow::Result<ExitStatus> {
     );
     agent(&mut out, transcript.as_ref());
     checks(&mut out, record);
+    landing(&mut out, record);
     changes(&mut out, record, repo.as_ref(), args.diff);
     page(&out, args.no_pager);
     Ok(ExitStatus::Success)
@@ -253,6 +254,18 @@ fn header(
     if !ended.is_empty() {
         row(out, "ended", ended);
     }
+    if let Some(w) = r.worker {
+        row(
+            out,
+            "worker",
+            match &r.worktree {
+                Some(tree) => format!("w{w}, in the worktree {tree}"),
+                None => format!("w{w}"),
+            },
+        );
+    } else if let Some(tree) = &r.worktree {
+        row(out, "worktree", tree.clone());
+    }
     if let Some(m) = &r.message {
         row(out, "why", m.clone());
     }
@@ -285,6 +298,49 @@ fn header(
                 format!("{tp} (missing)")
             },
         );
+    }
+}
+
+/// A `--parallel` iteration's landing: how its work came onto the run branch, or where it is
+/// kept when it did not (the ref in full, to `git checkout` or `git cherry-pick`).
+fn landing(out: &mut String, r: &LedgerRecord) {
+    let Some(l) = &r.landing else {
+        return;
+    };
+    use crate::protocol::record::LandingKind;
+    let what = match l.kind {
+        LandingKind::FastForward => "ff: the run branch had not moved; it now points at the story's work",
+        LandingKind::Merge => "merge: other stories had landed meanwhile; the story's commits were merged onto the tip",
+        LandingKind::Conflict => "conflict: nothing landed; the run branch is as it was",
+        LandingKind::Reverted => "reverted: the story's check failed with the other landed stories present; the landing was undone",
+        LandingKind::NotLanded => "not landed: the iteration did not pass its story",
+    };
+    let _ = writeln!(
+        out,
+        "
+landing
+  {what}"
+    );
+    let row = |out: &mut String, k: &str, v: &str| {
+        let _ = writeln!(out, "  {k:<13} {v}");
+    };
+    if let Some(onto) = &l.onto {
+        row(out, "onto", onto);
+    }
+    if let Some(commit) = &l.commit {
+        row(out, "commit", commit);
+    }
+    if let Some(saved) = &l.salvage_ref {
+        row(out, "kept at", saved);
+    }
+    if !l.files.is_empty() {
+        row(out, "files", &l.files.join(", "));
+    }
+    if !l.landed_since.is_empty() {
+        row(out, "landed since", &l.landed_since.join(", "));
+    }
+    if let Some(m) = &l.message {
+        row(out, "message", m);
     }
 }
 

@@ -77,7 +77,14 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .iter()
         .filter(|r| Some(&r.run_id) == latest_run.as_ref())
         .collect();
-    let next = loaded.prd.next_story(&state.blocked);
+    // A story in flight on a worker (`--parallel`) is not the next one to start.
+    let busy: Vec<String> = state
+        .blocked
+        .iter()
+        .cloned()
+        .chain(state.flights.iter().map(|f| f.story_id.clone()))
+        .collect();
+    let next = loaded.prd.next_story(&busy);
     // One pass over the history, not one per story (issue 18: quadratic at 100,000 stories).
     let failures = last_failures(&history, feature.as_deref());
     let last_failure = |id: &str| failures.get(id).copied().flatten();
@@ -86,6 +93,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         .in_flight
         .clone()
         .and_then(|f| live_lock_holder(&paths.ralph_dir).map(|h| (f, h)));
+    // `--parallel`: every iteration in flight (state.json's `flights`), alive while the run
+    // holding the lock is.
+    let flights = &state.flights;
+    let holder = (!flights.is_empty())
+        .then(|| live_lock_holder(&paths.ralph_dir))
+        .flatten();
     let all = Totals::of(ledger.iter());
     let this_run = Totals::of(latest.iter().copied());
     let (total_cost, total_in, total_out) = (all.cost_usd, all.tokens_in, all.tokens_out);
@@ -122,6 +135,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
             "running": running.as_ref().map(|(flight, holder)| json!({
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),
+            "flights": flights.iter().map(|f| json!({
+                "iteration": f.iteration, "story_id": f.story_id, "run_id": f.run_id,
+                "started_at": f.started_at, "elapsed_s": elapsed(f).as_secs(),
+                "worker": f.worktree.as_ref().map(|w| w.worker),
+                "worktree": f.worktree.as_ref().map(|w| paths.rel(&w.root)),
+                "running": holder.is_some()})).collect::<Vec<_>>(),
             "source": history.source.as_str(),
             "paused": crate::pause_request::pending(&paths.ralph_dir).is_some(),
             "pending_hints": crate::hints::pending(&paths.ralph_dir).iter()
@@ -156,11 +175,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         );
     }
     println!();
+    let statuses = crate::report::Statuses::new(&loaded.prd, &state.blocked);
     let status_width = loaded
         .prd
         .user_stories
         .iter()
-        .map(|s| crate::report::story_status(&loaded.prd, &s.id, &state.blocked).len())
+        .map(|s| statuses.of(&s.id).chars().count())
         .max()
         .unwrap_or(8)
         .max(8);
@@ -172,10 +192,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     stories.sort_by_key(|s| s.priority);
     for s in stories {
         // Padded before it is coloured: colour codes would count as width.
-        let text = format!(
-            "{:<status_width$}",
-            crate::report::story_status(&loaded.prd, &s.id, &state.blocked)
-        );
+        let text = format!("{:<status_width$}", statuses.of(&s.id));
         let status = if s.passes {
             style(text).green()
         } else if blocked.contains(s.id.as_str()) {
@@ -227,11 +244,19 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
     match next {
         Some(s) => println!("next story: {} {}", s.id, s.title),
         None if loaded.prd.all_pass() => println!("next story: none — every story passes"),
+        None if !state.flights.is_empty() => println!(
+            "next story: none free — every open story is in flight, blocked or waits for a dependency"
+        ),
         None => {
             println!("next story: none — every open story is blocked or waits for a dependency")
         }
     }
-    if let Some(flight) = &state.in_flight {
+    print_flights(flights, holder.as_ref(), &paths);
+    let single = state
+        .in_flight
+        .as_ref()
+        .filter(|f| !flights.iter().any(|x| x.iteration == f.iteration));
+    if let Some(flight) = single {
         match running.as_ref().map(|(_, h)| h) {
             Some(holder) => println!(
                 "running: iteration {} ({}) since {}, ralph pid {} on {}",
@@ -389,6 +414,66 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         );
     }
     Ok(ExitStatus::Success)
+}
+
+/// How long `f` has been running (from its start to now; zero for a start in the future).
+fn elapsed(f: &crate::state::InFlight) -> std::time::Duration {
+    (chrono::Utc::now() - f.started_at)
+        .to_std()
+        .unwrap_or_default()
+}
+
+/// `--parallel`: the iterations in flight, one line each (iteration, story, worker, elapsed,
+/// worktree); said as interrupted when no ralph holds the lock any more.
+fn print_flights(
+    flights: &[crate::state::InFlight],
+    holder: Option<&crate::lock::LockInfo>,
+    paths: &RunPaths,
+) {
+    if flights.is_empty() {
+        return;
+    }
+    match holder {
+        Some(h) => println!(
+            "in flight: {} iteration{} (ralph pid {} on {})",
+            flights.len(),
+            if flights.len() == 1 { "" } else { "s" },
+            h.pid,
+            h.host
+        ),
+        None => println!(
+            "interrupted: {} when ralph stopped; `ralph run` recovers {} (the work lands, or is kept under refs/ralph/salvage/)",
+            match flights.len() {
+                1 => "1 iteration was in flight".to_owned(),
+                n => format!("{n} iterations were in flight"),
+            },
+            if flights.len() == 1 { "it" } else { "each" }
+        ),
+    }
+    let mut sorted: Vec<_> = flights.iter().collect();
+    sorted.sort_by_key(|f| f.iteration);
+    for f in sorted {
+        let worker = f
+            .worktree
+            .as_ref()
+            .map(|w| format!("w{}", w.worker))
+            .unwrap_or_else(|| "-".into());
+        let tree = f
+            .worktree
+            .as_ref()
+            .map(|w| paths.rel(&w.root))
+            .unwrap_or_else(|| "(the main checkout)".into());
+        println!(
+            "  #{:<4} {:<10} {:<3} {:>7}  since {}  {tree}",
+            f.iteration,
+            f.story_id,
+            worker,
+            crate::output::text::short_duration(std::time::Duration::from_secs(
+                elapsed(f).as_secs()
+            )),
+            f.started_at.format("%H:%M:%S UTC"),
+        );
+    }
 }
 
 /// [`History::last_failure`] of every story at once, in one pass from the newest record: the

@@ -147,15 +147,14 @@ pub(super) fn fallbacks(
     primary: &RunConfig,
 ) -> Result<Vec<AgentProfile>, ConfigError> {
     let file_origin = Origin::File(config_path.map(Path::to_path_buf).unwrap_or_default());
-    let mut seen = std::collections::BTreeSet::new();
-    for t in &file.agents {
-        if !seen.insert(t.name.as_str()) || t.name.trim().is_empty() {
-            return Err(ConfigError::BadFallback {
-                message: format!("[[agents]] name `{}` is empty or used twice", t.name),
-                hint: "give each [[agents]] table its own name".into(),
-                origin: file_origin,
-            });
-        }
+    let file_name =
+        config_path.map_or_else(|| "ralph.toml".to_owned(), |p| p.display().to_string());
+    if let Some(message) = table_names_problem(&file.agents, &file_name) {
+        return Err(ConfigError::BadFallback {
+            message,
+            hint: "give each [[agents]] table a `name` of its own (`fallback_agents` and --fallback-agent use it)".into(),
+            origin: file_origin,
+        });
     }
     let (names, origin): (Vec<String>, Origin) = if !args.fallback_agent.is_empty() {
         (args.fallback_agent.clone(), Origin::CommandLine)
@@ -169,15 +168,36 @@ pub(super) fn fallbacks(
     };
     let mut used = vec![primary.agent.as_str().to_owned()];
     let mut out = Vec::new();
+    let list = match &origin {
+        Origin::CommandLine => "--fallback-agent".to_owned(),
+        _ if file.fallback_agents.is_some() => format!("`fallback_agents` in {file_name}"),
+        _ => format!("the [[agents]] tables of {file_name}"),
+    };
     for raw in names {
         let name = raw.trim().to_owned();
         if used.contains(&name) {
+            let primary_name = primary.agent.as_str();
+            let (message, hint) = if name == primary_name
+                && file.agents.iter().any(|t| t.name == name)
+            {
+                (
+                    format!("the [[agents]] table `{name}` in {file_name} has the primary agent's name (the primary agent is `{primary_name}`: --agent, else `agent` at the top of ralph.toml, else claude)"),
+                    format!("rename the table (e.g. name = \"{name}-2\"); a table adds a fallback agent and cannot change the primary one, whose settings are the top-level keys"),
+                )
+            } else if name == primary_name {
+                (
+                    format!("{list} names `{name}`, which is the primary agent"),
+                    "leave the primary agent out of the fallbacks; a second setup of its backend needs an [[agents]] table with a name of its own".to_owned(),
+                )
+            } else {
+                (
+                    format!("{list} names `{name}` twice"),
+                    "name each fallback agent once".to_owned(),
+                )
+            };
             return Err(ConfigError::BadFallback {
-                message: format!(
-                    "fallback agent `{name}` is already in the list (the primary agent is `{}`)",
-                    primary.agent.as_str()
-                ),
-                hint: "name each agent once; two setups of one backend need two [[agents]] tables with their own names".into(),
+                message,
+                hint,
                 origin,
             });
         }
@@ -206,6 +226,11 @@ pub(super) fn fallbacks(
             }
         };
         let profile = resolve_table(args, file, config_path, cwd, &table, kind).map_err(|e| {
+            // The table's own keys are what to fix (a bare backend name has no table).
+            let e = match config_path {
+                Some(path) if file.agents.iter().any(|t| t.name == name) => e.in_table(path, &name),
+                _ => e,
+            };
             ConfigError::Fallback {
                 name: name.clone(),
                 source: Box::new(e),
@@ -215,6 +240,41 @@ pub(super) fn fallbacks(
         out.push(profile);
     }
     Ok(out)
+}
+
+/// What is wrong with the names of the `[[agents]]` tables of `file_name`, if anything: a
+/// table without a name, or two tables with the same name (both named, by position: "the 1st
+/// and the 3rd [[agents]] table").
+fn table_names_problem(tables: &[AgentTable], file_name: &str) -> Option<String> {
+    for (i, t) in tables.iter().enumerate() {
+        if t.name.trim().is_empty() {
+            return Some(format!(
+                "the {} [[agents]] table in {file_name} has an empty `name`",
+                ordinal(i + 1)
+            ));
+        }
+        if let Some(j) = tables[..i].iter().position(|o| o.name == t.name) {
+            return Some(format!(
+                "two [[agents]] tables in {file_name} are named `{}`: the {} and the {}",
+                t.name,
+                ordinal(j + 1),
+                ordinal(i + 1)
+            ));
+        }
+    }
+    None
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, …, `11th`, `21st`.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// One fallback agent's profile: `table`'s settings over the run-wide time limits, prices and
@@ -334,7 +394,17 @@ mod tests {
         );
         assert_eq!(e.exit_status(), crate::protocol::ExitStatus::Usage);
         let e = resolve("", &["claude"]).unwrap_err();
-        assert!(e.to_string().contains("already in the list"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("--fallback-agent names `claude`, which is the primary agent"),
+            "{e}"
+        );
+        let e = resolve("", &["codex", "codex"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--fallback-agent names `codex` twice"),
+            "{e}"
+        );
         let e = resolve("[[agents]]\nname = \"x\"\nagent = \"exec\"\n", &[]).unwrap_err();
         assert!(
             e.to_string().starts_with("fallback agent `x`: ")

@@ -25,9 +25,11 @@ use git2::{
     Repository, Signature, Sort, StatusOptions,
 };
 
+pub mod land;
 mod pack;
 mod restore;
 mod trailers;
+pub mod worktree;
 
 pub use pack::MAX_LOOSE_TO_PACK;
 pub use restore::Restored;
@@ -111,6 +113,34 @@ pub enum GitError {
     /// The index holds unresolved merge conflicts, so no tree can be written.
     #[error("the git index has unresolved conflicts, so ralph cannot commit\nhint: resolve them (`git status`), commit, then run ralph again")]
     Conflicted,
+    /// A `git` command ralph runs (`git worktree add`) failed or could not start.
+    #[error("`{command}` failed: {detail}")]
+    Command {
+        /// The command line, e.g. `git worktree add --detach <path> <sha>`.
+        command: String,
+        /// Why: its exit and the last lines of its output, or why it could not start.
+        detail: String,
+    },
+    /// Something is in the way of a worktree ralph would create or remove (a directory ralph did
+    /// not make, one with work not kept by any reference, the main checkout itself).
+    #[error("{}: {why}", path.display())]
+    WorktreeInTheWay {
+        /// The worktree's root.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        why: String,
+    },
+    /// The main checkout cannot move forward: it is not where the landing expected, or the
+    /// user's files are in the way. Nothing was changed. Displays as `why` alone (a sentence
+    /// naming the files, then a `hint:` line).
+    #[error("{why}")]
+    CheckoutBlocked {
+        /// What is wrong, naming the files, and how to fix it.
+        why: String,
+        /// The files in the way (repository-relative), sorted; empty when the cause is not a
+        /// file (HEAD elsewhere, `to` not a descendant).
+        files: Vec<String>,
+    },
     /// Any other libgit2 failure, with the operation that failed.
     #[error("git {op} failed: {source}")]
     Git {

@@ -327,47 +327,124 @@ pub async fn run_session(
     cancel: &CancellationToken,
     on_event: &mut (dyn FnMut(AgentEvent) + Send),
 ) -> SessionResult {
-    let allowed = |name: &str| {
-        cfg.allowed_tools
-            .as_ref()
-            .is_none_or(|list| list.iter().any(|t| t == name))
-    };
-    let specs: Vec<ToolSpec> = tool_specs(tools)
-        .into_iter()
-        .filter(|s| allowed(&s.name))
-        .collect();
-    let names: Vec<&str> = tools.names().into_iter().filter(|n| allowed(n)).collect();
-    let mut messages = vec![
-        Message::text(Role::System, cfg.system_prompt.clone()),
-        Message::text(Role::User, prompt.to_string()),
-    ];
-    let mut result = SessionResult {
-        final_text: String::new(),
-        end: SessionEnd::Completed,
-        usage: Usage::default(),
-        steps: 0,
-        requests: 0,
-        model: None,
-    };
-    let mut repeats: HashMap<u64, u32> = HashMap::new();
-    let mut continuations = 0u32;
-    // mark_protocol: whether `mark_story` succeeded yet, and the reminders sent.
-    let mut marked = false;
-    let mut reminders = 0u32;
-    let mut cutoffs = 0u32;
-    // Room for the reply and the tool list inside the window.
-    let tools_tokens = serde_json::to_string(&specs)
-        .map(|s| s.len() / 4)
-        .unwrap_or(0);
-    let budget = (cfg.context_window as usize)
-        .saturating_sub(cfg.max_tokens as usize)
-        .saturating_sub(tools_tokens)
-        .max(256);
-
+    let mut turn = Turns::new(tools, cfg, prompt);
     loop {
-        let final_round = result.steps >= cfg.max_steps;
+        let final_round = turn.result.steps >= cfg.max_steps;
+        let response = match turn.ask(provider, final_round, cancel, on_event).await {
+            Ok(response) => response,
+            Err(end) => return turn.end(end),
+        };
+        let calls = turn.calls_of(&response, final_round);
+        if !response.content.trim().is_empty() {
+            on_event(AgentEvent::AssistantText {
+                text: response.content.clone(),
+            });
+        }
+        match turn.after_stop(response, calls, final_round, on_event) {
+            Flow::Again => continue,
+            Flow::End(end) => return turn.end(end),
+            Flow::Calls(response, calls) => {
+                if let Some(end) = turn
+                    .run_calls(&response, &calls, (tools, ctx), cancel, on_event)
+                    .await
+                {
+                    return turn.end(end);
+                }
+            }
+        }
+    }
+}
+
+/// What [`run_session`] does after a reply.
+enum Flow {
+    /// Ask the model again (the messages say why).
+    Again,
+    /// The session is over.
+    End(SessionEnd),
+    /// Run the reply's tool calls.
+    Calls(ChatResponse, Vec<llm::ToolCall>),
+}
+
+/// One tool session's conversation and counters (see [`run_session`]).
+struct Turns<'a> {
+    cfg: &'a SessionConfig,
+    /// The tools the model may call, as sent.
+    specs: Vec<ToolSpec>,
+    /// Their names (for text tool calls and the "no such tool" answer).
+    names: Vec<&'a str>,
+    messages: Vec<Message>,
+    result: SessionResult,
+    /// How often each exact call was made.
+    repeats: HashMap<u64, u32>,
+    /// Continuations asked after replies cut off by the output limit.
+    continuations: u32,
+    /// mark_protocol: whether `mark_story` succeeded yet, and the reminders sent.
+    marked: bool,
+    reminders: u32,
+    /// JSON mode: replies in a row cut off by the output limit.
+    cutoffs: u32,
+    /// Room for the conversation in the context window, in tokens.
+    budget: usize,
+}
+
+impl<'a> Turns<'a> {
+    fn new(tools: &'a ToolRegistry, cfg: &'a SessionConfig, prompt: &str) -> Turns<'a> {
+        let allowed = |name: &str| allowed(cfg, name);
+        let specs: Vec<ToolSpec> = tool_specs(tools)
+            .into_iter()
+            .filter(|s| allowed(&s.name))
+            .collect();
+        let names: Vec<&str> = tools.names().into_iter().filter(|n| allowed(n)).collect();
+        // Room for the reply and the tool list inside the window.
+        let tools_tokens = serde_json::to_string(&specs)
+            .map(|s| s.len() / 4)
+            .unwrap_or(0);
+        let budget = (cfg.context_window as usize)
+            .saturating_sub(cfg.max_tokens as usize)
+            .saturating_sub(tools_tokens)
+            .max(256);
+        Turns {
+            cfg,
+            specs,
+            names,
+            messages: vec![
+                Message::text(Role::System, cfg.system_prompt.clone()),
+                Message::text(Role::User, prompt.to_string()),
+            ],
+            result: SessionResult {
+                final_text: String::new(),
+                end: SessionEnd::Completed,
+                usage: Usage::default(),
+                steps: 0,
+                requests: 0,
+                model: None,
+            },
+            repeats: HashMap::new(),
+            continuations: 0,
+            marked: false,
+            reminders: 0,
+            cutoffs: 0,
+            budget,
+        }
+    }
+
+    /// The session's result, ended by `end`.
+    fn end(self, end: SessionEnd) -> SessionResult {
+        SessionResult { end, ..self.result }
+    }
+
+    /// Sends the conversation (shrunk to the window; no tools in the final round) and returns
+    /// the model's reply, or how the session ends (cancelled, the request failed).
+    async fn ask(
+        &mut self,
+        provider: &Provider,
+        final_round: bool,
+        cancel: &CancellationToken,
+        on_event: &mut (dyn FnMut(AgentEvent) + Send),
+    ) -> Result<ChatResponse, SessionEnd> {
+        let cfg = self.cfg;
         if final_round {
-            messages.push(Message::text(
+            self.messages.push(Message::text(
                 Role::User,
                 format!(
                     "You have reached the limit of {} tool-using steps for this session. Do not call any tool. Reply now with a short summary: what you did, what works, and what is left to do.",
@@ -375,7 +452,7 @@ pub async fn run_session(
                 ),
             ));
         }
-        let shrunk = context::shrink(&mut messages, budget);
+        let shrunk = context::shrink(&mut self.messages, self.budget);
         if shrunk.results_shortened + shrunk.messages_dropped > 0 {
             on_event(AgentEvent::AssistantText {
                 text: format!(
@@ -386,11 +463,11 @@ pub async fn run_session(
         }
         let request = ChatRequest {
             model: cfg.model.clone(),
-            messages: messages.clone(),
+            messages: self.messages.clone(),
             tools: if final_round {
                 Vec::new()
             } else {
-                specs.clone()
+                self.specs.clone()
             },
             max_tokens: cfg.max_tokens,
             temperature: cfg.temperature,
@@ -402,145 +479,166 @@ pub async fn run_session(
             },
             answer_schema: None,
         };
-        result.requests += 1;
+        self.result.requests += 1;
         let response: ChatResponse = tokio::select! {
             biased;
-            _ = cancel.cancelled() => {
-                result.end = SessionEnd::Cancelled;
-                return result;
-            }
+            _ = cancel.cancelled() => return Err(SessionEnd::Cancelled),
             r = llm::complete_with_retry(provider, &request, &cfg.retry, |e, attempt, wait| {
                 tracing::warn!(%e, attempt, wait_ms = wait.as_millis() as u64, "retrying the model request");
             }) => match r {
                 Ok(r) => r,
                 Err(e) => {
                     on_event(AgentEvent::Error { message: e.to_string() });
-                    result.end = SessionEnd::Error { error: e.to_string(), class: error_class(&e).into() };
-                    return result;
+                    return Err(SessionEnd::Error { error: e.to_string(), class: error_class(&e).into() });
                 }
             }
         };
-        add_usage(&mut result.usage, &response.usage);
+        add_usage(&mut self.result.usage, &response.usage);
         if response.model.is_some() {
-            result.model = response.model.clone();
+            self.result.model = response.model.clone();
         }
+        Ok(response)
+    }
+
+    /// The reply's tool calls: native ones, else (not in the final round) calls written in its
+    /// text, each with an id unique in the whole conversation.
+    fn calls_of(&self, response: &ChatResponse, final_round: bool) -> Vec<llm::ToolCall> {
         let mut calls = response.tool_calls.clone();
         if calls.is_empty() && !final_round {
-            calls = textcalls::parse_text_tool_calls(&response.content, &names);
+            calls = textcalls::parse_text_tool_calls(&response.content, &self.names);
             // The parser numbers calls within one message (`text-1`…); ids must be unique in
             // the whole conversation, or a result could pair with an earlier turn's call.
             for (i, call) in calls.iter_mut().enumerate() {
-                call.id = format!("text-{}-{}", result.requests, i + 1);
+                call.id = format!("text-{}-{}", self.result.requests, i + 1);
             }
         }
-        if !response.content.trim().is_empty() {
-            on_event(AgentEvent::AssistantText {
-                text: response.content.clone(),
-            });
-        }
+        calls
+    }
+
+    /// What a reply's stop reason and calls mean: the end of the session, another request
+    /// (a cut-off reply, a reminder to call `mark_story`), or calls to run.
+    fn after_stop(
+        &mut self,
+        response: ChatResponse,
+        calls: Vec<llm::ToolCall>,
+        final_round: bool,
+        on_event: &mut (dyn FnMut(AgentEvent) + Send),
+    ) -> Flow {
+        let cfg = self.cfg;
         match response.stop {
             StopReason::ContentFilter => {
-                result.final_text = response.content;
-                result.end = SessionEnd::ContentFilter;
-                return result;
+                self.result.final_text = response.content;
+                return Flow::End(SessionEnd::ContentFilter);
             }
             StopReason::Refusal => {
-                result.final_text = response.content;
-                result.end = SessionEnd::Refusal;
-                return result;
+                self.result.final_text = response.content;
+                return Flow::End(SessionEnd::Refusal);
             }
             // In JSON mode a cut-off reply is broken JSON that no continuation can mend (small
             // models also run away inside a string): ask again for a short action, as one step.
             StopReason::Length
                 if calls.is_empty() && cfg.tool_mode == ToolMode::Json && !final_round =>
             {
-                cutoffs += 1;
-                if cutoffs >= JSON_CUTOFFS_IN_A_ROW {
+                self.cutoffs += 1;
+                if self.cutoffs >= JSON_CUTOFFS_IN_A_ROW {
                     on_event(AgentEvent::Error {
                         message: format!(
-                            "stopped: {cutoffs} replies in a row were cut off by the output limit \
+                            "stopped: {} replies in a row were cut off by the output limit \
                              ({} tokens)",
-                            cfg.max_tokens
+                            self.cutoffs, cfg.max_tokens
                         ),
                     });
-                    result.end = SessionEnd::Length;
-                    return result;
+                    return Flow::End(SessionEnd::Length);
                 }
-                result.steps += 1;
-                messages.push(Message::text(
+                self.result.steps += 1;
+                self.messages.push(Message::text(
                     Role::User,
                     "Your last reply was cut off by the output limit, so it was not a valid action. Reply again with one short action.",
                 ));
-                continue;
+                return Flow::Again;
             }
             StopReason::Length if calls.is_empty() => {
-                if continuations < cfg.max_continuations {
-                    continuations += 1;
-                    messages.push(Message::text(Role::Assistant, response.content));
-                    messages.push(Message::text(
+                if self.continuations < cfg.max_continuations {
+                    self.continuations += 1;
+                    self.messages
+                        .push(Message::text(Role::Assistant, response.content));
+                    self.messages.push(Message::text(
                         Role::User,
                         "Your reply was cut off by the output limit. Continue exactly where you stopped.",
                     ));
-                    continue;
+                    return Flow::Again;
                 }
-                result.final_text = response.content;
-                result.end = SessionEnd::Length;
-                return result;
+                self.result.final_text = response.content;
+                return Flow::End(SessionEnd::Length);
             }
             _ => {}
         }
-        cutoffs = 0;
-        let remind = cfg.mark_protocol && !marked && reminders < MARK_REMINDERS;
+        self.cutoffs = 0;
+        let remind = cfg.mark_protocol && !self.marked && self.reminders < MARK_REMINDERS;
         if calls.is_empty() && !final_round && remind {
-            reminders += 1;
-            result.steps += 1;
-            messages.push(Message::text(Role::Assistant, response.content));
-            messages.push(Message::text(Role::User, MARK_REMINDER));
-            continue;
+            self.reminders += 1;
+            self.result.steps += 1;
+            self.messages
+                .push(Message::text(Role::Assistant, response.content));
+            self.messages.push(Message::text(Role::User, MARK_REMINDER));
+            return Flow::Again;
         }
         if calls.is_empty() || final_round {
-            result.final_text = response.content;
-            result.end = if final_round {
+            self.result.final_text = response.content;
+            return Flow::End(if final_round {
                 SessionEnd::StepLimit
             } else {
                 SessionEnd::Completed
-            };
-            return result;
+            });
         }
+        Flow::Calls(response, calls)
+    }
 
-        result.steps += 1;
+    /// Runs a reply's tool calls in order, each result going back into the conversation;
+    /// returns how the session ends when a call ends it (a stuck model, a fatal tool error, a
+    /// passing mark under the mark protocol, a cancel).
+    async fn run_calls(
+        &mut self,
+        response: &ChatResponse,
+        calls: &[llm::ToolCall],
+        (tools, ctx): (&ToolRegistry, &ToolContext),
+        cancel: &CancellationToken,
+        on_event: &mut (dyn FnMut(AgentEvent) + Send),
+    ) -> Option<SessionEnd> {
+        let cfg = self.cfg;
+        self.result.steps += 1;
         let mut assistant = Message::text(Role::Assistant, response.content.clone());
-        assistant.tool_calls = calls.clone();
-        messages.push(assistant);
-        for call in &calls {
+        assistant.tool_calls = calls.to_vec();
+        self.messages.push(assistant);
+        for call in calls {
             // Under the mark protocol the same mark_story call after each fix is the expected
             // way to have the check run again, not a loop: the step limit bounds it.
             let count = if cfg.mark_protocol && call.name == "mark_story" {
                 0
             } else {
-                let count = repeats
+                let count = self
+                    .repeats
                     .entry(call_key(&call.name, &call.arguments))
                     .or_insert(0);
                 *count += 1;
                 *count
             };
             if count >= REPEAT_STOP_AT {
-                messages.push(Message::tool_result(
+                self.messages.push(Message::tool_result(
                     &call.id,
                     "Not run: you made this exact call too many times.",
                     true,
                 ));
-                result.final_text = response.content.clone();
-                result.end = SessionEnd::Stuck {
-                    tool: call.name.clone(),
-                };
+                self.result.final_text = response.content.clone();
                 on_event(AgentEvent::Error {
                     message: format!(
                         "stopped: the model repeated the same {} call {count} times",
                         call.name
                     ),
                 });
-                return result;
+                return Some(SessionEnd::Stuck {
+                    tool: call.name.clone(),
+                });
             }
             let summary_args = crate::protocol::fields::summarize_tool_input(&call.arguments);
             on_event(AgentEvent::ToolCall {
@@ -549,18 +647,15 @@ pub async fn run_session(
             });
             let outcome = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => {
-                    result.end = SessionEnd::Cancelled;
-                    return result;
-                }
+                _ = cancel.cancelled() => return Some(SessionEnd::Cancelled),
                 o = async {
-                    if allowed(&call.name) {
+                    if allowed(cfg, &call.name) {
                         tools.dispatch(&call.name, &call.arguments, ctx).await
                     } else {
                         Err(ToolError::RespondToModel(format!(
                             "there is no tool named `{}`; the tools are: {}",
                             call.name,
-                            names.join(", ")
+                            self.names.join(", ")
                         )))
                     }
                 } => o,
@@ -572,8 +667,7 @@ pub async fn run_session(
                     on_event(AgentEvent::Error {
                         message: msg.clone(),
                     });
-                    result.end = SessionEnd::ToolFatal { message: msg };
-                    return result;
+                    return Some(SessionEnd::ToolFatal { message: msg });
                 }
             };
             // The transcript keeps what the tool returned (bounded, secrets redacted), so that
@@ -587,11 +681,10 @@ pub async fn run_session(
             });
             let marks_passing =
                 call.name == "mark_story" && !is_error && passes_true(&call.arguments);
-            marked |= call.name == "mark_story" && !is_error;
+            self.marked |= call.name == "mark_story" && !is_error;
             if cfg.mark_protocol && marks_passing {
-                result.final_text = content;
-                result.end = SessionEnd::Completed;
-                return result;
+                self.result.final_text = content;
+                return Some(SessionEnd::Completed);
             }
             if count >= REPEAT_WARN_AT {
                 content.push_str(&format!(
@@ -603,9 +696,18 @@ pub async fn run_session(
             // and measured durations are taken out, so that the model is told the same thing
             // wherever the repository lies and however busy the machine is.
             let content = crate::prd::files::steady_text(&content, &ctx.repo_root);
-            messages.push(Message::tool_result(&call.id, content, is_error));
+            self.messages
+                .push(Message::tool_result(&call.id, content, is_error));
         }
+        None
     }
+}
+
+/// Whether the session may use the tool `name` (`allowed_tools`, when set).
+fn allowed(cfg: &SessionConfig, name: &str) -> bool {
+    cfg.allowed_tools
+        .as_ref()
+        .is_none_or(|list| list.iter().any(|t| t == name))
 }
 
 #[cfg(test)]

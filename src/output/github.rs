@@ -1,7 +1,10 @@
 //! GitHub Actions awareness, only when `GITHUB_ACTIONS=true` (the runner sets it):
 //!
 //! - each iteration's log lines are folded into a `::group::` (opened at `iteration_started`,
-//!   closed before whatever comes after the iteration);
+//!   closed before whatever comes after the iteration); groups do not nest, so while more than
+//!   one iteration is in flight (`--parallel`) there is no group: each start and end is a plain
+//!   line starting with `[iteration N]` (story, outcome, worker, landing), and a landing that
+//!   conflicted or was undone is a `::notice::` naming the ref that keeps the work;
 //! - a blocked story becomes a `::warning::` annotation, an auth or config error (and a push the
 //!   remote refused) an `::error::` one, a push that could not reach the remote a `::warning::`;
 //! - at the end, the Markdown report is appended to `$GITHUB_STEP_SUMMARY`, and the run's
@@ -13,6 +16,7 @@
 //! from both streams, and `--json` keeps stdout to itself). Missing or unwritable files are
 //! skipped with a warning on stderr: the run never fails for its CI decorations.
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -31,6 +35,10 @@ pub struct GitHubActions {
     run_id: Option<String>,
     report: MarkdownReport,
     in_group: bool,
+    /// The iterations started and not yet finished.
+    in_flight: BTreeSet<u32>,
+    /// The iteration whose group is open (the only one in flight when it started).
+    grouped: Option<u32>,
     err: Box<dyn std::io::Write + Send>,
 }
 
@@ -86,6 +94,8 @@ impl GitHubActions {
             run_id: None,
             report,
             in_group: false,
+            in_flight: BTreeSet::new(),
+            grouped: None,
             err,
         })
     }
@@ -98,9 +108,61 @@ impl GitHubActions {
     }
 
     fn end_group(&mut self) {
+        self.grouped = None;
         if std::mem::take(&mut self.in_group) {
             self.command("::endgroup::".into());
         }
+    }
+
+    /// An iteration starts: its group when it is the only one in flight, else a plain line
+    /// (and the group of the one before is closed: groups cannot overlap).
+    fn started(&mut self, iteration: u32, story: &str, worker: Option<u32>) {
+        self.end_group();
+        self.in_flight.insert(iteration);
+        if self.in_flight.len() == 1 {
+            self.command(format!(
+                "::group::iteration {iteration} · {}",
+                escape_data(story)
+            ));
+            self.in_group = true;
+            self.grouped = Some(iteration);
+        } else {
+            let worker = worker.map(|w| format!(" (worker {w})")).unwrap_or_default();
+            // A plain line, on one line: a story's text cannot start a workflow command.
+            self.command(super::text::one_line(
+                &format!("[iteration {iteration}] started: {story}{worker}"),
+                500,
+            ));
+        }
+    }
+
+    /// An iteration that ran outside a group (beside others) ends: one plain line, and a
+    /// notice when its work did not land.
+    fn ended(&mut self, r: &LedgerRecord) {
+        let was_alone = self.grouped == Some(r.iteration);
+        self.in_flight.remove(&r.iteration);
+        if was_alone {
+            return;
+        }
+        let worker = r.worker.map(|w| format!(" [w{w}]")).unwrap_or_default();
+        let landing = r
+            .landing
+            .as_ref()
+            .map(|l| format!(" · landed: {}", super::text::landing_short(l)))
+            .unwrap_or_default();
+        let why = r
+            .primary_message()
+            .map(|m| format!(" · {m}"))
+            .unwrap_or_default();
+        self.command(super::text::one_line(
+            &format!(
+                "[iteration {}]{worker} {}: {}{landing}{why}",
+                r.iteration,
+                r.story_id,
+                r.outcome.as_str()
+            ),
+            500,
+        ));
     }
 
     fn annotate(&mut self, level: &str, title: &str, message: &str) {
@@ -113,6 +175,7 @@ impl GitHubActions {
     }
 
     fn iteration(&mut self, r: &LedgerRecord) {
+        self.ended(r);
         let why = r.primary_message().unwrap_or("no message");
         match r.outcome {
             Outcome::AuthError => self.annotate(
@@ -126,6 +189,30 @@ impl GitHubActions {
                 &format!("iteration {} ({}): {why}", r.iteration, r.story_id),
             ),
             _ => {}
+        }
+        if let Some(l) = &r.landing {
+            use crate::protocol::record::LandingKind;
+            if let (LandingKind::Conflict | LandingKind::Reverted, Some(saved)) =
+                (l.kind, &l.salvage_ref)
+            {
+                let what = match l.kind {
+                    LandingKind::Conflict => "conflicted with the run branch",
+                    _ => "failed its check with the other landed stories present and was undone",
+                };
+                self.annotate(
+                    "notice",
+                    &format!("ralph: {} did not land", r.story_id),
+                    &format!(
+                        "iteration {} ({}): its work {what}; kept under {saved}{}",
+                        r.iteration,
+                        r.story_id,
+                        l.message
+                            .as_deref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    ),
+                );
+            }
         }
         if let Some(p) = &r.push {
             let detail = p.error.as_deref().unwrap_or("no message");
@@ -213,15 +300,9 @@ impl Sink for GitHubActions {
                 iteration,
                 story_id,
                 story_title,
+                worker,
                 ..
-            } => {
-                self.end_group();
-                self.command(format!(
-                    "::group::iteration {iteration} · {}",
-                    escape_data(&format!("{story_id} {story_title}"))
-                ));
-                self.in_group = true;
-            }
+            } => self.started(*iteration, &format!("{story_id} {story_title}"), *worker),
             RunEvent::IterationFinished { record, .. } => self.iteration(record),
             RunEvent::StoryBlocked {
                 story_id,
@@ -358,6 +439,137 @@ mod tests {
             output: Some("/tmp/y".into()),
         };
         assert!(GitHubActions::new(&env, None, Box::new(|| None)).is_none());
+    }
+
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buffer {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8(self.0.lock().unwrap().clone())
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    fn sink() -> (GitHubActions, Buffer) {
+        let env = RunnerEnv {
+            github_actions: true,
+            step_summary: None,
+            output: None,
+        };
+        let err = Buffer::default();
+        let sink = GitHubActions::with_writer(&env, None, Box::new(|| None), Box::new(err.clone()))
+            .unwrap();
+        (sink, err)
+    }
+
+    fn started(iteration: u32, story: &str, worker: Option<u32>) -> RunEvent {
+        RunEvent::IterationStarted {
+            iteration,
+            slot: iteration,
+            max_iter: 5,
+            story_id: story.into(),
+            story_title: "Title".into(),
+            backend: "claude".into(),
+            worker,
+        }
+    }
+
+    fn finished(
+        iteration: u32,
+        story: &str,
+        outcome: Outcome,
+        landing: Option<LandingRecord>,
+    ) -> RunEvent {
+        let mut record = LedgerRecord::new("r", iteration, story, outcome, chrono::Utc::now());
+        record.worker = landing.as_ref().map(|_| iteration);
+        record.landing = landing;
+        RunEvent::IterationFinished {
+            iteration,
+            record: Box::new(record),
+            slot: iteration,
+            max_iter: 5,
+        }
+    }
+
+    use crate::protocol::record::{LandingKind, LandingRecord};
+
+    /// Serial: one group per iteration, closed before what comes next, as always.
+    #[test]
+    fn a_serial_run_folds_each_iteration_into_a_group() {
+        let (mut sink, err) = sink();
+        sink.on(&started(1, "US-001", None));
+        sink.on(&finished(1, "US-001", Outcome::StoryPassed, None));
+        sink.on(&started(2, "US-002", None));
+        sink.on(&finished(2, "US-002", Outcome::StoryPassed, None));
+        sink.close();
+        assert_eq!(
+            err.lines(),
+            [
+                "::group::iteration 1 · US-001 Title",
+                "::endgroup::",
+                "::group::iteration 2 · US-002 Title",
+                "::endgroup::",
+            ]
+        );
+    }
+
+    /// Overlapping iterations (1 starts, 2 starts, 2 ends, 1 ends): no nested or interleaved
+    /// groups; the first one's group closes when the second starts, and every later start and
+    /// end is a plain line naming its iteration, story, worker and landing; a conflict is a
+    /// notice naming the salvage ref in full.
+    #[test]
+    fn overlapping_iterations_get_plain_lines_named_by_iteration_instead_of_groups() {
+        let (mut sink, err) = sink();
+        let ff = LandingRecord {
+            kind: LandingKind::FastForward,
+            onto: None,
+            commit: None,
+            salvage_ref: None,
+            files: Vec::new(),
+            landed_since: Vec::new(),
+            message: None,
+        };
+        let conflict = LandingRecord {
+            kind: LandingKind::Conflict,
+            salvage_ref: Some("refs/ralph/salvage/r/US-001".into()),
+            files: vec!["src/a.rs".into()],
+            ..ff.clone()
+        };
+        sink.on(&started(1, "US-001", Some(1)));
+        sink.on(&started(2, "US-002", Some(2)));
+        sink.on(&finished(2, "US-002", Outcome::StoryPassed, Some(ff)));
+        sink.on(&finished(1, "US-001", Outcome::Conflict, Some(conflict)));
+        sink.on(&started(3, "US-003", Some(1)));
+        sink.close();
+        let lines = err.lines();
+        assert_eq!(
+            lines,
+            [
+                "::group::iteration 1 · US-001 Title",
+                "::endgroup::",
+                "[iteration 2] started: US-002 Title (worker 2)",
+                "[iteration 2] [w2] US-002: story_passed · landed: ff",
+                "[iteration 1] [w1] US-001: conflict · landed: conflict → refs/ralph/salvage/r/US-001",
+                "::notice title=ralph%3A US-001 did not land::iteration 1 (US-001): its work conflicted with the run branch; kept under refs/ralph/salvage/r/US-001",
+                // Alone again: a group.
+                "::group::iteration 3 · US-003 Title",
+                "::endgroup::",
+            ],
+            "{lines:#?}"
+        );
     }
 
     /// A run that ends with an error quoting a key (a shape redacted wherever it comes from):

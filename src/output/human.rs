@@ -1,14 +1,18 @@
-//! The terminal: a live status line while an iteration runs, one line per finished iteration,
-//! warnings, and the final summary, all on stderr. `--quiet` keeps only warnings, failed
-//! iterations and the summary. Colours and the live line are off when stderr is not a terminal
-//! or `NO_COLOR` is set.
+//! The terminal: a live status line per iteration in flight (one in a serial run, one per
+//! worker with `--parallel`, under an indicatif `MultiProgress`), one line per finished
+//! iteration printed above the live lines, warnings, and the final summary, all on stderr.
+//! `--quiet` keeps only warnings, failed iterations and the summary. Colours and the live lines
+//! are off when stderr is not a terminal or `NO_COLOR` is set. While more than one iteration is
+//! in flight, a line that belongs to one (`--verbose` agent lines, a verify command) starts with
+//! `#<iteration>` so that it is never read as another's.
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use chrono::{Datelike as _, Local, Utc};
 use console::{style, Style};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::Sink;
 use crate::protocol::run_event::{RunSummary, WaitReason};
@@ -23,10 +27,22 @@ pub struct Human {
     warnings_only: bool,
     quiet: bool,
     verbose: bool,
-    bar: Option<ProgressBar>,
-    live_prefix: String,
+    /// Where the live lines are drawn: `Some` when stderr is a terminal.
+    multi: Option<MultiProgress>,
+    /// The iterations in flight, by number (started, not yet finished).
+    live: BTreeMap<u32, Live>,
+    /// Where lines go (stderr; a buffer in tests).
+    err: Box<dyn Write + Send>,
     /// This run's cost so far (USD), `None` until an iteration reports one.
     run_cost: Option<f64>,
+}
+
+/// One iteration in flight.
+struct Live {
+    /// `iteration 3 (2/10) · US-002 Title · claude`, with ` · w2` under `--parallel`.
+    prefix: String,
+    /// Its live line (a terminal only).
+    bar: Option<ProgressBar>,
 }
 
 impl Human {
@@ -37,12 +53,25 @@ impl Human {
         let tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
         console::set_colors_enabled_stderr(tty && !no_color);
+        let multi = tty.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        Human::with_writer(quiet, verbose, multi, Box::new(std::io::stderr()))
+    }
+
+    /// [`Human::new`] writing its lines to `err` and drawing its live lines on `multi` (`None`:
+    /// no live lines, as when stderr is not a terminal); for tests.
+    pub fn with_writer(
+        quiet: bool,
+        verbose: bool,
+        multi: Option<MultiProgress>,
+        err: Box<dyn Write + Send>,
+    ) -> Human {
         Human {
             warnings_only: false,
             quiet,
             verbose,
-            bar: None,
-            live_prefix: String::new(),
+            multi,
+            live: BTreeMap::new(),
+            err,
             run_cost: None,
         }
     }
@@ -55,28 +84,40 @@ impl Human {
         sink
     }
 
-    /// Prints a line on stderr without tearing the live line (secrets redacted, crate::redact).
-    fn eprint(&self, line: &str) {
+    /// Prints a line on stderr above the live lines, without tearing them (secrets redacted,
+    /// crate::redact).
+    fn eprint(&mut self, line: &str) {
         let line = crate::redact::redact_env(line);
-        match &self.bar {
-            // A closed stderr (e.g. `| head`) must not stop the run: write errors are ignored.
-            Some(bar) => bar.suspend(|| {
-                let _ = writeln!(std::io::stderr(), "{line}");
-            }),
-            None => {
-                let _ = writeln!(std::io::stderr(), "{line}");
-            }
+        let err = &mut self.err;
+        // A closed stderr (e.g. `| head`) must not stop the run: write errors are ignored.
+        let mut write = || {
+            let _ = writeln!(err, "{line}");
+            let _ = err.flush();
+        };
+        match &self.multi {
+            Some(multi) if self.live.values().any(|l| l.bar.is_some()) => multi.suspend(write),
+            _ => write(),
         }
     }
 
-    fn warn(&self, msg: &str) {
+    /// `#3 ` before a line of iteration 3 while another iteration is in flight too (empty in a
+    /// serial run, whose lines are as they always were).
+    fn tag(&self, iteration: u32) -> String {
+        if self.live.len() > 1 {
+            format!("#{iteration} ")
+        } else {
+            String::new()
+        }
+    }
+
+    fn warn(&mut self, msg: &str) {
         self.eprint(&format!(
             "{} {msg}",
             style("warning:").yellow().bold().for_stderr()
         ));
     }
 
-    fn info(&self, msg: &str) {
+    fn info(&mut self, msg: &str) {
         if !self.quiet {
             self.eprint(msg);
         }
@@ -93,51 +134,72 @@ impl Human {
         }
     }
 
-    fn iteration_started(&mut self, prefix: String) {
-        self.live_prefix = prefix;
+    fn iteration_started(&mut self, iteration: u32, prefix: String) {
+        let mut live = Live { prefix, bar: None };
         if self.quiet {
+            self.live.insert(iteration, live);
             return;
         }
-        if !std::io::stderr().is_terminal() {
-            self.eprint(&format!("▶ {}", self.live_prefix));
+        let Some(multi) = &self.multi else {
+            let line = format!("▶ {}", live.prefix);
+            self.live.insert(iteration, live);
+            self.eprint(&line);
             return;
-        }
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        };
+        let bar = multi.add(ProgressBar::hidden());
         if let Ok(s) = ProgressStyle::with_template("{spinner} {prefix} · {elapsed} · {msg}") {
             bar.set_style(s);
         }
-        bar.set_prefix(self.live_prefix.clone());
+        bar.set_prefix(live.prefix.clone());
         bar.set_message(self.live_text(None));
         bar.enable_steady_tick(Duration::from_millis(120));
-        self.bar = Some(bar);
+        live.bar = Some(bar);
+        self.live.insert(iteration, live);
     }
 
-    fn agent_event(&self, event: &AgentEvent) {
+    fn agent_event(&mut self, iteration: u32, event: &AgentEvent) {
+        let tag = self.tag(iteration);
         match event {
             AgentEvent::ToolCall { name, summary } => {
-                if let Some(bar) = &self.bar {
+                if let Some(bar) = self.live.get(&iteration).and_then(|l| l.bar.as_ref()) {
                     bar.set_message(self.live_text(Some(format!("{name}: {summary}"))));
                 }
                 if self.verbose && !self.quiet {
                     self.eprint(&format!(
-                        "  {} {name}: {summary}",
+                        "  {tag}{} {name}: {summary}",
                         style("→").cyan().for_stderr()
                     ));
                 }
             }
             AgentEvent::AssistantText { text } if self.verbose && !self.quiet => {
                 for line in text.lines() {
-                    self.eprint(&format!("  {}", style(line).dim().for_stderr()));
+                    self.eprint(&format!("  {tag}{}", style(line).dim().for_stderr()));
                 }
             }
             _ => {}
         }
     }
 
-    fn iteration_finished(&mut self, record: &LedgerRecord, slot: u32, max: u32) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
+    /// Ends iteration `iteration`'s live line (all of them for `None`: the run is over).
+    fn end_live(&mut self, iteration: Option<u32>) {
+        let ended = match iteration {
+            Some(n) => self.live.remove(&n).into_iter().collect(),
+            None => std::mem::take(&mut self.live)
+                .into_values()
+                .collect::<Vec<_>>(),
+        };
+        for live in ended {
+            if let Some(bar) = live.bar {
+                bar.finish_and_clear();
+                if let Some(multi) = &self.multi {
+                    multi.remove(&bar);
+                }
+            }
         }
+    }
+
+    fn iteration_finished(&mut self, record: &LedgerRecord, slot: u32, max: u32) {
+        self.end_live(Some(record.iteration));
         if let Some(cost) = record.cost_usd {
             self.run_cost = Some(self.run_cost.unwrap_or(0.0) + cost);
         }
@@ -146,8 +208,12 @@ impl Human {
             return;
         }
         let (mark, colour) = outcome_style(record.outcome);
+        let worker = record
+            .worker
+            .map(|w| format!(" [w{w}]"))
+            .unwrap_or_default();
         let mut parts = vec![
-            format!("iteration {} ({slot}/{max})", record.iteration),
+            format!("iteration {} ({slot}/{max}){worker}", record.iteration),
             record.story_id.clone(),
             colour
                 .apply_to(record.outcome.as_str())
@@ -162,6 +228,9 @@ impl Human {
         // The agent's own commits; ralph's checkpoint is not the agent's work.
         parts.push(plural(record.commits.len(), "commit"));
         parts.push(files_part(&record.files_changed));
+        if let Some(landing) = &record.landing {
+            parts.push(format!("landed: {}", super::text::landing_short(landing)));
+        }
         self.eprint(&format!(
             "{} {}",
             colour.apply_to(mark).for_stderr(),
@@ -178,7 +247,7 @@ impl Human {
 
     /// `--quiet`: one warning line for an iteration that did not move its story forward (its
     /// message says why, findings included), else the findings alone.
-    fn quiet_iteration(&self, record: &LedgerRecord) {
+    fn quiet_iteration(&mut self, record: &LedgerRecord) {
         let moved = matches!(
             record.outcome,
             Outcome::StoryPassed
@@ -207,7 +276,7 @@ impl Human {
     }
 
     /// The end of each failed verify command's output, indented under the iteration.
-    fn verify_tails(&self, record: &LedgerRecord) {
+    fn verify_tails(&mut self, record: &LedgerRecord) {
         for v in record.verify_failures() {
             let lines: Vec<&str> = v.output_tail.lines().collect();
             if lines.is_empty() {
@@ -231,7 +300,7 @@ impl Human {
     }
 
     fn waiting(
-        &self,
+        &mut self,
         reason: WaitReason,
         until: chrono::DateTime<Utc>,
         story: &str,
@@ -251,7 +320,7 @@ impl Human {
         }
     }
 
-    fn summary(&self, s: &RunSummary) {
+    fn summary(&mut self, s: &RunSummary) {
         let head = if s.success {
             style(format!("ralph: {}", s.headline)).green().bold()
         } else {
@@ -371,7 +440,7 @@ impl Sink for Human {
                 }
             }
             RunEvent::Notice { message } => self.info(message),
-            RunEvent::Warning { message } => self.warn(message),
+            RunEvent::Warning { message, .. } => self.warn(message),
             RunEvent::IterationStarted {
                 iteration,
                 slot,
@@ -379,23 +448,43 @@ impl Sink for Human {
                 story_id,
                 story_title,
                 backend,
-            } => self.iteration_started(format!(
-                "iteration {iteration} ({slot}/{max_iter}) · {story_id} {story_title} · {backend}"
-            )),
-            RunEvent::AgentCommand { command } => {
+                worker,
+            } => {
+                let worker = worker.map(|w| format!(" · w{w}")).unwrap_or_default();
+                self.iteration_started(
+                    *iteration,
+                    format!(
+                        "iteration {iteration} ({slot}/{max_iter}) · {story_id} {story_title} · {backend}{worker}"
+                    ),
+                )
+            }
+            RunEvent::AgentCommand { iteration, command } => {
                 if self.verbose && !self.quiet {
-                    self.eprint(&format!("  {} {command}", style("$").dim().for_stderr()));
+                    let tag = self.tag(*iteration);
+                    self.eprint(&format!(
+                        "  {tag}{} {command}",
+                        style("$").dim().for_stderr()
+                    ));
                 }
             }
-            RunEvent::AgentEvent { agent_event } => self.agent_event(agent_event),
-            RunEvent::VerifyStarted { story_id, command } => {
-                self.info(&format!("  verify {story_id}: {command}"))
+            RunEvent::AgentEvent {
+                iteration,
+                agent_event,
+            } => self.agent_event(*iteration, agent_event),
+            RunEvent::VerifyStarted {
+                iteration,
+                story_id,
+                command,
+            } => {
+                let tag = self.tag(*iteration);
+                self.info(&format!("  {tag}verify {story_id}: {command}"))
             }
             RunEvent::VerifyFinished { .. } => {}
             RunEvent::IterationFinished {
                 record,
                 slot,
                 max_iter,
+                ..
             } => self.iteration_finished(record, *slot, *max_iter),
             RunEvent::StoryBlocked {
                 story_id,
@@ -429,9 +518,7 @@ impl Sink for Human {
                 humantime::format_duration(std::time::Duration::from_secs(*paused_s as u64))
             )),
             RunEvent::RunFinished(summary) => {
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
+                self.end_live(None);
                 self.summary(summary)
             }
         }
@@ -469,9 +556,7 @@ pub fn switch_text(
 
 impl Drop for Human {
     fn drop(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
-        }
+        self.end_live(None);
     }
 }
 
@@ -529,6 +614,341 @@ fn files_part(files: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::{Arc, Mutex};
+
+    use crate::protocol::record::{LandingKind, LandingRecord};
+
+    const WIDTH: usize = 160;
+
+    /// A terminal for tests: the screen's lines as a person would see them (cursor moves,
+    /// clears and line wraps applied; colour codes dropped). The sink's lines and its live
+    /// lines are both drawn on it, as both go to stderr.
+    #[derive(Debug, Default, Clone)]
+    struct Screen(Arc<Mutex<ScreenState>>);
+
+    #[derive(Debug, Default)]
+    struct ScreenState {
+        lines: Vec<Vec<char>>,
+        row: usize,
+        col: usize,
+        wrap: bool,
+        escape: bool,
+    }
+
+    impl ScreenState {
+        fn put(&mut self, text: &str) {
+            for ch in text.chars() {
+                if self.escape {
+                    self.escape = !ch.is_ascii_alphabetic();
+                    continue;
+                }
+                match ch {
+                    '\x1b' => self.escape = true,
+                    '\n' => {
+                        self.row += 1;
+                        self.col = 0;
+                        self.wrap = false;
+                    }
+                    '\r' => {
+                        self.col = 0;
+                        self.wrap = false;
+                    }
+                    c => {
+                        if self.wrap {
+                            self.row += 1;
+                            self.col = 0;
+                            self.wrap = false;
+                        }
+                        while self.lines.len() <= self.row {
+                            self.lines.push(Vec::new());
+                        }
+                        let line = &mut self.lines[self.row];
+                        while line.len() <= self.col {
+                            line.push(' ');
+                        }
+                        line[self.col] = c;
+                        self.col += 1;
+                        if self.col == WIDTH {
+                            self.col -= 1;
+                            self.wrap = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    impl Screen {
+        /// The screen's non-empty lines, trailing blanks trimmed.
+        fn lines(&self) -> Vec<String> {
+            let s = self.0.lock().unwrap();
+            s.lines
+                .iter()
+                .map(|l| l.iter().collect::<String>().trim_end().to_owned())
+                .filter(|l| !l.is_empty())
+                .collect()
+        }
+
+        /// Waits (at most 5 s) until the screen shows a line containing each of `parts`.
+        fn wait_for(&self, parts: &[&str]) -> Vec<String> {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let lines = self.lines();
+                if parts.iter().all(|p| lines.iter().any(|l| l.contains(p))) {
+                    return lines;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the screen never showed {parts:?}: {lines:#?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            WIDTH as u16
+        }
+        fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            s.row = s.row.saturating_sub(n);
+            s.wrap = false;
+            Ok(())
+        }
+        fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            s.row += n;
+            s.wrap = false;
+            Ok(())
+        }
+        fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+            self.0.lock().unwrap().col += n;
+            Ok(())
+        }
+        fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            s.col = s.col.saturating_sub(n);
+            Ok(())
+        }
+        fn write_line(&self, line: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().put(&format!("{line}\n"));
+            Ok(())
+        }
+        fn write_str(&self, text: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().put(text);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            let row = s.row;
+            if let Some(line) = s.lines.get_mut(row) {
+                line.clear();
+            }
+            s.col = 0;
+            s.wrap = false;
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().put(&String::from_utf8_lossy(buf));
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn started(iteration: u32, story: &str, worker: Option<u32>) -> RunEvent {
+        RunEvent::IterationStarted {
+            iteration,
+            slot: iteration,
+            max_iter: 5,
+            story_id: story.into(),
+            story_title: format!("Title of {story}"),
+            backend: "claude".into(),
+            worker,
+        }
+    }
+
+    fn said(iteration: u32, text: &str) -> RunEvent {
+        RunEvent::AgentEvent {
+            iteration,
+            agent_event: AgentEvent::AssistantText { text: text.into() },
+        }
+    }
+
+    fn finished(
+        iteration: u32,
+        story: &str,
+        worker: Option<u32>,
+        landing: Option<LandingRecord>,
+    ) -> RunEvent {
+        let mut record = LedgerRecord::new("r", iteration, story, Outcome::StoryPassed, Utc::now());
+        record.worker = worker;
+        record.landing = landing;
+        RunEvent::IterationFinished {
+            iteration,
+            record: Box::new(record),
+            slot: iteration,
+            max_iter: 5,
+        }
+    }
+
+    fn landing(kind: LandingKind, salvage: Option<&str>) -> Option<LandingRecord> {
+        Some(LandingRecord {
+            kind,
+            onto: None,
+            commit: None,
+            salvage_ref: salvage.map(str::to_owned),
+            files: Vec::new(),
+            landed_since: Vec::new(),
+            message: None,
+        })
+    }
+
+    /// Not a terminal (a log file, CI): no live lines; two overlapping iterations (1 starts,
+    /// 2 starts, 2 ends, 1 ends) give both outcome lines in the order they ended, each with its
+    /// story, worker and landing, and every agent line while both run is tagged with its own
+    /// iteration.
+    #[test]
+    fn overlapping_iterations_print_their_outcomes_in_finishing_order_each_with_its_story() {
+        let screen = Screen::default();
+        let mut sink = Human::with_writer(false, true, None, Box::new(screen.clone()));
+        sink.on(&started(1, "US-001", Some(1)));
+        sink.on(&said(1, "alone so far"));
+        sink.on(&started(2, "US-002", Some(2)));
+        sink.on(&said(1, "working on one"));
+        sink.on(&said(2, "working on two"));
+        sink.on(&RunEvent::VerifyStarted {
+            iteration: 2,
+            story_id: "US-002".into(),
+            command: "make test".into(),
+        });
+        sink.on(&finished(
+            2,
+            "US-002",
+            Some(2),
+            landing(LandingKind::FastForward, None),
+        ));
+        sink.on(&said(1, "still one"));
+        sink.on(&finished(
+            1,
+            "US-001",
+            Some(1),
+            landing(LandingKind::Conflict, Some("refs/ralph/salvage/r/US-001")),
+        ));
+        let lines = screen.lines();
+        let expected_starts = [
+            "▶ iteration 1 (1/5) · US-001 Title of US-001 · claude · w1",
+            "▶ iteration 2 (2/5) · US-002 Title of US-002 · claude · w2",
+        ];
+        assert_eq!(lines[0], expected_starts[0], "{lines:#?}");
+        assert_eq!(lines[1], "  alone so far", "{lines:#?}");
+        assert_eq!(lines[2], expected_starts[1], "{lines:#?}");
+        assert_eq!(
+            &lines[3..6],
+            [
+                "  #1 working on one",
+                "  #2 working on two",
+                "  #2 verify US-002: make test"
+            ],
+            "{lines:#?}"
+        );
+        assert!(
+            lines[6].starts_with("✓ iteration 2 (2/5) [w2] · US-002 · story_passed")
+                && lines[6].ends_with("landed: ff"),
+            "{lines:#?}"
+        );
+        // Iteration 1 is alone again: its lines are untagged, as in a serial run.
+        assert_eq!(lines[7], "  still one", "{lines:#?}");
+        assert!(
+            lines[8].starts_with("✓ iteration 1 (1/5) [w1] · US-001 · story_passed")
+                && lines[8].ends_with("landed: conflict → refs/ralph/salvage/r/US-001"),
+            "{lines:#?}"
+        );
+        assert_eq!(lines.len(), 9, "{lines:#?}");
+    }
+
+    /// A terminal: one live line per iteration in flight, each with its iteration, story,
+    /// agent, worker and elapsed time; an outcome line appears above the live lines when an
+    /// iteration ends, and the live line of the one that ended goes while the other stays.
+    #[test]
+    fn a_terminal_shows_one_live_line_per_iteration_and_outcomes_above_them() {
+        let screen = Screen::default();
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::term_like(Box::new(
+            screen.clone(),
+        )));
+        let mut sink = Human::with_writer(false, false, Some(multi), Box::new(screen.clone()));
+        sink.on(&started(1, "US-001", Some(1)));
+        sink.on(&started(2, "US-002", Some(2)));
+        let lines = screen.wait_for(&[
+            "iteration 1 (1/5) · US-001 Title of US-001 · claude · w1 · ",
+            "iteration 2 (2/5) · US-002 Title of US-002 · claude · w2 · ",
+        ]);
+        assert_eq!(lines.len(), 2, "two live lines: {lines:#?}");
+        for line in &lines {
+            // The elapsed time follows the worker: `… · w1 · 0s · `.
+            let elapsed = line.split(" · ").nth(4).unwrap_or_default();
+            let elapsed = elapsed.trim_end_matches(" ·");
+            assert!(
+                elapsed.ends_with('s') && elapsed[..elapsed.len() - 1].parse::<u64>().is_ok(),
+                "{line}"
+            );
+        }
+        sink.on(&finished(2, "US-002", Some(2), None));
+        let lines = screen.wait_for(&["✓ iteration 2 (2/5) [w2] · US-002"]);
+        assert!(
+            lines[0].starts_with("✓ iteration 2 (2/5) [w2] · US-002"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[1].contains("iteration 1 (1/5) · US-001"),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            lines.len(),
+            2,
+            "the outcome, then iteration 1's live line: {lines:#?}"
+        );
+        sink.on(&finished(1, "US-001", Some(1), None));
+        let lines = screen.wait_for(&["✓ iteration 1 (1/5) [w1] · US-001"]);
+        assert!(
+            lines[0].starts_with("✓ iteration 2 (2/5) [w2] · US-002"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[1].starts_with("✓ iteration 1 (1/5) [w1] · US-001"),
+            "{lines:#?}"
+        );
+        assert_eq!(lines.len(), 2, "no live line is left: {lines:#?}");
+    }
+
+    /// A serial run's lines carry no worker, no landing and no `#n` tags: what it always printed.
+    #[test]
+    fn a_serial_iteration_prints_what_it_always_printed() {
+        let screen = Screen::default();
+        let mut sink = Human::with_writer(false, true, None, Box::new(screen.clone()));
+        sink.on(&started(1, "US-001", None));
+        sink.on(&said(1, "hello"));
+        sink.on(&finished(1, "US-001", None, None));
+        let lines = screen.lines();
+        assert_eq!(
+            lines[0],
+            "▶ iteration 1 (1/5) · US-001 Title of US-001 · claude"
+        );
+        assert_eq!(lines[1], "  hello");
+        assert_eq!(
+            lines[2],
+            "✓ iteration 1 (1/5) · US-001 · story_passed · 0s · 0 commits · 0 files changed"
+        );
+    }
 
     #[test]
     fn sub_cent_costs_keep_their_digits() {

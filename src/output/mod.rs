@@ -78,7 +78,10 @@ impl Outputs {
             sink.on(&event);
         }
         for message in self.warnings.take() {
-            self.emit(RunEvent::Warning { message });
+            self.emit(RunEvent::Warning {
+                message,
+                iteration: None,
+            });
         }
     }
 
@@ -92,6 +95,7 @@ impl Outputs {
             for sink in &mut self.sinks {
                 sink.on(&RunEvent::Warning {
                     message: message.clone(),
+                    iteration: None,
                 });
             }
         }
@@ -105,10 +109,20 @@ impl Outputs {
         }
     }
 
-    /// Sends a [`RunEvent::Warning`].
+    /// Sends a [`RunEvent::Warning`] about the run (no iteration).
     pub fn warn(&mut self, message: impl Into<String>) {
         self.emit(RunEvent::Warning {
             message: message.into(),
+            iteration: None,
+        });
+    }
+
+    /// Sends a [`RunEvent::Warning`] about iteration `iteration` (its `--json` line names it,
+    /// so that a reader of a `--parallel` run can tell whose it is).
+    pub fn warn_in(&mut self, iteration: u32, message: impl Into<String>) {
+        self.emit(RunEvent::Warning {
+            message: message.into(),
+            iteration: Some(iteration),
         });
     }
 

@@ -52,6 +52,30 @@ pub fn record_count(r: &crate::protocol::LedgerRecord, n: usize) -> String {
     }
 }
 
+/// A `--parallel` landing in a few words, for an iteration's line (`ralph log`, the terminal):
+/// `ff`, `merge`, `conflict → refs/ralph/salvage/<run>/<story>`, `reverted → <ref>`,
+/// `not landed` (the salvage ref always in full: it is what a person types to get the work).
+pub fn landing_short(l: &crate::protocol::record::LandingRecord) -> String {
+    use crate::protocol::record::LandingKind;
+    let kind = landing_kind(l.kind);
+    match (l.kind, &l.salvage_ref) {
+        (LandingKind::FastForward | LandingKind::Merge, _) | (_, None) => kind.to_owned(),
+        (_, Some(r)) => format!("{kind} → {r}"),
+    }
+}
+
+/// A landing kind's word: `ff`, `merge`, `conflict`, `reverted`, `not landed`.
+pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str {
+    use crate::protocol::record::LandingKind;
+    match kind {
+        LandingKind::FastForward => "ff",
+        LandingKind::Merge => "merge",
+        LandingKind::Conflict => "conflict",
+        LandingKind::Reverted => "reverted",
+        LandingKind::NotLanded => "not landed",
+    }
+}
+
 /// [`short_duration`] of a number of seconds.
 pub fn short_secs(secs: f64) -> String {
     short_duration(Duration::from_secs_f64(secs.max(0.0)))

@@ -132,12 +132,24 @@ impl Prd {
     /// The first story whose `id` is `id`, if any. A hash lookup (see [`StoryIndex`]); an id
     /// that names no story costs one scan.
     pub fn story(&self, id: &str) -> Option<&Story> {
+        self.position(id).map(|i| &self.user_stories[i])
+    }
+
+    /// Where the first story whose `id` is `id` is in `user_stories` (0-based), if any. A hash
+    /// lookup (see [`StoryIndex`]); an id that names no story costs one scan.
+    pub fn position(&self, id: &str) -> Option<usize> {
         let found = self
             .index
             .position(&self.user_stories, id)
-            .and_then(|i| self.user_stories.get(i))
-            .filter(|story| story.id == id);
-        found.or_else(|| self.user_stories.iter().find(|story| story.id == id))
+            .filter(|&i| self.user_stories.get(i).is_some_and(|story| story.id == id));
+        found.or_else(|| self.user_stories.iter().position(|story| story.id == id))
+    }
+
+    /// Whether the dependency `id` is met: the first story with that id has `passes: true`. An id
+    /// that names no story is never met (validation refuses such files). The one rule both
+    /// [`Prd::next_story`] and the parallel scheduler (`run::policy::ready`) use.
+    pub fn dependency_passes(&self, id: &str) -> bool {
+        self.story(id).is_some_and(|story| story.passes)
     }
 
     /// True when every story has `passes: true` (vacuously true for an empty list): the only
@@ -171,23 +183,102 @@ impl Prd {
     /// Linear in the number of stories, their dependencies and `blocked`.
     pub fn next_story(&self, blocked: &[String]) -> Option<&Story> {
         let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
-        let passing: HashSet<&str> = self
-            .user_stories
-            .iter()
-            .filter(|story| story.passes)
-            .map(|story| story.id.as_str())
-            .collect();
-        // The first story with an id decides whether that id passes.
-        let first_passes =
-            |dep: &str| passing.contains(dep) && self.story(dep).is_some_and(|d| d.passes);
         self.user_stories
             .iter()
             .filter(|story| !story.passes)
             .filter(|story| !blocked.contains(story.id.as_str()))
-            .filter(|story| story.depends_on.iter().all(|dep| first_passes(dep)))
+            .filter(|story| {
+                story
+                    .depends_on
+                    .iter()
+                    .all(|dep| self.dependency_passes(dep))
+            })
             // `min_by_key` returns the first of equal minima, which gives document order on ties.
             .min_by_key(|story| story.priority)
     }
+
+    /// For each story, in `user_stories` order, the blocked story it waits for: the first story
+    /// in `blocked` met walking its `dependsOn` (in order, depth first) through dependencies
+    /// that do not pass. `None` for a story with no such dependency (the story's own blocked
+    /// state does not count). A dependency that passes is met even when it is listed in
+    /// `blocked`; an id that names no story leads nowhere; a cycle (which validation refuses)
+    /// ends the walk. Linear in the stories and dependencies, without recursion.
+    pub fn blocked_roots(&self, blocked: &[String]) -> Vec<Option<&Story>> {
+        if blocked.is_empty() {
+            return vec![None; self.user_stories.len()];
+        }
+        let blocked: HashSet<&str> = blocked.iter().map(String::as_str).collect();
+        blocked_positions(self, &blocked)
+            .into_iter()
+            .map(|root| root.map(|i| &self.user_stories[i]))
+            .collect()
+    }
+}
+
+/// What the walk knows of a story.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Walk {
+    /// Not reached yet.
+    New,
+    /// On the walk's path (reaching it again means a cycle, which validation refuses; the cycle
+    /// counts as waiting, not blocked).
+    OnPath,
+    /// Walked: the position of the blocked story it waits for, if any.
+    Done(Option<usize>),
+}
+
+/// For each story (by position), the position of the blocked story it waits for through its
+/// open dependencies, if any. A depth-first walk with an explicit stack; a dependency that
+/// passes is met and not followed, one that names no story is not followed.
+fn blocked_positions(prd: &Prd, blocked: &HashSet<&str>) -> Vec<Option<usize>> {
+    let stories = &prd.user_stories;
+    let mut walk = vec![Walk::New; stories.len()];
+    // The path: each story with the index of its next dependency to look at.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for start in 0..stories.len() {
+        if walk[start] != Walk::New {
+            continue;
+        }
+        walk[start] = Walk::OnPath;
+        path.push((start, 0));
+        while let Some(top) = path.last_mut() {
+            let (node, k) = *top;
+            let Some(dep) = stories[node].depends_on.get(k) else {
+                walk[node] = Walk::Done(None);
+                path.pop();
+                continue;
+            };
+            top.1 += 1;
+            let Some(j) = prd.position(dep).filter(|&j| !stories[j].passes) else {
+                continue;
+            };
+            let found = if blocked.contains(dep.as_str()) {
+                Some(j)
+            } else {
+                match walk[j] {
+                    Walk::Done(root) => root,
+                    Walk::OnPath => None,
+                    Walk::New => {
+                        walk[j] = Walk::OnPath;
+                        path.push((j, 0));
+                        None
+                    }
+                }
+            };
+            if found.is_some() {
+                // Every story on the path reached this one through its current dependency.
+                for (on_path, _) in path.drain(..) {
+                    walk[on_path] = Walk::Done(found);
+                }
+            }
+        }
+    }
+    walk.into_iter()
+        .map(|w| match w {
+            Walk::Done(root) => root,
+            Walk::New | Walk::OnPath => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -248,6 +339,37 @@ mod tests {
 
         let p = prd(vec![story("US-002", 1, false, &["US-404"])]);
         assert!(p.next_story(&[]).is_none(), "unknown dependency is unmet");
+    }
+
+    #[test]
+    fn blocked_roots_name_the_blocked_story_each_one_waits_for() {
+        let p = prd(vec![
+            story("US-001", 1, false, &[]),
+            story("US-002", 2, false, &["US-001"]),
+            story("US-003", 3, false, &["US-002"]),
+            story("US-004", 4, true, &[]),
+            story("US-005", 5, false, &["US-004"]),
+        ]);
+        let roots = |blocked: &[&str]| -> Vec<Option<String>> {
+            let blocked: Vec<String> = blocked.iter().map(|s| s.to_string()).collect();
+            p.blocked_roots(&blocked)
+                .into_iter()
+                .map(|r| r.map(|s| s.id.clone()))
+                .collect()
+        };
+        let some = |id: &str| Some(id.to_string());
+        assert_eq!(roots(&[]), [None, None, None, None, None]);
+        // US-002 is blocked itself and also waits for US-001: both are said.
+        assert_eq!(
+            roots(&["US-001", "US-002"]),
+            [None, some("US-001"), some("US-002"), None, None]
+        );
+        assert_eq!(
+            roots(&["US-001"]),
+            [None, some("US-001"), some("US-001"), None, None]
+        );
+        // A passing story in the list holds nothing back.
+        assert_eq!(roots(&["US-004"]), [None, None, None, None, None]);
     }
 
     #[test]

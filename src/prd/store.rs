@@ -633,6 +633,15 @@ fn semantic_violations(value: &Value) -> Vec<(Option<usize>, Violation)> {
         for (j, dep) in deps.iter().enumerate() {
             let Some(dep) = dep.as_str() else { continue };
             match first.get(dep) {
+                // A story waiting for itself would never start: said as such, not as a cycle.
+                Some(&target) if target == i => out.push((
+                    Some(i),
+                    Violation {
+                        json_path: path(i, &[Seg::Key("dependsOn".into()), Seg::Index(j)]),
+                        message: format!("story {dep:?} depends on itself"),
+                        hint: format!("remove {dep:?} from its own dependsOn"),
+                    },
+                )),
                 Some(&target) => edges[i].push(target),
                 None => out.push((
                     Some(i),
@@ -1280,7 +1289,9 @@ mod tests {
         doc["userStories"][0]["dependsOn"] = json!(["US-001"]);
         doc["userStories"][1]["dependsOn"] = json!([]);
         let v = validate_value(&doc);
-        assert_eq!(v[0].message, "dependency cycle: US-001 → US-001");
+        assert_eq!(paths(&v), ["$.userStories[0].dependsOn[0]"]);
+        assert_eq!(v[0].message, "story \"US-001\" depends on itself");
+        assert_eq!(v[0].hint, "remove \"US-001\" from its own dependsOn");
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Captured {
     pub exit: ChildExit,
     /// Whether the timeout fired and the group was killed.
     pub timed_out: bool,
+    /// Whether a stop ([`capture_stoppable`]'s `stop`) came first and the group was killed.
+    pub stopped: bool,
     /// Standard output, lossy UTF-8, at most its last [`CAPTURE_MAX_BYTES`] bytes.
     pub stdout: String,
     /// Standard error, lossy UTF-8, at most its last [`CAPTURE_MAX_BYTES`] bytes.
@@ -42,7 +44,7 @@ pub struct Captured {
 impl Captured {
     /// Whether it exited by itself with code 0.
     pub fn success(&self) -> bool {
-        !self.timed_out && self.exit.success()
+        !self.timed_out && !self.stopped && self.exit.success()
     }
 }
 
@@ -65,6 +67,63 @@ impl Captured {
 /// [`ProcessError`] when the command cannot start (not found, not runnable, missing `spec.cwd`).
 /// An unsuccessful exit or a timeout is not an error: see [`Captured::success`].
 pub fn capture(spec: &SpawnSpec, timeout: Option<Duration>) -> Result<Captured, ProcessError> {
+    capture_until(spec, timeout, None)
+}
+
+/// [`capture`], also ended by `stop`: a graceful stop (`stop.stop`) or a kill (`stop.kill_now`),
+/// asked before or while the command runs, SIGKILLs its whole group at once (within 50 ms) and
+/// sets [`Captured::stopped`]. For setup commands ralph runs for a worker (`worktree_setup`),
+/// which a Ctrl-C must not wait for.
+///
+/// # Errors
+/// As [`capture`].
+pub fn capture_stoppable(
+    spec: &SpawnSpec,
+    timeout: Option<Duration>,
+    stop: &super::StopSignals,
+) -> Result<Captured, ProcessError> {
+    capture_until(spec, timeout, Some(stop))
+}
+
+/// How often a stoppable capture looks at its stop signals.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// The child's exit status, or `None` when `timeout` or `stop` came first.
+fn wait_exit(
+    exit_rx: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    timeout: Option<Duration>,
+    stop: Option<&super::StopSignals>,
+) -> (Option<std::io::Result<std::process::ExitStatus>>, bool) {
+    let Some(stop) = stop else {
+        let waited = match timeout {
+            Some(limit) => exit_rx.recv_timeout(limit).ok(),
+            None => exit_rx.recv().ok(),
+        };
+        return (waited, false);
+    };
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        if stop.stop.is_cancelled() || stop.kill_now.is_cancelled() {
+            return (None, true);
+        }
+        let slice = match deadline {
+            Some(d) if d <= Instant::now() => return (None, false),
+            Some(d) => remaining(d).min(STOP_POLL),
+            None => STOP_POLL,
+        };
+        match exit_rx.recv_timeout(slice) {
+            Ok(status) => return (Some(status), false),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return (None, false),
+        }
+    }
+}
+
+fn capture_until(
+    spec: &SpawnSpec,
+    timeout: Option<Duration>,
+    stop: Option<&super::StopSignals>,
+) -> Result<Captured, ProcessError> {
     let mut command = spawn::command(spec)?;
     command
         .stdin(if spec.stdin.is_some() {
@@ -110,27 +169,28 @@ pub fn capture(spec: &SpawnSpec, timeout: Option<Duration>) -> Result<Captured, 
     std::thread::spawn(move || {
         let _ = exit_tx.send(child.wait());
     });
-    let waited = match timeout {
-        Some(limit) => exit_rx.recv_timeout(limit).ok(),
-        None => exit_rx.recv().ok(),
-    };
+    let (waited, stopped) = wait_exit(&exit_rx, timeout, stop);
     let (status, timed_out) = match waited {
         Some(status) => (status.ok(), false),
         None => {
-            tracing::debug!(pid, "command timed out: killing its process group");
+            tracing::debug!(
+                pid,
+                stopped,
+                "command timed out or stopped: killing its process group"
+            );
             tree.signal(Signal::SIGKILL);
             (
                 exit_rx
                     .recv_timeout(AFTER_KILL_WAIT)
                     .ok()
                     .and_then(Result::ok),
-                true,
+                !stopped,
             )
         }
     };
     // Read what is left in the pipes, for a while; then nothing of the group may stay.
     let drain_until = Instant::now()
-        + if timed_out {
+        + if timed_out || stopped {
             Duration::ZERO
         } else {
             EXIT_DRAIN
@@ -139,7 +199,7 @@ pub fn capture(spec: &SpawnSpec, timeout: Option<Duration>) -> Result<Captured, 
     while open > 0 && done_rx.recv_timeout(remaining(drain_until)).is_ok() {
         open -= 1;
     }
-    let had_to_kill = timed_out || open > 0;
+    let had_to_kill = timed_out || stopped || open > 0;
     tree.signal(Signal::SIGKILL);
     let gone_by = Instant::now() + AFTER_KILL_WAIT;
     while open > 0 && done_rx.recv_timeout(remaining(gone_by)).is_ok() {
@@ -158,6 +218,7 @@ pub fn capture(spec: &SpawnSpec, timeout: Option<Duration>) -> Result<Captured, 
     Ok(Captured {
         exit,
         timed_out,
+        stopped,
         stdout: stdout.text(),
         stderr: stderr.text(),
         elapsed: started.elapsed(),
@@ -252,6 +313,30 @@ mod tests {
         let alive = std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
             .is_ok_and(|s| !s.contains(") Z "));
         assert!(!alive, "the background sleep survived the timeout");
+    }
+
+    #[test]
+    fn a_stop_kills_a_stoppable_capture_at_once() {
+        let stop = crate::process::StopSignals::default();
+        let trigger = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            trigger.stop.cancel();
+        });
+        let t = Instant::now();
+        let out = capture_stoppable(
+            &sh("echo begun; sleep 30"),
+            Some(Duration::from_secs(60)),
+            &stop,
+        )
+        .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(out.stopped && !out.timed_out && !out.success(), "{out:?}");
+        assert_eq!(out.stdout, "begun\n");
+        // Not stopped: as capture.
+        let calm = crate::process::StopSignals::default();
+        let out = capture_stoppable(&sh("exit 0"), None, &calm).unwrap();
+        assert!(out.success() && !out.stopped);
     }
 
     #[test]

@@ -58,7 +58,7 @@ mod spawn;
 mod supervise;
 mod tag;
 
-pub use capture::{capture, Captured, CAPTURE_MAX_BYTES};
+pub use capture::{capture, capture_stoppable, Captured, CAPTURE_MAX_BYTES};
 pub use group::{group_alive, group_members, kill_group};
 pub use service::Service;
 pub use supervise::run;

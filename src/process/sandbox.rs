@@ -191,7 +191,7 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     a.path2("--bind", &roots.worktree);
     // ralph's own settings in the tree are the user's: an agent that could write
     // `sandbox = "off"` there would run unconfined from the next run on.
-    a.path2("--ro-bind-try", &roots.worktree.join("ralph.toml"));
+    a.path2("--ro-bind-try", &roots.worktree.join(CONFIG_FILE));
     git_mounts(&mut a, roots);
     for books in &roots.books {
         a.path2("--ro-bind-try", books);
@@ -526,6 +526,44 @@ pub struct Sandbox {
     pub ralph: PathBuf,
     /// `sandbox_writable`: the user's extra writable paths ([`Roots::writable`]).
     pub writable: Vec<PathBuf>,
+    /// The worktrees' `ralph.toml` paths that did not exist when a sandboxed process started
+    /// there ([`Sandbox::apply`]); [`Sandbox::settle`] moves one the process created aside.
+    pub absent_config: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// What [`Sandbox::settle`] found and did and what [`Sandbox::note`] was told, one sentence
+    /// each, until [`Sandbox::take_findings`] takes them (the iteration's record's `findings`).
+    pub findings: std::sync::Mutex<Vec<String>>,
+}
+
+/// ralph's settings file at a worktree's root, which no sandboxed process may change: bound
+/// read-only when it exists ([`wrap`]); one created where there was none is moved into
+/// [`CONFIG_REFUSED_DIR`] after the process ([`Sandbox::settle`]).
+pub const CONFIG_FILE: &str = "ralph.toml";
+/// Where, under the worktree, a `ralph.toml` that a sandboxed process created is moved to
+/// (`.ralph/refused/ralph.toml.<n>`, `n` from 1): never committed, never read as settings,
+/// kept for the user to look at.
+pub const CONFIG_REFUSED_DIR: &str = ".ralph/refused";
+
+/// Moves the `ralph.toml` at `worktree`'s root, which a sandboxed process created, to
+/// `<worktree>/.ralph/refused/ralph.toml.<n>` (the first free `n` from 1) and returns the
+/// finding that says so (paths relative to the worktree).
+///
+/// # Errors
+/// The folder cannot be created or the file cannot be moved (then it is still in place).
+pub fn refuse_created_config(worktree: &Path) -> std::io::Result<String> {
+    let dir = worktree.join(CONFIG_REFUSED_DIR);
+    std::fs::create_dir_all(&dir)?;
+    let mut n = 1u32;
+    let target = loop {
+        let candidate = dir.join(format!("{CONFIG_FILE}.{n}"));
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            break candidate;
+        }
+        n += 1;
+    };
+    std::fs::rename(worktree.join(CONFIG_FILE), &target)?;
+    Ok(format!(
+        "the agent created {CONFIG_FILE} (ralph's own settings; the tree had none): moved to {CONFIG_REFUSED_DIR}/{CONFIG_FILE}.{n}, not committed and not read. Under --sandbox an agent may not change ralph's settings; move it back yourself if you want it"
+    ))
 }
 
 impl Sandbox {
@@ -537,6 +575,14 @@ impl Sandbox {
     pub fn apply(&self, spec: SpawnSpec) -> SpawnSpec {
         let mut roots = Roots::discover(&self.bwrap, &spec.cwd, &self.state, &self.env_prefixes);
         roots.writable = self.writable.clone();
+        let config = roots.worktree.join(CONFIG_FILE);
+        if let Ok(mut absent) = self.absent_config.lock() {
+            if std::fs::symlink_metadata(&config).is_err() {
+                absent.insert(config);
+            } else {
+                absent.remove(&config);
+            }
+        }
         if let Some(common) = &roots.git_common_dir {
             if let Err(e) = settle_agent_objects(common) {
                 tracing::warn!(
@@ -592,9 +638,27 @@ impl Sandbox {
     /// After a sandboxed process in `cwd` ended: moves the git objects it wrote into the history
     /// ([`settle_agent_objects`]), so that ralph's own git (whose object database was opened
     /// before the alternates file named the agent's folder) finds them. A failure is logged;
-    /// the next [`Sandbox::apply`] tries again.
+    /// the next [`Sandbox::apply`] tries again. A `ralph.toml` the process created where there
+    /// was none (the read-only bind needs an existing file) is moved aside
+    /// ([`refuse_created_config`]) and a finding says so ([`Sandbox::take_findings`]).
     pub fn settle(&self, cwd: &Path) {
         let roots = Roots::discover(&self.bwrap, cwd, &self.state, &self.env_prefixes);
+        let config = roots.worktree.join(CONFIG_FILE);
+        let was_absent = self
+            .absent_config
+            .lock()
+            .map(|mut absent| absent.remove(&config))
+            .unwrap_or(false);
+        if was_absent && std::fs::symlink_metadata(&config).is_ok() {
+            let finding = refuse_created_config(&roots.worktree).unwrap_or_else(|e| {
+                format!(
+                    "the agent created {CONFIG_FILE} (ralph's own settings; the tree had none) and ralph could not move it aside ({e}): check it before the next run, which would read it"
+                )
+            });
+            if let Ok(mut findings) = self.findings.lock() {
+                findings.push(finding);
+            }
+        }
         if let Some(common) = &roots.git_common_dir {
             if let Err(e) = settle_agent_objects(common) {
                 tracing::warn!(
@@ -602,6 +666,23 @@ impl Sandbox {
                 );
             }
         }
+    }
+
+    /// Adds `finding` to those [`Sandbox::take_findings`] returns (e.g. the agent's refused
+    /// writes, counted by the launcher).
+    pub fn note(&self, finding: String) {
+        if let Ok(mut findings) = self.findings.lock() {
+            findings.push(finding);
+        }
+    }
+
+    /// What [`Sandbox::settle`] and [`Sandbox::note`] found since the last call, one sentence
+    /// each (empty when nothing).
+    pub fn take_findings(&self) -> Vec<String> {
+        self.findings
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default()
     }
 
     /// strict: the hosts refused since the last call (`host:port`); empty in `fs` mode.
@@ -730,6 +811,52 @@ fn roots_path_var(spec: &SpawnSpec) -> std::ffi::OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ralph_toml_a_sandboxed_process_created_is_moved_aside_and_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tree = dir.path();
+        let sandbox = Sandbox {
+            mode: SandboxMode::Fs,
+            bwrap: "/usr/bin/bwrap".into(),
+            state: Vec::new(),
+            env_prefixes: Vec::new(),
+            egress: None,
+            ralph: "ralph".into(),
+            writable: Vec::new(),
+            absent_config: Default::default(),
+            findings: Default::default(),
+        };
+        let spec = || SpawnSpec {
+            program: "true".into(),
+            cwd: tree.to_path_buf(),
+            ..SpawnSpec::default()
+        };
+        for round in 1..=2 {
+            let _ = sandbox.apply(spec());
+            std::fs::write(tree.join(CONFIG_FILE), "sandbox = \"off\"\n").expect("write");
+            sandbox.settle(tree);
+            assert!(!tree.join(CONFIG_FILE).exists(), "round {round}");
+            let kept = tree.join(format!("{CONFIG_REFUSED_DIR}/{CONFIG_FILE}.{round}"));
+            assert_eq!(
+                std::fs::read_to_string(&kept).expect("kept"),
+                "sandbox = \"off\"\n"
+            );
+            let findings = sandbox.take_findings();
+            assert_eq!(findings.len(), 1, "{findings:?}");
+            assert!(
+                findings[0].contains(&format!("moved to .ralph/refused/ralph.toml.{round}")),
+                "{findings:?}"
+            );
+            assert!(sandbox.take_findings().is_empty(), "taken once");
+        }
+        // One that was there when the process started is the user's: left alone.
+        std::fs::write(tree.join(CONFIG_FILE), "# mine\n").expect("write");
+        let _ = sandbox.apply(spec());
+        sandbox.settle(tree);
+        assert!(tree.join(CONFIG_FILE).exists());
+        assert!(sandbox.take_findings().is_empty());
+    }
 
     fn roots() -> Roots {
         Roots {

@@ -33,8 +33,8 @@ pub use exit::{ExitStatus, Retry};
 pub use kinds::{AgentKind, BudgetScope, PrdGuard, ProviderKind, SandboxMode, ToolMode};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use record::{
-    CriteriaProposal, HintRecord, HistoryRewrite, LedgerRecord, PushRecord, PushStatus, Rebuilt,
-    ShutdownRecord, StrayFound, StrayProcess, VerifyRecord,
+    CriteriaProposal, HintRecord, HistoryRewrite, LandingKind, LandingRecord, LedgerRecord,
+    PushRecord, PushStatus, Rebuilt, ShutdownRecord, StrayFound, StrayProcess, VerifyRecord,
 };
 pub use run_event::RunEvent;
 pub use stop::{OutcomeCount, StopReason, StreakCause};

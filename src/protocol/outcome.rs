@@ -114,8 +114,11 @@ impl Outcome {
             // Not the agent's work: retried without using the budget or an attempt.
             Outcome::UsageLimit => (false, false, Neutral, WaitForReset),
             Outcome::Transient => (false, false, Neutral, RetryAfterBackoff),
+            // The agent never got to work (its login failed): neither the budget nor an attempt,
+            // and nothing said of the story's streaks. A human must log in: the run stops, or
+            // with fallback agents left this agent is taken out and the story goes on with them.
+            Outcome::AuthError => (false, false, Neutral, StopNeedsHuman),
             // A human must act: the run stops at once.
-            Outcome::AuthError => (true, true, Reset, StopNeedsHuman),
             Outcome::ConfigError => (true, true, Reset, StopNeedsHuman),
             // The user's Ctrl-C, or a crash: not the story's failure.
             Outcome::Interrupted => (true, false, Neutral, StopInterrupted),
@@ -154,11 +157,11 @@ impl Outcome {
 /// What one [`Outcome`] counts toward, and what the run does after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutcomeRules {
-    /// Uses one iteration of the run's `--max-iter` budget. Usage limits and transient errors do
-    /// not: the agent never got to work, and ralph retries.
+    /// Uses one iteration of the run's `--max-iter` budget. Usage limits, transient errors and
+    /// auth errors do not: the agent never got to work.
     pub uses_budget: bool,
     /// Counts as an attempt at the story (toward `--max-attempts`, after which it is blocked).
-    /// Usage limits, transient errors and interruptions do not.
+    /// Usage limits, transient errors, auth errors and interruptions do not.
     pub attempt: bool,
     /// What it does to the `--max-failures` and `--max-no-progress` streaks.
     pub streak: Streak,
@@ -241,11 +244,13 @@ mod tests {
         assert!(!Outcome::Progress.is_failure());
         assert_eq!(Outcome::AuthError.rules().next, Next::StopNeedsHuman);
         assert_eq!(Outcome::Timeout.rules().next, Next::Continue);
-        // Interruptions and retried failures are never attempts at the story.
+        // Interruptions, retried failures and failed logins are never attempts at the story.
+        assert!(!Outcome::AuthError.counts_as_iteration());
         for o in [
             Outcome::Interrupted,
             Outcome::UsageLimit,
             Outcome::Transient,
+            Outcome::AuthError,
         ] {
             assert!(!o.is_attempt(), "{o}");
             assert_eq!(o.rules().streak, Streak::Neutral, "{o}");

@@ -176,6 +176,9 @@ pub enum RunEvent {
     Warning {
         /// The text.
         message: String,
+        /// The iteration it is about, when it is about one (absent for the run's own warnings).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        iteration: Option<u32>,
     },
     /// An iteration started: its agent is about to run.
     IterationStarted {
@@ -191,19 +194,29 @@ pub enum RunEvent {
         story_title: String,
         /// The backend's name.
         backend: String,
+        /// `--parallel`: the worker slot running it (1-based); absent in a serial run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<u32>,
     },
     /// The exact command line of the agent (`--verbose`).
     AgentCommand {
+        /// The iteration whose agent it is.
+        iteration: u32,
         /// Pasteable into a shell; secrets shown as `<redacted>`.
         command: String,
     },
     /// One normalized event from the agent's output (`--verbose` for `--json`).
     AgentEvent {
+        /// The iteration whose agent said it; 0 in a `ralph plan`/`convert` answer session,
+        /// which is no iteration.
+        iteration: u32,
         /// The event.
         agent_event: AgentEvent,
     },
     /// A verify command is about to run.
     VerifyStarted {
+        /// The iteration whose gate runs it.
+        iteration: u32,
         /// The story it checks.
         story_id: String,
         /// The command.
@@ -211,11 +224,16 @@ pub enum RunEvent {
     },
     /// A verify command ended.
     VerifyFinished {
+        /// The iteration whose gate ran it.
+        iteration: u32,
         /// What it did.
         verify: VerifyRecord,
     },
     /// An iteration ended: committed, recorded in the ledger and in state.json.
     IterationFinished {
+        /// The iteration (the record's `iteration`, on the event too so that every
+        /// iteration-scoped `--json` line names it at the same place).
+        iteration: u32,
         /// The ledger record.
         record: Box<LedgerRecord>,
         /// Its place in this run's budget (1-based).
@@ -374,8 +392,14 @@ mod tests {
         let events = [
             RunEvent::Warning {
                 message: "w".into(),
+                iteration: None,
+            },
+            RunEvent::Warning {
+                message: "w".into(),
+                iteration: Some(2),
             },
             RunEvent::IterationFinished {
+                iteration: 1,
                 record: Box::new(record),
                 slot: 1,
                 max_iter: 3,
@@ -401,5 +425,79 @@ mod tests {
         }
         let bad = serde_json::json!({"at": at, "event": "no_such_event"});
         assert!(!v.is_valid(&bad));
+    }
+
+    /// With several iterations in flight (`--parallel`), a `--json` reader tells their lines
+    /// apart by the top-level `iteration` field: every iteration-scoped event has it, and it
+    /// validates against the committed schema; a run-level warning has none.
+    #[test]
+    fn every_iteration_scoped_json_line_names_its_iteration() {
+        let schema: serde_json::Value = serde_json::from_str(&schema_json()).unwrap();
+        let v = jsonschema::validator_for(&schema).unwrap();
+        let verify = VerifyRecord {
+            story_id: "US-002".into(),
+            command: "true".into(),
+            passed: true,
+            result: None,
+            output_tail: String::new(),
+            interrupted: false,
+        };
+        let mut record = LedgerRecord::new("r", 7, "US-002", Outcome::StoryPassed, Utc::now());
+        record.worker = Some(2);
+        let scoped = [
+            RunEvent::IterationStarted {
+                iteration: 7,
+                slot: 2,
+                max_iter: 9,
+                story_id: "US-002".into(),
+                story_title: "t".into(),
+                backend: "claude".into(),
+                worker: Some(2),
+            },
+            RunEvent::AgentCommand {
+                iteration: 7,
+                command: "claude -p".into(),
+            },
+            RunEvent::AgentEvent {
+                iteration: 7,
+                agent_event: AgentEvent::AssistantText { text: "hi".into() },
+            },
+            RunEvent::VerifyStarted {
+                iteration: 7,
+                story_id: "US-002".into(),
+                command: "true".into(),
+            },
+            RunEvent::VerifyFinished {
+                iteration: 7,
+                verify,
+            },
+            RunEvent::Warning {
+                message: "iteration 7: w".into(),
+                iteration: Some(7),
+            },
+            RunEvent::IterationFinished {
+                iteration: 7,
+                record: Box::new(record),
+                slot: 2,
+                max_iter: 9,
+            },
+        ];
+        for event in scoped {
+            let name = event.name();
+            let line = serde_json::to_value(JsonEvent {
+                at: "2026-12-01T12:00:00.000Z".into(),
+                event,
+            })
+            .unwrap();
+            assert_eq!(line["iteration"], serde_json::json!(7), "{name}: {line}");
+            let errors: Vec<String> = v.iter_errors(&line).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{line}: {errors:?}");
+        }
+        let run_level = serde_json::to_value(RunEvent::Warning {
+            message: "w".into(),
+            iteration: None,
+        })
+        .unwrap();
+        assert!(run_level.get("iteration").is_none(), "{run_level}");
     }
 }

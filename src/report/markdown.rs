@@ -123,7 +123,14 @@ fn render_raw(r: &Report) -> String {
     if shown.len() < r.stories.len() {
         let _ = writeln!(out, "\n{}", more_stories(&r.stories, shown.len()));
     }
-    out.push_str("\n### Iterations\n\n| # | story | outcome | time | cost | commits | files | why |\n|---|---|---|---|---|---|---|---|\n");
+    lanes(&mut out, &r.timeline.lanes);
+    // `--parallel`: each iteration's worker and landing; a serial run's table is as it was.
+    let parallel = !r.timeline.lanes.is_empty();
+    if parallel {
+        out.push_str("\n### Iterations\n\n| # | worker | story | outcome | landing | time | cost | commits | files | why |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+        out.push_str("\n### Iterations\n\n| # | story | outcome | time | cost | commits | files | why |\n|---|---|---|---|---|---|---|---|\n");
+    }
     for c in &r.iterations {
         let rec = &c.record;
         // With fallback agents, the outcome names the agent that ran (`usage_limit · claude`).
@@ -131,11 +138,21 @@ fn render_raw(r: &Report) -> String {
             Some(agent) => format!("{} · {}", rec.outcome, escape(agent)),
             None => rec.outcome.to_string(),
         };
+        let (story, outcome) = if parallel {
+            let worker = rec.worker.map(|w| format!("w{w}")).unwrap_or_default();
+            let landing = c.landing.as_deref().map(escape).unwrap_or_default();
+            (
+                format!("{worker} | {}", rec.story_id),
+                format!("{outcome} | {landing}"),
+            )
+        } else {
+            (rec.story_id.clone(), outcome)
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             rec.iteration,
-            rec.story_id,
+            story,
             outcome,
             c.duration,
             c.cost,
@@ -164,6 +181,37 @@ fn render_raw(r: &Report) -> String {
         let _ = writeln!(out, "\n### Codebase Patterns\n\n{}", r.patterns);
     }
     out
+}
+
+/// `--parallel`: one row per worker with its iterations in time (start after the timeline's
+/// start, wall time, outcome, landing), so that overlapping iterations read side by side.
+fn lanes(out: &mut String, lanes: &[super::Lane]) {
+    if lanes.is_empty() {
+        return;
+    }
+    out.push_str("\n### Lanes\n\nOne lane per worker (`--parallel`); each iteration with its start after the first one's and its time.\n\n| worker | iterations |\n|---|---|\n");
+    for lane in lanes {
+        let bars: Vec<String> = lane
+            .bars
+            .iter()
+            .map(|b| {
+                let landing = b
+                    .landing
+                    .as_deref()
+                    .map(|l| format!(", {l}"))
+                    .unwrap_or_default();
+                format!(
+                    "#{} {} {} (+{}, {}{landing})",
+                    b.bar.iteration,
+                    b.story_id,
+                    b.bar.outcome,
+                    short_secs(b.offset_s),
+                    short_secs(b.duration_s)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", lane.label, escape(&bars.join(" · ")));
+    }
 }
 
 /// `text` safe inside a Markdown table cell.

@@ -112,17 +112,49 @@ pub struct StoryRow {
 }
 
 /// The timeline: one row per story, one bar per iteration, positioned in time (percent of the
-/// covered span), waits shown as bands.
+/// covered span), waits shown as bands; with `--parallel`, also one lane per worker, where
+/// iterations that overlapped in time sit side by side.
 #[derive(Debug, Clone, Serialize)]
 pub struct Timeline {
-    /// The start of the span (RFC 3339).
+    /// The start of the span (RFC 3339): the earliest iteration's start.
     pub start: String,
-    /// The end of the span (RFC 3339).
+    /// The end of the span (RFC 3339): the latest iteration's end.
     pub end: String,
     /// The rows, in priority order.
     pub rows: Vec<TimelineRow>,
     /// Waits (usage limits, retry backoff) between iterations.
     pub waits: Vec<Band>,
+    /// One lane per worker (`w1`, `w2`, …) when an iteration covered ran under `--parallel`;
+    /// empty for serial runs, whose timeline is one lane (the story rows).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<Lane>,
+}
+
+/// One worker's lane of the timeline: the iterations it ran, in time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lane {
+    /// `w1`, `w2`, …; `main` for iterations recorded without a worker beside parallel ones.
+    pub label: String,
+    /// Its bars, in start order.
+    pub bars: Vec<LaneBar>,
+}
+
+/// One iteration's bar in a worker's lane.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneBar {
+    /// The bar (its title names the story and the landing).
+    #[serde(flatten)]
+    pub bar: Bar,
+    /// The story.
+    pub story_id: String,
+    /// How its work landed (`ff`, `merge`, `conflict → refs/ralph/salvage/…`), when recorded.
+    pub landing: Option<String>,
+    /// The landing's kind (`fast_forward`, `merge`, `conflict`, `reverted`, `not_landed`).
+    pub landing_kind: Option<crate::protocol::record::LandingKind>,
+    /// When it started, in seconds after the timeline's start (Markdown's lanes).
+    pub offset_s: f64,
+    /// Its wall time, seconds.
+    pub duration_s: f64,
 }
 
 /// One story's row of the timeline.
@@ -192,6 +224,10 @@ pub struct Card {
     pub diff: Option<String>,
     /// Its diffstat: `(path, added, removed)`.
     pub diffstat: Vec<(String, usize, usize)>,
+    /// `--parallel`: how its work landed, in words (`merge onto 1a2b3c4d`, `conflict on
+    /// src/a.rs → refs/ralph/salvage/…`, with the landing's message).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub landing: Option<String>,
 }
 
 /// What [`build`] reads besides history.
@@ -277,8 +313,11 @@ fn summary(
     for r in records {
         *outcomes.entry(r.outcome.as_str().to_owned()).or_insert(0) += 1;
     }
-    let wall_s = match (records.first(), records.last()) {
-        (Some(a), Some(b)) => (b.ended_at - a.started_at).num_milliseconds() as f64 / 1000.0,
+    // From the earliest start to the latest end: `--parallel` records are in landing order.
+    let first = records.iter().map(|r| r.started_at).min();
+    let last = records.iter().map(|r| r.ended_at).max();
+    let wall_s = match (first, last) {
+        (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0,
         _ => 0.0,
     };
     Summary {
@@ -306,33 +345,122 @@ fn summary(
 }
 
 /// A story's status as `ralph status` shows it: `passes`, `blocked`, `open`, or
-/// `waits for US-001 (blocked)` when a dependency is blocked.
+/// `waits for US-002` while a dependency does not pass. A dependency that is blocked, or waits
+/// (through its own dependencies) for one that is, says so: `waits for US-001 (blocked)`,
+/// `waits for US-002 (waits for blocked US-001)`; no agent can ever run such a story until the
+/// block is lifted. A story blocked only because what it depends on is blocked (the transitive
+/// block of `--parallel`) shows that reason instead of `blocked`. For many stories, build
+/// [`Statuses`] once (this builds it for one answer).
 pub fn story_status(prd: &Prd, id: &str, blocked: &[String]) -> String {
-    let Some(s) = prd.story(id) else {
-        return "gone".into();
-    };
-    if s.passes {
-        return "passes".into();
-    }
-    if blocked.contains(&s.id) {
-        return "blocked".into();
-    }
-    let waiting: Vec<String> = s
-        .depends_on
-        .iter()
-        .filter(|d| prd.story(d).is_some_and(|x| !x.passes))
-        .map(|d| {
-            if blocked.contains(d) {
-                format!("{d} (blocked)")
-            } else {
-                d.clone()
+    Statuses::new(prd, blocked).of(id)
+}
+
+/// Most blocked stories named behind one dependency.
+const ROOTS_SHOWN: usize = 3;
+
+/// [`story_status`] of every story of a PRD, linear in its stories and dependencies: the
+/// blocked stories each open story waits for are found once, deepest first.
+pub struct Statuses<'p> {
+    prd: &'p Prd,
+    blocked: std::collections::HashSet<&'p str>,
+    /// For each open story not itself blocked: the blocked stories it waits for through its
+    /// open dependencies (at most [`ROOTS_SHOWN`]).
+    roots: std::collections::HashMap<&'p str, Vec<&'p str>>,
+}
+
+impl<'p> Statuses<'p> {
+    /// The statuses of `prd`'s stories with `blocked` blocked.
+    pub fn new(prd: &'p Prd, blocked: &'p [String]) -> Statuses<'p> {
+        let blocked: std::collections::HashSet<&str> = blocked.iter().map(String::as_str).collect();
+        let mut roots: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+        if !blocked.is_empty() {
+            let open: std::collections::HashMap<&str, &crate::prd::model::Story> = prd
+                .user_stories
+                .iter()
+                .filter(|s| !s.passes)
+                .map(|s| (s.id.as_str(), s))
+                .collect();
+            // Iterative depth-first walk, dependencies before dependents (chains of 100,000
+            // stories are no stack overflow); a cycle (refused by validation) ends the walk.
+            let mut entered = std::collections::HashSet::new();
+            for s in prd.user_stories.iter().filter(|s| !s.passes) {
+                let mut stack = vec![(s.id.as_str(), false)];
+                while let Some((id, deps_done)) = stack.pop() {
+                    if roots.contains_key(id) || blocked.contains(id) {
+                        continue;
+                    }
+                    let Some(story) = open.get(id) else {
+                        continue;
+                    };
+                    let deps = story
+                        .depends_on
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|d| open.contains_key(d));
+                    if deps_done {
+                        let mut found: Vec<&str> = Vec::new();
+                        for d in deps {
+                            let from: Vec<&str> = if blocked.contains(d) {
+                                vec![d]
+                            } else {
+                                roots.get(d).cloned().unwrap_or_default()
+                            };
+                            for r in from {
+                                if found.len() < ROOTS_SHOWN && !found.contains(&r) {
+                                    found.push(r);
+                                }
+                            }
+                        }
+                        roots.insert(id, found);
+                    } else if entered.insert(id) {
+                        stack.push((id, true));
+                        stack.extend(deps.map(|d| (d, false)));
+                    }
+                }
             }
-        })
-        .collect();
-    if waiting.is_empty() {
-        "open".into()
-    } else {
-        format!("waits for {}", waiting.join(", "))
+        }
+        Statuses {
+            prd,
+            blocked,
+            roots,
+        }
+    }
+
+    /// The status of story `id` (see [`story_status`]); `gone` for an id prd.json lacks.
+    pub fn of(&self, id: &str) -> String {
+        let Some(s) = self.prd.story(id) else {
+            return "gone".into();
+        };
+        if s.passes {
+            return "passes".into();
+        }
+        let mut held = false;
+        let waiting: Vec<String> = s
+            .depends_on
+            .iter()
+            .filter(|d| self.prd.story(d).is_some_and(|x| !x.passes))
+            .map(|d| {
+                if self.blocked.contains(d.as_str()) {
+                    held = true;
+                    return format!("{d} (blocked)");
+                }
+                match self.roots.get(d.as_str()).filter(|r| !r.is_empty()) {
+                    Some(roots) => {
+                        held = true;
+                        format!("{d} (waits for blocked {})", roots.join(", "))
+                    }
+                    None => d.clone(),
+                }
+            })
+            .collect();
+        if self.blocked.contains(s.id.as_str()) && !held {
+            return "blocked".into();
+        }
+        if waiting.is_empty() {
+            "open".into()
+        } else {
+            format!("waits for {}", waiting.join(", "))
+        }
     }
 }
 
@@ -342,6 +470,7 @@ fn story_rows(
     blocked: &[String],
     times_unknown: bool,
 ) -> Vec<StoryRow> {
+    let statuses = Statuses::new(prd, blocked);
     let mut stories: Vec<_> = prd.user_stories.iter().collect();
     stories.sort_by_key(|s| s.priority);
     stories
@@ -353,7 +482,7 @@ fn story_rows(
             StoryRow {
                 id: s.id.clone(),
                 title: s.title.clone(),
-                status: story_status(prd, &s.id, blocked),
+                status: statuses.of(&s.id),
                 iterations: mine.len(),
                 last_outcome: mine.last().map(|r| r.outcome),
                 cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
@@ -370,9 +499,11 @@ fn story_rows(
 }
 
 fn timeline(records: &[&LedgerRecord], prd: &Prd) -> Timeline {
+    // The earliest start: with `--parallel` the ledger is in landing order, not start order.
     let start = records
-        .first()
+        .iter()
         .map(|r| r.started_at)
+        .min()
         .unwrap_or_else(Utc::now);
     let end = records
         .iter()
@@ -383,6 +514,22 @@ fn timeline(records: &[&LedgerRecord], prd: &Prd) -> Timeline {
     let span = (end - start).num_milliseconds().max(1) as f64;
     let pct =
         |t: DateTime<Utc>| ((t - start).num_milliseconds() as f64 / span * 100.0).clamp(0.0, 100.0);
+    let bar = |r: &LedgerRecord| {
+        let left = pct(r.started_at);
+        Bar {
+            iteration: r.iteration,
+            outcome: r.outcome,
+            left,
+            width: (pct(r.ended_at) - left).max(0.4),
+            title: format!(
+                "#{} {} {} ({})",
+                r.iteration,
+                r.story_id,
+                r.outcome,
+                crate::output::text::record_secs(r)
+            ),
+        }
+    };
     let mut order: Vec<_> = prd.user_stories.iter().collect();
     order.sort_by_key(|s| s.priority);
     let mut ids: Vec<String> = order.iter().map(|s| s.id.clone()).collect();
@@ -397,22 +544,7 @@ fn timeline(records: &[&LedgerRecord], prd: &Prd) -> Timeline {
             bars: records
                 .iter()
                 .filter(|r| r.story_id == id)
-                .map(|r| {
-                    let left = pct(r.started_at);
-                    Bar {
-                        iteration: r.iteration,
-                        outcome: r.outcome,
-                        left,
-                        width: (pct(r.ended_at) - left).max(0.4),
-                        title: format!(
-                            "#{} {} {} ({})",
-                            r.iteration,
-                            r.story_id,
-                            r.outcome,
-                            crate::output::text::record_secs(r)
-                        ),
-                    }
-                })
+                .map(|r| bar(r))
                 .collect(),
             story_id: id,
         })
@@ -446,7 +578,55 @@ fn timeline(records: &[&LedgerRecord], prd: &Prd) -> Timeline {
         end: end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         rows,
         waits,
+        lanes: lanes(records, start, &bar),
     }
+}
+
+/// The worker lanes of [`Timeline::lanes`] (empty when no record has a worker).
+fn lanes(
+    records: &[&LedgerRecord],
+    start: DateTime<Utc>,
+    bar: &dyn Fn(&LedgerRecord) -> Bar,
+) -> Vec<Lane> {
+    if records.iter().all(|r| r.worker.is_none()) {
+        return Vec::new();
+    }
+    let mut by_worker: BTreeMap<Option<u32>, Vec<&LedgerRecord>> = BTreeMap::new();
+    for r in records {
+        by_worker.entry(r.worker).or_default().push(r);
+    }
+    let mut lanes: Vec<Lane> = by_worker
+        .into_iter()
+        .map(|(worker, mut rs)| {
+            rs.sort_by_key(|r| (r.started_at, r.iteration));
+            Lane {
+                label: worker.map_or_else(|| "main".to_owned(), |w| format!("w{w}")),
+                bars: rs
+                    .into_iter()
+                    .map(|r| {
+                        let landing = r.landing.as_ref().map(crate::output::text::landing_short);
+                        let mut b = bar(r);
+                        if let Some(l) = &landing {
+                            b.title.push_str(&format!(" · landed: {l}"));
+                        }
+                        LaneBar {
+                            bar: b,
+                            story_id: r.story_id.clone(),
+                            landing,
+                            landing_kind: r.landing.as_ref().map(|l| l.kind),
+                            offset_s: (r.started_at - start).num_milliseconds() as f64 / 1000.0,
+                            duration_s: r.duration_s,
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    // `main` (no worker) sorts first; it goes last: the workers are the lanes a reader compares.
+    if lanes.first().is_some_and(|l| l.label == "main") {
+        lanes.rotate_left(1);
+    }
+    lanes
 }
 
 fn cumulative(records: &[&LedgerRecord]) -> Vec<Cumulative> {
@@ -495,10 +675,42 @@ fn cards(records: &[&LedgerRecord], repo: Option<&Repo>) -> Vec<Card> {
                 reason: crate::output::text::reason(r),
                 diff,
                 diffstat,
+                landing: r.landing.as_ref().map(landing_words),
                 record: (*r).clone(),
             }
         })
         .collect()
+}
+
+/// A card's landing line: `merge onto 1a2b3c4d (met US-001, US-003)`, `conflict on src/a.rs →
+/// refs/ralph/salvage/<run>/<story>: <message>` (refs in full, commits short).
+fn landing_words(l: &crate::protocol::record::LandingRecord) -> String {
+    use crate::protocol::record::LandingKind;
+    let short = |sha: &String| sha.get(..8).unwrap_or(sha).to_owned();
+    let mut text = crate::output::text::landing_kind(l.kind).to_owned();
+    if !l.files.is_empty() {
+        text.push_str(&format!(" on {}", l.files.join(", ")));
+    }
+    match (l.kind, &l.onto, &l.commit) {
+        (LandingKind::FastForward | LandingKind::Merge, Some(onto), Some(c)) => {
+            text.push_str(&format!(" onto {} → {}", short(onto), short(c)))
+        }
+        (_, Some(onto), _) => text.push_str(&format!(" onto {}", short(onto))),
+        _ => {}
+    }
+    if let Some(saved) = &l.salvage_ref {
+        text.push_str(&format!(", work kept at {saved}"));
+    }
+    if !l.landed_since.is_empty() {
+        text.push_str(&format!(
+            " (landed meanwhile: {})",
+            l.landed_since.join(", ")
+        ));
+    }
+    if let Some(m) = &l.message {
+        text.push_str(&format!(": {m}"));
+    }
+    text
 }
 
 /// progress.txt's `## Codebase Patterns` section, without its heading (empty when missing).
@@ -510,4 +722,79 @@ pub fn codebase_patterns(progress: &str) -> String {
     let end = body.find("\n## ").unwrap_or(body.len());
     let end = body[..end].find("\n---").map(|e| e.min(end)).unwrap_or(end);
     body[..end].trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prd(stories: &[(&str, bool, &[&str])]) -> Prd {
+        let stories: Vec<serde_json::Value> = stories
+            .iter()
+            .enumerate()
+            .map(|(i, (id, passes, deps))| {
+                serde_json::json!({"id": id, "title": id, "acceptanceCriteria": [],
+                    "priority": i + 1, "passes": passes, "dependsOn": deps})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"project": "p", "userStories": stories})).unwrap()
+    }
+
+    /// A chain behind a blocked story says what it waits for, however far down; a story
+    /// blocked only because its dependency is (the transitive block of `--parallel`) says so
+    /// instead of `blocked`; one blocked by its own attempts stays `blocked`.
+    #[test]
+    fn a_story_behind_a_blocked_one_says_what_it_waits_for() {
+        let p = prd(&[
+            ("A", false, &[]),
+            ("B", false, &["A"]),
+            ("C", false, &["B"]),
+            ("D", false, &["C", "E"]),
+            ("E", true, &[]),
+            ("F", false, &["E"]),
+        ]);
+        let blocked = vec!["A".to_owned()];
+        let status = |id: &str, blocked: &[String]| story_status(&p, id, blocked);
+        assert_eq!(status("A", &blocked), "blocked");
+        assert_eq!(status("B", &blocked), "waits for A (blocked)");
+        assert_eq!(status("C", &blocked), "waits for B (waits for blocked A)");
+        assert_eq!(status("D", &blocked), "waits for C (waits for blocked A)");
+        assert_eq!(status("F", &blocked), "open");
+        assert_eq!(status("E", &blocked), "passes");
+        // B and C blocked transitively: they show why.
+        let all = vec!["A".to_owned(), "B".to_owned(), "C".to_owned()];
+        assert_eq!(status("B", &all), "waits for A (blocked)");
+        assert_eq!(status("C", &all), "waits for B (blocked)");
+        // Nothing blocked: plain waits.
+        assert_eq!(status("C", &[]), "waits for B");
+        // A chain of 30,000 stories behind a blocked first one: found once each (a walk per
+        // story would be quadratic), with no deep recursion.
+        let ids: Vec<String> = (0..30_000).map(|i| format!("S{i}")).collect();
+        let chain: Vec<(&str, bool, Vec<&str>)> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let deps = if i == 0 {
+                    vec![]
+                } else {
+                    vec![ids[i - 1].as_str()]
+                };
+                (id.as_str(), false, deps)
+            })
+            .collect();
+        let long = prd(&chain
+            .iter()
+            .map(|(id, p, d)| (*id, *p, d.as_slice()))
+            .collect::<Vec<_>>());
+        let first = vec!["S0".to_owned()];
+        let statuses = Statuses::new(&long, &first);
+        assert_eq!(statuses.of("S1"), "waits for S0 (blocked)");
+        assert_eq!(
+            statuses.of("S29999"),
+            "waits for S29998 (waits for blocked S0)"
+        );
+        // A cycle (refused by validation) does not loop.
+        let cyc = prd(&[("X", false, &["Y"]), ("Y", false, &["X"])]);
+        assert_eq!(story_status(&cyc, "X", &[]), "waits for Y");
+    }
 }

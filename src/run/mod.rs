@@ -16,6 +16,7 @@
 
 pub mod feedback;
 pub mod iteration;
+pub mod parallel;
 pub mod policy;
 pub mod preflight;
 pub mod recover;
@@ -180,6 +181,9 @@ async fn drive(
     stop: &StopSignals,
     out: &mut Outputs,
 ) -> anyhow::Result<StopReason> {
+    if parallel::wanted(cfg) {
+        return parallel::drive(cfg, s, stop, out).await;
+    }
     let paths = s.pre.paths.clone();
     let cxs = contexts(&s.pre, &paths, &s.run_id, s.remote.as_ref(), stop);
     let mut on_agent: Option<usize> = None;
@@ -598,7 +602,8 @@ fn before_wait(
 /// A `ralph stop` request is answered once: its file is removed when the run acts on it.
 /// Waits until `until` (`during` says why) and returns the stop a signal, `ralph stop` or the
 /// end of the budget brought meanwhile. A retry's wait is written to state.json's `retry_at` while
-/// it lasts, for `ralph watch` (a usage limit's is its `resume_at`, cleared once waited out).
+/// it lasts, for `ralph watch`; a usage limit's end (the reset plus the margin) to `wait_until`
+/// (and its `resume_at`, the reset, is cleared once waited out).
 ///
 /// # Errors
 /// state.json cannot be written.
@@ -610,9 +615,11 @@ async fn wait_out(
     paths: &crate::workspace::RunPaths,
 ) -> anyhow::Result<Option<StopReason>> {
     state.retry_at = (during == During::RetryWait).then_some(until);
+    state.wait_until = (during == During::UsageLimitWait).then_some(until);
     state.save(&paths.ralph_dir)?;
     let end = wait::until(until, stop, &paths.ralph_dir).await;
     state.retry_at = None;
+    state.wait_until = None;
     let stopped = policy::after_wait(end, during);
     if stopped.is_none() && during == During::UsageLimitWait {
         state.resume_at = None;

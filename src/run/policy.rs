@@ -788,5 +788,6 @@ pub fn resumable(last: Option<&StopReason>) -> Result<(), String> {
 }
 
 pub mod agents;
+pub mod ready;
 #[cfg(test)]
 mod tests;

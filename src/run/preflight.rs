@@ -69,11 +69,26 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
             cfg.prd_path.display()
         );
     }
+    if cfg.parallel > 1 && cfg.sandbox.is_on() {
+        bail!(
+            "--parallel {} cannot be used with --sandbox {} yet: the sandbox is built for the checkout, not for the stories' worktrees\nhint: run with --parallel 1 to keep the sandbox, or without --sandbox to work on stories in parallel",
+            cfg.parallel,
+            cfg.sandbox.as_str()
+        );
+    }
     let repo = Repo::discover(&prd_dir)?;
+    if cfg.parallel > 1 {
+        // A `worktree_copy` path missing from the checkout would fail every story's setup.
+        crate::worktree::check_copies(&repo, &cfg.worktree_copy)?;
+    }
     let paths = RunPaths::new(repo.root(), &cfg.prd_path);
-    let mut agents = vec![setup_agent(cfg, &paths, out)?];
+    let mut agents = vec![setup_agent(cfg, &paths, &Names::Primary, out)?];
     for profile in &cfg.fallbacks {
-        let setup = setup_agent(&cfg.for_agent(profile), &paths, out)
+        let names = Names::Fallback {
+            name: &profile.name,
+            file: cfg.config_file.as_deref(),
+        };
+        let setup = setup_agent(&cfg.for_agent(profile), &paths, &names, out)
             .map_err(|e| anyhow::anyhow!("fallback agent `{}`: {e:#}", profile.name))?;
         agents.push(AgentSetup {
             name: profile.name.clone(),
@@ -92,15 +107,24 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
 ///
 /// # Errors
 /// A bad template, a misconfigured backend, a missing agent program or API key variable.
-fn setup_agent(cfg: &RunConfig, paths: &RunPaths, out: &mut Outputs) -> anyhow::Result<AgentSetup> {
+fn setup_agent(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    names: &Names<'_>,
+    out: &mut Outputs,
+) -> anyhow::Result<AgentSetup> {
     let template =
         PromptTemplate::load_with_default(cfg.template.as_deref(), cfg.agent == AgentKind::Local)?;
     if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
-        out.warn("--model is not passed to an exec agent; put it in --agent-cmd instead");
+        out.warn(format!(
+            "{} is not passed to an exec agent; put it in {} instead",
+            names.setting("--model", "model"),
+            names.setting("--agent-cmd", "agent_cmd")
+        ));
     }
     // The local backend's server starts later (after the lock); its URL is not known yet.
     let backend = build_backend(cfg, paths, cfg.native.base_url.clone())?;
-    let probe = check_agent(cfg, backend.as_ref(), &paths.repo_root)?;
+    let probe = check_agent_named(cfg, backend.as_ref(), &paths.repo_root, names)?;
     for notice in backend.notices() {
         out.warn(notice);
     }
@@ -190,6 +214,35 @@ pub fn unchecked_warning(
     ))
 }
 
+/// How an error about an agent names its settings: the primary agent's flags (and their
+/// ralph.toml keys), or the keys of a fallback agent's `[[agents]]` table (the flags set the
+/// primary's, so naming them would send the user to the wrong place).
+#[derive(Debug, Clone, Copy)]
+pub enum Names<'a> {
+    /// The primary agent: `--agent-cmd (agent_cmd in ralph.toml)`.
+    Primary,
+    /// A fallback agent: `` `agent_cmd` in the [[agents]] table `cx` of /repo/ralph.toml ``.
+    Fallback {
+        /// The agent's (and its table's) name.
+        name: &'a str,
+        /// The ralph.toml the table is in, when there is one.
+        file: Option<&'a Path>,
+    },
+}
+
+impl Names<'_> {
+    /// The setting `flag`/`key` as the fix should name it.
+    pub fn setting(&self, flag: &str, key: &str) -> String {
+        match self {
+            Names::Primary => format!("{flag} ({key} in ralph.toml)"),
+            Names::Fallback { name, file } => format!(
+                "`{key}` in the [[agents]] table `{name}` of {}",
+                file.map_or_else(|| "ralph.toml".to_owned(), |f| f.display().to_string())
+            ),
+        }
+    }
+}
+
 /// The checks on the agent that need no run: the native backend's API key variable is set, and
 /// the agent program exists (on PATH, or at its path). Returns the probe spec (the backend's
 /// command for an empty prompt). Also used by `ralph plan` and `ralph convert`.
@@ -201,11 +254,25 @@ pub fn check_agent(
     backend: &dyn Backend,
     repo_root: &Path,
 ) -> anyhow::Result<crate::process::SpawnSpec> {
+    check_agent_named(cfg, backend, repo_root, &Names::Primary)
+}
+
+/// [`check_agent`], its hints naming the settings as `names` says.
+///
+/// # Errors
+/// As [`check_agent`].
+fn check_agent_named(
+    cfg: &RunConfig,
+    backend: &dyn Backend,
+    repo_root: &Path,
+    names: &Names<'_>,
+) -> anyhow::Result<crate::process::SpawnSpec> {
     if cfg.agent == AgentKind::Native {
         if let Some(var) = &cfg.native.api_key_env {
             if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
                 bail!(
-                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with --api-key-env VAR"
+                    "the API key variable {var} is not set\nhint: export {var}=<your key>, or name the variable that holds it with {}",
+                    names.setting("--api-key-env VAR", "api_key_env")
                 );
             }
         }
@@ -215,8 +282,13 @@ pub fn check_agent(
     if let (AgentKind::Exec, Some(cmd)) = (cfg.agent, &cfg.agent_cmd) {
         if let Some(script) = crate::agent::exec::missing_script(cmd, repo_root) {
             bail!(
-                "the agent script `{script}` of --agent-cmd `{cmd}` does not exist (the agent runs in {})\nhint: fix --agent-cmd (agent_cmd in ralph.toml): give the script's path relative to the repository root, or an absolute one",
-                repo_root.display()
+                "the agent script `{script}` of {} `{cmd}` does not exist (the agent runs in {})\nhint: fix {}: give the script's path relative to the repository root, or an absolute one",
+                match names {
+                    Names::Primary => "--agent-cmd",
+                    Names::Fallback { .. } => "agent_cmd",
+                },
+                repo_root.display(),
+                names.setting("--agent-cmd", "agent_cmd")
             );
         }
     }
@@ -226,14 +298,22 @@ pub fn check_agent(
         } else {
             "was not found on PATH"
         };
-        let how = match (cfg.agent, info.program) {
-            (AgentKind::Exec, _) => "fix --agent-cmd (agent_cmd in ralph.toml)".to_string(),
-            (_, Some(_)) => format!(
+        let how = match (cfg.agent, info.program, names) {
+            (AgentKind::Exec, _, _) => format!("fix {}", names.setting("--agent-cmd", "agent_cmd")),
+            (_, Some(_), Names::Primary) => format!(
                 "{}, or point ralph at it with --agent-program PATH; `ralph doctor --agent {}` checks the setup, and `--agent local` runs a small local model with no account",
                 info.install_hint,
                 cfg.agent.as_str()
             ),
-            (_, None) => "point ralph at it with --agent-program PATH (agent_program in ralph.toml)".to_string(),
+            (_, Some(_), Names::Fallback { .. }) => format!(
+                "{}, or point ralph at it with {}",
+                info.install_hint,
+                names.setting("--agent-program", "agent_program")
+            ),
+            (_, None, _) => format!(
+                "point ralph at it with {}",
+                names.setting("--agent-program PATH", "agent_program")
+            ),
         };
         bail!(
             "the agent program `{}` {place}\nhint: {how}",

@@ -51,7 +51,7 @@ pub async fn recover(
             if store::parse_bytes(&paths.prd, &raw).is_ok() {
                 write_atomic(&paths.prd, &raw)?;
                 restored_prd = true;
-                out.warn(format!(
+                out.warn_in(flight.iteration, format!(
                     "prd.json was invalid after the interrupted iteration {}; restored it from the iteration's snapshot",
                     flight.iteration
                 ));
@@ -83,7 +83,9 @@ pub async fn recover(
             draft,
         )?
         .record;
-        out.warn(format!(
+        out.warn_in(
+            flight.iteration,
+            format!(
             "iteration {} ({}) was interrupted when ralph was killed; its changes are kept in {}",
             flight.iteration,
             flight.story_id,
@@ -92,7 +94,8 @@ pub async fn recover(
                 .as_deref()
                 .map(|s| s.get(..8).unwrap_or(s))
                 .unwrap_or("the existing commits")
-        ));
+        ),
+        );
         if !judged.kept.contains(&flight.story_id) {
             feedback.push(Feedback::about(
                 &flight.story_id,
@@ -242,7 +245,7 @@ async fn judge_passes(
                 .push((id, "a stop came before its check could run".to_owned()));
             continue;
         }
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {} was interrupted before ralph checked the stories it marked passing: running {id}'s check on the work it left (`{command}`)",
             flight.iteration
         ));
@@ -295,14 +298,14 @@ async fn judge_passes(
             .iter()
             .map(|(id, why)| format!("{id} ({why})"))
             .collect();
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {} was interrupted before ralph checked the stories it marked passing: {} set back to not passing, until an iteration passes its check",
             flight.iteration,
             which.join(", ")
         ));
     }
     if !judged.kept.is_empty() {
-        out.warn(format!(
+        out.warn_in(flight.iteration, format!(
             "iteration {}: {} passed {} check on the work the interrupted iteration left, so {} stay{} passing",
             flight.iteration,
             judged.kept.join(", "),
@@ -327,12 +330,15 @@ async fn kill_leftovers(
     // commands, setsid) carry its tag too.
     let mut strays = stray_records(&crate::process::sweep_tagged(&tag), StrayFound::AtRestart);
     if !strays.is_empty() {
-        out.warn(format!(
-            "killed {} left running by the interrupted iteration {}: {}",
-            plural_processes(strays.len()),
+        out.warn_in(
             flight.iteration,
-            describe_strays(&strays)
-        ));
+            format!(
+                "killed {} left running by the interrupted iteration {}: {}",
+                plural_processes(strays.len()),
+                flight.iteration,
+                describe_strays(&strays)
+            ),
+        );
     }
     let Ok(pgid) = i32::try_from(flight.pid) else {
         return strays;
@@ -452,4 +458,126 @@ fn draft(
         signal_at: None,
         staged: None,
     })
+}
+
+/// Recovers the `--parallel` iterations a killed ralph left in flight (state.json's `flights`):
+/// each one's leftover processes are killed, what its agent left in its worktree is committed
+/// there and kept under `refs/ralph/salvage/<run>/<story>` (nothing of it lands: it was never
+/// checked on the run branch, so no story passes on it), and it is written down as an
+/// `interrupted` iteration through the same commit stage, naming the ref; then its worktree is
+/// removed. Returns the feedback for those stories' next attempts.
+///
+/// # Errors
+/// git, ledger or state.json could not be written.
+pub async fn recover_flights(
+    repo: &Repo,
+    paths: &RunPaths,
+    state: &mut State,
+    cfg: &RunConfig,
+    out: &mut Outputs,
+) -> anyhow::Result<Vec<Feedback>> {
+    let mut feedback = Vec::new();
+    for flight in state.flights.clone() {
+        let strays = kill_leftovers(&flight, cfg, out).await;
+        let recorded = history_has(paths, &flight);
+        if let Some(tree) = &flight.worktree {
+            let prd = tree.root.join(
+                paths
+                    .prd
+                    .strip_prefix(&paths.repo_root)
+                    .unwrap_or(&paths.prd),
+            );
+            let tree_paths = RunPaths::new(&tree.root, &prd);
+            super::parallel::land::bring_transcripts(
+                &tree_paths,
+                paths,
+                &flight.run_id,
+                flight.iteration,
+            );
+        }
+        let salvage = salvage_flight(repo, &flight, out);
+        if !recorded {
+            let mut draft = draft(repo, paths, &flight, cfg, false)?;
+            draft.record.strays = flight.strays.iter().chain(&strays).cloned().collect();
+            let tree = flight.worktree.as_ref();
+            draft.record.worker = tree.map(|t| t.worker);
+            draft.record.worktree = tree.map(|t| paths.rel(&t.root));
+            draft.record.landing = Some(crate::protocol::LandingRecord {
+                kind: crate::protocol::LandingKind::NotLanded,
+                onto: None,
+                commit: None,
+                salvage_ref: salvage.clone(),
+                files: Vec::new(),
+                landed_since: Vec::new(),
+                message: Some(
+                    "ralph was killed while this iteration ran; its work did not land".into(),
+                ),
+            });
+            // Nothing of the worktree's is on the run branch: the checkpoint records the
+            // iteration (progress.txt, trailers) and the record says where its work is.
+            draft.record.files_changed.clear();
+            commit::commit(
+                Sinks {
+                    repo,
+                    paths,
+                    remote: None,
+                },
+                state,
+                draft,
+            )?;
+            out.warn(format!(
+                "iteration {} ({}) was interrupted when ralph was killed; {}",
+                flight.iteration,
+                flight.story_id,
+                match &salvage {
+                    Some(r) => format!("its work is kept in {r}"),
+                    None => "it left no work".to_owned(),
+                }
+            ));
+            feedback.push(Feedback::about(
+                &flight.story_id,
+                match &salvage {
+                    Some(r) => format!(
+                        "The previous attempt at {} was interrupted; its partial work is kept in {r} (`git show {r}`), not on the branch. Take what is useful from it.",
+                        flight.story_id
+                    ),
+                    None => format!(
+                        "The previous attempt at {} was interrupted before it changed anything.",
+                        flight.story_id
+                    ),
+                },
+            ));
+        }
+        state.iteration = state.iteration.max(flight.iteration);
+        state.flights.retain(|f| f.iteration != flight.iteration);
+        state.save(&paths.ralph_dir)?;
+    }
+    Ok(feedback)
+}
+
+/// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref
+/// (returned; `None` when it left nothing beyond its start) and removes the worktree.
+fn salvage_flight(repo: &Repo, flight: &InFlight, out: &mut Outputs) -> Option<String> {
+    let tree = flight.worktree.as_ref()?;
+    if !tree.root.join(".git").exists() {
+        return None;
+    }
+    let kept = Repo::discover(&tree.root).ok().and_then(|wt| {
+        wt.clear_stale_locks();
+        let subject = format!(
+            "ralph: iteration {} ({}): work left when ralph was killed",
+            flight.iteration, flight.story_id
+        );
+        let head = crate::git::land::commit_leftovers(&wt, &subject).ok()?;
+        (head != tree.base)
+            .then(|| crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head).ok())
+            .flatten()
+    });
+    if let Err(e) = repo.remove_worktree(&tree.root) {
+        out.warn(format!(
+            "cannot remove the worktree {}: {e}",
+            tree.root.display()
+        ));
+    }
+    kept
 }

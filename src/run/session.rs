@@ -126,6 +126,7 @@ pub async fn open(
         )
         .await?,
     );
+    pending.add(super::recover::recover_flights(&pre.repo, &paths, &mut state, cfg, out).await?);
     // Iteration numbers continue even when state.json was deleted: the ledger and the commit
     // trailers remember them.
     state.iteration = state
@@ -406,6 +407,7 @@ impl Session {
             ("model", model),
             ("fallback", fallback_row(&self.pre.agents[1..])),
             ("max-iter", cfg.max_iter.to_string()),
+            ("parallel", parallel_row(cfg)),
             (
                 "timeouts",
                 format!(
@@ -418,9 +420,9 @@ impl Session {
             ("ledger", paths.rel(&paths.ledger)),
         ];
         // The fallback and sandbox rows only when there are fallback agents or a sandbox.
-        let rows = rows
-            .into_iter()
-            .filter(|(key, value)| !matches!(*key, "fallback" | "sandbox") || !value.is_empty());
+        let rows = rows.into_iter().filter(|(key, value)| {
+            !matches!(*key, "fallback" | "sandbox" | "parallel") || !value.is_empty()
+        });
         out.emit(RunEvent::RunStarted {
             run_id: self.run_id.clone(),
             prd: paths.prd.display().to_string(),
@@ -434,6 +436,25 @@ impl Session {
                 .collect(),
         });
     }
+}
+
+/// The header's `parallel` row (empty, so not shown, for a serial run): e.g. `3 stories at once,
+/// each in a worktree under .ralph/worktrees/ (setup: npm ci)`.
+fn parallel_row(cfg: &RunConfig) -> String {
+    if cfg.parallel <= 1 {
+        return String::new();
+    }
+    let mut row = format!(
+        "{} stories at once, each in a worktree under .ralph/worktrees/",
+        cfg.parallel
+    );
+    if !cfg.worktree_copy.is_empty() {
+        row.push_str(&format!(" (copied in: {})", cfg.worktree_copy.join(", ")));
+    }
+    if let Some(setup) = &cfg.worktree_setup {
+        row.push_str(&format!(" (setup: {setup})"));
+    }
+    row
 }
 
 /// The header's `sandbox` row: the mode, and in strict mode the hosts `--allow-host` adds (the
@@ -665,8 +686,13 @@ async fn pending_reset(
                 attempt: 1,
                 max: budgets.max_usage_limit_waits,
             });
+            // For `ralph watch`: the end of this wait, margin included.
+            state.wait_until = Some(until);
+            state.save(&paths.ralph_dir)?;
             let end = wait::until(until, stop, &paths.ralph_dir).await;
+            state.wait_until = None;
             if let Some(reason) = policy::after_wait(end, During::UsageLimitWait) {
+                state.save(&paths.ralph_dir)?;
                 if matches!(reason, StopReason::StopRequested { .. }) {
                     crate::stop_request::clear(&paths.ralph_dir);
                 }

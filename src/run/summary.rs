@@ -15,8 +15,11 @@ use crate::protocol::{AgentKind, LedgerRecord, Outcome, StopReason};
 pub struct RunTotals {
     /// Iterations recorded in this run.
     pub iterations: u32,
-    /// The first one's number.
+    /// The lowest number among them (with `--parallel`, iterations are written down in the
+    /// order they land, not the order they started).
     pub first_iteration: Option<u32>,
+    /// The highest number among them.
+    pub last_iteration: Option<u32>,
     /// The latest record, whole.
     pub last: Option<LedgerRecord>,
     /// Sum of the reported or priced costs, USD; `None` when no iteration had one.
@@ -35,7 +38,14 @@ impl RunTotals {
     /// Adds one iteration's record (oldest first).
     pub fn add(&mut self, r: LedgerRecord) {
         self.iterations += 1;
-        self.first_iteration.get_or_insert(r.iteration);
+        self.first_iteration = Some(
+            self.first_iteration
+                .map_or(r.iteration, |f| f.min(r.iteration)),
+        );
+        self.last_iteration = Some(
+            self.last_iteration
+                .map_or(r.iteration, |l| l.max(r.iteration)),
+        );
         let sum_f = |acc: Option<f64>, v: Option<f64>| match (acc, v) {
             (a, None) => a,
             (a, Some(v)) => Some(a.unwrap_or(0.0) + v),
@@ -134,10 +144,7 @@ pub fn summarize(i: &Input<'_>) -> RunSummary {
         open,
         blocked: i.blocked.to_vec(),
         iterations: t.iterations,
-        iteration_range: t
-            .first_iteration
-            .zip(t.last.as_ref())
-            .map(|(a, b)| (a, b.iteration)),
+        iteration_range: t.first_iteration.zip(t.last_iteration),
         elapsed_s: i.elapsed.as_secs_f64(),
         cost_usd: t.cost_usd,
         tokens_in: t.tokens_in,
@@ -298,5 +305,94 @@ fn caveats(i: &Input<'_>) -> Vec<String> {
             if detail.len() == 1 { "it" } else { "them" }
         ));
     }
+    if let Some(waits) = waiting_for_blocked(i.prd, i.blocked) {
+        out.push(waits);
+    }
     out
+}
+
+/// The open stories never attempted because they wait, directly or through other open stories,
+/// for a blocked one, grouped by that story: `not attempted: US-003 waits for US-002 (blocked)`;
+/// `None` when there are none.
+fn waiting_for_blocked(prd: &Prd, blocked: &[String]) -> Option<String> {
+    let pairs = crate::run::policy::ready::blocked_by_dependency(prd, blocked);
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut roots: Vec<(&str, Vec<String>)> = Vec::new();
+    for (story, root) in &pairs {
+        match roots.iter_mut().find(|(r, _)| *r == root.as_str()) {
+            Some((_, stories)) => stories.push(story.clone()),
+            None => roots.push((root.as_str(), vec![story.clone()])),
+        }
+    }
+    let parts: Vec<String> = roots
+        .iter()
+        .map(|(root, stories)| match stories.as_slice() {
+            [one] => format!("{one} {}", crate::run::policy::ready::waits_for(root)),
+            many => format!(
+                "{} wait for {root} (blocked)",
+                crate::run::preflight::id_list(many)
+            ),
+        })
+        .collect();
+    Some(format!("not attempted: {}", parts.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prd(rows: &[(&str, bool, &[&str])]) -> Prd {
+        let stories: Vec<serde_json::Value> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (id, passes, deps))| {
+                serde_json::json!({"id": id, "title": id, "acceptanceCriteria": ["x"],
+                    "priority": i + 1, "passes": passes, "dependsOn": deps})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"project": "p", "userStories": stories})).unwrap()
+    }
+
+    #[test]
+    fn stories_waiting_for_blocked_ones_are_grouped_by_the_blocked_story() {
+        let p = prd(&[
+            ("A", false, &[]),
+            ("B", false, &[]),
+            ("C", false, &["A"]),
+            ("D", false, &["B"]),
+            ("E", false, &["C"]),
+            ("F", true, &[]),
+            ("G", false, &["F"]),
+        ]);
+        let blocked = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(waiting_for_blocked(&p, &[]), None);
+        assert_eq!(
+            waiting_for_blocked(&p, &blocked(&["B"])).as_deref(),
+            Some("not attempted: D waits for B (blocked)")
+        );
+        assert_eq!(
+            waiting_for_blocked(&p, &blocked(&["A", "B"])).as_deref(),
+            Some("not attempted: C, E wait for A (blocked); D waits for B (blocked)")
+        );
+        // A passing story in the blocked list holds nothing back.
+        assert_eq!(waiting_for_blocked(&p, &blocked(&["F"])), None);
+    }
+
+    #[test]
+    fn a_long_list_of_waiting_stories_is_cut() {
+        let mut rows: Vec<(String, Vec<&str>)> = vec![("A".into(), vec![])];
+        rows.extend((1..=12).map(|i| (format!("S{i:02}"), vec!["A"])));
+        let rows: Vec<(&str, bool, &[&str])> = rows
+            .iter()
+            .map(|(id, deps)| (id.as_str(), false, deps.as_slice()))
+            .collect();
+        let text = waiting_for_blocked(&prd(&rows), &["A".to_string()]).unwrap();
+        assert_eq!(
+            text,
+            "not attempted: S01, S02, S03, S04, S05, S06, S07, S08, S09, S10, and 2 more wait for \
+             A (blocked)"
+        );
+    }
 }

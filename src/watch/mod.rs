@@ -132,14 +132,27 @@ pub struct Snapshot {
     pub recent: Vec<Recent>,
     /// Budgets.
     pub budget: Budget,
-    /// A usage-limit reset the run waits for.
+    /// The end of the usage-limit wait the run is in (the reset plus the margin: the moment the
+    /// run's own terminal counts down to), or, between waits, the pending reset.
     pub wait_until: Option<DateTime<Utc>>,
     /// When the run tries a story again after a transient failure, while it waits for that.
     pub retry_at: Option<DateTime<Utc>>,
     /// Pending hints.
     pub hints: Vec<Hint>,
+    /// When no run is active: how the last run ended, in a few words (`every story passes`,
+    /// `max iterations`), and when (its last iteration's end), when known.
+    pub last_end: Option<LastEnd>,
     /// The moment the snapshot describes.
     pub now: DateTime<Utc>,
+}
+
+/// How the last run ended, for the header when no run is active.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastEnd {
+    /// Its stop reason in a few words (`every story passes`, `max iterations`, `needs human`).
+    pub what: String,
+    /// Its last iteration's end, when it recorded one.
+    pub at: Option<DateTime<Utc>>,
 }
 
 /// What [`Snapshot::load`] takes from outside the files: the time and the live lock holder.
@@ -246,9 +259,23 @@ impl Snapshot {
             flight,
             recent,
             budget,
-            wait_until: state.resume_at.filter(|at| *at > probe.now),
+            wait_until: state
+                .wait_until
+                .or(state.resume_at)
+                .filter(|at| *at > probe.now),
             retry_at: state.retry_at.filter(|at| *at > probe.now),
             hints: crate::hints::pending(&paths.ralph_dir),
+            last_end: state
+                .stop_reason
+                .as_ref()
+                .filter(|_| !running)
+                .map(|reason| LastEnd {
+                    what: match reason {
+                        crate::protocol::StopReason::Complete => "every story passes".to_owned(),
+                        other => other.kind().replace('_', " "),
+                    },
+                    at: latest.last().map(|r| r.ended_at),
+                }),
             now: probe.now,
         })
     }
@@ -503,6 +530,47 @@ mod tests {
         .unwrap();
         assert!(ended.flight.is_none());
         assert_eq!(ended.stories[2].state, StoryState::Open);
+    }
+
+    #[test]
+    fn after_the_run_the_header_says_how_it_ended_and_a_wait_counts_to_the_runs_own_end() {
+        let (_dir, paths) = fixture();
+        let mut state = State::load(&paths.ralph_dir).unwrap().unwrap();
+        state.stop_reason = Some(crate::protocol::StopReason::Complete);
+        state.in_flight = None;
+        state.save(&paths.ralph_dir).unwrap();
+        // A stop request an ended run left behind.
+        crate::stop_request::request(&paths.ralph_dir).unwrap();
+        let ended = Snapshot::load(
+            &paths,
+            &Probe {
+                holder: None,
+                ..probe()
+            },
+        )
+        .unwrap();
+        let last = crate::ledger::read_all(&paths.ledger).unwrap().records;
+        let ended_at = last.last().unwrap().ended_at;
+        let header = view::plain(&ended, 100).lines().next().unwrap().to_owned();
+        assert_eq!(
+            header,
+            format!(
+                "ralph watch · last run ended {} UTC: every story passes · Demo · ralph/demo",
+                ended_at.format("%H:%M")
+            )
+        );
+        // During a usage-limit wait: the run's end of the wait (reset + margin), not the reset.
+        state.stop_reason = None;
+        state.resume_at = Some(at(1, 13, 0));
+        state.wait_until = Some(at(1, 13, 0) + chrono::Duration::seconds(30));
+        state.save(&paths.ralph_dir).unwrap();
+        let waiting = Snapshot::load(&paths, &probe()).unwrap();
+        assert_eq!(waiting.wait_until, state.wait_until);
+        let screen = view::plain(&waiting, 100);
+        assert!(
+            screen.contains("usage limit: waits 0:56 (until 01:13 UTC)"),
+            "{screen}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Widget, Wrap};
 
-use super::{RunState, Snapshot, StoryState};
+use super::{LastEnd, RunState, Snapshot, StoryState};
 
 /// What the view shows beside the snapshot: the hint being typed, the last key's result.
 #[derive(Debug, Clone, Default)]
@@ -64,18 +64,12 @@ pub fn render(snap: &Snapshot, ui: &Ui, area: Rect, buf: &mut Buffer) {
     now(snap, ui).render(body[1], buf);
     recent(snap, ui).render(rows[2], buf);
     Paragraph::new(vec![budget(snap), hints(snap)]).render(rows[3], buf);
-    footer(ui).render(rows[4], buf);
+    footer(ui, rows[4].width).render(rows[4], buf);
 }
 
 fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
     let bold = ui.style(Style::new().add_modifier(Modifier::BOLD));
-    let mut spans = vec![
-        Span::styled("ralph watch", bold),
-        Span::raw(format!(" · {}", snap.project)),
-    ];
-    if !snap.branch.is_empty() {
-        spans.push(Span::raw(format!(" · {}", snap.branch)));
-    }
+    let mut spans = vec![Span::styled("ralph watch", bold)];
     let (state, color) = match &snap.run {
         RunState::Running { pid, .. } if snap.paused() => {
             (format!("PAUSED (pid {pid})"), Color::Yellow)
@@ -88,15 +82,30 @@ fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
         RunState::Ended(None) if snap.recent.is_empty() => {
             ("no run yet".to_owned(), Color::DarkGray)
         }
-        RunState::Ended(_) => ("no run active: the last run".to_owned(), Color::DarkGray),
+        RunState::Ended(_) => (
+            match &snap.last_end {
+                Some(LastEnd { what, at: Some(at) }) => {
+                    format!("last run ended {} UTC: {what}", at.format("%H:%M"))
+                }
+                Some(LastEnd { what, at: None }) => format!("last run ended: {what}"),
+                None => "no run active".to_owned(),
+            },
+            Color::DarkGray,
+        ),
     };
+    // The run's state first: on a narrow terminal the project and branch are what is cut.
     spans.push(Span::raw(" · "));
     spans.push(Span::styled(state, ui.style(Style::new().fg(color))));
-    if snap.stop_requested {
+    // A stop request left behind by an ended run stops nothing.
+    if snap.stop_requested && matches!(snap.run, RunState::Running { .. }) {
         spans.push(Span::styled(
             " · stopping",
             ui.style(Style::new().fg(Color::Red)),
         ));
+    }
+    spans.push(Span::raw(format!(" · {}", snap.project)));
+    if !snap.branch.is_empty() {
+        spans.push(Span::raw(format!(" · {}", snap.branch)));
     }
     Paragraph::new(Line::from(spans))
 }
@@ -261,19 +270,55 @@ fn hints(snap: &Snapshot) -> Line<'static> {
     }
 }
 
-fn footer(ui: &Ui) -> Paragraph<'static> {
+/// The keys, in full and in short (when a status message leaves too little room).
+const KEYS: &str = "h hint · p pause/resume · s stop after this iteration · q quit";
+const KEYS_SHORT: &str = "h hint · p pause · s stop · q quit";
+
+/// The bottom line, at most `width` columns: the hint being typed (its end, so the cursor stays
+/// in view), or the last key's message and the keys. A message that leaves no room for the
+/// full keys gets the short ones, and is cut (`…`) when even those do not fit.
+pub fn footer_text(ui: &Ui, width: usize) -> String {
     let line = match &ui.input {
-        Some(text) => format!("hint> {text}█  (Enter saves, Esc cancels)"),
-        None => {
-            let keys = "h hint · p pause/resume · s stop after this iteration · q quit";
-            match &ui.message {
-                Some(m) => format!("{m} · {keys}"),
-                None => keys.to_owned(),
-            }
+        Some(text) => {
+            let tail = "█  (Enter saves, Esc cancels)";
+            let room = width.saturating_sub("hint> ".len() + tail.chars().count());
+            let shown: String = if text.chars().count() > room {
+                let skip = text.chars().count() - room.saturating_sub(1);
+                format!("…{}", text.chars().skip(skip).collect::<String>())
+            } else {
+                text.clone()
+            };
+            format!("hint> {shown}{tail}")
         }
+        None => match &ui.message {
+            None => KEYS.to_owned(),
+            Some(m) => {
+                let full = format!("{m} · {KEYS}");
+                if full.chars().count() <= width {
+                    full
+                } else {
+                    let room = width.saturating_sub(KEYS_SHORT.chars().count() + 3);
+                    format!("{} · {KEYS_SHORT}", cut(m, room))
+                }
+            }
+        },
     };
+    cut(&line, width)
+}
+
+/// `text` cut to `width` characters, the last one `…` when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn footer(ui: &Ui, width: u16) -> Paragraph<'static> {
     Paragraph::new(Line::styled(
-        line,
+        footer_text(ui, usize::from(width)),
         ui.style(Style::new().add_modifier(Modifier::REVERSED)),
     ))
 }
@@ -319,4 +364,42 @@ pub fn buffer_lines(buf: &Buffer) -> Vec<String> {
             line.trim_end().to_owned()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_line_fits_its_width_whatever_the_message() {
+        let ui = |message: Option<&str>, input: Option<&str>| Ui {
+            message: message.map(str::to_owned),
+            input: input.map(str::to_owned),
+            color: false,
+        };
+        assert_eq!(footer_text(&ui(None, None), 80), KEYS);
+        let short = footer_text(&ui(Some("resumed"), None), 80);
+        assert_eq!(short, format!("resumed · {KEYS}"));
+        let long = "cannot save the hint: cannot write /home/someone/project/.ralph/hints/0003.json: No space left on device";
+        for width in [40, 80, 120] {
+            let line = footer_text(&ui(Some(long), None), width);
+            assert!(line.chars().count() <= width, "{width}: {line}");
+            assert!(line.ends_with(KEYS_SHORT), "{width}: {line}");
+            assert!(line.starts_with("ca"), "{line}");
+            if width >= 80 {
+                assert!(
+                    line.starts_with("cannot save the hint: cannot write"),
+                    "{line}"
+                );
+            }
+        }
+        let typed = "x".repeat(200) + "END";
+        let line = footer_text(&ui(None, Some(&typed)), 80);
+        assert!(line.chars().count() <= 80, "{line}");
+        assert!(
+            line.contains("END█"),
+            "the cursor end stays in view: {line}"
+        );
+        assert!(line.ends_with("(Enter saves, Esc cancels)"), "{line}");
+    }
 }

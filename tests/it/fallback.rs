@@ -15,7 +15,7 @@ use crate::common::{fake_agent_bin, prd_with_stories, text, TestEnv};
 
 /// A repository with `stories` stories, the fake agent as `claude` and `codex`, and `toml` as
 /// ralph.toml (committed).
-fn env_with(stories: usize, toml: &str) -> TestEnv {
+pub(crate) fn env_with(stories: usize, toml: &str) -> TestEnv {
     let env = TestEnv::new(&prd_with_stories(stories));
     std::os::unix::fs::symlink(fake_agent_bin(), env.path("../bin/codex")).expect("symlink codex");
     env.write("ralph.toml", toml);
@@ -36,7 +36,7 @@ fn claude_story(id: &str) -> Value {
 }
 
 /// codex works on `id` (after `sleep_ms`) and marks it passing.
-fn codex_story(id: &str, sleep_ms: u64) -> Value {
+pub(crate) fn codex_story(id: &str, sleep_ms: u64) -> Value {
     json!([
         {"read_stdin": true},
         {"codex": {"start": {}}},
@@ -65,7 +65,7 @@ fn codex_limit() -> Value {
 }
 
 /// Each iteration's (agent, outcome) from the ledger.
-fn sequence(env: &TestEnv) -> Vec<(String, String)> {
+pub(crate) fn sequence(env: &TestEnv) -> Vec<(String, String)> {
     env.ledger()
         .iter()
         .map(|r| {
@@ -77,7 +77,7 @@ fn sequence(env: &TestEnv) -> Vec<(String, String)> {
         .collect()
 }
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
         .map(|(a, o)| (a.to_string(), o.to_string()))
         .collect()

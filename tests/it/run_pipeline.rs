@@ -316,6 +316,10 @@ fn every_json_line_of_a_run_matches_the_committed_schema() {
     let out = env.ralph(&["run", "--max-iter", "2", "--json", "--verbose"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let mut names = std::collections::BTreeSet::new();
+    // Every line of an iteration names it (`iteration`), so that a reader of a `--parallel`
+    // run can tell overlapping iterations apart: here 1, then 2.
+    let mut current = None;
+    let mut scoped = 0;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let event: Value = serde_json::from_str(line).unwrap();
         let errors: Vec<String> = validator
@@ -323,8 +327,31 @@ fn every_json_line_of_a_run_matches_the_committed_schema() {
             .map(|e| format!("{} at {}", e, e.instance_path))
             .collect();
         assert!(errors.is_empty(), "{line}\n{errors:#?}");
-        names.insert(event["event"].as_str().unwrap().to_owned());
+        let name = event["event"].as_str().unwrap().to_owned();
+        if name == "iteration_started" {
+            current = event["iteration"].as_u64();
+        }
+        if [
+            "iteration_started",
+            "agent_command",
+            "agent_event",
+            "verify_started",
+            "verify_finished",
+            "iteration_finished",
+        ]
+        .contains(&name.as_str())
+        {
+            assert!(current.is_some(), "{line}");
+            assert_eq!(event["iteration"].as_u64(), current, "{line}");
+            scoped += 1;
+        }
+        if name == "iteration_finished" {
+            assert_eq!(event["record"]["iteration"].as_u64(), current, "{line}");
+        }
+        names.insert(name);
     }
+    assert!(scoped > 8, "{scoped} iteration-scoped lines");
+    assert_eq!(current, Some(2));
     for name in [
         "run_started",
         "iteration_started",

@@ -24,7 +24,7 @@ const FAKE_KEY: &str = "FAKE-ED25519-KEY-3f9c2a7d-never-print-me";
 
 /// Whether bwrap can build a sandbox here: `true` to go on; `false` (printed) to skip outside
 /// CI. Panics under CI, naming the install script.
-fn bwrap_or_skip(test: &str) -> bool {
+pub(crate) fn bwrap_or_skip(test: &str) -> bool {
     let works = std::process::Command::new("bwrap")
         .args([
             "--ro-bind",

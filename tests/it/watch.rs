@@ -141,7 +141,16 @@ fn watch_in_a_terminal_shows_the_run_takes_a_hint_and_quits_without_stopping_it(
     tmux.wait_for("the hint prompt", |s| s.contains("hint>"));
     tmux.run(&["send-keys", "-t", "w", "-l", HINT]);
     tmux.run(&["send-keys", "-t", "w", "Enter"]);
-    tmux.wait_for("the saved hint", |s| s.contains("hint 1 saved"));
+    let screen = tmux.wait_for("the saved hint", |s| s.contains("hint 1 saved"));
+    // The message and the keys share the bottom line, within the 80 columns.
+    let line = screen
+        .lines()
+        .find(|l| l.contains("hint 1 saved"))
+        .unwrap_or_default();
+    assert!(
+        line.trim_end().chars().count() <= 80 && line.contains("q quit"),
+        "the key line lost its keys: {line:?}\n{screen}"
+    );
     let list = env.ralph(&["hint", "--list"]);
     assert!(text(&list).contains(HINT), "{}", text(&list));
 
@@ -186,7 +195,8 @@ fn watch_without_a_terminal_prints_one_snapshot_of_the_last_run() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let shown = String::from_utf8_lossy(&out.stdout);
     for needle in [
-        "no run active: the last run",
+        "ralph watch · last run ended ",
+        " UTC: max iterations · ",
         "Stories 1/2 passed",
         "✓ US-001 Story 1",
         "· US-002 Story 2",

@@ -165,6 +165,7 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     state.iteration = state.iteration.max(record.iteration);
     state.last_outcome = Some(record.outcome.as_str().to_string());
     state.in_flight = None;
+    state.flights.retain(|f| f.iteration != record.iteration);
     state.save(&at.paths.ralph_dir)?;
     if record.iteration % PACK_REFS_EVERY == 0 {
         for warning in at.repo.housekeeping() {

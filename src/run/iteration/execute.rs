@@ -80,7 +80,10 @@ pub async fn execute(
                     ) {
                         transcript_ref.flush_now();
                     }
-                    out_ref.emit(RunEvent::AgentEvent { agent_event: event });
+                    out_ref.emit(RunEvent::AgentEvent {
+                        iteration,
+                        agent_event: event,
+                    });
                 }
             },
         )
@@ -105,11 +108,14 @@ pub async fn execute(
     // is written must still list them (the restart's record, run/recover.rs).
     state.note_strays(&cx.paths.ralph_dir, &strays)?;
     if !strays.is_empty() {
-        out.warn(format!(
-            "iteration {iteration}: killed {} the agent left running: {}",
-            plural_processes(strays.len()),
-            describe_strays(&strays)
-        ));
+        out.warn_in(
+            iteration,
+            format!(
+                "iteration {iteration}: killed {} the agent left running: {}",
+                plural_processes(strays.len()),
+                describe_strays(&strays)
+            ),
+        );
     }
     transcript.note(
         "end",
@@ -120,9 +126,10 @@ pub async fn execute(
     let transcript_path = match transcript.finish() {
         Ok(p) => p,
         Err(e) => {
-            out.warn(format!(
-                "transcript of iteration {iteration} is incomplete: {e}"
-            ));
+            out.warn_in(
+                iteration,
+                format!("transcript of iteration {iteration} is incomplete: {e}"),
+            );
             fallback
         }
     };

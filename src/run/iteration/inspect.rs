@@ -697,6 +697,7 @@ async fn run_verify(
     io: &mut GateIo<'_>,
 ) -> anyhow::Result<VerifyRecord> {
     io.out.emit(RunEvent::VerifyStarted {
+        iteration,
         story_id: story_id.to_owned(),
         command: command.to_owned(),
     });
@@ -704,14 +705,18 @@ async fn run_verify(
     let verify::Checked { record, strays } = verify::run(cx, iteration, command, story_id).await?;
     io.state.note_strays(&cx.paths.ralph_dir, &strays)?;
     if !strays.is_empty() {
-        io.out.warn(format!(
-            "iteration {iteration}: killed {} {story_id}'s check left running: {}",
-            super::execute::plural_processes(strays.len()),
-            super::execute::describe_strays(&strays)
-        ));
+        io.out.warn_in(
+            iteration,
+            format!(
+                "iteration {iteration}: killed {} {story_id}'s check left running: {}",
+                super::execute::plural_processes(strays.len()),
+                super::execute::describe_strays(&strays)
+            ),
+        );
     }
     obs.strays.extend(strays);
     io.out.emit(RunEvent::VerifyFinished {
+        iteration,
         verify: record.clone(),
     });
     Ok(record)

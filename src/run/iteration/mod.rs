@@ -96,6 +96,51 @@ pub async fn run(
     limits: &Limits,
     out: &mut Outputs,
 ) -> anyhow::Result<Done> {
+    let worked = work(cx, state, a, limits, out).await?;
+    let at = Sinks {
+        repo: cx.repo,
+        paths: cx.paths,
+        remote: cx.remote,
+    };
+    write_down(at, cx.run_id, cx.cfg.max_iter, state, worked, out)
+}
+
+/// An iteration worked and judged, not yet written down: what [`work`] hands to
+/// [`write_down`] (in a `--parallel` run, across threads: the worker works, the dispatcher
+/// lands the work and writes it down).
+#[derive(Debug)]
+pub struct Worked {
+    /// The assignment's story id.
+    pub story_id: String,
+    /// Its place in the run's budget (1-based).
+    pub slot: u32,
+    /// The record and commit texts.
+    pub draft: Draft,
+    /// Notes for later prompts.
+    pub feedback: Vec<Feedback>,
+    /// For a usage limit: when the agent said it resets.
+    pub resume_at: Option<DateTime<Utc>>,
+    /// Whether the story passes in the tree's prd.json after the verify gate.
+    pub story_passes: bool,
+    /// The story's `notes` in the tree's prd.json after the iteration (`--parallel`: ralph
+    /// copies them onto the run branch's prd.json at landing).
+    pub story_notes: Option<String>,
+    /// The story's check (its `verify`, else `--verify`), when it has one.
+    pub check: Option<String>,
+}
+
+/// Stages 1–4 (prepare, execute, inspect, classify) and the record's draft: everything but the
+/// writing down.
+///
+/// # Errors
+/// As [`run`].
+pub async fn work(
+    cx: &Cx<'_>,
+    state: &mut State,
+    a: Assignment,
+    limits: &Limits,
+    out: &mut Outputs,
+) -> anyhow::Result<Worked> {
     let Prepared {
         assignment,
         start,
@@ -109,8 +154,10 @@ pub async fn run(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
+        worker: None,
     });
     out.emit(RunEvent::AgentCommand {
+        iteration: assignment.iteration,
         command: command_line,
     });
     if let Some(warning) = crate::prompt::size_warning(launch.prompt.len()) {
@@ -160,40 +207,74 @@ pub async fn run(
             recorded_s: 0.0,
         });
     }
-    let written = commit::commit(
-        Sinks {
-            repo: cx.repo,
-            paths: cx.paths,
-            remote: cx.remote,
-        },
-        state,
+    let story_notes = crate::prd::store::load(&cx.paths.prd)
+        .ok()
+        .and_then(|now| now.prd.story(&assignment.story.id).map(|s| s.notes.clone()));
+    let check = assignment
+        .story
+        .verify
+        .clone()
+        .or_else(|| cx.cfg.verify.clone())
+        .filter(|c| !c.trim().is_empty());
+    Ok(Worked {
+        story_id: assignment.story.id.clone(),
+        slot: assignment.slot,
         draft,
-    )?;
+        feedback: verdict.feedback,
+        resume_at: execution.report.resume_at,
+        story_passes: observation.story_passes,
+        story_notes,
+        check,
+    })
+}
+
+/// Stage 5: writes `worked` down at `at` ([`commit::commit`]), marks the hints it carried
+/// delivered (in `run_id`'s books) and says it ended (`max_iter`: the run's budget, for the
+/// outputs).
+///
+/// # Errors
+/// As [`commit::commit`].
+pub fn write_down(
+    at: Sinks<'_>,
+    run_id: &str,
+    max_iter: u32,
+    state: &mut State,
+    worked: Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<Done> {
+    let written = commit::commit(at, state, worked.draft)?;
     let record = written.record;
     // Written down: the hints it carried are delivered (unless the agent never got to work).
     if let Err(e) = crate::hints::mark_delivered(
-        &cx.paths.ralph_dir,
+        &at.paths.ralph_dir,
         &record.hints,
         record.outcome,
-        cx.run_id,
+        run_id,
         record.iteration,
     ) {
-        out.warn(format!(
-            "cannot mark the hints of iteration {} delivered: {e}",
-            record.iteration
-        ));
+        out.warn_in(
+            record.iteration,
+            format!(
+                "cannot mark the hints of iteration {} delivered: {e}",
+                record.iteration
+            ),
+        );
     }
     out.emit(RunEvent::IterationFinished {
+        iteration: record.iteration,
         record: Box::new(record.clone()),
-        slot: assignment.slot,
-        max_iter: cx.cfg.max_iter,
+        slot: worked.slot,
+        max_iter,
     });
     // `--push`: a push that did not land is said when it happens, not only in the summary.
     if let Some(problem) = record.push.as_ref().and_then(|p| p.problem()) {
-        out.warn(format!("iteration {}: {problem}", record.iteration));
+        out.warn_in(
+            record.iteration,
+            format!("iteration {}: {problem}", record.iteration),
+        );
     }
     if !record.refused_hosts.is_empty() {
-        out.warn(format!(
+        out.warn_in(record.iteration, format!(
             "iteration {}: --sandbox strict refused connections to {} (let one through with --allow-host HOST)",
             record.iteration,
             record.refused_hosts.join(", ")
@@ -205,9 +286,9 @@ pub async fn run(
             .then(|| record.head_after.clone())
             .flatten(),
         record,
-        feedback: verdict.feedback,
-        resume_at: execution.report.resume_at,
-        story_passes: observation.story_passes,
+        feedback: worked.feedback,
+        resume_at: worked.resume_at,
+        story_passes: worked.story_passes,
     })
 }
 
@@ -268,6 +349,17 @@ fn draft(
     }
     r.feature = a.snapshot.prd.branch_name.clone();
     r.message = v.message.clone();
+    // `--sandbox`: what the sandbox's settle found (a ralph.toml the agent created, moved
+    // aside), appended as the verdict's findings are.
+    let settled = cx.sandbox.map(|s| s.take_findings()).unwrap_or_default();
+    if !settled.is_empty() {
+        let joined = settled.join("; ");
+        r.message = Some(match r.message.take() {
+            Some(m) => format!("{m}; {joined}"),
+            None => joined,
+        });
+        r.findings.extend(settled);
+    }
     r.hints = a.hints.iter().map(crate::hints::Hint::record).collect();
     Draft {
         progress_summary: commit::progress_summary(

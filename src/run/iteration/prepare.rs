@@ -119,7 +119,11 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         crate::redact::current().redact(&prompt).as_bytes(),
     )
     .with_context(|| format!("cannot write {}", prompt_file.display()))?;
-    let command_line = spec.shell_line(spec.stdin.is_some().then_some(prompt_file.as_path()));
+    let command_line = crate::agent::session::shown_command_line(
+        &spec,
+        cx.sandbox.map(|s| s.mode),
+        spec.stdin.is_some().then_some(prompt_file.as_path()),
+    );
     // On disk too: a ralph killed mid-iteration restores prd.json from it on restart.
     // Rewritten only when prd.json changed since the last iteration; not fsynced (prd.json
     // itself is what a power loss would leave).

@@ -354,6 +354,7 @@ fn a_probe_that_finds_the_agent_still_limited_backs_off_and_stays_on_the_fallbac
     );
     assert!(d.drop_agent);
     assert_eq!(d.limit_repeats, 0);
+    assert_eq!(d.tally.slot, 0, "a failed login does not use --max-iter");
 }
 
 #[test]

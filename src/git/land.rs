@@ -1,0 +1,1197 @@
+//! `--parallel`'s landing mechanics: bringing a story's worktree up to the run branch's tip
+//! ([`integrate`]), moving the main checkout forward to the result ([`advance_checkout`]) and
+//! keeping work that could not land under a named reference ([`salvage`]). The dispatcher
+//! (`run/parallel.rs`) calls them one landing at a time.
+//!
+//! Nothing here resets, stashes or cleans anything: a conflict is found in memory (libgit2's
+//! tree merge) and leaves the worktree as it was; the main checkout moves only when every file
+//! the move would write is as the run branch last committed it.
+
+use std::path::Path;
+
+use git2::{build::CheckoutBuilder, CheckoutNotificationType, Index, IndexEntry, Oid, Tree};
+
+use super::worktree::safe_name;
+use super::{commit_message, identity, op, GitError, Repo};
+
+/// What [`integrate`] made of the story's work and the run branch's tip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Integration {
+    /// The two fit together; the worktree's HEAD, index and files are at `commit`.
+    Clean {
+        /// The result (full sha): the story's own HEAD when `fast_forward`, else a new merge
+        /// commit whose parents are the tip and the story's HEAD.
+        commit: String,
+        /// The tip is already in the story's history and nothing had to change: the run branch
+        /// can simply move to `commit`.
+        fast_forward: bool,
+    },
+    /// The story's work and the tip changed the same lines (or one deleted a file the other
+    /// changed). Nothing changed in the worktree.
+    Conflict {
+        /// The conflicting paths, repository-relative, sorted.
+        files: Vec<String>,
+        /// The run branch's side (the tip: the stories landed meanwhile; the merge's first
+        /// parent): how many commits since the merge base and their subjects (newest first),
+        /// then per conflicting file a few of the lines it changed there (`deleted.` for a
+        /// file it deleted). One paragraph (lines, no blank line), with no label: the caller
+        /// says which side it is, in the story's next prompt.
+        ours: String,
+        /// The story's side (the worktree's HEAD), in the same shape.
+        theirs: String,
+    },
+}
+
+/// Commits of one side named in a conflict summary; more are counted.
+const SUMMARY_COMMITS: usize = 8;
+/// Changed lines shown per conflicting file and side.
+const SUMMARY_LINES: usize = 6;
+/// Characters kept of one shown line.
+const SUMMARY_LINE_CHARS: usize = 160;
+/// Conflicting files given lines in a summary; more are only named in `files`.
+const SUMMARY_FILES: usize = 5;
+
+/// In a story's worktree `wt`, commits everything the agent left uncommitted (new, changed and
+/// deleted files; ignored files are not; nor are secret-looking untracked files such as `.env`,
+/// which [`Repo::checkpoint`] withholds) with `subject`, and returns HEAD's full sha afterwards
+/// (HEAD as it was when nothing was left).
+///
+/// # Errors
+/// [`GitError::Conflicted`] when the worktree's index holds unresolved conflicts (an agent's
+/// unfinished merge); [`GitError::UnknownRevision`] when HEAD has no commit; [`GitError::Git`].
+pub fn commit_leftovers(wt: &Repo, subject: &str) -> Result<String, GitError> {
+    let checkpoint = wt.checkpoint(subject, "", &[])?;
+    if !checkpoint.withheld.is_empty() {
+        tracing::warn!(
+            files = ?checkpoint.withheld,
+            "secret-looking files in a worktree are not committed"
+        );
+    }
+    wt.head_sha()?.ok_or_else(|| GitError::UnknownRevision {
+        rev: "HEAD".to_owned(),
+    })
+}
+
+/// Whether repository-relative `path` is one of `keep` (a file, or a directory prefix such as
+/// `progress-history/` or `progress-history`, covering what is under it).
+fn covered(path: &str, keep: &[&str]) -> bool {
+    keep.iter().any(|k| {
+        let k = k.trim_start_matches("./").trim_end_matches('/');
+        !k.is_empty()
+            && (path == k
+                || (path.len() > k.len()
+                    && path.starts_with(k)
+                    && path.as_bytes()[k.len()] == b'/'))
+    })
+}
+
+/// In worktree `wt`, whose HEAD (S) is the story's work, brings in `tip` (the run branch's tip,
+/// a sha). The result's tree is the three-way merge of S and the tip (base: their merge base)
+/// with every path `keep_from_tip` covers (repository-relative files, or directory prefixes)
+/// exactly as in the tip (absent there: absent in the result), whatever either side did to it;
+/// a conflict only in those paths is no conflict.
+///
+/// - the result's tree is S's and the tip is in S's history: [`Integration::Clean`] with S and
+///   `fast_forward`;
+/// - otherwise a merge commit (parents: the tip, then S; its message names both) is made, and
+///   HEAD (detached), the index and the files move to it (a safe checkout: ignored files stay);
+/// - a real conflict: [`Integration::Conflict`], and the worktree is left exactly as it was
+///   (HEAD at S, no conflict markers, a clean index).
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when `tip` is not a commit or HEAD has none;
+/// [`GitError::CheckoutConflict`] when uncommitted changes in the worktree are in the way of the
+/// result (call [`commit_leftovers`] first); [`GitError::Git`].
+pub fn integrate(wt: &Repo, tip: &str, keep_from_tip: &[&str]) -> Result<Integration, GitError> {
+    let story = wt.head_commit()?.ok_or_else(|| GitError::UnknownRevision {
+        rev: "HEAD".to_owned(),
+    })?;
+    let tip = wt.resolve_commit(tip)?;
+    let repo = &wt.repo;
+    let base = repo.merge_base(story.id(), tip.id()).ok();
+    let story_tree = story.tree().map_err(op("read tree"))?;
+    let tip_tree = tip.tree().map_err(op("read tree"))?;
+    let base_tree = match base {
+        Some(oid) => repo
+            .find_commit(oid)
+            .and_then(|c| c.tree())
+            .map_err(op("read tree"))?,
+        None => empty_tree(wt)?,
+    };
+    let tip_in_story = base == Some(tip.id());
+    let mut index = if tip_in_story {
+        let mut index = Index::new().map_err(op("build index"))?;
+        index.read_tree(&story_tree).map_err(op("build index"))?;
+        index
+    } else {
+        repo.merge_trees(&base_tree, &tip_tree, &story_tree, None)
+            .map_err(op("merge"))?
+    };
+    let conflicts = real_conflicts(&index, keep_from_tip)?;
+    if !conflicts.is_empty() {
+        let base_sha = base.map(|b| b.to_string());
+        let ours = side_summary(wt, base_sha.as_deref(), &tip, &base_tree, &conflicts)?;
+        let theirs = side_summary(wt, base_sha.as_deref(), &story, &base_tree, &conflicts)?;
+        return Ok(Integration::Conflict {
+            files: conflicts,
+            ours,
+            theirs,
+        });
+    }
+    take_from_tip(wt, &mut index, &tip_tree, keep_from_tip)?;
+    let tree_id = index.write_tree_to(repo).map_err(op("write tree"))?;
+    if tip_in_story && tree_id == story_tree.id() {
+        return Ok(Integration::Clean {
+            commit: story.id().to_string(),
+            fast_forward: true,
+        });
+    }
+    let tree = repo.find_tree(tree_id).map_err(op("read tree"))?;
+    let config = repo.config().map_err(op("read config"))?;
+    let env = |key: &str| std::env::var(key).ok();
+    let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+    let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+    let short = |oid: Oid| oid.to_string()[..12].to_owned();
+    let message = commit_message(
+        &format!(
+            "ralph: merge the run branch ({}) into the story's work ({})",
+            short(tip.id()),
+            short(story.id())
+        ),
+        &format!(
+            "The run branch's tip {} (first parent) and the story's work {} (second parent).",
+            tip.id(),
+            story.id()
+        ),
+        &[],
+    );
+    let merged = repo
+        .commit(None, &author, &committer, &message, &tree, &[&tip, &story])
+        .map_err(op("commit"))?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout.safe();
+    repo.index()
+        .and_then(|mut i| i.read(false))
+        .map_err(op("read index"))?;
+    repo.checkout_tree(tree.as_object(), Some(&mut checkout))
+        .map_err(|err| {
+            if err.code() == git2::ErrorCode::Conflict {
+                GitError::CheckoutConflict {
+                    branch: "(the story's worktree)".to_owned(),
+                }
+            } else {
+                GitError::Git {
+                    op: "checkout",
+                    source: err,
+                }
+            }
+        })?;
+    repo.set_head_detached(merged).map_err(op("move HEAD"))?;
+    Ok(Integration::Clean {
+        commit: merged.to_string(),
+        fast_forward: false,
+    })
+}
+
+/// The empty tree of `wt`'s repository (the base of two histories with no common commit).
+fn empty_tree(wt: &Repo) -> Result<Tree<'_>, GitError> {
+    let id = wt
+        .repo
+        .treebuilder(None)
+        .and_then(|b| b.write())
+        .map_err(op("write tree"))?;
+    wt.repo.find_tree(id).map_err(op("read tree"))
+}
+
+/// The conflicting paths of a merge's `index` that `keep` does not cover, sorted.
+fn real_conflicts(index: &Index, keep: &[&str]) -> Result<Vec<String>, GitError> {
+    let mut files = Vec::new();
+    if !index.has_conflicts() {
+        return Ok(files);
+    }
+    for conflict in index.conflicts().map_err(op("read conflicts"))? {
+        let conflict = conflict.map_err(op("read conflicts"))?;
+        for entry in [&conflict.ancestor, &conflict.our, &conflict.their]
+            .into_iter()
+            .flatten()
+        {
+            let path = String::from_utf8_lossy(&entry.path).into_owned();
+            if !covered(&path, keep) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+/// Replaces in `index` every path `keep` covers by the tip's version (removing those the tip
+/// does not have), conflicts in them included.
+fn take_from_tip(
+    wt: &Repo,
+    index: &mut Index,
+    tip_tree: &Tree<'_>,
+    keep: &[&str],
+) -> Result<(), GitError> {
+    if keep.is_empty() {
+        return Ok(());
+    }
+    let mut drop: Vec<String> = index
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .filter(|p| covered(p, keep))
+        .collect();
+    if index.has_conflicts() {
+        for conflict in index.conflicts().map_err(op("read conflicts"))?.flatten() {
+            for entry in [conflict.ancestor, conflict.our, conflict.their]
+                .into_iter()
+                .flatten()
+            {
+                let path = String::from_utf8_lossy(&entry.path).into_owned();
+                if covered(&path, keep) {
+                    drop.push(path);
+                }
+            }
+        }
+    }
+    drop.sort();
+    drop.dedup();
+    for path in &drop {
+        let _ = index.conflict_remove(Path::new(path));
+        for stage in 0..=3 {
+            let _ = index.remove(Path::new(path), stage);
+        }
+    }
+    let mut keep_entries = Vec::new();
+    tip_tree
+        .walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            let path = format!("{dir}{}", entry.name().unwrap_or_default());
+            let is_file = matches!(
+                entry.kind(),
+                Some(git2::ObjectType::Blob) | Some(git2::ObjectType::Commit)
+            );
+            if is_file && covered(&path, keep) {
+                keep_entries.push((path, entry.id(), entry.filemode() as u32));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .map_err(op("read tree"))?;
+    for (path, id, mode) in keep_entries {
+        let size = wt.repo.find_blob(id).map(|b| b.size() as u32).unwrap_or(0);
+        index
+            .add(&IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode,
+                uid: 0,
+                gid: 0,
+                file_size: size,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.into_bytes(),
+            })
+            .map_err(op("build index"))?;
+    }
+    Ok(())
+}
+
+/// One side of a conflict for the story's next prompt: the subjects of `side`'s commits since
+/// `base`, then per conflicting file a few of the lines `side` changed there.
+fn side_summary(
+    wt: &Repo,
+    base: Option<&str>,
+    side: &git2::Commit<'_>,
+    base_tree: &Tree<'_>,
+    files: &[String],
+) -> Result<String, GitError> {
+    let side_sha = side.id().to_string();
+    let commits = wt.commits_between(base, &side_sha)?;
+    let mut subjects: Vec<String> = commits
+        .iter()
+        .rev()
+        .take(SUMMARY_COMMITS)
+        .map(|c| format!("\"{}\"", wt.commit_subject(c).unwrap_or_default()))
+        .collect();
+    if commits.len() > SUMMARY_COMMITS {
+        subjects.push(format!("and {} more", commits.len() - SUMMARY_COMMITS));
+    }
+    let since = base
+        .map(|b| format!("since {}", &b[..b.len().min(12)]))
+        .unwrap_or_else(|| "(no common history)".to_owned());
+    let mut out = format!(
+        "{} commit{} {since}",
+        commits.len(),
+        if commits.len() == 1 { "" } else { "s" }
+    );
+    if !subjects.is_empty() {
+        out.push_str(&format!(" ({})", subjects.join(", ")));
+    }
+    out.push('.');
+    let side_tree = side.tree().map_err(op("read tree"))?;
+    for file in files.iter().take(SUMMARY_FILES) {
+        out.push('\n');
+        out.push_str(&file_change(wt, base_tree, &side_tree, file));
+    }
+    if files.len() > SUMMARY_FILES {
+        out.push_str(&format!(
+            "\n…and {} more conflicting files.",
+            files.len() - SUMMARY_FILES
+        ));
+    }
+    Ok(crate::redact::redact_env(&out))
+}
+
+/// What one side did to `path` since the base, in a line or a few: `deleted`, `added`, or the
+/// first changed lines (`-`/`+`).
+fn file_change(wt: &Repo, base_tree: &Tree<'_>, side_tree: &Tree<'_>, path: &str) -> String {
+    let blob_of = |tree: &Tree<'_>| {
+        tree.get_path(Path::new(path))
+            .ok()
+            .and_then(|e| wt.repo.find_blob(e.id()).ok())
+    };
+    let (before, after) = (blob_of(base_tree), blob_of(side_tree));
+    let lines = match (&before, &after) {
+        (Some(_), None) => return format!("{path}: deleted."),
+        (None, None) => return format!("{path}: not a file on this side."),
+        _ => changed_lines(before.as_ref(), after.as_ref(), path),
+    };
+    let verb = if before.is_none() { "added" } else { "changed" };
+    if lines.is_empty() {
+        return format!("{path}: {verb} (no text lines to show).");
+    }
+    format!("{path}: {verb}:\n{}", lines.join("\n"))
+}
+
+/// The first [`SUMMARY_LINES`] added or removed lines between two versions of a file, each cut
+/// at [`SUMMARY_LINE_CHARS`] characters and prefixed `-`/`+`.
+fn changed_lines(
+    before: Option<&git2::Blob<'_>>,
+    after: Option<&git2::Blob<'_>>,
+    path: &str,
+) -> Vec<String> {
+    let old = before.map(|b| b.content()).unwrap_or_default();
+    let new = after.map(|b| b.content()).unwrap_or_default();
+    let Ok(patch) =
+        git2::Patch::from_buffers(old, Some(Path::new(path)), new, Some(Path::new(path)), None)
+    else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    'hunks: for h in 0..patch.num_hunks() {
+        let count = patch.num_lines_in_hunk(h).unwrap_or(0);
+        for l in 0..count {
+            let Ok(line) = patch.line_in_hunk(h, l) else {
+                continue;
+            };
+            let origin = line.origin();
+            if origin != '+' && origin != '-' {
+                continue;
+            }
+            let text = String::from_utf8_lossy(line.content());
+            let text: String = text.trim_end().chars().take(SUMMARY_LINE_CHARS).collect();
+            lines.push(format!("  {origin} {text}"));
+            if lines.len() == SUMMARY_LINES {
+                break 'hunks;
+            }
+        }
+    }
+    lines
+}
+
+/// Moves the main checkout `main` (on local branch `branch`, HEAD at `from`, a sha) forward to
+/// `to` (a descendant of `from`): the tracked files that differ between the two commits and the
+/// index are updated (a safe checkout), then the branch moves (only if it still points at
+/// `from`). `from == to`: nothing to do.
+///
+/// Never resets, stashes or cleans anything, and never touches an untracked or ignored file.
+/// Refused, with nothing changed, when HEAD is not on `branch` at `from`, when `to` does not
+/// descend from `from`, when a tracked file differs from `from` (the user edited or staged it;
+/// submodules' own contents are not looked at), or when an untracked or ignored file is where
+/// `to` puts a tracked one.
+///
+/// # Errors
+/// [`GitError::CheckoutBlocked`] naming the files and the fix; [`GitError::UnknownRevision`];
+/// [`GitError::Git`].
+pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Result<(), GitError> {
+    let blocked = |why: String, files: Vec<String>| GitError::CheckoutBlocked { why, files };
+    let on = main.current_branch();
+    if on.as_deref() != Some(branch) {
+        return Err(blocked(
+            format!(
+                "the checkout cannot move forward: HEAD is {}, not on the run branch `{branch}`\nhint: check out `{branch}` again (`git switch {branch}`), then run ralph again",
+                on.map(|b| format!("on `{b}`")).unwrap_or_else(|| "detached".to_owned())
+            ),
+            Vec::new(),
+        ));
+    }
+    let from_commit = main.resolve_commit(from)?;
+    let to_commit = main.resolve_commit(to)?;
+    let head = main.head_commit()?.map(|c| c.id());
+    if head != Some(from_commit.id()) {
+        return Err(blocked(
+            format!(
+                "the checkout cannot move forward: `{branch}` is at {}, not at {from} where the landing started\nhint: something else committed on the run branch during the run; look at `git log {branch}`",
+                head.map(|h| h.to_string()).unwrap_or_else(|| "no commit".to_owned())
+            ),
+            Vec::new(),
+        ));
+    }
+    if from_commit.id() == to_commit.id() {
+        return Ok(());
+    }
+    if !main.is_ancestor(from, to)? {
+        return Err(blocked(
+            format!("the checkout cannot move forward: {to} does not descend from {from}, so `{branch}` cannot move to it"),
+            Vec::new(),
+        ));
+    }
+    let edited = main.edited_tracked_files()?;
+    if !edited.is_empty() {
+        return Err(blocked(
+            format!(
+                "the landed work cannot be checked out: tracked files in your checkout were changed during the run: {}\nhint: commit or move your changes elsewhere (ralph never stashes or resets them), then run ralph again",
+                edited.join(", ")
+            ),
+            edited,
+        ));
+    }
+    let from_tree = from_commit.tree().map_err(op("read tree"))?;
+    let to_tree = to_commit.tree().map_err(op("read tree"))?;
+    let in_the_way = main.untracked_in_the_way(&from_tree, &to_tree)?;
+    if !in_the_way.is_empty() {
+        return Err(blocked(
+            format!(
+                "the landed work cannot be checked out: untracked or ignored files in your checkout are where it puts tracked files: {}\nhint: move them away (ralph never overwrites them), then run ralph again",
+                in_the_way.join(", ")
+            ),
+            in_the_way,
+        ));
+    }
+    let mut refused: Vec<String> = Vec::new();
+    let mut checkout = CheckoutBuilder::new();
+    checkout
+        .safe()
+        .overwrite_ignored(false)
+        .notify_on(CheckoutNotificationType::CONFLICT)
+        .notify(|_, path, _, _, _| {
+            if let Some(p) = path {
+                refused.push(p.to_string_lossy().into_owned());
+            }
+            true
+        });
+    // The index as it is on disk now (the user may have staged something since it was read).
+    main.repo
+        .index()
+        .and_then(|mut i| i.read(false))
+        .map_err(op("read index"))?;
+    let result = main
+        .repo
+        .checkout_tree(to_tree.as_object(), Some(&mut checkout));
+    drop(checkout);
+    if let Err(err) = result {
+        if err.code() == git2::ErrorCode::Conflict || !refused.is_empty() {
+            refused.sort();
+            refused.dedup();
+            return Err(blocked(
+                format!(
+                    "the landed work cannot be checked out: files in your checkout are in the way: {}\nhint: move them away or commit them, then run ralph again",
+                    refused.join(", ")
+                ),
+                refused,
+            ));
+        }
+        return Err(GitError::Git {
+            op: "checkout",
+            source: err,
+        });
+    }
+    main.repo
+        .reference_matching(
+            &format!("refs/heads/{branch}"),
+            to_commit.id(),
+            true,
+            from_commit.id(),
+            "ralph: land a story",
+        )
+        .map_err(op("move the run branch"))?;
+    Ok(())
+}
+
+impl Repo {
+    /// Tracked files whose index or working copy differs from HEAD (modified, staged, deleted,
+    /// renamed, type-changed or conflicted; untracked and ignored files and submodules' own
+    /// contents left out), sorted.
+    fn edited_tracked_files(&self) -> Result<Vec<String>, GitError> {
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(false)
+            .include_ignored(false)
+            .exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+        let mut files: Vec<String> = statuses
+            .iter()
+            .filter(|e| {
+                let s = e.status();
+                !s.is_empty() && !s.is_wt_new() && !s.is_ignored()
+            })
+            .map(|e| String::from_utf8_lossy(e.path_bytes()).into_owned())
+            .collect();
+        files.sort();
+        files.dedup();
+        Ok(files)
+    }
+
+    /// Paths `to` has as tracked files where the working tree holds something `from` does not
+    /// track (an untracked or ignored file, or a file where `to` needs a directory), sorted.
+    fn untracked_in_the_way(
+        &self,
+        from: &Tree<'_>,
+        to: &Tree<'_>,
+    ) -> Result<Vec<String>, GitError> {
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(from), Some(to), None)
+            .map_err(op("diff"))?;
+        let tracked = |p: &Path| from.get_path(p).is_ok();
+        let mut found = Vec::new();
+        for delta in diff.deltas() {
+            let Some(new) = delta.new_file().path() else {
+                continue;
+            };
+            if tracked(new) {
+                continue;
+            }
+            // The file itself, or a parent that is a file where `to` needs a directory.
+            let mut probe = Some(new);
+            while let Some(p) = probe.filter(|p| !p.as_os_str().is_empty()) {
+                let on_disk = self.root.join(p);
+                if let Ok(meta) = std::fs::symlink_metadata(&on_disk) {
+                    let blocks = p == new || !meta.is_dir();
+                    if blocks && !tracked(p) {
+                        found.push(p.to_string_lossy().into_owned());
+                    }
+                    break;
+                }
+                probe = p.parent();
+            }
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+}
+
+/// On the main checkout, commits only `paths` (repository-relative files, or directory prefixes
+/// such as `progress-history/` covering what is under them) as the working tree has them
+/// (added, changed or deleted) on top of HEAD, with a message laid out as
+/// [`Repo::checkpoint`]'s (`subject`, `body`, trailers). Everything else in the working tree
+/// and the index (what the user changed or staged during the run) is left exactly as it is and
+/// is not committed: the landing's own checkpoint (prd.json, progress.txt) never takes the
+/// user's work in. Returns the new commit's full sha; `None` when those paths are as HEAD has
+/// them.
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when HEAD has no commit; [`GitError::Git`] when a file cannot
+/// be read or the commit cannot be written.
+pub fn commit_own_files(
+    main: &Repo,
+    paths: &[&str],
+    subject: &str,
+    body: &str,
+    trailers: &[(&str, String)],
+) -> Result<Option<String>, GitError> {
+    let head = main
+        .head_commit()?
+        .ok_or_else(|| GitError::UnknownRevision {
+            rev: "HEAD".to_owned(),
+        })?;
+    let head_tree = head.tree().map_err(op("read tree"))?;
+    let files = own_files(main, &head_tree, paths);
+    let mut index = main.repo.index().map_err(op("read index"))?;
+    // What someone else (the user's `git add`) wrote since this handle read it.
+    index.read(false).map_err(op("read index"))?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for file in &files {
+        let on_disk = std::fs::symlink_metadata(main.root.join(file))
+            .is_ok_and(|m| m.is_file() || m.file_type().is_symlink());
+        if on_disk {
+            index
+                .add_path(Path::new(file))
+                .map_err(op("stage a file"))?;
+            let Some(entry) = index.get_path(Path::new(file), 0) else {
+                continue;
+            };
+            let mode = match entry.mode {
+                0o100755 => git2::FileMode::BlobExecutable,
+                0o120000 => git2::FileMode::Link,
+                _ => git2::FileMode::Blob,
+            };
+            update.upsert(file.as_str(), entry.id, mode);
+        } else {
+            let _ = index.remove_path(Path::new(file));
+            update.remove(file.as_str());
+        }
+    }
+    let tree_id = update
+        .create_updated(&main.repo, &head_tree)
+        .map_err(op("write tree"))?;
+    index.write().map_err(op("write index"))?;
+    if tree_id == head_tree.id() {
+        return Ok(None);
+    }
+    let tree = main.repo.find_tree(tree_id).map_err(op("read tree"))?;
+    let config = main.repo.config().map_err(op("read config"))?;
+    let env = |key: &str| std::env::var(key).ok();
+    let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
+    let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
+    let message = commit_message(subject, body, trailers);
+    let oid = main
+        .repo
+        .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&head])
+        .map_err(op("commit"))?;
+    Ok(Some(oid.to_string()))
+}
+
+/// The files `paths` names: each plain path, and for a directory prefix every file under it in
+/// the working tree or in HEAD's tree (`/`-separated, sorted, no duplicates).
+fn own_files(main: &Repo, head_tree: &Tree<'_>, paths: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    for p in paths {
+        let p = p.trim_start_matches("./");
+        let dir = p.trim_end_matches('/');
+        if dir.is_empty() {
+            continue;
+        }
+        let in_head_as_dir = head_tree
+            .get_path(Path::new(dir))
+            .is_ok_and(|e| e.kind() == Some(git2::ObjectType::Tree));
+        let on_disk_as_dir = main.root.join(dir).is_dir();
+        if !(p.ends_with('/') || in_head_as_dir || on_disk_as_dir) {
+            files.push(dir.to_owned());
+            continue;
+        }
+        let keep = [dir];
+        let _ = head_tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+            let path = format!("{parent}{}", entry.name().unwrap_or_default());
+            if entry.kind() == Some(git2::ObjectType::Blob) && covered(&path, &keep) {
+                files.push(path);
+            }
+            git2::TreeWalkResult::Ok
+        });
+        let mut stack = vec![main.root.join(dir)];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&main.root) {
+                    files.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Points `refs/ralph/salvage/<run>/<story>` at commit `sha` and returns the reference's full
+/// name: the story's work kept when it could not land. `run_id` and `story_id` are made valid
+/// reference components by [`safe_name`] (`a/b` → `a%2Fb`). A salvage is never overwritten:
+/// when the name already keeps another commit, `<story>-2`, `-3`, … is used; when it already
+/// keeps `sha`, that name is returned.
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when `sha` is not a commit; [`GitError::Git`].
+pub fn salvage(repo: &Repo, run_id: &str, story_id: &str, sha: &str) -> Result<String, GitError> {
+    let commit = repo.resolve_commit(sha)?.id();
+    let base = format!(
+        "refs/ralph/salvage/{}/{}",
+        safe_name(run_id),
+        safe_name(story_id)
+    );
+    for n in 1u32..=SALVAGE_NAMES {
+        let name = if n == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        };
+        match repo.repo.find_reference(&name) {
+            Ok(existing) => {
+                if existing.target() == Some(commit) {
+                    return Ok(name);
+                }
+                continue;
+            }
+            Err(err) if err.code() == git2::ErrorCode::NotFound => {}
+            Err(err) => {
+                return Err(GitError::Git {
+                    op: "read salvage reference",
+                    source: err,
+                })
+            }
+        }
+        match repo
+            .repo
+            .reference(&name, commit, false, &format!("ralph: salvage {story_id}"))
+        {
+            Ok(_) => return Ok(name),
+            // Written meanwhile by someone else: try the next name.
+            Err(err) if err.code() == git2::ErrorCode::Exists => continue,
+            Err(err) => {
+                return Err(GitError::Git {
+                    op: "write salvage reference",
+                    source: err,
+                })
+            }
+        }
+    }
+    Err(GitError::Git {
+        op: "write salvage reference",
+        source: git2::Error::from_str(&format!(
+            "{base} and its {SALVAGE_NAMES} numbered names are all taken\nhint: delete salvages you no longer need (`git for-each-ref refs/ralph/salvage/`)"
+        )),
+    })
+}
+
+/// How many names [`salvage`] tries for one story before it gives up.
+const SALVAGE_NAMES: u32 = 1000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::tests::git;
+    use crate::git::worktree::tests::repo_with_commit;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// A story's worktree of `main` at `base`, opened.
+    fn worktree(main: &Repo, name: &str, base: &str) -> (std::path::PathBuf, Repo) {
+        let root = main.root().join(".ralph/worktrees/run").join(name);
+        main.add_worktree(&root, base).unwrap();
+        let wt = Repo::discover(&root).unwrap();
+        (root, wt)
+    }
+
+    fn write(root: &Path, path: &str, text: &str) {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn read(root: &Path, path: &str) -> Option<String> {
+        std::fs::read_to_string(root.join(path)).ok()
+    }
+
+    #[test]
+    fn commit_leftovers_commits_what_the_agent_left_but_not_ignored_files() {
+        let (_d, main, base) = repo_with_commit();
+        write(main.root(), ".gitignore", ".ralph/\n*.log\n");
+        write(main.root(), "gone.txt", "x\n");
+        let base2 = main.commit_all("two", "", &[]).unwrap().unwrap();
+        let (root, wt) = worktree(&main, "US-1", &base2);
+        assert_eq!(commit_leftovers(&wt, "nothing").unwrap(), base2);
+        write(&root, "a.txt", "changed\n");
+        write(&root, "new/file.rs", "fn x() {}\n");
+        write(&root, "build.log", "ignored\n");
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        let head = commit_leftovers(&wt, "ralph: leftovers of US-1").unwrap();
+        assert_ne!(head, base2);
+        assert_eq!(
+            wt.commit_subject(&head).unwrap(),
+            "ralph: leftovers of US-1"
+        );
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+        let files = git(&root, &["ls-files"]);
+        assert!(
+            files.contains("new/file.rs") && !files.contains("gone.txt"),
+            "{files}"
+        );
+        assert!(!files.contains("build.log"), "{files}");
+        assert!(root.join("build.log").exists());
+        let _ = base;
+    }
+
+    #[test]
+    fn integrate_fast_forwards_when_the_tip_has_not_moved() {
+        let (_d, main, base) = repo_with_commit();
+        let (root, wt) = worktree(&main, "US-1", &base);
+        write(&root, "b.txt", "story\n");
+        let story = commit_leftovers(&wt, "story").unwrap();
+        let got = integrate(&wt, &base, &["prd.json", "progress.txt"]).unwrap();
+        assert_eq!(
+            got,
+            Integration::Clean {
+                commit: story.clone(),
+                fast_forward: true
+            }
+        );
+        assert_eq!(wt.head_sha().unwrap(), Some(story));
+    }
+
+    #[test]
+    fn integrate_merges_disjoint_work_with_the_tip_first() {
+        let (_d, main, base) = repo_with_commit();
+        let (root, wt) = worktree(&main, "US-2", &base);
+        write(&root, "story.txt", "story\n");
+        let story = commit_leftovers(&wt, "story work").unwrap();
+        write(main.root(), "landed.txt", "landed\n");
+        let tip = main.commit_all("US-1 landed", "", &[]).unwrap().unwrap();
+
+        let Integration::Clean {
+            commit,
+            fast_forward: false,
+        } = integrate(&wt, &tip, &["prd.json"]).unwrap()
+        else {
+            panic!("not a clean merge");
+        };
+        assert_eq!(wt.head_sha().unwrap().as_deref(), Some(commit.as_str()));
+        assert_eq!(wt.current_branch(), None);
+        let parents = git(&root, &["log", "-1", "--format=%P", &commit]);
+        assert_eq!(parents.trim(), format!("{tip} {story}"));
+        let subject = wt.commit_subject(&commit).unwrap();
+        assert!(
+            subject.contains(&tip[..12]) && subject.contains(&story[..12]),
+            "{subject}"
+        );
+        assert_eq!(read(&root, "landed.txt").as_deref(), Some("landed\n"));
+        assert_eq!(read(&root, "story.txt").as_deref(), Some("story\n"));
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+        // The main checkout's branch can move forward to it.
+        assert!(main.is_ancestor(&tip, &commit).unwrap());
+    }
+
+    #[test]
+    fn prd_and_progress_edited_on_both_sides_are_no_conflict_and_end_as_the_tips() {
+        let (_d, main, _) = repo_with_commit();
+        write(main.root(), "prd.json", "{\"passes\": [false, false]}\n");
+        write(main.root(), "progress.txt", "start\n");
+        let base = main.commit_all("prd", "", &[]).unwrap().unwrap();
+        let (root, wt) = worktree(&main, "US-2", &base);
+        write(&root, "prd.json", "{\"passes\": [false, true]}\n");
+        write(&root, "progress.txt", "start\nUS-2 done\n");
+        write(&root, "progress-history/US-2.md", "mine\n");
+        write(&root, "code.rs", "story\n");
+        commit_leftovers(&wt, "story").unwrap();
+        write(main.root(), "prd.json", "{\"passes\": [true, false]}\n");
+        write(main.root(), "progress.txt", "start\nUS-1 done\n");
+        let tip = main.commit_all("US-1 landed", "", &[]).unwrap().unwrap();
+
+        let got = integrate(
+            &wt,
+            &tip,
+            &["prd.json", "progress.txt", "progress-history/"],
+        )
+        .unwrap();
+        assert!(
+            matches!(
+                got,
+                Integration::Clean {
+                    fast_forward: false,
+                    ..
+                }
+            ),
+            "{got:?}"
+        );
+        assert_eq!(
+            read(&root, "prd.json").unwrap(),
+            "{\"passes\": [true, false]}\n"
+        );
+        assert_eq!(read(&root, "progress.txt").unwrap(), "start\nUS-1 done\n");
+        assert_eq!(
+            read(&root, "progress-history/US-2.md"),
+            None,
+            "absent in the tip"
+        );
+        assert_eq!(read(&root, "code.rs").unwrap(), "story\n");
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+
+        // Only the kept files differ from the tip and the tip is in the story's history: still a
+        // merge commit, with the tip's prd.json.
+        let (root3, wt3) = worktree(&main, "US-3", &tip);
+        write(&root3, "prd.json", "{\"passes\": [true, true]}\n");
+        commit_leftovers(&wt3, "claims").unwrap();
+        let got = integrate(&wt3, &tip, &["prd.json"]).unwrap();
+        let Integration::Clean {
+            commit,
+            fast_forward: false,
+        } = got
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            wt3.file_at(&commit, "prd.json").unwrap(),
+            main.file_at(&tip, "prd.json").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_real_conflict_leaves_the_worktree_clean_at_the_story_and_summarises_both_sides() {
+        let (_d, main, _) = repo_with_commit();
+        write(
+            main.root(),
+            "lib.rs",
+            "fn a() {}\nfn shared() -> u8 { 1 }\nfn z() {}\n",
+        );
+        write(main.root(), "prd.json", "{}\n");
+        let base = main.commit_all("base", "", &[]).unwrap().unwrap();
+        let (root, wt) = worktree(&main, "US-2", &base);
+        write(
+            &root,
+            "lib.rs",
+            "fn a() {}\nfn shared() -> u8 { 2 }\nfn z() {}\n",
+        );
+        write(&root, "prd.json", "{\"mine\": 1}\n");
+        write(&root, "other.rs", "ok\n");
+        let story = commit_leftovers(&wt, "US-2: shared returns 2").unwrap();
+        write(
+            main.root(),
+            "lib.rs",
+            "fn a() {}\nfn shared() -> u8 { 3 }\nfn z() {}\n",
+        );
+        write(main.root(), "prd.json", "{\"tip\": 1}\n");
+        let tip = main
+            .commit_all("US-1: shared returns 3", "", &[])
+            .unwrap()
+            .unwrap();
+
+        let got = integrate(&wt, &tip, &["prd.json"]).unwrap();
+        let Integration::Conflict {
+            files,
+            ours,
+            theirs,
+        } = got
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(files, vec!["lib.rs".to_owned()]);
+        assert_eq!(wt.head_sha().unwrap(), Some(story));
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+        let text = read(&root, "lib.rs").unwrap();
+        assert!(
+            !text.contains("<<<<<<<") && text.contains("{ 2 }"),
+            "{text}"
+        );
+        // `ours` is the run branch's side (the merge's first parent), `theirs` the story's.
+        assert!(
+            theirs.starts_with("1 commit since ")
+                && theirs.contains("\"US-2: shared returns 2\"")
+                && theirs.contains(
+                    "lib.rs: changed:\n  - fn shared() -> u8 { 1 }\n  + fn shared() -> u8 { 2 }"
+                ),
+            "{theirs}"
+        );
+        assert!(
+            ours.contains("US-1: shared returns 3") && ours.contains("+ fn shared() -> u8 { 3 }"),
+            "{ours}"
+        );
+        assert!(
+            !ours.contains("US-2") && !theirs.contains("US-1"),
+            "{ours}\n{theirs}"
+        );
+        assert!(!ours.contains("\n\n") && !theirs.contains("\n\n"));
+    }
+
+    #[test]
+    fn a_modify_delete_conflict_is_a_conflict() {
+        let (_d, main, base) = repo_with_commit();
+        let (root, wt) = worktree(&main, "US-2", &base);
+        write(&root, "a.txt", "story changed it\n");
+        let story = commit_leftovers(&wt, "change a").unwrap();
+        std::fs::remove_file(main.root().join("a.txt")).unwrap();
+        let tip = main.commit_all("delete a", "", &[]).unwrap().unwrap();
+        let got = integrate(&wt, &tip, &[]).unwrap();
+        let Integration::Conflict { files, ours, .. } = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(files, vec!["a.txt".to_owned()]);
+        assert!(ours.contains("a.txt: deleted."), "{ours}");
+        assert_eq!(wt.head_sha().unwrap(), Some(story));
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("story changed it\n"));
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+    }
+
+    /// The main checkout with an untracked and an ignored file of the user's, and a landed
+    /// descendant `to` of its HEAD that changes, adds and deletes tracked files.
+    fn checkout_to_advance() -> (tempfile::TempDir, Repo, String, String, String) {
+        let (d, main, _) = repo_with_commit();
+        write(main.root(), ".gitignore", ".ralph/\n*.secret\n");
+        write(main.root(), "old.txt", "old\n");
+        let from = main.commit_all("base", "", &[]).unwrap().unwrap();
+        let branch = main.current_branch().unwrap();
+        let (root, wt) = worktree(&main, "US-1", &from);
+        write(&root, "a.txt", "landed\n");
+        write(&root, "src/new.rs", "new\n");
+        std::fs::remove_file(root.join("old.txt")).unwrap();
+        let to = commit_leftovers(&wt, "story").unwrap();
+        (d, main, branch, from, to)
+    }
+
+    #[test]
+    fn advance_checkout_moves_tracked_files_and_keeps_the_users_untracked_and_ignored_files() {
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        write(&root, "notes.md", "mine\n");
+        write(&root, "db.secret", "hunter2\n");
+        std::fs::set_permissions(
+            root.join("notes.md"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            root.join("db.secret"),
+            std::fs::Permissions::from_mode(0o751),
+        )
+        .unwrap();
+        let mode = |p: &str| {
+            std::fs::metadata(root.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+
+        advance_checkout(&main, &branch, &from, &to).unwrap();
+        assert_eq!(main.head_sha().unwrap(), Some(to.clone()));
+        assert_eq!(main.current_branch().as_deref(), Some(branch.as_str()));
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("landed\n"));
+        assert_eq!(read(&root, "src/new.rs").as_deref(), Some("new\n"));
+        assert!(!root.join("old.txt").exists());
+        assert_eq!(read(&root, "notes.md").as_deref(), Some("mine\n"));
+        assert_eq!(read(&root, "db.secret").as_deref(), Some("hunter2\n"));
+        assert_eq!((mode("notes.md"), mode("db.secret")), (0o600, 0o751));
+        assert_eq!(git(&root, &["status", "--porcelain"]), "?? notes.md\n");
+        // Again from the new HEAD: nothing to do.
+        advance_checkout(&main, &branch, &to, &to).unwrap();
+    }
+
+    #[test]
+    fn advance_checkout_refuses_a_user_edit_or_a_file_in_the_way_and_changes_nothing() {
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        let unchanged = |main: &Repo| {
+            assert_eq!(main.head_sha().unwrap(), Some(from.clone()));
+            assert_eq!(read(&root, "old.txt").as_deref(), Some("old\n"));
+            assert!(!root.join("src/new.rs.keep").exists());
+        };
+
+        // A tracked file the user edited, even one the landing does not touch.
+        write(&root, ".gitignore", ".ralph/\n*.secret\n# mine\n");
+        let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
+        let GitError::CheckoutBlocked { files, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(files, &vec![".gitignore".to_owned()]);
+        assert!(
+            err.to_string().contains(".gitignore") && err.to_string().contains("never stashes"),
+            "{err}"
+        );
+        unchanged(&main);
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("a\n"));
+        git(&root, &["checkout", "--", ".gitignore"]);
+
+        // An untracked file where the landing puts a tracked one.
+        write(&root, "src/new.rs", "the user's own\n");
+        let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
+        assert!(err.to_string().contains("src/new.rs"), "{err}");
+        assert_eq!(
+            read(&root, "src/new.rs").as_deref(),
+            Some("the user's own\n")
+        );
+        unchanged(&main);
+        std::fs::remove_file(root.join("src/new.rs")).unwrap();
+
+        // HEAD elsewhere, or `to` not a descendant.
+        assert!(advance_checkout(&main, "other", &from, &to).is_err());
+        assert!(advance_checkout(&main, &branch, &to, &from).is_err());
+        let err = advance_checkout(&main, &branch, &from, &from).map(|_| ());
+        assert!(err.is_ok());
+        unchanged(&main);
+        advance_checkout(&main, &branch, &from, &to).unwrap();
+    }
+
+    #[test]
+    fn salvage_never_overwrites_a_salvage() {
+        let (_d, main, first) = repo_with_commit();
+        write(main.root(), "b.txt", "b\n");
+        let second = main.commit_all("two", "", &[]).unwrap().unwrap();
+        let name = salvage(&main, "20250101-ab", "a/b", &first).unwrap();
+        assert_eq!(name, "refs/ralph/salvage/20250101-ab/a%2Fb");
+        assert_eq!(salvage(&main, "20250101-ab", "a/b", &first).unwrap(), name);
+        let next = salvage(&main, "20250101-ab", "a/b", &second).unwrap();
+        assert_eq!(next, "refs/ralph/salvage/20250101-ab/a%2Fb-2");
+        assert_eq!(main.ref_sha(&name), Some(first.clone()));
+        assert_eq!(main.ref_sha(&next), Some(second.clone()));
+        assert_eq!(
+            salvage(&main, "20250101-ab", "a/b", &first).unwrap(),
+            name,
+            "the same work is not saved twice"
+        );
+        let plain = salvage(&main, "20250101-ab", "US-001", &second).unwrap();
+        assert_eq!(plain, "refs/ralph/salvage/20250101-ab/US-001");
+        assert!(matches!(
+            salvage(&main, "r", "US-1", "no-such"),
+            Err(GitError::UnknownRevision { .. })
+        ));
+    }
+
+    #[test]
+    fn commit_own_files_commits_ralphs_files_and_leaves_the_users_changes_alone() {
+        let (_d, main, _) = repo_with_commit();
+        let root = main.root().to_path_buf();
+        write(&root, "prd.json", "{}\n");
+        write(&root, "progress.txt", "start\n");
+        write(&root, "progress-history/0001.txt", "old part\n");
+        write(&root, "README.md", "readme\n");
+        write(&root, "staged.txt", "v1\n");
+        let before = main.commit_all("base", "", &[]).unwrap().unwrap();
+        // The user, during the run: an edit, a staged change, a new file.
+        write(&root, "README.md", "readme\nmy edit\n");
+        write(&root, "staged.txt", "v2\n");
+        git(&root, &["add", "staged.txt"]);
+        write(&root, "mine.txt", "new\n");
+        // ralph, at landing.
+        write(&root, "prd.json", "{\"passes\": true}\n");
+        write(&root, "progress.txt", "start\nentry\n");
+        write(&root, "progress-history/0002.txt", "new part\n");
+        std::fs::remove_file(root.join("progress-history/0001.txt")).unwrap();
+
+        let own = ["prd.json", "progress.txt", "progress-history/"];
+        let commit = commit_own_files(
+            &main,
+            &own,
+            "ralph: iteration 2 (US-001)",
+            "",
+            &[("Ralph-Run", "r".into())],
+        )
+        .unwrap()
+        .unwrap();
+        assert_ne!(commit, before);
+        let changed = git(&root, &["diff", "--name-status", &before, &commit]);
+        assert_eq!(
+            changed,
+            "M\tprd.json\nD\tprogress-history/0001.txt\nA\tprogress-history/0002.txt\nM\tprogress.txt\n"
+        );
+        assert!(main.message_of(&commit).unwrap().contains("Ralph-Run: r"));
+        // The user's changes are as they were: the edit unstaged, the staged change staged, the
+        // new file untracked.
+        assert_eq!(
+            git(&root, &["status", "--porcelain"]),
+            " M README.md\nM  staged.txt\n?? mine.txt\n"
+        );
+        assert_eq!(
+            read(&root, "README.md").as_deref(),
+            Some("readme\nmy edit\n")
+        );
+        // Nothing left of ralph's: no empty commit.
+        assert_eq!(
+            commit_own_files(&main, &own, "again", "", &[]).unwrap(),
+            None
+        );
+    }
+}

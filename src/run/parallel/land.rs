@@ -1,0 +1,562 @@
+//! Landing a `--parallel` worker's iteration on the run branch, one at a time (the dispatcher
+//! calls [`land`] for one finished iteration before it looks at the next message):
+//!
+//! 1. the worktree's leftovers are committed there (the story's work S);
+//! 2. a story that passed in its worktree brings the run branch's tip in
+//!    ([`crate::git::land::integrate`]; prd.json and progress.txt always the tip's). A conflict
+//!    lands nothing: S is kept under `refs/ralph/salvage/<run>/<story>`;
+//! 3. when other stories landed since the worktree was made, the story's check runs again on
+//!    the result, in the worktree: a failure lands nothing (`reverted`), the result is kept
+//!    under a salvage ref and the next attempt starts from it;
+//! 4. the main checkout moves forward to the result ([`crate::git::land::advance_checkout`]:
+//!    the user's files are never reset, stashed or cleaned), ralph sets the story's `passes` and
+//!    `notes` in prd.json, and the iteration is written down by the same commit stage as a
+//!    serial iteration (progress.txt entry, checkpoint with trailers, `--push`, ledger,
+//!    state.json);
+//! 5. the worktree is removed (its work landed or is under a ref).
+
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+
+use super::worker::End;
+use super::{Board, Flight};
+use crate::config::RunConfig;
+use crate::fsutil::write_atomic;
+use crate::git::land::{self as git_land, Integration};
+use crate::git::Repo;
+use crate::output::Outputs;
+use crate::prd::store;
+use crate::process::StopSignals;
+use crate::protocol::{LandingKind, LandingRecord, LedgerRecord, Outcome, RunEvent, StopReason};
+use crate::run::feedback::Feedback;
+use crate::run::iteration::commit::{self, Draft, Sinks};
+use crate::run::iteration::{self, Done, Worked};
+use crate::run::session::Session;
+use crate::workspace::RunPaths;
+
+/// A landed (or refused) iteration, written down.
+#[derive(Debug)]
+pub struct Landed {
+    /// The written iteration.
+    pub done: Done,
+    /// The agent it ran on (index into the run's agents).
+    pub agent: usize,
+}
+
+/// Makes the story's worktree at `root` from the run branch's tip `base`. A story whose last
+/// work did not land (`board.resume`) starts from that work with the tip brought in, when they
+/// merge; else from the tip alone.
+///
+/// # Errors
+/// git errors making the worktree.
+pub fn make_tree(
+    repo: &Repo,
+    board: &mut Board,
+    root: &Path,
+    story_id: &str,
+    base: &str,
+    keep: &[String],
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    if let Some(previous) = board.resume.remove(story_id) {
+        repo.add_worktree(root, &previous)?;
+        let tree = Repo::discover(root)?;
+        let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+        match git_land::integrate(&tree, base, &keep)? {
+            Integration::Clean { .. } => return Ok(()),
+            Integration::Conflict { files, .. } => {
+                out.warn(format!(
+                    "{story_id}: its earlier work ({}) no longer merges with the run branch ({}); the new attempt starts from the run branch",
+                    short(&previous),
+                    files.join(", ")
+                ));
+                repo.remove_worktree(root)?;
+            }
+        }
+    }
+    repo.add_worktree(root, base)?;
+    Ok(())
+}
+
+/// The paths ralph writes itself at landing, relative to the repository root: prd.json,
+/// progress.txt and its `progress-history/`.
+pub fn kept_paths(paths: &RunPaths) -> Vec<String> {
+    let rel = |p: &Path| {
+        p.strip_prefix(&paths.repo_root)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let history = paths
+        .progress
+        .parent()
+        .map(|d| d.join("progress-history"))
+        .unwrap_or_else(|| PathBuf::from("progress-history"));
+    vec![
+        rel(&paths.prd),
+        rel(&paths.progress),
+        format!("{}/", rel(&history)),
+    ]
+}
+
+/// Lands one finished iteration (see the module docs).
+///
+/// # Errors
+/// git, prd.json, progress.txt, ledger or state.json failing on ralph's side.
+pub async fn land(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    flight: Flight,
+    end: End,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Landed> {
+    let paths = s.pre.paths.clone();
+    let ran = matches!(end, End::Worked(_));
+    let mut worked = match end {
+        End::Worked(worked) => *worked,
+        End::SetupFailed(message) => {
+            out.warn(format!(
+                "{}: its worktree could not be set up; the story is blocked: {message}",
+                flight.story_id
+            ));
+            synthetic(s, &flight, Outcome::SetupFailed, message)
+        }
+        End::Failed(message) => {
+            out.warn(format!(
+                "iteration {} ({}) could not run: {message}",
+                flight.iteration, flight.story_id
+            ));
+            synthetic(s, &flight, Outcome::AgentError, message)
+        }
+    };
+    let tree_paths = RunPaths::new(
+        &flight.root,
+        &flight.root.join(
+            paths
+                .prd
+                .strip_prefix(&paths.repo_root)
+                .unwrap_or(Path::new("prd.json")),
+        ),
+    );
+    bring_transcripts(&tree_paths, &paths, &s.run_id, flight.iteration);
+    let record = &mut worked.draft.record;
+    record.worker = Some(flight.worker);
+    record.worktree = Some(paths.rel(&flight.root));
+    let mut flight = flight;
+    let landing = if ran && flight.root.join(".git").exists() {
+        let tree = Repo::discover(&flight.root)?;
+        let work = git_land::commit_leftovers(
+            &tree,
+            &format!(
+                "ralph: iteration {} ({}): the agent's uncommitted work",
+                flight.iteration, flight.story_id
+            ),
+        )?;
+        let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
+        flight.work = Some(work);
+        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
+        append_notes(&paths, notes.as_deref())?;
+        landing
+    } else {
+        None
+    };
+    worked.draft.record.landing = landing;
+    refresh_summary(&mut worked.draft);
+    let done = iteration::write_down(
+        Sinks {
+            repo: &s.pre.repo,
+            paths: &paths,
+            remote: s.remote.as_ref(),
+        },
+        &s.run_id,
+        cfg.max_iter,
+        &mut s.state,
+        worked,
+        out,
+    )?;
+    if flight.root.exists() {
+        if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
+            out.warn(format!(
+                "cannot remove the worktree {}: {e}",
+                paths.rel(&flight.root)
+            ));
+        }
+    }
+    Ok(Landed {
+        done,
+        agent: flight.agent,
+    })
+}
+
+/// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
+async fn onto_branch(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<LandingRecord>> {
+    let paths = s.pre.paths.clone();
+    let tree = Repo::discover(&flight.root)?;
+    let story = flight.story_id.clone();
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let tip = s
+        .pre
+        .repo
+        .head_sha()?
+        .ok_or_else(|| anyhow::anyhow!("the run branch has no commit"))?;
+    let mut landing = LandingRecord {
+        kind: LandingKind::NotLanded,
+        onto: Some(tip.clone()),
+        commit: None,
+        salvage_ref: None,
+        files: Vec::new(),
+        landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
+        message: None,
+    };
+    if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
+        // Nothing to land; work the agent did is kept for the story's next attempt.
+        if work != flight.base {
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?;
+            if worked.draft.record.outcome == Outcome::Interrupted {
+                let message = format!(
+                    "interrupted by a stop signal; its work is kept in {salvage} (not landed: it was not checked)"
+                );
+                set_outcome(worked, Outcome::Interrupted, message);
+            }
+            landing.salvage_ref = Some(salvage);
+            board.resume.insert(story.clone(), work);
+        } else if worked.draft.record.outcome == Outcome::Interrupted {
+            set_outcome(
+                worked,
+                Outcome::Interrupted,
+                "interrupted by a stop signal before it changed anything".into(),
+            );
+        }
+        clear_pass(worked);
+        return Ok(Some(landing));
+    }
+    let keep = kept_paths(&paths);
+    let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+    let integrated = if tip == flight.base {
+        // Nothing landed since the story started: the branch moves to its work as it is, and
+        // ralph puts the run's prd.json and progress.txt back on top (below).
+        Integration::Clean {
+            commit: work.clone(),
+            fast_forward: true,
+        }
+    } else {
+        git_land::integrate(&tree, &tip, &keep)?
+    };
+    let (result, fast_forward) = match integrated {
+        Integration::Clean {
+            commit,
+            fast_forward,
+        } => (commit, fast_forward),
+        Integration::Conflict {
+            files,
+            ours,
+            theirs,
+        } => {
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?;
+            let message = format!(
+                "its work conflicts with what landed meanwhile ({}) in {}; nothing landed, its commits are kept in {salvage}",
+                or_none(&landing.landed_since),
+                files.join(", ")
+            );
+            worked.feedback.push(Feedback::about(
+                &story,
+                format!(
+                    "Your previous attempt at {story} could not land: it conflicts with work landed on the branch meanwhile, in {}. You now start from the branch with that work in; redo your change on top of it (your earlier commits are kept in {salvage}).\nThe branch's side: {ours}\nYour side: {theirs}",
+                    files.join(", ")
+                ),
+            ));
+            set_outcome(worked, Outcome::Conflict, message.clone());
+            landing.kind = LandingKind::Conflict;
+            landing.files = files;
+            landing.salvage_ref = Some(salvage);
+            landing.message = Some(message);
+            clear_pass(worked);
+            return Ok(Some(landing));
+        }
+    };
+    // Only a story landed since its start changes the code it meets: ralph's own records
+    // (progress.txt, prd.json) do not call for the check again.
+    if !landing.landed_since.is_empty() {
+        if let Some(failed) = check_landed(cfg, s, flight, worked, stop, out).await? {
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
+            let message = format!(
+                "its check fails once {} landed; the landing was undone and its work is kept in {salvage}",
+                or_none(&landing.landed_since)
+            );
+            worked.feedback.push(Feedback::about(
+                &story,
+                format!(
+                    "Your work on {story} passed its check alone, but the check fails with the stories landed meanwhile ({}) present. Your next attempt starts from your work with theirs merged in: make the check pass with both.\n{failed}",
+                    or_none(&landing.landed_since)
+                ),
+            ));
+            board.resume.insert(story.clone(), result);
+            set_outcome(worked, Outcome::VerifyFailed, message.clone());
+            landing.kind = LandingKind::Reverted;
+            landing.salvage_ref = Some(salvage);
+            landing.message = Some(message);
+            clear_pass(worked);
+            return Ok(Some(landing));
+        }
+    }
+    let branch = s.pre.repo.current_branch().unwrap_or_default();
+    // The run's own prd.json and progress.txt, as they are before the checkout moves: the
+    // story's copies never land.
+    let own = Own::read(&paths);
+    if let Err(e) = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result) {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
+        let message = format!(
+            "cannot move the checkout forward ({e}); ralph never resets your files: commit or stash your changes, then run again. The story's work is kept in {salvage}"
+        );
+        board.resume.insert(story.clone(), result);
+        set_outcome(worked, Outcome::Conflict, message.clone());
+        landing.salvage_ref = Some(salvage);
+        landing.message = Some(message.clone());
+        clear_pass(worked);
+        board.stopping.get_or_insert(StopReason::NeedsHuman {
+            outcome: Outcome::Conflict,
+            iteration: flight.iteration,
+            message: Some(message),
+        });
+        return Ok(Some(landing));
+    }
+    own.restore(&paths)?;
+    mark_passing(&paths, &story, worked.story_notes.as_deref())?;
+    board.landed.push(story);
+    landing.kind = if fast_forward {
+        LandingKind::FastForward
+    } else {
+        LandingKind::Merge
+    };
+    landing.commit = Some(result);
+    Ok(Some(landing))
+}
+
+/// Runs the story's check on the landed result, in its worktree; returns the failure's text
+/// (`None`: it passed, or the story has no check).
+async fn check_landed(
+    cfg: &RunConfig,
+    s: &Session,
+    flight: &Flight,
+    worked: &mut Worked,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<String>> {
+    let Some(command) = worked.check.clone() else {
+        return Ok(None);
+    };
+    let check = crate::run::iteration::verify::Check {
+        cfg,
+        repo_root: &flight.root,
+        stop,
+        tag: crate::process::agent_tag(&s.run_id, flight.iteration),
+        sandbox: None,
+    };
+    out.emit(RunEvent::VerifyStarted {
+        iteration: flight.iteration,
+        story_id: flight.story_id.clone(),
+        command: command.clone(),
+    });
+    let checked = check.run(&command, &flight.story_id).await?;
+    out.emit(RunEvent::VerifyFinished {
+        iteration: flight.iteration,
+        verify: checked.record.clone(),
+    });
+    let passed = checked.record.passed;
+    let text = format!(
+        "`{command}` failed on the landed tip:\n{}",
+        checked.record.output_tail
+    );
+    worked.draft.record.verify.push(checked.record);
+    Ok((!passed).then_some(text))
+}
+
+/// The record of an iteration whose worker never got to run its agent.
+fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) -> Worked {
+    let mut r = LedgerRecord::new(
+        &s.run_id,
+        flight.iteration,
+        &flight.story_id,
+        outcome,
+        Utc::now(),
+    );
+    let prd = store::load_shared(&s.pre.paths.prd).ok();
+    r.story_title = prd
+        .as_ref()
+        .and_then(|l| l.prd.story(&flight.story_id).map(|x| x.title.clone()))
+        .unwrap_or_default();
+    r.feature = prd.and_then(|l| l.prd.branch_name.clone());
+    r.backend = s.pre.agents[flight.agent]
+        .backend
+        .kind()
+        .as_str()
+        .to_string();
+    r.head_before = Some(flight.base.clone());
+    r.message = Some(message);
+    Worked {
+        story_id: flight.story_id.clone(),
+        slot: flight.slot,
+        draft: Draft {
+            progress_summary: String::new(),
+            subject: format!(
+                "ralph: iteration {} ({})",
+                flight.iteration, flight.story_id
+            ),
+            body: format!("Outcome: {}.", outcome.as_str()),
+            clock: None,
+            signal_at: None,
+            record: r,
+        },
+        feedback: Vec::new(),
+        resume_at: None,
+        story_passes: false,
+        story_notes: None,
+        check: None,
+    }
+}
+
+/// Changes the record's outcome (and says why).
+fn set_outcome(worked: &mut Worked, outcome: Outcome, message: String) {
+    worked.draft.record.outcome = outcome;
+    worked.draft.record.message = Some(message);
+    worked.draft.body = format!("Outcome: {}.", outcome.as_str());
+}
+
+/// The story did not land: it does not pass on the run branch, whatever its worktree said.
+fn clear_pass(worked: &mut Worked) {
+    worked.story_passes = false;
+    let story = worked.story_id.clone();
+    worked.draft.record.passes_flipped.retain(|id| *id != story);
+}
+
+/// The progress.txt summary line, from the record as it is now.
+fn refresh_summary(draft: &mut Draft) {
+    let r = &draft.record;
+    draft.progress_summary = commit::progress_summary(
+        &r.commits,
+        &r.files_changed,
+        &r.passes_flipped,
+        r.promise_seen,
+        r.message.as_deref(),
+    );
+}
+
+/// Sets `story`'s `passes` (and its `notes`, when the worktree changed them) in the run's
+/// prd.json, touching only those bytes.
+fn mark_passing(paths: &RunPaths, story: &str, notes: Option<&str>) -> anyhow::Result<()> {
+    let loaded = store::load(&paths.prd)?;
+    let mut raw = store::set_passes(&loaded.raw, story, true)?;
+    if let Some(notes) = notes {
+        let before = loaded.prd.story(story).map(|s| s.notes.as_str());
+        if before != Some(notes) {
+            raw = store::set_notes(&raw, story, notes)?;
+        }
+    }
+    write_atomic(&paths.prd, &raw)?;
+    Ok(())
+}
+
+/// What the agent appended to its worktree's progress.txt (the original ralph's agents write
+/// their learnings there) between the story's start (`base`) and its work (`work`); `None` when
+/// nothing, or when it rewrote the file instead of appending.
+fn agent_notes(tree: &Repo, tree_paths: &RunPaths, base: &str, work: &str) -> Option<Vec<u8>> {
+    let rel = tree_paths
+        .progress
+        .strip_prefix(&tree_paths.repo_root)
+        .unwrap_or(Path::new("progress.txt"))
+        .to_string_lossy()
+        .into_owned();
+    let before = tree.file_at(base, &rel).ok().flatten().unwrap_or_default();
+    let now = tree.file_at(work, &rel).ok().flatten()?;
+    let added = now.strip_prefix(before.as_slice())?;
+    (!added.iter().all(u8::is_ascii_whitespace)).then(|| added.to_vec())
+}
+
+/// Appends an agent's progress.txt notes ([`agent_notes`]) to the run's progress.txt, before
+/// ralph's own entry.
+fn append_notes(paths: &RunPaths, notes: Option<&[u8]>) -> anyhow::Result<()> {
+    let Some(added) = notes else {
+        return Ok(());
+    };
+    crate::progress::ensure_exists(&paths.progress, chrono::Local::now())?;
+    let mut text = std::fs::read(&paths.progress).unwrap_or_default();
+    if !text.ends_with(b"\n") && !text.is_empty() {
+        text.push(b'\n');
+    }
+    text.extend_from_slice(added);
+    write_atomic(&paths.progress, &text)?;
+    Ok(())
+}
+
+/// The run's prd.json and progress.txt bytes, kept across a move of the checkout.
+struct Own(Vec<(PathBuf, Option<Vec<u8>>)>);
+
+impl Own {
+    fn read(paths: &RunPaths) -> Own {
+        Own([&paths.prd, &paths.progress]
+            .into_iter()
+            .map(|p| (p.clone(), std::fs::read(p).ok()))
+            .collect())
+    }
+
+    /// Puts the bytes back where the move changed them.
+    fn restore(&self, paths: &RunPaths) -> anyhow::Result<()> {
+        let _ = paths;
+        for (path, bytes) in &self.0 {
+            match bytes {
+                Some(b) if std::fs::read(path).ok().as_ref() != Some(b) => write_atomic(path, b)?,
+                None if path.exists() => std::fs::remove_file(path)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves the iteration's transcript and prompt copy from the worktree's books to the run's,
+/// where `ralph show` and the record's `transcript` find them.
+pub fn bring_transcripts(tree: &RunPaths, paths: &RunPaths, run_id: &str, iteration: u32) {
+    for (from, to) in [
+        (
+            tree.transcript(run_id, iteration),
+            paths.transcript(run_id, iteration),
+        ),
+        (
+            tree.prompt_copy(run_id, iteration),
+            paths.prompt_copy(run_id, iteration),
+        ),
+    ] {
+        if !from.exists() {
+            continue;
+        }
+        if let Some(dir) = to.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = std::fs::rename(&from, &to) {
+            tracing::warn!("cannot move {} to {}: {e}", from.display(), to.display());
+        }
+    }
+}
+
+fn or_none(ids: &[String]) -> String {
+    if ids.is_empty() {
+        "no other story".into()
+    } else {
+        ids.join(", ")
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..8).unwrap_or(sha)
+}

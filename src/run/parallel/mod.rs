@@ -1,0 +1,466 @@
+//! `ralph run --parallel N`: up to N stories at once, each in its own worktree with its own
+//! agent, landed on the run branch one at a time (docs/decisions.md, "Parallel stories").
+//!
+//! ```text
+//! dispatcher (this task)                       workers (one thread per iteration)
+//!   policy::pick + the ready stories ──Job──▶   set the worktree up, stages 1–4 in it
+//!   events ◀──────────────────────────Msg───   (the same pipeline as a serial run)
+//!   land::land: commit the tree's leftovers, bring the run tip in, check on it,
+//!               move the checkout forward, prd.json/progress.txt, stage 5 on the checkout
+//!   policy::decide, blocks, waits
+//! ```
+//!
+//! The dispatcher alone writes the run's books (ledger, state.json with every iteration in
+//! flight in `flights`) and the run branch; it hands out iteration numbers, so they have no gaps.
+//! A worker's prd.json and progress.txt are never merged: ralph writes the story's `passes` and
+//! `notes` and the progress entry itself at landing.
+
+pub mod land;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+
+use super::iteration::prepare::Assignment;
+use super::limits;
+use super::policy::{self, Aftermath, Next, Situation};
+use super::session::Session;
+use crate::config::RunConfig;
+use crate::output::Outputs;
+use crate::prd::store;
+use crate::process::StopSignals;
+use crate::protocol::run_event::WaitReason;
+use crate::protocol::stop::During;
+use crate::protocol::{Outcome, StopReason};
+use crate::state::{InFlight, WorkerTree};
+
+use self::worker::{Job, Msg};
+
+/// An iteration running in a worker.
+#[derive(Debug, Clone)]
+pub struct Flight {
+    /// The iteration number.
+    pub iteration: u32,
+    /// Its story.
+    pub story_id: String,
+    /// The worker slot (1-based).
+    pub worker: u32,
+    /// The worktree's root.
+    pub root: PathBuf,
+    /// The run branch's tip when the worktree was made.
+    pub base: String,
+    /// The agent (index into the run's agents).
+    pub agent: usize,
+    /// Stories landed on the run branch when the worktree was made (to name what it met).
+    pub landed_before: usize,
+    /// The story's work once its worktree's leftovers are committed (at landing).
+    pub work: Option<String>,
+    /// Its place in the run's budget (1-based).
+    pub slot: u32,
+}
+
+/// The dispatcher's memory of the night (what is not in state.json).
+#[derive(Debug, Default)]
+pub struct Board {
+    /// Iterations running now.
+    pub flights: Vec<Flight>,
+    /// Stories landed in this run, in landing order.
+    pub landed: Vec<String>,
+    /// Stories waiting for a transient retry, with when they may run again.
+    pub held: BTreeMap<String, DateTime<Utc>>,
+    /// No new launch before this (a usage limit met by a worker).
+    pub limited_until: Option<DateTime<Utc>>,
+    /// The story's last work that did not land, to start its next attempt from.
+    pub resume: BTreeMap<String, String>,
+    /// Why the run stops, once known: no new launch, the running iterations finish and land.
+    pub stopping: Option<StopReason>,
+}
+
+/// The loop of a `--parallel` run (see the module docs); returns why it stopped.
+///
+/// # Errors
+/// ralph's own files or git failing (an agent's failure is an outcome).
+pub async fn drive(
+    cfg: &RunConfig,
+    s: &mut Session,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<StopReason> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let mut board = Board::default();
+    start_point(s)?;
+    loop {
+        if board.stopping.is_none() {
+            launch(cfg, s, &mut board, stop, &tx, out).await?;
+        }
+        if board.flights.is_empty() {
+            if let Some(reason) = board.stopping.take() {
+                return Ok(reason);
+            }
+            // Nothing runs: a wait (a retry, a usage limit) or the end.
+            match idle(cfg, s, &mut board, stop, out).await? {
+                Some(reason) => return Ok(reason),
+                None => continue,
+            }
+        }
+        let Some(msg) = rx.recv().await else {
+            anyhow::bail!("internal error: every worker is gone");
+        };
+        match msg {
+            Msg::Event(event) => out.emit(event),
+            Msg::Done { iteration, end } => {
+                let Some(at) = board.flights.iter().position(|f| f.iteration == iteration) else {
+                    continue;
+                };
+                let flight = board.flights.remove(at);
+                let landed = land::land(cfg, s, &mut board, flight, end, stop, out).await?;
+                after(cfg, s, &mut board, landed, out)?;
+                super::release_freed_memory();
+            }
+        }
+    }
+}
+
+/// Worktrees start from the run branch's last commit: prd.json and progress.txt as the run
+/// starts (progress.txt just created, a prd.json not yet committed, `--allow-dirty`'s files)
+/// are committed first, so that every worktree has them.
+fn start_point(s: &Session) -> anyhow::Result<()> {
+    let repo = &s.pre.repo;
+    if repo.dirty_paths()?.is_empty() {
+        return Ok(());
+    }
+    repo.checkpoint(
+        &format!("ralph: the run's prd.json and progress.txt ({})", s.run_id),
+        "Committed before the stories' worktrees are made (--parallel).",
+        &[],
+    )?;
+    Ok(())
+}
+
+/// Starts iterations on free workers while stories are ready and the budgets allow.
+async fn launch(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    stop: &StopSignals,
+    tx: &mpsc::UnboundedSender<Msg>,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let paths = s.pre.paths.clone();
+    while (board.flights.len() as u32) < cfg.parallel {
+        if board.limited_until.is_some_and(|at| at > Utc::now()) {
+            return Ok(());
+        }
+        if crate::pause_request::pending(&paths.ralph_dir).is_some() {
+            // `ralph pause`: no new iteration; the running ones finish (held in `idle`).
+            return Ok(());
+        }
+        let current = store::load_shared(&paths.prd)?;
+        super::remember(&current, &paths, stop, out);
+        let now = Utc::now();
+        board.held.retain(|_, at| *at > now);
+        let mut busy: Vec<String> = s.state.blocked.clone();
+        busy.extend(board.flights.iter().map(|f| f.story_id.clone()));
+        busy.extend(board.held.keys().cloned());
+        let situation = Situation {
+            prd: &current.prd,
+            expected_ids: &s.expected_ids,
+            blocked: &busy,
+            elapsed: s.started.elapsed(),
+            interrupted: stop.stop.is_cancelled(),
+            stop_requested: crate::stop_request::pending(&paths.ralph_dir),
+            run_id: &s.run_id,
+        };
+        let Some(agent) = super::choose_agent(&s.books) else {
+            board.stopping = Some(super::every_agent_out(s.state.iteration));
+            return Ok(());
+        };
+        let mut tally = s.tally.clone();
+        tally.slot += board.flights.len() as u32;
+        let budgets = policy::Budgets {
+            timeout: s.pre.agents[agent].cfg.timeout,
+            ..s.budgets.clone()
+        };
+        let pick = match policy::pick(&tally, &budgets, &situation) {
+            Ok(pick) => pick,
+            Err(reason) => {
+                // Stories in flight or held: the run waits for them unless it must stop.
+                if hard_stop(&reason) || (board.flights.is_empty() && board.held.is_empty()) {
+                    board.stopping = Some(super::acknowledge(reason, &paths.ralph_dir));
+                }
+                return Ok(());
+            }
+        };
+        let Some(story) = current.prd.story(&pick.story_id).cloned() else {
+            anyhow::bail!(
+                "internal error: the picked story {} is not in prd.json",
+                pick.story_id
+            );
+        };
+        let assignment = Assignment {
+            iteration: s.state.iteration + 1,
+            slot: pick.slot,
+            feedback: s.pending.take_for(&story.id),
+            hints: crate::hints::pending_for(&paths.ralph_dir, &story.id),
+            story,
+            snapshot: current.clone(),
+            clean_at: None,
+        };
+        start(
+            cfg,
+            s,
+            board,
+            (assignment, pick.timeout, agent),
+            stop,
+            tx,
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+/// A stop that ends the launches at once (the running iterations still finish and land).
+fn hard_stop(reason: &StopReason) -> bool {
+    !matches!(
+        reason,
+        StopReason::NoWorkableStory | StopReason::AllBlocked { .. } | StopReason::Complete
+    )
+}
+
+/// Makes the story's worktree, records the iteration in flight and starts its worker.
+fn start(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    (assignment, timeout, agent): (Assignment, std::time::Duration, usize),
+    stop: &StopSignals,
+    tx: &mpsc::UnboundedSender<Msg>,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let paths = &s.pre.paths;
+    let repo = &s.pre.repo;
+    let iteration = assignment.iteration;
+    let slot = assignment.slot;
+    let story_id = assignment.story.id.clone();
+    let base = repo
+        .head_sha()?
+        .ok_or_else(|| anyhow::anyhow!("--parallel needs a first commit on the run branch"))?;
+    let worker = (1..=cfg.parallel)
+        .find(|w| board.flights.iter().all(|f| f.worker != *w))
+        .unwrap_or(1);
+    let root = tree_root(paths, &s.run_id, &story_id, iteration);
+    let keep = land::kept_paths(paths);
+    land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?;
+    s.state.run_id = Some(s.run_id.clone());
+    s.state.iteration = s.state.iteration.max(iteration);
+    s.state.flights.push(InFlight {
+        run_id: s.run_id.clone(),
+        iteration,
+        story_id: story_id.clone(),
+        pid: 0,
+        started_at: Utc::now(),
+        start_sha: Some(base.clone()),
+        strays: Vec::new(),
+        worktree: Some(WorkerTree {
+            worker,
+            root: root.clone(),
+            base: base.clone(),
+        }),
+    });
+    s.state.save(&paths.ralph_dir)?;
+    let setup = &s.pre.agents[agent];
+    let base_url = s
+        .local_server
+        .as_ref()
+        .map(|server| server.base_url())
+        .or_else(|| setup.cfg.native.base_url.clone());
+    let job = Job {
+        cfg: setup.cfg.clone(),
+        agent: setup.name.clone(),
+        fallbacks: s.pre.agents.len() > 1,
+        template: setup.template.clone(),
+        agent_version: setup.agent_version.clone(),
+        base_url,
+        run_id: s.run_id.clone(),
+        stop: stop.clone(),
+        main_root: paths.repo_root.clone(),
+        tree: root.clone(),
+        prd_rel: paths
+            .prd
+            .strip_prefix(&paths.repo_root)
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from("prd.json")),
+        assignment,
+        limits: limits(&setup.cfg, timeout),
+        state: s.state.clone(),
+        copy: cfg.worktree_copy.clone(),
+        setup: cfg.worktree_setup.clone(),
+    };
+    board.flights.push(Flight {
+        iteration,
+        story_id,
+        worker,
+        root,
+        base,
+        agent,
+        landed_before: board.landed.len(),
+        work: None,
+        slot,
+    });
+    worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
+}
+
+/// `.ralph/worktrees/<run>/<story>-<iteration>` (the story id made safe for a file name).
+fn tree_root(
+    paths: &crate::workspace::RunPaths,
+    run_id: &str,
+    story_id: &str,
+    iteration: u32,
+) -> PathBuf {
+    let safe: String = story_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    paths
+        .repo_root
+        .join(crate::workspace::RALPH_DIR)
+        .join("worktrees")
+        .join(run_id)
+        .join(format!("{safe}-{iteration}"))
+}
+
+/// What the dispatcher does after an iteration was landed and written down: the policy's
+/// decision (blocks, waits, stops) applied to the board.
+fn after(
+    _cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    landed: land::Landed,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let land::Landed { done, agent } = landed;
+    let paths = s.pre.paths.clone();
+    if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
+        s.totals.add(done.record);
+        board.stopping.get_or_insert(reason);
+        return Ok(());
+    }
+    s.pending.add(done.feedback);
+    let story_id = done.record.story_id.clone();
+    let outcome = done.record.outcome;
+    let now = Utc::now();
+    let decision = policy::decide(
+        &s.tally,
+        &s.budgets,
+        &Aftermath {
+            record: &done.record,
+            story_passes: done.story_passes,
+            attempts: s.state.attempts.get(&story_id).copied().unwrap_or(0),
+            already_blocked: s.state.blocked.contains(&story_id),
+            resume_at: done.resume_at,
+            elapsed: s.started.elapsed(),
+            now,
+            jitter: fastrand::f64(),
+            limit_repeats: s.books[agent].limits_in_a_row,
+            others: policy::agents::others(&s.books, agent, now),
+        },
+    );
+    s.totals.add(done.record);
+    let books_changed = super::book_agent(
+        &mut s.books,
+        &mut s.state,
+        agent,
+        &decision,
+        outcome,
+        now,
+        out,
+    );
+    s.tally = decision.tally;
+    // A worktree that could not be set up blocks its story (no agent ran).
+    let block = decision.block || (outcome == Outcome::SetupFailed);
+    if block && !s.state.blocked.contains(&story_id) {
+        s.state.blocked.push(story_id.clone());
+    }
+    if block || decision.resume_at.is_some() || books_changed {
+        s.state.save(&paths.ralph_dir)?;
+    }
+    if block {
+        super::blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
+    }
+    match decision.next {
+        Next::Continue => {}
+        Next::Stop(reason) => {
+            board.stopping.get_or_insert(reason);
+        }
+        Next::Retry { wait } => {
+            let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
+            board.held.insert(story_id, until);
+        }
+        Next::WaitUntil { until } => {
+            board.limited_until = Some(board.limited_until.map_or(until, |at| at.max(until)));
+        }
+    }
+    Ok(())
+}
+
+/// Nothing runs: waits for a usage limit's reset, a held story's retry or a pause, and returns
+/// the stop such a wait ended with (`None`: go on launching).
+async fn idle(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<StopReason>> {
+    let paths = s.pre.paths.clone();
+    let held = super::Held {
+        budgets: &s.budgets,
+        started: s.started,
+        stop,
+    };
+    if super::hold(&held, &paths, &mut s.expected_ids, out).await? {
+        return Ok(None);
+    }
+    let now = Utc::now();
+    let (until, reason, during, story) = if let Some(at) = board.limited_until.take() {
+        (at, WaitReason::UsageLimit, During::UsageLimitWait, None)
+    } else if let Some((story, at)) = board.held.iter().min_by_key(|(_, at)| **at) {
+        let (story, at) = (story.clone(), *at);
+        (at, WaitReason::Retry, During::RetryWait, Some(story))
+    } else {
+        // Nothing runs, nothing waits and nothing could start: the next launch says why.
+        return Ok(None);
+    };
+    if until <= now {
+        return Ok(None);
+    }
+    if let Some(reason) =
+        super::before_wait(&s.pre.repo, s.remote.as_ref(), s.totals.last.as_ref(), out)
+    {
+        return Ok(Some(reason));
+    }
+    out.emit(super::waiting(
+        cfg,
+        &s.tally,
+        reason,
+        until,
+        story.unwrap_or_default(),
+    ));
+    let stopped = super::wait_out(&mut s.state, until, during, stop, &paths).await?;
+    board.held.retain(|_, at| *at > Utc::now());
+    Ok(stopped)
+}
+
+/// Whether the run's settings ask for parallel stories.
+pub fn wanted(cfg: &RunConfig) -> bool {
+    cfg.parallel > 1
+}
