@@ -927,3 +927,61 @@ fn sigkill_with_three_workers_in_flight_then_restart_loses_nothing() {
     }
     par.assert_tidy(&out);
 }
+
+/// The real claude CLI (scripts/install-claude.sh) against the scripted model: the textkit
+/// example's three stories with `--parallel 2`, each worker's claude working in its own
+/// worktree (the scenario writes under the directory the CLI reports as its own).
+#[test]
+fn real_claude_runs_three_stories_two_at_a_time() {
+    let Some(claude) =
+        crate::support_model::claude_bin_or_skip("real_claude_runs_three_stories_two_at_a_time")
+    else {
+        return;
+    };
+    let fx = crate::real_claude::Fixture::textkit();
+    let scenario = crate::support_model::example_dir("textkit").join("scenario.json");
+    let out = fx.ralph_with_model(
+        &claude,
+        &["--max-iter", "8", "--keep-api-key", "--parallel", "2"],
+        &scenario,
+        "ralph-parallel",
+    );
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(
+        fx.prd_passes().iter().all(|(_, passes)| *passes),
+        "{:?}",
+        fx.prd_passes()
+    );
+    let ledger = fx.ledger();
+    let passed: Vec<&Value> = ledger
+        .iter()
+        .filter(|r| r["outcome"] == "story_passed")
+        .collect();
+    assert_eq!(passed.len(), 3, "{ledger:#?}");
+    for r in &passed {
+        assert!(
+            r["worker"].as_u64().is_some_and(|w| (1..=2).contains(&w)),
+            "{r:#}"
+        );
+        assert!(matches!(landing_kind(r), "fast_forward" | "merge"), "{r:#}");
+        let wt = r["worktree"].as_str().unwrap_or("");
+        assert!(wt.starts_with(".ralph/worktrees/"), "{r:#}");
+    }
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&fx.repo)
+        .output()
+        .expect("git status");
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "{out}");
+    // The project's own tests, written by the three agents, pass together on the branch.
+    let tests = std::process::Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "tests", "-q"])
+        .current_dir(&fx.repo)
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&tests.stderr);
+    assert!(
+        tests.status.success() && said.contains("Ran 15 tests"),
+        "{said}"
+    );
+}
