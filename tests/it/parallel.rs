@@ -776,12 +776,30 @@ fn parallel_1_is_the_serial_run() {
 
 #[test]
 fn sigkill_with_three_workers_in_flight_then_restart_loses_nothing() {
+    // A few kill points per test run, each case its own seed (printed): replay one with
+    // RALPH_PARALLEL_KILL_SEED=<seed>; RALPH_PARALLEL_KILL_CASES=<n> for a longer soak.
+    let seeds: Vec<u64> = match std::env::var("RALPH_PARALLEL_KILL_SEED") {
+        Ok(s) => vec![s
+            .trim()
+            .parse()
+            .expect("RALPH_PARALLEL_KILL_SEED must be a u64")],
+        Err(_) => {
+            let n = std::env::var("RALPH_PARALLEL_KILL_CASES")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(3);
+            (0..n).map(|_| fastrand::u64(..)).collect()
+        }
+    };
+    for seed in seeds {
+        eprintln!("RALPH_PARALLEL_KILL_SEED={seed}");
+        kill_case(seed);
+    }
+}
+
+/// One case of [`sigkill_with_three_workers_in_flight_then_restart_loses_nothing`].
+fn kill_case(seed: u64) {
     use std::time::Instant;
-    let seed = std::env::var("RALPH_PARALLEL_KILL_SEED")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("RALPH_PARALLEL_KILL_SEED={seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let stories = (1..=3)
         .map(|i| {
