@@ -194,6 +194,9 @@ pub struct PromptContext {
     /// The user's notes for this iteration (`ralph hint`), oldest first (may be empty); shown
     /// in a "From the user" block apart from ralph's feedback.
     pub hints: Vec<String>,
+    /// `--parallel`: the agent works in a git worktree of its own (detached HEAD, started from
+    /// the run branch) while other stories run in others; `false` in a serial run.
+    pub worktree: bool,
 }
 
 impl PromptContext {
@@ -234,12 +237,19 @@ impl PromptContext {
                 .collect(),
             promise: PROMISE.to_string(),
             hints: Vec::new(),
+            worktree: false,
         }
     }
 
     /// The same context carrying the user's `hints` (texts, oldest first).
     pub fn with_hints(mut self, hints: Vec<String>) -> Self {
         self.hints = hints;
+        self
+    }
+
+    /// The same context for an agent working in a worktree of its own (`--parallel`).
+    pub fn in_worktree(mut self, worktree: bool) -> Self {
+        self.worktree = worktree;
         self
     }
 }

@@ -214,7 +214,7 @@ pub async fn run_session(
     if let Some(sandbox) = sandbox {
         start.judge(sandbox.mode.as_str(), process.exit_code, &mut report);
         if let Some(finding) = start.denied_finding() {
-            sandbox.note(finding);
+            sandbox.note(&cwd, finding);
         }
     }
     redact_report(&mut report, &redactor);

@@ -247,7 +247,7 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
         };
         let _ = writeln!(
             out,
-            "{:>5}  {:<14}  {:<10}  {:<15}  {:>6}  {:>7}  {:>7}  {:>5}  {}",
+            "{:>5}  {:<14}  {:<10}  {:<15}  {:>6}  {:>7}  {:>7}  {:>5}  {}{}",
             r.iteration,
             run_label(&r.run_id),
             r.story_id,
@@ -257,7 +257,8 @@ fn render(records: &[&LedgerRecord], source: Source) -> String {
             commits,
             files,
             // Its worker and landing (`--parallel`), the agent that ran it (fallback agents).
-            format!("{}{}", tag(r), reason(r))
+            tag(r),
+            reason(r)
         );
         for note in notes(r) {
             let _ = writeln!(out, "{:>5}  ↳ {note}", "");

@@ -335,9 +335,27 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                 "latest run"
             };
             println!("{label} {run}: {} iteration(s)", latest.len());
+            // `--parallel`: each iteration's worker (a serial run's table is as it was).
+            let workers = latest.iter().any(|r| r.worker.is_some());
+            let worker = |r: Option<&LedgerRecord>| match (workers, r) {
+                (false, _) => String::new(),
+                (true, None) => format!("{:<4}", "W"),
+                (true, Some(r)) => format!(
+                    "{:<4}",
+                    r.worker
+                        .map(|w| format!("w{w}"))
+                        .unwrap_or_else(|| "-".into())
+                ),
+            };
             println!(
-                "  {:<5} {:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
-                "#", "STORY", "OUTCOME", "TIME", "COST", "TOKENS IN/OUT"
+                "  {:<5} {}{:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
+                "#",
+                worker(None),
+                "STORY",
+                "OUTCOME",
+                "TIME",
+                "COST",
+                "TOKENS IN/OUT"
             );
             for r in &latest {
                 let tokens = match (r.tokens_in, r.tokens_out) {
@@ -351,8 +369,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     ),
                 };
                 println!(
-                    "  {:<5} {:<10} {:<16} {:>7}  {:>8}  {:>15}  {}",
+                    "  {:<5} {}{:<10} {:<16} {:>7}  {:>8}  {:>15}  {}",
                     r.iteration,
+                    worker(Some(r)),
                     r.story_id,
                     r.outcome.as_str(),
                     crate::output::text::record_secs(r),

@@ -998,6 +998,25 @@ mod tests {
     }
 
     #[test]
+    fn uncommitted_work_in_the_way_of_the_merge_is_an_error_and_changes_nothing() {
+        let (_d, main, base) = repo_with_commit();
+        let (root, wt) = worktree(&main, "US-2", &base);
+        write(&root, "story.txt", "story\n");
+        let story = commit_leftovers(&wt, "story").unwrap();
+        write(main.root(), "landed.txt", "landed\n");
+        let tip = main.commit_all("landed", "", &[]).unwrap().unwrap();
+        // Left uncommitted where the merge puts the tip's file.
+        write(&root, "landed.txt", "the agent's, uncommitted\n");
+        let err = integrate(&wt, &tip, &[]).unwrap_err();
+        assert!(matches!(err, GitError::CheckoutConflict { .. }), "{err}");
+        assert_eq!(wt.head_sha().unwrap(), Some(story));
+        assert_eq!(
+            read(&root, "landed.txt").as_deref(),
+            Some("the agent's, uncommitted\n")
+        );
+    }
+
+    #[test]
     fn a_modify_delete_conflict_is_a_conflict() {
         let (_d, main, base) = repo_with_commit();
         let (root, wt) = worktree(&main, "US-2", &base);
@@ -1094,6 +1113,15 @@ mod tests {
         unchanged(&main);
         assert_eq!(read(&root, "a.txt").as_deref(), Some("a\n"));
         git(&root, &["checkout", "--", ".gitignore"]);
+
+        // A change the user staged.
+        write(&root, "a.txt", "staged by the user\n");
+        git(&root, &["add", "a.txt"]);
+        write(&root, "a.txt", "a\n");
+        let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
+        assert!(err.to_string().contains("a.txt"), "{err}");
+        unchanged(&main);
+        git(&root, &["reset", "-q", "a.txt"]);
 
         // An untracked file where the landing puts a tracked one.
         write(&root, "src/new.rs", "the user's own\n");

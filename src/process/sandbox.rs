@@ -383,11 +383,7 @@ impl Roots {
     /// `$HOME`, and of `state` (paths under `$HOME`, e.g. `.claude`) those that exist. The
     /// environment's names are read here. `cwd` outside a repository is the worktree itself.
     pub fn discover(bwrap: &Path, cwd: &Path, state: &[PathBuf], env_prefixes: &[String]) -> Roots {
-        let worktree = cwd
-            .ancestors()
-            .find(|d| d.join(".git").exists())
-            .unwrap_or(cwd)
-            .to_path_buf();
+        let worktree = worktree_of(cwd);
         let (git_dir, git_common_dir) = git_dirs(&worktree);
         let branch_ref = git_dir
             .as_ref()
@@ -432,6 +428,15 @@ impl Roots {
             egress: None,
         }
     }
+}
+
+/// The worktree a process working in `cwd` is in: the first ancestor holding `.git` (a folder,
+/// or a linked worktree's `.git` file), else `cwd` itself.
+pub fn worktree_of(cwd: &Path) -> PathBuf {
+    cwd.ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(cwd)
+        .to_path_buf()
 }
 
 /// The git directory and the common git directory of `worktree`: `.git` itself, or the
@@ -530,8 +535,10 @@ pub struct Sandbox {
     /// there ([`Sandbox::apply`]); [`Sandbox::settle`] moves one the process created aside.
     pub absent_config: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
     /// What [`Sandbox::settle`] found and did and what [`Sandbox::note`] was told, one sentence
-    /// each, until [`Sandbox::take_findings`] takes them (the iteration's record's `findings`).
-    pub findings: std::sync::Mutex<Vec<String>>,
+    /// each, with the worktree they are about ([`worktree_of`]), until
+    /// [`Sandbox::take_findings`] takes those of a worktree (the iteration's record's
+    /// `findings`; under `--parallel` each worker's worktree has its own).
+    pub findings: std::sync::Mutex<Vec<(PathBuf, String)>>,
 }
 
 /// ralph's settings file at a worktree's root, which no sandboxed process may change: bound
@@ -539,8 +546,8 @@ pub struct Sandbox {
 /// [`CONFIG_REFUSED_DIR`] after the process ([`Sandbox::settle`]).
 pub const CONFIG_FILE: &str = "ralph.toml";
 /// Where, under the worktree, a `ralph.toml` that a sandboxed process created is moved to
-/// (`.ralph/refused/ralph.toml.<n>`, `n` from 1): never committed, never read as settings,
-/// kept for the user to look at.
+/// (`.ralph/refused/ralph.toml.<n>`, `n` from 1; the folder has a `.gitignore` of `*`): never
+/// committed, never read as settings, kept for the user to look at.
 pub const CONFIG_REFUSED_DIR: &str = ".ralph/refused";
 
 /// Moves the `ralph.toml` at `worktree`'s root, which a sandboxed process created, to
@@ -552,6 +559,12 @@ pub const CONFIG_REFUSED_DIR: &str = ".ralph/refused";
 pub fn refuse_created_config(worktree: &Path) -> std::io::Result<String> {
     let dir = worktree.join(CONFIG_REFUSED_DIR);
     std::fs::create_dir_all(&dir)?;
+    // Ignored wherever it is: `.ralph/`'s own `.gitignore` is the main checkout's alone, and a
+    // `--parallel` worker's worktree must not commit what was refused.
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        crate::fsutil::write_atomic(&ignore, b"*\n")?;
+    }
     let mut n = 1u32;
     let target = loop {
         let candidate = dir.join(format!("{CONFIG_FILE}.{n}"));
@@ -656,7 +669,7 @@ impl Sandbox {
                 )
             });
             if let Ok(mut findings) = self.findings.lock() {
-                findings.push(finding);
+                findings.push((roots.worktree.clone(), finding));
             }
         }
         if let Some(common) = &roots.git_common_dir {
@@ -668,21 +681,27 @@ impl Sandbox {
         }
     }
 
-    /// Adds `finding` to those [`Sandbox::take_findings`] returns (e.g. the agent's refused
-    /// writes, counted by the launcher).
-    pub fn note(&self, finding: String) {
+    /// Adds `finding` about the sandboxed process that ran in `cwd` to those
+    /// [`Sandbox::take_findings`] returns for its worktree (e.g. the agent's refused writes,
+    /// counted by the launcher).
+    pub fn note(&self, cwd: &Path, finding: String) {
         if let Ok(mut findings) = self.findings.lock() {
-            findings.push(finding);
+            findings.push((worktree_of(cwd), finding));
         }
     }
 
-    /// What [`Sandbox::settle`] and [`Sandbox::note`] found since the last call, one sentence
-    /// each (empty when nothing).
-    pub fn take_findings(&self) -> Vec<String> {
-        self.findings
-            .lock()
-            .map(|mut f| std::mem::take(&mut *f))
-            .unwrap_or_default()
+    /// What [`Sandbox::settle`] and [`Sandbox::note`] found since the last call about the
+    /// worktree holding `cwd`, one sentence each, oldest first (empty when nothing). Those of
+    /// other worktrees stay.
+    pub fn take_findings(&self, cwd: &Path) -> Vec<String> {
+        let worktree = worktree_of(cwd);
+        let Ok(mut findings) = self.findings.lock() else {
+            return Vec::new();
+        };
+        let (mine, others): (Vec<_>, Vec<_>) =
+            findings.drain(..).partition(|(w, _)| *w == worktree);
+        *findings = others;
+        mine.into_iter().map(|(_, f)| f).collect()
     }
 
     /// strict: the hosts refused since the last call (`host:port`); empty in `fs` mode.
@@ -842,20 +861,31 @@ mod tests {
                 std::fs::read_to_string(&kept).expect("kept"),
                 "sandbox = \"off\"\n"
             );
-            let findings = sandbox.take_findings();
+            let findings = sandbox.take_findings(tree);
             assert_eq!(findings.len(), 1, "{findings:?}");
             assert!(
                 findings[0].contains(&format!("moved to .ralph/refused/ralph.toml.{round}")),
                 "{findings:?}"
             );
-            assert!(sandbox.take_findings().is_empty(), "taken once");
+            assert!(sandbox.take_findings(tree).is_empty(), "taken once");
         }
+        assert_eq!(
+            std::fs::read_to_string(tree.join(CONFIG_REFUSED_DIR).join(".gitignore")).unwrap(),
+            "*\n"
+        );
+        // Under --parallel each worktree's findings go to its own iteration.
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(other.path().join(".git")).expect("mkdir");
+        sandbox.note(&other.path().join("src"), "theirs".into());
+        sandbox.note(tree, "mine".into());
+        assert_eq!(sandbox.take_findings(tree), ["mine"]);
+        assert_eq!(sandbox.take_findings(other.path()), ["theirs"]);
         // One that was there when the process started is the user's: left alone.
         std::fs::write(tree.join(CONFIG_FILE), "# mine\n").expect("write");
         let _ = sandbox.apply(spec());
         sandbox.settle(tree);
         assert!(tree.join(CONFIG_FILE).exists());
-        assert!(sandbox.take_findings().is_empty());
+        assert!(sandbox.take_findings(tree).is_empty());
     }
 
     fn roots() -> Roots {

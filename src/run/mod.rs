@@ -243,6 +243,7 @@ async fn drive(
             story,
             snapshot: current,
             clean_at: clean_at.take(),
+            worker: None,
         };
         let limits = limits(cx.cfg, pick.timeout);
         let done = iteration::run(cx, &mut s.state, assignment, &limits, out).await?;

@@ -78,6 +78,7 @@ pub async fn recover(
                 repo,
                 paths,
                 remote: None,
+                only: None,
             },
             state,
             draft,
@@ -516,11 +517,14 @@ pub async fn recover_flights(
             // Nothing of the worktree's is on the run branch: the checkpoint records the
             // iteration (progress.txt, trailers) and the record says where its work is.
             draft.record.files_changed.clear();
+            let own = super::parallel::land::kept_paths(paths);
+            let own: Vec<&str> = own.iter().map(String::as_str).collect();
             commit::commit(
                 Sinks {
                     repo,
                     paths,
                     remote: None,
+                    only: Some(&own),
                 },
                 state,
                 draft,

@@ -61,6 +61,8 @@ pub struct Flight {
     /// The agent's latest tool calls and messages (one line each, oldest first, at most
     /// [`ACTIONS`]).
     pub actions: Vec<String>,
+    /// `--parallel`: the worker slot it runs on (`None` in a serial run).
+    pub worker: Option<u32>,
 }
 
 /// One finished iteration.
@@ -128,6 +130,8 @@ pub struct Snapshot {
     pub stories: Vec<StoryRow>,
     /// The iteration running now.
     pub flight: Option<Flight>,
+    /// `--parallel`: the other iterations in flight besides `flight`, in the order they started.
+    pub others: Vec<Flight>,
     /// The latest run's last iterations, oldest first.
     pub recent: Vec<Recent>,
     /// Budgets.
@@ -194,23 +198,28 @@ impl Snapshot {
             None => Vec::new(),
         };
         let running = probe.holder.is_some();
-        let flight = state
+        let mut flights: Vec<Flight> = state
             .in_flight
-            .as_ref()
+            .iter()
+            .chain(&state.flights)
             .filter(|_| running)
             .map(|f| Flight {
                 iteration: f.iteration,
                 story_id: f.story_id.clone(),
                 started_at: f.started_at,
-                actions: actions(&paths.transcript(&f.run_id, f.iteration)),
-            });
+                actions: actions(&transcript_of(paths, f)),
+                worker: f.worktree.as_ref().map(|t| t.worker),
+            })
+            .collect();
+        let flight = (!flights.is_empty()).then(|| flights.remove(0));
+        let others = flights;
         let stories = prd
             .user_stories
             .iter()
             .map(|s| StoryRow {
                 id: s.id.clone(),
                 title: s.title.clone(),
-                state: story_state(s, &prd, &state, flight.as_ref(), &records),
+                state: story_state(s, &prd, &state, flight.iter().chain(&others), &records),
             })
             .collect();
         let mut budget = Budget {
@@ -257,6 +266,7 @@ impl Snapshot {
             stop_requested: crate::stop_request::pending(&paths.ralph_dir),
             stories,
             flight,
+            others,
             recent,
             budget,
             wait_until: state
@@ -288,17 +298,32 @@ impl Snapshot {
     }
 }
 
-fn story_state(
+/// Where an iteration in flight writes its transcript: the run's books, or for a `--parallel`
+/// worker its worktree's own (moved into the run's books when it lands).
+fn transcript_of(paths: &RunPaths, f: &crate::state::InFlight) -> std::path::PathBuf {
+    match &f.worktree {
+        Some(tree) => {
+            let prd = paths
+                .prd
+                .strip_prefix(&paths.repo_root)
+                .unwrap_or(&paths.prd);
+            RunPaths::new(&tree.root, &tree.root.join(prd)).transcript(&f.run_id, f.iteration)
+        }
+        None => paths.transcript(&f.run_id, f.iteration),
+    }
+}
+
+fn story_state<'a>(
     s: &crate::prd::model::Story,
     prd: &crate::prd::model::Prd,
     state: &State,
-    flight: Option<&Flight>,
+    mut flights: impl Iterator<Item = &'a Flight>,
     records: &[LedgerRecord],
 ) -> StoryState {
     if s.passes {
         return StoryState::Passed;
     }
-    if flight.is_some_and(|f| f.story_id == s.id) {
+    if flights.any(|f| f.story_id == s.id) {
         return StoryState::InFlight;
     }
     if state.blocked.contains(&s.id) {

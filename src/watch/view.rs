@@ -151,24 +151,43 @@ fn stories<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
     )
 }
 
+/// `iteration 4 · US-003 · w2 · 1m12s` (the worker only in a `--parallel` run).
+fn flight_line(snap: &Snapshot, f: &super::Flight) -> String {
+    let worker = f.worker.map(|w| format!(" · w{w}")).unwrap_or_default();
+    format!(
+        "iteration {} · {}{worker} · {}",
+        f.iteration,
+        f.story_id,
+        clock((snap.now - f.started_at).num_seconds())
+    )
+}
+
 fn now<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
     let dim = ui.style(Style::new().fg(Color::DarkGray));
     let mut lines: Vec<Line> = Vec::new();
     let title = match &snap.flight {
         Some(f) => {
-            lines.push(Line::from(format!(
-                "iteration {} · {} · {}",
-                f.iteration,
-                f.story_id,
-                clock((snap.now - f.started_at).num_seconds())
-            )));
+            lines.push(Line::from(flight_line(snap, f)));
             if f.actions.is_empty() {
                 lines.push(Line::styled("(no action yet)", dim));
             }
             for a in &f.actions {
                 lines.push(Line::from(format!("› {a}")));
             }
-            " Running "
+            // `--parallel`: the other workers, one line each with their latest action.
+            for other in &snap.others {
+                lines.push(Line::from(flight_line(snap, other)));
+                let last = other
+                    .actions
+                    .last()
+                    .map_or("(no action yet)", String::as_str);
+                lines.push(Line::styled(format!("› {last}"), dim));
+            }
+            if snap.others.is_empty() {
+                " Running "
+            } else {
+                " Running (parallel) "
+            }
         }
         None => {
             if let Some(until) = snap.wait_until {
@@ -332,7 +351,11 @@ pub fn plain(snap: &Snapshot, width: u16) -> String {
             .iter()
             .filter(|s| matches!(s.state, StoryState::Blocked(_) | StoryState::Waiting(_)))
             .count();
-    let now_lines = snap.flight.as_ref().map_or(3, |f| f.actions.len() + 1);
+    let now_lines = snap
+        .flight
+        .as_ref()
+        .map_or(3, |f| f.actions.len().max(1) + 1)
+        + 2 * snap.others.len();
     let body = story_lines.max(now_lines).max(3) + 2;
     let height = (1 + body + snap.recent.len().max(1) + 2 + 2 + 1) as u16;
     let area = Rect::new(0, 0, width, height);

@@ -49,7 +49,8 @@
 //! - `{"claude_result": {"text": "..", "is_error": false, "cost_usd": 0.01, "subtype": "success",
 //!   "api_error_status": null, "terminal_reason": "completed", "usage": {..}, "omit_cost": false}}`: the terminal
 //!   line, `"type":"result"` last. `text` omitted means no `result` field.
-//! - `{"claude_usage_limit": {"message": "You've hit your ...", "resets_at": 1790161200}}`: a
+//! - `{"claude_usage_limit": {"message": "You've hit your ...", "resets_at": 1790161200}}`
+//!   (or `"resets_in_s": 2`, counted from when the fake plays it): a
 //!   rejected `rate_limit_event`, the synthetic assistant message and an `is_error` result with
 //!   status 429 (add `{"exit": 1}` after it, as claude does).
 //! - `{"claude_api_error": {"status": 500, "message": "API Error: 500 ..."}}`: an `api_retry`
@@ -227,6 +228,11 @@ struct ClaudeUsageLimit {
     message: String,
     #[serde(default = "default_resets_at")]
     resets_at: i64,
+    /// Seconds from when the fake plays the action (not from when the script was written):
+    /// overrides `resets_at`, so that a test's "resets in 2 s" does not depend on how soon
+    /// ralph gets to the invocation.
+    #[serde(default)]
+    resets_in_s: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -533,9 +539,18 @@ impl Player {
             }
             Action::ClaudeResult(r) => self.claude_result(r)?,
             Action::ClaudeUsageLimit(limit) => {
+                let resets_at = match limit.resets_in_s {
+                    Some(s) => {
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs() as i64)
+                            + s
+                    }
+                    None => limit.resets_at,
+                };
                 out_json(&json!({
                     "type": "rate_limit_event",
-                    "rate_limit_info": {"status": "rejected", "resetsAt": limit.resets_at,
+                    "rate_limit_info": {"status": "rejected", "resetsAt": resets_at,
                         "rateLimitType": "five_hour", "overageStatus": "rejected",
                         "overageDisabledReason": "org_level_disabled"},
                     "uuid": "fake-uuid", "session_id": self.session_id,

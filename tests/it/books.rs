@@ -154,11 +154,10 @@ fn resume_only_resumes_a_usage_limit_but_not_a_stop_for_a_human() {
     env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "config"]);
-    let resets_at = chrono::Utc::now().timestamp() + 1;
     env.script(&json!({"invocations": [
         [
             {"claude_init": {}},
-            {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+            {"claude_usage_limit": {"message": "You've hit your limit", "resets_in_s": 1}},
             {"exit": 1}
         ],
         passing("US-001", "f1.txt", 0.1)

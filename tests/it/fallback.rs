@@ -49,12 +49,22 @@ pub(crate) fn codex_story(id: &str, sleep_ms: u64) -> Value {
     ])
 }
 
-/// claude's 5-hour limit, resetting `in_s` seconds from now (an epoch in `rate_limit_event`).
+/// claude's 5-hour limit, resetting `in_s` seconds after the fake plays it (an epoch in
+/// `rate_limit_event`): counted from the invocation, not from when the script was written, so
+/// that a slow start of ralph cannot make the reset pass before the limit is even seen.
 fn claude_limit(in_s: i64) -> Value {
-    let resets_at = chrono::Utc::now().timestamp() + in_s;
     json!([
         {"claude_init": {}},
-        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_at": resets_at}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": in_s}},
+        {"exit": 1}
+    ])
+}
+
+/// claude's 5-hour limit stating a reset that passed a second ago (a loose reset time).
+fn claude_limit_stale() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": -1}},
         {"exit": 1}
     ])
 }
@@ -190,7 +200,7 @@ fn a_probe_that_finds_the_primary_still_limited_backs_off_and_stays_on_the_fallb
         claude_limit(2),
         codex_story("US-001", 2500),
         // The stated reset has passed, but claude is still limited (a loose reset time).
-        claude_limit(2),
+        claude_limit_stale(),
         codex_story("US-002", 0),
     ]}));
     let out = env.ralph(&["run", "--fallback-agent", "codex"]);

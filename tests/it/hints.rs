@@ -116,12 +116,11 @@ fn a_hint_whose_iteration_hit_a_usage_limit_reaches_the_iteration_after_the_wait
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "config"]);
     hint(&env, &[NOTE]);
-    let resets_at = chrono::Utc::now().timestamp() + 1;
     env.script(&json!({"invocations": [
         [
             {"claude_init": {}},
             {"save_stdin": "../prompt-1.txt"},
-            {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+            {"claude_usage_limit": {"message": "You've hit your limit", "resets_in_s": 1}},
             {"exit": 1}
         ],
         story("US-001", 2, 0)

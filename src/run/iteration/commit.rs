@@ -47,6 +47,11 @@ pub struct Sinks<'a> {
     pub paths: &'a RunPaths,
     /// `--push`: where the checkpoint goes before the ledger line is written.
     pub remote: Option<&'a crate::remote::Remote>,
+    /// `--parallel`'s landings: the checkpoint commits only these repository-relative paths
+    /// (prd.json, progress.txt, `progress-history/`) and leaves anything else in the checkout
+    /// alone ([`crate::git::land::commit_own_files`]); `None`: the whole tree, as a serial
+    /// iteration's checkpoint.
+    pub only: Option<&'a [&'a str]>,
 }
 
 /// What [`commit`] wrote.
@@ -123,13 +128,26 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     if record.outcome == crate::protocol::Outcome::Interrupted {
         at.repo.clear_stale_locks();
     }
-    let checkpoint = at.repo.checkpoint_after(
-        &subject,
-        &body,
-        &trailers.pairs(),
-        staged.as_ref(),
-        &super::inspect::memory_paths(at.paths, at.repo.root()),
-    )?;
+    let checkpoint = match at.only {
+        Some(paths) => crate::git::Checkpoint {
+            commit: crate::git::land::commit_own_files(
+                at.repo,
+                paths,
+                &subject,
+                &body,
+                &trailers.pairs(),
+            )?,
+            clean: false,
+            withheld: Vec::new(),
+        },
+        None => at.repo.checkpoint_after(
+            &subject,
+            &body,
+            &trailers.pairs(),
+            staged.as_ref(),
+            &super::inspect::memory_paths(at.paths, at.repo.root()),
+        )?,
+    };
     record.checkpoint_commit = checkpoint.commit;
     let withheld = newly_withheld(&checkpoint.withheld);
     if !withheld.is_empty() {

@@ -101,6 +101,7 @@ pub async fn run(
         repo: cx.repo,
         paths: cx.paths,
         remote: cx.remote,
+        only: None,
     };
     write_down(at, cx.run_id, cx.cfg.max_iter, state, worked, out)
 }
@@ -154,7 +155,7 @@ pub async fn work(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
-        worker: None,
+        worker: assignment.worker,
     });
     out.emit(RunEvent::AgentCommand {
         iteration: assignment.iteration,
@@ -351,7 +352,10 @@ fn draft(
     r.message = v.message.clone();
     // `--sandbox`: what the sandbox's settle found (a ralph.toml the agent created, moved
     // aside), appended as the verdict's findings are.
-    let settled = cx.sandbox.map(|s| s.take_findings()).unwrap_or_default();
+    let settled = cx
+        .sandbox
+        .map(|s| s.take_findings(&cx.paths.repo_root))
+        .unwrap_or_default();
     if !settled.is_empty() {
         let joined = settled.join("; ");
         r.message = Some(match r.message.take() {

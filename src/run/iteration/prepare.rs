@@ -39,6 +39,8 @@ pub struct Assignment {
     /// the loop went straight on to this one (no wait in between): then nothing is dirty at the
     /// start and the status walk is skipped. `None` makes the start look at the tree.
     pub clean_at: Option<String>,
+    /// `--parallel`: the worker slot (1-based) it runs on; `None` in a serial run.
+    pub worker: Option<u32>,
 }
 
 /// Where an iteration started.
@@ -95,7 +97,8 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         excerpt,
         a.feedback.clone(),
     )
-    .with_hints(a.hints.iter().map(|h| h.text.clone()).collect());
+    .with_hints(a.hints.iter().map(|h| h.text.clone()).collect())
+    .in_worktree(a.worker.is_some());
     let prompt = cx.template.render(&ctx)?;
     let mut spec = cx.backend.command(&prompt)?;
     // The tag (a restarted ralph only kills a process group that is really its own), NO_COLOR

@@ -79,6 +79,24 @@ pub fn make_tree(
     Ok(())
 }
 
+/// Commits prd.json and progress.txt when they differ from the run branch's tip (the user
+/// edited them during the run: a story added, a note), and nothing else of the checkout.
+///
+/// # Errors
+/// git failing to commit.
+pub fn commit_edits(s: &Session) -> anyhow::Result<()> {
+    let own = kept_paths(&s.pre.paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    git_land::commit_own_files(
+        &s.pre.repo,
+        &own,
+        "ralph: prd.json and progress.txt as edited during the run",
+        "Committed before the next story starts or lands (--parallel), so that it builds on them.",
+        &[],
+    )?;
+    Ok(())
+}
+
 /// The paths ralph writes itself at landing, relative to the repository root: prd.json,
 /// progress.txt and its `progress-history/`.
 pub fn kept_paths(paths: &RunPaths) -> Vec<String> {
@@ -165,11 +183,15 @@ pub async fn land(
     };
     worked.draft.record.landing = landing;
     refresh_summary(&mut worked.draft);
+    let own = kept_paths(&paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
             paths: &paths,
             remote: s.remote.as_ref(),
+            // Only ralph's files: a file the user edits in the checkout during the run is theirs.
+            only: Some(&own),
         },
         &s.run_id,
         cfg.max_iter,
@@ -205,6 +227,9 @@ async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
+    // as they are before the story lands on top.
+    commit_edits(s)?;
     let tip = s
         .pre
         .repo
@@ -316,9 +341,7 @@ async fn onto_branch(
     let own = Own::read(&paths);
     if let Err(e) = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result) {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
-        let message = format!(
-            "cannot move the checkout forward ({e}); ralph never resets your files: commit or stash your changes, then run again. The story's work is kept in {salvage}"
-        );
+        let message = format!("{e}\nThe story's work is kept in {salvage}.");
         board.resume.insert(story.clone(), result);
         set_outcome(worked, Outcome::Conflict, message.clone());
         landing.salvage_ref = Some(salvage);

@@ -208,6 +208,7 @@ async fn launch(
             story,
             snapshot: current.clone(),
             clean_at: None,
+            worker: None,
         };
         start(
             cfg,
@@ -240,6 +241,9 @@ fn start(
     tx: &mpsc::UnboundedSender<Msg>,
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
+    // prd.json as the user edited it meanwhile (a story added during a pause) is what the
+    // worktree must start from.
+    land::commit_edits(s)?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
     let iteration = assignment.iteration;
@@ -251,6 +255,8 @@ fn start(
     let worker = (1..=cfg.parallel)
         .find(|w| board.flights.iter().all(|f| f.worker != *w))
         .unwrap_or(1);
+    let mut assignment = assignment;
+    assignment.worker = Some(worker);
     let root = tree_root(paths, &s.run_id, &story_id, iteration);
     let keep = land::kept_paths(paths);
     land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?;

@@ -93,13 +93,26 @@ pub fn spawn(job: Job, tx: UnboundedSender<Msg>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(format!("ralph-worker-{iteration}"))
         .spawn(move || {
-            let end = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(run(job, tx.clone())),
-                Err(e) => End::Failed(format!("cannot start the worker's runtime: {e}")),
-            };
+            let forward = tx.clone();
+            // A panic in the iteration must still end it for the dispatcher (which waits for
+            // every worker's end), as a failed iteration with the panic's message.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(run(job, forward)),
+                    Err(e) => End::Failed(format!("cannot start the worker's runtime: {e}")),
+                }
+            }));
+            let end = ran.unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                End::Failed(format!("internal error: the worker stopped: {what}"))
+            });
             let _ = tx.send(Msg::Done { iteration, end });
         })
         .map(|_| ())
