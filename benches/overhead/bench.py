@@ -5,9 +5,10 @@ run. Normally started by `scripts/bench.sh`, which owns the temporary directory:
     bench.py [--quick] [--rows ROW,...] [--json FILE] [--tmp DIR] [--dry-run] [RALPH_BIN]
 
 Without RALPH_BIN it runs `cargo build --release --bin ralph` and uses target/release/ralph.
-Rows (names for --rows, case-insensitive): p1, p1-big, p1-stale, p2, p2-2g, p3, p4, p5, startup,
-scale-status, scale-iter, or the issue's groups P1 (p1, p1-big, p1-stale), P2 (p2, p2-2g), P3, P4,
-P5, startup, scale (issue 18: 100,000 stories).
+Rows (names for --rows, case-insensitive): p1, p1-big, p1-before (only with --before BIN),
+p1-stale, p2, p2-2g, p3, p4, p5, startup, scale-status, scale-iter, parallel, parallel-land (issue 20), or the issue's groups
+P1 (p1, p1-big, p1-before, p1-stale), P2 (p2, p2-2g), P3, P4,
+P5, startup, scale (issue 18: 100,000 stories), par (issue 20: parallel, parallel-land).
 --quick (or RALPH_BENCH_QUICK=1) runs fewer iterations and a 400 MB stream in place of the 2 GB
 one: a few minutes. --dry-run prints what would run and exits (the CI smoke test of the
 arguments). See README.md, "Benchmarks", for what each row measures and how.
@@ -36,9 +37,11 @@ SHELL_LOOP = os.path.join(HERE, "shell-loop.sh")
 GEN_HISTORY = os.path.join(HERE, "gen_history.py")
 GEN_STREAM = os.path.join(HERE, "gen_stream.py")
 TRUE = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-ROWS = ["p1", "p1-big", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter"]
-GROUPS = {"p1": ["p1", "p1-big", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
-          "start-up": ["startup"], "scale": ["scale-status", "scale-iter"]}
+ROWS = ["p1", "p1-big", "p1-before", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter",
+        "parallel", "parallel-land"]
+GROUPS = {"p1": ["p1", "p1-big", "p1-before", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
+          "start-up": ["startup"], "scale": ["scale-status", "scale-iter"],
+          "par": ["parallel", "parallel-land"]}
 GEN_PRD = os.path.join(ROOT, "benches", "scale", "gen_prd.py")
 MIB = 1024 * 1024
 LIMITS = ["--max-attempts", "100000", "--max-failures", "100000", "--max-no-progress", "100000"]
@@ -46,10 +49,10 @@ STREAM_TOKENS_IN = 424242  # gen_stream.py's result line (input_tokens)
 
 # What --quick and the full run do. runs: how many times each side runs (median taken).
 # p2_big: the size of the "2 GB" row's stream (--quick: 400 MB, and the row says so).
-FULL = dict(scale_n=100_000, scale_runs=3, p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
+FULL = dict(par_stories=6, par_sleep=5, par_runs=3, land_runs=3, scale_n=100_000, scale_runs=3, p1_n=200, p1_runs=3, big_n=50, big_runs=3, stale_n=20, stale_runs=3, p2_runs=3, p3_n=1000,
             p2_big=2_000_000_000, p5_n=50, p5_runs=3, p4_runs=7, start_runs=11, big_files=5000,
             big_bytes=40_000_000)
-QUICK = dict(scale_n=100_000, scale_runs=1, p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
+QUICK = dict(par_stories=6, par_sleep=5, par_runs=1, land_runs=1, scale_n=100_000, scale_runs=1, p1_n=100, p1_runs=3, big_n=10, big_runs=3, stale_n=10, stale_runs=1, p2_runs=1, p3_n=1000,
              p2_big=400_000_000, p5_n=20, p5_runs=1, p4_runs=5, start_runs=7, big_files=5000,
              big_bytes=40_000_000)
 
@@ -206,10 +209,10 @@ class Bench:
 
     # ---- the two sides of a no-op iteration ------------------------------------------------
 
-    def ralph_noop(self, repo, n, agent_cmd=None):
+    def ralph_noop(self, repo, n, agent_cmd=None, binary=None):
         """`ralph run` with an exec agent that changes nothing, n iterations; checks that the
-        ledger has n records. Returns (wall s, cpu s)."""
-        argv = [self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent_cmd or TRUE,
+        ledger has n records. Returns (wall s, cpu s). binary: another ralph (--before)."""
+        argv = [binary or self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent_cmd or TRUE,
                 "--max-iter", str(n)] + LIMITS
         ledger = os.path.join(repo, ".ralph", "ledger.jsonl")
         before = count_lines(ledger)
@@ -283,6 +286,30 @@ class Bench:
                  % (fmt_int(c["big_files"]), c["big_bytes"] // 1_000_000, c["big_n"], c["big_runs"]),
                  "%.1f ms/iter" % r, "shell loop %.1f ms/iter" % s, ratio(r, s), "≤ 2×", met(r / s <= 2),
                  "CPU: ralph %.1f ms/iter, shell loop %.1f ms/iter (%.2f×)" % (rc, sc, rc / sc))
+
+    def row_p1_before(self):
+        """--before BIN: the 5,000-file no-op iteration of this ralph and of BIN (an earlier
+        build), each on its own copy, alternating which goes first: the change's effect on the
+        per-iteration overhead, paired in one run."""
+        c = self.cfg
+        big = self.big_template()
+        now_w, now_c, old_w, old_c = [], [], [], []
+        for k in range(c["big_runs"] * 2):
+            for side in (["now", "old"] if k % 2 == 0 else ["old", "now"]):
+                repo = self.copy(big, "run")
+                try:
+                    w, cpu = self.ralph_noop(repo, c["big_n"], binary=None if side == "now" else self.before)
+                finally:
+                    self.remove(repo)
+                (now_w if side == "now" else old_w).append(w / c["big_n"] * 1e3)
+                (now_c if side == "now" else old_c).append(cpu / c["big_n"] * 1e3)
+        med = statistics.median
+        r, b = med(now_w), med(old_w)
+        self.add("P1 on a %s-file repo, %d iterations: this ralph vs --before (median of %d)"
+                 % (fmt_int(c["big_files"]), c["big_n"], len(now_w)),
+                 "%.1f ms/iter" % r, "--before %.1f ms/iter" % b, ratio(r, b), "< 1×", met(r < b),
+                 "CPU: this ralph %.1f ms/iter, --before %.1f ms/iter (%.2f×); --before is %s"
+                 % (med(now_c), med(old_c), med(now_c) / med(old_c), self.before))
 
     def row_p1_stale(self):
         c = self.cfg
@@ -556,6 +583,93 @@ class Bench:
                  "run, %s after it (ralph moves older entries into progress-history/)"
                  % (r2 / r, progress, progress_after), key="startup 10,000")
 
+    # ---- --parallel (issue 20) ---------------------------------------------------------------
+
+    def stories_repo(self, template, n):
+        """A copy of `template` whose prd.json has n independent open stories (each story's
+        agent writes its own file, so none conflict), committed."""
+        repo = self.copy(template, "par")
+        stories = [{"id": "US-%03d" % i, "title": "Story %d" % i, "description": "",
+                    "acceptanceCriteria": ["story-US-%03d.txt exists" % i], "priority": i,
+                    "passes": False} for i in range(1, n + 1)]
+        with open(os.path.join(repo, "prd.json"), "w") as f:
+            json.dump({"project": "bench", "branchName": "ralph/bench", "userStories": stories}, f, indent=2)
+            f.write("\n")
+        self.git(repo, "add", "-A")
+        self.git(repo, "commit", "-qm", "%d stories" % n)
+        return repo
+
+    def ralph_stories(self, template, n, parallel, sleep_s):
+        """`ralph run --parallel <parallel>` over n stories with agents/story-agent.sh taking
+        sleep_s per story, on a fresh copy; checked: exit 0, every story passing with one
+        story_passed record, and its file on the branch. Returns (wall s, cpu s)."""
+        repo = self.stories_repo(template, n)
+        try:
+            agent = "%s %s" % (os.path.join(AGENTS, "story-agent.sh"), sleep_s)
+            argv = [self.ralph, "run", "--quiet", "--parallel", str(parallel), "--agent", "exec",
+                    "--agent-cmd", agent, "--max-iter", str(3 * n)] + LIMITS
+            wall, rc, cpu = self.run(argv, repo)
+            ledger = os.path.join(repo, ".ralph", "ledger.jsonl")
+            with open(ledger) as f:
+                records = [json.loads(l) for l in f if l.strip()]
+            passed = sorted(r["story_id"] for r in records if r.get("outcome") == "story_passed")
+            want = ["US-%03d" % i for i in range(1, n + 1)]
+            files = subprocess.run(["git", "ls-tree", "-r", "--name-only", "ralph/bench"], cwd=repo,
+                                   env=self.env, capture_output=True, text=True).stdout.split()
+            missing = [s for s in want if "story-%s.txt" % s not in files]
+            if rc != 0 or passed != want or missing:
+                raise Failed("--parallel %d: exit %d, passed %s, files missing %s: %s"
+                             % (parallel, rc, passed, missing, self.stderr_tail()))
+            return wall, cpu
+        finally:
+            self.remove(repo)
+
+    def paired_parallel(self, template, n, sleep_s, runs):
+        """Median wall and CPU of --parallel 3 and --parallel 1 over the same stories, the two
+        alternating which goes first."""
+        out = {3: ([], []), 1: ([], [])}
+        for k in range(runs):
+            for p in ((3, 1) if k % 2 == 0 else (1, 3)):
+                w, c = self.ralph_stories(template, n, p, sleep_s)
+                out[p][0].append(w)
+                out[p][1].append(c)
+        med = statistics.median
+        return med(out[3][0]), med(out[3][1]), med(out[1][0]), med(out[1][1])
+
+    def row_parallel(self):
+        """6 independent stories, an agent taking a fixed 5 s each: --parallel 3 against
+        --parallel 1 (issue 20: at most 0.4× the wall time)."""
+        c = self.cfg
+        n, sleep_s = c["par_stories"], c["par_sleep"]
+        tiny = self.tiny_repo("par-template")
+        p3, p3c, p1, p1c = self.paired_parallel(tiny, n, sleep_s, c["par_runs"])
+        agent = n * sleep_s
+        self.add("--parallel 3 vs --parallel 1: %d independent stories, agent %d s each (median of %d)"
+                 % (n, sleep_s, c["par_runs"]),
+                 "%.1f s" % p3, "--parallel 1 %.1f s" % p1, ratio(p3, p1), "≤ 0.4×", met(p3 / p1 <= 0.4),
+                 "the agents' own time: %d s serial, %d s at 3 at once; ralph's overhead per story: "
+                 "--parallel 3 %.0f ms (wall beyond the agents' %d s, over %d stories), --parallel 1 %.0f ms; "
+                 "CPU: %.2f s vs %.2f s"
+                 % (agent, agent // 3, (p3 - agent / 3) / n * 1e3, agent // 3, n, (p1 - agent) / n * 1e3,
+                    p3c, p1c))
+
+    def row_parallel_land(self):
+        """The landing overhead per story on the 5,000-file repository: 6 stories whose agent
+        takes no time, --parallel 3 (a worktree per story, then the landing) against --parallel
+        1 (serial iterations in the checkout), next to P1's per-iteration overhead there."""
+        c = self.cfg
+        n = c["par_stories"]
+        big = self.big_template()
+        p3, p3c, p1, p1c = self.paired_parallel(big, n, 0, c["land_runs"])
+        per3, per1 = p3 / n * 1e3, p1 / n * 1e3
+        noop = getattr(self, "p1_big", None)
+        self.add("--parallel landing overhead per story, %s-file repo, agent 0 s, %d stories (median of %d)"
+                 % (fmt_int(c["big_files"]), n, c["land_runs"]),
+                 "%.0f ms/story" % per3, "--parallel 1 %.0f ms/story" % per1, ratio(per3, per1), "—", "—",
+                 "wall of the whole run over the stories (each: worktree, agent, landing; serial: the "
+                 "iteration in the checkout); CPU per story %.0f ms vs %.0f ms; P1's no-op iteration there: %s"
+                 % (p3c / n * 1e3, p1c / n * 1e3, "%.1f ms" % noop if noop else "not run (add p1-big)"))
+
     # ---- output ----------------------------------------------------------------------------
 
     def scale_repo(self):
@@ -802,6 +916,8 @@ def main():
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--tmp", help="work directory (default: a new one, removed at the end)")
     ap.add_argument("--dry-run", action="store_true", help="print the rows and settings that would run, and exit")
+    ap.add_argument("--before", metavar="BIN",
+                    help="an earlier ralph build: row p1-before pairs it with this one on the 5,000-file repo")
     a = ap.parse_args()
     a.quick = a.quick or os.environ.get("RALPH_BENCH_QUICK", "") not in ("", "0")
     only = select_rows(ap, a.rows)
@@ -823,6 +939,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ralph-bench.") if own_tmp else a.tmp
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bench = Bench(ralph, tmp, QUICK if a.quick else FULL)
+    bench.before = os.path.abspath(a.before) if a.before else None
     version = subprocess.run([ralph, "--version"], capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()
     fsync_file, fsync_dir = fsync_probe(tmp)
@@ -831,13 +948,15 @@ def main():
     started = time.perf_counter()
     try:
         steps = {"p1": bench.row_p1, "p1-big": bench.row_p1_big, "p1-stale": bench.row_p1_stale,
+                 "p1-before": bench.row_p1_before, "parallel": bench.row_parallel,
+                 "parallel-land": bench.row_parallel_land,
                  "p2": lambda: bench.row_p2(100_000_000, "100 MB", bench.cfg["p2_runs"]),
                  "p2-2g": lambda: bench.row_p2(bench.cfg["p2_big"], p2_big_label(bench.cfg["p2_big"]), 1,
                                                big=True),
                  "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup,
                  "scale-status": bench.row_scale_status, "scale-iter": bench.row_scale_iter}
         for name in ROWS:
-            if name not in only:
+            if name not in only or (name == "p1-before" and not bench.before):
                 continue
             sys.stderr.write("%s ...\n" % name)
             bench.step = name

@@ -221,6 +221,39 @@ pub struct Checkpoint {
     pub withheld: Vec<String>,
 }
 
+/// The working tree staged as a checkpoint stages it, by one status walk ([`Repo::stage`]).
+///
+/// An iteration walks its tree once, in inspect; what ralph itself writes after that (prd.json,
+/// progress.txt, progress-history/) is staged on top by [`Repo::restage`], which walks only
+/// those paths, so the checkpoint does not walk the whole tree again. A `Staged` is only reused
+/// while it still describes the repository: the same working tree, the same HEAD and the same
+/// index file (its size, inode and modification time); otherwise [`Repo::restage`] walks the
+/// whole tree as [`Repo::stage`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    /// The staged tree.
+    tree: git2::Oid,
+    /// See [`Checkpoint::clean`].
+    clean: bool,
+    /// See [`Checkpoint::withheld`].
+    withheld: Vec<String>,
+    /// The working tree's root it was staged in.
+    root: PathBuf,
+    /// HEAD's commit when it was staged (`None`: an unborn branch).
+    head: Option<git2::Oid>,
+    /// The index file as the staging left it (`None`: no index file).
+    index: Option<IndexStamp>,
+}
+
+/// What tells one version of the index file from another: its size, inode and modification time
+/// (nanoseconds where the file system keeps them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IndexStamp {
+    len: u64,
+    ino: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
 /// An open git repository with a working tree.
 pub struct Repo {
     repo: Repository,
@@ -510,20 +543,113 @@ impl Repo {
     }
 
     /// Stages every change in the working tree as [`Repo::checkpoint`] commits it (new,
-    /// modified and deleted files; ignored files excluded; the index is written) and returns the
-    /// staged tree's id, whether the working tree is clean against it, and the secret-looking
-    /// files left out: an untracked one is never staged, and one someone staged that HEAD does
-    /// not have is taken out of the index again ([`crate::redact::is_secret_file`]).
+    /// modified and deleted files; ignored files excluded; the index is written) by one status
+    /// walk of the whole tree, and returns the staged tree with whether the working tree is
+    /// clean against it and the secret-looking files left out: an untracked one is never staged,
+    /// and one someone staged that HEAD does not have is taken out of the index again
+    /// ([`crate::redact::is_secret_file`]).
     ///
     /// # Errors
     /// As [`Repo::commit_all`].
-    fn stage_all(&self) -> Result<(git2::Oid, bool, Vec<String>), GitError> {
+    pub fn stage(&self) -> Result<Staged, GitError> {
+        let (tree, clean, withheld) = self.stage_walk(&[])?;
+        self.staged(tree, clean, withheld)
+    }
+
+    /// [`Repo::stage`] after `prior` (an earlier staging of this tree) when `prior` still
+    /// describes the repository (same working tree, HEAD and index file, see [`Staged`]): then
+    /// only `paths` (relative to the root, `/`-separated; a directory stands for everything
+    /// under it) are walked and staged on top of it, the rest of the tree being taken as
+    /// `prior` staged it. Without a `prior`, or with one that no longer applies, the whole tree
+    /// is walked. The caller promises that nothing outside `paths` changed since `prior`.
+    ///
+    /// # Errors
+    /// As [`Repo::commit_all`].
+    pub fn restage(&self, prior: Option<&Staged>, paths: &[String]) -> Result<Staged, GitError> {
+        let Some(prior) = prior.filter(|p| self.still_staged(p)) else {
+            return self.stage();
+        };
+        if paths.is_empty() {
+            return Ok(prior.clone());
+        }
+        let (tree, clean, fresh) = self.stage_walk(paths)?;
+        let under = |w: &str| {
+            paths.iter().any(|p| {
+                w == p
+                    || w.strip_prefix(p.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+        };
+        let mut withheld: Vec<String> = prior
+            .withheld
+            .iter()
+            .filter(|w| !under(w))
+            .cloned()
+            .chain(fresh)
+            .collect();
+        withheld.sort();
+        withheld.dedup();
+        self.staged(tree, clean && prior.clean, withheld)
+    }
+
+    /// A [`Staged`] of `tree` as the repository is now (HEAD, the index file).
+    fn staged(
+        &self,
+        tree: git2::Oid,
+        clean: bool,
+        withheld: Vec<String>,
+    ) -> Result<Staged, GitError> {
+        Ok(Staged {
+            tree,
+            clean,
+            withheld,
+            root: self.root.clone(),
+            head: self.head_commit()?.map(|c| c.id()),
+            index: self.index_stamp(),
+        })
+    }
+
+    /// Whether `staged` still describes this repository: the same working tree, HEAD and index
+    /// file.
+    fn still_staged(&self, staged: &Staged) -> bool {
+        staged.root == self.root
+            && self.head_commit().ok().map(|h| h.map(|c| c.id())) == Some(staged.head)
+            && staged.index.is_some()
+            && self.index_stamp() == staged.index
+    }
+
+    /// The index file's [`IndexStamp`], `None` when it cannot be read.
+    fn index_stamp(&self) -> Option<IndexStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let index = self.repo.index().ok()?;
+        let meta = std::fs::metadata(index.path()?).ok()?;
+        Some(IndexStamp {
+            len: meta.len(),
+            ino: meta.ino(),
+            modified: meta.modified().ok(),
+        })
+    }
+
+    /// The status walk behind [`Repo::stage`] (`only` empty: the whole tree) and
+    /// [`Repo::restage`] (`only`: those paths and what is under them): stages what it finds,
+    /// writes the index when it staged anything, and returns the staged tree's id, whether the
+    /// walked part of the working tree is clean against it, and the secret-looking files it
+    /// left out.
+    fn stage_walk(&self, only: &[String]) -> Result<(git2::Oid, bool, Vec<String>), GitError> {
         let mut opts = StatusOptions::new();
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
             .include_ignored(false)
             .exclude_submodules(false)
             .update_index(true);
+        if !only.is_empty() {
+            // Literal paths (a `[` in a file name is no pattern); a directory matches what is
+            // under it.
+            opts.disable_pathspec_match(true);
+            for path in only {
+                opts.pathspec(path);
+            }
+        }
         let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
         let mut index = self.repo.index().map_err(op("read index"))?;
         if index.has_conflicts() {
@@ -598,15 +724,27 @@ impl Repo {
     /// # Errors
     /// As [`Repo::commit_all`]; [`GitError::UnknownRevision`] when `from` is not a commit.
     pub fn staged_changes(&self, from: Option<&str>) -> Result<Vec<String>, GitError> {
-        let (tree_id, _, _) = self.stage_all()?;
-        let staged = self.repo.find_tree(tree_id).map_err(op("read tree"))?;
+        self.staged_diff(&self.stage()?, from)
+    }
+
+    /// The files `staged` changes against commit `from` (every file of the staged tree when
+    /// `from` is `None`), as [`Repo::staged_changes`] lists them, without walking the tree.
+    ///
+    /// # Errors
+    /// [`GitError::UnknownRevision`] when `from` is not a commit; [`GitError::Git`].
+    pub fn staged_diff(
+        &self,
+        staged: &Staged,
+        from: Option<&str>,
+    ) -> Result<Vec<String>, GitError> {
+        let tree = self.repo.find_tree(staged.tree).map_err(op("read tree"))?;
         let base = match from {
             Some(rev) => Some(self.resolve_commit(rev)?.tree().map_err(op("read tree"))?),
             None => None,
         };
         let diff = self
             .repo
-            .diff_tree_to_tree(base.as_ref(), Some(&staged), None)
+            .diff_tree_to_tree(base.as_ref(), Some(&tree), None)
             .map_err(op("diff"))?;
         Ok(diff_paths(&diff))
     }
@@ -625,7 +763,29 @@ impl Repo {
         body: &str,
         trailers: &[(&str, String)],
     ) -> Result<Checkpoint, GitError> {
-        let (tree_id, clean, withheld) = self.stage_all()?;
+        self.checkpoint_after(subject, body, trailers, None, &[])
+    }
+
+    /// [`Repo::checkpoint`] of the tree as `prior` staged it with `written` (the paths written
+    /// since, relative to the root) staged on top ([`Repo::restage`]): the whole tree is not
+    /// walked again when `prior` still applies. Without a `prior`, as [`Repo::checkpoint`].
+    ///
+    /// # Errors
+    /// As [`Repo::commit_all`].
+    pub fn checkpoint_after(
+        &self,
+        subject: &str,
+        body: &str,
+        trailers: &[(&str, String)],
+        prior: Option<&Staged>,
+        written: &[String],
+    ) -> Result<Checkpoint, GitError> {
+        let Staged {
+            tree: tree_id,
+            clean,
+            withheld,
+            ..
+        } = self.restage(prior, written)?;
         let parent = self.head_commit()?;
         let unchanged = match &parent {
             Some(parent) => parent.tree_id() == tree_id,
@@ -1288,6 +1448,98 @@ mod tests {
         assert_eq!(git(root, &["show", "HEAD:edit.txt"]), "v2\n");
         // Nothing left: no empty commit.
         assert_eq!(repo.checkpoint("three", "", &[]).unwrap().commit, None);
+    }
+
+    /// A repository with one commit (`a.txt`, `.gitignore` ignoring `*.log`) and its handle.
+    fn committed_repo() -> (tempfile::TempDir, Repo) {
+        let dir = tempfile::tempdir().unwrap();
+        git2::Repository::init(dir.path()).unwrap();
+        let repo = Repo::discover(dir.path()).unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "*.log\n").unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a\n").unwrap();
+        repo.checkpoint("one", "", &[]).unwrap();
+        (dir, repo)
+    }
+
+    #[test]
+    fn a_checkpoint_after_a_staging_walks_only_the_paths_written_since() {
+        let (dir, repo) = committed_repo();
+        let root = dir.path();
+        std::fs::write(root.join("work.txt"), "the agent's work\n").unwrap();
+        let prior = repo.stage().unwrap();
+        // After the walk: ralph writes its memory files (one in a directory, one ignored), and
+        // a file outside them changes. Only the named paths are walked again, so that file is
+        // not staged: the walk was not repeated.
+        std::fs::write(root.join("progress.txt"), "entry\n").unwrap();
+        std::fs::create_dir_all(root.join("hist")).unwrap();
+        std::fs::write(root.join("hist/part-1.txt"), "old entries\n").unwrap();
+        std::fs::write(root.join("hist/skip.log"), "ignored\n").unwrap();
+        std::fs::write(root.join("a.txt"), "changed outside\n").unwrap();
+        let written = ["progress.txt".to_owned(), "hist".to_owned()];
+        let cp = repo
+            .checkpoint_after("two", "", &[], Some(&prior), &written)
+            .unwrap();
+        assert!(cp.commit.is_some(), "{cp:?}");
+        let files = git(root, &["ls-files"]);
+        for f in ["work.txt", "progress.txt", "hist/part-1.txt"] {
+            assert!(files.lines().any(|l| l == f), "{f} not committed: {files}");
+        }
+        assert!(
+            !files.contains("skip.log"),
+            "an ignored file was committed: {files}"
+        );
+        assert_eq!(git(root, &["show", "HEAD:a.txt"]), "a\n");
+        // The staging is not reused once HEAD moved: the next checkpoint walks everything.
+        let cp = repo
+            .checkpoint_after("three", "", &[], Some(&prior), &written)
+            .unwrap();
+        assert!(cp.commit.is_some() && cp.clean, "{cp:?}");
+        assert_eq!(git(root, &["show", "HEAD:a.txt"]), "changed outside\n");
+        assert_eq!(git(root, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_staging_is_not_reused_after_the_index_changed_or_in_another_tree() {
+        let (dir, repo) = committed_repo();
+        let root = dir.path();
+        let prior = repo.stage().unwrap();
+        std::fs::write(root.join("b.txt"), "b\n").unwrap();
+        // Someone else staged a file: the index file is another one, so everything is walked.
+        git(root, &["add", "b.txt"]);
+        std::fs::write(root.join("c.txt"), "c\n").unwrap();
+        let staged = repo
+            .restage(Some(&prior), &["progress.txt".to_owned()])
+            .unwrap();
+        assert_eq!(
+            repo.staged_diff(&staged, Some("HEAD")).unwrap(),
+            ["b.txt", "c.txt"]
+        );
+        // A staging of another repository's tree is never applied here.
+        let (other_dir, other) = committed_repo();
+        std::fs::write(other_dir.path().join("d.txt"), "d\n").unwrap();
+        let foreign = other.stage().unwrap();
+        let cp = repo
+            .checkpoint_after("x", "", &[], Some(&foreign), &[])
+            .unwrap();
+        assert!(cp.commit.is_some() && cp.clean, "{cp:?}");
+        let files = git(root, &["ls-files"]);
+        assert!(
+            files.contains("c.txt") && !files.contains("d.txt"),
+            "{files}"
+        );
+    }
+
+    #[test]
+    fn a_restaged_secret_file_is_still_withheld() {
+        let (dir, repo) = committed_repo();
+        let root = dir.path();
+        let prior = repo.stage().unwrap();
+        std::fs::write(root.join(".env"), "KEY=1\n").unwrap();
+        let cp = repo
+            .checkpoint_after("x", "", &[], Some(&prior), &[".env".to_owned()])
+            .unwrap();
+        assert_eq!(cp.commit, None);
+        assert_eq!(cp.withheld, [".env"]);
     }
 
     #[test]

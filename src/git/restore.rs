@@ -56,7 +56,7 @@ impl Repo {
         let agent_head = agent_head.id();
         self.set_ref(keep_as, &agent_head.to_string())?;
         let start = self.resolve_commit(start)?;
-        let (theirs_id, _, _) = self.stage_all()?;
+        let (theirs_id, _, _) = self.stage_walk(&[])?;
         let theirs = self.repo.find_tree(theirs_id).map_err(op("read tree"))?;
         let ours = start.tree().map_err(op("read tree"))?;
         let base = match self.repo.merge_base(start.id(), agent_head) {

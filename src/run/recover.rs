@@ -457,6 +457,7 @@ fn draft(
         body: "Outcome: interrupted (ralph was killed during this iteration).".to_string(),
         clock: None,
         signal_at: None,
+        staged: None,
     })
 }
 

@@ -31,6 +31,7 @@ mod local_repeat;
 mod morning;
 mod native_loop;
 mod notify;
+mod parallel;
 mod parallel_views;
 mod pause;
 mod plan;

@@ -33,6 +33,9 @@ pub struct Draft {
     pub clock: Option<Instant>,
     /// When the signal that ended the iteration came, for the record's `shutdown.recorded_s`.
     pub signal_at: Option<Instant>,
+    /// The working tree as inspect staged it: the checkpoint stages only the memory files ralph
+    /// writes after it on top (`None`, or a staging of another tree: the whole tree is walked).
+    pub staged: Option<crate::git::Staged>,
 }
 
 /// The places [`commit`] writes to.
@@ -77,6 +80,7 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         body,
         clock,
         signal_at,
+        staged,
     } = draft;
     // A ledger that starts while git already has ralph's iterations (a fresh clone, a deleted
     // `.ralph/`) says so on its first record.
@@ -136,7 +140,13 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
             clean: false,
             withheld: Vec::new(),
         },
-        None => at.repo.checkpoint(&subject, &body, &trailers.pairs())?,
+        None => at.repo.checkpoint_after(
+            &subject,
+            &body,
+            &trailers.pairs(),
+            staged.as_ref(),
+            &super::inspect::memory_paths(at.paths, at.repo.root()),
+        )?,
     };
     record.checkpoint_commit = checkpoint.commit;
     let withheld = newly_withheld(&checkpoint.withheld);

@@ -91,6 +91,9 @@ pub struct Observation {
     pub open_after: Vec<String>,
     /// Whether the iteration's story passes now.
     pub story_passes: bool,
+    /// The working tree as inspect's last walk staged it: the checkpoint stages only what ralph
+    /// writes after it ([`memory_paths`]) on top, instead of walking the tree again.
+    pub staged: Option<crate::git::Staged>,
 }
 
 /// Why ralph did not count a story's `passes: true`.
@@ -161,10 +164,16 @@ pub async fn inspect(
     }
     let mut flipped = flipped_ids(&snapshot.prd, prd_of(&after, snapshot), true);
     // The work, before a verify command adds its own files.
-    let work = work_files(cx, start)?;
+    let (work, staged) = work_files(cx, start, None)?;
     let notes_only = !work.iter().any(|p| !is_memory(cx, p));
-    let mut io = GateIo { state, out };
+    let mut io = GateIo {
+        state,
+        out,
+        checks_ran: false,
+    };
     after = verify_gate(cx, a, after, &flipped, notes_only, &mut obs, &mut io).await?;
+    // Whether anything but ralph changed the tree since the walk above: a check may write files.
+    let checks_ran = io.checks_ran;
     // A pass the check let through (or that has no check) still needs work behind it.
     let not_passed: HashSet<&str> = obs
         .verify
@@ -211,7 +220,9 @@ pub async fn inspect(
     let now = prd_of(&after, snapshot);
     obs.open_after = crate::run::policy::open_ids(now);
     obs.story_passes = now.story(&a.story.id).is_some_and(|s| s.passes);
-    git_delta(cx, start, &mut obs)?;
+    // What changed since the walk above: ralph's own writes to prd.json, and whatever a verify
+    // command wrote (then the whole tree is walked again).
+    git_delta(cx, start, (!checks_ran).then_some(&staged), &mut obs)?;
     Ok(obs)
 }
 
@@ -394,10 +405,45 @@ fn keep_passed(
 
 /// The files the checkpoint would change against the iteration's start, less those that were
 /// already dirty and are untouched.
-fn work_files(cx: &Cx<'_>, start: &StartPoint) -> anyhow::Result<Vec<String>> {
-    start
-        .dirty
-        .changed_since(cx.repo, start.head.as_deref(), &cx.paths.repo_root)
+fn work_files(
+    cx: &Cx<'_>,
+    start: &StartPoint,
+    prior: Option<&crate::git::Staged>,
+) -> anyhow::Result<(Vec<String>, crate::git::Staged)> {
+    let staged = cx
+        .repo
+        .restage(prior, &memory_paths(cx.paths, cx.repo.root()))?;
+    let changed = cx.repo.staged_diff(&staged, start.head.as_deref())?;
+    Ok((
+        start.dirty.changed_among(changed, &cx.paths.repo_root),
+        staged,
+    ))
+}
+
+/// The run's memory files (prd.json, progress.txt, progress-history/) relative to `root`, the
+/// paths ralph itself writes between inspect's walk and the checkpoint (those outside `root`
+/// left out): what the checkpoint stages on top of inspect's walk.
+pub fn memory_paths(paths: &crate::workspace::RunPaths, root: &std::path::Path) -> Vec<String> {
+    let history = paths
+        .progress
+        .parent()
+        .map(|d| d.join(crate::progress::HISTORY_DIR));
+    [
+        Some(paths.prd.clone()),
+        Some(paths.progress.clone()),
+        history,
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|p| {
+        let rel = p
+            .strip_prefix(root)
+            .or_else(|_| p.strip_prefix(&paths.repo_root))
+            .ok()?;
+        let rel = rel.to_str()?.replace(std::path::MAIN_SEPARATOR, "/");
+        (!rel.is_empty()).then_some(rel)
+    })
+    .collect()
 }
 
 /// The stories an earlier iteration (in this feature) changed more than notes for: an iteration
@@ -636,6 +682,8 @@ async fn verify_gate(
 struct GateIo<'s> {
     state: &'s mut State,
     out: &'s mut Outputs,
+    /// Whether a check was started (it may have written to the tree).
+    checks_ran: bool,
 }
 
 /// Runs one check; what it left running is killed, said, saved with the in-flight iteration and
@@ -653,6 +701,7 @@ async fn run_verify(
         story_id: story_id.to_owned(),
         command: command.to_owned(),
     });
+    io.checks_ran = true;
     let verify::Checked { record, strays } = verify::run(cx, iteration, command, story_id).await?;
     io.state.note_strays(&cx.paths.ralph_dir, &strays)?;
     if !strays.is_empty() {
@@ -826,8 +875,18 @@ fn put_back_fields(
 }
 
 /// The files the iteration's checkpoint changes, and whether the agent switched branches.
-fn git_delta(cx: &Cx<'_>, start: &StartPoint, obs: &mut Observation) -> anyhow::Result<()> {
-    obs.files_changed = work_files(cx, start)?;
+///
+/// `prior`: the staging of the walk before the verify gate, when nothing but ralph's own writes
+/// to the memory files changed the tree since (no check ran): only those are walked again.
+fn git_delta(
+    cx: &Cx<'_>,
+    start: &StartPoint,
+    prior: Option<&crate::git::Staged>,
+    obs: &mut Observation,
+) -> anyhow::Result<()> {
+    let (files, staged) = work_files(cx, start, prior)?;
+    obs.files_changed = files;
+    obs.staged = Some(staged);
     obs.memory_only =
         !obs.files_changed.is_empty() && obs.files_changed.iter().all(|p| is_memory(cx, p));
     let branch = cx.repo.current_branch();

@@ -377,6 +377,7 @@ fn draft(
         body: format!("Outcome: {}.", v.outcome.as_str()),
         clock: Some(start.clock),
         signal_at: None,
+        staged: obs.staged.clone(),
         record: r,
     }
 }

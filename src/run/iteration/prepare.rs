@@ -264,13 +264,18 @@ impl DirtySnapshot {
         head: Option<&str>,
         root: &Path,
     ) -> anyhow::Result<Vec<String>> {
-        Ok(repo
-            .staged_changes(head)?
+        Ok(self.changed_among(repo.staged_changes(head)?, root))
+    }
+
+    /// Those of `paths` (what a staging changes against the iteration's start, e.g.
+    /// [`Repo::staged_diff`]) whose content differs from the snapshot.
+    pub fn changed_among(&self, paths: Vec<String>, root: &Path) -> Vec<String> {
+        paths
             .into_iter()
             .filter(|p| match self.files.get(p) {
                 Some(before) => *before != Self::fingerprint(root, p),
                 None => true,
             })
-            .collect())
+            .collect()
     }
 }

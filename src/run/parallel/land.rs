@@ -506,6 +506,7 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
             body: format!("Outcome: {}.", outcome.as_str()),
             clock: None,
             signal_at: None,
+            staged: None,
             record: r,
         },
         feedback: Vec::new(),
