@@ -863,7 +863,29 @@ fn kill_case(seed: u64) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(rng.u64(0..3500)));
+    // Each first attempt has committed part of its work and left a file uncommitted (what
+    // recovery must keep): the kill comes after that, anywhere in the agents' remaining work
+    // (1 to 3 s) or in the landings. (A kill before the agents wrote anything would leave
+    // nothing to keep, and what a killed agent half-wrote is not what this test is about.)
+    let loose_written = || {
+        let trees = par.env.repo.join(".ralph").join("worktrees");
+        (1..=3).all(|i| {
+            walk_has(&trees, &format!("loose-{i}.txt"))
+                || par
+                    .records(&format!("US-{i:03}"))
+                    .iter()
+                    .any(|r| r["outcome"] == "story_passed")
+        })
+    };
+    while !loose_written() {
+        assert!(
+            Instant::now() < deadline,
+            "the agents never wrote their files:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(rng.u64(0..3000)));
     crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
     let out = par.env.ralph(&args);
@@ -1002,4 +1024,15 @@ fn real_claude_runs_three_stories_two_at_a_time() {
         tests.status.success() && said.contains("Ran 15 tests"),
         "{said}"
     );
+}
+
+/// Whether a file named `name` lies anywhere under `dir` (two levels: `<run>/<tree>/name`).
+fn walk_has(dir: &std::path::Path, name: &str) -> bool {
+    let Ok(runs) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    runs.flatten().any(|run| {
+        std::fs::read_dir(run.path())
+            .is_ok_and(|trees| trees.flatten().any(|tree| tree.path().join(name).exists()))
+    })
 }
