@@ -321,6 +321,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         None if running.is_some() => {
             println!("no iteration recorded yet: the first one is running (see above)")
         }
+        None if !state.flights.is_empty() => {
+            println!("no iteration recorded yet: the run's first ones are in flight (see above)")
+        }
         None => match &elsewhere {
             Some(b) => println!(
                 "no runs on this branch: the run's iterations are on {b} (`git checkout {}`)",
