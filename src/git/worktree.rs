@@ -423,6 +423,25 @@ fn make_dirs_writable(dir: &Path) {
     }
 }
 
+impl Repo {
+    /// Detaches this checkout's HEAD at the commit it points at, when it is on a branch (an
+    /// agent in a story's worktree that checked a branch out); files and index stay as they are.
+    /// Returns the branch it was on, `None` when HEAD was already detached (or unborn).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when HEAD cannot be read or moved.
+    pub fn detach_head(&self) -> Result<Option<String>, GitError> {
+        let head = self.repo.head().map_err(op("read HEAD"))?;
+        if !head.is_branch() {
+            return Ok(None);
+        }
+        let name = head.shorthand().unwrap_or_default().to_owned();
+        let id = head.peel_to_commit().map_err(op("read HEAD"))?.id();
+        self.repo.set_head_detached(id).map_err(op("detach HEAD"))?;
+        Ok(Some(name))
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -639,24 +658,5 @@ pub(crate) mod tests {
             repo.is_ignored("node_modules/").unwrap(),
             "asked as a directory before it exists"
         );
-    }
-}
-
-impl Repo {
-    /// Detaches this checkout's HEAD at the commit it points at, when it is on a branch (an
-    /// agent in a story's worktree that checked a branch out); files and index stay as they are.
-    /// Returns the branch it was on, `None` when HEAD was already detached (or unborn).
-    ///
-    /// # Errors
-    /// [`GitError::Git`] when HEAD cannot be read or moved.
-    pub fn detach_head(&self) -> Result<Option<String>, GitError> {
-        let head = self.repo.head().map_err(op("read HEAD"))?;
-        if !head.is_branch() {
-            return Ok(None);
-        }
-        let name = head.shorthand().unwrap_or_default().to_owned();
-        let id = head.peel_to_commit().map_err(op("read HEAD"))?.id();
-        self.repo.set_head_detached(id).map_err(op("detach HEAD"))?;
-        Ok(Some(name))
     }
 }

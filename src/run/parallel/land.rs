@@ -311,25 +311,7 @@ async fn onto_branch(
         message: None,
     };
     if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
-        // Nothing to land; work the agent did is kept for the story's next attempt.
-        if work != flight.base {
-            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?;
-            if worked.draft.record.outcome == Outcome::Interrupted {
-                let message = format!(
-                    "interrupted by a stop signal; its work is kept in {salvage} (not landed: it was not checked)"
-                );
-                set_outcome(worked, Outcome::Interrupted, message);
-            }
-            landing.salvage_ref = Some(salvage);
-            board.resume.insert(story.clone(), work);
-        } else if worked.draft.record.outcome == Outcome::Interrupted {
-            set_outcome(
-                worked,
-                Outcome::Interrupted,
-                "interrupted by a stop signal before it changed anything".into(),
-            );
-        }
-        clear_pass(worked);
+        keep_unlanded(s, board, flight, worked, &mut landing)?;
         return Ok(Some(landing));
     }
     let keep = kept_paths(&paths);
@@ -354,25 +336,7 @@ async fn onto_branch(
             ours,
             theirs,
         } => {
-            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &work)?;
-            let message = format!(
-                "its work conflicts with what landed meanwhile ({}) in {}; nothing landed, its commits are kept in {salvage}",
-                or_none(&landing.landed_since),
-                files.join(", ")
-            );
-            worked.feedback.push(Feedback::about(
-                &story,
-                format!(
-                    "Your previous attempt at {story} could not land: it conflicts with work landed on the branch meanwhile, in {}. You now start from the branch with that work in; redo your change on top of it (your earlier commits are kept in {salvage}).\nThe branch's side: {ours}\nYour side: {theirs}",
-                    files.join(", ")
-                ),
-            ));
-            set_outcome(worked, Outcome::Conflict, message.clone());
-            landing.kind = LandingKind::Conflict;
-            landing.files = files;
-            landing.salvage_ref = Some(salvage);
-            landing.message = Some(message);
-            clear_pass(worked);
+            conflicted(s, flight, worked, &mut landing, (files, ours, theirs))?;
             return Ok(Some(landing));
         }
     };
@@ -431,6 +395,72 @@ async fn onto_branch(
     };
     landing.commit = Some(result);
     Ok(Some(landing))
+}
+
+/// Keeps the work of an iteration that did not pass its story (or was interrupted) under a
+/// salvage ref for the story's next attempt, and says so in its record.
+fn keep_unlanded(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+) -> anyhow::Result<()> {
+    let story = &flight.story_id;
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let interrupted = worked.draft.record.outcome == Outcome::Interrupted;
+    if work != flight.base {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
+        if interrupted {
+            let message = format!(
+                "interrupted by a stop signal; its work is kept in {salvage} (not landed: it was not checked)"
+            );
+            set_outcome(worked, Outcome::Interrupted, message);
+        }
+        landing.salvage_ref = Some(salvage);
+        board.resume.insert(story.clone(), work);
+    } else if interrupted {
+        set_outcome(
+            worked,
+            Outcome::Interrupted,
+            "interrupted by a stop signal before it changed anything".into(),
+        );
+    }
+    clear_pass(worked);
+    Ok(())
+}
+
+/// Records a landing that conflicted (`files`, and the branch's and the story's side): the
+/// story's work under a salvage ref, the conflict as feedback for its next attempt.
+fn conflicted(
+    s: &Session,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+    (files, ours, theirs): (Vec<String>, String, String),
+) -> anyhow::Result<()> {
+    let story = &flight.story_id;
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
+    let message = format!(
+        "its work conflicts with what landed meanwhile ({}) in {}; nothing landed, its commits are kept in {salvage}",
+        or_none(&landing.landed_since),
+        files.join(", ")
+    );
+    worked.feedback.push(Feedback::about(
+        story,
+        format!(
+            "Your previous attempt at {story} could not land: it conflicts with work landed on the branch meanwhile, in {}. You now start from the branch with that work in; redo your change on top of it (your earlier commits are kept in {salvage}).\nThe branch's side: {ours}\nYour side: {theirs}",
+            files.join(", ")
+        ),
+    ));
+    set_outcome(worked, Outcome::Conflict, message.clone());
+    landing.kind = LandingKind::Conflict;
+    landing.files = files;
+    landing.salvage_ref = Some(salvage);
+    landing.message = Some(message);
+    clear_pass(worked);
+    Ok(())
 }
 
 /// Runs the story's check on the landed result, in its worktree; returns the failure's text
