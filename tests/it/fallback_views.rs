@@ -1,0 +1,102 @@
+//! What a user sees of fallback agents: the live line and the outcome line of each iteration
+//! name the agent (its profile name) that ran it, `ralph status`'s latest-run table has an AGENT
+//! column, and a crashed iteration recovered at restart is booked on the agent it ran on.
+//! A run with one agent shows none of this (its output is as it was).
+
+use serde_json::{json, Value};
+
+use crate::common::text;
+use crate::fallback::{codex_story, env_with};
+
+/// claude's 5-hour limit, resetting an hour after the fake plays it (so the run stays on the
+/// fallback for the rest of the test).
+fn claude_limit() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 3600}},
+        {"exit": 1}
+    ])
+}
+
+const BACKUP: &str = "[[agents]]\nname = \"backup\"\nagent = \"codex\"\n";
+
+#[test]
+fn the_live_line_the_outcome_line_and_status_name_the_fallback_agent() {
+    let env = env_with(2, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        codex_story("US-001", 0),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = |prefix: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(prefix) && (prefix.starts_with('▶') || !l.starts_with('▶')))
+            .unwrap_or_else(|| panic!("no line with {prefix:?} in:\n{stderr}"))
+            .to_owned()
+    };
+    // The live line: the agent's profile name and its backend.
+    let started = line("▶ iteration 2 ");
+    assert!(started.ends_with("· backup (codex)"), "{started}");
+    // The primary's name is the backend's: said once.
+    let first = line("▶ iteration 1 ");
+    assert!(first.ends_with("· claude"), "{first}");
+    // The outcome lines name the agent too.
+    let done = line("iteration 2 (");
+    assert!(
+        done.contains("US-001 · backup (codex) · story_passed"),
+        "{done}"
+    );
+    let limited = line("iteration 1 (");
+    assert!(
+        limited.contains("US-001 · claude · usage_limit"),
+        "{limited}"
+    );
+
+    // `ralph status`: an AGENT column, each row its iteration's agent.
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    let header = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("# "))
+        .unwrap_or_else(|| panic!("no table in:\n{status}"));
+    assert!(header.contains("AGENT  STORY"), "{status}");
+    let row = |n: u32| {
+        status
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{n} ")))
+            .unwrap_or_else(|| panic!("no row {n} in:\n{status}"))
+            .split_whitespace()
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row(1), "1 claude US-001 usage_limit", "{status}");
+    assert_eq!(row(2), "2 backup US-001 story_passed", "{status}");
+    assert_eq!(row(3), "3 backup US-002 story_passed", "{status}");
+}
+
+#[test]
+fn a_run_with_one_agent_names_no_agent_and_status_has_no_agent_column() {
+    let env = env_with(1, "");
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "US-001.txt", "content": "claude\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("· US-001 · story_passed ·"),
+        "the outcome line names no agent:\n{stderr}"
+    );
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(!status.contains("AGENT"), "{status}");
+}
