@@ -100,3 +100,57 @@ fn a_run_with_one_agent_names_no_agent_and_status_has_no_agent_column() {
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(!status.contains("AGENT"), "{status}");
 }
+
+/// ralph is SIGKILLed while the fallback agent works; the restart books the interrupted
+/// iteration on that agent (its name, backend and model), not on the primary.
+#[test]
+fn a_crashed_iteration_on_the_fallback_is_recovered_on_that_agent() {
+    let env = env_with(
+        1,
+        &format!("model = \"opus\"\n\n{BACKUP}model = \"gpt-5-mini\"\n"),
+    );
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"write_file": {"path": "US-001.txt", "content": "codex\n"}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ],
+        codex_story("US-001", 0),
+    ]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    crate::common::wait_for(&env, "../agent-started", std::time::Duration::from_secs(30));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill ralph");
+    child.wait().expect("wait");
+    // In flight: the agent it runs on is in state.json (the primary, opus, is not it).
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json");
+    assert_eq!(state["in_flight"]["agent"], "backup", "{state}");
+
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ledger = env.ledger();
+    let seen: Vec<(String, String, String, String)> = ledger
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or("-").to_owned();
+            (s("agent"), s("backend"), s("model"), s("outcome"))
+        })
+        .collect();
+    let row = |a: &str, b: &str, m: &str, o: &str| {
+        (a.to_owned(), b.to_owned(), m.to_owned(), o.to_owned())
+    };
+    assert_eq!(
+        seen,
+        [
+            row("claude", "claude", "claude-fake-1", "usage_limit"),
+            row("backup", "codex", "gpt-5-mini", "interrupted"),
+            row("backup", "codex", "gpt-5-mini", "story_passed"),
+        ]
+    );
+}
