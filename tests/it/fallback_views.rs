@@ -154,3 +154,104 @@ fn a_crashed_iteration_on_the_fallback_is_recovered_on_that_agent() {
         ]
     );
 }
+
+/// Writes an executable `name` in `dir` that answers `--version` with `version_line`.
+fn fake_cli(dir: &std::path::Path, name: &str, version_line: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\n[ \"$1\" = --version ] && echo '{version_line}' && exit 0\nexit 3\n"),
+    )
+    .expect("write fake cli");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// `ralph doctor` in `dir` with only `bin` (and the system's) on PATH.
+fn doctor(dir: &std::path::Path, bin: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
+        .arg("doctor")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run ralph doctor");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn doctor_checks_each_fallback_agent_under_its_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    fake_cli(&bin, "claude", "2.1.332 (Claude Code)");
+    fake_cli(&bin, "codex-nightly", "codex-cli 0.99.0");
+    // `backup` runs codex from a program of its own; `api` is the native agent whose key
+    // variable is not set (a trap, as for the primary); `gone` points at a program that does
+    // not exist.
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        format!(
+            "[[agents]]\nname = \"backup\"\nagent = \"codex\"\nagent_program = \"{}\"\n\n\
+             [[agents]]\nname = \"api\"\nagent = \"native\"\nmodel = \"m\"\napi_key_env = \"MY_NIGHT_KEY\"\n\n\
+             [[agents]]\nname = \"gone\"\nagent = \"gemini\"\nagent_program = \"/nonexistent/gemini\"\n",
+            bin.join("codex-nightly").display()
+        ),
+    )
+    .expect("ralph.toml");
+    let (code, out) = doctor(tmp.path(), &bin, &[]);
+    // A fallback that cannot start makes `ralph run` refuse: doctor says not ready.
+    assert_eq!(code, Some(1), "{out}");
+    let section = |head: &str| {
+        let start = out
+            .find(head)
+            .unwrap_or_else(|| panic!("no {head:?} in:\n{out}"));
+        out[start..].split("\n\n").next().unwrap_or("").to_owned()
+    };
+    let backup = section("backup (codex)");
+    assert!(backup.contains("ok codex-cli 0.99.0"), "{backup}");
+    assert!(backup.contains("codex-nightly"), "{backup}");
+    let api = section("api (native)");
+    assert!(
+        api.contains("$MY_NIGHT_KEY (api_key_env) is not set"),
+        "{api}"
+    );
+    let gone = section("gone (gemini)");
+    assert!(gone.contains("/nonexistent/gemini"), "{gone}");
+
+    // --json: each under its name, beside its backend.
+    let (_, json) = doctor(tmp.path(), &bin, &["--json"]);
+    let doc: Value = serde_json::from_str(&json).expect("json");
+    let named: Vec<(String, String, bool)> = doc["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter(|a| a["name"].is_string())
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap_or("").to_owned(),
+                a["agent"].as_str().unwrap_or("").to_owned(),
+                a["error"].is_null(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("backup".to_owned(), "codex".to_owned(), true),
+            ("api".to_owned(), "native".to_owned(), true),
+            ("gone".to_owned(), "gemini".to_owned(), false),
+        ]
+    );
+    assert_eq!(doc["ok"], false, "{doc}");
+}
