@@ -165,6 +165,11 @@ pub struct InFlight {
     /// runs in; absent in a serial run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<WorkerTree>,
+    /// The agent's (profile) name the iteration runs on, when the run has fallback agents
+    /// (`[[agents]]`, `--fallback-agent`), so that a restart books a crashed iteration on the
+    /// agent it ran on; absent in a run with one agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// Where a `--parallel` iteration runs (see [`InFlight::worktree`]).

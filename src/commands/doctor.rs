@@ -33,6 +33,9 @@ use crate::protocol::SandboxMode;
 #[derive(Debug, Serialize)]
 struct Finding {
     agent: &'static str,
+    /// A fallback agent's `[[agents]]` table name (absent for a backend looked at by kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
     /// The program ralph would start.
     program: String,
     /// Where it was found (`None`: not found).
@@ -82,9 +85,10 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         .map(PathBuf::from)
         .or(file.agent_program.clone());
 
+    let top_cmd = file.agent_cmd.clone();
     let cx = DoctorContext {
         cwd: &cwd,
-        agent_cmd: file.agent_cmd.as_deref(),
+        agent_cmd: top_cmd.as_deref(),
         root: nix::unistd::geteuid().is_root(),
         keep_api_key: file.keep_api_key.unwrap_or(false) || env_flag("RALPH_KEEP_API_KEY"),
     };
@@ -102,13 +106,21 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
             examine_builtin(kind, &cx, &file)
         }
     };
-    let findings: Vec<Finding> = kinds.iter().map(|&kind| look(kind)).collect();
+    let mut findings: Vec<Finding> = kinds.iter().map(|&kind| look(kind)).collect();
     // `--agent X` asks about X: its readiness decides the exit code.
     let configured = args.agent.unwrap_or(configured);
     let configured_ok = match findings.iter().find(|f| f.agent == configured.as_str()) {
         Some(f) => f.error.is_none(),
         None => look(configured).error.is_none(),
     };
+    // The fallback agents' `[[agents]]` tables, each under its name: `ralph run` refuses to start
+    // when one of them is not usable, so the verdict counts them (not under `--agent`).
+    let fallbacks = match args.agent {
+        Some(_) => Vec::new(),
+        None => examine_fallbacks(&mut file, &cx),
+    };
+    let configured_ok = configured_ok && fallbacks.iter().all(|f| f.error.is_none());
+    findings.extend(fallbacks);
     let sandbox = examine_sandbox(&file);
     // A sandbox ralph.toml or RALPH_SANDBOX asks for must work, or `ralph run` would stop.
     let configured_ok = configured_ok && (!sandbox.configured.is_on() || sandbox.error.is_none());
@@ -152,7 +164,10 @@ fn print_finding(f: &Finding) {
         (Some(_), _) if f.path.is_none() => style("missing").red().to_string(),
         (Some(_), _) => style("broken").red().to_string(),
     };
-    println!("{:<9} {head}", style(f.agent).bold());
+    match &f.name {
+        Some(name) => println!("{} ({}) {head}", style(name).bold(), f.agent),
+        None => println!("{:<9} {head}", style(f.agent).bold()),
+    }
     match &f.path {
         Some(p) => println!("          {}", p.display()),
         // No program to look for (exec without a command): the error below says what is missing.
@@ -175,6 +190,52 @@ fn print_finding(f: &Finding) {
         println!("          {} {n}", style("·").dim());
     }
     println!();
+}
+
+/// Looks at each fallback agent that has an `[[agents]]` table in ralph.toml (those
+/// `fallback_agents` names, else every table), with the table's own program, command, base URL
+/// and API key variable; a fallback named by its backend alone is the backend's finding above.
+fn examine_fallbacks(file: &mut FileConfig, cx: &DoctorContext<'_>) -> Vec<Finding> {
+    let names: Vec<String> = match &file.fallback_agents {
+        Some(names) => names.iter().map(|n| n.trim().to_owned()).collect(),
+        None => file.agents.iter().map(|t| t.name.clone()).collect(),
+    };
+    let tables: Vec<_> = names
+        .iter()
+        .filter_map(|n| file.agents.iter().find(|t| &t.name == n).cloned())
+        .collect();
+    let top = (
+        file.agent_cmd.clone(),
+        file.api_key_env.clone(),
+        file.base_url.clone(),
+    );
+    let mut out = Vec::new();
+    for table in tables {
+        let Some(kind) = table
+            .agent
+            .or_else(|| <AgentKind as clap::ValueEnum>::from_str(&table.name, true).ok())
+        else {
+            continue;
+        };
+        let mut finding = if agent::info(kind).is_cli() {
+            examine(kind, table.agent_program.clone(), cx)
+        } else {
+            // The table's keys win over the top-level ones, as in `ralph run`.
+            file.agent_cmd = table.agent_cmd.clone().or_else(|| top.0.clone());
+            file.api_key_env = table.api_key_env.clone().or_else(|| top.1.clone());
+            file.base_url = table.base_url.clone().or_else(|| top.2.clone());
+            let cmd = file.agent_cmd.clone();
+            let cx = DoctorContext {
+                agent_cmd: cmd.as_deref(),
+                ..*cx
+            };
+            examine_builtin(kind, &cx, file)
+        };
+        finding.name = Some(table.name.clone());
+        out.push(finding);
+    }
+    (file.agent_cmd, file.api_key_env, file.base_url) = top;
+    out
 }
 
 /// Whether the environment variable `var` holds a true boolean (`1`, `true`, `yes`, `on`).
@@ -217,6 +278,7 @@ fn examine(kind: AgentKind, program: Option<PathBuf>, cx: &DoctorContext<'_>) ->
     };
     Finding {
         agent: kind.as_str(),
+        name: None,
         program: program.display().to_string(),
         path,
         version,
@@ -231,6 +293,7 @@ impl Finding {
     fn failed(kind: AgentKind, program: String, error: String) -> Finding {
         Finding {
             agent: kind.as_str(),
+            name: None,
             program,
             path: None,
             version: None,
@@ -245,6 +308,7 @@ impl Finding {
         let path = std::env::current_exe().ok();
         Finding {
             agent: kind.as_str(),
+            name: None,
             program: "ralph".to_owned(),
             path,
             version: Some(format!("ralph {}", env!("CARGO_PKG_VERSION"))),
@@ -284,6 +348,7 @@ fn examine_builtin(kind: AgentKind, cx: &DoctorContext<'_>, file: &FileConfig) -
             };
             Finding {
                 agent: kind.as_str(),
+                name: None,
                 program,
                 path,
                 version: None,

@@ -350,10 +350,22 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                         .unwrap_or_else(|| "-".into())
                 ),
             };
+            // Fallback agents: each iteration's agent (a run with one agent's table is as it was).
+            let agent_width = latest
+                .iter()
+                .filter_map(|r| r.agent.as_ref().map(|a| a.chars().count()))
+                .max()
+                .map(|w| w.max("AGENT".len()));
+            let agent = |r: Option<&LedgerRecord>| match (agent_width, r) {
+                (None, _) => String::new(),
+                (Some(w), None) => format!("{:<w$} ", "AGENT"),
+                (Some(w), Some(r)) => format!("{:<w$} ", r.agent.as_deref().unwrap_or("-")),
+            };
             println!(
-                "  {:<5} {}{:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
+                "  {:<5} {}{}{:<10} {:<16} {:>7}  {:>8}  {:>15}  STARTED (UTC)",
                 "#",
                 worker(None),
+                agent(None),
                 "STORY",
                 "OUTCOME",
                 "TIME",
@@ -372,9 +384,10 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
                     ),
                 };
                 println!(
-                    "  {:<5} {}{:<10} {:<16} {:>7}  {:>8}  {:>15}  {}",
+                    "  {:<5} {}{}{:<10} {:<16} {:>7}  {:>8}  {:>15}  {}",
                     r.iteration,
                     worker(Some(r)),
+                    agent(Some(r)),
                     r.story_id,
                     r.outcome.as_str(),
                     crate::output::text::record_secs(r),

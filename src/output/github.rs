@@ -483,6 +483,7 @@ mod tests {
             story_id: story.into(),
             story_title: "Title".into(),
             backend: "claude".into(),
+            agent: None,
             worker,
         }
     }

@@ -215,13 +215,19 @@ impl Human {
         let mut parts = vec![
             format!("iteration {} ({slot}/{max}){worker}", record.iteration),
             record.story_id.clone(),
+        ];
+        // A run with fallback agents names the agent of each iteration (its record's `agent`).
+        if let Some(agent) = &record.agent {
+            parts.push(agent_label(Some(agent), record.backend.as_str()));
+        }
+        parts.extend([
             colour
                 .apply_to(record.outcome.as_str())
                 .for_stderr()
                 .to_string(),
             humantime::format_duration(Duration::from_secs(record.duration_s.round() as u64))
                 .to_string(),
-        ];
+        ]);
         if let Some(cost) = record.cost_usd {
             parts.push(usd(cost));
         }
@@ -448,13 +454,15 @@ impl Sink for Human {
                 story_id,
                 story_title,
                 backend,
+                agent,
                 worker,
             } => {
                 let worker = worker.map(|w| format!(" · w{w}")).unwrap_or_default();
+                let agent = agent_label(agent.as_deref(), backend);
                 self.iteration_started(
                     *iteration,
                     format!(
-                        "iteration {iteration} ({slot}/{max_iter}) · {story_id} {story_title} · {backend}{worker}"
+                        "iteration {iteration} ({slot}/{max_iter}) · {story_id} {story_title} · {agent}{worker}"
                     ),
                 )
             }
@@ -522,6 +530,16 @@ impl Sink for Human {
                 self.summary(summary)
             }
         }
+    }
+}
+
+/// How a line names the agent of an iteration: its profile name when the run has fallback
+/// agents (`backup (codex)`, or just `claude` when the name is the backend's), else the backend.
+fn agent_label(agent: Option<&str>, backend: &str) -> String {
+    match agent {
+        Some(name) if name != backend => format!("{name} ({backend})"),
+        Some(name) => name.to_owned(),
+        None => backend.to_owned(),
     }
 }
 
@@ -773,6 +791,7 @@ mod tests {
             story_id: story.into(),
             story_title: format!("Title of {story}"),
             backend: "claude".into(),
+            agent: None,
             worker,
         }
     }

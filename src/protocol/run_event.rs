@@ -194,6 +194,10 @@ pub enum RunEvent {
         story_title: String,
         /// The backend's name.
         backend: String,
+        /// The agent's (profile) name, when the run has fallback agents (`[[agents]]`,
+        /// `--fallback-agent`); absent in a run with one agent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
         /// `--parallel`: the worker slot running it (1-based); absent in a serial run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worker: Option<u32>,
@@ -452,6 +456,7 @@ mod tests {
                 story_id: "US-002".into(),
                 story_title: "t".into(),
                 backend: "claude".into(),
+                agent: None,
                 worker: Some(2),
             },
             RunEvent::AgentCommand {

@@ -392,6 +392,16 @@ fn draft(
     r.feature = prd.and_then(|l| l.prd.branch_name.clone());
     r.backend = cfg.agent.as_str().to_string();
     r.model = cfg.model.clone();
+    // A run with fallback agents: the agent it ran on, with that agent's backend and model while
+    // it is still configured (the transcript's backend below wins over both).
+    if let Some(name) = &flight.agent {
+        r.agent = Some(name.clone());
+        if let Some(profile) = cfg.fallbacks.iter().find(|p| &p.name == name) {
+            let its = cfg.for_agent(profile);
+            r.backend = its.agent.as_str().to_string();
+            r.model = its.model;
+        }
+    }
     r.head_before = flight.start_sha.clone();
     // A start the agent pruned away (it deleted ralph's references, then `git gc
     // --prune=now`): counted from the newest recorded commit HEAD still contains, loss named.

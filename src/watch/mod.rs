@@ -472,6 +472,7 @@ mod tests {
                 start_sha: None,
                 strays: Vec::new(),
                 worktree: None,
+                agent: None,
             }),
             limits: Some(crate::state::RunLimits {
                 max_iter: 10,

@@ -17,6 +17,7 @@ mod errors;
 mod examples;
 mod fake_gemini;
 mod fallback;
+mod fallback_views;
 mod fault_injection;
 mod hints;
 mod init_skills;

@@ -505,6 +505,7 @@ fn sample_state() -> State {
             start_sha: Some("abc123".into()),
             strays: Vec::new(),
             worktree: None,
+            agent: None,
         }),
         ..State::default()
     };

@@ -155,6 +155,7 @@ pub async fn work(
         story_id: assignment.story.id.clone(),
         story_title: assignment.story.title.clone(),
         backend: cx.backend.kind().as_str().to_string(),
+        agent: cx.fallbacks.then(|| cx.agent.to_owned()),
         worker: assignment.worker,
     });
     out.emit(RunEvent::AgentCommand {

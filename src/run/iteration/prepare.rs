@@ -143,6 +143,7 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
         start_sha: start.head.clone(),
         strays: Vec::new(),
         worktree: None,
+        agent: cx.fallbacks.then(|| cx.agent.to_owned()),
     });
     // Saved now, before the agent exists: a spawned agent can change the tree before ralph
     // gets to write anything else, and a ralph killed in that moment must find the iteration on

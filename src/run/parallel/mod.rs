@@ -334,6 +334,7 @@ fn start(
             root: root.clone(),
             base: base.clone(),
         }),
+        agent: (s.pre.agents.len() > 1).then(|| s.pre.agents[agent].name.clone()),
     });
     s.state.save(&paths.ralph_dir)?;
     let setup = &s.pre.agents[agent];

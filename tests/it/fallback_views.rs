@@ -1,0 +1,257 @@
+//! What a user sees of fallback agents: the live line and the outcome line of each iteration
+//! name the agent (its profile name) that ran it, `ralph status`'s latest-run table has an AGENT
+//! column, and a crashed iteration recovered at restart is booked on the agent it ran on.
+//! A run with one agent shows none of this (its output is as it was).
+
+use serde_json::{json, Value};
+
+use crate::common::text;
+use crate::fallback::{codex_story, env_with};
+
+/// claude's 5-hour limit, resetting an hour after the fake plays it (so the run stays on the
+/// fallback for the rest of the test).
+fn claude_limit() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 3600}},
+        {"exit": 1}
+    ])
+}
+
+const BACKUP: &str = "[[agents]]\nname = \"backup\"\nagent = \"codex\"\n";
+
+#[test]
+fn the_live_line_the_outcome_line_and_status_name_the_fallback_agent() {
+    let env = env_with(2, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        codex_story("US-001", 0),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = |prefix: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(prefix) && (prefix.starts_with('▶') || !l.starts_with('▶')))
+            .unwrap_or_else(|| panic!("no line with {prefix:?} in:\n{stderr}"))
+            .to_owned()
+    };
+    // The live line: the agent's profile name and its backend.
+    let started = line("▶ iteration 2 ");
+    assert!(started.ends_with("· backup (codex)"), "{started}");
+    // The primary's name is the backend's: said once.
+    let first = line("▶ iteration 1 ");
+    assert!(first.ends_with("· claude"), "{first}");
+    // The outcome lines name the agent too.
+    let done = line("iteration 2 (");
+    assert!(
+        done.contains("US-001 · backup (codex) · story_passed"),
+        "{done}"
+    );
+    let limited = line("iteration 1 (");
+    assert!(
+        limited.contains("US-001 · claude · usage_limit"),
+        "{limited}"
+    );
+
+    // `ralph status`: an AGENT column, each row its iteration's agent.
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    let header = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("# "))
+        .unwrap_or_else(|| panic!("no table in:\n{status}"));
+    assert!(header.contains("AGENT  STORY"), "{status}");
+    let row = |n: u32| {
+        status
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{n} ")))
+            .unwrap_or_else(|| panic!("no row {n} in:\n{status}"))
+            .split_whitespace()
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row(1), "1 claude US-001 usage_limit", "{status}");
+    assert_eq!(row(2), "2 backup US-001 story_passed", "{status}");
+    assert_eq!(row(3), "3 backup US-002 story_passed", "{status}");
+}
+
+#[test]
+fn a_run_with_one_agent_names_no_agent_and_status_has_no_agent_column() {
+    let env = env_with(1, "");
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "US-001.txt", "content": "claude\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("· US-001 · story_passed ·"),
+        "the outcome line names no agent:\n{stderr}"
+    );
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(!status.contains("AGENT"), "{status}");
+}
+
+/// ralph is SIGKILLed while the fallback agent works; the restart books the interrupted
+/// iteration on that agent (its name, backend and model), not on the primary.
+#[test]
+fn a_crashed_iteration_on_the_fallback_is_recovered_on_that_agent() {
+    let env = env_with(
+        1,
+        &format!("model = \"opus\"\n\n{BACKUP}model = \"gpt-5-mini\"\n"),
+    );
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"write_file": {"path": "US-001.txt", "content": "codex\n"}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ],
+        codex_story("US-001", 0),
+    ]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    crate::common::wait_for(&env, "../agent-started", std::time::Duration::from_secs(30));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill ralph");
+    child.wait().expect("wait");
+    // In flight: the agent it runs on is in state.json (the primary, opus, is not it).
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json");
+    assert_eq!(state["in_flight"]["agent"], "backup", "{state}");
+
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ledger = env.ledger();
+    let seen: Vec<(String, String, String, String)> = ledger
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or("-").to_owned();
+            (s("agent"), s("backend"), s("model"), s("outcome"))
+        })
+        .collect();
+    let row = |a: &str, b: &str, m: &str, o: &str| {
+        (a.to_owned(), b.to_owned(), m.to_owned(), o.to_owned())
+    };
+    assert_eq!(
+        seen,
+        [
+            row("claude", "claude", "claude-fake-1", "usage_limit"),
+            row("backup", "codex", "gpt-5-mini", "interrupted"),
+            row("backup", "codex", "gpt-5-mini", "story_passed"),
+        ]
+    );
+}
+
+/// Writes an executable `name` in `dir` that answers `--version` with `version_line`.
+fn fake_cli(dir: &std::path::Path, name: &str, version_line: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\n[ \"$1\" = --version ] && echo '{version_line}' && exit 0\nexit 3\n"),
+    )
+    .expect("write fake cli");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// `ralph doctor` in `dir` with only `bin` (and the system's) on PATH.
+fn doctor(dir: &std::path::Path, bin: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
+        .arg("doctor")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run ralph doctor");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn doctor_checks_each_fallback_agent_under_its_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    fake_cli(&bin, "claude", "2.1.332 (Claude Code)");
+    fake_cli(&bin, "codex-nightly", "codex-cli 0.99.0");
+    // `backup` runs codex from a program of its own; `api` is the native agent whose key
+    // variable is not set (a trap, as for the primary); `gone` points at a program that does
+    // not exist.
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        format!(
+            "[[agents]]\nname = \"backup\"\nagent = \"codex\"\nagent_program = \"{}\"\n\n\
+             [[agents]]\nname = \"api\"\nagent = \"native\"\nmodel = \"m\"\napi_key_env = \"MY_NIGHT_KEY\"\n\n\
+             [[agents]]\nname = \"gone\"\nagent = \"gemini\"\nagent_program = \"/nonexistent/gemini\"\n",
+            bin.join("codex-nightly").display()
+        ),
+    )
+    .expect("ralph.toml");
+    let (code, out) = doctor(tmp.path(), &bin, &[]);
+    // A fallback that cannot start makes `ralph run` refuse: doctor says not ready.
+    assert_eq!(code, Some(1), "{out}");
+    let section = |head: &str| {
+        let start = out
+            .find(head)
+            .unwrap_or_else(|| panic!("no {head:?} in:\n{out}"));
+        out[start..].split("\n\n").next().unwrap_or("").to_owned()
+    };
+    let backup = section("backup (codex)");
+    assert!(backup.contains("ok codex-cli 0.99.0"), "{backup}");
+    assert!(backup.contains("codex-nightly"), "{backup}");
+    let api = section("api (native)");
+    assert!(
+        api.contains("$MY_NIGHT_KEY (api_key_env) is not set"),
+        "{api}"
+    );
+    let gone = section("gone (gemini)");
+    assert!(gone.contains("/nonexistent/gemini"), "{gone}");
+
+    // --json: each under its name, beside its backend.
+    let (_, json) = doctor(tmp.path(), &bin, &["--json"]);
+    let doc: Value = serde_json::from_str(&json).expect("json");
+    let named: Vec<(String, String, bool)> = doc["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter(|a| a["name"].is_string())
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap_or("").to_owned(),
+                a["agent"].as_str().unwrap_or("").to_owned(),
+                a["error"].is_null(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("backup".to_owned(), "codex".to_owned(), true),
+            ("api".to_owned(), "native".to_owned(), true),
+            ("gone".to_owned(), "gemini".to_owned(), false),
+        ]
+    );
+    assert_eq!(doc["ok"], false, "{doc}");
+}
