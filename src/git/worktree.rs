@@ -1,6 +1,6 @@
 //! `--parallel`'s story worktrees: linked git worktrees (`git worktree`), one per story in flight,
 //! each with a detached HEAD at the run branch's tip when the story starts
-//! (`.ralph/worktrees/<run>/<story>`, docs/architecture.md says why there).
+//! (`.ralph/worktrees/<run>/<story>-<iteration>`, docs/architecture.md says why there).
 //!
 //! A worktree is made by the `git` program (`git worktree add --detach`, through
 //! [`crate::process::capture`]): libgit2 can only make a worktree on a branch, and ralph's

@@ -43,10 +43,11 @@ pub enum Outcome {
     VerifyFailed,
     /// Stopped by Ctrl-C, SIGTERM or SIGHUP (or found in flight after a crash).
     Interrupted,
-    /// `--parallel`: the story's work could not land on the run branch (a merge conflict with
-    /// stories landed meanwhile, or its check failing once they are present). Nothing is lost:
-    /// its commits are kept under `refs/ralph/salvage/<run>/<story>` (the record's `landing`)
-    /// and its next attempt starts from the new tip with the conflict as feedback.
+    /// `--parallel`: the story's work could not land on the run branch because it conflicts
+    /// with stories landed meanwhile (a check failing once they are present is `verify_failed`,
+    /// landing `reverted`). Nothing is lost: its commits are kept under
+    /// `refs/ralph/salvage/<run>/<story>` (the record's `landing`) and its next attempt starts
+    /// from the new tip with the conflict as feedback.
     Conflict,
     /// `--parallel`: the story's worktree could not be set up (`worktree_copy`,
     /// `worktree_setup` or the submodules failed). No agent ran; the story is blocked.

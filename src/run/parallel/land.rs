@@ -206,6 +206,7 @@ pub async fn land(
             story_title: worked.draft.record.story_title.clone(),
             backend: worked.draft.record.backend.clone(),
             worker: Some(flight.worker),
+            agent: (s.pre.agents.len() > 1).then(|| s.pre.agents[flight.agent].name.clone()),
         });
     }
     if let Some(landing) = &worked.draft.record.landing {
