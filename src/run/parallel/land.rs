@@ -133,6 +133,8 @@ pub async fn land(
 ) -> anyhow::Result<Landed> {
     let paths = s.pre.paths.clone();
     let ran = matches!(end, End::Worked(_));
+    // Whether the outputs saw this iteration start (its worker got to the agent's stage).
+    let announced = matches!(end, End::Worked(_) | End::Failed(_, true));
     let mut worked = match end {
         End::Worked(worked) => *worked,
         End::SetupFailed(message) => {
@@ -142,7 +144,7 @@ pub async fn land(
             ));
             synthetic(s, &flight, Outcome::SetupFailed, message)
         }
-        End::Failed(message) => {
+        End::Failed(message, _) => {
             out.warn(format!(
                 "iteration {} ({}) could not run: {message}",
                 flight.iteration, flight.story_id
@@ -196,7 +198,7 @@ pub async fn land(
     refresh_summary(&mut worked.draft);
     let own = kept_paths(&paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
-    if !ran {
+    if !announced {
         // The outputs saw no start of this iteration (its worker never got to the agent).
         out.emit(RunEvent::IterationStarted {
             iteration: flight.iteration,

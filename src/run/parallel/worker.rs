@@ -44,8 +44,9 @@ pub enum End {
     Worked(Box<Worked>),
     /// The worktree could not be set up; no agent ran.
     SetupFailed(String),
-    /// ralph's own files, git, or an agent that could not start (the message).
-    Failed(String),
+    /// ralph's own files, git, or an agent that could not start (the message), and whether its
+    /// `iteration_started` went out before.
+    Failed(String, bool),
 }
 
 /// Everything a worker needs, owned (it outlives no borrow of the dispatcher).
@@ -102,7 +103,7 @@ pub fn spawn(job: Job, tx: UnboundedSender<Msg>) -> std::io::Result<()> {
                     .build()
                 {
                     Ok(rt) => rt.block_on(run(job, forward)),
-                    Err(e) => End::Failed(format!("cannot start the worker's runtime: {e}")),
+                    Err(e) => End::Failed(format!("cannot start the worker's runtime: {e}"), false),
                 }
             }));
             let end = ran.unwrap_or_else(|panic| {
@@ -111,18 +112,21 @@ pub fn spawn(job: Job, tx: UnboundedSender<Msg>) -> std::io::Result<()> {
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                     .unwrap_or_default();
-                End::Failed(format!("internal error: the worker stopped: {what}"))
+                End::Failed(format!("internal error: the worker stopped: {what}"), false)
             });
             let _ = tx.send(Msg::Done { iteration, end });
         })
         .map(|_| ())
 }
 
-/// Forwards a worker's events to the dispatcher.
-struct Forward(UnboundedSender<Msg>);
+/// Forwards a worker's events to the dispatcher, noting when its `iteration_started` went.
+struct Forward(UnboundedSender<Msg>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Sink for Forward {
     fn on(&mut self, event: &RunEvent) {
+        if matches!(event, RunEvent::IterationStarted { .. }) {
+            self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let _ = self.0.send(Msg::Event(event.clone()));
     }
 }
@@ -140,9 +144,13 @@ async fn run(job: Job, tx: UnboundedSender<Msg>) -> End {
     if let Err(failed) = crate::worktree::set_up(&setup, &job.stop) {
         return End::SetupFailed(failed.to_string());
     }
-    match work(job, tx).await {
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    match work(job, Forward(tx, started.clone())).await {
         Ok(worked) => End::Worked(Box::new(worked)),
-        Err(e) => End::Failed(format!("{e:#}")),
+        Err(e) => End::Failed(
+            format!("{e:#}"),
+            started.load(std::sync::atomic::Ordering::Relaxed),
+        ),
     }
 }
 
@@ -151,7 +159,7 @@ fn setup_timeout(cfg: &RunConfig) -> Duration {
     cfg.timeout
 }
 
-async fn work(mut job: Job, tx: UnboundedSender<Msg>) -> anyhow::Result<Worked> {
+async fn work(mut job: Job, forward: Forward) -> anyhow::Result<Worked> {
     let paths = RunPaths::new(&job.tree, &job.tree.join(&job.prd_rel));
     crate::workspace::ensure_ralph_dir(&paths.ralph_dir)?;
     let repo = crate::git::Repo::discover(&job.tree)?;
@@ -180,7 +188,7 @@ async fn work(mut job: Job, tx: UnboundedSender<Msg>) -> anyhow::Result<Worked> 
         sandbox: None,
     };
     let mut out = Outputs::new();
-    out.add(Box::new(Forward(tx)));
+    out.add(Box::new(forward));
     let mut state = job.state;
     state.in_flight = None;
     state.flights.clear();
