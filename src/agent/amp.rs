@@ -58,6 +58,7 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: || crate::agent::registry::env_url_hosts(&["AMP_URL"]),
         config_env: Vec::new,
         state_vars: &[],
+        config_vars: &[],
     },
 };
 

@@ -51,6 +51,7 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: || crate::agent::registry::env_url_hosts(&["ANTHROPIC_BASE_URL"]),
         config_env: Vec::new,
         state_vars: &["CLAUDE_CONFIG_DIR"],
+        config_vars: &[],
     },
 };
 

@@ -68,6 +68,7 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: codex_base_url_hosts,
         config_env: || codex_config_strings("env_key"),
         state_vars: &["CODEX_HOME"],
+        config_vars: &[],
     },
 };
 /// Every string value of `key` anywhere in `$CODEX_HOME/config.toml` (default `~/.codex`).

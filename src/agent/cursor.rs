@@ -74,6 +74,7 @@ pub const INFO: BackendInfo = BackendInfo {
         base_url_hosts: Vec::new,
         config_env: Vec::new,
         state_vars: &[],
+        config_vars: &[],
     },
 };
 

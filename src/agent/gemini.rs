@@ -69,6 +69,10 @@ pub const INFO: BackendInfo = BackendInfo {
         },
         config_env: Vec::new,
         state_vars: &["GEMINI_CLI_HOME"],
+        config_vars: &[
+            "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+            "GEMINI_CLI_SYSTEM_DEFAULTS_PATH",
+        ],
     },
 };
 

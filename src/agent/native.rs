@@ -122,6 +122,7 @@ pub const NATIVE_INFO: BackendInfo = BackendInfo {
         base_url_hosts: Vec::new,
         config_env: Vec::new,
         state_vars: &[],
+        config_vars: &[],
     },
 };
 

@@ -101,6 +101,7 @@ pub const INFO: BackendInfo = BackendInfo {
         },
         config_env: Vec::new,
         state_vars: &["OPENCODE_CONFIG_DIR"],
+        config_vars: &["OPENCODE_CONFIG"],
     },
 };
 

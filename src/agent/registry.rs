@@ -117,6 +117,11 @@ pub struct SandboxNeeds {
     /// Variables naming a state directory elsewhere than under `$HOME` (`CODEX_HOME`,
     /// `CLAUDE_CONFIG_DIR`): bound read-write too when set.
     pub state_vars: &'static [&'static str],
+    /// Variables naming a settings file it reads (`OPENCODE_CONFIG`,
+    /// `GEMINI_CLI_SYSTEM_SETTINGS_PATH`): when set to an absolute path the sandbox would hide
+    /// (under `/tmp` or `$HOME`), that file is bound read-only, so the agent runs with the
+    /// settings the user gave it.
+    pub config_vars: &'static [&'static str],
 }
 
 impl SandboxNeeds {
@@ -128,6 +133,7 @@ impl SandboxNeeds {
         base_url_hosts: Vec::new,
         config_env: Vec::new,
         state_vars: &[],
+        config_vars: &[],
     };
 }
 

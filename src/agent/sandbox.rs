@@ -94,6 +94,14 @@ pub fn build(ask: &SandboxAsk, info: &BackendInfo) -> anyhow::Result<Option<Sand
         egress,
         ralph: std::env::current_exe().unwrap_or_else(|_| "ralph".into()),
         writable: ask.writable.clone(),
+        readable: info
+            .sandbox
+            .config_vars
+            .iter()
+            .filter_map(std::env::var_os)
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .collect(),
         absent_config: Default::default(),
         findings: Default::default(),
     }))

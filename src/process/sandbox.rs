@@ -531,6 +531,9 @@ pub struct Sandbox {
     pub ralph: PathBuf,
     /// `sandbox_writable`: the user's extra writable paths ([`Roots::writable`]).
     pub writable: Vec<PathBuf>,
+    /// Settings files the backend's variables name (its `SandboxNeeds::config_vars`), absolute;
+    /// bound read-only where the private `/tmp` or the hidden `$HOME` would hide them.
+    pub readable: Vec<PathBuf>,
     /// The worktrees' `ralph.toml` paths that did not exist when a sandboxed process started
     /// there ([`Sandbox::apply`]); [`Sandbox::settle`] moves one the process created aside.
     pub absent_config: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
@@ -630,6 +633,11 @@ impl Sandbox {
         };
         if let Some(program) = resolved {
             keep_program_visible(&mut roots, &program);
+        }
+        for file in &self.readable {
+            if file.is_file() && !visible(&roots, file) {
+                roots.extra_readable.push(file.clone());
+            }
         }
         if let Some(home) = &roots.home {
             roots
@@ -843,6 +851,7 @@ mod tests {
             egress: None,
             ralph: "ralph".into(),
             writable: Vec::new(),
+            readable: Vec::new(),
             absent_config: Default::default(),
             findings: Default::default(),
         };

@@ -49,6 +49,7 @@ mod report_browser;
 mod run_cases;
 mod run_pipeline;
 mod sandbox;
+mod sandbox_clis;
 mod scale;
 mod scale_out;
 mod secrets;

@@ -34,20 +34,20 @@ const SETTINGS: &str = r#"{
 }
 "#;
 
-fn gemini_bin_or_skip(test: &str) -> Option<PathBuf> {
+pub(crate) fn gemini_bin_or_skip(test: &str) -> Option<PathBuf> {
     crate::support_model::real_cli_or_skip("gemini", test)
 }
 
 /// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR.
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
-    root: PathBuf,
-    repo: PathBuf,
-    sandbox: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) repo: PathBuf,
+    pub(crate) sandbox: PathBuf,
 }
 
 impl Fixture {
-    fn textkit() -> Fixture {
+    pub(crate) fn textkit() -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().to_owned();
         let repo = root.join("textkit");
@@ -64,7 +64,7 @@ impl Fixture {
         }
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         git(&self.repo, &self.sandbox, args)
     }
 
@@ -72,7 +72,13 @@ impl Fixture {
     /// hermetic env, no inherited `GEMINI_*`/`GOOGLE_*` variables, `GEMINI_API_KEY=dummy`, and
     /// the scripted model serving `scenario` in the same network namespace (its run mode sets
     /// `GOOGLE_GEMINI_BASE_URL`).
-    fn ralph(&self, gemini: &Path, scenario: &Path, extra: &[&str], name: &str) -> RunOutput {
+    pub(crate) fn ralph(
+        &self,
+        gemini: &Path,
+        scenario: &Path,
+        extra: &[&str],
+        name: &str,
+    ) -> RunOutput {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ralph"));
         cmd.args(["run", "--agent", "gemini", "--model", MODEL])
             .args(extra)
@@ -93,7 +99,7 @@ impl Fixture {
         out
     }
 
-    fn prd_passes(&self) -> Vec<(String, bool)> {
+    pub(crate) fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
         )
@@ -111,7 +117,7 @@ impl Fixture {
             .collect()
     }
 
-    fn ledger(&self) -> Vec<Value> {
+    pub(crate) fn ledger(&self) -> Vec<Value> {
         read_jsonl(&self.repo.join(".ralph/ledger.jsonl"))
     }
 

@@ -175,7 +175,7 @@ fn fake_opencode_auth_error_stops_the_run_at_once() {
 /// Generous: an opencode iteration takes 3–10 s here, but CI machines are slow and shared.
 const DEADLINE: Duration = Duration::from_secs(600);
 
-fn opencode_bin_or_skip(test: &str) -> Option<PathBuf> {
+pub(crate) fn opencode_bin_or_skip(test: &str) -> Option<PathBuf> {
     crate::support_model::real_cli_or_skip("opencode", test)
 }
 
@@ -201,15 +201,15 @@ const OPENCODE_CONFIG: &str = r#"{
 /// A fresh copy of the textkit example as a git repository, plus a sandbox for HOME/TMPDIR and
 /// opencode's config file (outside the repository, so the agent's `git add -A` cannot commit
 /// it).
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
-    root: PathBuf,
-    repo: PathBuf,
-    sandbox: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) repo: PathBuf,
+    pub(crate) sandbox: PathBuf,
 }
 
 impl Fixture {
-    fn textkit() -> Fixture {
+    pub(crate) fn textkit() -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().to_owned();
         let repo = root.join("textkit");
@@ -224,13 +224,18 @@ impl Fixture {
         }
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         git(&self.repo, &self.sandbox, args)
     }
 
     /// Runs `cmd` in the repo with the hermetic env plus opencode's offline settings, the
     /// scripted model serving `scenario`, both in one network namespace when available.
-    fn run_with_model(&self, mut cmd: Command, scenario: &Path, name: &str) -> RunOutput {
+    pub(crate) fn run_with_model(
+        &self,
+        mut cmd: Command,
+        scenario: &Path,
+        name: &str,
+    ) -> RunOutput {
         cmd.current_dir(&self.repo);
         hermetic_env(&mut cmd, &self.sandbox);
         // A developer's own opencode settings must not leak in.
@@ -254,7 +259,7 @@ impl Fixture {
         out
     }
 
-    fn prd_passes(&self) -> Vec<(String, bool)> {
+    pub(crate) fn prd_passes(&self) -> Vec<(String, bool)> {
         let prd: Value = serde_json::from_str(
             &fs::read_to_string(self.repo.join("prd.json")).expect("prd.json"),
         )
@@ -273,7 +278,7 @@ impl Fixture {
     }
 
     /// Runs the project's own test command; returns its stderr (where unittest reports).
-    fn project_tests(&self) -> String {
+    pub(crate) fn project_tests(&self) -> String {
         let mut cmd = Command::new("python3");
         cmd.args(["-m", "unittest", "discover", "-s", "tests", "-q"])
             .current_dir(&self.repo);
@@ -284,7 +289,7 @@ impl Fixture {
         stderr
     }
 
-    fn ralph(&self, opencode: &Path, args: &[&str]) -> Command {
+    pub(crate) fn ralph(&self, opencode: &Path, args: &[&str]) -> Command {
         let mut ralph = Command::new(env!("CARGO_BIN_EXE_ralph"));
         ralph
             .args(["run", "--agent", "opencode", "--model", "fake/fake-model"])
