@@ -424,6 +424,24 @@ fn make_dirs_writable(dir: &Path) {
 }
 
 impl Repo {
+    /// Whether this checkout's index (as on disk now) holds exactly the tree of commit `sha`:
+    /// someone committed here (a user's `git commit` in the checkout), as opposed to a
+    /// reference moved from elsewhere, which leaves the index behind. `false` when unreadable.
+    pub fn index_is_tree_of(&self, sha: &str) -> bool {
+        let Ok(commit) = self.resolve_commit(sha) else {
+            return false;
+        };
+        let Ok(mut index) = self.repo.index() else {
+            return false;
+        };
+        if index.read(false).is_err() {
+            return false;
+        }
+        index
+            .write_tree()
+            .is_ok_and(|tree| commit.tree_id() == tree)
+    }
+
     /// Detaches this checkout's HEAD at the commit it points at, when it is on a branch (an
     /// agent in a story's worktree that checked a branch out); files and index stay as they are.
     /// Returns the branch it was on, `None` when HEAD was already detached (or unborn).

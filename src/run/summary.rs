@@ -245,7 +245,7 @@ fn next(i: &Input<'_>) -> String {
         StopReason::NeedsHuman {
             outcome: Outcome::Interrupted,
             ..
-        } => "commit or move your changes in the checkout (named above: ralph never resets them), then `ralph run`; the story's work is kept under the ref named above".into(),
+        } => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run`; the stories' work is kept under the refs named above".into(),
         StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),
         StopReason::UsageLimit { .. } => {
             "`ralph run` again after the reset (it waits for a reset that has not passed)".into()

@@ -310,6 +310,12 @@ fn history(
         error: None,
     };
     let keep_as = format!("refs/ralph/{}/{}/rewritten", cx.run_id, a.iteration);
+    // Started on a detached HEAD (a `--parallel` worktree) and left on a branch the agent
+    // checked out: HEAD is detached again first, so that putting the start back moves no
+    // branch (the user's `main`, the run branch).
+    if start.branch.is_none() && branch.is_some() {
+        cx.repo.detach_head()?;
+    }
     match cx
         .repo
         .restore_history(before, &keep_as, onto, &|p: &str| is_memory(cx, p))

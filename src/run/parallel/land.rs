@@ -246,6 +246,20 @@ pub async fn land(
     })
 }
 
+/// The sentence saying the checkout is no longer on the run branch (the user switched it
+/// during the run), or `None` while it is. ralph then lands nothing, moves no branch and
+/// starts no story: the run stops.
+pub fn switched(s: &Session, board: &Board) -> Option<String> {
+    let run = board.branch.as_deref()?;
+    let now = s.pre.repo.current_branch();
+    (now.as_deref() != Some(run)).then(|| {
+        format!(
+            "the checkout was switched from the run branch {run} to {} during the run; ralph lands nothing and moves no branch: switch back (`git checkout {run}`) and run `ralph run` again (the stories in flight are recorded then, their work kept under refs/ralph/salvage/)",
+            now.as_deref().unwrap_or("a detached HEAD")
+        )
+    })
+}
+
 /// Puts the run branch back where ralph left it (`board.tip`) when something else moved it
 /// (an agent committing on it from its worktree, `git update-ref`, a `git checkout` of it with
 /// `--ignore-other-worktrees`): the commits it was moved to are kept under
@@ -254,17 +268,26 @@ pub async fn land(
 ///
 /// # Errors
 /// git failing to read or write the references.
-pub fn guard_branch(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
-    let (Some(expected), Some(branch)) = (&board.tip, s.pre.repo.current_branch()) else {
+pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<String>> {
+    let (Some(expected), Some(branch)) = (board.tip.clone(), board.branch.clone()) else {
         return Ok(None);
     };
     let name = format!("refs/heads/{branch}");
     let Some(now) = s.pre.repo.ref_sha(&name) else {
         return Ok(None);
     };
-    if now == *expected {
+    if now == expected {
         return Ok(None);
     }
+    // A commit made in the checkout itself (the user's `git commit` during the run) leaves
+    // the index at its tree: it is the user's, and the run builds on it.
+    if s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
+        && s.pre.repo.index_is_tree_of(&now)
+    {
+        board.tip = Some(now);
+        return Ok(None);
+    }
+    let expected = &expected;
     let mut n = 1;
     let kept = loop {
         let kept = format!("refs/ralph/{}/moved-branch-{n}", s.run_id);
@@ -299,10 +322,11 @@ async fn onto_branch(
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top.
     commit_edits(s)?;
-    let tip = s
-        .pre
-        .repo
-        .head_sha()?
+    let tip = board
+        .branch
+        .as_deref()
+        .and_then(|b| s.pre.repo.ref_sha(&format!("refs/heads/{b}")))
+        .or(s.pre.repo.head_sha()?)
         .ok_or_else(|| anyhow::anyhow!("the run branch has no commit"))?;
     let mut landing = LandingRecord {
         kind: LandingKind::NotLanded,
@@ -368,7 +392,11 @@ async fn onto_branch(
             return Ok(Some(landing));
         }
     }
-    let branch = s.pre.repo.current_branch().unwrap_or_default();
+    let branch = board
+        .branch
+        .clone()
+        .or_else(|| s.pre.repo.current_branch())
+        .unwrap_or_default();
     // The run's own prd.json and progress.txt, as they are before the checkout moves: the
     // story's copies never land.
     let own = Own::read(&paths);

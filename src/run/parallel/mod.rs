@@ -80,6 +80,8 @@ pub struct Board {
     /// Where ralph last left the run branch (an agent in a worktree can move the shared ref:
     /// [`land::guard_branch`] puts it back).
     pub tip: Option<String>,
+    /// The run branch (the checkout's branch when the run started).
+    pub branch: Option<String>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -96,6 +98,7 @@ pub async fn drive(
     let mut board = Board::default();
     start_point(s)?;
     board.tip = s.pre.repo.head_sha()?;
+    board.branch = s.pre.repo.current_branch();
     board.resume = earlier_work(s);
     loop {
         if board.stopping.is_none() {
@@ -125,6 +128,19 @@ pub async fn drive(
                     continue;
                 };
                 let flight = board.flights.remove(at);
+                if let Some(message) = land::switched(s, &board) {
+                    // The checkout is on another branch now: nothing is landed or written on
+                    // it; the iteration stays in flight in state.json, and the next run
+                    // records it (its work under a salvage ref) once the branch is back.
+                    out.warn_in(iteration, message.clone());
+                    board.stopping.get_or_insert(StopReason::NeedsHuman {
+                        outcome: Outcome::Interrupted,
+                        iteration,
+                        message: Some(message),
+                    });
+                    drop(end);
+                    continue;
+                }
                 let landed = land::land(cfg, s, &mut board, flight, end, stop, out).await?;
                 after(cfg, s, &mut board, landed, out)?;
                 super::release_freed_memory();
@@ -295,6 +311,11 @@ fn start(
     tx: &mpsc::UnboundedSender<Msg>,
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
+    if land::switched(s, board).is_some() {
+        // The user switched the checkout to another branch: no new story (the run stops once
+        // the running ones end).
+        return Ok(());
+    }
     // An agent that moved the run branch does not decide where the next story starts.
     if let Some(warning) = land::guard_branch(s, board)? {
         out.warn(warning);
