@@ -228,6 +228,10 @@ async fn launch(
             // `ralph pause`: no new iteration; the running ones finish (held in `idle`).
             return Ok(());
         }
+        if cost_would_cross(s, board) {
+            // `--max-cost`: what is in flight will likely spend the rest; the landings decide.
+            return Ok(());
+        }
         let current = store::load_shared(&paths.prd)?;
         super::remember(&current, &paths, stop, out);
         let now = Utc::now();
@@ -291,6 +295,25 @@ async fn launch(
         )?;
     }
     Ok(())
+}
+
+/// `--max-cost` with iterations in flight: whether one more would likely cross the limit,
+/// counting each iteration in flight (and the new one) at this run's average cost so far. A
+/// serial run learns an iteration's cost before it starts the next; N workers must not spend
+/// N iterations past the limit before the first cost is known. `false` without a limit, with
+/// nothing in flight (the policy's own check applies) or before any cost is known.
+fn cost_would_cross(s: &Session, board: &Board) -> bool {
+    let Some(max) = s.budgets.max_cost else {
+        return false;
+    };
+    let (Some(spent_here), n) = (s.totals.cost_usd, s.totals.iterations) else {
+        return false;
+    };
+    if board.flights.is_empty() || n == 0 {
+        return false;
+    }
+    let average = spent_here / f64::from(n);
+    s.tally.cost_usd + average * (board.flights.len() as f64 + 1.0) > max
 }
 
 /// A stop that ends the launches at once (the running iterations still finish and land).
