@@ -82,6 +82,10 @@ pub struct Board {
     pub tip: Option<String>,
     /// The run branch (the checkout's branch when the run started).
     pub branch: Option<String>,
+    /// Pending hints (`ralph hint`) given to an iteration in flight, by id, with that
+    /// iteration: a hint for any story goes to one iteration, not to every one that starts
+    /// before the first is written down (it is free again if that one does not deliver it).
+    pub hinted: BTreeMap<u32, u32>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -128,6 +132,8 @@ pub async fn drive(
                     continue;
                 };
                 let flight = board.flights.remove(at);
+                // Its hints are delivered now, or pending again for the next iteration.
+                board.hinted.retain(|_, it| *it != iteration);
                 if let Some(message) = land::switched(s, &board) {
                     // The checkout is on another branch now: nothing is landed or written on
                     // it; the iteration stays in flight in state.json, and the next run
@@ -278,12 +284,18 @@ async fn launch(
             iteration: s.state.iteration + 1,
             slot: pick.slot,
             feedback: s.pending.take_for(&story.id),
-            hints: crate::hints::pending_for(&paths.ralph_dir, &story.id),
+            hints: crate::hints::pending_for(&paths.ralph_dir, &story.id)
+                .into_iter()
+                .filter(|h| !board.hinted.contains_key(&h.id))
+                .collect(),
             story,
             snapshot: current.clone(),
             clean_at: None,
             worker: None,
         };
+        for hint in &assignment.hints {
+            board.hinted.insert(hint.id, assignment.iteration);
+        }
         start(
             cfg,
             s,
