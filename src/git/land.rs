@@ -60,16 +60,30 @@ const SUMMARY_FILES: usize = 5;
 /// [`GitError::Conflicted`] when the worktree's index holds unresolved conflicts (an agent's
 /// unfinished merge); [`GitError::UnknownRevision`] when HEAD has no commit; [`GitError::Git`].
 pub fn commit_leftovers(wt: &Repo, subject: &str) -> Result<String, GitError> {
+    commit_leftovers_withheld(wt, subject).map(|(sha, _)| sha)
+}
+
+/// [`commit_leftovers`], also returning the secret-looking untracked files the commit left
+/// out (repository-relative), which the caller must keep before the worktree goes.
+///
+/// # Errors
+/// As [`commit_leftovers`].
+pub fn commit_leftovers_withheld(
+    wt: &Repo,
+    subject: &str,
+) -> Result<(String, Vec<String>), GitError> {
     let checkpoint = wt.checkpoint(subject, "", &[])?;
     if !checkpoint.withheld.is_empty() {
-        tracing::warn!(
+        // The caller keeps them and says so in the record (run/parallel/land.rs).
+        tracing::debug!(
             files = ?checkpoint.withheld,
             "secret-looking files in a worktree are not committed"
         );
     }
-    wt.head_sha()?.ok_or_else(|| GitError::UnknownRevision {
+    let sha = wt.head_sha()?.ok_or_else(|| GitError::UnknownRevision {
         rev: "HEAD".to_owned(),
-    })
+    })?;
+    Ok((sha, checkpoint.withheld))
 }
 
 /// Whether repository-relative `path` is one of `keep` (a file, or a directory prefix such as

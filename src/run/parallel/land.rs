@@ -179,13 +179,16 @@ pub async fn land(
             worked.draft.record.findings.push(warning.clone());
             out.warn_in(flight.iteration, warning);
         }
-        let work = git_land::commit_leftovers(
+        let (work, withheld) = git_land::commit_leftovers_withheld(
             &tree,
             &format!(
                 "ralph: iteration {} ({}): the agent's uncommitted work",
                 flight.iteration, flight.story_id
             ),
         )?;
+        if let Some(finding) = keep_withheld(&paths, &s.run_id, &flight, &withheld) {
+            worked.draft.record.findings.push(finding);
+        }
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
         let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
@@ -244,6 +247,43 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// Keeps the secret-looking files an agent left uncommitted in its worktree (never committed)
+/// under `.ralph/kept/<run>/<iteration>/` before the worktree goes, and returns the record's
+/// finding naming them; `None` when there are none.
+fn keep_withheld(
+    paths: &RunPaths,
+    run_id: &str,
+    flight: &Flight,
+    withheld: &[String],
+) -> Option<String> {
+    if withheld.is_empty() {
+        return None;
+    }
+    let dir = paths
+        .ralph_dir
+        .join("kept")
+        .join(run_id)
+        .join(flight.iteration.to_string());
+    let mut kept = Vec::new();
+    for file in withheld {
+        let (from, to) = (flight.root.join(file), dir.join(file));
+        let copied = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::copy(&from, &to).map(|_| ()));
+        if copied.is_ok() {
+            kept.push(file.clone());
+        } else {
+            tracing::warn!("cannot keep {}: {copied:?}", from.display());
+        }
+    }
+    Some(format!(
+        "not committed (secret-looking, untracked): {} — ralph never commits such a file; kept in {} as the worktree is removed",
+        withheld.join(", "),
+        paths.rel(&dir)
+    ))
 }
 
 /// The sentence saying the checkout is no longer on the run branch (the user switched it
