@@ -28,11 +28,13 @@ use git2::{
 pub mod land;
 mod pack;
 mod restore;
+mod scan;
 mod trailers;
 pub mod worktree;
 
 pub use pack::MAX_LOOSE_TO_PACK;
 pub use restore::Restored;
+pub use scan::LINE_DIFF_MAX_BYTES;
 pub use trailers::{
     TrailerRecord, Trailers, TRAILER_FEATURE, TRAILER_ITERATION, TRAILER_OUTCOME, TRAILER_RUN,
     TRAILER_STORY, TRAILER_UNBLOCKED,

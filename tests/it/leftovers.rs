@@ -198,10 +198,11 @@ fn watch_counts_a_usage_limit_wait_down_to_the_runs_own_end_of_the_wait() {
     env.write("ralph.toml", "usage_limit_margin = \"40s\"\n");
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "config"]);
-    let resets_at = chrono::Utc::now().timestamp() + 5;
+    // The reset is counted from when the fake plays the limit, so it is at least 5 s after now.
+    let earliest_reset = chrono::Utc::now().timestamp() + 5;
     env.script(&json!({"invocations": [[
         {"claude_init": {}},
-        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_at": resets_at}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 5}},
         {"exit": 1}
     ]]}));
     let mut child = env.ralph_spawn(&["run", "--json"]);
@@ -220,7 +221,7 @@ fn watch_counts_a_usage_limit_wait_down_to_the_runs_own_end_of_the_wait() {
         std::thread::sleep(Duration::from_millis(100));
     };
     // The run's terminal says it waits past the reset by the margin.
-    assert!(until.timestamp() >= resets_at + 39, "until {until}");
+    assert!(until.timestamp() >= earliest_reset + 39, "until {until}");
     let shown = String::from_utf8_lossy(&env.ralph(&["watch"]).stdout).into_owned();
     let left = (until.timestamp() - chrono::Utc::now().timestamp()).max(0);
     let countdown = shown

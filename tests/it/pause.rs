@@ -185,11 +185,10 @@ fn a_usage_limit_wait_during_a_pause_is_not_lost() {
     env.write("ralph.toml", "usage_limit_margin = \"0s\"\n");
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "config"]);
-    let resets_at = chrono::Utc::now().timestamp() + 3;
     env.script(&json!({"invocations": [
         [
             {"claude_init": {}},
-            {"claude_usage_limit": {"message": "You've hit your limit", "resets_at": resets_at}},
+            {"claude_usage_limit": {"message": "You've hit your limit", "resets_in_s": 3}},
             {"exit": 1}
         ],
         story("US-001", 2, 0)
@@ -198,6 +197,19 @@ fn a_usage_limit_wait_during_a_pause_is_not_lost() {
     wait_until("the usage-limit wait", || {
         env.spawned_output().contains(r#""event":"waiting""#)
     });
+    // The end of the wait, as the run announced it (the margin is 0 s: the agent's reset).
+    let resets_at = env
+        .spawned_output()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "waiting")
+        .and_then(|e| e["until"].as_str().map(str::to_owned))
+        .map(|u| {
+            chrono::DateTime::parse_from_rfc3339(&u)
+                .expect("rfc3339")
+                .timestamp()
+        })
+        .expect("the waiting event names its end");
     let out = env.ralph(&["pause"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     wait_until("the paused event", || {

@@ -1419,11 +1419,12 @@ fn restart_kills_processes_the_agent_moved_out_of_its_group() {
     );
 }
 
+/// A claude invocation that hits its usage limit, resetting `resets_in_s` seconds after the fake
+/// plays it (not after the script is written: a slow start of ralph must not eat the wait).
 fn usage_limit_invocation(resets_in_s: i64) -> Value {
-    let resets_at = chrono::Utc::now().timestamp() + resets_in_s;
     json!([
         {"claude_init": {}},
-        {"claude_usage_limit": {"message": "You've hit your session limit · resets 2pm (Europe/Berlin)", "resets_at": resets_at}},
+        {"claude_usage_limit": {"message": "You've hit your session limit · resets 2pm (Europe/Berlin)", "resets_in_s": resets_in_s}},
         {"exit": 1}
     ])
 }

@@ -209,8 +209,10 @@ fn secret_finding(repo: &Repo, record: &LedgerRecord) -> Option<String> {
     if from == to {
         return None;
     }
-    let (patch, _) = repo.patch(from, to, SECRET_SCAN_MAX_BYTES).ok()?;
-    let files = crate::redact::files_with_secrets(&crate::redact::current(), &patch);
+    // Only the added lines: a line diff of a 40 MB prd.json would cost more than the rest of
+    // the iteration's bookkeeping (see `git::scan`).
+    let added = repo.added_text(from, to, SECRET_SCAN_MAX_BYTES).ok()?;
+    let files = crate::redact::files_with_secrets(&crate::redact::current(), &added);
     (!files.is_empty()).then(|| {
         format!(
             "SECRET COMMITTED: the iteration's commits add a secret-looking value in {} — it is in git history now (shown <redacted> by ralph, not in git): rotate the key, and rewrite the commit before pushing",

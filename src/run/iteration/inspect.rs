@@ -187,9 +187,7 @@ pub async fn inspect(
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
         let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
-        let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
-        write_atomic(&cx.paths.prd, &raw)?;
-        after = Some(store::parse_shared(&cx.paths.prd, raw)?);
+        after = Some(rewrite_passes(cx, after.as_deref(), &edits)?);
         obs.refused_off_branch = std::mem::take(&mut flipped);
         obs.marked_by_ralph = false;
     }
@@ -224,6 +222,27 @@ pub async fn inspect(
     // command wrote (then the whole tree is walked again).
     git_delta(cx, start, (!checks_ran).then_some(&staged), &mut obs)?;
     Ok(obs)
+}
+
+/// Sets `passes` in prd.json as `edits` say (a byte-exact rewrite, written atomically) and
+/// returns the file's new parse: `after` with the edits ([`store::with_passes`], no second parse
+/// of a file that may hold 100,000 stories) when `after` is the parse of the file as it was,
+/// else a parse.
+///
+/// # Errors
+/// prd.json cannot be read or written, or an edit names a story it does not have.
+fn rewrite_passes(
+    cx: &Cx<'_>,
+    after: Option<&LoadedPrd>,
+    edits: &[(&str, bool)],
+) -> anyhow::Result<Arc<LoadedPrd>> {
+    let current = std::fs::read(&cx.paths.prd)?;
+    let raw = store::set_passes_many(&current, edits, after)?;
+    write_atomic(&cx.paths.prd, &raw)?;
+    Ok(match after {
+        Some(prev) if prev.raw == current => store::with_passes(prev, raw, edits),
+        _ => store::parse_shared(&cx.paths.prd, raw)?,
+    })
 }
 
 /// Looks at what the agent did to history: commits it threw away (pinned under
@@ -403,10 +422,9 @@ fn keep_passed(
         return Ok(after);
     }
     let edits: Vec<(&str, bool)> = lost.iter().map(|id| (id.as_str(), true)).collect();
-    let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
-    write_atomic(&cx.paths.prd, &raw)?;
+    let kept = rewrite_passes(cx, after.as_deref(), &edits)?;
     obs.passes_kept = lost;
-    Ok(Some(store::parse_shared(&cx.paths.prd, raw)?))
+    Ok(Some(kept))
 }
 
 /// The files the checkpoint would change against the iteration's start, less those that were
@@ -539,9 +557,7 @@ fn refuse(
         .iter()
         .map(|(id, _)| (id.as_str(), false))
         .collect();
-    let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
-    write_atomic(&cx.paths.prd, &raw)?;
-    Ok(Some(store::parse_shared(&cx.paths.prd, raw)?))
+    Ok(Some(rewrite_passes(cx, after.as_deref(), &edits)?))
 }
 
 fn prd_of<'a>(after: &'a Option<Arc<LoadedPrd>>, snapshot: &'a LoadedPrd) -> &'a Prd {
@@ -642,9 +658,7 @@ async fn verify_gate(
         .collect();
     if !failed.is_empty() {
         let edits: Vec<(&str, bool)> = failed.iter().map(|id| (*id, false)).collect();
-        let raw = store::set_passes_many(&std::fs::read(&cx.paths.prd)?, &edits, after.as_deref())?;
-        write_atomic(&cx.paths.prd, &raw)?;
-        after = Some(store::parse_shared(&cx.paths.prd, raw)?);
+        after = Some(rewrite_passes(cx, after.as_deref(), &edits)?);
     }
     let id = &a.story.id;
     // ralph marks a story passing only on an iteration that did its work, against the
@@ -674,9 +688,11 @@ async fn verify_gate(
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);
-            let raw = store::set_passes(&std::fs::read(&cx.paths.prd)?, id, true)?;
-            write_atomic(&cx.paths.prd, &raw)?;
-            after = Some(store::parse_shared(&cx.paths.prd, raw)?);
+            after = Some(rewrite_passes(
+                cx,
+                after.as_deref(),
+                &[(id.as_str(), true)],
+            )?);
             obs.marked_by_ralph = true;
         }
     }

@@ -209,7 +209,8 @@ pub async fn work(
             recorded_s: 0.0,
         });
     }
-    let story_notes = crate::prd::store::load(&cx.paths.prd)
+    // Shared: the gate and guard above read this very file last, so this costs no parse.
+    let story_notes = crate::prd::store::load_shared(&cx.paths.prd)
         .ok()
         .and_then(|now| now.prd.story(&assignment.story.id).map(|s| s.notes.clone()));
     let check = assignment
