@@ -273,9 +273,18 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     if crate::pause_request::pending(&paths.ralph_dir).is_some() {
-        match &state.in_flight {
-            Some(_) => println!("pausing: the run holds once the iteration above is recorded (`ralph resume` cancels)"),
-            None => println!("paused: no new iteration starts until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit"),
+        // `--parallel`: the run holds only once every iteration in flight has landed.
+        let finishing = state.in_flight.iter().count()
+            + state
+                .flights
+                .iter()
+                .filter(|f| state.in_flight.as_ref().is_none_or(|s| s.iteration != f.iteration))
+                .count();
+        match finishing {
+            0 => println!("paused: no new iteration starts until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit"),
+            1 if state.flights.is_empty() => println!("pausing: the run holds once the iteration above is recorded (`ralph resume` cancels)"),
+            1 => println!("pausing: 1 iteration finishing; the run holds once it has landed (`ralph resume` cancels)"),
+            n => println!("pausing: {n} iterations finishing; the run holds once they have landed (`ralph resume` cancels)"),
         }
     }
     for h in crate::hints::pending(&paths.ralph_dir) {

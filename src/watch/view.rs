@@ -74,6 +74,13 @@ fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
         RunState::Running { pid, .. } if snap.paused() => {
             (format!("PAUSED (pid {pid})"), Color::Yellow)
         }
+        RunState::Running { pid, .. } if snap.pause_requested && !snap.others.is_empty() => (
+            format!(
+                "pausing: {} iterations finishing (pid {pid})",
+                snap.others.len() + 1
+            ),
+            Color::Yellow,
+        ),
         RunState::Running { pid, .. } if snap.pause_requested => (
             format!("pausing after this iteration (pid {pid})"),
             Color::Yellow,
