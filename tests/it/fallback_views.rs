@@ -255,3 +255,73 @@ fn doctor_checks_each_fallback_agent_under_its_name() {
     );
     assert_eq!(doc["ok"], false, "{doc}");
 }
+
+/// Under GitHub Actions, each iteration's log group names the agent it ran on.
+#[test]
+fn github_actions_group_titles_name_the_agent() {
+    let env = env_with(2, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        codex_story("US-001", 0),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env
+        .ralph_cmd(&["run"])
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .expect("run ralph");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let groups: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("::group::"))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            "::group::iteration 1 · US-001 Story 1 · claude",
+            "::group::iteration 2 · US-001 Story 1 · backup (codex)",
+            "::group::iteration 3 · US-002 Story 2 · backup (codex)",
+        ],
+        "{stderr}"
+    );
+}
+
+/// While the fallback works, `ralph watch` counts down to the limited agent's own reset, and
+/// `ralph status` names the agent and its reset.
+#[test]
+fn watch_and_status_count_down_to_each_limited_agents_reset_while_the_fallback_works() {
+    let env = env_with(1, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ],
+    ]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    crate::common::wait_for(&env, "../agent-started", std::time::Duration::from_secs(60));
+    let out = env.ralph(&["watch"]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("iteration 2 · US-001"), "{shown}");
+    let line = shown
+        .lines()
+        .find(|l| l.contains("claude limited: resets in "))
+        .unwrap_or_else(|| panic!("no countdown for claude in:\n{shown}"));
+    // An hour ahead, give or take the time the test took: `59:xx` or `1:00:00`.
+    assert!(
+        line.contains("resets in 59:") || line.contains("resets in 1:00:00"),
+        "{line}"
+    );
+    assert!(!shown.contains("backup limited"), "{shown}");
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status.contains("agents waiting for a usage-limit reset: claude until "),
+        "{status}"
+    );
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let (code, _) = crate::common::wait_exit(&env, &mut child, std::time::Duration::from_secs(60));
+    assert_ne!(code, 0, "{}", env.spawned_output());
+}
