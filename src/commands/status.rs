@@ -410,11 +410,12 @@ impl Status {
             }
             return;
         };
-        let previous = self
-            .running
-            .as_ref()
-            .is_some_and(|(f, _)| f.run_id != *run);
-        let label = if previous { "previous run" } else { "latest run" };
+        let previous = self.running.as_ref().is_some_and(|(f, _)| f.run_id != *run);
+        let label = if previous {
+            "previous run"
+        } else {
+            "latest run"
+        };
         println!("{label} {run}: {} iteration(s)", latest.len());
         print_iterations(&latest);
         println!(

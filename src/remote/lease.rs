@@ -388,7 +388,10 @@ mod tests {
             msg.contains("Ralph-Agent-Reset: backup 2026-12-01T13:00:00.000Z\nRalph-Agent-Reset: claude 2026-12-01T14:00:00.000Z\n"),
             "{msg}"
         );
-        assert!(msg.contains("Ralph-Resume-At: 2026-12-01T13:00:00.000Z\n"), "{msg}");
+        assert!(
+            msg.contains("Ralph-Resume-At: 2026-12-01T13:00:00.000Z\n"),
+            "{msg}"
+        );
         assert_eq!(LeaseCommit::parse(&msg), Some(l.clone()));
         // A release written before per-agent resets: its one reset, no agent's.
         let old: String = msg

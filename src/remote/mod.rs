@@ -608,7 +608,8 @@ impl Remote {
         if !book.held || book.lost.is_some() || book.released {
             return;
         }
-        let Ok(sha) = self.lease_commit(&book, lease::State::Held, &lease::Resets::default()) else {
+        let Ok(sha) = self.lease_commit(&book, lease::State::Held, &lease::Resets::default())
+        else {
             return;
         };
         let refspec = format!("{sha}:{}", self.lease_ref());

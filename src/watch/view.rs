@@ -474,7 +474,8 @@ mod plain_tests {
 
     /// A `--parallel 2` run: two flights whose actions are long enough to wrap at 80 columns.
     fn two_lanes() -> Snapshot {
-        let flight = |iteration: u32, story: &str, worker: u32| Flight {
+        let flight = |iteration: u32, story: &str, worker: u32| {
+            Flight {
             iteration,
             story_id: story.into(),
             started_at: at(1, 0, 0),
@@ -484,6 +485,7 @@ mod plain_tests {
                 format!("Edit: the module of {story} and its many implementation details finally"),
             ],
             worker: Some(worker),
+        }
         };
         Snapshot {
             project: "Demo".into(),
@@ -514,7 +516,10 @@ mod plain_tests {
         for width in [60, 80, 100] {
             let shown = plain(&snap, width);
             for needle in ["iteration 1 · US-001 · w1", "iteration 2 · US-002 · w2"] {
-                assert!(shown.contains(needle), "{width}: no {needle:?} in:\n{shown}");
+                assert!(
+                    shown.contains(needle),
+                    "{width}: no {needle:?} in:\n{shown}"
+                );
             }
             // Each lane's last action, whole (wrapped over its lines).
             assert_eq!(shown.matches("finally").count(), 2, "{width}:\n{shown}");

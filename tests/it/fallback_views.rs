@@ -375,7 +375,8 @@ fn a_usage_limit_stop_names_each_limited_agent_and_its_reset() {
 
     let status = text(&env.ralph(&["status"]));
     assert!(
-        status.contains("last run stopped: every agent hit its usage limit; they reset: backup at ")
+        status
+            .contains("last run stopped: every agent hit its usage limit; they reset: backup at ")
             && status.contains(", claude at "),
         "{status}"
     );
@@ -448,5 +449,8 @@ fn the_lease_hands_each_agents_reset_to_the_next_worker() {
         .keys()
         .collect();
     assert_eq!(names, ["backup", "claude"], "{state}");
-    assert_eq!(state["stop_reason"]["agents"][1]["agent"], "claude", "{state}");
+    assert_eq!(
+        state["stop_reason"]["agents"][1]["agent"], "claude",
+        "{state}"
+    );
 }

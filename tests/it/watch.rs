@@ -395,7 +395,10 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
     assert!(!status.contains("pausing"), "{status}");
     tmux.wait_for("the view's PAUSED", |s| s.contains("PAUSED"));
     assert_eq!(env.ledger().len(), 2, "{}", env.spawned_output());
-    assert!(!root.join("started-US-003").exists(), "a story started while paused");
+    assert!(
+        !root.join("started-US-003").exists(),
+        "a story started while paused"
+    );
 
     tmux.run(&["send-keys", "-t", "w", "q"]);
     assert_eq!(env.ralph(&["stop"]).status.code(), Some(0));
