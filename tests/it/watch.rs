@@ -372,6 +372,13 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
         "{status}"
     );
     assert!(!status.contains("paused:"), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
+        (&json!(true), &json!(2), &json!(false)),
+        "{doc}"
+    );
     tmux.wait_for("the view's pausing", |s| {
         s.contains("pausing: 2 iterations finishing")
     });
@@ -393,6 +400,13 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
         "{status}"
     );
     assert!(!status.contains("pausing"), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
+        (&json!(true), &json!(0), &json!(true)),
+        "{doc}"
+    );
     tmux.wait_for("the view's PAUSED", |s| s.contains("PAUSED"));
     assert_eq!(env.ledger().len(), 2, "{}", env.spawned_output());
     assert!(
