@@ -310,9 +310,10 @@ fn watch_and_status_count_down_to_each_limited_agents_reset_while_the_fallback_w
         .lines()
         .find(|l| l.contains("claude limited: resets in "))
         .unwrap_or_else(|| panic!("no countdown for claude in:\n{shown}"));
-    // An hour ahead, give or take the time the test took: `59:xx` or `1:00:00`.
+    // An hour ahead, less the time the test took (a loaded machine: minutes): `5x:xx` or
+    // `1:00:00`.
     assert!(
-        line.contains("resets in 59:") || line.contains("resets in 1:00:00"),
+        line.contains("resets in 5") || line.contains("resets in 1:00:00"),
         "{line}"
     );
     assert!(!shown.contains("backup limited"), "{shown}");
