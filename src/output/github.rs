@@ -301,8 +301,21 @@ impl Sink for GitHubActions {
                 story_id,
                 story_title,
                 worker,
+                agent,
+                backend,
                 ..
-            } => self.started(*iteration, &format!("{story_id} {story_title}"), *worker),
+            } => {
+                // Fallback agents: the title names the agent (`… · backup (codex)`).
+                let on = agent
+                    .as_deref()
+                    .map(|a| format!(" · {}", super::human::agent_label(Some(a), backend)))
+                    .unwrap_or_default();
+                self.started(
+                    *iteration,
+                    &format!("{story_id} {story_title}{on}"),
+                    *worker,
+                )
+            }
             RunEvent::IterationFinished { record, .. } => self.iteration(record),
             RunEvent::StoryBlocked {
                 story_id,

@@ -535,7 +535,7 @@ impl Sink for Human {
 
 /// How a line names the agent of an iteration: its profile name when the run has fallback
 /// agents (`backup (codex)`, or just `claude` when the name is the backend's), else the backend.
-fn agent_label(agent: Option<&str>, backend: &str) -> String {
+pub(super) fn agent_label(agent: Option<&str>, backend: &str) -> String {
     match agent {
         Some(name) if name != backend => format!("{name} ({backend})"),
         Some(name) => name.to_owned(),

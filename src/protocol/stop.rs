@@ -41,6 +41,19 @@ pub enum UsageLimitStop {
     },
 }
 
+/// One limited agent of a [`StopReason::UsageLimit`]: its (profile) name and its reset.
+///
+/// On the wire: `{"agent": "claude", "resets_at": "2026-12-01T14:00:00.000Z"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentReset {
+    /// The agent's (profile) name, e.g. `claude` or `backup`.
+    pub agent: String,
+    /// When its usage limit resets (RFC 3339 UTC).
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "String")]
+    pub resets_at: DateTime<Utc>,
+}
+
 /// What a streak of iterations that ended a run (`--max-failures`, `--max-no-progress`) was made
 /// of, so that the reason names the real cause (`agent_error ×4`) rather than only the limit.
 ///
@@ -184,6 +197,11 @@ pub enum StopReason {
         resume_at: DateTime<Utc>,
         /// Why the run did not wait.
         why: UsageLimitStop,
+        /// Fallback agents: each agent that was limited when the run stopped, with its own
+        /// reset, in name order (`resume_at` is the earliest of them). Absent in a run with one
+        /// agent and in reasons written before per-agent resets.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        agents: Vec<AgentReset>,
     },
     /// Every open story is blocked after `--max-attempts`, or waits for one that is (exit 4).
     AllBlocked {
@@ -291,6 +309,31 @@ impl StopReason {
             StopReason::LeaseLost { .. } => "lease_lost",
             StopReason::NeedsHuman { .. } => "needs_human",
             StopReason::NothingToResume { .. } => "nothing_to_resume",
+        }
+    }
+
+    /// A [`StopReason::UsageLimit`] of a run with fallback agents, naming each limited agent
+    /// and its reset (`resets`: state.json's `agent_resets`, by agent name); `resume_at` stays
+    /// the earliest. Any other reason, or an empty `resets` (one agent), is returned as it is.
+    pub fn with_agent_resets(
+        self,
+        resets: &std::collections::BTreeMap<String, DateTime<Utc>>,
+    ) -> StopReason {
+        match self {
+            StopReason::UsageLimit { resume_at, why, .. } if !resets.is_empty() => {
+                StopReason::UsageLimit {
+                    resume_at,
+                    why,
+                    agents: resets
+                        .iter()
+                        .map(|(agent, at)| AgentReset {
+                            agent: agent.clone(),
+                            resets_at: *at,
+                        })
+                        .collect(),
+                }
+            }
+            other => other,
         }
     }
 
@@ -418,7 +461,31 @@ impl StopReason {
                 "stopped after {failures} transient failures in a row (overload, server or network errors); the last: {}",
                 last_message.as_deref().unwrap_or_default()
             ),
-            StopReason::UsageLimit { resume_at, why } => {
+            StopReason::UsageLimit {
+                resume_at,
+                why,
+                agents,
+            } if !agents.is_empty() => {
+                let each: Vec<String> = agents
+                    .iter()
+                    .map(|a| format!("{} at {}", a.agent, local_time(a.resets_at)))
+                    .collect();
+                let limited = format!("every agent hit its usage limit; they reset: {}", each.join(", "));
+                let at = local_time(*resume_at);
+                match why {
+                    UsageLimitStop::NoWait => format!(
+                        "stopped: {limited}; not waiting (--no-wait), run `ralph run` again after {at}"
+                    ),
+                    UsageLimitStop::TooManyWaits { waits } => format!(
+                        "stopped: {limited}; usage limits came {waits} times in this run, so it stopped instead of waiting again"
+                    ),
+                    UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
+                        "stopped: {limited}; the first is after --max-duration {} ends; not waiting, run `ralph run` again then",
+                        dur(*max_duration_s)
+                    ),
+                }
+            }
+            StopReason::UsageLimit { resume_at, why, .. } => {
                 let at = local_time(*resume_at);
                 match why {
                     UsageLimitStop::NoWait => format!(
@@ -511,6 +578,7 @@ mod tests {
                 StopReason::UsageLimit {
                     resume_at: Utc::now(),
                     why: UsageLimitStop::NoWait,
+                    agents: Vec::new(),
                 },
                 75,
             ),
@@ -518,6 +586,7 @@ mod tests {
                 StopReason::UsageLimit {
                     resume_at: Utc::now(),
                     why: UsageLimitStop::PastMaxDuration { max_duration_s: 60 },
+                    agents: Vec::new(),
                 },
                 75,
             ),
@@ -612,5 +681,43 @@ mod tests {
         assert_eq!(r.kind(), "all_blocked");
         let back: StopReason = serde_json::from_value(v).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_usage_limit_names_each_limited_agent_and_reads_its_older_form() {
+        use chrono::TimeZone;
+        let at = |h| Utc.with_ymd_and_hms(2026, 12, 1, h, 0, 0).unwrap();
+        let resets: std::collections::BTreeMap<String, DateTime<Utc>> =
+            [("claude".to_owned(), at(14)), ("backup".to_owned(), at(15))].into();
+        let r = StopReason::UsageLimit {
+            resume_at: at(14),
+            why: UsageLimitStop::NoWait,
+            agents: Vec::new(),
+        }
+        .with_agent_resets(&resets);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["agents"][0]["agent"], "backup");
+        assert_eq!(v["agents"][0]["resets_at"], "2026-12-01T15:00:00.000Z");
+        assert_eq!(v["agents"][1]["agent"], "claude");
+        let sentence = r.sentence();
+        assert!(
+            sentence.contains(&format!(
+                "every agent hit its usage limit; they reset: backup at {}, claude at {}",
+                local_time(at(15)),
+                local_time(at(14))
+            )),
+            "{sentence}"
+        );
+        assert!(sentence.contains("--no-wait"), "{sentence}");
+        let back: StopReason = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+        // A state.json of an older ralph: no `agents`; a run with one agent writes none.
+        let old = serde_json::json!({"kind": "usage_limit", "resume_at": "2026-12-01T14:00:00Z",
+            "why": {"because": "no_wait"}});
+        let r: StopReason = serde_json::from_value(old).unwrap();
+        assert!(matches!(&r, StopReason::UsageLimit { agents, .. } if agents.is_empty()));
+        let one = r.with_agent_resets(&Default::default());
+        assert!(serde_json::to_value(&one).unwrap().get("agents").is_none());
+        assert!(one.sentence().contains("the agent's usage limit resets at"));
     }
 }

@@ -34,6 +34,23 @@ pub const TRAILER_RUN: &str = "Ralph-Lease-Run";
 /// for it, or exits 75 at once under `--no-wait`).
 pub const TRAILER_RESUME_AT: &str = "Ralph-Resume-At";
 
+/// Trailer on a release, one per limited agent of a run with fallback agents: `<agent name>
+/// <reset, RFC 3339 UTC>` (`Ralph-Agent-Reset: claude 2026-12-01T14:00:00Z`). The next worker
+/// takes each agent's reset as its own; a ralph from before per-agent resets ignores them and
+/// reads [`TRAILER_RESUME_AT`], which a release still carries when every agent is limited.
+pub const TRAILER_AGENT_RESET: &str = "Ralph-Agent-Reset";
+
+/// The usage-limit resets a release hands on to the next worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resets {
+    /// When the run may go on ([`TRAILER_RESUME_AT`]): the reset it stopped at or waited for
+    /// (with fallback agents: the earliest, when every agent is limited).
+    pub resume_at: Option<DateTime<Utc>>,
+    /// Fallback agents: each limited agent's reset, by agent (profile) name
+    /// ([`TRAILER_AGENT_RESET`]).
+    pub agents: std::collections::BTreeMap<String, DateTime<Utc>>,
+}
+
 /// Who holds (or held) a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
@@ -99,6 +116,8 @@ pub struct LeaseCommit {
     pub holder: Holder,
     /// On a release: when the usage limit the run stopped at resets.
     pub resume_at: Option<DateTime<Utc>>,
+    /// On a release of a run with fallback agents: each limited agent's reset, by name.
+    pub agent_resets: std::collections::BTreeMap<String, DateTime<Utc>>,
 }
 
 impl LeaseCommit {
@@ -135,6 +154,11 @@ impl LeaseCommit {
         if let Some(at) = self.resume_at {
             lines.push((TRAILER_RESUME_AT, stamp(at)));
         }
+        for (agent, at) in &self.agent_resets {
+            // A name is one word in the trailer (its last word is the time).
+            let name = agent.split_whitespace().collect::<Vec<_>>().join("-");
+            lines.push((TRAILER_AGENT_RESET, format!("{name} {}", stamp(*at))));
+        }
         let one_line = |v: &str| v.split_whitespace().collect::<Vec<_>>().join(" ");
         let mut message = format!("{}\n\n", one_line(&subject));
         for (k, v) in lines {
@@ -147,9 +171,19 @@ impl LeaseCommit {
     /// lease ref counts as no lease ralph understands).
     pub fn parse(message: &str) -> Option<LeaseCommit> {
         let mut get = std::collections::BTreeMap::new();
+        let mut agent_resets = std::collections::BTreeMap::new();
         for line in message.lines() {
             if let Some((k, v)) = line.split_once(": ") {
-                if k.starts_with("Ralph-") {
+                if k == TRAILER_AGENT_RESET {
+                    // `<name> <time>`; a line that is not one is skipped, not the lease.
+                    let parsed = v.trim().rsplit_once(' ').and_then(|(name, at)| {
+                        let at = DateTime::parse_from_rfc3339(at).ok()?;
+                        Some((name.trim().to_owned(), at.with_timezone(&Utc)))
+                    });
+                    if let Some((name, at)) = parsed.filter(|(n, _)| !n.is_empty()) {
+                        agent_resets.insert(name, at);
+                    }
+                } else if k.starts_with("Ralph-") {
                     get.insert(k.to_owned(), v.trim().to_owned());
                 }
             }
@@ -176,6 +210,7 @@ impl LeaseCommit {
                 run_id: get.get(TRAILER_RUN).cloned(),
             },
             resume_at: time(TRAILER_RESUME_AT),
+            agent_resets,
         })
     }
 }
@@ -315,6 +350,7 @@ mod tests {
             expires: Utc::now() + chrono::Duration::seconds(expires_in_s),
             holder: holder(token),
             resume_at: None,
+            agent_resets: Default::default(),
         }
     }
 
@@ -334,6 +370,46 @@ mod tests {
         );
         assert_eq!(LeaseCommit::parse(&msg), Some(l));
         assert_eq!(LeaseCommit::parse("a commit\n\nSigned-off-by: x\n"), None);
+    }
+
+    #[test]
+    fn a_release_carries_each_agents_reset_and_an_old_release_still_reads() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let mut l = lease(State::Released, 60, "abc");
+        l.expires = at("2026-12-01T12:00:00.000Z");
+        l.resume_at = Some(at("2026-12-01T13:00:00.000Z"));
+        l.agent_resets = [
+            ("claude".to_owned(), at("2026-12-01T14:00:00.000Z")),
+            ("backup".to_owned(), at("2026-12-01T13:00:00.000Z")),
+        ]
+        .into();
+        let msg = l.message();
+        assert!(
+            msg.contains("Ralph-Agent-Reset: backup 2026-12-01T13:00:00.000Z\nRalph-Agent-Reset: claude 2026-12-01T14:00:00.000Z\n"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("Ralph-Resume-At: 2026-12-01T13:00:00.000Z\n"),
+            "{msg}"
+        );
+        assert_eq!(LeaseCommit::parse(&msg), Some(l.clone()));
+        // A release written before per-agent resets: its one reset, no agent's.
+        let old: String = msg
+            .lines()
+            .filter(|line| !line.starts_with(TRAILER_AGENT_RESET))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let read = LeaseCommit::parse(&old).unwrap();
+        assert_eq!(read.resume_at, l.resume_at);
+        assert!(read.agent_resets.is_empty());
+        // A garbled agent line is skipped; the lease still reads.
+        let garbled = old.replace(
+            "Ralph-Resume-At",
+            "Ralph-Agent-Reset: claude yesterday\nRalph-Resume-At",
+        );
+        let read = LeaseCommit::parse(&garbled).unwrap();
+        assert!(read.agent_resets.is_empty());
+        assert_eq!(read.resume_at, l.resume_at);
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct Opened {
     pub remote_head: Option<String>,
     /// A usage-limit reset recorded by the worker that released the lease.
     pub resume_at: Option<DateTime<Utc>>,
+    /// Fallback agents: each agent's reset that worker recorded (those still ahead), by name.
+    pub agent_resets: std::collections::BTreeMap<String, DateTime<Utc>>,
     /// The remote's books of the branch (`refs/ralph/books/<branch>`, fetched here), when it
     /// has them.
     pub books: Option<String>,
@@ -309,14 +311,14 @@ impl Remote {
     /// Releases the lease (a child commit marked released, naming `resume_at` when the run
     /// stopped at a usage limit), within `--shutdown-timeout` after a signal. Returns whether
     /// the remote has the release; a lease not released lapses after `--lease-ttl`.
-    pub fn release(&self, resume_at: Option<DateTime<Utc>>) -> bool {
+    pub fn release(&self, resets: &lease::Resets) -> bool {
         self.stop_renewer();
         let mut book = self.book();
         if !book.held || book.released {
             return book.released;
         }
         let deadline = self.deadline(false);
-        let Ok(sha) = self.lease_commit(&book, lease::State::Released, resume_at) else {
+        let Ok(sha) = self.lease_commit(&book, lease::State::Released, resets) else {
             return false;
         };
         let refspec = format!("{sha}:{}", self.lease_ref());
@@ -419,10 +421,15 @@ impl Remote {
                 .as_ref()
                 .and_then(|c| c.resume_at)
                 .filter(|at| *at > Utc::now());
+            opened.agent_resets = commit
+                .as_ref()
+                .map(|c| c.agent_resets.clone())
+                .unwrap_or_default();
+            opened.agent_resets.retain(|_, at| *at > Utc::now());
             let mut book = self.book();
             book.last = current.map(|(sha, _)| sha);
             let sha = self
-                .lease_commit(&book, lease::State::Held, None)
+                .lease_commit(&book, lease::State::Held, &lease::Resets::default())
                 .map_err(|e| {
                     UserError::new(format!("--push: cannot write the lease commit: {e}"))
                 })?;
@@ -601,7 +608,8 @@ impl Remote {
         if !book.held || book.lost.is_some() || book.released {
             return;
         }
-        let Ok(sha) = self.lease_commit(&book, lease::State::Held, None) else {
+        let Ok(sha) = self.lease_commit(&book, lease::State::Held, &lease::Resets::default())
+        else {
             return;
         };
         let refspec = format!("{sha}:{}", self.lease_ref());
@@ -627,7 +635,7 @@ impl Remote {
 
     /// One push of the branch, ralph's refs and a lease renewal (atomic where the remote can).
     fn push_once(&self, book: &mut Book, head: Option<&str>, deadline: Option<Instant>) -> Pushed {
-        let Ok(sha) = self.lease_commit(book, lease::State::Held, None) else {
+        let Ok(sha) = self.lease_commit(book, lease::State::Held, &lease::Resets::default()) else {
             return Pushed::Unreachable("cannot write the lease commit".into());
         };
         let branch = format!("refs/heads/{0}:refs/heads/{0}", self.branch);
@@ -801,7 +809,7 @@ impl Remote {
         &self,
         book: &Book,
         state: lease::State,
-        resume_at: Option<DateTime<Utc>>,
+        resets: &lease::Resets,
     ) -> Result<String, crate::git::GitError> {
         let ttl = chrono::Duration::from_std(self.settings.lease_ttl)
             .unwrap_or_else(|_| chrono::Duration::minutes(10));
@@ -810,7 +818,8 @@ impl Remote {
             state,
             expires: Utc::now() + ttl,
             holder: self.me.clone(),
-            resume_at,
+            resume_at: resets.resume_at,
+            agent_resets: resets.agents.clone(),
         };
         Repo::discover(&self.root)?.write_detached_commit(&commit.message(), book.last.as_deref())
     }
@@ -890,7 +899,7 @@ impl Remote {
         if held {
             // An early return (an error after the lease was taken): give the branch back.
             self.settings.op_timeout = self.settings.op_timeout.min(Duration::from_secs(5));
-            self.release(None);
+            self.release(&lease::Resets::default());
         }
     }
 

@@ -678,6 +678,8 @@ async fn finish(
             tracing::warn!("{warning}");
         }
     }
+    // Fallback agents: a usage limit names each limited agent and its reset.
+    let reason = reason.with_agent_resets(&s.state.agent_resets);
     s.state.stop_reason = Some(reason.clone());
     // A pause ends with the run (a later run does not start paused).
     crate::pause_request::clear(&paths.ralph_dir);
@@ -691,7 +693,7 @@ async fn finish(
     let push = s
         .remote
         .take()
-        .map(|remote| hand_back(remote, &reason, s.state.resume_at, out));
+        .map(|remote| hand_back(remote, &reason, &s.state, out));
     let shutdown_s = stop.stopped().map(|c| c.at.elapsed().as_secs_f64());
     // The same bytes as the last iteration left them: the parse it made, not a new one.
     let final_prd = store::load_shared(&paths.prd).unwrap_or_else(|_| s.initial.clone());
@@ -720,11 +722,12 @@ async fn finish(
 
 /// `--push` at the end of a run: what is not on the remote yet is pushed (unless the remote
 /// refused this worker), and the lease is released with the usage-limit reset the run stopped
-/// at or was waiting for; returns where the remote stands.
+/// at or was waiting for, and each fallback agent's reset (`state`'s); returns where the remote
+/// stands.
 fn hand_back(
     remote: crate::remote::Remote,
     reason: &StopReason,
-    pending_reset: Option<chrono::DateTime<chrono::Utc>>,
+    state: &crate::state::State,
     out: &mut Outputs,
 ) -> crate::protocol::run_event::PushSummary {
     let refused = matches!(
@@ -743,10 +746,20 @@ fn hand_back(
     }
     // A run stopped some other way during a usage-limit wait (a SIGTERM, `ralph stop`) still
     // hands its reset on, so that the next worker waits for it instead of calling the agent.
-    let resume_at = reason
-        .resume_at()
-        .or(pending_reset.filter(|at| *at > chrono::Utc::now()));
-    if !matches!(reason, StopReason::LeaseLost { .. }) && !remote.release(resume_at) {
+    // Fallback agents: each limited agent's reset goes along (the next worker uses a free one).
+    let now = chrono::Utc::now();
+    let resets = crate::remote::lease::Resets {
+        resume_at: reason
+            .resume_at()
+            .or(state.resume_at.filter(|at| *at > now)),
+        agents: state
+            .agent_resets
+            .iter()
+            .filter(|(_, at)| **at > now)
+            .map(|(name, at)| (name.clone(), *at))
+            .collect(),
+    };
+    if !matches!(reason, StopReason::LeaseLost { .. }) && !remote.release(&resets) {
         out.warn(format!(
             "could not release the lease on {} at {}; it lapses by itself after --lease-ttl",
             remote.branch(),

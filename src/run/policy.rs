@@ -618,7 +618,13 @@ fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
         .others
         .earliest_reset
         .map_or(mine, |other| other.min(mine));
-    let stop = |why| Next::Stop(StopReason::UsageLimit { resume_at: at, why });
+    let stop = |why| {
+        Next::Stop(StopReason::UsageLimit {
+            resume_at: at,
+            why,
+            agents: Vec::new(),
+        })
+    };
     let next = if b.no_wait {
         stop(UsageLimitStop::NoWait)
     } else if t.usage_waits > b.max_usage_limit_waits {
@@ -655,6 +661,7 @@ pub fn wait_for(
             why: UsageLimitStop::PastMaxDuration {
                 max_duration_s: b.max_duration_s(),
             },
+            agents: Vec::new(),
         });
     }
     Ok(until)
@@ -678,6 +685,7 @@ pub fn pending_reset(
         return Err(StopReason::UsageLimit {
             resume_at: at,
             why: UsageLimitStop::NoWait,
+            agents: Vec::new(),
         });
     }
     wait_for(at, now, b, elapsed).map(Some)

@@ -101,18 +101,18 @@ pub async fn open(
     let run_id = new_run_id();
     // Before state.json is read or rebuilt: a fresh clone takes its numbering from the run
     // branch's history, which comes from the remote.
-    let (remote, lease_resume_at) = match &cfg.push {
+    let (remote, lease_resets) = match &cfg.push {
         Some(name) => {
-            let (remote, resume_at) = open_remote(cfg, name, &pre, &run_id, stop, out)?;
-            (Some(remote), resume_at)
+            let (remote, resets) = open_remote(cfg, name, &pre, &run_id, stop, out)?;
+            (Some(remote), resets)
         }
-        None => (None, None),
+        None => (None, crate::remote::lease::Resets::default()),
     };
     // Before state.json, history and prd.json are read: a clone on its base branch goes on from
     // the run branch a remote has, rather than starting over on a new one.
     let adopted = adopt_remote_branch(cfg, &pre, out)?;
     let mut state = load_state(&pre, out)?;
-    begin_state(cfg, &mut state, &paths, lease_resume_at)?;
+    begin_state(cfg, &mut state, &paths, &lease_resets)?;
     let mut pending = Pending::default();
     pending.add(
         super::recover::recover(
@@ -211,7 +211,7 @@ fn begin_state(
     cfg: &RunConfig,
     state: &mut crate::state::State,
     paths: &crate::workspace::RunPaths,
-    lease_resume_at: Option<chrono::DateTime<Utc>>,
+    lease_resets: &crate::remote::lease::Resets,
 ) -> anyhow::Result<()> {
     // `--resume-only`: a schedule goes on only with a run whose last stop passes by itself.
     if cfg.resume_only {
@@ -231,8 +231,13 @@ fn begin_state(
         started_at: chrono::Utc::now(),
     });
     // A usage-limit reset the worker that released the lease was waiting for.
-    if let Some(at) = lease_resume_at {
+    if let Some(at) = lease_resets.resume_at {
         state.resume_at = Some(state.resume_at.map_or(at, |mine| mine.max(at)));
+    }
+    // And each fallback agent's: the later of that worker's and this one's.
+    for (agent, at) in &lease_resets.agents {
+        let mine = state.agent_resets.entry(agent.clone()).or_insert(*at);
+        *mine = (*mine).max(*at);
     }
     Ok(())
 }
@@ -782,7 +787,7 @@ fn new_run_id() -> String {
 
 /// `--push`: takes the run branch's lease on the remote and brings the local branch level with
 /// the remote's (checked out from it in a fresh clone, moved forward when behind). Returns the
-/// remote and a usage-limit reset the previous worker recorded.
+/// remote and the usage-limit resets the previous worker recorded (its run's, each agent's).
 fn open_remote(
     cfg: &RunConfig,
     name: &str,
@@ -790,7 +795,7 @@ fn open_remote(
     run_id: &str,
     stop: &StopSignals,
     out: &mut Outputs,
-) -> anyhow::Result<(crate::remote::Remote, Option<chrono::DateTime<Utc>>)> {
+) -> anyhow::Result<(crate::remote::Remote, crate::remote::lease::Resets)> {
     let paths = &pre.paths;
     let branch = match store::load_shared(&paths.prd)?.prd.branch_name.clone() {
         Some(b) => b,
@@ -873,5 +878,9 @@ fn open_remote(
             Err(e) => out.warn(format!("could not start from the remote's books: {e}")),
         }
     }
-    Ok((remote, opened.resume_at))
+    let resets = crate::remote::lease::Resets {
+        resume_at: opened.resume_at,
+        agents: opened.agent_resets,
+    };
+    Ok((remote, resets))
 }

@@ -141,6 +141,9 @@ pub struct Snapshot {
     pub wait_until: Option<DateTime<Utc>>,
     /// When the run tries a story again after a transient failure, while it waits for that.
     pub retry_at: Option<DateTime<Utc>>,
+    /// Fallback agents: each agent whose usage limit has not reset yet, by its (profile) name,
+    /// with its reset (state.json's `agent_resets`, those still ahead of `now`), in name order.
+    pub agent_resets: Vec<(String, DateTime<Utc>)>,
     /// Pending hints.
     pub hints: Vec<Hint>,
     /// When no run is active: how the last run ended, in a few words (`every story passes`,
@@ -274,6 +277,12 @@ impl Snapshot {
                 .or(state.resume_at)
                 .filter(|at| *at > probe.now),
             retry_at: state.retry_at.filter(|at| *at > probe.now),
+            agent_resets: state
+                .agent_resets
+                .iter()
+                .filter(|(_, at)| **at > probe.now)
+                .map(|(name, at)| (name.clone(), *at))
+                .collect(),
             hints: crate::hints::pending(&paths.ralph_dir),
             last_end: state
                 .stop_reason

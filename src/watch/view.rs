@@ -56,15 +56,20 @@ pub fn render(snap: &Snapshot, ui: &Ui, area: Rect, buf: &mut Buffer) {
         ])
         .split(area);
     header(snap, ui).render(rows[0], buf);
-    let body = Layout::default()
-        .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
-        .split(rows[1]);
+    let body = body_columns(rows[1]);
     stories(snap, ui).render(body[0], buf);
     now(snap, ui).render(body[1], buf);
     recent(snap, ui).render(rows[2], buf);
     Paragraph::new(vec![budget(snap), hints(snap)]).render(rows[3], buf);
     footer(ui, rows[4].width).render(rows[4], buf);
+}
+
+/// The stories' column and the "Now" column of the body `area`.
+fn body_columns(area: Rect) -> std::rc::Rc<[Rect]> {
+    Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+        .split(area)
 }
 
 fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
@@ -74,6 +79,13 @@ fn header<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
         RunState::Running { pid, .. } if snap.paused() => {
             (format!("PAUSED (pid {pid})"), Color::Yellow)
         }
+        RunState::Running { pid, .. } if snap.pause_requested && !snap.others.is_empty() => (
+            format!(
+                "pausing: {} iterations finishing (pid {pid})",
+                snap.others.len() + 1
+            ),
+            Color::Yellow,
+        ),
         RunState::Running { pid, .. } if snap.pause_requested => (
             format!("pausing after this iteration (pid {pid})"),
             Color::Yellow,
@@ -217,9 +229,29 @@ fn now<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
             " Now "
         }
     };
+    lines.extend(agent_resets(snap));
     Paragraph::new(lines)
         .wrap(Wrap { trim: true })
         .block(Block::default().borders(Borders::ALL).title(title))
+}
+
+/// Fallback agents: one countdown per limited agent (`claude limited: resets in 0:56 (01:13
+/// UTC)`), while the others work or while the run waits. A run with one agent waiting for it
+/// says so once, in the run's wait line.
+fn agent_resets(snap: &Snapshot) -> Vec<Line<'static>> {
+    if snap.flight.is_none() && snap.wait_until.is_some() && snap.agent_resets.len() == 1 {
+        return Vec::new();
+    }
+    snap.agent_resets
+        .iter()
+        .map(|(name, at)| {
+            Line::from(format!(
+                "{name} limited: resets in {} ({} UTC)",
+                clock((*at - snap.now).num_seconds()),
+                at.format("%H:%M")
+            ))
+        })
+        .collect()
 }
 
 fn recent<'a>(snap: &'a Snapshot, ui: &Ui) -> Paragraph<'a> {
@@ -351,20 +383,23 @@ pub fn plain(snap: &Snapshot, width: u16) -> String {
             .iter()
             .filter(|s| matches!(s.state, StoryState::Blocked(_) | StoryState::Waiting(_)))
             .count();
-    let now_lines = snap
-        .flight
-        .as_ref()
-        .map_or(3, |f| f.actions.len().max(1) + 1)
-        + 2 * snap.others.len();
-    let body = story_lines.max(now_lines).max(3) + 2;
-    let height = (1 + body + snap.recent.len().max(1) + 2 + 2 + 1) as u16;
-    let area = Rect::new(0, 0, width, height);
-    let mut buf = Buffer::empty(area);
     let ui = Ui {
         input: None,
         message: None,
         color: false,
     };
+    // The "Now" panel wraps its long lines: as tall as its lines are once wrapped at its width
+    // (counting its lines before wrapping cut the other lanes of a `--parallel` run off).
+    let now_width = body_columns(Rect::new(0, 0, width, 1))[1].width;
+    // ratatui 0.29's `line_count` wraps at the width it is given, borders included: the inner
+    // width is given, and the borders' two rows taken off.
+    let now_lines = now(snap, &ui)
+        .line_count(now_width.saturating_sub(2))
+        .saturating_sub(2);
+    let body = story_lines.max(now_lines).max(3) + 2;
+    let height = (1 + body + snap.recent.len().max(1) + 2 + 2 + 1) as u16;
+    let area = Rect::new(0, 0, width, height);
+    let mut buf = Buffer::empty(area);
     render(snap, &ui, area, &mut buf);
     let mut lines = buffer_lines(&buf);
     // The key line means nothing without a terminal.
@@ -424,5 +459,93 @@ mod tests {
             "the cursor end stays in view: {line}"
         );
         assert!(line.ends_with("(Enter saves, Esc cancels)"), "{line}");
+    }
+}
+
+#[cfg(test)]
+mod plain_tests {
+    use super::*;
+    use crate::watch::{Budget, Flight};
+    use chrono::{DateTime, TimeZone, Utc};
+
+    fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, h, m, s).unwrap()
+    }
+
+    /// A `--parallel 2` run: two flights whose actions are long enough to wrap at 80 columns.
+    fn two_lanes() -> Snapshot {
+        let flight = |iteration: u32, story: &str, worker: u32| {
+            Flight {
+            iteration,
+            story_id: story.into(),
+            started_at: at(1, 0, 0),
+            actions: vec![
+                format!("“Reading the whole module tree of {story} before changing anything at all.”"),
+                format!("Bash: cargo test --workspace --all-features -- {story} --nocapture --test-threads 1"),
+                format!("Edit: the module of {story} and its many implementation details finally"),
+            ],
+            worker: Some(worker),
+        }
+        };
+        Snapshot {
+            project: "Demo".into(),
+            branch: "ralph/demo".into(),
+            run: RunState::Running {
+                pid: 7,
+                host: "box".into(),
+            },
+            pause_requested: false,
+            stop_requested: false,
+            stories: Vec::new(),
+            flight: Some(flight(1, "US-001", 1)),
+            others: vec![flight(2, "US-002", 2)],
+            recent: Vec::new(),
+            budget: Budget::default(),
+            wait_until: None,
+            retry_at: None,
+            agent_resets: Vec::new(),
+            hints: Vec::new(),
+            last_end: None,
+            now: at(1, 1, 0),
+        }
+    }
+
+    #[test]
+    fn the_plain_snapshot_shows_every_flight_even_when_its_lines_wrap() {
+        let snap = two_lanes();
+        for width in [60, 80, 100] {
+            let shown = plain(&snap, width);
+            for needle in ["iteration 1 · US-001 · w1", "iteration 2 · US-002 · w2"] {
+                assert!(
+                    shown.contains(needle),
+                    "{width}: no {needle:?} in:\n{shown}"
+                );
+            }
+            // Each lane's last action, whole (wrapped over its lines).
+            assert_eq!(shown.matches("finally").count(), 2, "{width}:\n{shown}");
+            assert!(
+                shown.contains("Last iterations"),
+                "{width}: the panel below was cut:\n{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_limited_agent_counts_down_to_its_reset_beside_the_flights() {
+        let mut snap = two_lanes();
+        snap.agent_resets = vec![
+            ("claude".into(), at(1, 13, 0)),
+            ("codex".into(), at(1, 2, 30)),
+        ];
+        let shown = plain(&snap, 100);
+        assert!(
+            shown.contains("claude limited: resets in 12:00 (01:13 UTC)"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("codex limited: resets in 1:30 (01:02 UTC)"),
+            "{shown}"
+        );
+        assert!(shown.contains("iteration 2 · US-002 · w2"), "{shown}");
     }
 }

@@ -255,3 +255,201 @@ fn doctor_checks_each_fallback_agent_under_its_name() {
     );
     assert_eq!(doc["ok"], false, "{doc}");
 }
+
+/// Under GitHub Actions, each iteration's log group names the agent it ran on.
+#[test]
+fn github_actions_group_titles_name_the_agent() {
+    let env = env_with(2, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        codex_story("US-001", 0),
+        codex_story("US-002", 0),
+    ]}));
+    let out = env
+        .ralph_cmd(&["run"])
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .expect("run ralph");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let groups: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("::group::"))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            "::group::iteration 1 · US-001 Story 1 · claude",
+            "::group::iteration 2 · US-001 Story 1 · backup (codex)",
+            "::group::iteration 3 · US-002 Story 2 · backup (codex)",
+        ],
+        "{stderr}"
+    );
+}
+
+/// While the fallback works, `ralph watch` counts down to the limited agent's own reset, and
+/// `ralph status` names the agent and its reset.
+#[test]
+fn watch_and_status_count_down_to_each_limited_agents_reset_while_the_fallback_works() {
+    let env = env_with(1, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"write_file": {"path": "../agent-started", "content": "x"}},
+            {"sleep_ms": 60_000}
+        ],
+    ]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    crate::common::wait_for(&env, "../agent-started", std::time::Duration::from_secs(60));
+    let out = env.ralph(&["watch"]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("iteration 2 · US-001"), "{shown}");
+    let line = shown
+        .lines()
+        .find(|l| l.contains("claude limited: resets in "))
+        .unwrap_or_else(|| panic!("no countdown for claude in:\n{shown}"));
+    // An hour ahead, less the time the test took (a loaded machine: minutes): `5x:xx` or
+    // `1:00:00`.
+    let countdown = regex::Regex::new(r"resets in (5\d:\d\d|1:00:00) \(\d\d:\d\d UTC\)").unwrap();
+    assert!(countdown.is_match(line), "{line}");
+    assert!(!shown.contains("backup limited"), "{shown}");
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status.contains("agents waiting for a usage-limit reset: claude until "),
+        "{status}"
+    );
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let (code, _) = crate::common::wait_exit(&env, &mut child, std::time::Duration::from_secs(60));
+    assert_ne!(code, 0, "{}", env.spawned_output());
+}
+
+/// Every agent limited under `--no-wait`: the stop reason names each agent and its own reset
+/// (state.json, `--json`'s `run_finished`, `ralph status`), and status's wait names each agent.
+#[test]
+fn a_usage_limit_stop_names_each_limited_agent_and_its_reset() {
+    let env = env_with(1, BACKUP);
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 7200}},
+            {"exit": 1}
+        ],
+        [{"read_stdin": true}, {"codex": {"start": {}}}, {"codex": {"usage_limit": {"at": null}}}],
+    ]}));
+    let out = env.ralph(&["run", "--no-wait", "--json"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let finished: Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "run_finished")
+        .unwrap_or_else(|| panic!("no run_finished in:\n{stdout}"));
+    let reason = &finished["stop_reason"];
+    assert_eq!(reason["kind"], "usage_limit", "{finished}");
+    let agents: Vec<&str> = reason["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agents in {reason}"))
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(agents, ["backup", "claude"], "{reason}");
+    let at = |name: &str| {
+        let a = reason["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent"] == name)
+            .unwrap();
+        chrono::DateTime::parse_from_rfc3339(a["resets_at"].as_str().unwrap()).unwrap()
+    };
+    // claude said 2 h; codex said nothing (usage_limit_fallback: 1 h). resume_at is the earliest.
+    assert!(at("claude") > at("backup"), "{reason}");
+    let resume_at =
+        chrono::DateTime::parse_from_rfc3339(reason["resume_at"].as_str().unwrap()).unwrap();
+    assert_eq!(resume_at, at("backup"), "{reason}");
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(&state["stop_reason"], reason, "{state}");
+
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status
+            .contains("last run stopped: every agent hit its usage limit; they reset: backup at ")
+            && status.contains(", claude at "),
+        "{status}"
+    );
+    let wait = status
+        .lines()
+        .find(|l| l.starts_with("usage limit: "))
+        .unwrap_or_else(|| panic!("no wait line in:\n{status}"));
+    assert!(
+        wait.starts_with("usage limit: every agent is limited (backup until ")
+            && wait.contains(", claude until ")
+            && wait.contains("`ralph run` waits until the first resets"),
+        "{wait}"
+    );
+}
+
+/// `--push` with fallback agents: the release hands each limited agent's reset on
+/// (`Ralph-Agent-Reset` trailers beside the old `Ralph-Resume-At`), and a worker in a fresh
+/// clone without the books takes them up: every agent is still limited, so under `--no-wait` it
+/// stops at once, calling no agent, and names both.
+#[test]
+fn the_lease_hands_each_agents_reset_to_the_next_worker() {
+    use crate::scale_out::{Remote, BRANCH};
+    let r = Remote::new(
+        1,
+        &json!({"invocations": [
+            [
+                {"claude_init": {}},
+                {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 7200}},
+                {"exit": 1}
+            ],
+            [{"read_stdin": true}, {"codex": {"start": {}}}, {"codex": {"usage_limit": {"at": null}}}],
+        ]}),
+    );
+    std::os::unix::fs::symlink(crate::common::fake_agent_bin(), r.env.bin.join("codex"))
+        .expect("symlink codex");
+    r.env.write("ralph.toml", BACKUP);
+    r.env.git(&["add", "-A"]);
+    r.env.git(&["commit", "-qm", "config"]);
+    r.env.git(&["push", "-q", "origin", "main"]);
+    let first = r.clone("first");
+    let out = r
+        .ralph(&first, &["run", "--push", "--no-wait"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let lease = r.lease().expect("a lease commit");
+    assert!(lease.contains("Ralph-Lease-State: released"), "{lease}");
+    assert!(lease.contains("Ralph-Resume-At: "), "{lease}");
+    for agent in ["backup", "claude"] {
+        assert!(
+            lease.contains(&format!("Ralph-Agent-Reset: {agent} ")),
+            "{lease}"
+        );
+    }
+    // Without the books, only the lease knows the resets.
+    r.remote_git(&["update-ref", "-d", &format!("refs/ralph/books/{BRANCH}")]);
+    let second = r.clone("second");
+    let out = r
+        .ralph(&second, &["run", "--push", "--no-wait"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert_eq!(r.env.agent_calls(), 2, "{}", text(&out));
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(second.join(".ralph/state.json")).unwrap())
+            .unwrap();
+    let names: Vec<&String> = state["agent_resets"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no agent_resets: {state}"))
+        .keys()
+        .collect();
+    assert_eq!(names, ["backup", "claude"], "{state}");
+    assert_eq!(
+        state["stop_reason"]["agents"][1]["agent"], "claude",
+        "{state}"
+    );
+}

@@ -261,3 +261,161 @@ fn watch_counts_down_to_a_retry_after_a_transient_failure() {
     let state = env.state();
     assert!(state.get("retry_at").is_none(), "{state}");
 }
+
+/// Installs as `claude` a wrapper that plays, for the story named in its prompt, the fake agent's
+/// `<story>-1.json` (a tool call naming the story), marks `started-<story>` beside the
+/// repository, waits until the test creates `go-<story>` there, then plays `<story>-2.json` (the
+/// story's work and commit). Each story's agent is slow until the test lets it go, whatever the
+/// order in which the workers start.
+fn per_story_claude(env: &TestEnv, stories: &[&str]) {
+    let dir = env.root.path();
+    for id in stories {
+        let first = json!({"invocations": [[
+            {"claude_init": {}},
+            {"claude_tool": {"name": "Bash", "input": {"command": format!("make {id} --lane")}, "result": "ok"}}
+        ]]});
+        let n = id.trim_start_matches("US-").trim_start_matches('0');
+        let second = json!({"invocations": [[
+            {"write_file": {"path": format!("file-{n}.txt"), "content": "x\n"}},
+            {"set_passes": {"id": id, "passes": true}},
+            {"git_commit": format!("feat: {id}")},
+            {"claude_result": {"text": "done"}}
+        ]]});
+        std::fs::write(dir.join(format!("{id}-1.json")), first.to_string()).unwrap();
+        std::fs::write(dir.join(format!("{id}-2.json")), second.to_string()).unwrap();
+    }
+    let body = format!(
+        r#"#!/bin/bash
+dir='{dir}'
+if [ "$1" = --version ]; then echo '2.1.332 (Claude Code)'; exit 0; fi
+story=$(cat | sed -n 's/^Story ID: //p' | head -n 1)
+RALPH_FAKE_SCRIPT="$dir/$story-1.json" '{fake}' || exit 97
+touch "$dir/started-$story"
+for _ in $(seq 1200); do [ -f "$dir/go-$story" ] && break; sleep 0.1; done
+RALPH_FAKE_SCRIPT="$dir/$story-2.json" exec '{fake}'
+"#,
+        dir = dir.display(),
+        fake = crate::common::fake_agent_bin()
+    );
+    let claude = env.bin.join("claude");
+    std::fs::remove_file(&claude).unwrap();
+    std::fs::write(&claude, body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `--parallel 2` with two slow agents: the view in a terminal and its plain snapshot show both
+/// flights (worker, story, last action); `ralph pause` reads as "pausing: 2 iterations
+/// finishing" in `ralph status` and in the view until both have landed, and as paused after.
+#[test]
+fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them() {
+    let env = TestEnv::new(&prd_with_stories(3));
+    let tmux = Tmux::new(env.root.path());
+    per_story_claude(&env, &["US-001", "US-002", "US-003"]);
+    let root = env.root.path().to_path_buf();
+    let mut run = env.ralph_spawn(&["run", "--json", "--parallel", "2"]);
+    wait_until("both agents started", || {
+        root.join("started-US-001").exists() && root.join("started-US-002").exists()
+    });
+    let script = watch_script(&env);
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-s",
+        "w",
+        script.to_str().unwrap(),
+    ]);
+    assert!(started.status.success(), "{}", text(&started));
+    // Both lanes: their worker, story and last action.
+    let screen = tmux.wait_for("both flights' tool calls", |s| {
+        s.contains("Bash: make US-001 --lane") && s.contains("Bash: make US-002 --lane")
+    });
+    for id in ["US-001", "US-002"] {
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.contains(&format!("· {id} · w")) && l.contains("iteration ")),
+            "no lane line for {id}:\n{screen}"
+        );
+    }
+    assert!(screen.contains("Running (parallel)"), "{screen}");
+
+    // The plain snapshot (stdout not a terminal) shows every flight too.
+    let out = env.ralph(&["watch"]);
+    let plain = String::from_utf8_lossy(&out.stdout).into_owned();
+    for id in ["US-001", "US-002"] {
+        assert!(
+            plain.contains(&format!("Bash: make {id} --lane")),
+            "the plain snapshot lost {id}'s flight:\n{plain}"
+        );
+        assert!(plain.contains(&format!("· {id} · w")), "{plain}");
+    }
+
+    // A pause while both are in flight: pausing, not paused.
+    let out = env.ralph(&["pause"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status.contains("pausing: 2 iterations finishing"),
+        "{status}"
+    );
+    assert!(!status.contains("paused:"), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
+        (&json!(true), &json!(2), &json!(false)),
+        "{doc}"
+    );
+    tmux.wait_for("the view's pausing", |s| {
+        s.contains("pausing: 2 iterations finishing")
+    });
+    let plain = String::from_utf8_lossy(&env.ralph(&["watch"]).stdout).into_owned();
+    assert!(
+        plain.contains("pausing: 2 iterations finishing") && !plain.contains("PAUSED"),
+        "{plain}"
+    );
+
+    // Both land; then the run holds, and status and the view say paused.
+    std::fs::write(root.join("go-US-001"), "").unwrap();
+    std::fs::write(root.join("go-US-002"), "").unwrap();
+    wait_until("the paused event", || {
+        env.spawned_output().contains(r#""event":"paused""#)
+    });
+    let status = text(&env.ralph(&["status"]));
+    assert!(
+        status.contains("paused: no new iteration starts"),
+        "{status}"
+    );
+    assert!(!status.contains("pausing"), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
+        (&json!(true), &json!(0), &json!(true)),
+        "{doc}"
+    );
+    tmux.wait_for("the view's PAUSED", |s| s.contains("PAUSED"));
+    assert_eq!(env.ledger().len(), 2, "{}", env.spawned_output());
+    assert!(
+        !root.join("started-US-003").exists(),
+        "a story started while paused"
+    );
+
+    tmux.run(&["send-keys", "-t", "w", "q"]);
+    assert_eq!(env.ralph(&["stop"]).status.code(), Some(0));
+    let (code, _) = crate::common::wait_exit(&env, &mut run, Duration::from_secs(60));
+    assert_eq!(code, 4, "{}", env.spawned_output());
+}

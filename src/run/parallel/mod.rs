@@ -230,8 +230,13 @@ async fn launch(
         if board.limited_until.is_some_and(|at| at > Utc::now()) {
             return Ok(());
         }
-        if crate::pause_request::pending(&paths.ralph_dir).is_some() {
-            // `ralph pause`: no new iteration; the running ones finish (held in `idle`).
+        if crate::pause_request::pending(&paths.ralph_dir).is_some()
+            && !crate::stop_request::pending(&paths.ralph_dir)
+            && !stop.stop.is_cancelled()
+        {
+            // `ralph pause`: no new iteration; the running ones finish (held in `idle`). A stop
+            // asked during the pause goes on to the pick below, which ends the run (without
+            // this, the loop spun: `idle` leaves a stop to the launch).
             return Ok(());
         }
         if cost_would_cross(s, board) {

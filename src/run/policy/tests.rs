@@ -734,6 +734,7 @@ fn resume_only_goes_on_only_after_stops_that_pass_by_themselves() {
         Some(StopReason::UsageLimit {
             resume_at: at,
             why: UsageLimitStop::NoWait,
+            agents: Vec::new(),
         }),
         Some(StopReason::MaxDuration {
             max_duration_s: 60,
