@@ -423,9 +423,10 @@ fn changed_lines(
 ///
 /// Never resets, stashes or cleans anything, and never touches an untracked or ignored file.
 /// Refused, with nothing changed, when HEAD is not on `branch` at `from`, when `to` does not
-/// descend from `from`, when a tracked file differs from `from` (the user edited or staged it;
-/// submodules' own contents are not looked at), or when an untracked or ignored file is where
-/// `to` puts a tracked one.
+/// descend from `from`, when a tracked file `to` changes differs from `from` in the index or
+/// the working tree (the user edited or staged it; submodules' own contents are not looked
+/// at), or when an untracked or ignored file is where `to` puts a tracked one. The user's
+/// changes to files `to` does not change stay as they are (edited, staged), uncommitted.
 ///
 /// # Errors
 /// [`GitError::CheckoutBlocked`] naming the files and the fix; [`GitError::UnknownRevision`];
@@ -463,18 +464,25 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             Vec::new(),
         ));
     }
-    let edited = main.edited_tracked_files()?;
+    let from_tree = from_commit.tree().map_err(op("read tree"))?;
+    let to_tree = to_commit.tree().map_err(op("read tree"))?;
+    // The user's uncommitted changes the landing would write over (their other changes stay as
+    // they are, uncommitted: the landing's checkpoint commits only ralph's own files).
+    let written = main.paths_between(&from_tree, &to_tree)?;
+    let edited: Vec<String> = main
+        .edited_tracked_files()?
+        .into_iter()
+        .filter(|f| written.contains(f))
+        .collect();
     if !edited.is_empty() {
         return Err(blocked(
             format!(
-                "the landed work cannot be checked out: tracked files in your checkout were changed during the run: {}\nhint: commit or move your changes elsewhere (ralph never stashes or resets them), then run ralph again",
+                "the landed work cannot be checked out: it changes files you changed in your checkout and did not commit: {}\nhint: commit or move your changes elsewhere (ralph never stashes, resets or overwrites them), then run ralph again",
                 edited.join(", ")
             ),
             edited,
         ));
     }
-    let from_tree = from_commit.tree().map_err(op("read tree"))?;
-    let to_tree = to_commit.tree().map_err(op("read tree"))?;
     let in_the_way = main.untracked_in_the_way(&from_tree, &to_tree)?;
     if !in_the_way.is_empty() {
         return Err(blocked(
@@ -556,6 +564,24 @@ impl Repo {
         files.sort();
         files.dedup();
         Ok(files)
+    }
+
+    /// The paths a checkout from `from` to `to` writes (added, changed or deleted; both sides
+    /// of a rename), sorted.
+    fn paths_between(&self, from: &Tree<'_>, to: &Tree<'_>) -> Result<Vec<String>, GitError> {
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(from), Some(to), None)
+            .map_err(op("diff"))?;
+        let mut paths: Vec<String> = diff
+            .deltas()
+            .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+            .flatten()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
     }
 
     /// Paths `to` has as tracked files where the working tree holds something `from` does not
@@ -1104,6 +1130,27 @@ mod tests {
     }
 
     #[test]
+    fn advance_checkout_keeps_the_users_edits_and_staged_changes_to_files_it_does_not_change() {
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        write(&root, ".gitignore", ".ralph/\n*.secret\n# staged\n");
+        git(&root, &["add", ".gitignore"]);
+        write(&root, ".gitignore", ".ralph/\n*.secret\n# mine\n");
+        advance_checkout(&main, &branch, &from, &to).unwrap();
+        assert_eq!(main.head_sha().unwrap(), Some(to.clone()));
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("landed\n"));
+        assert_eq!(
+            read(&root, ".gitignore").as_deref(),
+            Some(".ralph/\n*.secret\n# mine\n")
+        );
+        assert_eq!(git(&root, &["status", "--porcelain"]), "MM .gitignore\n");
+        assert_eq!(
+            git(&root, &["show", ":.gitignore"]),
+            ".ralph/\n*.secret\n# staged\n"
+        );
+    }
+
+    #[test]
     fn advance_checkout_refuses_a_user_edit_or_a_file_in_the_way_and_changes_nothing() {
         let (_d, main, branch, from, to) = checkout_to_advance();
         let root = main.root().to_path_buf();
@@ -1113,20 +1160,26 @@ mod tests {
             assert!(!root.join("src/new.rs.keep").exists());
         };
 
-        // A tracked file the user edited, even one the landing does not touch.
-        write(&root, ".gitignore", ".ralph/\n*.secret\n# mine\n");
+        // A tracked file the user edited that the landing changes.
+        write(&root, "a.txt", "mine\n");
         let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
         let GitError::CheckoutBlocked { files, .. } = &err else {
             panic!("{err}")
         };
-        assert_eq!(files, &vec![".gitignore".to_owned()]);
+        assert_eq!(files, &vec!["a.txt".to_owned()]);
         assert!(
-            err.to_string().contains(".gitignore") && err.to_string().contains("never stashes"),
+            err.to_string().contains("a.txt") && err.to_string().contains("never stashes"),
             "{err}"
         );
         unchanged(&main);
-        assert_eq!(read(&root, "a.txt").as_deref(), Some("a\n"));
-        git(&root, &["checkout", "--", ".gitignore"]);
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("mine\n"));
+        // A file the landing deletes.
+        git(&root, &["checkout", "--", "a.txt"]);
+        write(&root, "old.txt", "my old\n");
+        let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
+        assert!(err.to_string().contains("old.txt"), "{err}");
+        assert_eq!(read(&root, "old.txt").as_deref(), Some("my old\n"));
+        git(&root, &["checkout", "--", "old.txt"]);
 
         // A change the user staged.
         write(&root, "a.txt", "staged by the user\n");

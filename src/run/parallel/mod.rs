@@ -201,14 +201,16 @@ fn tidy(s: &Session) {
 }
 
 /// Worktrees start from the run branch's last commit: prd.json and progress.txt as the run
-/// starts (progress.txt just created, a prd.json not yet committed, `--allow-dirty`'s files)
-/// are committed first, so that every worktree has them.
+/// starts (progress.txt just created, a prd.json not yet committed) are committed first, so that
+/// every worktree has them. Nothing else: the user's uncommitted changes (`--allow-dirty`) stay
+/// in the checkout as they are, never committed by ralph (a landing that would write over one
+/// stops the run instead).
 fn start_point(s: &Session) -> anyhow::Result<()> {
-    let repo = &s.pre.repo;
-    if repo.dirty_paths()?.is_empty() {
-        return Ok(());
-    }
-    repo.checkpoint(
+    let own = land::kept_paths(&s.pre.paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    crate::git::land::commit_own_files(
+        &s.pre.repo,
+        &own,
         &format!("ralph: the run's prd.json and progress.txt ({})", s.run_id),
         "Committed before the stories' worktrees are made (--parallel).",
         &[],

@@ -1,0 +1,227 @@
+//! `ralph run --parallel N`: the findings of the hostile tester (issue 20), each a scenario a
+//! user meets, with the scripted per-story agents of tests/it/common/par.rs.
+
+use std::process::Output;
+
+use serde_json::{json, Value};
+
+use crate::common::par::{does, landing_kind, prd_of, story, Par, BRANCH};
+use crate::common::text;
+
+/// Every commit on the run branch since `main` (full shas).
+fn run_commits(par: &Par) -> Vec<String> {
+    par.env
+        .git(&["rev-list", &format!("main..{BRANCH}")])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The files a commit changed (against its first parent).
+fn changed_by(par: &Par, commit: &str) -> Vec<String> {
+    par.env
+        .git(&[
+            "diff-tree",
+            "--no-commit-id",
+            "--name-only",
+            "-r",
+            "-m",
+            "--first-parent",
+            commit,
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether any commit ralph made on the run branch holds `rel` with `content`.
+fn committed_with(par: &Par, rel: &str, content: &str) -> Vec<String> {
+    run_commits(par)
+        .into_iter()
+        .filter(|c| changed_by(par, c).iter().any(|f| f == rel) && par.show(c, rel) == content)
+        .collect()
+}
+
+const USER_EDIT: &str = "my own notes, not committed\n";
+const USER_DRAFT: &str = "a draft of mine\n";
+
+/// Two stories with `--allow-dirty`: US-001 writes its own file, US-002 also rewrites
+/// `notes.md`, a tracked file the user has edited (uncommitted) before the run; the user also
+/// has an untracked `draft.txt`.
+fn dirty_start() -> (Par, Output) {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story(
+        "US-002",
+        json!([[
+            {"write_file": {"path": "notes.md", "content": "the agent's notes\n"}},
+            {"write_file": {"path": "file-2.txt", "content": "2\n"}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"git_commit": "feat: US-002"},
+            {"stdout": "US-002 done"}
+        ]]),
+    );
+    par.env.write("notes.md", USER_EDIT);
+    par.env.write("draft.txt", USER_DRAFT);
+    let out = par.run(2, &["--allow-dirty"]);
+    (par, out)
+}
+
+#[test]
+fn allow_dirty_files_are_never_committed_nor_overwritten_by_a_landing() {
+    let (par, out) = dirty_start();
+    // The landing that would overwrite the user's edit stops the run for them.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(par.env.read("notes.md"), USER_EDIT, "{}", text(&out));
+    assert_eq!(par.env.read("draft.txt"), USER_DRAFT);
+    for (rel, content) in [("notes.md", USER_EDIT), ("draft.txt", USER_DRAFT)] {
+        let commits = committed_with(&par, rel, content);
+        assert!(
+            commits.is_empty(),
+            "ralph committed the user's {rel} in {commits:?}\n{}",
+            par.env.git(&["log", "--stat", BRANCH])
+        );
+    }
+    let said = text(&out);
+    assert!(
+        said.contains("notes.md"),
+        "the stop does not name the user's file:\n{said}"
+    );
+    // US-001 does not touch the user's files: it landed.
+    assert_eq!(par.records("US-001")[0]["outcome"], "story_passed");
+    assert_eq!(par.on_branch("file-1.txt"), "1\n");
+    // US-002's work is kept, not lost.
+    let b = par.records("US-002");
+    assert_eq!(b.len(), 1, "{b:#?}");
+    let salvage = b[0]["landing"]["salvage_ref"].as_str().unwrap_or("");
+    assert!(!salvage.is_empty(), "{:#}", b[0]);
+    assert_eq!(par.show(salvage, "notes.md"), "the agent's notes\n");
+    assert_eq!(par.show(salvage, "file-2.txt"), "2\n");
+    assert_eq!(par.env.prd()["userStories"][1]["passes"], false);
+    // Still dirty as the user left it: notes.md modified, draft.txt untracked.
+    let status = par.env.git(&["status", "--porcelain"]);
+    assert!(
+        status.contains(" M notes.md") && status.contains("?? draft.txt"),
+        "{status}"
+    );
+}
+
+/// What the user does after a landing was refused for their edit, before the next run.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    /// `git checkout -- <file>`, then `ralph run`.
+    PutAway,
+    /// Nothing: `ralph run --allow-dirty` with the edit still there.
+    AllowDirty,
+}
+
+#[test]
+fn after_a_landing_refused_for_the_users_edit_the_next_run_resumes_from_the_salvaged_work() {
+    refused_then_resumed("notes.md", Then::PutAway, false);
+}
+
+#[test]
+fn after_a_landing_refused_once_another_story_landed_the_next_run_resumes_from_the_merge() {
+    refused_then_resumed("notes.md", Then::PutAway, true);
+}
+
+#[test]
+fn after_a_landing_refused_the_next_run_with_allow_dirty_resumes_and_keeps_the_edit_out() {
+    refused_then_resumed("notes.md", Then::AllowDirty, false);
+}
+
+/// The user edits `edited` in the checkout while US-001 runs (its landing is refused), then
+/// does `then` and runs again. With `other`, US-002 lands while US-001 runs, before the edit.
+fn refused_then_resumed(edited: &str, then: Then, other: bool) {
+    let mut stories = vec![story(1, "test -f file-1.txt && test -f part-1.txt", &[])];
+    if other {
+        stories.push(story(2, "test -f file-2.txt", &[]));
+    }
+    let par = Par::new(&prd_of(stories), &[("notes.md", "committed notes\n")]);
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let after_other = if other {
+        format!("{} && ", par.landed("file-2.txt"))
+    } else {
+        String::new()
+    };
+    let path = par.env.repo.join(edited);
+    // The first attempt does the whole story (also in notes.md); while it runs, the user edits
+    // a file in the checkout. The second attempt only finishes, on top of what it finds.
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "part-1.txt", "content": "part\n"}},
+                {"write_file": {"path": "notes.md", "content": "the agent's notes\n"}},
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001"},
+                {"stdout": "US-001 done"}
+            ],
+            [
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"stdout": "US-001 was done already"}
+            ]
+        ]),
+    );
+    par.wait(
+        "US-001",
+        0,
+        &format!(
+            "{after_other}printf '%s\\n' '{}' > '{}'",
+            USER_EDIT.trim_end(),
+            path.display()
+        ),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let first = par.records("US-001");
+    assert_eq!(first.len(), 1, "{first:#?}");
+    let salvage = first[0]["landing"]["salvage_ref"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(par.show(&salvage, "part-1.txt"), "part\n", "{:#}", first[0]);
+    assert_eq!(par.env.read(edited), USER_EDIT);
+    let again = match then {
+        Then::PutAway => {
+            par.env.git(&["checkout", "--", edited]);
+            par.run(2, &[])
+        }
+        Then::AllowDirty => par.run(2, &["--allow-dirty"]),
+    };
+    let starts = par.starts("US-001");
+    assert_eq!(starts.len(), 2, "{starts:?}\n{}", text(&again));
+    assert!(
+        starts[1].3.contains(&"part-1.txt".to_owned()),
+        "the second attempt did not start from the salvaged work {salvage}: {:?}\n{}",
+        starts[1],
+        text(&again)
+    );
+    if then == Then::AllowDirty {
+        // Still the user's edit in the way: refused again, the edit kept out of every commit.
+        assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+        assert_eq!(par.env.read(edited), USER_EDIT);
+        assert!(committed_with(&par, edited, USER_EDIT).is_empty());
+        return;
+    }
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let records = par.records("US-001");
+    assert_eq!(
+        records.last().map(|r| r["outcome"].clone()),
+        Some(Value::from("story_passed")),
+        "{records:#?}"
+    );
+    assert_eq!(par.on_branch("notes.md"), "the agent's notes\n");
+    assert!(matches!(
+        landing_kind(records.last().expect("a record")),
+        "fast_forward" | "merge"
+    ));
+    par.assert_tidy(&again);
+}
