@@ -86,6 +86,115 @@ pub fn commit_leftovers_withheld(
     Ok((sha, checkpoint.withheld))
 }
 
+/// Directories whose ignored contents are builds, dependencies or caches, which the project
+/// makes again (`npm ci`, `cargo build`): never kept from a worktree. Matched against any
+/// component of a path.
+pub const REBUILT_DIRS: &[&str] = &[
+    "node_modules",
+    "bower_components",
+    "target",
+    "build",
+    "dist",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".gradle",
+    ".next",
+    ".nuxt",
+    ".turbo",
+    ".parcel-cache",
+    ".cache",
+    ".dart_tool",
+    ".terraform",
+    "coverage",
+    "vendor",
+    ".ralph",
+];
+
+/// Largest ignored file kept from a worktree, in bytes (10 MiB).
+pub const KEEP_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most bytes of ignored files kept from one worktree (50 MiB).
+pub const KEEP_TOTAL_BYTES: u64 = 50 * 1024 * 1024;
+/// Most ignored files kept from one worktree.
+pub const KEEP_FILES: usize = 200;
+
+/// The ignored files an agent wrote in a story's worktree: what a serial run would have left
+/// in the checkout and a worktree's removal would delete.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IgnoredWork {
+    /// Files to keep (repository-relative, sorted): modified at or after `since`, outside
+    /// [`REBUILT_DIRS`], each at most [`KEEP_FILE_BYTES`], together at most
+    /// [`KEEP_TOTAL_BYTES`] and [`KEEP_FILES`].
+    pub keep: Vec<String>,
+    /// New ignored files left out for their size or number (repository-relative, sorted).
+    pub too_big: Vec<String>,
+}
+
+/// In worktree `wt`, the ignored files (regular files; links and what [`REBUILT_DIRS`] holds
+/// left out) modified at or after `since` (the iteration's start: what `worktree_copy` and
+/// `worktree_setup` made before it is not the agent's), sorted into [`IgnoredWork`].
+///
+/// # Errors
+/// [`GitError::Git`] when git's status cannot be read.
+pub fn ignored_work(wt: &Repo, since: std::time::SystemTime) -> Result<IgnoredWork, GitError> {
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(false)
+        .exclude_submodules(true);
+    let statuses = wt.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+    let rebuilt = |rel: &str| rel.split('/').any(|c| REBUILT_DIRS.contains(&c));
+    let mut found: Vec<(String, u64)> = Vec::new();
+    let mut todo: Vec<String> = statuses
+        .iter()
+        .filter(|e| e.status().is_ignored())
+        .map(|e| String::from_utf8_lossy(e.path_bytes()).into_owned())
+        .collect();
+    // A directory git reports as ignored (`logs/`) is walked here, bounded.
+    let mut seen = 0usize;
+    while let Some(rel) = todo.pop() {
+        let rel = rel.trim_end_matches('/').to_owned();
+        if rel.is_empty() || rebuilt(&rel) {
+            continue;
+        }
+        seen += 1;
+        if seen > 10 * KEEP_FILES {
+            break;
+        }
+        let path = wt.root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                for e in entries.flatten() {
+                    todo.push(format!("{rel}/{}", e.file_name().to_string_lossy()));
+                }
+            }
+        } else if meta.is_file() && meta.modified().is_ok_and(|m| m >= since) {
+            found.push((rel, meta.len()));
+        }
+    }
+    found.sort();
+    let mut work = IgnoredWork::default();
+    let mut total = 0u64;
+    for (rel, len) in found {
+        if len > KEEP_FILE_BYTES || total + len > KEEP_TOTAL_BYTES || work.keep.len() >= KEEP_FILES
+        {
+            work.too_big.push(rel);
+        } else {
+            total += len;
+            work.keep.push(rel);
+        }
+    }
+    Ok(work)
+}
+
 /// Whether repository-relative `path` is one of `keep` (a file, or a directory prefix such as
 /// `progress-history/` or `progress-history`, covering what is under it).
 fn covered(path: &str, keep: &[&str]) -> bool {

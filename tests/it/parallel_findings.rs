@@ -225,3 +225,68 @@ fn refused_then_resumed(edited: &str, then: Then, other: bool) {
     ));
     par.assert_tidy(&again);
 }
+
+/// The record's findings, joined (one per line).
+fn findings(r: &Value) -> String {
+    r["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn ignored_files_an_agent_writes_in_its_worktree_are_kept_not_deleted_with_it() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[
+            (".gitignore", "*.local\n*.log\nbuild/\nlogs/\n"),
+            ("ralph.toml", "worktree_setup = \"echo setup > setup.log\"\n"),
+        ],
+    );
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "out.log", "content": "what the agent's test run printed\n"}},
+            {"write_file": {"path": "logs/deep/run.log", "content": "deep\n"}},
+            {"write_file": {"path": "build/app.o", "content": "object code\n"}},
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let a = &par.records("US-001")[0];
+    let run_id = a["run_id"].as_str().expect("run id");
+    let n = a["iteration"].as_u64().expect("iteration");
+    let kept = format!(".ralph/kept/{run_id}/{n}");
+    assert_eq!(
+        par.env.read(&format!("{kept}/out.log")),
+        "what the agent's test run printed\n",
+        "{a:#}"
+    );
+    assert_eq!(par.env.read(&format!("{kept}/logs/deep/run.log")), "deep\n");
+    // A build directory is made again; what the setup wrote before the agent is not its work.
+    assert!(!par.env.path(&format!("{kept}/build")).exists());
+    assert!(!par.env.path(&format!("{kept}/setup.log")).exists());
+    let said = findings(a);
+    assert!(
+        said.contains("out.log") && said.contains("logs/deep/run.log") && said.contains(&kept),
+        "the record does not name the kept files: {said}"
+    );
+    assert!(!said.contains("build/app.o"), "{said}");
+    // US-002 wrote no ignored file: nothing kept, nothing said.
+    let b = &par.records("US-002")[0];
+    assert!(!findings(b).contains("ignored files"), "{b:#}");
+    par.assert_tidy(&out);
+}

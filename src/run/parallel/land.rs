@@ -189,6 +189,13 @@ pub async fn land(
         if let Some(finding) = keep_withheld(&paths, &s.run_id, &flight, &withheld) {
             worked.draft.record.findings.push(finding);
         }
+        let since = std::time::SystemTime::from(worked.draft.record.started_at);
+        match git_land::ignored_work(&tree, since) {
+            Ok(ignored) => worked.draft.record.findings.extend(keep_ignored(
+                &paths, &s.run_id, &flight, &ignored,
+            )),
+            Err(e) => tracing::warn!("cannot list the worktree's ignored files: {e}"),
+        }
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
         let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
@@ -261,29 +268,65 @@ fn keep_withheld(
     if withheld.is_empty() {
         return None;
     }
-    let dir = paths
-        .ralph_dir
-        .join("kept")
-        .join(run_id)
-        .join(flight.iteration.to_string());
-    let mut kept = Vec::new();
-    for file in withheld {
-        let (from, to) = (flight.root.join(file), dir.join(file));
-        let copied = to
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::copy(&from, &to).map(|_| ()));
-        if copied.is_ok() {
-            kept.push(file.clone());
-        } else {
-            tracing::warn!("cannot keep {}: {copied:?}", from.display());
-        }
-    }
+    let dir = copy_kept(paths, run_id, flight, withheld);
     Some(format!(
         "not committed (secret-looking, untracked): {} — ralph never commits such a file; kept in {} as the worktree is removed",
         withheld.join(", "),
         paths.rel(&dir)
     ))
+}
+
+/// Keeps the ignored files the agent wrote in its worktree ([`git_land::ignored_work`]: a
+/// serial run leaves them in the checkout; a worktree's removal would delete them) under
+/// `.ralph/kept/<run>/<iteration>/`, and returns the record's findings naming them and those
+/// left out for their size.
+fn keep_ignored(
+    paths: &RunPaths,
+    run_id: &str,
+    flight: &Flight,
+    ignored: &git_land::IgnoredWork,
+) -> Vec<String> {
+    let mut findings = Vec::new();
+    if !ignored.keep.is_empty() {
+        let dir = copy_kept(paths, run_id, flight, &ignored.keep);
+        findings.push(format!(
+            "ignored files the agent wrote in its worktree (not committed: git ignores them): {} — kept in {} as the worktree is removed",
+            ignored.keep.join(", "),
+            paths.rel(&dir)
+        ));
+    }
+    if !ignored.too_big.is_empty() {
+        findings.push(format!(
+            "ignored files the agent wrote in its worktree, not kept (over {} MiB each, {} MiB or {} files together): {} — deleted with the worktree",
+            git_land::KEEP_FILE_BYTES >> 20,
+            git_land::KEEP_TOTAL_BYTES >> 20,
+            git_land::KEEP_FILES,
+            ignored.too_big.join(", ")
+        ));
+    }
+    findings
+}
+
+/// Copies `files` (relative to the flight's worktree) to `.ralph/kept/<run>/<iteration>/`,
+/// keeping their relative paths, and returns that directory; a file that cannot be copied is
+/// logged.
+fn copy_kept(paths: &RunPaths, run_id: &str, flight: &Flight, files: &[String]) -> PathBuf {
+    let dir = paths
+        .ralph_dir
+        .join("kept")
+        .join(run_id)
+        .join(flight.iteration.to_string());
+    for file in files {
+        let (from, to) = (flight.root.join(file), dir.join(file));
+        let copied = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::copy(&from, &to).map(|_| ()));
+        if copied.is_err() {
+            tracing::warn!("cannot keep {}: {copied:?}", from.display());
+        }
+    }
+    dir
 }
 
 /// The sentence saying the checkout is no longer on the run branch (the user switched it
