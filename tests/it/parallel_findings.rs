@@ -290,3 +290,42 @@ fn ignored_files_an_agent_writes_in_its_worktree_are_kept_not_deleted_with_it() 
     assert!(!findings(b).contains("ignored files"), "{b:#}");
     par.assert_tidy(&out);
 }
+
+#[test]
+fn a_story_an_agent_marked_passing_in_its_worktree_is_no_caveat_when_it_never_passed() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            // Its check passes in US-001's worktree too.
+            story(2, "test -f file-1.txt", &["US-001"]),
+        ]),
+        &[],
+    );
+    // US-001's agent also marks US-002 passing in its worktree's prd.json (which never lands);
+    // US-002's own agent never gets there.
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.story("US-002", json!([[{"stdout": "not today"}]]));
+    let out = par.run(2, &["--max-attempts", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(par.env.prd()["userStories"][1]["passes"], false);
+    let said = text(&out);
+    assert!(
+        !said.contains("US-002 was marked passing"),
+        "a caveat for a story that does not pass:\n{said}"
+    );
+    let a = &par.records("US-001")[0];
+    assert_eq!(a["passes_flipped"], json!(["US-001"]), "{a:#}");
+    assert!(
+        findings(a).contains("US-002"),
+        "the record does not say the agent marked US-002 in its worktree: {a:#}"
+    );
+}

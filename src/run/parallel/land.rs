@@ -205,6 +205,7 @@ pub async fn land(
         None
     };
     worked.draft.record.landing = landing;
+    only_own_pass(&mut worked);
     refresh_summary(&mut worked.draft);
     let own = kept_paths(&paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
@@ -673,6 +674,28 @@ fn clear_pass(worked: &mut Worked) {
     worked.story_passes = false;
     let story = worked.story_id.clone();
     worked.draft.record.passes_flipped.retain(|id| *id != story);
+}
+
+/// Other stories the agent marked passing in its worktree's prd.json: that copy never lands
+/// (ralph sets only the landed story's `passes`), so they are not flipped on the run branch; the
+/// record's findings say so.
+fn only_own_pass(worked: &mut Worked) {
+    let story = worked.story_id.clone();
+    let record = &mut worked.draft.record;
+    let others: Vec<String> = record
+        .passes_flipped
+        .iter()
+        .filter(|id| **id != story)
+        .cloned()
+        .collect();
+    if others.is_empty() {
+        return;
+    }
+    record.passes_flipped.retain(|id| *id == story);
+    record.findings.push(format!(
+        "the agent also marked {} passing in its worktree's prd.json; not taken: in a parallel run a story passes only when its own iteration lands",
+        others.join(", ")
+    ));
 }
 
 /// The progress.txt summary line, from the record as it is now.
