@@ -312,7 +312,7 @@ async fn drive(
         if let Some(reason) = before_wait(&s.pre.repo, cx.remote, s.totals.last.as_ref(), out) {
             return Ok(reason);
         }
-        out.emit(waiting(cfg, &s.tally, reason, until, story_id));
+        out.emit(waiting(cfg, &s.tally, reason, until, Some(story_id)));
         if let Some(reason) = wait_out(&mut s.state, until, during, stop, &paths).await? {
             return Ok(reason);
         }
@@ -489,7 +489,7 @@ fn waiting(
     tally: &policy::Tally,
     reason: WaitReason,
     until: chrono::DateTime<Utc>,
-    story_id: String,
+    story_id: Option<String>,
 ) -> RunEvent {
     let (attempt, max) = match reason {
         WaitReason::Retry => (tally.transient_in_a_row, cfg.max_transient_retries),
@@ -498,7 +498,7 @@ fn waiting(
     RunEvent::Waiting {
         reason,
         until,
-        story_id: Some(story_id),
+        story_id,
         attempt,
         max,
     }

@@ -329,3 +329,58 @@ fn a_story_an_agent_marked_passing_in_its_worktree_is_no_caveat_when_it_never_pa
         "the record does not say the agent marked US-002 in its worktree: {a:#}"
     );
 }
+
+#[test]
+fn a_parallel_usage_limit_wait_names_no_story_in_its_json_event() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("ralph.toml", "usage_limit_margin = \"0s\"\n")],
+    );
+    // The agent meets a usage limit that resets 2 s after it says so (computed when it acts),
+    // then does the story.
+    let agent = crate::common::script_file(
+        &par.env,
+        "limited-agent.sh",
+        &format!(
+            r#"cat > /dev/null
+mark='{mark}'
+if [ ! -f "$mark" ]; then
+  touch "$mark"
+  echo "Claude AI usage limit reached|$(( $(date +%s) + 2 ))"
+  exit 0
+fi
+echo 1 > file-1.txt
+sed -i 's/"passes": false/"passes": true/' prd.json
+git add -A && git commit -qm 'feat: US-001'
+echo done
+"#,
+            mark = par.agents.join("limited-once").display()
+        ),
+    );
+    let agent = agent.display().to_string();
+    let out = par.env.ralph(&[
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent,
+        "--max-iter",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let waits: Vec<&Value> = events.iter().filter(|e| e["event"] == "waiting").collect();
+    assert_eq!(waits.len(), 1, "{events:#?}");
+    assert_eq!(waits[0]["reason"], "usage_limit", "{:#}", waits[0]);
+    assert!(
+        waits[0].get("story_id").is_none(),
+        "a usage-limit wait of a parallel run names a story: {:#}",
+        waits[0]
+    );
+}

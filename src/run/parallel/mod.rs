@@ -572,13 +572,8 @@ async fn idle(
     {
         return Ok(Some(reason));
     }
-    out.emit(super::waiting(
-        cfg,
-        &s.tally,
-        reason,
-        until,
-        story.unwrap_or_default(),
-    ));
+    // A usage limit holds every story: the event names none.
+    out.emit(super::waiting(cfg, &s.tally, reason, until, story));
     let stopped = super::wait_out(&mut s.state, until, during, stop, &paths).await?;
     board.held.retain(|_, at| *at > Utc::now());
     Ok(stopped)
