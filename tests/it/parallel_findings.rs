@@ -384,3 +384,49 @@ echo done
         waits[0]
     );
 }
+
+#[test]
+fn a_worktree_copy_symlink_arrives_in_the_worktree_as_a_symlink() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[(
+            "ralph.toml",
+            "worktree_copy = [\"shared.local\", \"readme.local\"]\n",
+        )],
+    );
+    // A link to a file outside the repository (a shared secret store), and a relative link to
+    // a tracked file.
+    let outside = par.env.root.path().join("secrets.env");
+    std::fs::write(&outside, "TOKEN=shared\n").expect("write");
+    std::os::unix::fs::symlink(&outside, par.env.repo.join("shared.local")).expect("symlink");
+    std::os::unix::fs::symlink("README.md", par.env.repo.join("readme.local")).expect("symlink");
+    let seen = par.agents.join("links.txt");
+    // What the agent finds in its worktree when it starts.
+    par.wait(
+        "US-001",
+        0,
+        &format!(
+            "for f in shared.local readme.local; do if [ -L $f ]; then echo \"$f -> $(readlink $f): $(cat $f)\"; else echo \"$f is no link\"; fi; done > '{}'",
+            seen.display()
+        ),
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = std::fs::read_to_string(&seen).unwrap_or_default();
+    assert_eq!(
+        said,
+        format!(
+            "shared.local -> {}: TOKEN=shared\nreadme.local -> README.md: demo\n",
+            outside.display()
+        ),
+        "{}",
+        text(&out)
+    );
+    // The links in the checkout are as they were.
+    assert_eq!(
+        std::fs::read_link(par.env.repo.join("shared.local")).ok(),
+        Some(outside.clone())
+    );
+    par.assert_tidy(&out);
+}
