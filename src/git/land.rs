@@ -86,6 +86,47 @@ pub fn commit_leftovers_withheld(
     Ok((sha, checkpoint.withheld))
 }
 
+/// The files that differ between commits `from` and `to` (added, changed or deleted; both
+/// sides of a rename), repository-relative, sorted: what a salvaged story's work holds.
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when either is not a commit; [`GitError::Git`].
+pub fn files_between(repo: &Repo, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+    let from = repo.resolve_commit(from)?.tree().map_err(op("read tree"))?;
+    let to = repo.resolve_commit(to)?.tree().map_err(op("read tree"))?;
+    repo.paths_between(&from, &to)
+}
+
+/// The newest modification time of anything under `root` (files, links and directories; at
+/// most `limit` entries looked at), or `None` when nothing could be read: a killed worker's
+/// last sign of life, when its agent wrote files after its last transcript line.
+pub fn newest_change(root: &Path, limit: usize) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut todo = vec![root.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > limit {
+                return newest;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if let Ok(at) = meta.modified() {
+                newest = Some(newest.map_or(at, |n: std::time::SystemTime| n.max(at)));
+            }
+            if meta.is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    newest
+}
+
 /// Directories whose ignored contents are builds, dependencies or caches, which the project
 /// makes again (`npm ci`, `cargo build`): never kept from a worktree. Matched against any
 /// component of a path.

@@ -506,9 +506,16 @@ pub async fn recover_flights(
                 flight.iteration,
             );
         }
+        // The worker's last sign of life: what its agent wrote after its last transcript line.
+        let last_change = flight
+            .worktree
+            .as_ref()
+            .and_then(|t| crate::git::land::newest_change(&t.root, 50_000));
         let salvage = salvage_flight(repo, &flight, out);
         if !recorded {
             let mut draft = draft(repo, paths, &flight, cfg, false)?;
+            worked_until(&mut draft, &flight, last_change);
+            salvaged_work(repo, &mut draft, &flight, salvage.as_deref());
             draft.record.strays = flight.strays.iter().chain(&strays).cloned().collect();
             let tree = flight.worktree.as_ref();
             draft.record.worker = tree.map(|t| t.worker);
@@ -524,9 +531,6 @@ pub async fn recover_flights(
                     "ralph was killed while this iteration ran; its work did not land".into(),
                 ),
             });
-            // Nothing of the worktree's is on the run branch: the checkpoint records the
-            // iteration (progress.txt, trailers) and the record says where its work is.
-            draft.record.files_changed.clear();
             let own = super::parallel::land::kept_paths(paths);
             let own: Vec<&str> = own.iter().map(String::as_str).collect();
             commit::commit(
@@ -567,6 +571,37 @@ pub async fn recover_flights(
         state.save(&paths.ralph_dir)?;
     }
     Ok(feedback)
+}
+
+/// A killed worker's duration as far as known: at least until the newest change in its
+/// worktree (`last_change`), when that is later than what its transcript showed.
+fn worked_until(draft: &mut Draft, flight: &InFlight, last_change: Option<std::time::SystemTime>) {
+    let Some(at) = last_change.map(chrono::DateTime::<Utc>::from) else {
+        return;
+    };
+    let secs = (at - flight.started_at).num_milliseconds() as f64 / 1000.0;
+    if secs > draft.record.duration_s {
+        draft.record.duration_s = secs;
+    }
+}
+
+/// A killed worker's commits and files are those of its salvaged work (from the story's start
+/// in its worktree to the salvage ref), not the run branch's (where nothing of it landed):
+/// none when it left nothing.
+fn salvaged_work(repo: &Repo, draft: &mut Draft, flight: &InFlight, salvage: Option<&str>) {
+    let r = &mut draft.record;
+    let (Some(tree), Some(salvage)) = (flight.worktree.as_ref(), salvage) else {
+        r.commits.clear();
+        r.files_changed.clear();
+        return;
+    };
+    let Some(head) = repo.ref_sha(salvage) else {
+        return;
+    };
+    r.commits = repo
+        .commits_between(Some(&tree.base), &head)
+        .unwrap_or_default();
+    r.files_changed = crate::git::land::files_between(repo, &tree.base, &head).unwrap_or_default();
 }
 
 /// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref

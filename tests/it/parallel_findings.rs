@@ -430,3 +430,96 @@ fn a_worktree_copy_symlink_arrives_in_the_worktree_as_a_symlink() {
     );
     par.assert_tidy(&out);
 }
+
+#[test]
+fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_salvaged_work_holds() {
+    use std::time::{Duration, Instant};
+    let par = Par::new(
+        &prd_of(vec![story(
+            1,
+            "test -f file-1.txt && test -f part-1.txt",
+            &[],
+        )]),
+        &[],
+    );
+    // The first attempt says something, works quietly for 1.5 s (no transcript line), commits
+    // part of its work, leaves a file uncommitted, then works on until ralph is killed.
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"stdout": "starting"},
+                {"sleep_ms": 1500},
+                {"write_file": {"path": "part-1.txt", "content": "part\n"}},
+                {"git_commit": "wip: US-001"},
+                {"write_file": {"path": "loose-1.txt", "content": "uncommitted\n"}},
+                {"sleep_ms": 60000}
+            ],
+            does("US-001", "file-1.txt", "1\n", 0)
+        ]),
+    );
+    let wrapper = par.wrapper.display().to_string();
+    let args = [
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &wrapper,
+        "--max-iter",
+        "5",
+    ];
+    let mut child = par.env.ralph_spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let trees = par.env.repo.join(".ralph").join("worktrees");
+    let written = || {
+        std::fs::read_dir(&trees).ok().is_some_and(|runs| {
+            runs.flatten().any(|run| {
+                std::fs::read_dir(run.path()).is_ok_and(|t| {
+                    t.flatten()
+                        .any(|tree| tree.path().join("loose-1.txt").exists())
+                })
+            })
+        })
+    };
+    while !written() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never wrote its file:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    assert_eq!(first["outcome"], "interrupted", "{first:#}");
+    let secs = first["duration_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        secs >= 1.5,
+        "the recovered row says {secs} s, though its agent worked at least 1.5 s: {first:#}"
+    );
+    let files: Vec<&str> = first["files_changed"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        files.contains(&"part-1.txt") && files.contains(&"loose-1.txt"),
+        "the recovered row does not name the files of its salvaged work: {first:#}"
+    );
+    let log = par.env.ralph(&["log"]);
+    let row = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 ") && l.contains("interrupted"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(
+        !row.is_empty() && !row.contains(" 0s "),
+        "`ralph log`'s row: {row:?}\n{}",
+        text(&log)
+    );
+    par.assert_tidy(&out);
+}
