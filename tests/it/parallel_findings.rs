@@ -523,3 +523,47 @@ fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_salvag
     );
     par.assert_tidy(&out);
 }
+
+/// A run where US-001's agent adds a 60 MiB file (zeros) with its work: `--parallel 2`, or
+/// serial (`None`).
+fn big_file_run(parallel: Option<u32>) -> (Par, Output) {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.wait("US-001", 0, "truncate -s 60M big.bin");
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let out = match parallel {
+        Some(n) => par.run(n, &[]),
+        None => {
+            let wrapper = par.wrapper.display().to_string();
+            par.env.ralph(&[
+                "run",
+                "--agent",
+                "exec",
+                "--agent-cmd",
+                &wrapper,
+                "--max-iter",
+                "5",
+            ])
+        }
+    };
+    (par, out)
+}
+
+#[test]
+fn a_file_over_50_mib_an_agent_adds_is_named_with_the_limit_serial_and_parallel() {
+    for parallel in [Some(2), None] {
+        let (par, out) = big_file_run(parallel);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let r = &par.records("US-001")[0];
+        let said = findings(r);
+        assert!(
+            said.contains("big.bin (60 MiB)") && said.contains("50 MiB"),
+            "{parallel:?}: no warning naming the file and the limit: {r:#}"
+        );
+        let printed = text(&out);
+        assert!(
+            printed.contains("big.bin (60 MiB)"),
+            "{parallel:?}: the run's output does not warn:\n{printed}"
+        );
+        assert!(par.branch_files().contains(&"big.bin".to_owned()));
+    }
+}
