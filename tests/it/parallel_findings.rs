@@ -567,3 +567,40 @@ fn a_file_over_50_mib_an_agent_adds_is_named_with_the_limit_serial_and_parallel(
         assert!(par.branch_files().contains(&"big.bin".to_owned()));
     }
 }
+
+#[test]
+fn the_recheck_at_landing_prints_its_verify_line_with_its_iteration_like_the_others() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    // US-002 finishes once US-001 landed: its check runs again at its landing, alone by then.
+    par.wait("US-001", 0, &par.started("US-002"));
+    par.wait("US-002", 0, &par.landed("file-1.txt"));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = text(&out);
+    let verify: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains("verify US-00"))
+        .collect();
+    let b = &par.records("US-002")[0];
+    assert_eq!(b["landing"]["landed_since"], json!(["US-001"]), "{b:#}");
+    let n = b["iteration"].as_u64().expect("iteration");
+    let b_lines: Vec<&&str> = verify.iter().filter(|l| l.contains("US-002")).collect();
+    assert_eq!(b_lines.len(), 2, "the check and its re-check: {printed}");
+    for line in &verify {
+        assert!(
+            line.trim_start().starts_with('#'),
+            "a verify line without its iteration: {line:?}\n{printed}"
+        );
+    }
+    for line in b_lines {
+        assert!(line.contains(&format!("#{n} verify US-002")), "{line:?}");
+    }
+}
