@@ -248,7 +248,10 @@ fn ignored_files_an_agent_writes_in_its_worktree_are_kept_not_deleted_with_it() 
         ]),
         &[
             (".gitignore", "*.local\n*.log\nbuild/\nlogs/\n"),
-            ("ralph.toml", "worktree_setup = \"echo setup > setup.log\"\n"),
+            (
+                "ralph.toml",
+                "worktree_setup = \"echo setup > setup.log\"\n",
+            ),
         ],
     );
     par.story(

@@ -339,7 +339,8 @@ fn draft(
     r.transcript = Some(cx.paths.rel(&e.transcript));
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
-    r.findings.extend(large_files(&cx.paths.repo_root, &r.files_changed));
+    r.findings
+        .extend(large_files(&cx.paths.repo_root, &r.files_changed));
     r.lost_commits = obs.lost_commits.clone();
     r.history_rewrite = obs.history_rewrite.clone();
     r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
@@ -442,4 +443,3 @@ pub fn large_files(root: &std::path::Path, files: &[String]) -> Option<String> {
         )
     })
 }
-

@@ -191,9 +191,11 @@ pub async fn land(
         }
         let since = std::time::SystemTime::from(worked.draft.record.started_at);
         match git_land::ignored_work(&tree, since) {
-            Ok(ignored) => worked.draft.record.findings.extend(keep_ignored(
-                &paths, &s.run_id, &flight, &ignored,
-            )),
+            Ok(ignored) => worked
+                .draft
+                .record
+                .findings
+                .extend(keep_ignored(&paths, &s.run_id, &flight, &ignored)),
             Err(e) => tracing::warn!("cannot list the worktree's ignored files: {e}"),
         }
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
