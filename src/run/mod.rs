@@ -337,7 +337,7 @@ enum Settled {
 /// # Errors
 /// state.json could not be written.
 fn settle(
-    mut s: Books<'_>,
+    s: Books<'_>,
     done: iteration::Done,
     agent: usize,
     out: &mut Outputs,
@@ -350,8 +350,8 @@ fn settle(
     let story_id = done.record.story_id.clone();
     let now = Utc::now();
     let decision = policy::decide(
-        &s.tally,
-        &s.budgets,
+        s.tally,
+        s.budgets,
         &Aftermath {
             record: &done.record,
             story_passes: done.story_passes,
@@ -362,14 +362,14 @@ fn settle(
             now,
             jitter: fastrand::f64(),
             limit_repeats: s.books[agent].limits_in_a_row,
-            others: agents::others(&s.books, agent, now),
+            others: agents::others(s.books, agent, now),
         },
     );
     let outcome = done.record.outcome;
     s.totals.add(done.record);
     let books_changed = book_agent(
-        &mut s.books,
-        &mut s.state,
+        s.books,
+        s.state,
         agent,
         &decision,
         outcome,
@@ -389,7 +389,7 @@ fn settle(
     }
     // Said only once state.json has the block (notifications follow what is written).
     if block {
-        blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
+        blocked(s.state, s.totals.last.as_ref(), &story_id, out);
     }
     Ok(Settled::Next {
         story_id,

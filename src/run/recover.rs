@@ -511,11 +511,12 @@ pub async fn recover_flights(
             .worktree
             .as_ref()
             .and_then(|t| crate::git::land::newest_change(&t.root, 50_000));
-        let salvage = salvage_flight(repo, &flight, out);
+        let (salvage, kept) = salvage_flight(repo, paths, &flight, out);
         if !recorded {
             let mut draft = draft(repo, paths, &flight, cfg, false)?;
             worked_until(&mut draft, &flight, last_change);
             salvaged_work(repo, &mut draft, &flight, salvage.as_deref());
+            draft.record.findings.extend(kept);
             draft.record.strays = flight.strays.iter().chain(&strays).cloned().collect();
             let tree = flight.worktree.as_ref();
             draft.record.worker = tree.map(|t| t.worker);
@@ -605,19 +606,37 @@ fn salvaged_work(repo: &Repo, draft: &mut Draft, flight: &InFlight, salvage: Opt
 }
 
 /// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref
-/// (returned; `None` when it left nothing beyond its start) and removes the worktree.
-fn salvage_flight(repo: &Repo, flight: &InFlight, out: &mut Outputs) -> Option<String> {
-    let tree = flight.worktree.as_ref()?;
+/// (returned; `None` when it left nothing beyond its start), keeps the files no commit takes
+/// (secret-looking, or ignored and written since the iteration started) under
+/// `.ralph/kept/<run>/<iteration>/` (the findings naming them returned), and removes the
+/// worktree.
+fn salvage_flight(
+    repo: &Repo,
+    paths: &RunPaths,
+    flight: &InFlight,
+    out: &mut Outputs,
+) -> (Option<String>, Vec<String>) {
+    let Some(tree) = flight.worktree.as_ref() else {
+        return (None, Vec::new());
+    };
     if !tree.root.join(".git").exists() {
-        return None;
+        return (None, Vec::new());
     }
+    let mut findings = Vec::new();
     let kept = Repo::discover(&tree.root).ok().and_then(|wt| {
         wt.clear_stale_locks();
         let subject = format!(
             "ralph: iteration {} ({}): work left when ralph was killed",
             flight.iteration, flight.story_id
         );
-        let head = crate::git::land::commit_leftovers(&wt, &subject).ok()?;
+        let (head, withheld) = crate::git::land::commit_leftovers_withheld(&wt, &subject).ok()?;
+        let keep = super::parallel::land::Kept {
+            paths,
+            run_id: &flight.run_id,
+            iteration: flight.iteration,
+            root: &tree.root,
+        };
+        findings = keep.keep(&wt, &withheld, flight.started_at.into());
         (head != tree.base)
             .then(|| crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head).ok())
             .flatten()
@@ -628,5 +647,5 @@ fn salvage_flight(repo: &Repo, flight: &InFlight, out: &mut Outputs) -> Option<S
             tree.root.display()
         ));
     }
-    kept
+    (kept, findings)
 }

@@ -435,7 +435,7 @@ fn a_worktree_copy_symlink_arrives_in_the_worktree_as_a_symlink() {
 }
 
 #[test]
-fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_salvaged_work_holds() {
+fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_work_holds() {
     use std::time::{Duration, Instant};
     let par = Par::new(
         &prd_of(vec![story(
@@ -455,6 +455,7 @@ fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_salvag
                 {"sleep_ms": 1500},
                 {"write_file": {"path": "part-1.txt", "content": "part\n"}},
                 {"git_commit": "wip: US-001"},
+                {"write_file": {"path": "trace.local", "content": "ignored by git\n"}},
                 {"write_file": {"path": "loose-1.txt", "content": "uncommitted\n"}},
                 {"sleep_ms": 60000}
             ],
@@ -513,6 +514,14 @@ fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_salvag
         files.contains(&"part-1.txt") && files.contains(&"loose-1.txt"),
         "the recovered row does not name the files of its salvaged work: {first:#}"
     );
+    // The file git ignores, which no commit takes, is kept like a landing keeps it.
+    let kept = format!(
+        ".ralph/kept/{}/{}/trace.local",
+        first["run_id"].as_str().expect("run id"),
+        first["iteration"]
+    );
+    assert_eq!(par.env.read(&kept), "ignored by git\n", "{first:#}");
+    assert!(findings(first).contains("trace.local"), "{first:#}");
     let log = par.env.ralph(&["log"]);
     let row = String::from_utf8_lossy(&log.stdout)
         .lines()
