@@ -241,18 +241,47 @@ fn copy_in(s: &TreeSetup, wt: &crate::git::Repo, path: &str) -> Result<(), Setup
             s.main_root.display()
         )));
     };
-    ignored(wt, rel, meta.is_dir()).map_err(&fail)?;
+    let link = std::fs::symlink_metadata(&from).is_ok_and(|m| m.file_type().is_symlink());
+    ignored(wt, rel, meta.is_dir() && !link).map_err(&fail)?;
     let to = s.root.join(rel);
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
     }
-    let copied = if meta.is_dir() {
+    let copied = if link {
+        copy_link(&from, &to, s.root)
+    } else if meta.is_dir() {
         copy_dir(&from, &to)
     } else {
         std::fs::copy(&from, &to).map(|_| ())
     };
     copied.map_err(|e| fail(format!("cannot copy it into the worktree: {e}")))
+}
+
+/// Makes `to` (in the worktree `root`) a symbolic link to what the link `from` (in the main
+/// checkout) points at: its own target when that is absolute or, relative, leads to something
+/// inside the worktree (a link to a tracked file), else the absolute path it resolves to from
+/// `from` (a link to something the worktree does not have), so that the worktree sees what the
+/// checkout sees.
+fn copy_link(from: &Path, to: &Path, root: &Path) -> std::io::Result<()> {
+    let target = std::fs::read_link(from)?;
+    let resolved = |link: &Path| {
+        link.parent()
+            .map(|dir| dir.join(&target))
+            .and_then(|p| p.canonicalize().ok())
+    };
+    let inside = root.canonicalize().ok();
+    let target = if target.is_absolute()
+        || resolved(to).is_some_and(|p| inside.as_ref().is_some_and(|r| p.starts_with(r)))
+    {
+        target
+    } else {
+        resolved(from).unwrap_or(target)
+    };
+    if std::fs::symlink_metadata(to).is_ok() {
+        std::fs::remove_file(to)?;
+    }
+    std::os::unix::fs::symlink(target, to)
 }
 
 /// Copies directory `from` to `to` recursively: files with their modes, symbolic links as links,

@@ -86,6 +86,156 @@ pub fn commit_leftovers_withheld(
     Ok((sha, checkpoint.withheld))
 }
 
+/// The files that differ between commits `from` and `to` (added, changed or deleted; both
+/// sides of a rename), repository-relative, sorted: what a salvaged story's work holds.
+///
+/// # Errors
+/// [`GitError::UnknownRevision`] when either is not a commit; [`GitError::Git`].
+pub fn files_between(repo: &Repo, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+    let from = repo.resolve_commit(from)?.tree().map_err(op("read tree"))?;
+    let to = repo.resolve_commit(to)?.tree().map_err(op("read tree"))?;
+    repo.paths_between(&from, &to)
+}
+
+/// The newest modification time of anything under `root` (files, links and directories; at
+/// most `limit` entries looked at), or `None` when nothing could be read: a killed worker's
+/// last sign of life, when its agent wrote files after its last transcript line.
+pub fn newest_change(root: &Path, limit: usize) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut todo = vec![root.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > limit {
+                return newest;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if let Ok(at) = meta.modified() {
+                newest = Some(newest.map_or(at, |n: std::time::SystemTime| n.max(at)));
+            }
+            if meta.is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    newest
+}
+
+/// Directories whose ignored contents are builds, dependencies or caches, which the project
+/// makes again (`npm ci`, `cargo build`): never kept from a worktree. Matched against any
+/// component of a path.
+pub const REBUILT_DIRS: &[&str] = &[
+    "node_modules",
+    "bower_components",
+    "target",
+    "build",
+    "dist",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".gradle",
+    ".next",
+    ".nuxt",
+    ".turbo",
+    ".parcel-cache",
+    ".cache",
+    ".dart_tool",
+    ".terraform",
+    "coverage",
+    "vendor",
+    ".ralph",
+];
+
+/// Largest ignored file kept from a worktree, in bytes (10 MiB).
+pub const KEEP_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most bytes of ignored files kept from one worktree (50 MiB).
+pub const KEEP_TOTAL_BYTES: u64 = 50 * 1024 * 1024;
+/// Most ignored files kept from one worktree.
+pub const KEEP_FILES: usize = 200;
+
+/// The ignored files an agent wrote in a story's worktree: what a serial run would have left
+/// in the checkout and a worktree's removal would delete.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IgnoredWork {
+    /// Files to keep (repository-relative, sorted): modified at or after `since`, outside
+    /// [`REBUILT_DIRS`], each at most [`KEEP_FILE_BYTES`], together at most
+    /// [`KEEP_TOTAL_BYTES`] and [`KEEP_FILES`].
+    pub keep: Vec<String>,
+    /// New ignored files left out for their size or number (repository-relative, sorted).
+    pub too_big: Vec<String>,
+}
+
+/// In worktree `wt`, the ignored files (regular files; links and what [`REBUILT_DIRS`] holds
+/// left out) modified at or after `since` (the iteration's start: what `worktree_copy` and
+/// `worktree_setup` made before it is not the agent's), sorted into [`IgnoredWork`].
+///
+/// # Errors
+/// [`GitError::Git`] when git's status cannot be read.
+pub fn ignored_work(wt: &Repo, since: std::time::SystemTime) -> Result<IgnoredWork, GitError> {
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(false)
+        .exclude_submodules(true);
+    let statuses = wt.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+    let rebuilt = |rel: &str| rel.split('/').any(|c| REBUILT_DIRS.contains(&c));
+    let mut found: Vec<(String, u64)> = Vec::new();
+    let mut todo: Vec<String> = statuses
+        .iter()
+        .filter(|e| e.status().is_ignored())
+        .map(|e| String::from_utf8_lossy(e.path_bytes()).into_owned())
+        .collect();
+    // A directory git reports as ignored (`logs/`) is walked here, bounded.
+    let mut seen = 0usize;
+    while let Some(rel) = todo.pop() {
+        let rel = rel.trim_end_matches('/').to_owned();
+        if rel.is_empty() || rebuilt(&rel) {
+            continue;
+        }
+        seen += 1;
+        if seen > 10 * KEEP_FILES {
+            break;
+        }
+        let path = wt.root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                for e in entries.flatten() {
+                    todo.push(format!("{rel}/{}", e.file_name().to_string_lossy()));
+                }
+            }
+        } else if meta.is_file() && meta.modified().is_ok_and(|m| m >= since) {
+            found.push((rel, meta.len()));
+        }
+    }
+    found.sort();
+    let mut work = IgnoredWork::default();
+    let mut total = 0u64;
+    for (rel, len) in found {
+        if len > KEEP_FILE_BYTES || total + len > KEEP_TOTAL_BYTES || work.keep.len() >= KEEP_FILES
+        {
+            work.too_big.push(rel);
+        } else {
+            total += len;
+            work.keep.push(rel);
+        }
+    }
+    Ok(work)
+}
+
 /// Whether repository-relative `path` is one of `keep` (a file, or a directory prefix such as
 /// `progress-history/` or `progress-history`, covering what is under it).
 fn covered(path: &str, keep: &[&str]) -> bool {
@@ -423,9 +573,10 @@ fn changed_lines(
 ///
 /// Never resets, stashes or cleans anything, and never touches an untracked or ignored file.
 /// Refused, with nothing changed, when HEAD is not on `branch` at `from`, when `to` does not
-/// descend from `from`, when a tracked file differs from `from` (the user edited or staged it;
-/// submodules' own contents are not looked at), or when an untracked or ignored file is where
-/// `to` puts a tracked one.
+/// descend from `from`, when a tracked file `to` changes differs from `from` in the index or
+/// the working tree (the user edited or staged it; submodules' own contents are not looked
+/// at), or when an untracked or ignored file is where `to` puts a tracked one. The user's
+/// changes to files `to` does not change stay as they are (edited, staged), uncommitted.
 ///
 /// # Errors
 /// [`GitError::CheckoutBlocked`] naming the files and the fix; [`GitError::UnknownRevision`];
@@ -463,18 +614,25 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             Vec::new(),
         ));
     }
-    let edited = main.edited_tracked_files()?;
+    let from_tree = from_commit.tree().map_err(op("read tree"))?;
+    let to_tree = to_commit.tree().map_err(op("read tree"))?;
+    // The user's uncommitted changes the landing would write over (their other changes stay as
+    // they are, uncommitted: the landing's checkpoint commits only ralph's own files).
+    let written = main.paths_between(&from_tree, &to_tree)?;
+    let edited: Vec<String> = main
+        .edited_tracked_files()?
+        .into_iter()
+        .filter(|f| written.contains(f))
+        .collect();
     if !edited.is_empty() {
         return Err(blocked(
             format!(
-                "the landed work cannot be checked out: tracked files in your checkout were changed during the run: {}\nhint: commit or move your changes elsewhere (ralph never stashes or resets them), then run ralph again",
+                "the landed work cannot be checked out: it changes files you changed in your checkout and did not commit: {}\nhint: commit or move your changes elsewhere (ralph never stashes, resets or overwrites them), then run ralph again",
                 edited.join(", ")
             ),
             edited,
         ));
     }
-    let from_tree = from_commit.tree().map_err(op("read tree"))?;
-    let to_tree = to_commit.tree().map_err(op("read tree"))?;
     let in_the_way = main.untracked_in_the_way(&from_tree, &to_tree)?;
     if !in_the_way.is_empty() {
         return Err(blocked(
@@ -556,6 +714,24 @@ impl Repo {
         files.sort();
         files.dedup();
         Ok(files)
+    }
+
+    /// The paths a checkout from `from` to `to` writes (added, changed or deleted; both sides
+    /// of a rename), sorted.
+    fn paths_between(&self, from: &Tree<'_>, to: &Tree<'_>) -> Result<Vec<String>, GitError> {
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(from), Some(to), None)
+            .map_err(op("diff"))?;
+        let mut paths: Vec<String> = diff
+            .deltas()
+            .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+            .flatten()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
     }
 
     /// Paths `to` has as tracked files where the working tree holds something `from` does not
@@ -1104,6 +1280,27 @@ mod tests {
     }
 
     #[test]
+    fn advance_checkout_keeps_the_users_edits_and_staged_changes_to_files_it_does_not_change() {
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        write(&root, ".gitignore", ".ralph/\n*.secret\n# staged\n");
+        git(&root, &["add", ".gitignore"]);
+        write(&root, ".gitignore", ".ralph/\n*.secret\n# mine\n");
+        advance_checkout(&main, &branch, &from, &to).unwrap();
+        assert_eq!(main.head_sha().unwrap(), Some(to.clone()));
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("landed\n"));
+        assert_eq!(
+            read(&root, ".gitignore").as_deref(),
+            Some(".ralph/\n*.secret\n# mine\n")
+        );
+        assert_eq!(git(&root, &["status", "--porcelain"]), "MM .gitignore\n");
+        assert_eq!(
+            git(&root, &["show", ":.gitignore"]),
+            ".ralph/\n*.secret\n# staged\n"
+        );
+    }
+
+    #[test]
     fn advance_checkout_refuses_a_user_edit_or_a_file_in_the_way_and_changes_nothing() {
         let (_d, main, branch, from, to) = checkout_to_advance();
         let root = main.root().to_path_buf();
@@ -1113,20 +1310,26 @@ mod tests {
             assert!(!root.join("src/new.rs.keep").exists());
         };
 
-        // A tracked file the user edited, even one the landing does not touch.
-        write(&root, ".gitignore", ".ralph/\n*.secret\n# mine\n");
+        // A tracked file the user edited that the landing changes.
+        write(&root, "a.txt", "mine\n");
         let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
         let GitError::CheckoutBlocked { files, .. } = &err else {
             panic!("{err}")
         };
-        assert_eq!(files, &vec![".gitignore".to_owned()]);
+        assert_eq!(files, &vec!["a.txt".to_owned()]);
         assert!(
-            err.to_string().contains(".gitignore") && err.to_string().contains("never stashes"),
+            err.to_string().contains("a.txt") && err.to_string().contains("never stashes"),
             "{err}"
         );
         unchanged(&main);
-        assert_eq!(read(&root, "a.txt").as_deref(), Some("a\n"));
-        git(&root, &["checkout", "--", ".gitignore"]);
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("mine\n"));
+        // A file the landing deletes.
+        git(&root, &["checkout", "--", "a.txt"]);
+        write(&root, "old.txt", "my old\n");
+        let err = advance_checkout(&main, &branch, &from, &to).unwrap_err();
+        assert!(err.to_string().contains("old.txt"), "{err}");
+        assert_eq!(read(&root, "old.txt").as_deref(), Some("my old\n"));
+        git(&root, &["checkout", "--", "old.txt"]);
 
         // A change the user staged.
         write(&root, "a.txt", "staged by the user\n");

@@ -35,6 +35,8 @@ pub struct Human {
     err: Box<dyn Write + Send>,
     /// This run's cost so far (USD), `None` until an iteration reports one.
     run_cost: Option<f64>,
+    /// An iteration ran on a worker (`--parallel`): verify lines always name their iteration.
+    parallel: bool,
 }
 
 /// One iteration in flight.
@@ -71,6 +73,7 @@ impl Human {
             verbose,
             multi,
             live: BTreeMap::new(),
+            parallel: false,
             err,
             run_cost: None,
         }
@@ -457,6 +460,7 @@ impl Sink for Human {
                 agent,
                 worker,
             } => {
+                self.parallel |= worker.is_some();
                 let worker = worker.map(|w| format!(" · w{w}")).unwrap_or_default();
                 let agent = agent_label(agent.as_deref(), backend);
                 self.iteration_started(
@@ -484,7 +488,13 @@ impl Sink for Human {
                 story_id,
                 command,
             } => {
-                let tag = self.tag(*iteration);
+                // A `--parallel` run's checks (in the worktree, or again at landing) always name
+                // their iteration: a landing's re-check comes long after its agent's lines.
+                let tag = if self.parallel {
+                    format!("#{iteration} ")
+                } else {
+                    self.tag(*iteration)
+                };
                 self.info(&format!("  {tag}verify {story_id}: {command}"))
             }
             RunEvent::VerifyFinished { .. } => {}

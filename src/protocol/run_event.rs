@@ -281,8 +281,10 @@ pub enum RunEvent {
         #[serde(with = "rfc3339")]
         #[schemars(with = "String")]
         until: DateTime<Utc>,
-        /// The story that runs again after the wait (`None` for a reset a previous ralph was
-        /// waiting for when the run starts).
+        /// The story that runs again after the wait; absent (`None`) when no one story does: a
+        /// reset a previous ralph was waiting for when the run starts, or a `--parallel` run's
+        /// usage-limit wait (every story waits).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         story_id: Option<String>,
         /// The retry number (transient) or the usage-limit wait number of this run (1-based).
         attempt: u32,

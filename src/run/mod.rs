@@ -248,56 +248,22 @@ async fn drive(
         let limits = limits(cx.cfg, pick.timeout);
         let done = iteration::run(cx, &mut s.state, assignment, &limits, out).await?;
         release_freed_memory();
-        // The remote refused the branch or the lease: nothing more may be pushed.
-        if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
-            s.totals.add(done.record);
-            return Ok(reason);
-        }
-        s.pending.add(done.feedback);
-        let done_clean_at = done.clean_at;
-        let story_id = done.record.story_id.clone();
-        let now = Utc::now();
-        let decision = policy::decide(
-            &s.tally,
-            &s.budgets,
-            &Aftermath {
-                record: &done.record,
-                story_passes: done.story_passes,
-                attempts: s.state.attempts.get(&story_id).copied().unwrap_or(0),
-                already_blocked: s.state.blocked.contains(&story_id),
-                resume_at: done.resume_at,
-                elapsed: s.started.elapsed(),
-                now,
-                jitter: fastrand::f64(),
-                limit_repeats: s.books[index].limits_in_a_row,
-                others: agents::others(&s.books, index, now),
-            },
-        );
-        let outcome = done.record.outcome;
-        s.totals.add(done.record);
-        let books_changed = book_agent(
-            &mut s.books,
-            &mut s.state,
-            index,
-            &decision,
-            outcome,
-            now,
-            out,
-        );
-        s.tally = decision.tally;
-        if decision.block {
-            s.state.blocked.push(story_id.clone());
-        }
-        // The commit stage saved state.json already; only a block, a wait or an agent's reset
-        // changes it again.
-        if decision.block || decision.resume_at.is_some() || books_changed {
-            s.state.save(&paths.ralph_dir)?;
-        }
-        // Said only once state.json has the block (notifications follow what is written).
-        if decision.block {
-            blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
-        }
-        let (until, reason, during) = match decision.next {
+        let done_clean_at = done.clean_at.clone();
+        let books = Books {
+            state: &mut s.state,
+            started: s.started,
+            budgets: &s.budgets,
+            tally: &mut s.tally,
+            totals: &mut s.totals,
+            pending: &mut s.pending,
+            books: &mut s.books,
+            ralph_dir: &paths.ralph_dir,
+        };
+        let (story_id, next) = match settle(books, done, index, out)? {
+            Settled::Stop(reason) => return Ok(reason),
+            Settled::Next { story_id, next } => (story_id, next),
+        };
+        let (until, reason, during) = match next {
             Next::Continue => {
                 clean_at = done_clean_at;
                 continue;
@@ -312,11 +278,123 @@ async fn drive(
         if let Some(reason) = before_wait(&s.pre.repo, cx.remote, s.totals.last.as_ref(), out) {
             return Ok(reason);
         }
-        out.emit(waiting(cfg, &s.tally, reason, until, story_id));
+        out.emit(waiting(cfg, &s.tally, reason, until, Some(story_id)));
         if let Some(reason) = wait_out(&mut s.state, until, during, stop, &paths).await? {
             return Ok(reason);
         }
     }
+}
+
+/// The parts of a [`Session`] that [`settle`] reads and changes (borrowed apart, so that the
+/// serial loop may hold the iteration contexts that borrow the rest).
+struct Books<'a> {
+    state: &'a mut crate::state::State,
+    started: Instant,
+    budgets: &'a Budgets,
+    tally: &'a mut policy::Tally,
+    totals: &'a mut summary::RunTotals,
+    pending: &'a mut feedback::Pending,
+    books: &'a mut Vec<agents::AgentBook>,
+    ralph_dir: &'a std::path::Path,
+}
+
+impl<'a> Books<'a> {
+    /// `s`'s parts, with `ralph_dir` (state.json's directory) borrowed apart from it.
+    fn of(s: &'a mut Session, ralph_dir: &'a std::path::Path) -> Books<'a> {
+        Books {
+            state: &mut s.state,
+            started: s.started,
+            budgets: &s.budgets,
+            tally: &mut s.tally,
+            totals: &mut s.totals,
+            pending: &mut s.pending,
+            books: &mut s.books,
+            ralph_dir,
+        }
+    }
+}
+
+/// What follows an iteration written down ([`settle`]).
+enum Settled {
+    /// The remote refused the branch or the lease: nothing more may be pushed; the run stops.
+    Stop(StopReason),
+    /// The policy's next step after `story_id`'s iteration (blocks and the agent's book are
+    /// applied already).
+    Next {
+        /// The iteration's story.
+        story_id: String,
+        /// Go on, retry the story after a wait, wait for a usage limit's reset, or stop.
+        next: Next,
+    },
+}
+
+/// From a written iteration (`done`, run on agent `agent`) to what the run does next, the same
+/// for the serial loop and `--parallel`'s landings: the push's verdict, the feedback kept for
+/// later prompts, [`policy::decide`] over the tally and the budgets, the run's totals, the
+/// agent's book, and a block of the story (also for `setup_failed`: its worktree could not be
+/// set up, no agent ran) saved to state.json and said, before the decision's next step.
+///
+/// # Errors
+/// state.json could not be written.
+fn settle(
+    s: Books<'_>,
+    done: iteration::Done,
+    agent: usize,
+    out: &mut Outputs,
+) -> anyhow::Result<Settled> {
+    if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
+        s.totals.add(done.record);
+        return Ok(Settled::Stop(reason));
+    }
+    s.pending.add(done.feedback);
+    let story_id = done.record.story_id.clone();
+    let now = Utc::now();
+    let decision = policy::decide(
+        s.tally,
+        s.budgets,
+        &Aftermath {
+            record: &done.record,
+            story_passes: done.story_passes,
+            attempts: s.state.attempts.get(&story_id).copied().unwrap_or(0),
+            already_blocked: s.state.blocked.contains(&story_id),
+            resume_at: done.resume_at,
+            elapsed: s.started.elapsed(),
+            now,
+            jitter: fastrand::f64(),
+            limit_repeats: s.books[agent].limits_in_a_row,
+            others: agents::others(s.books, agent, now),
+        },
+    );
+    let outcome = done.record.outcome;
+    s.totals.add(done.record);
+    let books_changed = book_agent(
+        s.books,
+        s.state,
+        agent,
+        &decision,
+        outcome,
+        now,
+        out,
+    );
+    *s.tally = decision.tally;
+    let block = (decision.block || outcome == crate::protocol::Outcome::SetupFailed)
+        && !s.state.blocked.contains(&story_id);
+    if block {
+        s.state.blocked.push(story_id.clone());
+    }
+    // The commit stage saved state.json already; only a block, a wait or an agent's reset
+    // changes it again.
+    if block || decision.resume_at.is_some() || books_changed {
+        s.state.save(s.ralph_dir)?;
+    }
+    // Said only once state.json has the block (notifications follow what is written).
+    if block {
+        blocked(s.state, s.totals.last.as_ref(), &story_id, out);
+    }
+    Ok(Settled::Next {
+        story_id,
+        next: decision.next,
+    })
 }
 
 /// One iteration context per agent of `pre`, in the order they are tried.
@@ -489,7 +567,7 @@ fn waiting(
     tally: &policy::Tally,
     reason: WaitReason,
     until: chrono::DateTime<Utc>,
-    story_id: String,
+    story_id: Option<String>,
 ) -> RunEvent {
     let (attempt, max) = match reason {
         WaitReason::Retry => (tally.transient_in_a_row, cfg.max_transient_retries),
@@ -498,7 +576,7 @@ fn waiting(
     RunEvent::Waiting {
         reason,
         until,
-        story_id: Some(story_id),
+        story_id,
         attempt,
         max,
     }

@@ -506,9 +506,17 @@ pub async fn recover_flights(
                 flight.iteration,
             );
         }
-        let salvage = salvage_flight(repo, &flight, out);
+        // The worker's last sign of life: what its agent wrote after its last transcript line.
+        let last_change = flight
+            .worktree
+            .as_ref()
+            .and_then(|t| crate::git::land::newest_change(&t.root, 50_000));
+        let (salvage, kept) = salvage_flight(repo, paths, &flight, out);
         if !recorded {
             let mut draft = draft(repo, paths, &flight, cfg, false)?;
+            worked_until(&mut draft, &flight, last_change);
+            salvaged_work(repo, &mut draft, &flight, salvage.as_deref());
+            draft.record.findings.extend(kept);
             draft.record.strays = flight.strays.iter().chain(&strays).cloned().collect();
             let tree = flight.worktree.as_ref();
             draft.record.worker = tree.map(|t| t.worker);
@@ -524,9 +532,6 @@ pub async fn recover_flights(
                     "ralph was killed while this iteration ran; its work did not land".into(),
                 ),
             });
-            // Nothing of the worktree's is on the run branch: the checkpoint records the
-            // iteration (progress.txt, trailers) and the record says where its work is.
-            draft.record.files_changed.clear();
             let own = super::parallel::land::kept_paths(paths);
             let own: Vec<&str> = own.iter().map(String::as_str).collect();
             commit::commit(
@@ -569,20 +574,69 @@ pub async fn recover_flights(
     Ok(feedback)
 }
 
-/// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref
-/// (returned; `None` when it left nothing beyond its start) and removes the worktree.
-fn salvage_flight(repo: &Repo, flight: &InFlight, out: &mut Outputs) -> Option<String> {
-    let tree = flight.worktree.as_ref()?;
-    if !tree.root.join(".git").exists() {
-        return None;
+/// A killed worker's duration as far as known: at least until the newest change in its
+/// worktree (`last_change`), when that is later than what its transcript showed.
+fn worked_until(draft: &mut Draft, flight: &InFlight, last_change: Option<std::time::SystemTime>) {
+    let Some(at) = last_change.map(chrono::DateTime::<Utc>::from) else {
+        return;
+    };
+    let secs = (at - flight.started_at).num_milliseconds() as f64 / 1000.0;
+    if secs > draft.record.duration_s {
+        draft.record.duration_s = secs;
     }
+}
+
+/// A killed worker's commits and files are those of its salvaged work (from the story's start
+/// in its worktree to the salvage ref), not the run branch's (where nothing of it landed):
+/// none when it left nothing.
+fn salvaged_work(repo: &Repo, draft: &mut Draft, flight: &InFlight, salvage: Option<&str>) {
+    let r = &mut draft.record;
+    let (Some(tree), Some(salvage)) = (flight.worktree.as_ref(), salvage) else {
+        r.commits.clear();
+        r.files_changed.clear();
+        return;
+    };
+    let Some(head) = repo.ref_sha(salvage) else {
+        return;
+    };
+    r.commits = repo
+        .commits_between(Some(&tree.base), &head)
+        .unwrap_or_default();
+    r.files_changed = crate::git::land::files_between(repo, &tree.base, &head).unwrap_or_default();
+}
+
+/// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref
+/// (returned; `None` when it left nothing beyond its start), keeps the files no commit takes
+/// (secret-looking, or ignored and written since the iteration started) under
+/// `.ralph/kept/<run>/<iteration>/` (the findings naming them returned), and removes the
+/// worktree.
+fn salvage_flight(
+    repo: &Repo,
+    paths: &RunPaths,
+    flight: &InFlight,
+    out: &mut Outputs,
+) -> (Option<String>, Vec<String>) {
+    let Some(tree) = flight.worktree.as_ref() else {
+        return (None, Vec::new());
+    };
+    if !tree.root.join(".git").exists() {
+        return (None, Vec::new());
+    }
+    let mut findings = Vec::new();
     let kept = Repo::discover(&tree.root).ok().and_then(|wt| {
         wt.clear_stale_locks();
         let subject = format!(
             "ralph: iteration {} ({}): work left when ralph was killed",
             flight.iteration, flight.story_id
         );
-        let head = crate::git::land::commit_leftovers(&wt, &subject).ok()?;
+        let (head, withheld) = crate::git::land::commit_leftovers_withheld(&wt, &subject).ok()?;
+        let keep = super::parallel::land::Kept {
+            paths,
+            run_id: &flight.run_id,
+            iteration: flight.iteration,
+            root: &tree.root,
+        };
+        findings = keep.keep(&wt, &withheld, flight.started_at.into());
         (head != tree.base)
             .then(|| crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head).ok())
             .flatten()
@@ -593,5 +647,5 @@ fn salvage_flight(repo: &Repo, flight: &InFlight, out: &mut Outputs) -> Option<S
             tree.root.display()
         ));
     }
-    kept
+    (kept, findings)
 }

@@ -340,6 +340,8 @@ fn draft(
     r.transcript = Some(cx.paths.rel(&e.transcript));
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
+    r.findings
+        .extend(large_files(&cx.paths.repo_root, &r.files_changed));
     r.lost_commits = obs.lost_commits.clone();
     r.history_rewrite = obs.history_rewrite.clone();
     r.passes_refused = obs.refused.iter().map(|(id, _)| id.clone()).collect();
@@ -415,4 +417,30 @@ fn warn_unpriced(
         ),
     };
     out.warn(message);
+}
+
+/// Size above which a file an iteration adds or changes is named in its findings (50 MiB): git
+/// keeps every version of it in the history for good, and hosts refuse pushes with files past
+/// 100 MB (GitHub).
+pub const LARGE_FILE_BYTES: u64 = 50 * 1024 * 1024;
+
+/// The finding naming the files of `files` (relative to `root`, as the iteration left them)
+/// larger than [`LARGE_FILE_BYTES`], with their sizes and the limit; `None` when there are none.
+/// Serial and `--parallel` iterations alike (the same stage).
+pub fn large_files(root: &std::path::Path, files: &[String]) -> Option<String> {
+    let big: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let len = std::fs::symlink_metadata(root.join(f)).ok()?.len();
+            (len > LARGE_FILE_BYTES).then(|| format!("{f} ({} MiB)", len >> 20))
+        })
+        .collect();
+    (!big.is_empty()).then(|| {
+        format!(
+            "large file{} committed: {} — over the {} MiB limit ralph warns at; git keeps it in the history for good (remove it with a history rewrite, or track it with Git LFS)",
+            if big.len() == 1 { "" } else { "s" },
+            big.join(", "),
+            LARGE_FILE_BYTES >> 20
+        )
+    })
 }

@@ -186,9 +186,15 @@ pub async fn land(
                 flight.iteration, flight.story_id
             ),
         )?;
-        if let Some(finding) = keep_withheld(&paths, &s.run_id, &flight, &withheld) {
-            worked.draft.record.findings.push(finding);
-        }
+        let kept = Kept {
+            paths: &paths,
+            run_id: &s.run_id,
+            iteration: flight.iteration,
+            root: &flight.root,
+        };
+        let since = std::time::SystemTime::from(worked.draft.record.started_at);
+        let findings = kept.keep(&tree, &withheld, since);
+        worked.draft.record.findings.extend(findings);
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
         let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
@@ -198,6 +204,7 @@ pub async fn land(
         None
     };
     worked.draft.record.landing = landing;
+    only_own_pass(&mut worked);
     refresh_summary(&mut worked.draft);
     let own = kept_paths(&paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
@@ -249,41 +256,88 @@ pub async fn land(
     })
 }
 
-/// Keeps the secret-looking files an agent left uncommitted in its worktree (never committed)
-/// under `.ralph/kept/<run>/<iteration>/` before the worktree goes, and returns the record's
-/// finding naming them; `None` when there are none.
-fn keep_withheld(
-    paths: &RunPaths,
-    run_id: &str,
-    flight: &Flight,
-    withheld: &[String],
-) -> Option<String> {
-    if withheld.is_empty() {
-        return None;
-    }
-    let dir = paths
-        .ralph_dir
-        .join("kept")
-        .join(run_id)
-        .join(flight.iteration.to_string());
-    let mut kept = Vec::new();
-    for file in withheld {
-        let (from, to) = (flight.root.join(file), dir.join(file));
-        let copied = to
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::copy(&from, &to).map(|_| ()));
-        if copied.is_ok() {
-            kept.push(file.clone());
-        } else {
-            tracing::warn!("cannot keep {}: {copied:?}", from.display());
+/// Where a worktree's files that no commit takes are kept before it goes:
+/// `.ralph/kept/<run>/<iteration>/`.
+pub struct Kept<'a> {
+    /// The run's paths (the books).
+    pub paths: &'a RunPaths,
+    /// The run.
+    pub run_id: &'a str,
+    /// The iteration that ran in the worktree.
+    pub iteration: u32,
+    /// The worktree's root.
+    pub root: &'a Path,
+}
+
+impl Kept<'_> {
+    /// Keeps the secret-looking files `withheld` (left out of the worktree's commit: ralph never
+    /// commits them) and the ignored files the agent wrote since `since`
+    /// ([`git_land::ignored_work`]: a serial run leaves them in the checkout; the worktree's
+    /// removal would delete them), and returns the record's findings naming them and the
+    /// ignored files left out for their size.
+    pub fn keep(
+        &self,
+        tree: &Repo,
+        withheld: &[String],
+        since: std::time::SystemTime,
+    ) -> Vec<String> {
+        let mut findings = Vec::new();
+        if !withheld.is_empty() {
+            let dir = self.copy(withheld);
+            findings.push(format!(
+                "not committed (secret-looking, untracked): {} — ralph never commits such a file; kept in {} as the worktree is removed",
+                withheld.join(", "),
+                self.paths.rel(&dir)
+            ));
         }
+        let ignored = match git_land::ignored_work(tree, since) {
+            Ok(ignored) => ignored,
+            Err(e) => {
+                tracing::warn!("cannot list the worktree's ignored files: {e}");
+                return findings;
+            }
+        };
+        if !ignored.keep.is_empty() {
+            let dir = self.copy(&ignored.keep);
+            findings.push(format!(
+                "ignored files the agent wrote in its worktree (not committed: git ignores them): {} — kept in {} as the worktree is removed",
+                ignored.keep.join(", "),
+                self.paths.rel(&dir)
+            ));
+        }
+        if !ignored.too_big.is_empty() {
+            findings.push(format!(
+                "ignored files the agent wrote in its worktree, not kept (over {} MiB each, {} MiB or {} files together): {} — deleted with the worktree",
+                git_land::KEEP_FILE_BYTES >> 20,
+                git_land::KEEP_TOTAL_BYTES >> 20,
+                git_land::KEEP_FILES,
+                ignored.too_big.join(", ")
+            ));
+        }
+        findings
     }
-    Some(format!(
-        "not committed (secret-looking, untracked): {} — ralph never commits such a file; kept in {} as the worktree is removed",
-        withheld.join(", "),
-        paths.rel(&dir)
-    ))
+
+    /// Copies `files` (relative to the worktree) to the kept directory, keeping their relative
+    /// paths, and returns that directory; a file that cannot be copied is logged.
+    fn copy(&self, files: &[String]) -> PathBuf {
+        let dir = self
+            .paths
+            .ralph_dir
+            .join("kept")
+            .join(self.run_id)
+            .join(self.iteration.to_string());
+        for file in files {
+            let (from, to) = (self.root.join(file), dir.join(file));
+            let copied = to
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::copy(&from, &to).map(|_| ()));
+            if copied.is_err() {
+                tracing::warn!("cannot keep {}: {copied:?}", from.display());
+            }
+        }
+        dir
+    }
 }
 
 /// The sentence saying the checkout is no longer on the run branch (the user switched it
@@ -630,6 +684,28 @@ fn clear_pass(worked: &mut Worked) {
     worked.story_passes = false;
     let story = worked.story_id.clone();
     worked.draft.record.passes_flipped.retain(|id| *id != story);
+}
+
+/// Other stories the agent marked passing in its worktree's prd.json: that copy never lands
+/// (ralph sets only the landed story's `passes`), so they are not flipped on the run branch; the
+/// record's findings say so.
+fn only_own_pass(worked: &mut Worked) {
+    let story = worked.story_id.clone();
+    let record = &mut worked.draft.record;
+    let others: Vec<String> = record
+        .passes_flipped
+        .iter()
+        .filter(|id| **id != story)
+        .cloned()
+        .collect();
+    if others.is_empty() {
+        return;
+    }
+    record.passes_flipped.retain(|id| *id == story);
+    record.findings.push(format!(
+        "the agent also marked {} passing in its worktree's prd.json; not taken: in a parallel run a story passes only when its own iteration lands",
+        others.join(", ")
+    ));
 }
 
 /// The progress.txt summary line, from the record as it is now.

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::iteration::prepare::Assignment;
 use super::limits;
-use super::policy::{self, Aftermath, Next, Situation};
+use super::policy::{self, Next, Situation};
 use super::session::Session;
 use crate::config::RunConfig;
 use crate::output::Outputs;
@@ -201,14 +201,16 @@ fn tidy(s: &Session) {
 }
 
 /// Worktrees start from the run branch's last commit: prd.json and progress.txt as the run
-/// starts (progress.txt just created, a prd.json not yet committed, `--allow-dirty`'s files)
-/// are committed first, so that every worktree has them.
+/// starts (progress.txt just created, a prd.json not yet committed) are committed first, so that
+/// every worktree has them. Nothing else: the user's uncommitted changes (`--allow-dirty`) stay
+/// in the checkout as they are, never committed by ralph (a landing that would write over one
+/// stops the run instead).
 fn start_point(s: &Session) -> anyhow::Result<()> {
-    let repo = &s.pre.repo;
-    if repo.dirty_paths()?.is_empty() {
-        return Ok(());
-    }
-    repo.checkpoint(
+    let own = land::kept_paths(&s.pre.paths);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    crate::git::land::commit_own_files(
+        &s.pre.repo,
+        &own,
         &format!("ralph: the run's prd.json and progress.txt ({})", s.run_id),
         "Committed before the stories' worktrees are made (--parallel).",
         &[],
@@ -475,55 +477,17 @@ fn after(
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
     let land::Landed { done, agent } = landed;
-    let paths = s.pre.paths.clone();
-    if let Some(reason) = done.record.push.as_ref().and_then(policy::after_push) {
-        s.totals.add(done.record);
-        board.stopping.get_or_insert(reason);
-        return Ok(());
-    }
-    s.pending.add(done.feedback);
-    let story_id = done.record.story_id.clone();
-    let outcome = done.record.outcome;
+    let ralph_dir = s.pre.paths.ralph_dir.clone();
+    let books = super::Books::of(s, &ralph_dir);
+    let (story_id, next) = match super::settle(books, done, agent, out)? {
+        super::Settled::Stop(reason) => {
+            board.stopping.get_or_insert(reason);
+            return Ok(());
+        }
+        super::Settled::Next { story_id, next } => (story_id, next),
+    };
     let now = Utc::now();
-    let decision = policy::decide(
-        &s.tally,
-        &s.budgets,
-        &Aftermath {
-            record: &done.record,
-            story_passes: done.story_passes,
-            attempts: s.state.attempts.get(&story_id).copied().unwrap_or(0),
-            already_blocked: s.state.blocked.contains(&story_id),
-            resume_at: done.resume_at,
-            elapsed: s.started.elapsed(),
-            now,
-            jitter: fastrand::f64(),
-            limit_repeats: s.books[agent].limits_in_a_row,
-            others: policy::agents::others(&s.books, agent, now),
-        },
-    );
-    s.totals.add(done.record);
-    let books_changed = super::book_agent(
-        &mut s.books,
-        &mut s.state,
-        agent,
-        &decision,
-        outcome,
-        now,
-        out,
-    );
-    s.tally = decision.tally;
-    // A worktree that could not be set up blocks its story (no agent ran).
-    let block = decision.block || (outcome == Outcome::SetupFailed);
-    if block && !s.state.blocked.contains(&story_id) {
-        s.state.blocked.push(story_id.clone());
-    }
-    if block || decision.resume_at.is_some() || books_changed {
-        s.state.save(&paths.ralph_dir)?;
-    }
-    if block {
-        super::blocked(&s.state, s.totals.last.as_ref(), &story_id, out);
-    }
-    match decision.next {
+    match next {
         Next::Continue => {}
         Next::Stop(reason) => {
             board.stopping.get_or_insert(reason);
@@ -575,13 +539,8 @@ async fn idle(
     {
         return Ok(Some(reason));
     }
-    out.emit(super::waiting(
-        cfg,
-        &s.tally,
-        reason,
-        until,
-        story.unwrap_or_default(),
-    ));
+    // A usage limit holds every story: the event names none.
+    out.emit(super::waiting(cfg, &s.tally, reason, until, story));
     let stopped = super::wait_out(&mut s.state, until, during, stop, &paths).await?;
     board.held.retain(|_, at| *at > Utc::now());
     Ok(stopped)

@@ -385,3 +385,4 @@ pub fn codex_clock_in(hours: i64) -> String {
         .format("%-I:%M %p")
         .to_string()
 }
+pub mod par;

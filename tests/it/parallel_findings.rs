@@ -1,0 +1,618 @@
+//! `ralph run --parallel N`: the findings of the hostile tester (issue 20), each a scenario a
+//! user meets, with the scripted per-story agents of tests/it/common/par.rs.
+
+use std::process::Output;
+
+use serde_json::{json, Value};
+
+use crate::common::par::{does, landing_kind, prd_of, story, Par, BRANCH};
+use crate::common::text;
+
+/// Every commit on the run branch since `main` (full shas).
+fn run_commits(par: &Par) -> Vec<String> {
+    par.env
+        .git(&["rev-list", &format!("main..{BRANCH}")])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The files a commit changed (against its first parent).
+fn changed_by(par: &Par, commit: &str) -> Vec<String> {
+    par.env
+        .git(&[
+            "diff-tree",
+            "--no-commit-id",
+            "--name-only",
+            "-r",
+            "-m",
+            "--first-parent",
+            commit,
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether any commit ralph made on the run branch holds `rel` with `content`.
+fn committed_with(par: &Par, rel: &str, content: &str) -> Vec<String> {
+    run_commits(par)
+        .into_iter()
+        .filter(|c| changed_by(par, c).iter().any(|f| f == rel) && par.show(c, rel) == content)
+        .collect()
+}
+
+const USER_EDIT: &str = "my own notes, not committed\n";
+const USER_DRAFT: &str = "a draft of mine\n";
+
+/// Two stories with `--allow-dirty`: US-001 writes its own file, US-002 also rewrites
+/// `notes.md`, a tracked file the user has edited (uncommitted) before the run; the user also
+/// has an untracked `draft.txt`.
+fn dirty_start() -> (Par, Output) {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story(
+        "US-002",
+        json!([[
+            {"write_file": {"path": "notes.md", "content": "the agent's notes\n"}},
+            {"write_file": {"path": "file-2.txt", "content": "2\n"}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"git_commit": "feat: US-002"},
+            {"stdout": "US-002 done"}
+        ]]),
+    );
+    par.env.write("notes.md", USER_EDIT);
+    par.env.write("draft.txt", USER_DRAFT);
+    let out = par.run(2, &["--allow-dirty"]);
+    (par, out)
+}
+
+#[test]
+fn allow_dirty_files_are_never_committed_nor_overwritten_by_a_landing() {
+    let (par, out) = dirty_start();
+    // The landing that would overwrite the user's edit stops the run for them.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(par.env.read("notes.md"), USER_EDIT, "{}", text(&out));
+    assert_eq!(par.env.read("draft.txt"), USER_DRAFT);
+    for (rel, content) in [("notes.md", USER_EDIT), ("draft.txt", USER_DRAFT)] {
+        let commits = committed_with(&par, rel, content);
+        assert!(
+            commits.is_empty(),
+            "ralph committed the user's {rel} in {commits:?}\n{}",
+            par.env.git(&["log", "--stat", BRANCH])
+        );
+    }
+    let said = text(&out);
+    assert!(
+        said.contains("notes.md"),
+        "the stop does not name the user's file:\n{said}"
+    );
+    // US-001 does not touch the user's files: it landed.
+    assert_eq!(par.records("US-001")[0]["outcome"], "story_passed");
+    assert_eq!(par.on_branch("file-1.txt"), "1\n");
+    // US-002's work is kept, not lost.
+    let b = par.records("US-002");
+    assert_eq!(b.len(), 1, "{b:#?}");
+    let salvage = b[0]["landing"]["salvage_ref"].as_str().unwrap_or("");
+    assert!(!salvage.is_empty(), "{:#}", b[0]);
+    assert_eq!(par.show(salvage, "notes.md"), "the agent's notes\n");
+    assert_eq!(par.show(salvage, "file-2.txt"), "2\n");
+    assert_eq!(par.env.prd()["userStories"][1]["passes"], false);
+    // Still dirty as the user left it: notes.md modified, draft.txt untracked.
+    let status = par.env.git(&["status", "--porcelain"]);
+    assert!(
+        status.contains(" M notes.md") && status.contains("?? draft.txt"),
+        "{status}"
+    );
+}
+
+/// What the user does after a landing was refused for their edit, before the next run.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    /// `git checkout -- <file>`, then `ralph run`.
+    PutAway,
+    /// Nothing: `ralph run --allow-dirty` with the edit still there.
+    AllowDirty,
+}
+
+#[test]
+fn after_a_landing_refused_for_the_users_edit_the_next_run_resumes_from_the_salvaged_work() {
+    refused_then_resumed("notes.md", Then::PutAway, false);
+}
+
+#[test]
+fn after_a_landing_refused_once_another_story_landed_the_next_run_resumes_from_the_merge() {
+    refused_then_resumed("notes.md", Then::PutAway, true);
+}
+
+#[test]
+fn after_a_landing_refused_the_next_run_with_allow_dirty_resumes_and_keeps_the_edit_out() {
+    refused_then_resumed("notes.md", Then::AllowDirty, false);
+}
+
+/// The user edits `edited` in the checkout while US-001 runs (its landing is refused), then
+/// does `then` and runs again. With `other`, US-002 lands while US-001 runs, before the edit.
+fn refused_then_resumed(edited: &str, then: Then, other: bool) {
+    let mut stories = vec![story(1, "test -f file-1.txt && test -f part-1.txt", &[])];
+    if other {
+        stories.push(story(2, "test -f file-2.txt", &[]));
+    }
+    let par = Par::new(&prd_of(stories), &[("notes.md", "committed notes\n")]);
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let after_other = if other {
+        format!("{} && ", par.landed("file-2.txt"))
+    } else {
+        String::new()
+    };
+    let path = par.env.repo.join(edited);
+    // The first attempt does the whole story (also in notes.md); while it runs, the user edits
+    // a file in the checkout. The second attempt only finishes, on top of what it finds.
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "part-1.txt", "content": "part\n"}},
+                {"write_file": {"path": "notes.md", "content": "the agent's notes\n"}},
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001"},
+                {"stdout": "US-001 done"}
+            ],
+            [
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"stdout": "US-001 was done already"}
+            ]
+        ]),
+    );
+    par.wait(
+        "US-001",
+        0,
+        &format!(
+            "{after_other}printf '%s\\n' '{}' > '{}'",
+            USER_EDIT.trim_end(),
+            path.display()
+        ),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let first = par.records("US-001");
+    assert_eq!(first.len(), 1, "{first:#?}");
+    let salvage = first[0]["landing"]["salvage_ref"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(par.show(&salvage, "part-1.txt"), "part\n", "{:#}", first[0]);
+    assert_eq!(par.env.read(edited), USER_EDIT);
+    let again = match then {
+        Then::PutAway => {
+            par.env.git(&["checkout", "--", edited]);
+            par.run(2, &[])
+        }
+        Then::AllowDirty => par.run(2, &["--allow-dirty"]),
+    };
+    let starts = par.starts("US-001");
+    assert_eq!(starts.len(), 2, "{starts:?}\n{}", text(&again));
+    assert!(
+        starts[1].3.contains(&"part-1.txt".to_owned()),
+        "the second attempt did not start from the salvaged work {salvage}: {:?}\n{}",
+        starts[1],
+        text(&again)
+    );
+    if then == Then::AllowDirty {
+        // Still the user's edit in the way: refused again, the edit kept out of every commit.
+        assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+        assert_eq!(par.env.read(edited), USER_EDIT);
+        assert!(committed_with(&par, edited, USER_EDIT).is_empty());
+        return;
+    }
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let records = par.records("US-001");
+    assert_eq!(
+        records.last().map(|r| r["outcome"].clone()),
+        Some(Value::from("story_passed")),
+        "{records:#?}"
+    );
+    assert_eq!(par.on_branch("notes.md"), "the agent's notes\n");
+    assert!(matches!(
+        landing_kind(records.last().expect("a record")),
+        "fast_forward" | "merge"
+    ));
+    par.assert_tidy(&again);
+}
+
+/// The record's findings, joined (one per line).
+fn findings(r: &Value) -> String {
+    r["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn ignored_files_an_agent_writes_in_its_worktree_are_kept_not_deleted_with_it() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[
+            (".gitignore", "*.local\n*.log\nbuild/\nlogs/\n"),
+            (
+                "ralph.toml",
+                "worktree_setup = \"echo setup > setup.log\"\n",
+            ),
+        ],
+    );
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "out.log", "content": "what the agent's test run printed\n"}},
+            {"write_file": {"path": "logs/deep/run.log", "content": "deep\n"}},
+            {"write_file": {"path": "build/app.o", "content": "object code\n"}},
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let a = &par.records("US-001")[0];
+    let run_id = a["run_id"].as_str().expect("run id");
+    let n = a["iteration"].as_u64().expect("iteration");
+    let kept = format!(".ralph/kept/{run_id}/{n}");
+    assert_eq!(
+        par.env.read(&format!("{kept}/out.log")),
+        "what the agent's test run printed\n",
+        "{a:#}"
+    );
+    assert_eq!(par.env.read(&format!("{kept}/logs/deep/run.log")), "deep\n");
+    // A build directory is made again; what the setup wrote before the agent is not its work.
+    assert!(!par.env.path(&format!("{kept}/build")).exists());
+    assert!(!par.env.path(&format!("{kept}/setup.log")).exists());
+    let said = findings(a);
+    assert!(
+        said.contains("out.log") && said.contains("logs/deep/run.log") && said.contains(&kept),
+        "the record does not name the kept files: {said}"
+    );
+    assert!(!said.contains("build/app.o"), "{said}");
+    // US-002 wrote no ignored file: nothing kept, nothing said.
+    let b = &par.records("US-002")[0];
+    assert!(!findings(b).contains("ignored files"), "{b:#}");
+    par.assert_tidy(&out);
+}
+
+#[test]
+fn a_story_an_agent_marked_passing_in_its_worktree_is_no_caveat_when_it_never_passed() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            // Its check passes in US-001's worktree too.
+            story(2, "test -f file-1.txt", &["US-001"]),
+        ]),
+        &[],
+    );
+    // US-001's agent also marks US-002 passing in its worktree's prd.json (which never lands);
+    // US-002's own agent never gets there.
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.story("US-002", json!([[{"stdout": "not today"}]]));
+    let out = par.run(2, &["--max-attempts", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(par.env.prd()["userStories"][1]["passes"], false);
+    let said = text(&out);
+    assert!(
+        !said.contains("US-002 was marked passing"),
+        "a caveat for a story that does not pass:\n{said}"
+    );
+    let a = &par.records("US-001")[0];
+    assert_eq!(a["passes_flipped"], json!(["US-001"]), "{a:#}");
+    assert!(
+        findings(a).contains("US-002"),
+        "the record does not say the agent marked US-002 in its worktree: {a:#}"
+    );
+}
+
+#[test]
+fn a_parallel_usage_limit_wait_names_no_story_in_its_json_event() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("ralph.toml", "usage_limit_margin = \"0s\"\n")],
+    );
+    // The agent meets a usage limit that resets 2 s after it says so (computed when it acts),
+    // then does the story.
+    let agent = crate::common::script_file(
+        &par.env,
+        "limited-agent.sh",
+        &format!(
+            r#"cat > /dev/null
+mark='{mark}'
+if [ ! -f "$mark" ]; then
+  touch "$mark"
+  echo "Claude AI usage limit reached|$(( $(date +%s) + 2 ))"
+  exit 0
+fi
+echo 1 > file-1.txt
+sed -i 's/"passes": false/"passes": true/' prd.json
+git add -A && git commit -qm 'feat: US-001'
+echo done
+"#,
+            mark = par.agents.join("limited-once").display()
+        ),
+    );
+    let agent = agent.display().to_string();
+    let out = par.env.ralph(&[
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent,
+        "--max-iter",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let waits: Vec<&Value> = events.iter().filter(|e| e["event"] == "waiting").collect();
+    assert_eq!(waits.len(), 1, "{events:#?}");
+    assert_eq!(waits[0]["reason"], "usage_limit", "{:#}", waits[0]);
+    assert!(
+        waits[0].get("story_id").is_none(),
+        "a usage-limit wait of a parallel run names a story: {:#}",
+        waits[0]
+    );
+}
+
+#[test]
+fn a_worktree_copy_symlink_arrives_in_the_worktree_as_a_symlink() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[(
+            "ralph.toml",
+            "worktree_copy = [\"shared.local\", \"readme.local\"]\n",
+        )],
+    );
+    // A link to a file outside the repository (a shared secret store), and a relative link to
+    // a tracked file.
+    let outside = par.env.root.path().join("secrets.env");
+    std::fs::write(&outside, "TOKEN=shared\n").expect("write");
+    std::os::unix::fs::symlink(&outside, par.env.repo.join("shared.local")).expect("symlink");
+    std::os::unix::fs::symlink("README.md", par.env.repo.join("readme.local")).expect("symlink");
+    let seen = par.agents.join("links.txt");
+    // What the agent finds in its worktree when it starts.
+    par.wait(
+        "US-001",
+        0,
+        &format!(
+            "for f in shared.local readme.local; do if [ -L $f ]; then echo \"$f -> $(readlink $f): $(cat $f)\"; else echo \"$f is no link\"; fi; done > '{}'",
+            seen.display()
+        ),
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = std::fs::read_to_string(&seen).unwrap_or_default();
+    assert_eq!(
+        said,
+        format!(
+            "shared.local -> {}: TOKEN=shared\nreadme.local -> README.md: demo\n",
+            outside.display()
+        ),
+        "{}",
+        text(&out)
+    );
+    // The links in the checkout are as they were.
+    assert_eq!(
+        std::fs::read_link(par.env.repo.join("shared.local")).ok(),
+        Some(outside.clone())
+    );
+    par.assert_tidy(&out);
+}
+
+#[test]
+fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_work_holds() {
+    use std::time::{Duration, Instant};
+    let par = Par::new(
+        &prd_of(vec![story(
+            1,
+            "test -f file-1.txt && test -f part-1.txt",
+            &[],
+        )]),
+        &[],
+    );
+    // The first attempt says something, works quietly for 1.5 s (no transcript line), commits
+    // part of its work, leaves a file uncommitted, then works on until ralph is killed.
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"stdout": "starting"},
+                {"sleep_ms": 1500},
+                {"write_file": {"path": "part-1.txt", "content": "part\n"}},
+                {"git_commit": "wip: US-001"},
+                {"write_file": {"path": "trace.local", "content": "ignored by git\n"}},
+                {"write_file": {"path": "loose-1.txt", "content": "uncommitted\n"}},
+                {"sleep_ms": 60000}
+            ],
+            does("US-001", "file-1.txt", "1\n", 0)
+        ]),
+    );
+    let wrapper = par.wrapper.display().to_string();
+    let args = [
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &wrapper,
+        "--max-iter",
+        "5",
+    ];
+    let mut child = par.env.ralph_spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let trees = par.env.repo.join(".ralph").join("worktrees");
+    let written = || {
+        std::fs::read_dir(&trees).ok().is_some_and(|runs| {
+            runs.flatten().any(|run| {
+                std::fs::read_dir(run.path()).is_ok_and(|t| {
+                    t.flatten()
+                        .any(|tree| tree.path().join("loose-1.txt").exists())
+                })
+            })
+        })
+    };
+    while !written() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never wrote its file:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    assert_eq!(first["outcome"], "interrupted", "{first:#}");
+    let secs = first["duration_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        secs >= 1.5,
+        "the recovered row says {secs} s, though its agent worked at least 1.5 s: {first:#}"
+    );
+    let files: Vec<&str> = first["files_changed"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        files.contains(&"part-1.txt") && files.contains(&"loose-1.txt"),
+        "the recovered row does not name the files of its salvaged work: {first:#}"
+    );
+    // The file git ignores, which no commit takes, is kept like a landing keeps it.
+    let kept = format!(
+        ".ralph/kept/{}/{}/trace.local",
+        first["run_id"].as_str().expect("run id"),
+        first["iteration"]
+    );
+    assert_eq!(par.env.read(&kept), "ignored by git\n", "{first:#}");
+    assert!(findings(first).contains("trace.local"), "{first:#}");
+    let log = par.env.ralph(&["log"]);
+    let row = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 ") && l.contains("interrupted"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(
+        !row.is_empty() && !row.contains(" 0s "),
+        "`ralph log`'s row: {row:?}\n{}",
+        text(&log)
+    );
+    par.assert_tidy(&out);
+}
+
+/// A run where US-001's agent adds a 60 MiB file (zeros) with its work: `--parallel 2`, or
+/// serial (`None`).
+fn big_file_run(parallel: Option<u32>) -> (Par, Output) {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.wait("US-001", 0, "truncate -s 60M big.bin");
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let out = match parallel {
+        Some(n) => par.run(n, &[]),
+        None => {
+            let wrapper = par.wrapper.display().to_string();
+            par.env.ralph(&[
+                "run",
+                "--agent",
+                "exec",
+                "--agent-cmd",
+                &wrapper,
+                "--max-iter",
+                "5",
+            ])
+        }
+    };
+    (par, out)
+}
+
+#[test]
+fn a_file_over_50_mib_an_agent_adds_is_named_with_the_limit_serial_and_parallel() {
+    for parallel in [Some(2), None] {
+        let (par, out) = big_file_run(parallel);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let r = &par.records("US-001")[0];
+        let said = findings(r);
+        assert!(
+            said.contains("big.bin (60 MiB)") && said.contains("50 MiB"),
+            "{parallel:?}: no warning naming the file and the limit: {r:#}"
+        );
+        let printed = text(&out);
+        assert!(
+            printed.contains("big.bin (60 MiB)"),
+            "{parallel:?}: the run's output does not warn:\n{printed}"
+        );
+        assert!(par.branch_files().contains(&"big.bin".to_owned()));
+    }
+}
+
+#[test]
+fn the_recheck_at_landing_prints_its_verify_line_with_its_iteration_like_the_others() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    // US-002 finishes once US-001 landed: its check runs again at its landing, alone by then.
+    par.wait("US-001", 0, &par.started("US-002"));
+    par.wait("US-002", 0, &par.landed("file-1.txt"));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = text(&out);
+    let verify: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains("verify US-00"))
+        .collect();
+    let b = &par.records("US-002")[0];
+    assert_eq!(b["landing"]["landed_since"], json!(["US-001"]), "{b:#}");
+    let n = b["iteration"].as_u64().expect("iteration");
+    let b_lines: Vec<&&str> = verify.iter().filter(|l| l.contains("US-002")).collect();
+    assert_eq!(b_lines.len(), 2, "the check and its re-check: {printed}");
+    for line in &verify {
+        assert!(
+            line.trim_start().starts_with('#'),
+            "a verify line without its iteration: {line:?}\n{printed}"
+        );
+    }
+    for line in b_lines {
+        assert!(line.contains(&format!("#{n} verify US-002")), "{line:?}");
+    }
+}
