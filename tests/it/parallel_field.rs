@@ -543,17 +543,30 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     let agents = fx.agents.clone();
     let repo = fx.repo.display().to_string();
     fx.put("step.sh", &step_script(&agents));
-    let started = |id: &str| format!("test -f '{}'", agents.join(format!("{id}.started.0")).display());
-    fx.put("US-001.work.0", "test -f shared.txt\nprintf 'a\\n' > a.txt\n");
+    let started = |id: &str| {
+        format!(
+            "test -f '{}'",
+            agents.join(format!("{id}.started.0")).display()
+        )
+    };
+    fx.put(
+        "US-001.work.0",
+        "test -f shared.txt\nprintf 'a\\n' > a.txt\n",
+    );
     fx.put("US-002.work.0", "test -f a.txt\nprintf 'b\\n' > b.txt\n");
     fx.put("US-002.wait.0", &started("US-005"));
     fx.put("US-003.work.0", "printf \"A's line\\n\" > shared.txt\n");
     fx.put("US-003.wait.0", &started("US-004"));
     fx.put("US-004.work.0", "printf \"B's line\\n\" > shared.txt\n");
-    fx.put("US-004.work.1", "printf \"A's line\\nB's line\\n\" > shared.txt\n");
+    fx.put(
+        "US-004.work.1",
+        "printf \"A's line\\nB's line\\n\" > shared.txt\n",
+    );
     fx.put(
         "US-004.wait.0",
-        &format!("git -C '{repo}' show '{FIELD_BRANCH}:shared.txt' 2>/dev/null | grep -q \"A's line\""),
+        &format!(
+            "git -C '{repo}' show '{FIELD_BRANCH}:shared.txt' 2>/dev/null | grep -q \"A's line\""
+        ),
     );
     fx.put("US-005.work.0", "printf 'alone\\n' > e.txt\n");
     fx.put("US-005.work.1", "printf 'with-b\\n' > e.txt\n");
@@ -595,8 +608,11 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     let wrapped = crate::support_model::isolated(&crate::support_model::with_scripted_model(
         &ralph, &scenario, &log,
     ));
-    let mut out =
-        crate::support_model::run_with_deadline(wrapped, &fx.root.join("run"), Duration::from_secs(1200));
+    let mut out = crate::support_model::run_with_deadline(
+        wrapped,
+        &fx.root.join("run"),
+        Duration::from_secs(1200),
+    );
     out.extra_log = Some(log.clone());
     let status = fx.ralph(&["status"]);
     let run_said = format!("{out}\n--- ralph status\n{}", text(&status));
@@ -637,16 +653,30 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     let d = fx.records("US-004");
     assert_eq!(outcomes("US-004"), ["conflict", "story_passed"], "{d:#?}");
     assert_eq!(landing_kind(&d[0]), "conflict", "{:#}", d[0]);
-    assert_eq!(d[0]["landing"]["files"], json!(["shared.txt"]), "{:#}", d[0]);
+    assert_eq!(
+        d[0]["landing"]["files"],
+        json!(["shared.txt"]),
+        "{:#}",
+        d[0]
+    );
     let run_id = d[0]["run_id"].as_str().expect("run id").to_owned();
     let salvage_d = format!("refs/ralph/salvage/{run_id}/US-004");
-    assert_eq!(d[0]["landing"]["salvage_ref"], salvage_d.as_str(), "{:#}", d[0]);
+    assert_eq!(
+        d[0]["landing"]["salvage_ref"],
+        salvage_d.as_str(),
+        "{:#}",
+        d[0]
+    );
     assert_eq!(fx.show(&salvage_d, "shared.txt"), "B's line\n");
     assert_eq!(fx.show(FIELD_BRANCH, "shared.txt"), "A's line\nB's line\n");
 
     // The check that fails once another story landed: reverted, then passed.
     let e = fx.records("US-005");
-    assert_eq!(outcomes("US-005"), ["verify_failed", "story_passed"], "{e:#?}");
+    assert_eq!(
+        outcomes("US-005"),
+        ["verify_failed", "story_passed"],
+        "{e:#?}"
+    );
     assert_eq!(landing_kind(&e[0]), "reverted", "{:#}", e[0]);
     assert!(
         e[0]["landing"]["landed_since"]
@@ -663,7 +693,11 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     assert_eq!(fx.show(FIELD_BRANCH, "e.txt"), "with-b\n");
 
     // The failing story: two attempts, blocked; its dependent never started.
-    assert_eq!(outcomes("US-006"), ["verify_failed", "verify_failed"], "{ledger:#?}");
+    assert_eq!(
+        outcomes("US-006"),
+        ["verify_failed", "verify_failed"],
+        "{ledger:#?}"
+    );
     assert!(fx.records("US-007").is_empty(), "{ledger:#?}");
     assert!(fx.started("US-007", 0).is_none(), "an agent ran for US-007");
     assert!(
@@ -673,11 +707,17 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     // The failed setup: its output on record, no agent, no model request for it.
     let h = fx.records("US-008");
     assert_eq!(outcomes("US-008"), ["setup_failed"], "{h:#?}");
-    assert!(format!("{:#}", h[0]).contains("setup broke for US-008"), "{:#}", h[0]);
+    assert!(
+        format!("{:#}", h[0]).contains("setup broke for US-008"),
+        "{:#}",
+        h[0]
+    );
     assert!(fx.started("US-008", 0).is_none(), "an agent ran for US-008");
     let requests = crate::support_model::read_jsonl(&log);
     assert!(
-        !requests.iter().any(|r| r["story"] == "US-008" || r["story"] == "US-007"),
+        !requests
+            .iter()
+            .any(|r| r["story"] == "US-008" || r["story"] == "US-007"),
         "the model was asked about US-007 or US-008"
     );
     let state: Value = serde_json::from_str(
@@ -692,15 +732,19 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     assert_eq!(blocked, ["US-006", "US-008"], "{state:#}");
 
     // prd.json in the checkout: what landed passes, nothing else.
-    let prd: Value = serde_json::from_str(
-        &std::fs::read_to_string(fx.repo.join("prd.json")).expect("prd.json"),
-    )
-    .expect("prd.json is JSON");
+    let prd: Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.repo.join("prd.json")).expect("prd.json"))
+            .expect("prd.json is JSON");
     let passes: Vec<(String, bool)> = prd["userStories"]
         .as_array()
         .expect("stories")
         .iter()
-        .map(|s| (s["id"].as_str().unwrap_or("?").to_owned(), s["passes"] == true))
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap_or("?").to_owned(),
+                s["passes"] == true,
+            )
+        })
         .collect();
     let want: Vec<(String, bool)> = ids
         .iter()
@@ -715,25 +759,48 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
         .map(str::to_owned)
         .collect();
     for f in [
-        "a.txt", "b.txt", "e.txt", "shared.txt", "notes/US-001.md", "notes/US-002.md",
-        "notes/US-003.md", "notes/US-004.md", "notes/US-005.md",
+        "a.txt",
+        "b.txt",
+        "e.txt",
+        "shared.txt",
+        "notes/US-001.md",
+        "notes/US-002.md",
+        "notes/US-003.md",
+        "notes/US-004.md",
+        "notes/US-005.md",
     ] {
-        assert!(files.contains(&f.to_owned()), "{f} is not on {FIELD_BRANCH}: {files:?}");
+        assert!(
+            files.contains(&f.to_owned()),
+            "{f} is not on {FIELD_BRANCH}: {files:?}"
+        );
     }
     for f in ["f.txt", "g.txt", "h.txt", "notes/US-006.md", "never.txt"] {
-        assert!(!files.contains(&f.to_owned()), "{f} is on {FIELD_BRANCH}: {files:?}");
+        assert!(
+            !files.contains(&f.to_owned()),
+            "{f} is on {FIELD_BRANCH}: {files:?}"
+        );
     }
     // The salvage refs named in the records exist.
     let salvage = fx.git(&["for-each-ref", "--format=%(refname)", "refs/ralph/salvage/"]);
     for r in &ledger {
         if let Some(name) = r["landing"]["salvage_ref"].as_str() {
-            assert!(salvage.lines().any(|l| l == name), "{name} missing: {salvage}");
+            assert!(
+                salvage.lines().any(|l| l == name),
+                "{name} missing: {salvage}"
+            );
         }
     }
     // The morning: on the run branch, clean, no conflict marker, no worktree left.
-    assert_eq!(fx.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(), FIELD_BRANCH);
+    assert_eq!(
+        fx.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        FIELD_BRANCH
+    );
     assert_eq!(fx.git(&["status", "--porcelain"]), "", "{run_said}");
-    assert_eq!(fx.git(&["diff", "--cached", "--name-only"]), "", "the index is not clean");
+    assert_eq!(
+        fx.git(&["diff", "--cached", "--name-only"]),
+        "",
+        "the index is not clean"
+    );
     let markers = fx.show(FIELD_BRANCH, "shared.txt");
     assert!(
         !markers.contains("<<<<<<<") && !markers.contains(">>>>>>>"),
@@ -765,7 +832,10 @@ fn push_with_three_workers_sends_the_run_branch_and_ralphs_refs_only() {
     f.env.git(&["push", "-q", "origin", "main"]);
     // US-001 and US-002 conflict on one line (US-002 writes it once US-001 landed); US-003's
     // agent makes a branch of its own in its worktree and commits there.
-    f.story("US-001", json!([does("US-001", "shared.txt", "A's line\n")]));
+    f.story(
+        "US-001",
+        json!([does("US-001", "shared.txt", "A's line\n")]),
+    );
     f.story(
         "US-002",
         json!([
@@ -804,7 +874,9 @@ fn push_with_three_workers_sends_the_run_branch_and_ralphs_refs_only() {
     // The worker's own branch exists here, not on the remote; nothing but main (pushed by the
     // test), the run branch and refs/ralph/* is there.
     assert!(
-        f.env.git(&["branch", "--list", "wip/US-003"]).contains("wip/US-003"),
+        f.env
+            .git(&["branch", "--list", "wip/US-003"])
+            .contains("wip/US-003"),
         "the agent's branch is gone locally"
     );
     for name in &names {
@@ -873,7 +945,10 @@ fn a_checkout_switched_mid_run_stops_without_landing_and_the_next_run_completes(
     let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
     let first = f.env.spawned_output();
     assert_eq!(code, 1, "{first}");
-    assert!(first.contains("switched"), "the run does not say why:\n{first}");
+    assert!(
+        first.contains("switched"),
+        "the run does not say why:\n{first}"
+    );
     // Nothing landed, nothing committed, no branch moved, the user's checkout as they left it.
     assert_eq!(f.refs("refs/heads/"), branches, "{first}");
     assert_eq!(
@@ -940,11 +1015,11 @@ fn a_users_own_commit_on_the_run_branch_mid_run_is_kept() {
         .envs(f.env.envs())
         .status()
         .expect("git merge-base");
-    assert!(on_branch.success(), "the user's commit was put back:\n{said}");
-    assert_eq!(
-        f.show(BRANCH, "docs-by-me.txt"),
-        "the user's own change\n"
+    assert!(
+        on_branch.success(),
+        "the user's commit was put back:\n{said}"
     );
+    assert_eq!(f.show(BRANCH, "docs-by-me.txt"), "the user's own change\n");
     let files = f.files_at(BRANCH);
     for file in ["file-1.txt", "file-2.txt"] {
         assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
@@ -1098,7 +1173,10 @@ fn an_agents_untracked_env_local_is_kept_not_committed_and_named() {
     f.story("US-001", json!([does("US-001", "file-1.txt", "1\n")]));
     f.story("US-002", json!([does("US-002", "file-2.txt", "2\n")]));
     // After the agent's own commit: the file stays untracked.
-    f.put("US-001.post.0", "printf 'API_KEY=sk-test-123\\n' > .env.local\n");
+    f.put(
+        "US-001.post.0",
+        "printf 'API_KEY=sk-test-123\\n' > .env.local\n",
+    );
     let out = f.run(2, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(all_pass(&f.env.prd()), "{}", text(&out));
@@ -1107,10 +1185,15 @@ fn an_agents_untracked_env_local_is_kept_not_committed_and_named() {
     let run_id = r[0]["run_id"].as_str().expect("run id");
     let iteration = r[0]["iteration"].as_u64().expect("iteration");
     let kept = format!(".ralph/kept/{run_id}/{iteration}/.env.local");
-    assert_eq!(f.env.read(&kept), "API_KEY=sk-test-123\n", "{kept} is not kept");
+    assert_eq!(
+        f.env.read(&kept),
+        "API_KEY=sk-test-123\n",
+        "{kept} is not kept"
+    );
     let findings = r[0]["findings"].to_string();
     assert!(
-        findings.contains(".env.local") && findings.contains(&format!(".ralph/kept/{run_id}/{iteration}")),
+        findings.contains(".env.local")
+            && findings.contains(&format!(".ralph/kept/{run_id}/{iteration}")),
         "the findings do not name the kept file: {findings}"
     );
     // Never committed: not on the branch, not in any commit of any ref.
@@ -1119,6 +1202,9 @@ fn an_agents_untracked_env_local_is_kept_not_committed_and_named() {
         .env
         .git(&["log", "--all", "--format=%H", "--", ".env.local"]);
     assert_eq!(everywhere, "", "a commit holds .env.local");
-    assert!(!f.env.path(".env.local").exists(), "it landed in the checkout");
+    assert!(
+        !f.env.path(".env.local").exists(),
+        "it landed in the checkout"
+    );
     f.assert_tidy(&out);
 }
