@@ -1208,3 +1208,55 @@ fn an_agents_untracked_env_local_is_kept_not_committed_and_named() {
     );
     f.assert_tidy(&out);
 }
+
+/// (e, continued) The iteration a hint went to fails to set its worktree up (no agent saw the
+/// hint): the hint is free again and reaches the next iteration that starts, once.
+#[test]
+fn a_hint_given_to_a_worktree_that_failed_to_set_up_goes_to_the_next_iteration() {
+    const NOTE: &str = "Keep the files short";
+    let f = Field::new(
+        &simple_stories(3),
+        &[(
+            "ralph.toml",
+            "worktree_setup = \"case \\\"$PWD\\\" in */US-001-*) echo 'no setup for US-001' >&2; exit 1;; esac\"\n",
+        )],
+    );
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    // US-002 (started beside US-001, without the hint) finishes only once US-003 started in the
+    // worker US-001 left: US-003 is the next iteration.
+    f.wait("US-002", 0, &f.started(&["US-003"]));
+    let hint = f.env.ralph(&["hint", NOTE]);
+    assert_eq!(hint.status.code(), Some(0), "{}", text(&hint));
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(f.calls("US-001"), 0);
+    assert_eq!(f.records("US-001")[0]["outcome"], "setup_failed");
+    let with_note: Vec<&str> = ["US-002", "US-003"]
+        .into_iter()
+        .filter(|id| f.prompt(id, 0).contains(NOTE))
+        .collect();
+    assert_eq!(
+        with_note,
+        ["US-003"],
+        "the hint reached {with_note:?}\n{}",
+        text(&out)
+    );
+    let ledger = f.env.ledger();
+    let carried: Vec<&str> = ledger
+        .iter()
+        .filter(|r| r["outcome"] == "story_passed")
+        .filter(|r| r.get("hints").is_some_and(|h| h != &json!([])))
+        .filter_map(|r| r["story_id"].as_str())
+        .collect();
+    assert_eq!(carried, with_note, "{ledger:#?}");
+    let list = f.env.ralph(&["hint", "--list"]);
+    assert!(
+        !text(&list).contains("pending"),
+        "the hint is still pending:\n{}",
+        text(&list)
+    );
+    f.assert_tidy(&out);
+}
