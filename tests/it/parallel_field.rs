@@ -1260,3 +1260,28 @@ fn a_hint_given_to_a_worktree_that_failed_to_set_up_goes_to_the_next_iteration()
     );
     f.assert_tidy(&out);
 }
+
+/// (c, continued) The agent checks `main` out in its worktree and leaves its work uncommitted
+/// there: `main` does not move at all, and the work lands on the run branch.
+#[test]
+fn an_agent_on_main_with_uncommitted_work_moves_no_branch_and_its_work_lands() {
+    let f = Field::new(&simple_stories(2), &[]);
+    let main_before = f.sha("main");
+    f.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"stdout": "done, not committed"}
+        ]]),
+    );
+    f.story("US-002", json!([does("US-002", "file-2.txt", "2\n")]));
+    f.put("US-001.pre.0", "git checkout -q main\n");
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(all_pass(&f.env.prd()), "{}", text(&out));
+    assert_eq!(f.sha("main"), main_before, "main moved\n{}", text(&out));
+    assert_eq!(f.show(BRANCH, "file-1.txt"), "1\n");
+    assert_eq!(f.show(BRANCH, "file-2.txt"), "2\n");
+    f.assert_tidy(&out);
+}
