@@ -1285,3 +1285,54 @@ fn an_agent_on_main_with_uncommitted_work_moves_no_branch_and_its_work_lands() {
     assert_eq!(f.show(BRANCH, "file-2.txt"), "2\n");
     f.assert_tidy(&out);
 }
+
+/// (a, with `--push`) The checkout switched to `main` mid-run: what ralph pushes on its way out
+/// is the run branch and its refs, never `main` nor `main`'s commits under the run branch's
+/// name.
+#[test]
+fn a_checkout_switched_mid_run_with_push_pushes_no_other_branch() {
+    let f = Field::new(&simple_stories(2), &[]);
+    let bare = f.env.root.path().join("remote.git");
+    let bare_s = bare.display().to_string();
+    f.env.git(&["init", "-q", "--bare", "-b", "main", &bare_s]);
+    f.env.git(&["remote", "add", "origin", &bare_s]);
+    f.env.git(&["push", "-q", "origin", "main"]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+        f.wait(&id, 0, &f.go());
+    }
+    let mut child = f.spawn(2, &["--push"]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.git(&["checkout", "-q", "main"]);
+    // The user's own commit on main, not to be pushed by ralph.
+    f.env.write("local-only.txt", "mine\n");
+    f.env.git(&["add", "local-only.txt"]);
+    f.env.git(&["commit", "-q", "-m", "local work on main"]);
+    let run_tip = f.sha(BRANCH);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let said = f.env.spawned_output();
+    assert_eq!(code, 1, "{said}");
+    let remote = |rev: &str| {
+        let out = Command::new("git")
+            .args(["rev-parse", "--verify", "-q", rev])
+            .current_dir(&bare)
+            .env_clear()
+            .envs(f.env.envs())
+            .output()
+            .expect("git rev-parse");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_ne!(
+        remote("refs/heads/main"),
+        f.sha("main"),
+        "ralph pushed main\n{said}"
+    );
+    let remote_run = remote(&format!("refs/heads/{BRANCH}"));
+    assert_eq!(
+        remote_run, run_tip,
+        "the remote's {BRANCH} is not the run's tip\n{said}"
+    );
+    assert_eq!(f.sha(BRANCH), run_tip, "{said}");
+}
