@@ -1336,3 +1336,52 @@ fn a_checkout_switched_mid_run_with_push_pushes_no_other_branch() {
     );
     assert_eq!(f.sha(BRANCH), run_tip, "{said}");
 }
+
+/// (f, the other way round) The user's own ignored `.env`, copied into every worktree by
+/// `worktree_copy`, is theirs, not an agent's leftover: it is never committed, never kept under
+/// `.ralph/kept/` again for each iteration, and no record names it.
+#[test]
+fn a_users_env_copied_into_worktrees_is_not_kept_or_named_as_an_agents_file() {
+    let f = Field::new(
+        &simple_stories(2),
+        &[
+            (".gitignore", "*.mine\n.env\n"),
+            ("ralph.toml", "worktree_copy = [\".env\"]\n"),
+        ],
+    );
+    f.env.write(".env", "API_KEY=the-users-own\n");
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+        // The agent found the user's .env in its worktree.
+        f.put(&format!("{id}.pre.0"), "grep -q the-users-own .env\n");
+    }
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(all_pass(&f.env.prd()), "{}", text(&out));
+    assert_eq!(f.env.read(".env"), "API_KEY=the-users-own\n");
+    let everywhere = f.env.git(&["log", "--all", "--format=%H", "--", ".env"]);
+    assert_eq!(everywhere, "", "a commit holds .env");
+    let mut kept = Vec::new();
+    let mut todo = vec![f.env.path(".ralph/kept")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            } else {
+                kept.push(e.path());
+            }
+        }
+    }
+    assert!(
+        kept.is_empty(),
+        "the user's .env was kept as an agent's file: {kept:?}"
+    );
+    for r in f.env.ledger() {
+        assert!(
+            !r["findings"].to_string().contains(".env"),
+            "a record names the user's .env: {r:#}"
+        );
+    }
+    f.assert_tidy(&out);
+}
