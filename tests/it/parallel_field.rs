@@ -423,6 +423,16 @@ impl RealField {
             .collect()
     }
 
+    /// The prompt ralph gave the iteration of `record` (kept with `--verbose`).
+    fn prompt(&self, run_id: &str, record: &Value) -> String {
+        let n = record["iteration"].as_u64().unwrap_or(0);
+        std::fs::read_to_string(
+            self.repo
+                .join(format!(".ralph/runs/{run_id}/iter-{n:03}.prompt.md")),
+        )
+        .unwrap_or_default()
+    }
+
     /// The start marker of `id`'s attempt `n`: its directory, then the files it found.
     fn started(&self, id: &str, n: usize) -> Option<String> {
         std::fs::read_to_string(self.agents.join(format!("{id}.started.{n}"))).ok()
@@ -600,6 +610,8 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
             "--max-attempts",
             "2",
             "--keep-api-key",
+            // Keeps each prompt beside its transcript (iter-NNN.prompt.md).
+            "--verbose",
         ])
         .env("RALPH_AGENT_PROGRAM", &claude)
         .current_dir(&fx.repo);
@@ -669,6 +681,12 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     );
     assert_eq!(fx.show(&salvage_d, "shared.txt"), "B's line\n");
     assert_eq!(fx.show(FIELD_BRANCH, "shared.txt"), "A's line\nB's line\n");
+    // The retry's prompt told the agent about the conflict.
+    let retry = fx.prompt(&run_id, &d[1]);
+    assert!(
+        retry.contains("conflict") && retry.contains("shared.txt"),
+        "US-004's retry was not told about the conflict:\n{retry}"
+    );
 
     // The check that fails once another story landed: reverted, then passed.
     let e = fx.records("US-005");
@@ -690,6 +708,11 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
         .expect("salvage_ref")
         .to_owned();
     assert_eq!(fx.show(&salvage_e, "e.txt"), "alone\n");
+    let retry = fx.prompt(&run_id, &e[1]);
+    assert!(
+        retry.contains("US-002"),
+        "US-005's retry does not name the landed story its check failed with:\n{retry}"
+    );
     assert_eq!(fx.show(FIELD_BRANCH, "e.txt"), "with-b\n");
 
     // The failing story: two attempts, blocked; its dependent never started.
