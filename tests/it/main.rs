@@ -33,6 +33,7 @@ mod morning;
 mod native_loop;
 mod notify;
 mod parallel;
+mod parallel_field;
 mod parallel_findings;
 mod parallel_views;
 mod pause;
