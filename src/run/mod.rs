@@ -367,15 +367,7 @@ fn settle(
     );
     let outcome = done.record.outcome;
     s.totals.add(done.record);
-    let books_changed = book_agent(
-        s.books,
-        s.state,
-        agent,
-        &decision,
-        outcome,
-        now,
-        out,
-    );
+    let books_changed = book_agent(s.books, s.state, agent, &decision, outcome, now, out);
     *s.tally = decision.tally;
     let block = (decision.block || outcome == crate::protocol::Outcome::SetupFailed)
         && !s.state.blocked.contains(&story_id);

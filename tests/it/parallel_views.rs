@@ -222,8 +222,11 @@ fn status_lists_the_stories_in_flight_and_what_waits_for_a_blocked_story() {
     let pid = regex::Regex::new(r"ralph pid \d+").unwrap();
     let repo = env.repo.display().to_string();
     let normal = |s: &str| {
-        pid.replace_all(&elapsed.replace_all(s, "${1}    <elapsed>"), "ralph pid <pid>")
-            .replace(&repo, "<repo>")
+        pid.replace_all(
+            &elapsed.replace_all(s, "${1}    <elapsed>"),
+            "ralph pid <pid>",
+        )
+        .replace(&repo, "<repo>")
     };
     insta::assert_snapshot!("parallel_status_interrupted", normal(&interrupted));
     insta::assert_snapshot!("parallel_status_running", normal(&running));

@@ -749,10 +749,24 @@ async fn run_verify(
 /// it).
 fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Vec<String> {
     let mut out = Vec::new();
-    let before_ids = story_ids(&snapshot.prd);
-    let after_ids = story_ids(reported);
-    let removed: Vec<String> = before_ids.difference(&after_ids).cloned().collect();
-    let added: Vec<String> = after_ids.difference(&before_ids).cloned().collect();
+    // The same ids in the same order (the usual case) need no sets of 100,000 strings.
+    let same_ids = snapshot.prd.user_stories.len() == reported.user_stories.len()
+        && snapshot
+            .prd
+            .user_stories
+            .iter()
+            .zip(&reported.user_stories)
+            .all(|(a, b)| a.id == b.id);
+    let (removed, added): (Vec<String>, Vec<String>) = if same_ids {
+        (Vec::new(), Vec::new())
+    } else {
+        let before_ids = story_ids(&snapshot.prd);
+        let after_ids = story_ids(reported);
+        (
+            before_ids.difference(&after_ids).cloned().collect(),
+            after_ids.difference(&before_ids).cloned().collect(),
+        )
+    };
     if !removed.is_empty() {
         out.push(format!(
             "stories deleted from prd.json: {}",
@@ -1011,20 +1025,35 @@ fn prd_edits(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Strin
             .map(|a| a.iter().filter_map(Value::as_object).collect())
             .unwrap_or_default()
     }
-    // Keyed by id: one pass over each side, not a search per story.
-    let mut after_by_id: HashMap<&str, &Map<String, Value>> = HashMap::new();
-    for story in stories(a) {
-        if let Some(id) = story.get("id").and_then(Value::as_str) {
-            after_by_id.entry(id).or_insert(story);
-        }
-    }
-    for old in stories(b) {
+    let after_stories = stories(a);
+    // Keyed by id: one pass over each side, not a search per story. Built only when a story is
+    // not where it was (the usual edit keeps the order, and hashing 100,000 ids costs).
+    let after_by_id = std::cell::OnceCell::new();
+    let after_by_id = || -> &HashMap<&str, &Map<String, Value>> {
+        after_by_id.get_or_init(|| {
+            let mut map = HashMap::new();
+            for story in &after_stories {
+                if let Some(id) = story.get("id").and_then(Value::as_str) {
+                    map.entry(id).or_insert(*story);
+                }
+            }
+            map
+        })
+    };
+    for (i, old) in stories(b).into_iter().enumerate() {
         let Some(id) = old.get("id").and_then(Value::as_str) else {
             continue;
         };
-        let Some(new) = after_by_id.get(id) else {
+        let same_place = after_stories
+            .get(i)
+            .copied()
+            .filter(|new| new.get("id").and_then(Value::as_str) == Some(id));
+        let Some(new) = same_place.or_else(|| after_by_id().get(id).copied()) else {
             continue;
         };
+        if old == new {
+            continue;
+        }
         let mut fields: Vec<&str> = old
             .keys()
             .chain(new.keys())
