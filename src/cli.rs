@@ -308,6 +308,17 @@ pub struct SessionArgs {
     /// The agent, as for `ralph run`.
     #[command(flatten)]
     pub agent_args: AgentArgs,
+    /// An agent to ask instead when the agents before it hit a usage limit or cannot log in
+    /// (repeatable, in order; comma-separated in the variable): the name of an `[[agents]]` table
+    /// in ralph.toml, or a backend such as `codex`, as for `ralph run`. Replaces ralph.toml's
+    /// `fallback_agents`.
+    #[arg(
+        long = "fallback-agent",
+        value_name = "NAME",
+        env = "RALPH_FALLBACK_AGENT",
+        value_delimiter = ','
+    )]
+    pub fallback_agent: Vec<String>,
     /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
@@ -334,6 +345,7 @@ impl SessionArgs {
     pub fn run_args(&self) -> RunArgs {
         RunArgs {
             agent_args: self.agent_args.clone(),
+            fallback_agent: self.fallback_agent.clone(),
             timeout: self.timeout,
             verbose: self.verbose,
             config: self.config.clone(),
