@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::protocol::AgentKind;
 
-pub use crate::config::settings::{AgentArgs, RunArgs};
+pub mod settings;
+pub use settings::{AgentArgs, RunArgs};
 
 /// ralph's version and the git commit it was built from (see build.rs):
 /// `0.1.0 (a1b2c3d4e5f6 2026-12-01)`.

@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use std::collections::BTreeMap;
 
 use crate::cli::RunArgs;
@@ -19,9 +17,10 @@ use crate::protocol::{PrdGuard, ToolMode};
 mod file_errors;
 pub mod profile;
 mod resolve;
-pub mod settings;
+#[cfg(test)]
+mod settings_tests;
+pub use crate::cli::settings::{AgentTable, FileConfig, PushSetting};
 pub use profile::AgentProfile;
-pub use settings::{AgentTable, FileConfig};
 
 /// Default `--max-iter`.
 pub const DEFAULT_MAX_ITER: u32 = 10;
@@ -42,16 +41,6 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
 /// The configuration file looked for in the current directory.
 pub const CONFIG_FILE_NAME: &str = "ralph.toml";
-
-/// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum PushSetting {
-    /// `true`: push to `origin`; `false`: do not push.
-    On(bool),
-    /// Push to this remote.
-    Remote(String),
-}
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
 #[derive(Debug, Clone, PartialEq)]
