@@ -623,21 +623,7 @@ impl RunConfig {
     /// [`ConfigError`] as [`RunConfig::resolve`] gives it (an invalid ralph.toml, a bad value
     /// in the environment); a `RALPH_*` value clap refuses reads as the run would refuse it.
     pub fn resolve_here(cwd: &Path) -> Result<RunConfig, ConfigError> {
-        use clap::Parser;
-        // The environment as `ralph run` reads it: clap merges the `RALPH_*` variables.
-        let args = match crate::cli::Cli::try_parse_from(["ralph", "run"]) {
-            Ok(crate::cli::Cli {
-                command: crate::cli::Command::Run(args),
-            }) => args,
-            Ok(_) => Box::default(),
-            Err(e) => {
-                return Err(ConfigError::Parse {
-                    path: PathBuf::from("the environment (RALPH_*)"),
-                    message: e.to_string(),
-                })
-            }
-        };
-        RunConfig::resolve(&args, cwd)
+        RunConfig::resolve(&*env_args()?, cwd)
     }
 
     /// Resolves flags and environment (already merged by clap into `args`), then `ralph.toml`
@@ -750,7 +736,31 @@ fn notify_config(
     })
 }
 
-fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+/// The `ralph run` arguments the `RALPH_*` environment alone gives (no flags), as clap reads
+/// them; `ralph doctor` adds its own few flags to them.
+///
+/// # Errors
+/// [`ConfigError::Parse`] naming the environment when clap refuses a `RALPH_*` value.
+pub fn env_args() -> Result<Box<RunArgs>, ConfigError> {
+    use clap::Parser;
+    match crate::cli::Cli::try_parse_from(["ralph", "run"]) {
+        Ok(crate::cli::Cli {
+            command: crate::cli::Command::Run(args),
+        }) => Ok(args),
+        Ok(_) => Ok(Box::default()),
+        Err(e) => Err(ConfigError::Parse {
+            path: PathBuf::from("the environment (RALPH_*)"),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Reads and parses the ralph.toml at `path` as [`RunConfig::resolve`] does (its errors name the
+/// table and the closest key, and refuse negative prices).
+///
+/// # Errors
+/// [`ConfigError::Read`] or [`ConfigError::Parse`].
+pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,

@@ -65,7 +65,7 @@ macro_rules! settings {
         /// `ralph.toml`, as written by the user. Every key is optional; unknown keys are an
         /// error so that a typo does not silently fall back to a default. Declared in the
         /// settings table ([`crate::cli::settings`]).
-        #[derive(Debug, Default, serde::Deserialize)]
+        #[derive(Debug, Default, Clone, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct FileConfig { $($file)* }
 
