@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::protocol::AgentKind;
 
 pub mod settings;
-pub use settings::{AgentArgs, RunArgs};
+pub use settings::{AgentArgs, RunArgs, SessionArgs};
 
 /// ralph's version and the git commit it was built from (see build.rs):
 /// `0.1.0 (a1b2c3d4e5f6 2026-12-01)`.
@@ -302,45 +302,6 @@ pub enum SkillTarget {
     Amp,
     /// OpenAI Codex CLI: `.agents/skills/<name>/SKILL.md`.
     Codex,
-}
-
-/// How `ralph plan` and `ralph convert` run their agent session: the `ralph run` options that
-/// choose and configure the backend (same flags, `RALPH_*` variables and ralph.toml keys).
-#[derive(Debug, Args, Default, Clone)]
-pub struct SessionArgs {
-    /// The agent, as for `ralph run`.
-    #[command(flatten)]
-    pub agent_args: AgentArgs,
-    /// An agent to ask instead when the agents before it hit a usage limit or cannot log in
-    /// (repeatable, in order; comma-separated in the variable): the name of an `[[agents]]` table
-    /// in ralph.toml, or a backend such as `codex`, as for `ralph run`. Replaces ralph.toml's
-    /// `fallback_agents`.
-    #[arg(
-        long = "fallback-agent",
-        value_name = "NAME",
-        env = "RALPH_FALLBACK_AGENT",
-        value_delimiter = ','
-    )]
-    pub fallback_agent: Vec<String>,
-    /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub timeout: Option<std::time::Duration>,
-    /// Stream the agent's text and tool calls to the terminal.
-    #[arg(long, short)]
-    pub verbose: bool,
-    /// The configuration file (default: ./ralph.toml when it exists).
-    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Run the agent inside bubblewrap, as `ralph run --sandbox` (off, fs, strict).
-    #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
-    pub sandbox: Option<crate::protocol::SandboxMode>,
-    /// --sandbox strict: one more host the agent may reach; repeatable.
-    #[arg(long = "allow-host", value_name = "HOST")]
-    pub allow_hosts: Vec<String>,
-    /// --sandbox: one more path the agent and its checks may write (a package cache such as
-    /// ~/.cargo/registry); repeatable.
-    #[arg(long = "sandbox-writable", value_name = "PATH")]
-    pub sandbox_writable: Vec<PathBuf>,
 }
 
 impl SessionArgs {

@@ -13,7 +13,9 @@
 //!   by `run`, `plan` and `convert`), the top-level key `NAME` and the `[[agents]]` key `NAME`;
 //! - `both NAME: FLAG_TYPE { #[arg(…)] } => KEY: KEY_TYPE;` a `ralph run` flag and the key `KEY`;
 //! - `table NAME: …` as `both`, and also an `[[agents]]` key;
-//! - `flag NAME: TYPE { #[arg(…)] };` a flag with no key (`--json`, `--config`);
+//! - `shared NAME: …` as `both`, and also a flag of `plan` and `convert` ([`SessionArgs`]);
+//! - `flag NAME: TYPE { #[arg(…)] };` a flag with no key (`--json`, `--config`); `session` the
+//!   same for [`SessionArgs`] (its `--timeout` is one session's, with no variable);
 //! - `key KEY: TYPE { #[serde(…)] };` a key with no flag; `table_key` also an `[[agents]]` key.
 
 use std::collections::BTreeMap;
@@ -48,12 +50,18 @@ pub struct Setting {
 /// Writes the structs of the settings table; see the module docs for the entry forms.
 macro_rules! settings {
     // Done: write the structs.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]) => {
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]) => {
         /// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over
         /// the environment, which wins over `ralph.toml`, which wins over the built-in defaults.
         /// Declared in the settings table ([`crate::cli::settings`]).
         #[derive(Debug, clap::Args, Default)]
         pub struct RunArgs { $($run)* }
+
+        /// How `ralph plan` and `ralph convert` run their agent session: the `ralph run`
+        /// options that choose and configure the backend (same flags, `RALPH_*` variables and
+        /// ralph.toml keys). Declared in the settings table ([`crate::cli::settings`]).
+        #[derive(Debug, clap::Args, Default, Clone)]
+        pub struct SessionArgs { $($session)* }
 
         /// The options that choose and configure the agent, one definition shared by `ralph
         /// run`, `ralph plan` and `ralph convert` (each also reads its `RALPH_*` variable and,
@@ -94,11 +102,12 @@ macro_rules! settings {
         pub const SETTINGS: &[Setting] = &[$($meta)*];
     };
     // An agent flag: AgentArgs, the top-level key and the [[agents]] key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* agent $name:ident : $fty:ty { $(#[$c:meta])* } => $kty:ty ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)*]
             [$($agent)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($session)*]
             [$($file)* $(#[doc = $doc])* pub $name: $kty,]
             [$($table)* $(#[doc = $doc])* pub $name: $kty,]
             [$($tkeys)* $name]
@@ -106,11 +115,12 @@ macro_rules! settings {
             $($rest)*);
     };
     // A `ralph run` flag and its key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* both $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
             [$($agent)*]
+            [$($session)*]
             [$($file)* $(#[doc = $doc])* pub $key: $kty,]
             [$($table)*]
             [$($tkeys)*]
@@ -118,11 +128,12 @@ macro_rules! settings {
             $($rest)*);
     };
     // A `ralph run` flag, its key, and the [[agents]] key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* table $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
             [$($agent)*]
+            [$($session)*]
             [$($file)* $(#[doc = $doc])* pub $key: $kty,]
             [$($table)* $(#[doc = $doc])* pub $key: $kty,]
             [$($tkeys)* $key]
@@ -130,11 +141,12 @@ macro_rules! settings {
             $($rest)*);
     };
     // A flag alone.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* flag $name:ident : $fty:ty { $(#[$c:meta])* } ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
             [$($agent)*]
+            [$($session)*]
             [$($file)*]
             [$($table)*]
             [$($tkeys)*]
@@ -142,11 +154,12 @@ macro_rules! settings {
             $($rest)*);
     };
     // A key alone.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* key $key:ident : $kty:ty { $(#[$s:meta])* } ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)*]
             [$($agent)*]
+            [$($session)*]
             [$($file)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
             [$($table)*]
             [$($tkeys)*]
@@ -154,19 +167,46 @@ macro_rules! settings {
             $($rest)*);
     };
     // A key alone, also an [[agents]] key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
         $(#[doc = $doc:literal])* table_key $key:ident : $kty:ty { $(#[$s:meta])* } ; $($rest:tt)*) => {
         settings!(@munch
             [$($run)*]
             [$($agent)*]
+            [$($session)*]
             [$($file)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
             [$($table)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
             [$($tkeys)* $key]
             [$($meta)* Setting { key: Some(stringify!($key)), arg: None, agent: true },]
             $($rest)*);
     };
+    // A flag of `ralph plan` and `ralph convert` alone.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* session $name:ident : $fty:ty { $(#[$c:meta])* } ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)*]
+            [$($agent)*]
+            [$($session)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($file)*]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)*]
+            $($rest)*);
+    };
+    // A flag of `ralph run`, `ralph plan` and `ralph convert`, and its key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* shared $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($agent)*]
+            [$($session)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($file)* $(#[doc = $doc])* pub $key: $kty,]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: false },]
+            $($rest)*);
+    };
     ($($entries:tt)*) => {
-        settings!(@munch [] [] [] [] [] [] $($entries)*);
+        settings!(@munch [] [] [] [] [] [] [] $($entries)*);
     };
 }
 
@@ -194,10 +234,12 @@ settings! {
     agent model_file: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")] } => Option<PathBuf>;
     /// The agent.
     flag agent_args: AgentArgs { #[command(flatten)] };
-    /// An agent to switch to when the agents before it hit a usage limit (repeatable, in order;
-    /// comma-separated in the variable): the name of an `[[agents]]` table in ralph.toml, or a
-    /// backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
-    both fallback_agent: Vec<String> { #[arg(long = "fallback-agent", value_name = "NAME", env = "RALPH_FALLBACK_AGENT", value_delimiter = ',' )] } => fallback_agents: Option<Vec<String>>;
+    /// The agent, as for `ralph run`.
+    session agent_args: AgentArgs { #[command(flatten)] };
+    /// An agent to switch to when the agents before it hit a usage limit or cannot log in
+    /// (repeatable, in order; comma-separated in the variable): the name of an `[[agents]]` table
+    /// in ralph.toml, or a backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
+    shared fallback_agent: Vec<String> { #[arg(long = "fallback-agent", value_name = "NAME", env = "RALPH_FALLBACK_AGENT", value_delimiter = ',' )] } => fallback_agents: Option<Vec<String>>;
     /// Maximum number of iterations in this run (default 10; 0 is refused).
     both max_iter: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_ITER")] } => max_iter: Option<u32>;
     /// Wall-clock limit per iteration, e.g. `30m`, `90s` (default 30m).
@@ -343,4 +385,17 @@ settings! {
     /// Named agent profiles: `[[agents]]` tables (see [`AgentTable`]).
     key agents: Vec<AgentTable> { #[serde(default)] };
 
+    /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
+    session timeout: Option<Duration> { #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)] };
+    /// Stream the agent's text and tool calls to the terminal.
+    session verbose: bool { #[arg(long, short)] };
+    /// The configuration file (default: ./ralph.toml when it exists).
+    session config: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")] };
+    /// Run the agent inside bubblewrap, as `ralph run --sandbox` (off, fs, strict).
+    session sandbox: Option<crate::protocol::SandboxMode> { #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")] };
+    /// --sandbox strict: one more host the agent may reach; repeatable.
+    session allow_hosts: Vec<String> { #[arg(long = "allow-host", value_name = "HOST")] };
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    session sandbox_writable: Vec<PathBuf> { #[arg(long = "sandbox-writable", value_name = "PATH")] };
 }
