@@ -322,89 +322,8 @@ impl Asker {
         .await
         .map_err(|e| Failed::Stop(e.into()))?;
         let agent = agent.cfg.agent.as_str();
-        if !strays.is_empty() {
-            out.warn(format!(
-                "the {agent} session left {} process{} running; killed: {}",
-                strays.len(),
-                if strays.len() == 1 { "" } else { "es" },
-                strays
-                    .iter()
-                    .map(|s| format!(
-                        "pid {} `{}`",
-                        s.pid,
-                        crate::redact::current().redact_string(&s.command)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        match outcome.end {
-            process::EndReason::Cancelled => {
-                return Err(Failed::Stop(
-                    UserError::new(format!("the {agent} session was stopped"))
-                        .with_status(crate::protocol::ExitStatus::Interrupted)
-                        .into(),
-                ))
-            }
-            process::EndReason::TimedOut | process::EndReason::Idle => {
-                return Err(Failed::Stop(
-                    UserError::new(format!(
-                        "the {agent} session timed out after {}",
-                        humantime::format_duration(match outcome.end {
-                            process::EndReason::Idle => limits.idle_timeout,
-                            _ => limits.timeout,
-                        })
-                    ))
-                    .with_hint("raise --timeout, or try a faster model")
-                    .into(),
-                ))
-            }
-            _ => {}
-        }
-        let text = report.final_text.clone().unwrap_or_default();
-        // A limit or a failed login is no reply, even when the agent printed a sentence about
-        // it as its final text (claude's `You've hit your session limit`).
-        let failed = report.is_error || outcome.exit_code.is_some_and(|c| c != 0);
-        if failed
-            && matches!(
-                report.failure,
-                Some(FailureClass::UsageLimit | FailureClass::Auth)
-            )
-        {
-            let said = report
-                .error_message
-                .clone()
-                .filter(|m| !m.trim().is_empty())
-                .unwrap_or_else(|| text.trim().to_owned());
-            if let Some((err, _)) = classified_error(agent, &report, &said) {
-                return Err(Failed::Unavailable(err));
-            }
-        }
-        if text.trim().is_empty() {
-            let said = report
-                .error_message
-                .clone()
-                .unwrap_or_else(|| "nothing".to_string());
-            if let Some((err, unavailable)) = classified_error(agent, &report, &said) {
-                return Err(match unavailable {
-                    true => Failed::Unavailable(err),
-                    false => Failed::Stop(err.into()),
-                });
-            }
-            return Err(Failed::Stop(
-                UserError::new(format!(
-                    "the {agent} session ended without a reply (exit code {}; it said: {said})",
-                    outcome
-                        .exit_code
-                        .map_or_else(|| "none".to_string(), |c| c.to_string())
-                ))
-                .with_hint(format!(
-                "check the agent on its own (`ralph doctor --agent {agent}`), or run again with \
-                 --verbose to see what it did"
-            ))
-                .into(),
-            ));
-        }
+        warn_strays(agent, &strays, out);
+        let text = judge(agent, &outcome, &report, &limits)?;
         Ok(Answer { text, report })
     }
 
@@ -414,6 +333,104 @@ impl Asker {
             server.stop().await;
         }
     }
+}
+
+/// Warns that a session left processes running (they were killed), naming them redacted.
+fn warn_strays(agent: &str, strays: &[process::Stray], out: &mut Outputs) {
+    if !strays.is_empty() {
+        out.warn(format!(
+            "the {agent} session left {} process{} running; killed: {}",
+            strays.len(),
+            if strays.len() == 1 { "" } else { "es" },
+            strays
+                .iter()
+                .map(|s| format!(
+                    "pid {} `{}`",
+                    s.pid,
+                    crate::redact::current().redact_string(&s.command)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}
+
+/// The reply of a finished session, or why it has none: stopped, timed out, a usage limit or a
+/// failed login (for which another agent may do better), another known failure, or no text.
+fn judge(
+    agent: &str,
+    outcome: &process::ProcessOutcome,
+    report: &AgentReport,
+    limits: &process::Limits,
+) -> Result<String, Failed> {
+    match outcome.end {
+        process::EndReason::Cancelled => {
+            return Err(Failed::Stop(
+                UserError::new(format!("the {agent} session was stopped"))
+                    .with_status(crate::protocol::ExitStatus::Interrupted)
+                    .into(),
+            ))
+        }
+        process::EndReason::TimedOut | process::EndReason::Idle => {
+            return Err(Failed::Stop(
+                UserError::new(format!(
+                    "the {agent} session timed out after {}",
+                    humantime::format_duration(match outcome.end {
+                        process::EndReason::Idle => limits.idle_timeout,
+                        _ => limits.timeout,
+                    })
+                ))
+                .with_hint("raise --timeout, or try a faster model")
+                .into(),
+            ))
+        }
+        _ => {}
+    }
+    let text = report.final_text.clone().unwrap_or_default();
+    // A limit or a failed login is no reply, even when the agent printed a sentence about
+    // it as its final text (claude's `You've hit your session limit`).
+    let failed = report.is_error || outcome.exit_code.is_some_and(|c| c != 0);
+    if failed
+        && matches!(
+            report.failure,
+            Some(FailureClass::UsageLimit | FailureClass::Auth)
+        )
+    {
+        let said = report
+            .error_message
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| text.trim().to_owned());
+        if let Some((err, _)) = classified_error(agent, report, &said) {
+            return Err(Failed::Unavailable(err));
+        }
+    }
+    if text.trim().is_empty() {
+        let said = report
+            .error_message
+            .clone()
+            .unwrap_or_else(|| "nothing".to_string());
+        if let Some((err, unavailable)) = classified_error(agent, report, &said) {
+            return Err(match unavailable {
+                true => Failed::Unavailable(err),
+                false => Failed::Stop(err.into()),
+            });
+        }
+        return Err(Failed::Stop(
+            UserError::new(format!(
+                "the {agent} session ended without a reply (exit code {}; it said: {said})",
+                outcome
+                    .exit_code
+                    .map_or_else(|| "none".to_string(), |c| c.to_string())
+            ))
+            .with_hint(format!(
+                "check the agent on its own (`ralph doctor --agent {agent}`), or run again with \
+             --verbose to see what it did"
+            ))
+            .into(),
+        ));
+    }
+    Ok(text)
 }
 
 /// The error of a session that failed with a known class (the backend's or the user's
