@@ -7,6 +7,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::protocol::AgentKind;
 
+pub mod settings;
+pub use settings::{AgentArgs, RunArgs, SessionArgs};
+
 /// ralph's version and the git commit it was built from (see build.rs):
 /// `0.1.0 (a1b2c3d4e5f6 2026-12-01)`.
 pub const VERSION: &str = concat!(
@@ -301,39 +304,12 @@ pub enum SkillTarget {
     Codex,
 }
 
-/// How `ralph plan` and `ralph convert` run their agent session: the `ralph run` options that
-/// choose and configure the backend (same flags, `RALPH_*` variables and ralph.toml keys).
-#[derive(Debug, Args, Default, Clone)]
-pub struct SessionArgs {
-    /// The agent, as for `ralph run`.
-    #[command(flatten)]
-    pub agent_args: AgentArgs,
-    /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub timeout: Option<std::time::Duration>,
-    /// Stream the agent's text and tool calls to the terminal.
-    #[arg(long, short)]
-    pub verbose: bool,
-    /// The configuration file (default: ./ralph.toml when it exists).
-    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Run the agent inside bubblewrap, as `ralph run --sandbox` (off, fs, strict).
-    #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
-    pub sandbox: Option<crate::protocol::SandboxMode>,
-    /// --sandbox strict: one more host the agent may reach; repeatable.
-    #[arg(long = "allow-host", value_name = "HOST")]
-    pub allow_hosts: Vec<String>,
-    /// --sandbox: one more path the agent and its checks may write (a package cache such as
-    /// ~/.cargo/registry); repeatable.
-    #[arg(long = "sandbox-writable", value_name = "PATH")]
-    pub sandbox_writable: Vec<PathBuf>,
-}
-
 impl SessionArgs {
     /// The same settings as `ralph run` arguments, for [`crate::config::RunConfig::resolve`].
     pub fn run_args(&self) -> RunArgs {
         RunArgs {
             agent_args: self.agent_args.clone(),
+            fallback_agent: self.fallback_agent.clone(),
             timeout: self.timeout,
             verbose: self.verbose,
             config: self.config.clone(),
@@ -488,193 +464,4 @@ pub struct ArchiveArgs {
     /// Print what was archived as one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The options that choose and configure the agent, one definition shared by `ralph run`,
-/// `ralph plan` and `ralph convert` (each also reads its `RALPH_*` variable and, through
-/// [`crate::config::RunConfig::resolve`], its ralph.toml key).
-#[derive(Debug, Args, Default, Clone)]
-pub struct AgentArgs {
-    /// Agent backend (default: claude).
-    #[arg(long, value_enum, env = "RALPH_AGENT")]
-    pub agent: Option<AgentKind>,
-    /// Command line for `--agent exec`, split into words without a shell (e.g. "my-agent --flag").
-    #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")]
-    pub agent_cmd: Option<String>,
-    /// Model name passed to the agent (e.g. `sonnet`).
-    #[arg(long, env = "RALPH_MODEL")]
-    pub model: Option<String>,
-    /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
-    #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")]
-    pub agent_program: Option<PathBuf>,
-    /// native: the API's wire format (default openai: Chat Completions).
-    #[arg(long, value_enum, env = "RALPH_PROVIDER")]
-    pub provider: Option<crate::protocol::ProviderKind>,
-    /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
-    #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")]
-    pub base_url: Option<String>,
-    /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
-    #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")]
-    pub api_key_env: Option<String>,
-    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
-    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
-    #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
-    pub local_model: Option<crate::local::BuiltinModel>,
-    /// local: a GGUF model file to serve instead of a built-in model.
-    #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")]
-    pub model_file: Option<PathBuf>,
-}
-
-/// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over the
-/// environment, which wins over `ralph.toml`, which wins over the built-in defaults.
-#[derive(Debug, Args, Default)]
-pub struct RunArgs {
-    /// The PRD file (default: ./prd.json). Its directory must be inside a git repository.
-    #[arg(long, value_name = "PATH", env = "RALPH_PRD")]
-    pub prd: Option<PathBuf>,
-    /// The agent.
-    #[command(flatten)]
-    pub agent_args: AgentArgs,
-    /// An agent to switch to when the agents before it hit a usage limit (repeatable, in order;
-    /// comma-separated in the variable): the name of an `[[agents]]` table in ralph.toml, or a
-    /// backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
-    #[arg(
-        long = "fallback-agent",
-        value_name = "NAME",
-        env = "RALPH_FALLBACK_AGENT",
-        value_delimiter = ','
-    )]
-    pub fallback_agent: Vec<String>,
-    /// Maximum number of iterations in this run (default 10; 0 is refused).
-    #[arg(long, value_name = "N", env = "RALPH_MAX_ITER")]
-    pub max_iter: Option<u32>,
-    /// Wall-clock limit per iteration, e.g. `30m`, `90s` (default 30m).
-    #[arg(long, value_name = "DUR", env = "RALPH_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub timeout: Option<std::time::Duration>,
-    /// Kill the agent after this long without any output, e.g. `10m` (default 10m).
-    #[arg(long, value_name = "DUR", env = "RALPH_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub idle_timeout: Option<std::time::Duration>,
-    /// Start even when the working tree has uncommitted changes.
-    #[arg(long, env = "RALPH_ALLOW_DIRTY", value_parser = clap::builder::BoolishValueParser::new())]
-    pub allow_dirty: bool,
-    /// Print machine-readable events (JSONL) on stdout instead of the live display.
-    #[arg(long, env = "RALPH_JSON", value_parser = clap::builder::BoolishValueParser::new())]
-    pub json: bool,
-    /// Print only warnings, errors and the final summary.
-    #[arg(long, short, env = "RALPH_QUIET", value_parser = clap::builder::BoolishValueParser::new(), conflicts_with = "verbose")]
-    pub quiet: bool,
-    /// Stream the agent's text and tool calls to the terminal.
-    #[arg(long, short, env = "RALPH_VERBOSE", value_parser = clap::builder::BoolishValueParser::new())]
-    pub verbose: bool,
-    /// Prompt template that replaces the built-in `templates/prompt.md`.
-    #[arg(long, value_name = "PATH", env = "RALPH_TEMPLATE")]
-    pub template: Option<PathBuf>,
-    /// native/local: how tool calls are requested (json: response_format json_schema, for models
-    /// without tool calling).
-    #[arg(long, value_enum, env = "RALPH_TOOL_MODE")]
-    pub tool_mode: Option<crate::protocol::ToolMode>,
-    /// native/local: tool-using steps per iteration before the model must summarize.
-    #[arg(long, value_name = "N", env = "RALPH_MAX_STEPS")]
-    pub max_steps: Option<u32>,
-    /// A shell command that must exit 0 whenever an iteration marks a story passing (run with
-    /// `bash -c` in the repository, with RALPH_STORY_ID set); a story's own `verify` field wins.
-    #[arg(long, value_name = "CMD", env = "RALPH_VERIFY")]
-    pub verify: Option<String>,
-    /// When the current story's verify command passes after an iteration, mark the story passing
-    /// even if the agent did not (default on for --agent local, whose small model often forgets).
-    #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())]
-    pub verify_marks_passing: Option<bool>,
-    /// When the agent hits a usage limit, stop (exit 75, resumable later) instead of waiting for
-    /// the reset.
-    #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())]
-    pub no_wait: bool,
-    /// Stop the run (exit 4) once the feature's agents cost this much, in USD (from the ledger;
-    /// the iteration that crosses it is finished, committed and recorded first). Earlier runs of
-    /// the same feature count too, unless `--budget-scope run`.
-    #[arg(long, value_name = "USD", env = "RALPH_MAX_COST")]
-    pub max_cost: Option<f64>,
-    /// What `--max-cost` counts: `feature` (default: every recorded iteration of prd.json's
-    /// `branchName`, over all its runs) or `run` (this run only).
-    #[arg(long, value_enum, value_name = "SCOPE", env = "RALPH_BUDGET_SCOPE")]
-    pub budget_scope: Option<crate::protocol::BudgetScope>,
-    /// For schedules (cron, a CronJob, a GitHub schedule): run only when the last run of this
-    /// PRD stopped for a reason that passes by itself (a usage limit, `--max-duration`, a
-    /// signal, a killed ralph); otherwise do nothing, say why and exit 0.
-    #[arg(long, env = "RALPH_RESUME_ONLY", value_parser = clap::builder::BoolishValueParser::new())]
-    pub resume_only: bool,
-    /// Iterations a story may take without passing before it is blocked and skipped (default 3;
-    /// 5 for `--agent local`).
-    #[arg(long, value_name = "N", env = "RALPH_MAX_ATTEMPTS")]
-    pub max_attempts: Option<u32>,
-    /// Failed iterations in a row (agent error, timeout, stall, broken prd.json, failed verify)
-    /// before the run stops with exit 4 (default 3).
-    #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")]
-    pub max_failures: Option<u32>,
-    /// Iterations in a row that change nothing but notes (no commit, no file beyond prd.json and
-    /// progress.txt) before the run stops with exit 4 (default 3; 5 for `--agent local`); it goes on
-    /// across a story blocked without a single change.
-    #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")]
-    pub max_no_progress: Option<u32>,
-    /// What to do when an iteration changes prd.json beyond the current story's passes/notes:
-    /// report it (default) or restore it.
-    #[arg(long, value_enum, env = "RALPH_PRD_GUARD")]
-    pub prd_guard: Option<crate::protocol::PrdGuard>,
-    /// Give blocked stories another chance: clear their blocked mark and attempt counts.
-    #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())]
-    pub unblock: bool,
-    /// The notification flags.
-    #[command(flatten)]
-    pub notify: NotifyFlags,
-    /// Stop the run (exit 4) as soon as a story is blocked, instead of moving on to the next
-    /// story: for jobs where a blocked story needs a human before anything else.
-    #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())]
-    pub stop_on_block: bool,
-    /// Work on up to N stories at once, each in its own git worktree with its own agent; the
-    /// stories' work lands on the run branch one at a time, checked on the landed tip (default
-    /// 1: one story at a time, in the checkout itself). Worth it for stories that touch
-    /// different files; it costs N agents' tokens and N times the load of the checks.
-    #[arg(long, value_name = "N", env = "RALPH_PARALLEL")]
-    pub parallel: Option<u32>,
-    /// claude: always keep ANTHROPIC_API_KEY in claude's environment. Without this ralph removes
-    /// it only when claude has a login of its own (the key would bill the API instead of your
-    /// subscription) and no ANTHROPIC_BASE_URL or ANTHROPIC_AUTH_TOKEN is set.
-    #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())]
-    pub keep_api_key: bool,
-    /// Stop the run (exit 4) once it has run this long, e.g. `8h`; an iteration in progress is
-    /// finished and committed first, and a usage-limit wait past it stops at once.
-    #[arg(long, value_name = "DUR", env = "RALPH_MAX_DURATION", value_parser = humantime::parse_duration)]
-    pub max_duration: Option<std::time::Duration>,
-    /// The configuration file (default: ./ralph.toml when it exists).
-    #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// After each iteration's checkpoint, push the run branch and ralph's refs (refs/ralph/*)
-    /// to REMOTE (default origin), never forced, holding a lease on the branch there so that no
-    /// other worker drives it at the same time; a fresh clone resumes from the remote.
-    /// Credentials: git's own (credential helpers, SSH agent), or RALPH_GIT_TOKEN for HTTPS.
-    #[arg(long, value_name = "REMOTE", env = "RALPH_PUSH", num_args = 0..=1, default_missing_value = "origin")]
-    pub push: Option<String>,
-    /// On SIGTERM/SIGINT/SIGHUP, finish within this long: the agent gets a short grace, then
-    /// the checkpoint, ledger, state, push and lease release (default 25s, inside Kubernetes'
-    /// 30 s grace period; 9s under GitHub Actions, whose cancel sends SIGKILL 10 s after SIGINT).
-    #[arg(long, value_name = "DUR", env = "RALPH_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Option<std::time::Duration>,
-    /// --push: how long the branch's lease on the remote lasts without a renewal (default 10m;
-    /// renewed every third of it while the run lives). A worker that dies leaves it for this
-    /// long before another may take the branch over.
-    #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)]
-    pub lease_ttl: Option<std::time::Duration>,
-    /// Run the agent and the verify commands inside bubblewrap: `fs` (system read-only, the
-    /// worktree writable, ralph's books read-only, $HOME hidden but for the agent's own state,
-    /// private /tmp and PID namespace) or `strict` (`fs`, and the network only to the agent's
-    /// API hosts and --allow-host). Default off. A sandbox that cannot be built stops the run.
-    #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")]
-    pub sandbox: Option<crate::protocol::SandboxMode>,
-    /// --sandbox strict: one more host the agent may reach (`host` for any port, `host:port`,
-    /// `*.domain`), e.g. a package mirror; repeatable.
-    #[arg(long = "allow-host", value_name = "HOST")]
-    pub allow_hosts: Vec<String>,
-    /// --sandbox: one more path the agent and its checks may write (a package cache such as
-    /// ~/.cargo/registry); repeatable.
-    #[arg(long = "sandbox-writable", value_name = "PATH")]
-    pub sandbox_writable: Vec<PathBuf>,
 }

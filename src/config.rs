@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use std::collections::BTreeMap;
 
 use crate::cli::RunArgs;
@@ -18,6 +16,10 @@ use crate::protocol::{PrdGuard, ToolMode};
 
 mod file_errors;
 pub mod profile;
+mod resolve;
+#[cfg(test)]
+mod settings_tests;
+pub use crate::cli::settings::{AgentTable, FileConfig, PushSetting};
 pub use profile::AgentProfile;
 
 /// Default `--max-iter`.
@@ -39,149 +41,6 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
 /// The configuration file looked for in the current directory.
 pub const CONFIG_FILE_NAME: &str = "ralph.toml";
-
-/// `ralph.toml`, as written by the user. Every key is optional; unknown keys are an error so that
-/// a typo does not silently fall back to a default.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// `claude` or `exec`.
-    pub agent: Option<AgentKind>,
-    /// Command line for the exec backend.
-    pub agent_cmd: Option<String>,
-    /// Path to the agent CLI.
-    pub agent_program: Option<PathBuf>,
-    /// Model passed to the agent.
-    pub model: Option<String>,
-    /// Iteration budget per run.
-    pub max_iter: Option<u32>,
-    /// Per-iteration wall-clock limit, humantime syntax (`30m`).
-    pub timeout: Option<String>,
-    /// Idle limit, humantime syntax (`10m`).
-    pub idle_timeout: Option<String>,
-    /// Start with a dirty working tree.
-    pub allow_dirty: Option<bool>,
-    /// Path of prd.json, relative to the directory holding ralph.toml.
-    pub prd: Option<PathBuf>,
-    /// Prompt template replacing the built-in one, relative to the directory holding ralph.toml.
-    pub template: Option<PathBuf>,
-    /// Bytes of progress.txt shown in the prompt.
-    pub progress_tail_bytes: Option<usize>,
-    /// Wait between SIGTERM and SIGKILL, humantime syntax (`5s`).
-    pub kill_grace: Option<String>,
-    /// Verify command run when a story is marked passing.
-    pub verify: Option<String>,
-    /// Time limit of one verify command, humantime syntax (`10m`).
-    pub verify_timeout: Option<String>,
-    /// Mark the current story passing when its verify command passes.
-    pub verify_marks_passing: Option<bool>,
-    /// First wait after a transient agent failure, humantime syntax (`30s`); doubles each time.
-    pub transient_backoff: Option<String>,
-    /// Transient failures in a row before the run stops (exit 4).
-    pub max_transient_retries: Option<u32>,
-    /// How long to wait for a usage limit whose reset time the agent did not give (`1h`).
-    pub usage_limit_fallback: Option<String>,
-    /// Extra wait after a usage limit's reset time (`30s`).
-    pub usage_limit_margin: Option<String>,
-    /// Usage-limit waits in one run before it stops (exit 75).
-    pub max_usage_limit_waits: Option<u32>,
-    /// native: `openai` or `anthropic`.
-    pub provider: Option<ProviderKind>,
-    /// native/local: API base URL.
-    pub base_url: Option<String>,
-    /// native: environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// local: `default` or `small`, the built-in model to serve.
-    pub local_model: Option<crate::local::BuiltinModel>,
-    /// local: GGUF file to serve, relative to the directory holding ralph.toml.
-    pub model_file: Option<PathBuf>,
-    /// native/local: `native` or `json`.
-    pub tool_mode: Option<ToolMode>,
-    /// native/local: tool-using steps per iteration.
-    pub max_steps: Option<u32>,
-    /// native/local: output tokens per request.
-    pub max_tokens: Option<u32>,
-    /// native/local: the model's context window in tokens.
-    pub context_window: Option<u32>,
-    /// native/local: sampling temperature.
-    pub temperature: Option<f32>,
-    /// native/local: sampling seed.
-    pub seed: Option<u64>,
-    /// native/local: the tools offered to the model, by name (default: all; local: a short list).
-    pub tools: Option<Vec<String>>,
-    /// Model prices in USD per million tokens: `[prices."gpt-4.1"] input = 2.0, output = 8.0`.
-    /// Used by the native backends and by CLIs that report tokens but no cost (codex, gemini).
-    #[serde(default)]
-    pub prices: BTreeMap<String, Price>,
-    /// claude: always keep `ANTHROPIC_API_KEY` in claude's environment (otherwise it is removed
-    /// only when claude has a login of its own, which the key would silently switch to
-    /// pay-per-token API billing).
-    pub keep_api_key: Option<bool>,
-    /// Wall-clock limit of the whole run, humantime syntax (`8h`).
-    pub max_duration: Option<String>,
-    /// Cost limit, in USD (of the feature, or of one run with `budget_scope = "run"`).
-    pub max_cost: Option<f64>,
-    /// What `max_cost` counts: `"feature"` (all its runs) or `"run"`.
-    pub budget_scope: Option<crate::protocol::BudgetScope>,
-    /// Run only when the last run stopped for a reason that passes by itself.
-    pub resume_only: Option<bool>,
-    /// Iterations per story before it is blocked.
-    pub max_attempts: Option<u32>,
-    /// Failed iterations in a row before the run stops.
-    pub max_failures: Option<u32>,
-    /// Iterations in a row without any change before the run stops.
-    pub max_no_progress: Option<u32>,
-    /// `report` or `restore` changes to prd.json beyond the current story's passes/notes.
-    pub prd_guard: Option<PrdGuard>,
-    /// Stop the run as soon as a story is blocked.
-    pub stop_on_block: Option<bool>,
-    /// Stories worked on at once (`--parallel`).
-    pub parallel: Option<u32>,
-    /// `--parallel`: ignored files copied from the checkout into each story's worktree (paths
-    /// relative to the repository root, e.g. `.env`).
-    pub worktree_copy: Option<Vec<String>>,
-    /// `--parallel`: a shell command run in each new worktree before its agent (e.g. `npm ci`).
-    pub worktree_setup: Option<String>,
-    /// `off` (default), `fs` or `strict`: run the agent and verify commands in bubblewrap.
-    pub sandbox: Option<crate::protocol::SandboxMode>,
-    /// `strict`: more hosts the agent may reach (`host` or `host:port`).
-    pub allow_hosts: Option<Vec<String>>,
-    /// `fs`/`strict`: more paths the agent and checks may write (a package cache).
-    pub sandbox_writable: Option<Vec<PathBuf>>,
-    /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
-    #[serde(default)]
-    pub patterns: crate::agent::classify::ExtraPatterns,
-    /// Notifications: `[notify] webhook = ["…"]`, `command`, `desktop`, … (see
-    /// [`crate::notify`]).
-    #[serde(default)]
-    pub notify: crate::notify::NotifyFile,
-    /// `--push`: `true` (origin), a remote's name, or `false`.
-    pub push: Option<PushSetting>,
-    /// Deadline of a shutdown on SIGTERM, humantime syntax (`25s`).
-    pub shutdown_timeout: Option<String>,
-    /// `--push`: lifetime of the branch's lease without a renewal, humantime syntax (`10m`).
-    pub lease_ttl: Option<String>,
-    /// `--push`: attempts when the remote cannot be reached (default 4).
-    pub push_attempts: Option<u32>,
-    /// `--push`: the first wait between attempts, humantime syntax (`2s`); it doubles.
-    pub push_backoff: Option<String>,
-    /// Named agent profiles: `[[agents]]` tables (see [`profile::AgentTable`]).
-    #[serde(default)]
-    pub agents: Vec<profile::AgentTable>,
-    /// The fallback agents in order: names of `[[agents]]` tables or backends (default: every
-    /// `[[agents]]` table, in the file's order).
-    pub fallback_agents: Option<Vec<String>>,
-}
-
-/// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum PushSetting {
-    /// `true`: push to `origin`; `false`: do not push.
-    On(bool),
-    /// Push to this remote.
-    Remote(String),
-}
 
 /// Settings of ralph's own tool loop (`--agent native` and `--agent local`).
 #[derive(Debug, Clone, PartialEq)]
@@ -764,21 +623,7 @@ impl RunConfig {
     /// [`ConfigError`] as [`RunConfig::resolve`] gives it (an invalid ralph.toml, a bad value
     /// in the environment); a `RALPH_*` value clap refuses reads as the run would refuse it.
     pub fn resolve_here(cwd: &Path) -> Result<RunConfig, ConfigError> {
-        use clap::Parser;
-        // The environment as `ralph run` reads it: clap merges the `RALPH_*` variables.
-        let args = match crate::cli::Cli::try_parse_from(["ralph", "run"]) {
-            Ok(crate::cli::Cli {
-                command: crate::cli::Command::Run(args),
-            }) => args,
-            Ok(_) => Box::default(),
-            Err(e) => {
-                return Err(ConfigError::Parse {
-                    path: PathBuf::from("the environment (RALPH_*)"),
-                    message: e.to_string(),
-                })
-            }
-        };
-        RunConfig::resolve(&args, cwd)
+        RunConfig::resolve(&*env_args()?, cwd)
     }
 
     /// Resolves flags and environment (already merged by clap into `args`), then `ralph.toml`
@@ -803,367 +648,29 @@ impl RunConfig {
     }
 
     /// [`RunConfig::resolve`] with ralph.toml already read (`file`, from `config_path`), without
-    /// the fallback agents.
+    /// the fallback agents: the named steps of [`resolve::Layers`], in the order their errors
+    /// are reported.
     fn resolve_with(
         args: &RunArgs,
         file: &FileConfig,
         config_path: Option<PathBuf>,
         cwd: &Path,
     ) -> Result<RunConfig, ConfigError> {
-        let file_dir = match &config_path {
-            Some(path) => path.parent().unwrap_or(cwd).to_path_buf(),
-            None => cwd.to_path_buf(),
-        };
-        let file_path = config_path.clone().unwrap_or_default();
-        // Where a value came from: the command line when the flag (or its variable) was given.
-        let origin = |from_flag: bool| {
-            if from_flag {
-                Origin::CommandLine
-            } else {
-                Origin::File(file_path.clone())
-            }
-        };
-        let duration = durations_of(&file_path);
-
-        let max_iter = args.max_iter.or(file.max_iter).unwrap_or(DEFAULT_MAX_ITER);
-        if max_iter == 0 {
-            return Err(ConfigError::ZeroIterations {
-                origin: origin(args.max_iter.is_some()),
-            });
-        }
-        let agent = args
-            .agent_args
-            .agent
-            .or(file.agent)
-            .unwrap_or(AgentKind::Claude);
-        let agent_cmd = args.agent_args.agent_cmd.clone().or(file.agent_cmd.clone());
-        if agent == AgentKind::Exec && agent_cmd.as_deref().is_none_or(|c| c.trim().is_empty()) {
-            return Err(ConfigError::MissingAgentCmd {
-                agent: origin(args.agent_args.agent.is_some()),
-            });
-        }
-        let output = if args.json {
-            OutputMode::Json
-        } else if args.quiet {
-            OutputMode::Quiet
-        } else {
-            OutputMode::Human
-        };
-        let prd_path = match (&args.prd, &file.prd) {
-            (Some(p), _) => absolute(cwd, p),
-            (None, Some(p)) => absolute(&file_dir, p),
-            (None, None) => cwd.join("prd.json"),
-        };
-        let template = match (&args.template, &file.template) {
-            (Some(p), _) => Some(absolute(cwd, p)),
-            (None, Some(p)) => Some(absolute(&file_dir, p)),
-            (None, None) => None,
-        };
-        let agent_program = match (&args.agent_args.agent_program, &file.agent_program) {
-            (Some(p), _) => Some(program_path(cwd, p)),
-            (None, Some(p)) => Some(program_path(&file_dir, p)),
-            (None, None) => None,
-        };
-        let timeout = args
-            .timeout
-            .or(duration("timeout", &file.timeout)?)
-            .unwrap_or(DEFAULT_TIMEOUT);
-        let idle_timeout = args
-            .idle_timeout
-            .or(duration("idle_timeout", &file.idle_timeout)?)
-            .unwrap_or(DEFAULT_IDLE_TIMEOUT);
-        if timeout.is_zero() {
-            return Err(ConfigError::ZeroDuration {
-                name: "--timeout",
-                key: "timeout",
-                origin: origin(args.timeout.is_some()),
-            });
-        }
-        if idle_timeout.is_zero() {
-            return Err(ConfigError::ZeroDuration {
-                name: "--idle-timeout",
-                key: "idle_timeout",
-                origin: origin(args.idle_timeout.is_some()),
-            });
-        }
-        let local = agent == AgentKind::Local;
-        let provider = if local {
-            ProviderKind::Openai
-        } else {
-            args.agent_args
-                .provider
-                .or(file.provider)
-                .unwrap_or(ProviderKind::Openai)
-        };
-        let model = args.agent_args.model.clone().or(file.model.clone());
-        if agent == AgentKind::Native && model.is_none() {
-            return Err(ConfigError::MissingModel {
-                agent: origin(args.agent_args.agent.is_some()),
-            });
-        }
-        let base_url = args
-            .agent_args
-            .base_url
-            .clone()
-            .or(file.base_url.clone())
-            .or_else(|| match (local, provider) {
-                (true, _) => None,
-                (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
-                (false, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
-            });
-        let api_key_env = args
-            .agent_args
-            .api_key_env
-            .clone()
-            .or(file.api_key_env.clone())
-            .or_else(|| match (local, provider) {
-                (true, _) => None,
-                (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
-                (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
-            });
-        let local_model = args
-            .agent_args
-            .local_model
-            .or(file.local_model)
-            .unwrap_or_default();
-        let (local_steps, local_tokens, local_window) = local_defaults(local_model);
-        let native = NativeOptions {
-            provider,
-            base_url,
-            api_key_env,
-            local_model,
-            model_file: match (&args.agent_args.model_file, &file.model_file) {
-                (Some(p), _) => Some(absolute(cwd, p)),
-                (None, Some(p)) => Some(absolute(&file_dir, p)),
-                (None, None) => None,
-            },
-            tool_mode: args.tool_mode.or(file.tool_mode).unwrap_or(if local {
-                ToolMode::Json
-            } else {
-                ToolMode::Native
-            }),
-            max_steps: args.max_steps.or(file.max_steps).unwrap_or(if local {
-                local_steps
-            } else {
-                40
-            }),
-            max_tokens: file
-                .max_tokens
-                .unwrap_or(if local { local_tokens } else { 8192 }),
-            context_window: file.context_window.unwrap_or(if local {
-                local_window
-            } else {
-                128_000
-            }),
-            temperature: file.temperature.or(if local { Some(0.0) } else { None }),
-            seed: file.seed.or(if local { Some(42) } else { None }),
-            prices: file.prices.clone(),
-            tools: file
-                .tools
-                .clone()
-                .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
-            answer_schema: None,
-        };
-        let verify_timeout =
-            duration("verify_timeout", &file.verify_timeout)?.unwrap_or(DEFAULT_VERIFY_TIMEOUT);
-        let transient_backoff = duration("transient_backoff", &file.transient_backoff)?
-            .unwrap_or(Duration::from_secs(30));
-        if native.max_steps == 0 {
-            return Err(ConfigError::ZeroSteps {
-                origin: origin(args.max_steps.is_some()),
-            });
-        }
-        if native.tool_mode == ToolMode::Json && native.provider == ProviderKind::Anthropic {
-            return Err(ConfigError::JsonModeNeedsOpenai {
-                tool_mode: origin(args.tool_mode.is_some()),
-                provider: origin(args.agent_args.provider.is_some()),
-            });
-        }
-        let usage_limit_fallback = duration("usage_limit_fallback", &file.usage_limit_fallback)?
-            .unwrap_or(Duration::from_secs(3600));
-        let usage_limit_margin = duration("usage_limit_margin", &file.usage_limit_margin)?
-            .unwrap_or(Duration::from_secs(30));
-        let max_duration = match args.max_duration {
-            Some(d) => Some(d),
-            None => duration("max_duration", &file.max_duration)?,
-        };
-        if max_duration == Some(Duration::ZERO) {
-            return Err(ConfigError::ZeroDuration {
-                name: "--max-duration",
-                key: "max_duration",
-                origin: origin(args.max_duration.is_some()),
-            });
-        }
-        let count = |name: &'static str,
-                     key: &'static str,
-                     flag: Option<u32>,
-                     file: Option<u32>,
-                     default: u32|
-         -> Result<u32, ConfigError> {
-            match flag.or(file).unwrap_or(default) {
-                0 => Err(ConfigError::ZeroLimit {
-                    name,
-                    key,
-                    default,
-                    origin: origin(flag.is_some()),
-                }),
-                n => Ok(n),
-            }
-        };
-        let max_attempts = count(
-            "--max-attempts",
-            "max_attempts",
-            args.max_attempts,
-            file.max_attempts,
-            if agent == AgentKind::Local {
-                DEFAULT_LOCAL_ATTEMPTS
-            } else {
-                DEFAULT_MAX_ATTEMPTS
-            },
-        )?;
-        let parallel = count("--parallel", "parallel", args.parallel, file.parallel, 1)?;
-        let max_failures = count(
-            "--max-failures",
-            "max_failures",
-            args.max_failures,
-            file.max_failures,
-            DEFAULT_MAX_FAILURES,
-        )?;
-        let max_no_progress = count(
-            "--max-no-progress",
-            "max_no_progress",
-            args.max_no_progress,
-            file.max_no_progress,
-            if agent == AgentKind::Local {
-                DEFAULT_LOCAL_ATTEMPTS
-            } else {
-                DEFAULT_MAX_NO_PROGRESS
-            },
-        )?;
-        let shutdown_timeout = match args.shutdown_timeout {
-            Some(d) => d,
-            None => duration("shutdown_timeout", &file.shutdown_timeout)?.unwrap_or(
-                if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-                    GITHUB_ACTIONS_SHUTDOWN_TIMEOUT
-                } else {
-                    DEFAULT_SHUTDOWN_TIMEOUT
-                },
-            ),
-        };
-        if shutdown_timeout.is_zero() {
-            return Err(ConfigError::ZeroDuration {
-                name: "--shutdown-timeout",
-                key: "shutdown_timeout",
-                origin: origin(args.shutdown_timeout.is_some()),
-            });
-        }
-        let lease_ttl = match args.lease_ttl {
-            Some(d) => d,
-            None => duration("lease_ttl", &file.lease_ttl)?.unwrap_or(DEFAULT_LEASE_TTL),
-        };
-        if lease_ttl.is_zero() {
-            return Err(ConfigError::ZeroDuration {
-                name: "--lease-ttl",
-                key: "lease_ttl",
-                origin: origin(args.lease_ttl.is_some()),
-            });
-        }
-        let push = match (&args.push, &file.push) {
-            // RALPH_PUSH=true / false, as for the other switches.
-            (Some(v), _) if ["true", "1", "yes", "on"].contains(&v.trim()) => {
-                Some("origin".to_owned())
-            }
-            (Some(v), _) if ["false", "0", "no", "off"].contains(&v.trim()) => None,
-            (Some(remote), _) => Some(remote.trim().to_owned()),
-            (None, Some(PushSetting::On(true))) => Some("origin".to_owned()),
-            (None, Some(PushSetting::Remote(r))) => Some(r.trim().to_owned()),
-            (None, Some(PushSetting::On(false)) | None) => None,
-        };
-        if let Some(remote) = push.as_deref() {
-            if remote.is_empty() || remote.starts_with('-') || remote.contains(char::is_whitespace)
-            {
-                return Err(ConfigError::BadRemote {
-                    value: remote.to_owned(),
-                    origin: origin(args.push.is_some()),
-                });
-            }
-        }
-        let max_cost = args.max_cost.or(file.max_cost);
-        if let Some(value) = max_cost.filter(|c| !c.is_finite() || *c <= 0.0) {
-            return Err(ConfigError::BadCost {
-                value,
-                origin: origin(args.max_cost.is_some()),
-            });
-        }
-        let push_attempts = file.push_attempts.unwrap_or(4).max(1);
-        let push_backoff =
-            duration("push_backoff", &file.push_backoff)?.unwrap_or(Duration::from_secs(2));
-        Ok(RunConfig {
-            push_attempts,
-            push_backoff,
-            push,
-            shutdown_timeout,
-            lease_ttl,
-            max_cost,
-            budget_scope: args.budget_scope.or(file.budget_scope).unwrap_or_default(),
-            resume_only: args.resume_only || file.resume_only.unwrap_or(false),
-            max_attempts,
-            max_failures,
-            max_no_progress,
-            prd_guard: args.prd_guard.or(file.prd_guard).unwrap_or_default(),
-            unblock: args.unblock,
-            stop_on_block: args.stop_on_block || file.stop_on_block.unwrap_or(false),
-            parallel,
-            worktree_copy: file.worktree_copy.clone().unwrap_or_default(),
-            worktree_setup: file.worktree_setup.clone().filter(|c| !c.trim().is_empty()),
-            sandbox: args.sandbox.or(file.sandbox).unwrap_or_default(),
-            allow_hosts: args
-                .allow_hosts
-                .iter()
-                .chain(file.allow_hosts.iter().flatten())
-                .cloned()
-                .collect(),
-            sandbox_writable: args
-                .sandbox_writable
-                .iter()
-                .chain(file.sandbox_writable.iter().flatten())
-                .map(|p| absolute(cwd, p))
-                .collect(),
-            keep_api_key: args.keep_api_key || file.keep_api_key.unwrap_or(false),
-            max_duration,
-            patterns: file.patterns.clone(),
-            notify: notify_config(args, &file.notify, &duration)?,
-            no_wait: args.no_wait,
-            usage_limit_fallback,
-            usage_limit_margin,
-            max_usage_limit_waits: file.max_usage_limit_waits.unwrap_or(3),
-            transient_backoff,
-            max_transient_retries: file.max_transient_retries.unwrap_or(5),
-            verify: args.verify.clone().or(file.verify.clone()),
-            verify_marks_passing: args
-                .verify_marks_passing
-                .or(file.verify_marks_passing)
-                .unwrap_or(agent == AgentKind::Local),
-            verify_timeout,
-            native,
-            prd_path,
-            agent,
-            agent_cmd,
-            agent_program,
-            model,
+        let layers = resolve::Layers::new(args, file, config_path, cwd);
+        let max_iter = layers.max_iter()?;
+        let agent = layers.agent()?;
+        let waits = layers.check_waits()?;
+        layers.check_native(&agent.native)?;
+        let usage = layers.usage_limit_waits()?;
+        let mut limits = layers.limits(agent.agent)?;
+        let remote = layers.remote(&mut limits)?;
+        layers.assemble(resolve::Parts {
             max_iter,
-            timeout,
-            idle_timeout,
-            kill_grace: duration("kill_grace", &file.kill_grace)?.unwrap_or(DEFAULT_KILL_GRACE),
-            allow_dirty: args.allow_dirty || file.allow_dirty.unwrap_or(false),
-            output,
-            verbose: args.verbose,
-            template,
-            progress_tail_bytes: file
-                .progress_tail_bytes
-                .unwrap_or(DEFAULT_PROGRESS_TAIL_BYTES),
-            config_file: config_path,
-            fallbacks: Vec::new(),
+            agent,
+            waits,
+            usage,
+            limits,
+            remote,
         })
     }
 }
@@ -1229,7 +736,31 @@ fn notify_config(
     })
 }
 
-fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+/// The `ralph run` arguments the `RALPH_*` environment alone gives (no flags), as clap reads
+/// them; `ralph doctor` adds its own few flags to them.
+///
+/// # Errors
+/// [`ConfigError::Parse`] naming the environment when clap refuses a `RALPH_*` value.
+pub fn env_args() -> Result<Box<RunArgs>, ConfigError> {
+    use clap::Parser;
+    match crate::cli::Cli::try_parse_from(["ralph", "run"]) {
+        Ok(crate::cli::Cli {
+            command: crate::cli::Command::Run(args),
+        }) => Ok(args),
+        Ok(_) => Ok(Box::default()),
+        Err(e) => Err(ConfigError::Parse {
+            path: PathBuf::from("the environment (RALPH_*)"),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Reads and parses the ralph.toml at `path` as [`RunConfig::resolve`] does (its errors name the
+/// table and the closest key, and refuse negative prices).
+///
+/// # Errors
+/// [`ConfigError::Read`] or [`ConfigError::Parse`].
+pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,

@@ -47,75 +47,114 @@ pub struct Answer {
     pub report: AgentReport,
 }
 
-/// Runs answer sessions with one backend (see the module docs). Holds the local model's server,
-/// when there is one, until [`Asker::close`] (or drop, which kills it).
+/// Runs answer sessions with the run's agents: the primary first, then each fallback agent
+/// (`--fallback-agent`, ralph.toml's `fallback_agents`/`[[agents]]`) once the ones before it hit
+/// a usage limit or cannot log in, each with its own profile (backend, program, model, limits).
+/// Holds the local model's servers, when there are any, until [`Asker::close`] (or drop, which
+/// kills them).
 pub struct Asker {
-    cfg: RunConfig,
+    /// Every agent, in the order they are tried.
+    agents: Vec<AskAgent>,
+    /// The agent in use (an index into `agents`); it only moves forward.
+    current: std::sync::atomic::AtomicUsize,
+    /// Why each agent before `current` was left: `claude hit a usage limit: …`.
+    failures: std::sync::Mutex<Vec<String>>,
     paths: RunPaths,
-    base_url: Option<String>,
-    server: Option<LocalServer>,
+    /// The local model servers started so far.
+    servers: tokio::sync::Mutex<Vec<LocalServer>>,
     stop: StopSignals,
     /// The tag prefix of this command's sessions (`ask-<pid>-<unix ms>`), numbered by
     /// `sessions`.
     session_id: String,
     sessions: std::sync::atomic::AtomicU32,
-    /// `--sandbox`: the sandbox of every session (`None`: off).
+}
+
+/// One agent of an [`Asker`], built and checked.
+struct AskAgent {
+    /// Its profile's name (`claude`, or an `[[agents]]` table's name).
+    name: String,
+    /// The settings with this agent, tuned for answer sessions.
+    cfg: RunConfig,
+    /// The API base URL once known (for `local` without `--base-url`: set when its server
+    /// starts, on first use).
+    base_url: std::sync::Mutex<Option<String>>,
+    /// `--sandbox`: the sandbox of its sessions (`None`: off).
     sandbox: Option<crate::process::sandbox::Sandbox>,
+}
+
+impl AskAgent {
+    /// `backup (codex)`, or `codex` when the profile is named after its backend.
+    fn label(&self) -> String {
+        if self.name == self.cfg.agent.as_str() {
+            self.name.clone()
+        } else {
+            format!("{} ({})", self.name, self.cfg.agent.as_str())
+        }
+    }
+}
+
+/// Why one session gave no answer.
+enum Failed {
+    /// The agent cannot be used now (a usage limit, a failed login): the next agent may be.
+    Unavailable(UserError),
+    /// Anything else: the command stops.
+    Stop(anyhow::Error),
 }
 
 impl Asker {
     /// Resolves the settings from `args` in `cwd` (whose repository root is the agent's working
-    /// directory), checks the agent (program on PATH, API key variable) and, for `local`, starts
-    /// the model server. `stop` cancels a session in flight (Ctrl-C).
+    /// directory), builds and checks every agent (program on PATH, API key variable) through
+    /// [`crate::run::preflight::build_checked`], as `ralph run`'s preflight does, and, for a
+    /// primary `local`, starts the model server (a fallback's starts when it is first used).
+    /// `stop` cancels a session in flight (Ctrl-C).
     ///
     /// # Errors
     /// Invalid settings (exit 2 for a bad flag value), a missing agent program or API key
-    /// variable, a local model that cannot be set up or started.
+    /// variable (a fallback agent's named after it), a local model that cannot be set up or
+    /// started.
     pub async fn open(
         args: &SessionArgs,
         cwd: &Path,
         out: &mut Outputs,
         stop: StopSignals,
     ) -> anyhow::Result<Asker> {
-        let mut cfg = RunConfig::resolve(&args.run_args(), cwd).map_err(|e| {
+        let run_cfg = RunConfig::resolve(&args.run_args(), cwd).map_err(|e| {
             let status = e.exit_status();
             UserError::new(e.to_string()).with_status(status)
         })?;
-        // One reply with no tools; for the small local model, room for a PRD and its answer.
-        cfg.native.tools = Some(Vec::new());
-        if cfg.agent == AgentKind::Local {
-            cfg.native.max_tokens = cfg.native.max_tokens.max(LOCAL_ANSWER_TOKENS);
-            cfg.native.context_window = cfg.native.context_window.max(LOCAL_ANSWER_CONTEXT);
-        }
         let root = crate::git::Repo::discover(cwd)
             .map(|r| r.root().to_path_buf())
             .unwrap_or_else(|_| cwd.to_path_buf());
-        let paths = RunPaths::new(&root, &cfg.prd_path);
+        let paths = RunPaths::new(&root, &run_cfg.prd_path);
         // Secrets of this repository's environment and `.env` files stay out of what is shown
         // and written (crate::redact).
         crate::redact::install(&root);
-        let probe_cfg = with_schema(&cfg, &Value::Bool(true));
-        let probe = crate::run::preflight::build_backend(&probe_cfg, &paths, None)?;
-        crate::run::preflight::check_agent(&probe_cfg, probe.as_ref(), &paths.repo_root)?;
-        for notice in probe.notices() {
-            out.warn(notice);
+        let mut agents = Vec::new();
+        for (i, profile) in run_cfg.agents().iter().enumerate() {
+            let names = match i {
+                0 => crate::run::preflight::Names::Primary,
+                _ => crate::run::preflight::Names::Fallback {
+                    name: &profile.name,
+                    file: run_cfg.config_file.as_deref(),
+                },
+            };
+            let agent = open_agent(&run_cfg.for_agent(profile), &paths, &names, out).map_err(
+                |e| match i {
+                    0 => e,
+                    _ => anyhow::anyhow!("fallback agent `{}`: {e:#}", profile.name),
+                },
+            )?;
+            agents.push(AskAgent {
+                name: profile.name.clone(),
+                ..agent
+            });
         }
-        let mut base_url = cfg.native.base_url.clone();
-        let mut server = None;
-        // A sandbox that cannot be built stops here, before any session.
-        let sandbox =
-            crate::agent::sandbox::build(&crate::run::preflight::sandbox_ask(&cfg), probe.info())?;
-        if cfg.agent == AgentKind::Local && base_url.is_none() {
-            let started = crate::run::session::start_local_server(&cfg, out).await?;
-            base_url = Some(started.base_url());
-            server = Some(started);
-        }
-        crate::agent::sandbox::allow_url(sandbox.as_ref(), base_url.as_deref());
-        Ok(Asker {
-            cfg,
+        let asker = Asker {
+            agents,
+            current: std::sync::atomic::AtomicUsize::new(0),
+            failures: std::sync::Mutex::new(Vec::new()),
             paths,
-            base_url,
-            server,
+            servers: tokio::sync::Mutex::new(Vec::new()),
             stop,
             session_id: format!(
                 "ask-{}-{}",
@@ -123,20 +162,31 @@ impl Asker {
                 chrono::Utc::now().timestamp_millis()
             ),
             sessions: std::sync::atomic::AtomicU32::new(0),
-            sandbox,
-        })
+        };
+        asker.base_url(0, out).await?;
+        Ok(asker)
+    }
+
+    fn current(&self) -> &AskAgent {
+        &self.agents[self.current.load(std::sync::atomic::Ordering::Relaxed)]
     }
 
     /// The backend in use.
     pub fn agent(&self) -> AgentKind {
-        self.cfg.agent
+        self.current().cfg.agent
+    }
+
+    /// The agent in use, for messages: `claude`, or `backup (codex)` for an `[[agents]]` table
+    /// named other than its backend.
+    pub fn agent_label(&self) -> String {
+        self.current().label()
     }
 
     /// Whether the reply's JSON Schema reaches the model as `response_format` (native and
     /// local, where llama.cpp enforces it): then a prompt needs no example of the reply, which
     /// a small model would copy as its answer.
     pub fn sends_schema(&self) -> bool {
-        matches!(self.cfg.agent, AgentKind::Native | AgentKind::Local)
+        matches!(self.agent(), AgentKind::Native | AgentKind::Local)
     }
 
     /// The repository root (or the directory ralph was started in, outside a repository): the
@@ -145,22 +195,92 @@ impl Asker {
         &self.paths.repo_root
     }
 
-    /// Runs one session for `prompt`. `schema` is the JSON Schema of the expected reply: sent to
-    /// native/local backends as `response_format`; CLI agents read the format from the prompt.
-    /// Assistant text and tool calls reach `out` as agent events (shown with `--verbose`).
+    /// The API base URL of agent `i`, starting its local model server first when it needs one.
+    async fn base_url(&self, i: usize, out: &mut Outputs) -> anyhow::Result<Option<String>> {
+        let agent = &self.agents[i];
+        if let Some(url) = agent.base_url.lock().map(|u| u.clone()).unwrap_or_default() {
+            return Ok(Some(url));
+        }
+        if agent.cfg.agent != AgentKind::Local {
+            return Ok(None);
+        }
+        let started = crate::run::session::start_local_server(&agent.cfg, out).await?;
+        let url = started.base_url();
+        crate::agent::sandbox::allow_url(agent.sandbox.as_ref(), Some(&url));
+        if let Ok(mut slot) = agent.base_url.lock() {
+            *slot = Some(url.clone());
+        }
+        self.servers.lock().await.push(started);
+        Ok(Some(url))
+    }
+
+    /// Runs one session for `prompt` on the agent in use; when it hits a usage limit or cannot
+    /// log in and a fallback agent is left, says so on stderr and asks the next agent (with its
+    /// own profile), which stays in use for the later sessions. `schema` is the JSON Schema of
+    /// the expected reply: sent to native/local backends as `response_format`; CLI agents read
+    /// the format from the prompt. Assistant text and tool calls reach `out` as agent events
+    /// (shown with `--verbose`).
     ///
     /// # Errors
     /// The agent could not start, was stopped (Ctrl-C), timed out, or ended without a reply;
-    /// each error names the backend and what it said.
+    /// each error names the backend and what it said. When every agent was tried, the error
+    /// names each agent and how it failed.
     pub async fn ask(
         &self,
         prompt: &str,
         schema: &Value,
         out: &mut Outputs,
     ) -> anyhow::Result<Answer> {
-        let cfg = with_schema(&self.cfg, schema);
-        let backend =
-            crate::run::preflight::build_backend(&cfg, &self.paths, self.base_url.clone())?;
+        use std::sync::atomic::Ordering;
+        loop {
+            let i = self.current.load(Ordering::Relaxed);
+            let why = match self.ask_agent(i, prompt, schema, out).await {
+                Ok(answer) => return Ok(answer),
+                Err(Failed::Stop(e)) => return Err(e),
+                Err(Failed::Unavailable(e)) => e,
+            };
+            let label = self.agents[i].label();
+            let mut failures = self.failures.lock().map(|f| f.clone()).unwrap_or_default();
+            failures.push(format!("{label}: {}", why.message()));
+            if let Ok(mut f) = self.failures.lock() {
+                *f = failures.clone();
+            }
+            let Some(next) = self.agents.get(i + 1) else {
+                if failures.len() == 1 {
+                    return Err(why.into());
+                }
+                return Err(UserError::new(format!(
+                    "every agent failed:\n  - {}",
+                    failures.join("\n  - ")
+                ))
+                .with_hint(
+                    "run again after the usage limits reset or once the agents are logged in; \
+                     `ralph doctor` checks each agent",
+                )
+                .into());
+            };
+            out.warn(format!(
+                "{}; trying the next agent, {}",
+                why.message(),
+                next.label()
+            ));
+            self.current.store(i + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// One session for `prompt` on agent `i` (see [`Asker::ask`]).
+    async fn ask_agent(
+        &self,
+        i: usize,
+        prompt: &str,
+        schema: &Value,
+        out: &mut Outputs,
+    ) -> Result<Answer, Failed> {
+        let agent = &self.agents[i];
+        let base_url = self.base_url(i, out).await.map_err(Failed::Stop)?;
+        let cfg = with_schema(&agent.cfg, schema);
+        let backend = crate::run::preflight::build_backend(&cfg, &self.paths, base_url)
+            .map_err(Failed::Stop)?;
         let limits = process::Limits {
             timeout: cfg.timeout,
             idle_timeout: cfg.idle_timeout,
@@ -174,13 +294,13 @@ impl Asker {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
         let session = Session {
-            spec: backend.command(prompt)?,
+            spec: backend.command(prompt).map_err(Failed::Stop)?,
             parser: backend.answer_parser(prompt),
             tag: process::agent_tag(&self.session_id, n),
             limits: &limits,
             stop: &self.stop,
             patterns: &cfg.patterns,
-            sandbox: self.sandbox.as_ref(),
+            sandbox: agent.sandbox.as_ref(),
         };
         let SessionEnd {
             process: outcome,
@@ -199,32 +319,61 @@ impl Asker {
                 }
             },
         )
-        .await?;
-        let agent = self.cfg.agent.as_str();
-        if !strays.is_empty() {
-            out.warn(format!(
-                "the {agent} session left {} process{} running; killed: {}",
-                strays.len(),
-                if strays.len() == 1 { "" } else { "es" },
-                strays
-                    .iter()
-                    .map(|s| format!(
-                        "pid {} `{}`",
-                        s.pid,
-                        crate::redact::current().redact_string(&s.command)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+        .await
+        .map_err(|e| Failed::Stop(e.into()))?;
+        let agent = agent.cfg.agent.as_str();
+        warn_strays(agent, &strays, out);
+        let text = judge(agent, &outcome, &report, &limits)?;
+        Ok(Answer { text, report })
+    }
+
+    /// Stops the local model servers that were started.
+    pub async fn close(self) {
+        for server in self.servers.into_inner() {
+            server.stop().await;
         }
-        match outcome.end {
-            process::EndReason::Cancelled => {
-                return Err(UserError::new(format!("the {agent} session was stopped"))
+    }
+}
+
+/// Warns that a session left processes running (they were killed), naming them redacted.
+fn warn_strays(agent: &str, strays: &[process::Stray], out: &mut Outputs) {
+    if !strays.is_empty() {
+        out.warn(format!(
+            "the {agent} session left {} process{} running; killed: {}",
+            strays.len(),
+            if strays.len() == 1 { "" } else { "es" },
+            strays
+                .iter()
+                .map(|s| format!(
+                    "pid {} `{}`",
+                    s.pid,
+                    crate::redact::current().redact_string(&s.command)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}
+
+/// The reply of a finished session, or why it has none: stopped, timed out, a usage limit or a
+/// failed login (for which another agent may do better), another known failure, or no text.
+fn judge(
+    agent: &str,
+    outcome: &process::ProcessOutcome,
+    report: &AgentReport,
+    limits: &process::Limits,
+) -> Result<String, Failed> {
+    match outcome.end {
+        process::EndReason::Cancelled => {
+            return Err(Failed::Stop(
+                UserError::new(format!("the {agent} session was stopped"))
                     .with_status(crate::protocol::ExitStatus::Interrupted)
-                    .into())
-            }
-            process::EndReason::TimedOut | process::EndReason::Idle => {
-                return Err(UserError::new(format!(
+                    .into(),
+            ))
+        }
+        process::EndReason::TimedOut | process::EndReason::Idle => {
+            return Err(Failed::Stop(
+                UserError::new(format!(
                     "the {agent} session timed out after {}",
                     humantime::format_duration(match outcome.end {
                         process::EndReason::Idle => limits.idle_timeout,
@@ -232,20 +381,43 @@ impl Asker {
                     })
                 ))
                 .with_hint("raise --timeout, or try a faster model")
-                .into())
-            }
-            _ => {}
+                .into(),
+            ))
         }
-        let text = report.final_text.clone().unwrap_or_default();
-        if text.trim().is_empty() {
-            let said = report
-                .error_message
-                .clone()
-                .unwrap_or_else(|| "nothing".to_string());
-            if let Some(err) = classified_error(agent, &report, &said) {
-                return Err(err.into());
-            }
-            return Err(UserError::new(format!(
+        _ => {}
+    }
+    let text = report.final_text.clone().unwrap_or_default();
+    // A limit or a failed login is no reply, even when the agent printed a sentence about
+    // it as its final text (claude's `You've hit your session limit`).
+    let failed = report.is_error || outcome.exit_code.is_some_and(|c| c != 0);
+    if failed
+        && matches!(
+            report.failure,
+            Some(FailureClass::UsageLimit | FailureClass::Auth)
+        )
+    {
+        let said = report
+            .error_message
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| text.trim().to_owned());
+        if let Some((err, _)) = classified_error(agent, report, &said) {
+            return Err(Failed::Unavailable(err));
+        }
+    }
+    if text.trim().is_empty() {
+        let said = report
+            .error_message
+            .clone()
+            .unwrap_or_else(|| "nothing".to_string());
+        if let Some((err, unavailable)) = classified_error(agent, report, &said) {
+            return Err(match unavailable {
+                true => Failed::Unavailable(err),
+                false => Failed::Stop(err.into()),
+            });
+        }
+        return Err(Failed::Stop(
+            UserError::new(format!(
                 "the {agent} session ended without a reply (exit code {}; it said: {said})",
                 outcome
                     .exit_code
@@ -253,25 +425,18 @@ impl Asker {
             ))
             .with_hint(format!(
                 "check the agent on its own (`ralph doctor --agent {agent}`), or run again with \
-                 --verbose to see what it did"
+             --verbose to see what it did"
             ))
-            .into());
-        }
-        Ok(Answer { text, report })
+            .into(),
+        ));
     }
-
-    /// Stops the local model's server, if one was started.
-    pub async fn close(self) {
-        if let Some(server) = self.server {
-            server.stop().await;
-        }
-    }
+    Ok(text)
 }
 
 /// The error of a session that failed with a known class (the backend's or the user's
 /// `[patterns]`): what it means and what to do, as `ralph run` says it. `None` for other
-/// failures.
-fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<UserError> {
+/// failures; `true` with it when another agent may do better (a usage limit, a failed login).
+fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<(UserError, bool)> {
     let class = report.failure?;
     let (what, hint) = match class {
         FailureClass::UsageLimit => (
@@ -294,7 +459,42 @@ fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<Use
         ),
         _ => return None,
     };
-    Some(UserError::new(format!("the {agent} session {what}: {said}")).with_hint(hint))
+    let unavailable = matches!(class, FailureClass::UsageLimit | FailureClass::Auth);
+    Some((
+        UserError::new(format!("the {agent} session {what}: {said}")).with_hint(hint),
+        unavailable,
+    ))
+}
+
+/// Builds and checks one agent for answer sessions (`cfg`: the run's settings with that agent):
+/// no tools, one reply; for the local model, room for a PRD and its answer; its sandbox built.
+fn open_agent(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    names: &crate::run::preflight::Names<'_>,
+    out: &mut Outputs,
+) -> anyhow::Result<AskAgent> {
+    let mut cfg = cfg.clone();
+    cfg.native.tools = Some(Vec::new());
+    if cfg.agent == AgentKind::Local {
+        cfg.native.max_tokens = cfg.native.max_tokens.max(LOCAL_ANSWER_TOKENS);
+        cfg.native.context_window = cfg.native.context_window.max(LOCAL_ANSWER_CONTEXT);
+    }
+    let probe_cfg = with_schema(&cfg, &Value::Bool(true));
+    let checked = crate::run::preflight::build_checked(&probe_cfg, paths, names, out)?;
+    // A sandbox that cannot be built stops here, before any session.
+    let sandbox = crate::agent::sandbox::build(
+        &crate::run::preflight::sandbox_ask(&cfg),
+        checked.backend.info(),
+    )?;
+    let base_url = cfg.native.base_url.clone();
+    crate::agent::sandbox::allow_url(sandbox.as_ref(), base_url.as_deref());
+    Ok(AskAgent {
+        name: cfg.agent.as_str().to_owned(),
+        cfg,
+        base_url: std::sync::Mutex::new(base_url),
+        sandbox,
+    })
 }
 
 fn with_schema(cfg: &RunConfig, schema: &Value) -> RunConfig {
@@ -365,7 +565,7 @@ pub async fn ask_until_valid<T>(
     for attempt in 1..=max {
         out.notice(format!(
             "asking {} for the {} (attempt {attempt} of {max})",
-            asker.agent().as_str(),
+            asker.agent_label(),
             settings.what
         ));
         let answer = asker.ask(&prompt, settings.schema, out).await?;

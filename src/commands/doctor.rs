@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::agent::{self, probe, AgentSettings, DoctorContext};
 use crate::cli::DoctorArgs;
-use crate::config::FileConfig;
+use crate::config::{FileConfig, RunConfig};
 use crate::local::setup::{self as local_setup, ModelState};
 use crate::protocol::AgentKind;
 use crate::protocol::ExitStatus;
@@ -61,15 +61,12 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         .clone()
         .or_else(|| Some(cwd.join(crate::config::CONFIG_FILE_NAME)).filter(|p| p.is_file()));
     let mut file: FileConfig = match &config_path {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-            toml::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("{} is not a valid ralph configuration: {e}", path.display())
-            })?
-        }
+        Some(path) => crate::config::load_file(path)?,
         None => FileConfig::default(),
     };
+    // Every agent as `ralph run` resolves it (flags, RALPH_*, ralph.toml, defaults): the same
+    // profiles that preflight and `ralph plan`/`convert` build and check.
+    let resolved = resolve(args);
     // The flags (and their RALPH_* variables, read by clap) win over ralph.toml, as in `ralph run`.
     if let Some(cmd) = args.agent_cmd.clone().filter(|c| !c.trim().is_empty()) {
         file.agent_cmd = Some(cmd);
@@ -80,10 +77,17 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
     let env_agent = std::env::var("RALPH_AGENT")
         .ok()
         .and_then(|v| <AgentKind as clap::ValueEnum>::from_str(&v, true).ok());
-    let configured = env_agent.or(file.agent).unwrap_or(AgentKind::Claude);
-    let configured_program = std::env::var_os("RALPH_AGENT_PROGRAM")
-        .map(PathBuf::from)
-        .or(file.agent_program.clone());
+    let configured = match &resolved {
+        Ok(cfg) => cfg.agent,
+        Err(_) => env_agent.or(file.agent).unwrap_or(AgentKind::Claude),
+    };
+    // The program as the run resolves it (relative to ralph.toml's directory when set there).
+    let configured_program = match &resolved {
+        Ok(cfg) => cfg.agent_program.clone(),
+        Err(_) => std::env::var_os("RALPH_AGENT_PROGRAM")
+            .map(PathBuf::from)
+            .or(file.agent_program.clone()),
+    };
 
     let top_cmd = file.agent_cmd.clone();
     let cx = DoctorContext {
@@ -107,6 +111,19 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         }
     };
     let mut findings: Vec<Finding> = kinds.iter().map(|&kind| look(kind)).collect();
+    // The configured agent is shown even when it is one of ralph's own backends (`native`,
+    // `local`, `exec`), which the list of CLIs leaves out.
+    if args.agent.is_none() && !findings.iter().any(|f| f.agent == configured.as_str()) {
+        findings.push(look(configured));
+    }
+    let mut fallbacks = match args.agent {
+        Some(_) => Vec::new(),
+        None => examine_fallbacks(&mut file.clone(), &cx, resolved.as_ref().ok()),
+    };
+    // What `ralph run`'s preflight would refuse, checked in the same place
+    // (`preflight::build_checked`), for every agent of the run (not under `--agent`).
+    let shared_ok = args.agent.is_some()
+        || apply_shared_checks(&resolved, configured, &cwd, &mut findings, &mut fallbacks);
     // `--agent X` asks about X: its readiness decides the exit code.
     let configured = args.agent.unwrap_or(configured);
     let configured_ok = match findings.iter().find(|f| f.agent == configured.as_str()) {
@@ -115,11 +132,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
     };
     // The fallback agents' `[[agents]]` tables, each under its name: `ralph run` refuses to start
     // when one of them is not usable, so the verdict counts them (not under `--agent`).
-    let fallbacks = match args.agent {
-        Some(_) => Vec::new(),
-        None => examine_fallbacks(&mut file, &cx),
-    };
-    let configured_ok = configured_ok && fallbacks.iter().all(|f| f.error.is_none());
+    let configured_ok = configured_ok && shared_ok && fallbacks.iter().all(|f| f.error.is_none());
     findings.extend(fallbacks);
     let sandbox = examine_sandbox(&file);
     // A sandbox ralph.toml or RALPH_SANDBOX asks for must work, or `ralph run` would stop.
@@ -195,7 +208,11 @@ fn print_finding(f: &Finding) {
 /// Looks at each fallback agent that has an `[[agents]]` table in ralph.toml (those
 /// `fallback_agents` names, else every table), with the table's own program, command, base URL
 /// and API key variable; a fallback named by its backend alone is the backend's finding above.
-fn examine_fallbacks(file: &mut FileConfig, cx: &DoctorContext<'_>) -> Vec<Finding> {
+fn examine_fallbacks(
+    file: &mut FileConfig,
+    cx: &DoctorContext<'_>,
+    resolved: Option<&RunConfig>,
+) -> Vec<Finding> {
     let names: Vec<String> = match &file.fallback_agents {
         Some(names) => names.iter().map(|n| n.trim().to_owned()).collect(),
         None => file.agents.iter().map(|t| t.name.clone()).collect(),
@@ -217,8 +234,12 @@ fn examine_fallbacks(file: &mut FileConfig, cx: &DoctorContext<'_>) -> Vec<Findi
         else {
             continue;
         };
+        // The program as the run resolves it (relative to ralph.toml's directory).
+        let program = resolved
+            .and_then(|c| c.fallbacks.iter().find(|p| p.name == table.name))
+            .map_or_else(|| table.agent_program.clone(), |p| p.agent_program.clone());
         let mut finding = if agent::info(kind).is_cli() {
-            examine(kind, table.agent_program.clone(), cx)
+            examine(kind, program, cx)
         } else {
             // The table's keys win over the top-level ones, as in `ralph run`.
             file.agent_cmd = table.agent_cmd.clone().or_else(|| top.0.clone());
@@ -236,6 +257,98 @@ fn examine_fallbacks(file: &mut FileConfig, cx: &DoctorContext<'_>) -> Vec<Findi
     }
     (file.agent_cmd, file.api_key_env, file.base_url) = top;
     out
+}
+
+/// The run's settings as `ralph run` would resolve them here, with doctor's own flags
+/// (`--config`, `--agent-cmd`, `--local-model`) over the `RALPH_*` environment.
+fn resolve(args: &DoctorArgs) -> Result<RunConfig, crate::config::ConfigError> {
+    let mut run = crate::config::env_args()?;
+    if args.config.is_some() {
+        run.config = args.config.clone();
+    }
+    if let Some(cmd) = args.agent_cmd.clone().filter(|c| !c.trim().is_empty()) {
+        run.agent_args.agent_cmd = Some(cmd);
+    }
+    if let Some(model) = args.local_model {
+        run.agent_args.local_model = Some(model);
+    }
+    RunConfig::resolve(&run, &std::env::current_dir().unwrap_or_default())
+}
+
+/// Builds and checks every agent of the run through [`preflight::build_checked`], the place
+/// preflight and `ralph plan`/`convert` use, and puts what it refuses on the agent's finding
+/// (the primary's backend, a fallback's `[[agents]]` table by name, or a fallback named by its
+/// backend on that backend's finding) when doctor's own look found nothing wrong. Settings the
+/// run would refuse outright go on the configured agent's finding. An unset native API key
+/// variable stays doctor's trap (see docs/decisions.md). Returns whether every agent passed, so
+/// that a fallback named only by its backend counts for the verdict too.
+fn apply_shared_checks(
+    resolved: &Result<RunConfig, crate::config::ConfigError>,
+    configured: AgentKind,
+    cwd: &std::path::Path,
+    findings: &mut [Finding],
+    fallbacks: &mut [Finding],
+) -> bool {
+    use crate::run::preflight::{self, Names};
+    let cfg = match resolved {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            let finding = findings
+                .iter_mut()
+                .find(|f| f.name.is_none() && f.agent == configured.as_str());
+            if let Some(f) = finding.filter(|f| f.error.is_none()) {
+                f.error = Some(e.to_string());
+            }
+            return false;
+        }
+    };
+    let root = crate::git::Repo::discover(cwd)
+        .map(|r| r.root().to_path_buf())
+        .unwrap_or_else(|_| cwd.to_path_buf());
+    let paths = crate::workspace::RunPaths::new(&root, &cfg.prd_path);
+    let mut quiet = crate::output::Outputs::new();
+    let mut all_ok = true;
+    for (i, profile) in cfg.agents().iter().enumerate() {
+        let key_unset = profile.agent == AgentKind::Native
+            && profile
+                .native
+                .api_key_env
+                .as_ref()
+                .is_some_and(|v| std::env::var_os(v).is_none_or(|v| v.is_empty()));
+        if key_unset {
+            continue;
+        }
+        let names = match i {
+            0 => Names::Primary,
+            _ => Names::Fallback {
+                name: &profile.name,
+                file: cfg.config_file.as_deref(),
+            },
+        };
+        let Err(e) = preflight::build_checked(&cfg.for_agent(profile), &paths, &names, &mut quiet)
+        else {
+            continue;
+        };
+        all_ok = false;
+        let finding = match i {
+            0 => findings
+                .iter_mut()
+                .find(|f| f.name.is_none() && f.agent == profile.agent.as_str()),
+            _ => match fallbacks
+                .iter_mut()
+                .find(|f| f.name.as_deref() == Some(&profile.name))
+            {
+                Some(f) => Some(f),
+                None => findings
+                    .iter_mut()
+                    .find(|f| f.name.is_none() && f.agent == profile.agent.as_str()),
+            },
+        };
+        if let Some(f) = finding.filter(|f| f.error.is_none()) {
+            f.error = Some(format!("{e:#}"));
+        }
+    }
+    all_ok
 }
 
 /// Whether the environment variable `var` holds a true boolean (`1`, `true`, `yes`, `on`).

@@ -7,15 +7,14 @@
 //! run-wide time limits (`timeout`, `idle_timeout`), the `[prices]` table and `keep_api_key` apply
 //! to every agent that does not set its own.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use super::{ConfigError, FileConfig, NativeOptions, Origin, RunConfig};
+use super::{AgentTable, ConfigError, FileConfig, NativeOptions, Origin, RunConfig};
 use crate::cli::RunArgs;
-use crate::protocol::{AgentKind, Price, ProviderKind, ToolMode};
+use crate::protocol::AgentKind;
+#[cfg(test)]
+use crate::protocol::ToolMode;
 
 /// Everything that says which agent runs and how. Built by [`RunConfig::resolve`]; used by
 /// preflight (to build and check its backend), the loop (to launch it) and the summary.
@@ -43,52 +42,6 @@ pub struct AgentProfile {
     pub idle_timeout: Duration,
     /// claude: keep `ANTHROPIC_API_KEY` in its environment.
     pub keep_api_key: bool,
-}
-
-/// One `[[agents]]` table of ralph.toml: a named agent with its own settings (the same keys as
-/// the top level's agent settings). Unknown keys are an error.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentTable {
-    /// The name `fallback_agents` and `--fallback-agent` use.
-    pub name: String,
-    /// The backend (default: the name, when it is a backend's name).
-    pub agent: Option<AgentKind>,
-    /// Command line for the exec backend.
-    pub agent_cmd: Option<String>,
-    /// Path to the agent CLI, relative to the directory holding ralph.toml.
-    pub agent_program: Option<PathBuf>,
-    /// Model passed to the agent.
-    pub model: Option<String>,
-    /// native: `openai` or `anthropic`.
-    pub provider: Option<ProviderKind>,
-    /// native/local: API base URL.
-    pub base_url: Option<String>,
-    /// native: environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// local: `default` or `small`.
-    pub local_model: Option<crate::local::BuiltinModel>,
-    /// local: GGUF file to serve.
-    pub model_file: Option<PathBuf>,
-    /// native/local: `native` or `json`.
-    pub tool_mode: Option<ToolMode>,
-    /// native/local: tool-using steps per iteration.
-    pub max_steps: Option<u32>,
-    /// native/local: output tokens per request.
-    pub max_tokens: Option<u32>,
-    /// native/local: the model's context window in tokens.
-    pub context_window: Option<u32>,
-    /// Prompt template replacing the built-in one.
-    pub template: Option<PathBuf>,
-    /// Per-iteration wall-clock limit, humantime syntax (default: the run's `timeout`).
-    pub timeout: Option<String>,
-    /// Idle limit, humantime syntax (default: the run's `idle_timeout`).
-    pub idle_timeout: Option<String>,
-    /// claude: keep `ANTHROPIC_API_KEY`.
-    pub keep_api_key: Option<bool>,
-    /// Prices in USD per million tokens by model, added to the top-level `[prices]`.
-    #[serde(default)]
-    pub prices: BTreeMap<String, Price>,
 }
 
 impl RunConfig {
@@ -289,26 +242,15 @@ fn resolve_table(
 ) -> Result<AgentProfile, ConfigError> {
     let mut prices = file.prices.clone();
     prices.extend(table.prices.clone());
+    // The table's own keys (declared once, in the settings table), over the run-wide time
+    // limits, `keep_api_key` and prices it does not set.
     let layer = FileConfig {
         agent: Some(kind),
-        agent_cmd: table.agent_cmd.clone(),
-        agent_program: table.agent_program.clone(),
-        model: table.model.clone(),
-        provider: table.provider,
-        base_url: table.base_url.clone(),
-        api_key_env: table.api_key_env.clone(),
-        local_model: table.local_model,
-        model_file: table.model_file.clone(),
-        tool_mode: table.tool_mode,
-        max_steps: table.max_steps,
-        max_tokens: table.max_tokens,
-        context_window: table.context_window,
-        template: table.template.clone(),
         timeout: table.timeout.clone().or(file.timeout.clone()),
         idle_timeout: table.idle_timeout.clone().or(file.idle_timeout.clone()),
         keep_api_key: table.keep_api_key.or(file.keep_api_key),
         prices,
-        ..FileConfig::default()
+        ..table.keys()
     };
     // The run-wide flags that apply to every agent; a table's own value wins over them.
     let flags = RunArgs {

@@ -115,19 +115,7 @@ fn setup_agent(
 ) -> anyhow::Result<AgentSetup> {
     let template =
         PromptTemplate::load_with_default(cfg.template.as_deref(), cfg.agent == AgentKind::Local)?;
-    if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
-        out.warn(format!(
-            "{} is not passed to an exec agent; put it in {} instead",
-            names.setting("--model", "model"),
-            names.setting("--agent-cmd", "agent_cmd")
-        ));
-    }
-    // The local backend's server starts later (after the lock); its URL is not known yet.
-    let backend = build_backend(cfg, paths, cfg.native.base_url.clone())?;
-    let probe = check_agent_named(cfg, backend.as_ref(), &paths.repo_root, names)?;
-    for notice in backend.notices() {
-        out.warn(notice);
-    }
+    let CheckedAgent { backend, probe } = build_checked(cfg, paths, names, out)?;
     let info = backend.info();
     // The CLI's version goes into the run header and every ledger record (a CLI that changed
     // overnight is the first suspect when its output stops parsing). Only for CLIs that answer
@@ -154,6 +142,49 @@ fn setup_agent(
         agent_version,
         sandbox,
     })
+}
+
+/// An agent's backend, built and checked by [`build_checked`].
+pub struct CheckedAgent {
+    /// The backend (for `local` without `--base-url`: built before its server runs, so its URL
+    /// is a placeholder until it is rebuilt with the server's).
+    pub backend: Box<dyn Backend>,
+    /// The backend's command for an empty prompt (its program was found).
+    pub probe: crate::process::SpawnSpec,
+}
+
+/// Builds the backend of one agent profile (`cfg`, the run's settings with that agent: see
+/// [`RunConfig::for_agent`]) and checks it: the exec-with-`--model` warning, the backend's own
+/// refusal, the agent program on PATH (or at its path), an exec agent's script, the native
+/// backend's API key variable; the backend's notices go to `out` as warnings. The one place
+/// where an agent is built and checked: `ralph run`'s preflight (every agent of the run),
+/// `ralph plan`/`convert` (each agent of the session, [`crate::ask::Asker`]) and `ralph doctor`
+/// (each configured agent) call it. `names` says how errors name the settings (the primary's
+/// flags, or a fallback's `[[agents]]` table).
+///
+/// # Errors
+/// A misconfigured backend, a missing agent program, script or API key variable; each with the
+/// fix.
+pub fn build_checked(
+    cfg: &RunConfig,
+    paths: &RunPaths,
+    names: &Names<'_>,
+    out: &mut Outputs,
+) -> anyhow::Result<CheckedAgent> {
+    if cfg.agent == AgentKind::Exec && cfg.model.is_some() {
+        out.warn(format!(
+            "{} is not passed to an exec agent; put it in {} instead",
+            names.setting("--model", "model"),
+            names.setting("--agent-cmd", "agent_cmd")
+        ));
+    }
+    // The local backend's server starts later (after the lock); its URL is not known yet.
+    let backend = build_backend(cfg, paths, cfg.native.base_url.clone())?;
+    let probe = check_agent_named(cfg, backend.as_ref(), &paths.repo_root, names)?;
+    for notice in backend.notices() {
+        out.warn(notice);
+    }
+    Ok(CheckedAgent { backend, probe })
 }
 
 /// The stories of `prd` that nothing but the agent's word can mark done: their `passes` is

@@ -440,3 +440,117 @@ fn a_model_that_never_answers_with_json_gives_up_with_the_draft_kept() {
     assert_eq!(env.read("prd.json"), before, "prd.json untouched");
     assert!(!env.path("archive").exists(), "nothing archived");
 }
+
+/// claude's usage limit in an answer session (the fake as `claude`), resetting in an hour.
+fn claude_limited() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 3600}},
+        {"exit": 1}
+    ])
+}
+
+/// codex (the fake as `codex`) answering with `reply` as its final message.
+fn codex_answers(reply: &str) -> Value {
+    json!([
+        {"read_stdin": true},
+        {"codex": {"start": {}}},
+        {"codex": {"message": reply}},
+        {"codex": {"completed": {}}}
+    ])
+}
+
+/// The fake's argv of its `n`th run (0-based), joined.
+fn fake_argv(env: &TestEnv, n: usize) -> String {
+    let calls = std::fs::read_to_string(env.path("../script.json.calls.jsonl")).unwrap_or_default();
+    let call: Value = serde_json::from_str(calls.lines().nth(n).expect("a call")).expect("json");
+    call["argv"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .map(|a| a.as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `ralph convert` on the agent path asks the fallback agent, with its own `[[agents]]` profile,
+/// when the primary hits its usage limit; it says so on stderr, and the limit costs no attempt.
+#[test]
+fn convert_goes_on_with_the_fallback_agent_when_the_primary_is_limited() {
+    let env = crate::fallback::env_with(
+        1,
+        "model = \"opus\"\n\n[[agents]]\nname = \"backup\"\nagent = \"codex\"\nmodel = \"gpt-5-mini\"\n",
+    );
+    env.write("notes.md", FREE_FORM);
+    env.script(&json!({"invocations": [
+        claude_limited(),
+        codex_answers(&fixed_draft().to_string()),
+    ]}));
+    let out = env.ralph(&["convert", "notes.md", "--out", "new-prd.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the claude session hit a usage limit")
+            && err.contains("trying the next agent, backup (codex)"),
+        "{err}"
+    );
+    assert!(
+        stdout(&out).contains("converted by the agent in 1 attempt)"),
+        "{}",
+        text(&out)
+    );
+    let written: Value = serde_json::from_str(&env.read("new-prd.json")).unwrap();
+    assert_eq!(written["userStories"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        env.agent_calls(),
+        2,
+        "one claude session, one codex session"
+    );
+    // Each agent with its own profile: the fallback does not inherit the primary's model.
+    let (claude, codex) = (fake_argv(&env, 0), fake_argv(&env, 1));
+    assert!(
+        claude.contains("opus") && !claude.contains("gpt-5-mini"),
+        "{claude}"
+    );
+    assert!(
+        codex.contains("gpt-5-mini") && !codex.contains("opus"),
+        "{codex}"
+    );
+}
+
+/// A conversion that every agent fails (the primary limited, the fallback not logged in) says
+/// which agent failed how, and exits 1 without writing prd.json.
+#[test]
+fn convert_names_each_agent_and_its_failure_when_every_agent_fails() {
+    let env = crate::fallback::env_with(1, "");
+    env.write("notes.md", FREE_FORM);
+    env.script(&json!({"invocations": [
+        claude_limited(),
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
+            {"exit": 1}
+        ],
+    ]}));
+    let out = env.ralph(&[
+        "convert",
+        "notes.md",
+        "--out",
+        "new-prd.json",
+        "--fallback-agent",
+        "codex",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("every agent failed"), "{err}");
+    assert!(
+        err.contains("claude: the claude session hit a usage limit"),
+        "{err}"
+    );
+    assert!(
+        err.contains("codex: the codex session is not logged in"),
+        "{err}"
+    );
+    assert!(!env.path("new-prd.json").exists());
+}

@@ -254,3 +254,61 @@ fn doctor_reports_a_cli_that_fails_its_version_check_as_broken() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("broken") && out.contains("segfault"), "{out}");
 }
+
+/// doctor resolves the agents as `ralph run` does and checks them where preflight does: a
+/// fallback named only by its backend that is not installed, and a native primary without a
+/// model, make it NOT ready (the run would refuse to start); a relative `agent_program` in
+/// ralph.toml is taken from the file's directory, as the run takes it.
+#[test]
+fn doctor_checks_the_run_s_own_agents_where_preflight_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let tools = tmp.path().join("conf/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    fake_cli(&tools, "my-claude", "2.1.332 (Claude Code)");
+    let conf = tmp.path().join("conf/ralph.toml");
+    // claude from a program relative to ralph.toml; gemini (not installed) as a bare fallback.
+    std::fs::write(
+        &conf,
+        "agent_program = \"tools/my-claude\"\nfallback_agents = [\"gemini\"]\n",
+    )
+    .unwrap();
+    let config = conf.display().to_string();
+    let (code, out) = doctor(tmp.path(), &bin, &["--config", &config, "--json"], &[]);
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let find = |agent: &str| {
+        doc["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent"] == agent && a["name"].is_null())
+            .cloned()
+            .unwrap_or_else(|| panic!("no {agent} in {doc}"))
+    };
+    assert!(find("claude")["error"].is_null(), "{doc}");
+    assert_eq!(
+        find("claude")["version"],
+        "2.1.332 (Claude Code)",
+        "the program relative to ralph.toml: {doc}"
+    );
+    assert!(find("gemini")["error"].is_string(), "{doc}");
+    assert_eq!(code, Some(1), "the gemini fallback cannot start: {doc}");
+    assert_eq!(doc["ok"], false);
+
+    // Without the fallback the same setup is ready.
+    std::fs::write(&conf, "agent_program = \"tools/my-claude\"\n").unwrap();
+    let (code, out) = doctor(tmp.path(), &bin, &["--config", &config], &[]);
+    assert_eq!(code, Some(0), "{out}");
+
+    // A native primary without a model: the run refuses, so doctor is not ready and says why.
+    std::fs::write(&conf, "agent = \"native\"\n").unwrap();
+    let (code, out) = doctor(
+        tmp.path(),
+        &bin,
+        &["--config", &config],
+        &[("OPENAI_API_KEY", "k")],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("needs the model name"), "{out}");
+}

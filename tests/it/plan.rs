@@ -326,3 +326,55 @@ fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
         "{md}"
     );
 }
+
+/// `ralph plan` with claude logged out (the fake as `claude`, answering 401) goes on with the
+/// fallback agent named by `--fallback-agent` (the fake as `codex`), says so on stderr, and
+/// writes the PRD from codex's answer.
+#[test]
+fn a_primary_that_cannot_log_in_hands_the_plan_to_the_fallback_agent() {
+    let env = crate::fallback::env_with(1, "");
+    env.script(&json!({"invocations": [
+        [
+            {"claude_init": {}},
+            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+                "is_error": true, "subtype": "success", "api_error_status": 401,
+                "terminal_reason": "api_error",
+                "result": "Invalid API key · Please run /login", "type": "result"}},
+            {"exit": 1}
+        ],
+        [
+            {"read_stdin": true},
+            {"codex": {"start": {}}},
+            {"codex": {"message": plan_doc().to_string()}},
+            {"codex": {"completed": {}}}
+        ],
+    ]}));
+    let out = env
+        .ralph_cmd(&[
+            "plan",
+            "add a --reverse flag to textkit's CLI",
+            "--yes",
+            "--fallback-agent",
+            "codex",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the claude session is not logged in (auth_error)")
+            && stderr.contains("trying the next agent, codex"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("✓ wrote tasks/prd-reverse-flag.md: 2 stories"),
+        "{stdout}"
+    );
+    assert_eq!(
+        env.agent_calls(),
+        2,
+        "one claude session, one codex session"
+    );
+}

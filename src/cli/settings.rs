@@ -1,0 +1,401 @@
+//! Every setting of `ralph run` (and of the agent sessions of `ralph plan` and `ralph convert`),
+//! declared once: one entry of the [`settings!`] table below gives a setting's flag and
+//! `RALPH_*` variable (clap attributes), its help (the doc comment), its ralph.toml key and type,
+//! and whether an `[[agents]]` table may set it. From the one table the macro writes the clap
+//! structs ([`RunArgs`], [`AgentArgs`]), the ralph.toml structs ([`FileConfig`], [`AgentTable`])
+//! and [`SETTINGS`], the list the table-driven tests walk (every flag, variable and key must reach
+//! the resolved [`crate::config::RunConfig`]). Defaults and checks live in the named steps of
+//! [`crate::config::RunConfig::resolve`]; the precedence is flag > `RALPH_*` > ralph.toml > default
+//! (clap merges the first two).
+//!
+//! Entry forms (`{ … }` holds the clap attributes, or serde's for a key alone):
+//! - `agent NAME: FLAG_TYPE { #[arg(…)] } => KEY_TYPE;` an agent flag (in [`AgentArgs`], shared
+//!   by `run`, `plan` and `convert`), the top-level key `NAME` and the `[[agents]]` key `NAME`;
+//! - `both NAME: FLAG_TYPE { #[arg(…)] } => KEY: KEY_TYPE;` a `ralph run` flag and the key `KEY`;
+//! - `table NAME: …` as `both`, and also an `[[agents]]` key;
+//! - `shared NAME: …` as `both`, and also a flag of `plan` and `convert` ([`SessionArgs`]);
+//! - `flag NAME: TYPE { #[arg(…)] };` a flag with no key (`--json`, `--config`); `session` the
+//!   same for [`SessionArgs`] (its `--timeout` is one session's, with no variable);
+//! - `key KEY: TYPE { #[serde(…)] };` a key with no flag; `table_key` also an `[[agents]]` key.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::NotifyFlags;
+use crate::protocol::{AgentKind, PrdGuard, Price, ProviderKind, ToolMode};
+
+/// ralph.toml's `push`: `push = true` (the remote `origin`), `push = "upstream"`, or `false`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum PushSetting {
+    /// `true`: push to `origin`; `false`: do not push.
+    On(bool),
+    /// Push to this remote.
+    Remote(String),
+}
+
+/// One declared setting, as [`SETTINGS`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Its ralph.toml key (`None`: a flag alone).
+    pub key: Option<&'static str>,
+    /// Its clap argument's id, the field of [`RunArgs`] or [`AgentArgs`] (`None`: a key alone).
+    /// The flag and the `RALPH_*` variable are clap's (`--max-iter`, `RALPH_MAX_ITER`).
+    pub arg: Option<&'static str>,
+    /// An `[[agents]]` table may set it too.
+    pub agent: bool,
+}
+
+/// Writes the structs of the settings table; see the module docs for the entry forms.
+macro_rules! settings {
+    // Done: write the structs.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]) => {
+        /// Arguments of `ralph run`. Every option also reads a `RALPH_*` variable; flags win over
+        /// the environment, which wins over `ralph.toml`, which wins over the built-in defaults.
+        /// Declared in the settings table ([`crate::cli::settings`]).
+        #[derive(Debug, clap::Args, Default)]
+        pub struct RunArgs { $($run)* }
+
+        /// How `ralph plan` and `ralph convert` run their agent session: the `ralph run`
+        /// options that choose and configure the backend (same flags, `RALPH_*` variables and
+        /// ralph.toml keys). Declared in the settings table ([`crate::cli::settings`]).
+        #[derive(Debug, clap::Args, Default, Clone)]
+        pub struct SessionArgs { $($session)* }
+
+        /// The options that choose and configure the agent, one definition shared by `ralph
+        /// run`, `ralph plan` and `ralph convert` (each also reads its `RALPH_*` variable and,
+        /// through [`crate::config::RunConfig::resolve`], its ralph.toml key). Declared in the
+        /// settings table ([`crate::cli::settings`]).
+        #[derive(Debug, clap::Args, Default, Clone)]
+        pub struct AgentArgs { $($agent)* }
+
+        /// `ralph.toml`, as written by the user. Every key is optional; unknown keys are an
+        /// error so that a typo does not silently fall back to a default. Declared in the
+        /// settings table ([`crate::cli::settings`]).
+        #[derive(Debug, Default, Clone, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct FileConfig { $($file)* }
+
+        /// One `[[agents]]` table of ralph.toml: a named agent with its own settings (the agent
+        /// keys of the top level). Unknown keys are an error. Declared in the settings table
+        /// ([`crate::cli::settings`]).
+        #[derive(Debug, Default, Clone, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct AgentTable {
+            /// The name `fallback_agents` and `--fallback-agent` use.
+            pub name: String,
+            $($table)*
+        }
+
+        impl AgentTable {
+            /// This table's keys as a ralph.toml of their own (every other key unset).
+            pub fn keys(&self) -> FileConfig {
+                FileConfig {
+                    $($tkeys: self.$tkeys.clone(),)*
+                    ..FileConfig::default()
+                }
+            }
+        }
+
+        /// Every declared setting, in the table's order.
+        pub const SETTINGS: &[Setting] = &[$($meta)*];
+    };
+    // An agent flag: AgentArgs, the top-level key and the [[agents]] key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* agent $name:ident : $fty:ty { $(#[$c:meta])* } => $kty:ty ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)*]
+            [$($agent)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($session)*]
+            [$($file)* $(#[doc = $doc])* pub $name: $kty,]
+            [$($table)* $(#[doc = $doc])* pub $name: $kty,]
+            [$($tkeys)* $name]
+            [$($meta)* Setting { key: Some(stringify!($name)), arg: Some(stringify!($name)), agent: true },]
+            $($rest)*);
+    };
+    // A `ralph run` flag and its key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* both $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($agent)*]
+            [$($session)*]
+            [$($file)* $(#[doc = $doc])* pub $key: $kty,]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: false },]
+            $($rest)*);
+    };
+    // A `ralph run` flag, its key, and the [[agents]] key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* table $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($agent)*]
+            [$($session)*]
+            [$($file)* $(#[doc = $doc])* pub $key: $kty,]
+            [$($table)* $(#[doc = $doc])* pub $key: $kty,]
+            [$($tkeys)* $key]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: true },]
+            $($rest)*);
+    };
+    // A flag alone.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* flag $name:ident : $fty:ty { $(#[$c:meta])* } ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($agent)*]
+            [$($session)*]
+            [$($file)*]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)* Setting { key: None, arg: Some(stringify!($name)), agent: false },]
+            $($rest)*);
+    };
+    // A key alone.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* key $key:ident : $kty:ty { $(#[$s:meta])* } ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)*]
+            [$($agent)*]
+            [$($session)*]
+            [$($file)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: None, agent: false },]
+            $($rest)*);
+    };
+    // A key alone, also an [[agents]] key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* table_key $key:ident : $kty:ty { $(#[$s:meta])* } ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)*]
+            [$($agent)*]
+            [$($session)*]
+            [$($file)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
+            [$($table)* $(#[doc = $doc])* $(#[$s])* pub $key: $kty,]
+            [$($tkeys)* $key]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: None, agent: true },]
+            $($rest)*);
+    };
+    // A flag of `ralph plan` and `ralph convert` alone.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* session $name:ident : $fty:ty { $(#[$c:meta])* } ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)*]
+            [$($agent)*]
+            [$($session)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($file)*]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)*]
+            $($rest)*);
+    };
+    // A flag of `ralph run`, `ralph plan` and `ralph convert`, and its key.
+    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*]
+        $(#[doc = $doc:literal])* shared $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty ; $($rest:tt)*) => {
+        settings!(@munch
+            [$($run)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($agent)*]
+            [$($session)* $(#[doc = $doc])* $(#[$c])* pub $name: $fty,]
+            [$($file)* $(#[doc = $doc])* pub $key: $kty,]
+            [$($table)*]
+            [$($tkeys)*]
+            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: false },]
+            $($rest)*);
+    };
+    ($($entries:tt)*) => {
+        settings!(@munch [] [] [] [] [] [] [] $($entries)*);
+    };
+}
+
+settings! {
+    /// The PRD file (default: ./prd.json). Its directory must be inside a git repository.
+    both prd: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_PRD")] } => prd: Option<PathBuf>;
+    /// Agent backend (default: claude).
+    agent agent: Option<AgentKind> { #[arg(long, value_enum, env = "RALPH_AGENT")] } => Option<AgentKind>;
+    /// Command line for `--agent exec`, split into words without a shell (e.g. "my-agent --flag").
+    agent agent_cmd: Option<String> { #[arg(long, value_name = "CMD", env = "RALPH_AGENT_CMD")] } => Option<String>;
+    /// Model name passed to the agent (e.g. `sonnet`).
+    agent model: Option<String> { #[arg(long, env = "RALPH_MODEL")] } => Option<String>;
+    /// Path to the agent CLI, when it is not on PATH under its usual name (e.g. `claude`).
+    agent agent_program: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_AGENT_PROGRAM")] } => Option<PathBuf>;
+    /// native: the API's wire format (default openai: Chat Completions).
+    agent provider: Option<crate::protocol::ProviderKind> { #[arg(long, value_enum, env = "RALPH_PROVIDER")] } => Option<ProviderKind>;
+    /// native/local: the API base URL (openai: including /v1), e.g. http://127.0.0.1:11434/v1.
+    agent base_url: Option<String> { #[arg(long, value_name = "URL", env = "RALPH_BASE_URL")] } => Option<String>;
+    /// native: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    agent api_key_env: Option<String> { #[arg(long, value_name = "VAR", env = "RALPH_API_KEY_ENV")] } => Option<String>;
+    /// local: which built-in model to serve: `default` (Qwen2.5-Coder-1.5B, about 2 GB of RAM)
+    /// or `small` (Qwen2.5-Coder-0.5B: faster, weaker).
+    agent local_model: Option<crate::local::BuiltinModel> { #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")] } => Option<crate::local::BuiltinModel>;
+    /// local: a GGUF model file to serve instead of a built-in model.
+    agent model_file: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_MODEL_FILE")] } => Option<PathBuf>;
+    /// The agent.
+    flag agent_args: AgentArgs { #[command(flatten)] };
+    /// The agent, as for `ralph run`.
+    session agent_args: AgentArgs { #[command(flatten)] };
+    /// An agent to switch to when the agents before it hit a usage limit or cannot log in
+    /// (repeatable, in order; comma-separated in the variable): the name of an `[[agents]]` table
+    /// in ralph.toml, or a backend such as `codex`. Replaces ralph.toml's `fallback_agents`.
+    shared fallback_agent: Vec<String> { #[arg(long = "fallback-agent", value_name = "NAME", env = "RALPH_FALLBACK_AGENT", value_delimiter = ',' )] } => fallback_agents: Option<Vec<String>>;
+    /// Maximum number of iterations in this run (default 10; 0 is refused).
+    both max_iter: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_ITER")] } => max_iter: Option<u32>;
+    /// Wall-clock limit per iteration, e.g. `30m`, `90s` (default 30m).
+    table timeout: Option<Duration> { #[arg(long, value_name = "DUR", env = "RALPH_TIMEOUT", value_parser = humantime::parse_duration)] } => timeout: Option<String>;
+    /// Kill the agent after this long without any output, e.g. `10m` (default 10m).
+    table idle_timeout: Option<Duration> { #[arg(long, value_name = "DUR", env = "RALPH_IDLE_TIMEOUT", value_parser = humantime::parse_duration)] } => idle_timeout: Option<String>;
+    /// Start even when the working tree has uncommitted changes.
+    both allow_dirty: bool { #[arg(long, env = "RALPH_ALLOW_DIRTY", value_parser = clap::builder::BoolishValueParser::new())] } => allow_dirty: Option<bool>;
+    /// Print machine-readable events (JSONL) on stdout instead of the live display.
+    flag json: bool { #[arg(long, env = "RALPH_JSON", value_parser = clap::builder::BoolishValueParser::new())] };
+    /// Print only warnings, errors and the final summary.
+    flag quiet: bool { #[arg(long, short, env = "RALPH_QUIET", value_parser = clap::builder::BoolishValueParser::new(), conflicts_with = "verbose")] };
+    /// Stream the agent's text and tool calls to the terminal.
+    flag verbose: bool { #[arg(long, short, env = "RALPH_VERBOSE", value_parser = clap::builder::BoolishValueParser::new())] };
+    /// Prompt template that replaces the built-in `templates/prompt.md`.
+    table template: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_TEMPLATE")] } => template: Option<PathBuf>;
+    /// native/local: how tool calls are requested (json: response_format json_schema, for models
+    /// without tool calling).
+    table tool_mode: Option<crate::protocol::ToolMode> { #[arg(long, value_enum, env = "RALPH_TOOL_MODE")] } => tool_mode: Option<ToolMode>;
+    /// native/local: tool-using steps per iteration before the model must summarize.
+    table max_steps: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_STEPS")] } => max_steps: Option<u32>;
+    /// A shell command that must exit 0 whenever an iteration marks a story passing (run with
+    /// `bash -c` in the repository, with RALPH_STORY_ID set); a story's own `verify` field wins.
+    both verify: Option<String> { #[arg(long, value_name = "CMD", env = "RALPH_VERIFY")] } => verify: Option<String>;
+    /// When the current story's verify command passes after an iteration, mark the story passing
+    /// even if the agent did not (default on for --agent local, whose small model often forgets).
+    both verify_marks_passing: Option<bool> { #[arg(long, env = "RALPH_VERIFY_MARKS_PASSING", value_parser = clap::builder::BoolishValueParser::new())] } => verify_marks_passing: Option<bool>;
+    /// When the agent hits a usage limit, stop (exit 75, resumable later) instead of waiting for
+    /// the reset.
+    flag no_wait: bool { #[arg(long, env = "RALPH_NO_WAIT", value_parser = clap::builder::BoolishValueParser::new())] };
+    /// Stop the run (exit 4) once the feature's agents cost this much, in USD (from the ledger;
+    /// the iteration that crosses it is finished, committed and recorded first). Earlier runs of
+    /// the same feature count too, unless `--budget-scope run`.
+    both max_cost: Option<f64> { #[arg(long, value_name = "USD", env = "RALPH_MAX_COST")] } => max_cost: Option<f64>;
+    /// What `--max-cost` counts: `feature` (default: every recorded iteration of prd.json's
+    /// `branchName`, over all its runs) or `run` (this run only).
+    both budget_scope: Option<crate::protocol::BudgetScope> { #[arg(long, value_enum, value_name = "SCOPE", env = "RALPH_BUDGET_SCOPE")] } => budget_scope: Option<crate::protocol::BudgetScope>;
+    /// For schedules (cron, a CronJob, a GitHub schedule): run only when the last run of this
+    /// PRD stopped for a reason that passes by itself (a usage limit, `--max-duration`, a
+    /// signal, a killed ralph); otherwise do nothing, say why and exit 0.
+    both resume_only: bool { #[arg(long, env = "RALPH_RESUME_ONLY", value_parser = clap::builder::BoolishValueParser::new())] } => resume_only: Option<bool>;
+    /// Iterations a story may take without passing before it is blocked and skipped (default 3;
+    /// 5 for `--agent local`).
+    both max_attempts: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_ATTEMPTS")] } => max_attempts: Option<u32>;
+    /// Failed iterations in a row (agent error, timeout, stall, broken prd.json, failed verify)
+    /// before the run stops with exit 4 (default 3).
+    both max_failures: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_FAILURES")] } => max_failures: Option<u32>;
+    /// Iterations in a row that change nothing but notes (no commit, no file beyond prd.json and
+    /// progress.txt) before the run stops with exit 4 (default 3; 5 for `--agent local`); it goes on
+    /// across a story blocked without a single change.
+    both max_no_progress: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_MAX_NO_PROGRESS")] } => max_no_progress: Option<u32>;
+    /// What to do when an iteration changes prd.json beyond the current story's passes/notes:
+    /// report it (default) or restore it.
+    both prd_guard: Option<crate::protocol::PrdGuard> { #[arg(long, value_enum, env = "RALPH_PRD_GUARD")] } => prd_guard: Option<PrdGuard>;
+    /// Give blocked stories another chance: clear their blocked mark and attempt counts.
+    flag unblock: bool { #[arg(long, env = "RALPH_UNBLOCK", value_parser = clap::builder::BoolishValueParser::new())] };
+    /// The notification flags.
+    flag notify: NotifyFlags { #[command(flatten)] };
+    /// Stop the run (exit 4) as soon as a story is blocked, instead of moving on to the next
+    /// story: for jobs where a blocked story needs a human before anything else.
+    both stop_on_block: bool { #[arg(long, env = "RALPH_STOP_ON_BLOCK", value_parser = clap::builder::BoolishValueParser::new())] } => stop_on_block: Option<bool>;
+    /// Work on up to N stories at once, each in its own git worktree with its own agent; the
+    /// stories' work lands on the run branch one at a time, checked on the landed tip (default
+    /// 1: one story at a time, in the checkout itself). Worth it for stories that touch
+    /// different files; it costs N agents' tokens and N times the load of the checks.
+    both parallel: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_PARALLEL")] } => parallel: Option<u32>;
+    /// claude: always keep ANTHROPIC_API_KEY in claude's environment. Without this ralph removes
+    /// it only when claude has a login of its own (the key would bill the API instead of your
+    /// subscription) and no ANTHROPIC_BASE_URL or ANTHROPIC_AUTH_TOKEN is set.
+    table keep_api_key: bool { #[arg(long, env = "RALPH_KEEP_API_KEY", value_parser = clap::builder::BoolishValueParser::new())] } => keep_api_key: Option<bool>;
+    /// Stop the run (exit 4) once it has run this long, e.g. `8h`; an iteration in progress is
+    /// finished and committed first, and a usage-limit wait past it stops at once.
+    both max_duration: Option<Duration> { #[arg(long, value_name = "DUR", env = "RALPH_MAX_DURATION", value_parser = humantime::parse_duration)] } => max_duration: Option<String>;
+    /// The configuration file (default: ./ralph.toml when it exists).
+    flag config: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")] };
+    /// After each iteration's checkpoint, push the run branch and ralph's refs (refs/ralph/*)
+    /// to REMOTE (default origin), never forced, holding a lease on the branch there so that no
+    /// other worker drives it at the same time; a fresh clone resumes from the remote.
+    /// Credentials: git's own (credential helpers, SSH agent), or RALPH_GIT_TOKEN for HTTPS.
+    both push: Option<String> { #[arg(long, value_name = "REMOTE", env = "RALPH_PUSH", num_args = 0..=1, default_missing_value = "origin")] } => push: Option<PushSetting>;
+    /// On SIGTERM/SIGINT/SIGHUP, finish within this long: the agent gets a short grace, then
+    /// the checkpoint, ledger, state, push and lease release (default 25s, inside Kubernetes'
+    /// 30 s grace period; 9s under GitHub Actions, whose cancel sends SIGKILL 10 s after SIGINT).
+    both shutdown_timeout: Option<Duration> { #[arg(long, value_name = "DUR", env = "RALPH_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration)] } => shutdown_timeout: Option<String>;
+    /// --push: how long the branch's lease on the remote lasts without a renewal (default 10m;
+    /// renewed every third of it while the run lives). A worker that dies leaves it for this
+    /// long before another may take the branch over.
+    both lease_ttl: Option<Duration> { #[arg(long, value_name = "DUR", env = "RALPH_LEASE_TTL", value_parser = humantime::parse_duration)] } => lease_ttl: Option<String>;
+    /// Run the agent and the verify commands inside bubblewrap: `fs` (system read-only, the
+    /// worktree writable, ralph's books read-only, $HOME hidden but for the agent's own state,
+    /// private /tmp and PID namespace) or `strict` (`fs`, and the network only to the agent's
+    /// API hosts and --allow-host). Default off. A sandbox that cannot be built stops the run.
+    both sandbox: Option<crate::protocol::SandboxMode> { #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")] } => sandbox: Option<crate::protocol::SandboxMode>;
+    /// --sandbox strict: one more host the agent may reach (`host` for any port, `host:port`,
+    /// `*.domain`), e.g. a package mirror; repeatable.
+    both allow_hosts: Vec<String> { #[arg(long = "allow-host", value_name = "HOST")] } => allow_hosts: Option<Vec<String>>;
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    both sandbox_writable: Vec<PathBuf> { #[arg(long = "sandbox-writable", value_name = "PATH")] } => sandbox_writable: Option<Vec<PathBuf>>;
+    /// Bytes of progress.txt shown in the prompt.
+    key progress_tail_bytes: Option<usize> {  };
+    /// Wait between SIGTERM and SIGKILL, humantime syntax (`5s`).
+    key kill_grace: Option<String> {  };
+    /// Time limit of one verify command, humantime syntax (`10m`).
+    key verify_timeout: Option<String> {  };
+    /// First wait after a transient agent failure, humantime syntax (`30s`); doubles each time.
+    key transient_backoff: Option<String> {  };
+    /// Transient failures in a row before the run stops (exit 4).
+    key max_transient_retries: Option<u32> {  };
+    /// How long to wait for a usage limit whose reset time the agent did not give (`1h`).
+    key usage_limit_fallback: Option<String> {  };
+    /// Extra wait after a usage limit's reset time (`30s`).
+    key usage_limit_margin: Option<String> {  };
+    /// Usage-limit waits in one run before it stops (exit 75).
+    key max_usage_limit_waits: Option<u32> {  };
+    /// native/local: output tokens per request.
+    table_key max_tokens: Option<u32> {  };
+    /// native/local: the model's context window in tokens.
+    table_key context_window: Option<u32> {  };
+    /// native/local: sampling temperature.
+    key temperature: Option<f32> {  };
+    /// native/local: sampling seed.
+    key seed: Option<u64> {  };
+    /// native/local: the tools offered to the model, by name (default: all; local: a short list).
+    key tools: Option<Vec<String>> {  };
+    /// Model prices in USD per million tokens: `[prices."gpt-4.1"] input = 2.0, output = 8.0`.
+    /// Used by the native backends and by CLIs that report tokens but no cost (codex, gemini).
+    table_key prices: BTreeMap<String, Price> { #[serde(default)] };
+    /// `--parallel`: ignored files copied from the checkout into each story's worktree (paths
+    /// relative to the repository root, e.g. `.env`).
+    key worktree_copy: Option<Vec<String>> {  };
+    /// `--parallel`: a shell command run in each new worktree before its agent (e.g. `npm ci`).
+    key worktree_setup: Option<String> {  };
+    /// Extra failure patterns, added to the built-in ones: `[patterns] usage_limit = ["…"]`.
+    key patterns: crate::agent::classify::ExtraPatterns { #[serde(default)] };
+    /// `--push`: attempts when the remote cannot be reached (default 4).
+    key push_attempts: Option<u32> {  };
+    /// `--push`: the first wait between attempts, humantime syntax (`2s`); it doubles.
+    key push_backoff: Option<String> {  };
+    /// Notifications: `[notify] webhook = ["…"]`, `command`, `desktop`, … (see
+    /// [`crate::notify`]).
+    key notify: crate::notify::NotifyFile { #[serde(default)] };
+    /// Named agent profiles: `[[agents]]` tables (see [`AgentTable`]).
+    key agents: Vec<AgentTable> { #[serde(default)] };
+
+    /// Wall-clock limit of one agent session, e.g. `10m` (default 30m).
+    session timeout: Option<Duration> { #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)] };
+    /// Stream the agent's text and tool calls to the terminal.
+    session verbose: bool { #[arg(long, short)] };
+    /// The configuration file (default: ./ralph.toml when it exists).
+    session config: Option<PathBuf> { #[arg(long, value_name = "PATH", env = "RALPH_CONFIG")] };
+    /// Run the agent inside bubblewrap, as `ralph run --sandbox` (off, fs, strict).
+    session sandbox: Option<crate::protocol::SandboxMode> { #[arg(long, value_enum, value_name = "MODE", env = "RALPH_SANDBOX")] };
+    /// --sandbox strict: one more host the agent may reach; repeatable.
+    session allow_hosts: Vec<String> { #[arg(long = "allow-host", value_name = "HOST")] };
+    /// --sandbox: one more path the agent and its checks may write (a package cache such as
+    /// ~/.cargo/registry); repeatable.
+    session sandbox_writable: Vec<PathBuf> { #[arg(long = "sandbox-writable", value_name = "PATH")] };
+}

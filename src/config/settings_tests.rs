@@ -1,0 +1,239 @@
+//! Table-driven tests over the settings table ([`crate::cli::settings::SETTINGS`]): a setting
+//! added to the table is tested without a line here. For each, a sample value is found (clap's possible values, else a few candidates)
+//! that the flag takes and that changes the resolved configuration; then its `RALPH_*`
+//! variable (in a child process, so that no other test sees it) and its ralph.toml key must
+//! give exactly the same configuration, and an `[[agents]]` key must reach the fallback's
+//! profile.
+
+use std::path::Path;
+
+use clap::{ArgAction, CommandFactory, Parser};
+
+use crate::cli::settings::SETTINGS;
+use crate::cli::{Cli, Command};
+use crate::config::RunConfig;
+
+/// Values tried in turn for a flag with no possible values.
+const CANDIDATES: &[&str] = &["7", "7m", "true", "codex"];
+/// Values tried in turn for a key with no flag (TOML literals).
+const KEY_CANDIDATES: &[&str] = &[
+    "7",
+    "\"7m\"",
+    "\"7\"",
+    "true",
+    "[\"7\"]",
+    "{ \"m\" = { input = 1.0, output = 2.0 } }",
+    "{ usage_limit = [\"x\"] }",
+    "{ command = \"x\" }",
+    "[{ name = \"codex\" }]",
+];
+/// The child process's directory, when this test binary runs as [`env_probe`]'s child.
+const PROBE_DIR: &str = "RALPH_SETTINGS_PROBE_DIR";
+
+fn run_command() -> clap::Command {
+    Cli::command()
+        .find_subcommand("run")
+        .expect("the run command")
+        .clone()
+}
+
+/// The configuration `ralph run ARGV` resolves in `dir`, as text (its `Debug`).
+fn with_flags(dir: &Path, argv: &[String]) -> Result<String, String> {
+    let cli = Cli::try_parse_from(
+        ["ralph", "run"]
+            .into_iter()
+            .map(String::from)
+            .chain(argv.iter().cloned()),
+    )
+    .map_err(|e| e.to_string())?;
+    let Command::Run(args) = cli.command else {
+        return Err("not run".into());
+    };
+    RunConfig::resolve(&args, dir)
+        .map(|c| format!("{c:?}"))
+        .map_err(|e| e.to_string())
+}
+
+/// The configuration with `toml` as `dir`'s ralph.toml and no flags.
+fn with_toml(dir: &Path, toml: &str) -> Result<String, String> {
+    std::fs::write(dir.join("ralph.toml"), toml).unwrap();
+    let out = with_flags(dir, &[]);
+    std::fs::write(dir.join("ralph.toml"), "").unwrap();
+    out
+}
+
+/// The configuration `ralph run` resolves in `dir` with only `var=value` set in its
+/// environment, read by a child process running [`env_probe`].
+fn with_env(dir: &Path, var: &str, value: &str) -> Result<String, String> {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "config::settings_tests::env_probe",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("RALPH_")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd.env(PROBE_DIR, dir).env(var, value).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        // The harness prints the test's name on the same line first.
+        .find_map(|l| l.split_once("RESOLVED:").map(|(_, rest)| rest))
+        .map(|l| match l.strip_prefix("ERR:") {
+            Some(e) => Err(e.to_owned()),
+            None => Ok(l.to_owned()),
+        })
+        .unwrap_or_else(|| Err(format!("the probe printed nothing: {stdout}")))
+}
+
+/// The child side of [`with_env`]: does nothing unless started by it.
+#[test]
+fn env_probe() {
+    let Some(dir) = std::env::var_os(PROBE_DIR) else {
+        return;
+    };
+    match RunConfig::resolve_here(Path::new(&dir)) {
+        Ok(c) => println!("RESOLVED:{c:?}"),
+        Err(e) => println!("RESOLVED:ERR:{}", e.to_string().replace('\n', " ")),
+    }
+}
+
+/// A sample for `arg`: the command-line words, the value for its variable, and the TOML
+/// literals to try for its key; the first one the flag takes and that changes the
+/// configuration.
+fn sample(dir: &Path, arg: &clap::Arg, default: &str) -> (Vec<String>, String, Vec<String>) {
+    let long = format!("--{}", arg.get_long().expect("a long flag"));
+    if matches!(arg.get_action(), ArgAction::SetTrue) {
+        return (vec![long], "true".into(), vec!["true".into()]);
+    }
+    let possible: Vec<String> = arg
+        .get_possible_values()
+        .iter()
+        .rev()
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    let values = if possible.is_empty() {
+        CANDIDATES.iter().map(|s| s.to_string()).collect()
+    } else {
+        possible
+    };
+    for v in values {
+        let words = vec![long.clone(), v.clone()];
+        if with_flags(dir, &words).is_ok_and(|c| c != default) {
+            // A boolish value (`1`, `yes`) is a TOML boolean.
+            let literals = vec![
+                v.clone(),
+                format!("{v:?}"),
+                format!("[{v:?}]"),
+                "true".into(),
+            ];
+            return (words, v, literals);
+        }
+    }
+    panic!("no sample value of {long} changes the resolved configuration");
+}
+
+#[test]
+fn every_flag_variable_and_key_reaches_the_resolved_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("ralph.toml"), "").unwrap();
+    let default = with_flags(dir, &[]).unwrap();
+    let cmd = run_command();
+    let mut checked = 0;
+    for setting in SETTINGS {
+        let (Some(key), Some(id)) = (setting.key, setting.arg) else {
+            continue;
+        };
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .unwrap_or_else(|| panic!("`{id}` is no argument of `ralph run`"));
+        let (words, env_value, literals) = sample(dir, arg, &default);
+        let by_flag = with_flags(dir, &words).unwrap();
+        let by_key = literals
+            .iter()
+            .map(|l| with_toml(dir, &format!("{key} = {l}\n")))
+            .find(|c| c.as_ref() == Ok(&by_flag));
+        assert!(
+            by_key.is_some(),
+            "ralph.toml's `{key}` does not give what {words:?} gives"
+        );
+        if let Some(var) = arg.get_env() {
+            let var = var.to_string_lossy();
+            assert_eq!(
+                with_env(dir, &var, &env_value),
+                Ok(by_flag.clone()),
+                "{var}={env_value} does not give what {words:?} gives"
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 30,
+        "only {checked} settings with a flag and a key"
+    );
+}
+
+#[test]
+fn every_key_without_a_flag_reaches_the_resolved_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("ralph.toml"), "").unwrap();
+    let default = with_flags(dir, &[]).unwrap();
+    for setting in SETTINGS.iter().filter(|s| s.arg.is_none()) {
+        let key = setting.key.expect("a key");
+        let reached = KEY_CANDIDATES
+            .iter()
+            .any(|l| with_toml(dir, &format!("{key} = {l}\n")).is_ok_and(|c| c != default));
+        assert!(
+            reached,
+            "no value of ralph.toml's `{key}` changes the configuration"
+        );
+    }
+}
+
+#[test]
+fn every_agent_key_reaches_the_fallback_agents_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("ralph.toml"), "").unwrap();
+    let table = "[[agents]]\nname = \"b\"\nagent = \"codex\"\n";
+    let without = with_toml(dir, table);
+    for setting in SETTINGS.iter().filter(|s| s.agent) {
+        let key = setting.key.expect("a key");
+        let head = match key {
+            // The backend itself: a table named after none, so that only the key sets it.
+            "agent" => "[[agents]]\nname = \"b\"\n",
+            _ => table,
+        };
+        let mut literals: Vec<String> = KEY_CANDIDATES.iter().map(|s| s.to_string()).collect();
+        literals.extend(["\"gemini\"", "\"json\"", "\"anthropic\"", "\"small\""].map(String::from));
+        let reached = literals.iter().any(|l| {
+            let toml = format!("{head}{key} = {l}\n");
+            with_toml(dir, &toml).is_ok_and(|c| Ok(&c) != without.as_ref())
+        });
+        assert!(
+            reached,
+            "no value of `{key}` in an [[agents]] table changes that agent"
+        );
+    }
+}
+
+#[test]
+fn flags_and_keys_are_declared_once() {
+    let mut keys: Vec<&str> = SETTINGS.iter().filter_map(|s| s.key).collect();
+    let mut args: Vec<&str> = SETTINGS.iter().filter_map(|s| s.arg).collect();
+    let (k, a) = (keys.len(), args.len());
+    keys.sort_unstable();
+    keys.dedup();
+    args.sort_unstable();
+    args.dedup();
+    assert_eq!(
+        (keys.len(), args.len()),
+        (k, a),
+        "a key or a flag is declared twice"
+    );
+}
