@@ -669,7 +669,9 @@ impl Sandbox {
             }
             // A linked worktree on a branch writes the branch's reflog in the common directory,
             // whose folder is bound read-write only when it exists.
-            if let (Some(branch), false) = (&roots.branch_ref, roots.git_dir.as_ref() == Some(common)) {
+            if let (Some(branch), false) =
+                (&roots.branch_ref, roots.git_dir.as_ref() == Some(common))
+            {
                 if let Some(parent) = common.join("logs").join(branch).parent() {
                     let _ = std::fs::create_dir_all(parent);
                 }
@@ -859,10 +861,12 @@ fn movable(files: &[String]) -> Vec<String> {
     let mut out: Vec<String> = files
         .iter()
         .filter(finished)
-        .filter(|f| match f.strip_prefix("pack-").and_then(|r| r.split_once('.')) {
-            Some((stem, _)) => files.contains(&format!("pack-{stem}.idx")),
-            None => true,
-        })
+        .filter(
+            |f| match f.strip_prefix("pack-").and_then(|r| r.split_once('.')) {
+                Some((stem, _)) => files.contains(&format!("pack-{stem}.idx")),
+                None => true,
+            },
+        )
         .cloned()
         .collect();
     out.sort_by_key(|f| f.ends_with(".idx"));
@@ -1264,8 +1268,14 @@ mod tests {
             hidden_main_checkout(&inside, Some(&git), Some(&common)),
             Some(main.clone())
         );
-        assert_eq!(hidden_main_checkout(&outside, Some(&git), Some(&common)), None);
-        assert_eq!(hidden_main_checkout(&main, Some(&common), Some(&common)), None);
+        assert_eq!(
+            hidden_main_checkout(&outside, Some(&git), Some(&common)),
+            None
+        );
+        assert_eq!(
+            hidden_main_checkout(&main, Some(&common), Some(&common)),
+            None
+        );
     }
 
     /// A link that is itself visible (in a writable folder) but points into a hidden place gets

@@ -261,7 +261,8 @@ fn hello_files_done(env: &TestEnv, out: &std::process::Output) {
 #[test]
 fn local_model_completes_the_hello_files_example_under_sandbox_strict() {
     let test = "local_model_completes_the_hello_files_example_under_sandbox_strict";
-    if !crate::sandbox::bwrap_or_skip(test) || prepared_or_skip(test, BuiltinModel::Default).is_none()
+    if !crate::sandbox::bwrap_or_skip(test)
+        || prepared_or_skip(test, BuiltinModel::Default).is_none()
     {
         return;
     }

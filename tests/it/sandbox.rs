@@ -671,7 +671,10 @@ echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com co
         env.git(&["for-each-ref", "refs/heads/stolen"]).is_empty(),
         "{said}"
     );
-    assert!(!env.read(".ralph/ledger.jsonl").contains("forged"), "{said}");
+    assert!(
+        !env.read(".ralph/ledger.jsonl").contains("forged"),
+        "{said}"
+    );
     // Every story's work was committed in its worker's tree, landed and passes.
     assert_eq!(commits.matches("committed").count(), 3, "{said}");
     let files = env.git(&["ls-tree", "--name-only", "ralph/demo"]);
@@ -695,4 +698,81 @@ echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com co
         .output()
         .expect("git fsck");
     assert!(fsck.status.success(), "git fsck: {}", text(&fsck));
+}
+
+/// `--parallel 2 --sandbox strict`: each worker's agent reaches an allowed host on the host's
+/// loopback at its own address (its worker's bridge and proxy, which runs on the worker's
+/// runtime while the agent runs), and a host off the allowlist is refused and named in that
+/// worker's own record only.
+#[test]
+fn parallel_workers_under_sandbox_strict_reach_only_allowed_hosts() {
+    if !bwrap_or_skip("parallel_workers_under_sandbox_strict_reach_only_allowed_hosts") {
+        return;
+    }
+    let mut prd = prd_with_stories(2);
+    for (i, s) in prd["userStories"]
+        .as_array_mut()
+        .expect("stories")
+        .iter_mut()
+        .enumerate()
+    {
+        s["verify"] = json!(format!("grep -q leaked file-{}.txt", i + 1));
+    }
+    let env = TestEnv::new(&prd);
+    let (allowed, allowed_hits) = loopback_server();
+    let (refused, refused_hits) = loopback_server();
+    let body = format!(
+        r#"story=$(sed -n 's/^Story ID: //p' | head -n 1)
+n=${{story#US-00}}
+curl -s --max-time 20 http://127.0.0.1:{allowed}/ > "file-$n.txt" 2>&1
+if [ "$story" = US-002 ]; then curl -s --noproxy '' --max-time 5 -x http://127.0.0.1:3128 http://127.0.0.1:{refused}/ >/dev/null 2>&1; fi
+python3 - "$story" <<'PY'
+import json, sys
+p = json.load(open("prd.json"))
+for s in p["userStories"]:
+    if s["id"] == sys.argv[1]:
+        s["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY
+git add "file-$n.txt" prd.json
+git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story" 2>/dev/null
+"#
+    );
+    let agent = crate::common::script_file(&env, "net-agent.sh", &body);
+    let allow = format!("127.0.0.1:{allowed}");
+    let out = env.ralph(&[
+        "run",
+        "--parallel",
+        "2",
+        "--sandbox",
+        "strict",
+        "--allow-host",
+        &allow,
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--max-iter",
+        "4",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(allowed_hits.load(Ordering::SeqCst) >= 2, "{all}");
+    assert_eq!(refused_hits.load(Ordering::SeqCst), 0, "{all}");
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 2, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r:#}");
+        assert_eq!(r["sandbox"], "strict", "{r:#}");
+        let names: Vec<&str> = r["refused_hosts"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mine = r["story_id"] == "US-002";
+        assert_eq!(
+            names.contains(&format!("127.0.0.1:{refused}").as_str()),
+            mine,
+            "only US-002's record names its refused host: {r:#}"
+        );
+    }
 }
