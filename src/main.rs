@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use ralph::cli::Command;
 
 fn main() -> ExitCode {
+    // The strict sandbox's bridge starts once per sandboxed process: no parser, no logging.
+    ralph::commands::bridge::run_early();
     let cli = ralph::cli::parse();
     init_logging();
     if matches!(

@@ -249,7 +249,10 @@ impl SandboxStart {
     pub fn see(&mut self, line: &process::OutputLine) {
         let text = process::strip_ansi(&line.text);
         let text = text.trim();
-        if text.contains(DENIED_WRITE) {
+        // git ≥ 2.45 deletes the `AUTO_MERGE` pseudo-ref on every commit, which locks
+        // `packed-refs` in the common git directory; a `--parallel` worker's sandbox keeps that
+        // read-only, and the commit succeeds regardless: not a write the agent's tools need.
+        if text.contains(DENIED_WRITE) && !text.contains("packed-refs.lock") {
             self.denied_writes += 1;
         }
         if !self.other_output
@@ -401,6 +404,9 @@ mod tests {
         );
         start.see(&OutputLine::stdout(
             "{\"type\":\"user\",\"content\":\"mkdir: cannot create directory '/usr/x': Read-only file system\"}",
+        ));
+        start.see(&OutputLine::stdout(
+            "error: Unable to create '/m/.git/packed-refs.lock': Read-only file system",
         ));
         let two = start.denied_finding().unwrap_or_default();
         assert!(

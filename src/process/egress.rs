@@ -302,6 +302,9 @@ pub fn bridge(forwards: &[u16], program: &Path, args: &[String]) -> io::Result<i
         )
     })?;
     let status = child.wait()?;
+    // The listeners' threads are not waited for: the caller exits at once, and a shutdown that
+    // joins them only delays the agent's exit status reaching ralph.
+    runtime.shutdown_background();
     use std::os::unix::process::ExitStatusExt as _;
     Ok(status
         .code()

@@ -6,7 +6,9 @@
 //!
 //! The mount table, in bwrap's order (a later mount covers an earlier one):
 //! 1. `/` read-only, a fresh `/dev` and `/proc` (of the new PID namespace), a private `/tmp`,
-//!    the user's `sandbox_writable` paths read-write;
+//!    for a worktree inside its main checkout (a `--parallel` worker's) the main checkout
+//!    hidden behind an empty tmpfs (read-only once the rest is bound), the user's
+//!    `sandbox_writable` paths read-write;
 //! 2. `$HOME` an empty tmpfs, then the backend's state paths (`~/.claude`, `~/.codex`, …)
 //!    bound read-write onto the host copies (a token refresh lands there) and `~/.gitconfig`
 //!    read-only (the agent's commits keep the user's name);
@@ -15,9 +17,11 @@
 //!    it), then read-only again: `config`, `hooks`, `info`, `HEAD`, `packed-refs`, `refs`
 //!    (ralph's `refs/ralph/*` pins, tags and other branches), and read-write again the
 //!    directory holding the run branch's ref (`refs/heads/<branch>` and its `.lock`). A linked
-//!    worktree's common directory gets `objects`, `logs` and the branch's ref directory. So an
-//!    agent can commit on the run branch, and cannot add a hook or a remote, move `HEAD` or
-//!    touch ralph's refs;
+//!    worktree's common directory is read-only but for the branch's ref and reflog
+//!    directories; a linked worktree on a detached HEAD (a `--parallel` worker's) has no branch
+//!    there and commits by moving its own `HEAD`, which is writable. So an agent can commit on
+//!    the run branch (or its worker's HEAD), and cannot add a hook or a remote, move the
+//!    checkout's `HEAD` or touch other branches and ralph's refs;
 //! 5. ralph's books (`.ralph/`) read-only;
 //! 6. strict: the egress proxy's unix socket at [`PROXY_SOCKET`].
 //!
@@ -143,6 +147,12 @@ pub struct Roots {
     /// strict: the egress proxy's socket on the host and the loopback ports the bridge forwards
     /// to the same port on the host (a model server on the host's loopback).
     pub egress: Option<EgressEnd>,
+    /// Folders hidden behind an empty tmpfs that is made read-only once everything else is
+    /// bound (what is bound into them stays as bound). A linked worktree inside its main
+    /// checkout (`--parallel`'s `.ralph/worktrees/<run>/<story>-<n>`) hides the main checkout:
+    /// its files, ralph's books and the other workers' worktrees are not visible, and a write
+    /// there fails with `Read-only file system`.
+    pub hidden: Vec<PathBuf>,
 }
 
 /// The host end of a strict sandbox's network (see [`Roots::egress`]).
@@ -168,6 +178,9 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     a.push(["--dev", "/dev"]);
     a.push(["--proc", "/proc"]);
     a.push(["--tmpfs", "/tmp"]);
+    for path in &roots.hidden {
+        a.path1("--tmpfs", path);
+    }
     for path in &roots.writable {
         a.path2("--bind-try", path);
     }
@@ -195,6 +208,10 @@ pub fn wrap(spec: SpawnSpec, mode: SandboxMode, roots: &Roots) -> SpawnSpec {
     git_mounts(&mut a, roots);
     for books in &roots.books {
         a.path2("--ro-bind-try", books);
+    }
+    // Not recursive: the mounts inside (the worktree, the git directory) keep their own modes.
+    for path in &roots.hidden {
+        a.path1("--remount-ro", path);
     }
     if mode == SandboxMode::Strict {
         if let Some(egress) = &roots.egress {
@@ -313,10 +330,18 @@ fn git_mounts(a: &mut Args, roots: &Roots) {
     let (Some(git_dir), Some(common)) = (&roots.git_dir, &roots.git_common_dir) else {
         return;
     };
+    let linked = common != git_dir;
     // Read-write where git writes for a commit …
-    if common != git_dir {
+    if linked {
         a.path2("--ro-bind", common);
-        a.path2("--bind-try", &common.join("logs"));
+        // The branch's reflog (a detached HEAD's is in the worktree's own git directory).
+        if let Some(parent) = roots
+            .branch_ref
+            .as_ref()
+            .and_then(|b| common.join("logs").join(b).parent().map(Path::to_path_buf))
+        {
+            a.path2("--bind-try", &parent);
+        }
     }
     a.path2("--bind", git_dir);
     // The history is read-only; new objects go to the agent's own folder (AGENT_OBJECTS).
@@ -340,6 +365,12 @@ fn git_mounts(a: &mut Args, roots: &Roots) {
             "commondir",
             "gitdir",
         ] {
+            // A linked worktree on a detached HEAD (a `--parallel` worker's) commits by moving
+            // its own HEAD: that one file is its branch, and git replaces it by a rename, which
+            // a file bound on its own would refuse.
+            if name == "HEAD" && linked && *dir == git_dir && roots.branch_ref.is_none() {
+                continue;
+            }
             a.path2("--ro-bind-try", &dir.join(name));
         }
     }
@@ -408,6 +439,9 @@ impl Roots {
             ),
             None => (Vec::new(), Vec::new()),
         };
+        let hidden = hidden_main_checkout(&worktree, git_dir.as_deref(), git_common_dir.as_deref())
+            .into_iter()
+            .collect();
         Roots {
             bwrap: bwrap.to_path_buf(),
             books: vec![worktree.join(".ralph")],
@@ -426,8 +460,26 @@ impl Roots {
                 .collect(),
             env_prefixes: env_prefixes.to_vec(),
             egress: None,
+            hidden,
         }
     }
+}
+
+/// The main checkout a linked worktree lies inside (`--parallel`'s trees are under the main
+/// checkout's `.ralph/worktrees/`), which its sandbox hides ([`Roots::hidden`]); `None` for the
+/// main checkout itself, a worktree elsewhere, or a common git directory not named `.git`.
+fn hidden_main_checkout(
+    worktree: &Path,
+    git_dir: Option<&Path>,
+    common: Option<&Path>,
+) -> Option<PathBuf> {
+    let (git_dir, common) = (git_dir?, common?);
+    if git_dir == common || common.file_name()? != ".git" {
+        return None;
+    }
+    let main = common.parent()?;
+    let tree = worktree.canonicalize().ok()?;
+    (tree != main && tree.starts_with(main)).then(|| main.to_path_buf())
 }
 
 /// The worktree a process working in `cwd` is in: the first ancestor holding `.git` (a folder,
@@ -467,11 +519,21 @@ fn git_dirs(worktree: &Path) -> (Option<PathBuf>, Option<PathBuf>) {
 
 /// Whether bwrap can build a sandbox here: `Ok(path of bwrap)`, or why not (missing, or user
 /// namespaces refused), as a sentence with the fix. Runs `bwrap … true` with the namespaces a
-/// strict sandbox uses (about 5 ms).
+/// strict sandbox uses (about 5 ms) the first time; a success is remembered for the rest of the
+/// process (each `--parallel` worker builds its own sandbox).
 ///
 /// # Errors
 /// The sentence saying what is missing.
 pub fn probe() -> Result<PathBuf, String> {
+    static WORKS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(bwrap) = WORKS.get() {
+        return Ok(bwrap.clone());
+    }
+    let bwrap = probe_once()?;
+    Ok(WORKS.get_or_init(|| bwrap).clone())
+}
+
+fn probe_once() -> Result<PathBuf, String> {
     let bwrap = which::which("bwrap").map_err(|_| {
         "bubblewrap (`bwrap`) is not installed: install it (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`) or run without --sandbox".to_owned()
     })?;
@@ -604,6 +666,15 @@ impl Sandbox {
                 tracing::warn!(
                     "cannot move the sandboxed agent's git objects into the history: {e}"
                 );
+            }
+            // A linked worktree on a branch writes the branch's reflog in the common directory,
+            // whose folder is bound read-write only when it exists.
+            if let (Some(branch), false) =
+                (&roots.branch_ref, roots.git_dir.as_ref() == Some(common))
+            {
+                if let Some(parent) = common.join("logs").join(branch).parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
             }
         }
         if let Some(home) = &roots.home {
@@ -745,7 +816,8 @@ pub fn settle_agent_objects(common: &Path) -> std::io::Result<()> {
         }
         text.push_str(&line);
         text.push('\n');
-        std::fs::write(&alternates, text)?;
+        // Whole or not at all: `--parallel` workers' git reads it while another settles.
+        crate::fsutil::write_atomic(&alternates, text.as_bytes())?;
     }
     for entry in std::fs::read_dir(&scratch)? {
         let entry = entry?;
@@ -757,36 +829,63 @@ pub fn settle_agent_objects(common: &Path) -> std::io::Result<()> {
         }
         let to = objects.join(&*name);
         std::fs::create_dir_all(&to)?;
+        let mut files = Vec::new();
         for file in std::fs::read_dir(entry.path())? {
             let file = file?;
-            if !file.file_type()?.is_file() {
-                continue;
+            if file.file_type()?.is_file() {
+                files.push(file.file_name().to_string_lossy().into_owned());
             }
-            let dest = to.join(file.file_name());
+        }
+        for file in movable(&files) {
+            let from = entry.path().join(&file);
+            let dest = to.join(&file);
             if dest.exists() {
-                std::fs::remove_file(file.path())?;
+                std::fs::remove_file(&from)?;
             } else {
-                std::fs::rename(file.path(), &dest)?;
+                std::fs::rename(&from, &dest)?;
             }
         }
-        if is_fanout {
-            let _ = std::fs::remove_dir(entry.path());
-        }
+        // The emptied fan-out folder stays: another `--parallel` worker's git may be about to
+        // write its next object there, and would fail on a folder removed under it.
     }
     Ok(())
+}
+
+/// Of the files in one folder of [`AGENT_OBJECTS`], those that are finished and may move, in
+/// the order to move them. A git still running (another `--parallel` worker's agent) writes an
+/// object as `tmp_obj_*` and a pack as `tmp_pack_*`/`tmp_idx_*` beside its final name, and
+/// renames it when whole: those stay. A pack moves only once its `.idx` exists, the `.idx`
+/// last, so `objects/pack` never shows an index without its pack.
+fn movable(files: &[String]) -> Vec<String> {
+    let finished = |f: &&String| !f.starts_with("tmp_") && !f.starts_with('.');
+    let mut out: Vec<String> = files
+        .iter()
+        .filter(finished)
+        .filter(
+            |f| match f.strip_prefix("pack-").and_then(|r| r.split_once('.')) {
+                Some((stem, _)) => files.contains(&format!("pack-{stem}.idx")),
+                None => true,
+            },
+        )
+        .cloned()
+        .collect();
+    out.sort_by_key(|f| f.ends_with(".idx"));
+    out
 }
 
 /// Whether `path` is seen inside as on the host: not under the private `/tmp` or the hidden
 /// `$HOME`, or under a path bound back (state, `sandbox_writable`, read-only extras).
 fn visible(roots: &Roots, path: &Path) -> bool {
-    let hidden =
-        path.starts_with("/tmp") || roots.home.as_ref().is_some_and(|h| path.starts_with(h));
+    let hidden = path.starts_with("/tmp")
+        || roots.home.as_ref().is_some_and(|h| path.starts_with(h))
+        || roots.hidden.iter().any(|h| path.starts_with(h));
     !hidden
         || roots
             .writable
             .iter()
             .chain(&roots.state)
             .chain(&roots.extra_readable)
+            .chain(std::iter::once(&roots.worktree))
             .any(|p| path.starts_with(p))
 }
 
@@ -925,6 +1024,7 @@ mod tests {
             .collect(),
             env_prefixes: vec!["ANTHROPIC_".into()],
             egress: None,
+            hidden: Vec::new(),
         }
     }
 
@@ -1095,6 +1195,89 @@ mod tests {
         assert!(common < objects && refs < heads);
     }
 
+    /// A `--parallel` worker's tree (detached HEAD, inside the main checkout): the main
+    /// checkout is hidden and read-only, the tree and its own git directory (HEAD included)
+    /// writable, and nothing of the common directory's refs or logs.
+    #[test]
+    fn a_parallel_workers_tree_hides_the_checkout_and_moves_only_its_own_head() {
+        let mut r = roots();
+        r.worktree = "/m/.ralph/worktrees/r1/US-001-1".into();
+        r.git_dir = Some("/m/.git/worktrees/US-001-1".into());
+        r.git_common_dir = Some("/m/.git".into());
+        r.branch_ref = None;
+        r.books = vec!["/m/.ralph/worktrees/r1/US-001-1/.ralph".into()];
+        r.hidden = vec!["/m".into()];
+        let mut s = spec();
+        s.cwd = r.worktree.clone();
+        let a = wrap(s, SandboxMode::Fs, &r).args;
+        let hide = at(&a, &["--tmpfs", "/m"]);
+        let tree = at(
+            &a,
+            &[
+                "--bind",
+                "/m/.ralph/worktrees/r1/US-001-1",
+                "/m/.ralph/worktrees/r1/US-001-1",
+            ],
+        );
+        let common = at(&a, &["--ro-bind", "/m/.git", "/m/.git"]);
+        let own = at(
+            &a,
+            &[
+                "--bind",
+                "/m/.git/worktrees/US-001-1",
+                "/m/.git/worktrees/US-001-1",
+            ],
+        );
+        let sealed = at(&a, &["--remount-ro", "/m"]);
+        assert!(hide < tree && tree < common && common < own && own < sealed);
+        assert_eq!(sealed + 2, at(&a, &["--unshare-pid"]));
+        let joined = a.join(" ");
+        assert!(
+            !joined.contains("/m/.git/worktrees/US-001-1/HEAD"),
+            "the worker's HEAD is its branch: {joined}"
+        );
+        for rw in ["/m/.git/logs", "/m/.git/refs/heads"] {
+            assert!(
+                !joined.contains(&format!("--bind-try {rw}")),
+                "{rw} is writable: {joined}"
+            );
+        }
+        at(
+            &a,
+            &[
+                "--ro-bind-try",
+                "/m/.git/worktrees/US-001-1/commondir",
+                "/m/.git/worktrees/US-001-1/commondir",
+            ],
+        );
+    }
+
+    /// Which worktrees hide their main checkout: a linked one inside it, not the checkout
+    /// itself nor a linked one elsewhere.
+    #[test]
+    fn only_a_worktree_inside_its_checkout_hides_the_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().canonicalize().unwrap().join("m");
+        let inside = main.join(".ralph/worktrees/r/US-1-1");
+        let outside = dir.path().canonicalize().unwrap().join("elsewhere");
+        std::fs::create_dir_all(main.join(".git/worktrees/x")).unwrap();
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let (git, common) = (main.join(".git/worktrees/x"), main.join(".git"));
+        assert_eq!(
+            hidden_main_checkout(&inside, Some(&git), Some(&common)),
+            Some(main.clone())
+        );
+        assert_eq!(
+            hidden_main_checkout(&outside, Some(&git), Some(&common)),
+            None
+        );
+        assert_eq!(
+            hidden_main_checkout(&main, Some(&common), Some(&common)),
+            None
+        );
+    }
+
     /// A link that is itself visible (in a writable folder) but points into a hidden place gets
     /// its target's install folder bound; an npm launcher's whole `node_modules` is bound, and
     /// the link, visible then, is not recreated.
@@ -1150,6 +1333,10 @@ mod tests {
         std::fs::write(scratch.join("ab/cdef"), "same name").unwrap();
         std::fs::write(scratch.join("ab/0123"), "new").unwrap();
         std::fs::write(scratch.join("pack/pack-1.pack"), "pack").unwrap();
+        std::fs::write(scratch.join("pack/pack-1.idx"), "idx").unwrap();
+        // Still being written by a git that runs on (another worker's agent): left in place.
+        std::fs::write(scratch.join("ab/tmp_obj_Xy12"), "half").unwrap();
+        std::fs::write(scratch.join("pack/pack-2.pack"), "no index yet").unwrap();
         settle_agent_objects(common).unwrap();
         assert_eq!(
             std::fs::read_to_string(common.join("objects/ab/cdef")).unwrap(),
@@ -1160,7 +1347,11 @@ mod tests {
             "new"
         );
         assert!(common.join("objects/pack/pack-1.pack").is_file());
-        assert!(!scratch.join("ab").exists());
+        assert!(common.join("objects/pack/pack-1.idx").is_file());
+        assert!(scratch.join("ab/tmp_obj_Xy12").is_file());
+        assert!(!common.join("objects/ab/tmp_obj_Xy12").exists());
+        assert!(scratch.join("pack/pack-2.pack").is_file());
+        assert!(!common.join("objects/pack/pack-2.pack").exists());
         let alternates = std::fs::read_to_string(common.join("objects/info/alternates")).unwrap();
         assert_eq!(alternates.lines().count(), 1, "listed once: {alternates}");
     }

@@ -69,13 +69,6 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
             cfg.prd_path.display()
         );
     }
-    if cfg.parallel > 1 && cfg.sandbox.is_on() {
-        bail!(
-            "--parallel {} cannot be used with --sandbox {} yet: the sandbox is built for the checkout, not for the stories' worktrees\nhint: run with --parallel 1 to keep the sandbox, or without --sandbox to work on stories in parallel",
-            cfg.parallel,
-            cfg.sandbox.as_str()
-        );
-    }
     let repo = Repo::discover(&prd_dir)?;
     if cfg.parallel > 1 {
         // A `worktree_copy` path missing from the checkout would fail every story's setup.

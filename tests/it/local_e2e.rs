@@ -232,3 +232,141 @@ fn ctrl_c_during_a_local_run_leaves_no_server_and_no_agent() {
         "{outcomes:?}"
     );
 }
+
+/// Every story of hello-files has a `story_passed` record and `check.sh all` passes.
+fn hello_files_done(env: &TestEnv, out: &std::process::Output) {
+    let ledger = env.ledger();
+    for id in ["US-001", "US-002", "US-003"] {
+        assert!(
+            ledger
+                .iter()
+                .any(|r| r["story_id"] == id && r["outcome"] == "story_passed"),
+            "no story_passed record for {id}: {ledger:?}\n{}",
+            text(out)
+        );
+    }
+    let check = std::process::Command::new("sh")
+        .arg("check.sh")
+        .arg("all")
+        .current_dir(&env.repo)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+}
+
+/// The same stories pass with `--sandbox strict` (issue 22's acceptance): the model server ralph
+/// starts on the host's 127.0.0.1 is on the local backend's allowlist and reached from inside the
+/// sandbox's network namespace at the same address, through ralph's bridge and egress proxy;
+/// the native agent's tools and the verify commands run in the sandbox.
+#[test]
+fn local_model_completes_the_hello_files_example_under_sandbox_strict() {
+    let test = "local_model_completes_the_hello_files_example_under_sandbox_strict";
+    if !crate::sandbox::bwrap_or_skip(test)
+        || prepared_or_skip(test, BuiltinModel::Default).is_none()
+    {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let env = hello_files_env();
+    let started = Instant::now();
+    let out = local_cmd(
+        &env,
+        &[
+            "run",
+            "--agent",
+            "local",
+            "--max-iter",
+            "10",
+            "--sandbox",
+            "strict",
+        ],
+    )
+    .output()
+    .unwrap();
+    eprintln!(
+        "hello-files with the default model under --sandbox strict: {:?}, {} iterations",
+        started.elapsed(),
+        env.ledger().len()
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    hello_files_done(&env, &out);
+    for r in env.ledger() {
+        assert_eq!(r["sandbox"], "strict", "{r}");
+        // The model server was never refused: it is the backend's declared host.
+        let refused = r["refused_hosts"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !refused
+                .iter()
+                .any(|h| h.as_str().is_some_and(|h| h.starts_with("127.0.0.1"))),
+            "{r}"
+        );
+    }
+}
+
+/// The local model as the last fallback (issue 19): the primary (the scripted claude) hits its
+/// usage limit on the first iteration, with a reset an hour away, and the run goes on at once
+/// with `--fallback-agent local`, which completes the hello-files stories. The ledger names the
+/// agent of each iteration.
+#[test]
+fn the_local_model_as_last_fallback_completes_the_stories_after_a_usage_limit() {
+    let test = "the_local_model_as_last_fallback_completes_the_stories_after_a_usage_limit";
+    if prepared_or_skip(test, BuiltinModel::Default).is_none() {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let env = hello_files_env();
+    env.script(&serde_json::json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 3600}},
+        {"exit": 1}
+    ]]}));
+    let started = Instant::now();
+    let out = local_cmd(
+        &env,
+        &[
+            "run",
+            "--agent",
+            "claude",
+            "--fallback-agent",
+            "local",
+            "--max-iter",
+            "10",
+        ],
+    )
+    .output()
+    .unwrap();
+    eprintln!(
+        "hello-files on the local fallback: {:?}, {} iterations",
+        started.elapsed(),
+        env.ledger().len()
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    hello_files_done(&env, &out);
+    let ledger = env.ledger();
+    let agents: Vec<(&str, &str, &str)> = ledger
+        .iter()
+        .map(|r| {
+            (
+                r["agent"].as_str().unwrap_or("?"),
+                r["backend"].as_str().unwrap_or("?"),
+                r["outcome"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        agents.first(),
+        Some(&("claude", "claude", "usage_limit")),
+        "{agents:?}"
+    );
+    assert!(
+        agents[1..]
+            .iter()
+            .all(|(agent, backend, _)| *agent == "local" && *backend == "local"),
+        "every iteration after the limit ran on the local fallback: {agents:?}"
+    );
+    assert_eq!(
+        env.agent_calls(),
+        1,
+        "claude was not tried again before its reset"
+    );
+}

@@ -540,3 +540,239 @@ fn doctor_reports_whether_the_sandbox_can_be_built() {
     );
     assert!(all.contains("NOT ready"), "{all}");
 }
+
+/// `--parallel 2 --sandbox fs`: each worker's worktree is its own sandbox root. The agent of
+/// US-001, while US-002's worker is in flight, tries to write the main checkout, the other
+/// worker's worktree and its git directory, the run's ledger, and the refs of `main`, another
+/// branch and the run branch: every attempt is refused (the main checkout and the other tree
+/// are not even visible) and nothing of it reaches the host. Every story's honest work (its
+/// file, committed on the worker's detached HEAD) lands and passes.
+#[test]
+fn parallel_workers_are_each_confined_to_their_own_worktree() {
+    if !bwrap_or_skip("parallel_workers_are_each_confined_to_their_own_worktree") {
+        return;
+    }
+    let mut prd = prd_with_stories(3);
+    for (i, s) in prd["userStories"]
+        .as_array_mut()
+        .expect("stories")
+        .iter_mut()
+        .enumerate()
+    {
+        s["verify"] = json!(format!("test -f file-{}.txt", i + 1));
+    }
+    let env = TestEnv::new(&prd);
+    env.git(&["branch", "other"]);
+    let main_before = env.git(&["rev-parse", "refs/heads/main"]);
+    let other_before = env.git(&["rev-parse", "refs/heads/other"]);
+    // Where the agents meet (the only folder outside their trees they may write).
+    let meet = env.root.path().join("meet");
+    std::fs::create_dir_all(&meet).expect("mkdir meet");
+    let body = format!(
+        r#"meet='{meet}'
+main="$RALPH_TEST_MAIN"
+story=$(sed -n 's/^Story ID: //p' | head -n 1)
+n=${{story#US-00}}
+echo "$PWD" > "$meet/$story.pwd.tmp" && mv "$meet/$story.pwd.tmp" "$meet/$story.pwd"
+wait_for() {{ for _ in $(seq 600); do [ -f "$1" ] && return 0; sleep 0.1; done; return 1; }}
+if [ "$story" = US-001 ]; then
+  wait_for "$meet/US-002.pwd" || echo "attempt wait: US-002 never started" >> "$meet/attempts"
+  other=$(cat "$meet/US-002.pwd")
+  sha=$(git rev-parse HEAD)
+  try() {{ if said=$( (eval "$2") 2>&1 ); then echo "attempt $1: wrote"; else echo "attempt $1: refused: $said" | tr '\n' ' '; echo; fi; }}
+  {{
+  try main 'echo x > "$main/hostile.txt"'
+  try "main prd" 'echo x >> "$main/prd.json"'
+  try "other tree" 'echo x > "$other/hostile.txt"'
+  try "other list" 'ls -A "$other" | grep -q prd.json'
+  try ledger 'echo "{{\"forged\":true}}" >> "$main/.ralph/ledger.jsonl"'
+  try state 'echo "{{}}" > "$main/.ralph/state.json"'
+  try "main ref" 'git update-ref refs/heads/main "$sha"'
+  try "other ref" 'git update-ref refs/heads/other "$sha"'
+  try "run ref" 'git update-ref refs/heads/ralph/demo "$sha"'
+  try "ref file" 'echo "$sha" > "$main/.git/refs/heads/other"'
+  try "new ref" 'git update-ref refs/heads/stolen "$sha"'
+  try "other head" 'echo "$sha" > "$main/.git/worktrees/$(basename "$other")/HEAD"'
+  try hook 'echo "echo hooked" > "$main/.git/hooks/post-commit"'
+  }} >> "$meet/attempts"
+  touch "$meet/attacked"
+elif [ "$story" = US-002 ]; then
+  # In flight for the whole attack.
+  wait_for "$meet/attacked"
+fi
+echo "$n" > "file-$n.txt"
+python3 - "$story" <<'PY'
+import json, sys
+p = json.load(open("prd.json"))
+for s in p["userStories"]:
+    if s["id"] == sys.argv[1]:
+        s["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY
+echo "add $story: $(git add "file-$n.txt" prd.json 2>&1 && echo added)" >> "$meet/commits"
+echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story" 2>&1 && echo committed)" >> "$meet/commits"
+"#,
+        meet = meet.display()
+    );
+    let agent = crate::common::script_file(&env, "worker-agent.sh", &body);
+    let meet_arg = meet.display().to_string();
+    let agent_arg = agent.display().to_string();
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--parallel",
+            "2",
+            "--sandbox",
+            "fs",
+            "--sandbox-writable",
+            &meet_arg,
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent_arg,
+            "--max-iter",
+            "6",
+        ])
+        .env("RALPH_TEST_MAIN", env.repo.display().to_string())
+        .output()
+        .expect("ralph");
+    let all = text(&out);
+    let attempts = std::fs::read_to_string(meet.join("attempts")).unwrap_or_default();
+    let commits = std::fs::read_to_string(meet.join("commits")).unwrap_or_default();
+    let said = format!("{all}\n--- attempts\n{attempts}\n--- commits\n{commits}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    for attempt in [
+        "main",
+        "main prd",
+        "other tree",
+        "ledger",
+        "state",
+        "main ref",
+        "other ref",
+        "run ref",
+        "ref file",
+        "new ref",
+        "other head",
+        "hook",
+        "other list",
+    ] {
+        let shown = attempts
+            .lines()
+            .find(|l| l.starts_with(&format!("attempt {attempt}:")))
+            .unwrap_or_else(|| panic!("no `attempt {attempt}` line: {said}"));
+        assert!(shown.contains(": refused: "), "{shown}\n{said}");
+    }
+    // Nothing reached the host.
+    assert!(!env.path("hostile.txt").exists(), "{said}");
+    assert!(!env.path(".git/hooks/post-commit").exists(), "{said}");
+    assert_eq!(env.git(&["rev-parse", "refs/heads/main"]), main_before);
+    assert_eq!(env.git(&["rev-parse", "refs/heads/other"]), other_before);
+    assert!(
+        env.git(&["for-each-ref", "refs/heads/stolen"]).is_empty(),
+        "{said}"
+    );
+    assert!(
+        !env.read(".ralph/ledger.jsonl").contains("forged"),
+        "{said}"
+    );
+    // Every story's work was committed in its worker's tree, landed and passes.
+    assert_eq!(commits.matches("committed").count(), 3, "{said}");
+    let files = env.git(&["ls-tree", "--name-only", "ralph/demo"]);
+    for i in 1..=3 {
+        assert!(files.contains(&format!("file-{i}.txt")), "{files}\n{said}");
+    }
+    assert!(!files.contains("hostile.txt"), "{files}");
+    let prd = env.prd();
+    for s in prd["userStories"].as_array().expect("stories") {
+        assert_eq!(s["passes"], true, "{} does not pass\n{said}", s["id"]);
+    }
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 3, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r:#}");
+        assert_eq!(r["sandbox"], "fs", "{r:#}");
+    }
+    let fsck = std::process::Command::new("git")
+        .args(["fsck", "--no-dangling"])
+        .current_dir(&env.repo)
+        .output()
+        .expect("git fsck");
+    assert!(fsck.status.success(), "git fsck: {}", text(&fsck));
+}
+
+/// `--parallel 2 --sandbox strict`: each worker's agent reaches an allowed host on the host's
+/// loopback at its own address (its worker's bridge and proxy, which runs on the worker's
+/// runtime while the agent runs), and a host off the allowlist is refused and named in that
+/// worker's own record only.
+#[test]
+fn parallel_workers_under_sandbox_strict_reach_only_allowed_hosts() {
+    if !bwrap_or_skip("parallel_workers_under_sandbox_strict_reach_only_allowed_hosts") {
+        return;
+    }
+    let mut prd = prd_with_stories(2);
+    for (i, s) in prd["userStories"]
+        .as_array_mut()
+        .expect("stories")
+        .iter_mut()
+        .enumerate()
+    {
+        s["verify"] = json!(format!("grep -q leaked file-{}.txt", i + 1));
+    }
+    let env = TestEnv::new(&prd);
+    let (allowed, allowed_hits) = loopback_server();
+    let (refused, refused_hits) = loopback_server();
+    let body = format!(
+        r#"story=$(sed -n 's/^Story ID: //p' | head -n 1)
+n=${{story#US-00}}
+curl -s --max-time 20 http://127.0.0.1:{allowed}/ > "file-$n.txt" 2>&1
+if [ "$story" = US-002 ]; then curl -s --noproxy '' --max-time 5 -x http://127.0.0.1:3128 http://127.0.0.1:{refused}/ >/dev/null 2>&1; fi
+python3 - "$story" <<'PY'
+import json, sys
+p = json.load(open("prd.json"))
+for s in p["userStories"]:
+    if s["id"] == sys.argv[1]:
+        s["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY
+git add "file-$n.txt" prd.json
+git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story" 2>/dev/null
+"#
+    );
+    let agent = crate::common::script_file(&env, "net-agent.sh", &body);
+    let allow = format!("127.0.0.1:{allowed}");
+    let out = env.ralph(&[
+        "run",
+        "--parallel",
+        "2",
+        "--sandbox",
+        "strict",
+        "--allow-host",
+        &allow,
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent.display().to_string(),
+        "--max-iter",
+        "4",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(allowed_hits.load(Ordering::SeqCst) >= 2, "{all}");
+    assert_eq!(refused_hits.load(Ordering::SeqCst), 0, "{all}");
+    let ledger = env.ledger();
+    assert_eq!(ledger.len(), 2, "{ledger:#?}");
+    for r in &ledger {
+        assert_eq!(r["outcome"], "story_passed", "{r:#}");
+        assert_eq!(r["sandbox"], "strict", "{r:#}");
+        let names: Vec<&str> = r["refused_hosts"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mine = r["story_id"] == "US-002";
+        assert_eq!(
+            names.contains(&format!("127.0.0.1:{refused}").as_str()),
+            mine,
+            "only US-002's record names its refused host: {r:#}"
+        );
+    }
+}

@@ -171,6 +171,13 @@ async fn work(mut job: Job, forward: Forward) -> anyhow::Result<Worked> {
     job.assignment.snapshot = snapshot;
     job.assignment.clean_at = None;
     let backend = crate::run::preflight::build_backend(&job.cfg, &paths, job.base_url.clone())?;
+    // `--sandbox`: one of the worker's own, rooted in its tree (strict: its own proxy, so the
+    // refusals it counts are this iteration's).
+    let sandbox = crate::agent::sandbox::build(
+        &crate::run::preflight::sandbox_ask(&job.cfg),
+        backend.info(),
+    )?;
+    crate::agent::sandbox::allow_url(sandbox.as_ref(), job.base_url.as_deref());
     let cx = Cx {
         cfg: &job.cfg,
         paths: &paths,
@@ -185,7 +192,7 @@ async fn work(mut job: Job, forward: Forward) -> anyhow::Result<Worked> {
         warned_unpriced: Default::default(),
         warned_prompt_size: Default::default(),
         remote: None,
-        sandbox: None,
+        sandbox: sandbox.as_ref(),
     };
     let mut out = Outputs::new();
     out.add(Box::new(forward));
