@@ -244,6 +244,11 @@ fn next(i: &Input<'_>) -> String {
         },
         StopReason::NeedsHuman {
             outcome: Outcome::Interrupted,
+            message: Some(m),
+            ..
+        } if !m.contains("kept in refs/") => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run` on the run branch: it records the stories that were in flight and keeps their work under refs/ralph/salvage/".into(),
+        StopReason::NeedsHuman {
+            outcome: Outcome::Interrupted,
             ..
         } => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run`; the stories' work is kept under the refs named above".into(),
         StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),

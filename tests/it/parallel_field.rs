@@ -1408,3 +1408,213 @@ fn a_users_env_copied_into_worktrees_is_not_kept_or_named_as_an_agents_file() {
     }
     f.assert_tidy(&out);
 }
+
+/// (b, continued) The user commits on the run branch mid-run and goes on working: the next
+/// change is staged (`git add`) but not committed when ralph next looks. The commit is still
+/// the user's: kept, not put back, and the staged file is left as it is.
+#[test]
+fn a_users_commit_followed_by_a_staged_change_is_still_kept() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+        f.wait(&id, 0, &f.go());
+    }
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.write("docs-by-me.txt", "the user's own change\n");
+    f.env.git(&["add", "docs-by-me.txt"]);
+    f.env.git(&["commit", "-q", "-m", "my own change"]);
+    let mine = f.sha("HEAD");
+    f.env.write("next-by-me.txt", "work in progress\n");
+    f.env.git(&["add", "next-by-me.txt"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let said = f.env.spawned_output();
+    let kept = Command::new("git")
+        .args(["merge-base", "--is-ancestor", &mine, BRANCH])
+        .current_dir(&f.env.repo)
+        .env_clear()
+        .envs(f.env.envs())
+        .status()
+        .expect("git merge-base");
+    let moved: Vec<String> = f
+        .refs("refs/ralph/")
+        .lines()
+        .filter(|l| l.contains("moved-branch"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        kept.success() && moved.is_empty(),
+        "the user's commit was put back (kept as {moved:?}); exit {code}\n{said}\n{}",
+        f.env.git(&["status", "--short"])
+    );
+    assert_eq!(f.env.read("next-by-me.txt"), "work in progress\n");
+    assert_eq!(
+        f.env.git(&["diff", "--cached", "--name-only"]),
+        "next-by-me.txt\n",
+        "the user's staged file is not as they left it\n{said}"
+    );
+}
+
+/// (a, continued) The checkout is switched to `main` while a worker is free, and `main`'s
+/// prd.json has a story open that landed on the run branch: the run still starts nothing and
+/// stops once the running story ends, without landing or moving any branch.
+#[test]
+fn a_checkout_switched_while_a_worker_is_free_stops_the_run() {
+    let f = Field::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+            story(3, "test -f file-3.txt", &["US-002"]),
+        ]),
+        &[],
+    );
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    f.wait("US-002", 0, &f.go());
+    let mut child = f.spawn(2, &[]);
+    // US-001 landed, US-002 runs, US-003 waits for it: one worker is free.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !f
+        .records("US-001")
+        .iter()
+        .any(|r| r["outcome"] == "story_passed")
+    {
+        assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f.env.git(&["checkout", "-q", "main"]);
+    let branches = f.refs("refs/heads/");
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(120));
+    let said = f.env.spawned_output();
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("switched"), "{said}");
+    assert_eq!(f.refs("refs/heads/"), branches, "{said}");
+    assert_eq!(f.calls("US-003"), 0);
+    assert_eq!(
+        f.calls("US-001"),
+        1,
+        "US-001 started again on main's prd.json\n{said}"
+    );
+}
+
+/// (d, across runs) `--max-cost` counts every run of the feature: a second run that starts
+/// with $0.90 of the $1.00 spent (the average iteration known from the first: $0.30) starts one
+/// story, not three at once, as a serial run would.
+#[test]
+fn max_cost_with_three_workers_in_a_later_run_starts_no_more_than_the_rest_allows() {
+    let f = Field::new(&simple_stories(6), &[]);
+    for i in 1..=6 {
+        let id = format!("US-{i:03}");
+        f.story(
+            &id,
+            json!([[
+                {"claude_init": {}},
+                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
+                {"set_passes": {"id": id, "passes": true}},
+                {"git_commit": format!("feat: {id}")},
+                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.3}}
+            ]]),
+        );
+    }
+    let wrapper = f.wrapper.display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--parallel",
+            "3",
+            "--agent",
+            "claude",
+            "--agent-program",
+            &wrapper,
+        ];
+        args.extend_from_slice(extra);
+        f.env.ralph(&args)
+    };
+    let first = run(&["--max-iter", "3"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first));
+    assert_eq!(f.env.ledger().len(), 3);
+    let second = run(&["--max-iter", "20", "--max-cost", "1.0"]);
+    let ledger = f.env.ledger();
+    let spent: f64 = ledger
+        .iter()
+        .map(|r| r["cost_usd"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!(
+        spent <= 1.0 + 0.3 + 1e-9,
+        "spent ${spent:.2} against a $1.00 limit over the feature's runs ({} iterations)\n{}",
+        ledger.len(),
+        text(&second)
+    );
+}
+
+/// (f, continued) The same `.env.local` in the worktree of a story whose run ended before it
+/// landed (the checkout was switched mid-run): the next run records the flight and removes its
+/// worktree, and keeps the file under `.ralph/kept/<run>/<iteration>/` first, naming it.
+#[test]
+fn an_agents_env_local_in_a_recovered_flight_is_kept_not_deleted() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let file = format!("file-{i}.txt");
+        f.story(
+            &id,
+            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
+        );
+        f.wait(&id, 0, &f.go());
+    }
+    f.put(
+        "US-001.post.0",
+        "printf 'API_KEY=sk-test-123\\n' > .env.local\n",
+    );
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.git(&["checkout", "-q", "main"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    assert_eq!(code, 1, "{}", f.env.spawned_output());
+    f.env.git(&["checkout", "-q", BRANCH]);
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = f
+        .records("US-001")
+        .into_iter()
+        .next()
+        .expect("US-001's first iteration is recorded");
+    let kept: Vec<PathBuf> = std::fs::read_dir(f.env.path(".ralph/kept"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|run| {
+            std::fs::read_dir(run.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|it| it.path().join(".env.local"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the agent's .env.local was deleted with its worktree, not kept under .ralph/kept/:\n{first:#}\n{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&kept[0]).unwrap_or_default(),
+        "API_KEY=sk-test-123\n"
+    );
+    let said = format!("{first}\n{}", text(&out));
+    assert!(
+        said.contains(".env.local"),
+        "nothing names the kept file:\n{said}"
+    );
+    let everywhere = f
+        .env
+        .git(&["log", "--all", "--format=%H", "--", ".env.local"]);
+    assert_eq!(everywhere, "", "a commit holds .env.local");
+}

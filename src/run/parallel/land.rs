@@ -373,11 +373,18 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
     if now == expected {
         return Ok(None);
     }
-    // A commit made in the checkout itself (the user's `git commit` during the run) leaves
-    // the index at its tree: it is the user's, and the run builds on it.
-    if s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
-        && s.pre.repo.index_is_tree_of(&now)
-    {
+    // A commit made in the checkout itself (the user's `git commit`, `--amend`, a `git reset`
+    // during the run) is the user's, and the run builds on it: the checkout's HEAD reflog leads
+    // from where ralph left the branch to where it is now, every step made here (an agent in a
+    // worktree cannot write that reflog). The user may have staged the next change since: the
+    // index says nothing. Without a HEAD reflog, a commit made here leaves the index at its
+    // tree, unless the user staged something since.
+    let here = s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
+        && s.pre
+            .repo
+            .moved_from_here(&expected, &now)
+            .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
+    if here {
         board.tip = Some(now);
         return Ok(None);
     }
