@@ -1550,6 +1550,14 @@ fn max_cost_with_three_workers_in_a_later_run_starts_no_more_than_the_rest_allow
         ledger.len(),
         text(&second)
     );
+    // The stop line names what the feature spent in the end (every iteration written down).
+    let total = format!("${spent:.2}");
+    assert!(
+        text(&second).contains(&total),
+        "the stop does not name the final total {total}:
+{}",
+        text(&second)
+    );
 }
 
 /// (f, continued) The same `.env.local` in the worktree of a story whose run ended before it
@@ -1617,4 +1625,130 @@ fn an_agents_env_local_in_a_recovered_flight_is_kept_not_deleted() {
         .env
         .git(&["log", "--all", "--format=%H", "--", ".env.local"]);
     assert_eq!(everywhere, "", "a commit holds .env.local");
+}
+
+/// (f, continued) The run ends with two stories done but not landed (the checkout was switched
+/// to `main`): it says so once, and its next step does not point at refs it never named. Back
+/// on the run branch, the next run records both iterations as left by the switch (ralph was not
+/// killed), and keeps what each agent wrote that no commit takes (an ignored log) under
+/// `.ralph/kept/`, but not the file the worktree's setup wrote before the agent started.
+#[test]
+fn a_flight_left_by_a_switch_is_recorded_as_such_and_keeps_only_its_agents_files() {
+    let f = Field::new(
+        &simple_stories(2),
+        &[
+            (".gitignore", "*.mine\n*.log\n"),
+            (
+                "ralph.toml",
+                "worktree_setup = \"echo 'the setup wrote this' > setup.log\"\n",
+            ),
+        ],
+    );
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let file = format!("file-{i}.txt");
+        f.story(
+            &id,
+            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
+        );
+        f.wait(&id, 0, &f.go());
+        f.put(
+            &format!("{id}.post.0"),
+            "printf 'the agent ran its tests\\n' > agent.log\n",
+        );
+    }
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.git(&["checkout", "-q", "main"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let first = f.env.spawned_output();
+    assert_eq!(code, 1, "{first}");
+    assert_eq!(
+        first.matches("during the run; ralph lands nothing").count(),
+        1,
+        "the switch is not said exactly once:\n{first}"
+    );
+    assert!(
+        !first.contains("kept under the refs named above"),
+        "the next step points at refs it never named:\n{first}"
+    );
+
+    f.env.git(&["checkout", "-q", BRANCH]);
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{first}\n{}", text(&out));
+    for id in ["US-001", "US-002"] {
+        let r = f
+            .records(id)
+            .into_iter()
+            .next()
+            .expect("the first iteration is recorded");
+        assert_eq!(r["outcome"], "interrupted", "{r:#}");
+        let said = format!("{r}");
+        assert!(
+            !said.contains("killed") && said.contains("switched"),
+            "the record of an iteration left by a switch:\n{r:#}"
+        );
+        let kept = f.env.path(&format!(
+            ".ralph/kept/{}/{}",
+            r["run_id"].as_str().unwrap_or_default(),
+            r["iteration"]
+        ));
+        assert_eq!(
+            std::fs::read_to_string(kept.join("agent.log")).unwrap_or_default(),
+            "the agent ran its tests\n",
+            "the agent's ignored log was not kept:\n{r:#}"
+        );
+        assert!(
+            !kept.join("setup.log").exists(),
+            "the setup's log was kept as the agent's:\n{r:#}"
+        );
+    }
+    assert!(
+        !text(&out).contains("when ralph was killed"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// (d, the stop line) Three workers start at once before any cost is known; the second
+/// landing reaches `--max-cost` while the third still runs, and that one lands too: the stop
+/// line names what the run spent in the end ($1.50), not the $1.00 the limit was reached at.
+#[test]
+fn a_max_cost_stop_with_an_iteration_still_running_names_the_final_total() {
+    let f = Field::new(&simple_stories(3), &[]);
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        f.story(
+            &id,
+            json!([[
+                {"claude_init": {}},
+                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
+                {"set_passes": {"id": id, "passes": true}},
+                {"git_commit": format!("feat: {id}")},
+                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.5}}
+            ]]),
+        );
+    }
+    let wrapper = f.wrapper.display().to_string();
+    let out = f.env.ralph(&[
+        "run",
+        "--parallel",
+        "3",
+        "--agent",
+        "claude",
+        "--agent-program",
+        &wrapper,
+        "--max-iter",
+        "20",
+        "--max-cost",
+        "1.0",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(f.env.ledger().len(), 3, "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("$1.50") && !said.contains("$1.00, reached"),
+        "the stop line does not name the final total $1.50:\n{said}"
+    );
 }
