@@ -469,6 +469,13 @@ impl Repo {
         Some(false)
     }
 
+    /// The commit the newest entry of this checkout's HEAD reflog moved HEAD to (full sha);
+    /// `None` without a reflog.
+    pub fn head_reflog_newest(&self) -> Option<String> {
+        let reflog = self.repo.reflog("HEAD").ok()?;
+        reflog.get(0).map(|e| e.id_new().to_string())
+    }
+
     /// Detaches this checkout's HEAD at the commit it points at, when it is on a branch (an
     /// agent in a story's worktree that checked a branch out); files and index stay as they are.
     /// Returns the branch it was on, `None` when HEAD was already detached (or unborn).

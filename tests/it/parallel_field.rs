@@ -1752,3 +1752,85 @@ fn a_max_cost_stop_with_an_iteration_still_running_names_the_final_total() {
         "the stop line does not name the final total $1.50:\n{said}"
     );
 }
+
+/// (b, the other side) An agent moves the run branch from its worktree (`git update-ref` to
+/// its own commit): that move is in no reflog of the main checkout's HEAD, so it is not taken
+/// for the user's. ralph puts the branch back, keeps what it pointed at under
+/// `refs/ralph/<run>/moved-branch-1`, says so, and the stories still land through ralph.
+#[test]
+fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    f.put(
+        "US-001.post.0",
+        &format!("git update-ref refs/heads/{BRANCH} HEAD\n"),
+    );
+    let out = f.run(2, &[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let moved: Vec<String> = f
+        .refs("refs/ralph/")
+        .lines()
+        .filter(|l| l.contains("moved-branch-1"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(moved.len(), 1, "the agent's move was not kept: {moved:?}\n{said}");
+    assert!(said.contains("moved behind ralph's back"), "{said}");
+    assert!(!said.contains("cherry-pick"), "{said}");
+    assert!(all_pass(&f.env.prd()), "{said}");
+    let files = f.files_at(BRANCH);
+    for file in ["file-1.txt", "file-2.txt"] {
+        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
+    }
+}
+
+/// (b, both) An agent moves the run branch from its worktree and the user, not knowing, commits
+/// on top of it in the checkout: the chain of moves the checkout made does not reach where ralph
+/// left the branch, so the move is put back whole; the user's commit is kept under the same ref
+/// (the warning tells them to cherry-pick it) and their file stays in the checkout.
+#[test]
+fn a_users_commit_on_top_of_an_agents_move_is_kept_under_the_ref_and_named() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    let moved_mark = f.agents.join("moved");
+    let go = f.go_file();
+    f.put(
+        "US-001.post.0",
+        &format!(
+            "git update-ref refs/heads/{BRANCH} HEAD\ntouch '{}'\nfor _ in $(seq 1800); do test -f '{}' && break; sleep 0.1; done\n",
+            moved_mark.display(),
+            go.display()
+        ),
+    );
+    f.wait("US-002", 0, &f.go());
+    let mut child = f.spawn(2, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !moved_mark.exists() {
+        assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f.env.write("docs-by-me.txt", "the user's own change\n");
+    f.env.git(&["add", "docs-by-me.txt"]);
+    f.env.git(&["commit", "-q", "-m", "my own change"]);
+    let mine = f.sha("HEAD");
+    std::fs::write(&go, "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let said = f.env.spawned_output();
+    assert_eq!(code, 0, "{said}");
+    let kept = f
+        .refs("refs/ralph/")
+        .lines()
+        .find(|l| l.contains("moved-branch-1"))
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no moved-branch ref:\n{said}"));
+    assert_eq!(kept, mine, "{said}");
+    assert!(said.contains("cherry-pick"), "{said}");
+    assert_eq!(f.env.read("docs-by-me.txt"), "the user's own change\n");
+    assert!(all_pass(&f.env.prd()), "{said}");
+}
