@@ -1777,7 +1777,11 @@ fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
         .filter(|l| l.contains("moved-branch-1"))
         .map(str::to_owned)
         .collect();
-    assert_eq!(moved.len(), 1, "the agent's move was not kept: {moved:?}\n{said}");
+    assert_eq!(
+        moved.len(),
+        1,
+        "the agent's move was not kept: {moved:?}\n{said}"
+    );
     assert!(said.contains("moved behind ralph's back"), "{said}");
     assert!(!said.contains("cherry-pick"), "{said}");
     assert!(all_pass(&f.env.prd()), "{said}");
