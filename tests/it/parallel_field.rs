@@ -1670,6 +1670,10 @@ fn a_flight_left_by_a_switch_is_recorded_as_such_and_keeps_only_its_agents_files
         "the switch is not said exactly once:\n{first}"
     );
     assert!(
+        first.contains("stopped: the checkout was switched"),
+        "the headline does not say why the run stopped:\n{first}"
+    );
+    assert!(
         !first.contains("kept under the refs named above"),
         "the next step points at refs it never named:\n{first}"
     );
