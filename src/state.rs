@@ -181,6 +181,19 @@ pub struct WorkerTree {
     pub root: PathBuf,
     /// The run branch's tip the worktree started from (full sha).
     pub base: String,
+    /// When the worker got to the agent (after `worktree_copy` and `worktree_setup`): a
+    /// restart keeps the ignored files written after it as the agent's, not those the setup
+    /// wrote. Absent until then (and in state.json files of older ralphs).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339::option"
+    )]
+    pub agent_started_at: Option<DateTime<Utc>>,
+    /// Why the run ended with this iteration finished but not landed (the checkout was switched
+    /// to another branch: nothing could land): a restart records that, not a killed ralph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlanded: Option<String>,
 }
 
 /// Errors loading or saving the state. Each names the file.

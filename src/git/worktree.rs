@@ -442,6 +442,40 @@ impl Repo {
             .is_ok_and(|tree| commit.tree_id() == tree)
     }
 
+    /// Whether this checkout's own HEAD made every move of its branch from `from` to `to`:
+    /// HEAD's reflog, newest first, chains from `to` back to `from` (each entry's old commit is
+    /// the next one's new), within its last 200 entries. A move made from a linked worktree
+    /// (`git update-ref`, a commit on the branch checked out there with
+    /// `--ignore-other-worktrees`) is logged in the branch's reflog and that worktree's HEAD
+    /// reflog, never in this checkout's HEAD reflog, so the chain breaks there: `false`. `None`
+    /// when HEAD has no reflog (`core.logAllRefUpdates` off): the question cannot be answered.
+    pub fn moved_from_here(&self, from: &str, to: &str) -> Option<bool> {
+        let reflog = self.repo.reflog("HEAD").ok()?;
+        if reflog.is_empty() {
+            return None;
+        }
+        let (Ok(from), Ok(mut at)) = (git2::Oid::from_str(from), git2::Oid::from_str(to)) else {
+            return Some(false);
+        };
+        for entry in reflog.iter().take(200) {
+            if entry.id_new() != at {
+                return Some(false);
+            }
+            if entry.id_old() == from {
+                return Some(true);
+            }
+            at = entry.id_old();
+        }
+        Some(false)
+    }
+
+    /// The commit the newest entry of this checkout's HEAD reflog moved HEAD to (full sha);
+    /// `None` without a reflog.
+    pub fn head_reflog_newest(&self) -> Option<String> {
+        let reflog = self.repo.reflog("HEAD").ok()?;
+        reflog.get(0).map(|e| e.id_new().to_string())
+    }
+
     /// Detaches this checkout's HEAD at the commit it points at, when it is on a branch (an
     /// agent in a story's worktree that checked a branch out); files and index stay as they are.
     /// Returns the branch it was on, `None` when HEAD was already detached (or unborn).

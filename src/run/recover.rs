@@ -512,8 +512,26 @@ pub async fn recover_flights(
             .as_ref()
             .and_then(|t| crate::git::land::newest_change(&t.root, 50_000));
         let (salvage, kept) = salvage_flight(repo, paths, &flight, out);
+        // The run ended with this iteration done but not landed (the checkout was switched):
+        // ralph was not killed, and the record says what happened.
+        let switched = flight
+            .worktree
+            .as_ref()
+            .and_then(|t| t.unlanded.as_deref())
+            .is_some();
+        let what = if switched {
+            "the run ended without landing this iteration (the checkout was switched away from the run branch)"
+        } else {
+            "ralph was killed while this iteration ran"
+        };
         if !recorded {
             let mut draft = draft(repo, paths, &flight, cfg, false)?;
+            if switched {
+                let message = format!("{what}; its work was recorded when ralph restarted");
+                draft.record.message = Some(message.clone());
+                draft.progress_summary = message;
+                draft.body = "Outcome: interrupted (the checkout was switched to another branch before this iteration could land).".to_owned();
+            }
             worked_until(&mut draft, &flight, last_change);
             salvaged_work(repo, &mut draft, &flight, salvage.as_deref());
             draft.record.findings.extend(kept);
@@ -528,9 +546,7 @@ pub async fn recover_flights(
                 salvage_ref: salvage.clone(),
                 files: Vec::new(),
                 landed_since: Vec::new(),
-                message: Some(
-                    "ralph was killed while this iteration ran; its work did not land".into(),
-                ),
+                message: Some(format!("{what}; its work did not land")),
             });
             let own = super::parallel::land::kept_paths(paths);
             let own: Vec<&str> = own.iter().map(String::as_str).collect();
@@ -545,7 +561,7 @@ pub async fn recover_flights(
                 draft,
             )?;
             out.warn(format!(
-                "iteration {} ({}) was interrupted when ralph was killed; {}",
+                "iteration {} ({}): {what}; {}",
                 flight.iteration,
                 flight.story_id,
                 match &salvage {
@@ -636,7 +652,19 @@ fn salvage_flight(
             iteration: flight.iteration,
             root: &tree.root,
         };
-        findings = keep.keep(&wt, &withheld, flight.started_at.into());
+        // What the agent wrote, not the worktree's setup (`worktree_setup`'s logs, a build):
+        // files since the agent started, as state.json noted it; else since its prompt was
+        // written (just before the agent, after the setup); else since the story's launch.
+        let since = tree
+            .agent_started_at
+            .map(std::time::SystemTime::from)
+            .or_else(|| {
+                std::fs::metadata(paths.prompt_copy(&flight.run_id, flight.iteration))
+                    .and_then(|m| m.modified())
+                    .ok()
+            })
+            .unwrap_or_else(|| flight.started_at.into());
+        findings = keep.keep(&wt, &withheld, since);
         (head != tree.base)
             .then(|| crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head).ok())
             .flatten()

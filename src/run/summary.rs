@@ -192,6 +192,15 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
             agent_running: false,
         } => "interrupted between iterations: every iteration so far is recorded and committed"
             .into(),
+        // `--parallel`: the checkout switched mid-run; the iterations in flight are not written
+        // down (the next run records them), so none "ended with" anything yet.
+        StopReason::NeedsHuman {
+            outcome: Outcome::Interrupted,
+            message: Some(m),
+            ..
+        } if m.contains("was switched from the run branch") => {
+            "stopped: the checkout was switched to another branch during the run; nothing landed, and the next run records the iterations that were in flight".into()
+        }
         StopReason::NeedsHuman {
             outcome, iteration, ..
         } => format!("stopped: iteration {iteration} ended with {outcome}"),
@@ -242,6 +251,11 @@ fn next(i: &Input<'_>) -> String {
             ),
             _ => "log the agent in again (e.g. `claude /login`), then `ralph run`".into(),
         },
+        StopReason::NeedsHuman {
+            outcome: Outcome::Interrupted,
+            message: Some(m),
+            ..
+        } if !m.contains("kept in refs/") => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run` on the run branch: it records the stories that were in flight and keeps their work under refs/ralph/salvage/".into(),
         StopReason::NeedsHuman {
             outcome: Outcome::Interrupted,
             ..

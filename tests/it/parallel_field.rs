@@ -1408,3 +1408,437 @@ fn a_users_env_copied_into_worktrees_is_not_kept_or_named_as_an_agents_file() {
     }
     f.assert_tidy(&out);
 }
+
+/// (b, continued) The user commits on the run branch mid-run and goes on working: the next
+/// change is staged (`git add`) but not committed when ralph next looks. The commit is still
+/// the user's: kept, not put back, and the staged file is left as it is.
+#[test]
+fn a_users_commit_followed_by_a_staged_change_is_still_kept() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+        f.wait(&id, 0, &f.go());
+    }
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.write("docs-by-me.txt", "the user's own change\n");
+    f.env.git(&["add", "docs-by-me.txt"]);
+    f.env.git(&["commit", "-q", "-m", "my own change"]);
+    let mine = f.sha("HEAD");
+    f.env.write("next-by-me.txt", "work in progress\n");
+    f.env.git(&["add", "next-by-me.txt"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let said = f.env.spawned_output();
+    let kept = Command::new("git")
+        .args(["merge-base", "--is-ancestor", &mine, BRANCH])
+        .current_dir(&f.env.repo)
+        .env_clear()
+        .envs(f.env.envs())
+        .status()
+        .expect("git merge-base");
+    let moved: Vec<String> = f
+        .refs("refs/ralph/")
+        .lines()
+        .filter(|l| l.contains("moved-branch"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        kept.success() && moved.is_empty(),
+        "the user's commit was put back (kept as {moved:?}); exit {code}\n{said}\n{}",
+        f.env.git(&["status", "--short"])
+    );
+    assert_eq!(f.env.read("next-by-me.txt"), "work in progress\n");
+    assert_eq!(
+        f.env.git(&["diff", "--cached", "--name-only"]),
+        "next-by-me.txt\n",
+        "the user's staged file is not as they left it\n{said}"
+    );
+}
+
+/// (a, continued) The checkout is switched to `main` while a worker is free, and `main`'s
+/// prd.json has a story open that landed on the run branch: the run still starts nothing and
+/// stops once the running story ends, without landing or moving any branch.
+#[test]
+fn a_checkout_switched_while_a_worker_is_free_stops_the_run() {
+    let f = Field::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+            story(3, "test -f file-3.txt", &["US-002"]),
+        ]),
+        &[],
+    );
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    f.wait("US-002", 0, &f.go());
+    let mut child = f.spawn(2, &[]);
+    // US-001 landed, US-002 runs, US-003 waits for it: one worker is free.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !f
+        .records("US-001")
+        .iter()
+        .any(|r| r["outcome"] == "story_passed")
+    {
+        assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f.env.git(&["checkout", "-q", "main"]);
+    let branches = f.refs("refs/heads/");
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(120));
+    let said = f.env.spawned_output();
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("switched"), "{said}");
+    assert_eq!(f.refs("refs/heads/"), branches, "{said}");
+    assert_eq!(f.calls("US-003"), 0);
+    assert_eq!(
+        f.calls("US-001"),
+        1,
+        "US-001 started again on main's prd.json\n{said}"
+    );
+}
+
+/// (d, across runs) `--max-cost` counts every run of the feature: a second run that starts
+/// with $0.90 of the $1.00 spent (the average iteration known from the first: $0.30) starts one
+/// story, not three at once, as a serial run would.
+#[test]
+fn max_cost_with_three_workers_in_a_later_run_starts_no_more_than_the_rest_allows() {
+    let f = Field::new(&simple_stories(6), &[]);
+    for i in 1..=6 {
+        let id = format!("US-{i:03}");
+        f.story(
+            &id,
+            json!([[
+                {"claude_init": {}},
+                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
+                {"set_passes": {"id": id, "passes": true}},
+                {"git_commit": format!("feat: {id}")},
+                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.3}}
+            ]]),
+        );
+    }
+    let wrapper = f.wrapper.display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--parallel",
+            "3",
+            "--agent",
+            "claude",
+            "--agent-program",
+            &wrapper,
+        ];
+        args.extend_from_slice(extra);
+        f.env.ralph(&args)
+    };
+    let first = run(&["--max-iter", "3"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first));
+    assert_eq!(f.env.ledger().len(), 3);
+    let second = run(&["--max-iter", "20", "--max-cost", "1.0"]);
+    let ledger = f.env.ledger();
+    let spent: f64 = ledger
+        .iter()
+        .map(|r| r["cost_usd"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!(
+        spent <= 1.0 + 0.3 + 1e-9,
+        "spent ${spent:.2} against a $1.00 limit over the feature's runs ({} iterations)\n{}",
+        ledger.len(),
+        text(&second)
+    );
+    // The stop line names what the feature spent in the end (every iteration written down).
+    let total = format!("${spent:.2}");
+    assert!(
+        text(&second).contains(&total),
+        "the stop does not name the final total {total}:
+{}",
+        text(&second)
+    );
+}
+
+/// (f, continued) The same `.env.local` in the worktree of a story whose run ended before it
+/// landed (the checkout was switched mid-run): the next run records the flight and removes its
+/// worktree, and keeps the file under `.ralph/kept/<run>/<iteration>/` first, naming it.
+#[test]
+fn an_agents_env_local_in_a_recovered_flight_is_kept_not_deleted() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let file = format!("file-{i}.txt");
+        f.story(
+            &id,
+            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
+        );
+        f.wait(&id, 0, &f.go());
+    }
+    f.put(
+        "US-001.post.0",
+        "printf 'API_KEY=sk-test-123\\n' > .env.local\n",
+    );
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.git(&["checkout", "-q", "main"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    assert_eq!(code, 1, "{}", f.env.spawned_output());
+    f.env.git(&["checkout", "-q", BRANCH]);
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = f
+        .records("US-001")
+        .into_iter()
+        .next()
+        .expect("US-001's first iteration is recorded");
+    let kept: Vec<PathBuf> = std::fs::read_dir(f.env.path(".ralph/kept"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|run| {
+            std::fs::read_dir(run.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|it| it.path().join(".env.local"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the agent's .env.local was deleted with its worktree, not kept under .ralph/kept/:\n{first:#}\n{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&kept[0]).unwrap_or_default(),
+        "API_KEY=sk-test-123\n"
+    );
+    let said = format!("{first}\n{}", text(&out));
+    assert!(
+        said.contains(".env.local"),
+        "nothing names the kept file:\n{said}"
+    );
+    let everywhere = f
+        .env
+        .git(&["log", "--all", "--format=%H", "--", ".env.local"]);
+    assert_eq!(everywhere, "", "a commit holds .env.local");
+}
+
+/// (f, continued) The run ends with two stories done but not landed (the checkout was switched
+/// to `main`): it says so once, and its next step does not point at refs it never named. Back
+/// on the run branch, the next run records both iterations as left by the switch (ralph was not
+/// killed), and keeps what each agent wrote that no commit takes (an ignored log) under
+/// `.ralph/kept/`, but not the file the worktree's setup wrote before the agent started.
+#[test]
+fn a_flight_left_by_a_switch_is_recorded_as_such_and_keeps_only_its_agents_files() {
+    let f = Field::new(
+        &simple_stories(2),
+        &[
+            (".gitignore", "*.mine\n*.log\n"),
+            (
+                "ralph.toml",
+                "worktree_setup = \"echo 'the setup wrote this' > setup.log\"\n",
+            ),
+        ],
+    );
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let file = format!("file-{i}.txt");
+        f.story(
+            &id,
+            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
+        );
+        f.wait(&id, 0, &f.go());
+        f.put(
+            &format!("{id}.post.0"),
+            "printf 'the agent ran its tests\\n' > agent.log\n",
+        );
+    }
+    let mut child = f.spawn(2, &[]);
+    f.wait_started(&["US-001", "US-002"]);
+    f.env.git(&["checkout", "-q", "main"]);
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let first = f.env.spawned_output();
+    assert_eq!(code, 1, "{first}");
+    assert_eq!(
+        first.matches("during the run; ralph lands nothing").count(),
+        1,
+        "the switch is not said exactly once:\n{first}"
+    );
+    assert!(
+        first.contains("stopped: the checkout was switched"),
+        "the headline does not say why the run stopped:\n{first}"
+    );
+    assert!(
+        !first.contains("kept under the refs named above"),
+        "the next step points at refs it never named:\n{first}"
+    );
+
+    f.env.git(&["checkout", "-q", BRANCH]);
+    let out = f.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{first}\n{}", text(&out));
+    for id in ["US-001", "US-002"] {
+        let r = f
+            .records(id)
+            .into_iter()
+            .next()
+            .expect("the first iteration is recorded");
+        assert_eq!(r["outcome"], "interrupted", "{r:#}");
+        let said = format!("{r}");
+        assert!(
+            !said.contains("killed") && said.contains("switched"),
+            "the record of an iteration left by a switch:\n{r:#}"
+        );
+        let kept = f.env.path(&format!(
+            ".ralph/kept/{}/{}",
+            r["run_id"].as_str().unwrap_or_default(),
+            r["iteration"]
+        ));
+        assert_eq!(
+            std::fs::read_to_string(kept.join("agent.log")).unwrap_or_default(),
+            "the agent ran its tests\n",
+            "the agent's ignored log was not kept:\n{r:#}"
+        );
+        assert!(
+            !kept.join("setup.log").exists(),
+            "the setup's log was kept as the agent's:\n{r:#}"
+        );
+    }
+    assert!(
+        !text(&out).contains("when ralph was killed"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// (d, the stop line) Three workers start at once before any cost is known; the second
+/// landing reaches `--max-cost` while the third still runs, and that one lands too: the stop
+/// line names what the run spent in the end ($1.50), not the $1.00 the limit was reached at.
+#[test]
+fn a_max_cost_stop_with_an_iteration_still_running_names_the_final_total() {
+    let f = Field::new(&simple_stories(3), &[]);
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        f.story(
+            &id,
+            json!([[
+                {"claude_init": {}},
+                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
+                {"set_passes": {"id": id, "passes": true}},
+                {"git_commit": format!("feat: {id}")},
+                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.5}}
+            ]]),
+        );
+    }
+    let wrapper = f.wrapper.display().to_string();
+    let out = f.env.ralph(&[
+        "run",
+        "--parallel",
+        "3",
+        "--agent",
+        "claude",
+        "--agent-program",
+        &wrapper,
+        "--max-iter",
+        "20",
+        "--max-cost",
+        "1.0",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(f.env.ledger().len(), 3, "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("$1.50") && !said.contains("$1.00, reached"),
+        "the stop line does not name the final total $1.50:\n{said}"
+    );
+}
+
+/// (b, the other side) An agent moves the run branch from its worktree (`git update-ref` to
+/// its own commit): that move is in no reflog of the main checkout's HEAD, so it is not taken
+/// for the user's. ralph puts the branch back, keeps what it pointed at under
+/// `refs/ralph/<run>/moved-branch-1`, says so, and the stories still land through ralph.
+#[test]
+fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    f.put(
+        "US-001.post.0",
+        &format!("git update-ref refs/heads/{BRANCH} HEAD\n"),
+    );
+    let out = f.run(2, &[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let moved: Vec<String> = f
+        .refs("refs/ralph/")
+        .lines()
+        .filter(|l| l.contains("moved-branch-1"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        moved.len(),
+        1,
+        "the agent's move was not kept: {moved:?}\n{said}"
+    );
+    assert!(said.contains("moved behind ralph's back"), "{said}");
+    assert!(!said.contains("cherry-pick"), "{said}");
+    assert!(all_pass(&f.env.prd()), "{said}");
+    let files = f.files_at(BRANCH);
+    for file in ["file-1.txt", "file-2.txt"] {
+        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
+    }
+}
+
+/// (b, both) An agent moves the run branch from its worktree and the user, not knowing, commits
+/// on top of it in the checkout: the chain of moves the checkout made does not reach where ralph
+/// left the branch, so the move is put back whole; the user's commit is kept under the same ref
+/// (the warning tells them to cherry-pick it) and their file stays in the checkout.
+#[test]
+fn a_users_commit_on_top_of_an_agents_move_is_kept_under_the_ref_and_named() {
+    let f = Field::new(&simple_stories(2), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
+    }
+    let moved_mark = f.agents.join("moved");
+    let go = f.go_file();
+    f.put(
+        "US-001.post.0",
+        &format!(
+            "git update-ref refs/heads/{BRANCH} HEAD\ntouch '{}'\nfor _ in $(seq 1800); do test -f '{}' && break; sleep 0.1; done\n",
+            moved_mark.display(),
+            go.display()
+        ),
+    );
+    f.wait("US-002", 0, &f.go());
+    let mut child = f.spawn(2, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !moved_mark.exists() {
+        assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f.env.write("docs-by-me.txt", "the user's own change\n");
+    f.env.git(&["add", "docs-by-me.txt"]);
+    f.env.git(&["commit", "-q", "-m", "my own change"]);
+    let mine = f.sha("HEAD");
+    std::fs::write(&go, "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    let said = f.env.spawned_output();
+    assert_eq!(code, 0, "{said}");
+    let kept = f
+        .refs("refs/ralph/")
+        .lines()
+        .find(|l| l.contains("moved-branch-1"))
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no moved-branch ref:\n{said}"));
+    assert_eq!(kept, mine, "{said}");
+    assert!(said.contains("cherry-pick"), "{said}");
+    assert_eq!(f.env.read("docs-by-me.txt"), "the user's own change\n");
+    assert!(all_pass(&f.env.prd()), "{said}");
+}

@@ -373,11 +373,18 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
     if now == expected {
         return Ok(None);
     }
-    // A commit made in the checkout itself (the user's `git commit` during the run) leaves
-    // the index at its tree: it is the user's, and the run builds on it.
-    if s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
-        && s.pre.repo.index_is_tree_of(&now)
-    {
+    // A commit made in the checkout itself (the user's `git commit`, `--amend`, a `git reset`
+    // during the run) is the user's, and the run builds on it: the checkout's HEAD reflog leads
+    // from where ralph left the branch to where it is now, every step made here (an agent in a
+    // worktree cannot write that reflog). The user may have staged the next change since: the
+    // index says nothing. Without a HEAD reflog, a commit made here leaves the index at its
+    // tree, unless the user staged something since.
+    let here = s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
+        && s.pre
+            .repo
+            .moved_from_here(&expected, &now)
+            .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
+    if here {
         board.tip = Some(now);
         return Ok(None);
     }
@@ -390,10 +397,21 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         }
         n += 1;
     };
+    // The newest step was made in the checkout, on top of a move made elsewhere: the user
+    // committed on an agent's move; both are kept under the ref, and the warning says so.
+    let on_top = s.pre.repo.current_branch().as_deref() == Some(branch.as_str())
+        && s.pre.repo.head_reflog_newest().as_deref() == Some(now.as_str());
     s.pre.repo.set_ref(&kept, &now)?;
     s.pre.repo.set_ref(&name, expected)?;
+    let yours = if on_top {
+        format!(
+            "; a commit made in your checkout on top of that move is kept there too (your checkout's files are as you left them): `git cherry-pick` what is yours from {kept}"
+        )
+    } else {
+        String::new()
+    };
     Ok(Some(format!(
-        "the run branch {branch} was moved behind ralph's back (to {}, by an agent working in a worktree); ralph put it back at {} and kept what it pointed at under {kept}",
+        "the run branch {branch} was moved behind ralph's back (to {}, by an agent working in a worktree); ralph put it back at {} and kept what it pointed at under {kept}{yours}",
         short(&now),
         short(expected)
     )))

@@ -86,6 +86,12 @@ pub struct Board {
     /// iteration: a hint for any story goes to one iteration, not to every one that starts
     /// before the first is written down (it is free again if that one does not deliver it).
     pub hinted: BTreeMap<u32, u32>,
+    /// Whether the run said that the checkout was switched (said once, not per iteration).
+    pub switch_told: bool,
+    /// The average cost of an iteration of this feature in its earlier runs, in USD (`None`:
+    /// no `--max-cost`, or no earlier priced iteration): what an iteration in flight is
+    /// counted at before this run knows a cost of its own.
+    pub earlier_average: Option<f64>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -104,6 +110,7 @@ pub async fn drive(
     board.tip = s.pre.repo.head_sha()?;
     board.branch = s.pre.repo.current_branch();
     board.resume = earlier_work(s);
+    board.earlier_average = earlier_average(s);
     loop {
         if board.stopping.is_none() {
             launch(cfg, s, &mut board, stop, &tx, out).await?;
@@ -111,7 +118,7 @@ pub async fn drive(
         if board.flights.is_empty() {
             if let Some(reason) = board.stopping.take() {
                 tidy(s);
-                return Ok(reason);
+                return Ok(final_cost(s, reason));
             }
             // Nothing runs: a wait (a retry, a usage limit) or the end.
             match idle(cfg, s, &mut board, stop, out).await? {
@@ -127,6 +134,7 @@ pub async fn drive(
         };
         match msg {
             Msg::Event(event) => out.emit(event),
+            Msg::AgentStarted { iteration, at } => agent_started(s, iteration, at)?,
             Msg::Done { iteration, end } => {
                 let Some(at) = board.flights.iter().position(|f| f.iteration == iteration) else {
                     continue;
@@ -138,7 +146,10 @@ pub async fn drive(
                     // The checkout is on another branch now: nothing is landed or written on
                     // it; the iteration stays in flight in state.json, and the next run
                     // records it (its work under a salvage ref) once the branch is back.
-                    out.warn_in(iteration, message.clone());
+                    if !std::mem::replace(&mut board.switch_told, true) {
+                        out.warn_in(iteration, message.clone());
+                    }
+                    unlanded(s, iteration, &message)?;
                     board.stopping.get_or_insert(StopReason::NeedsHuman {
                         outcome: Outcome::Interrupted,
                         iteration,
@@ -188,6 +199,46 @@ fn earlier_work(s: &Session) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Notes in state.json when iteration `iteration`'s worker got to its agent (its worktree set
+/// up): a restart after a crash keeps only what was written after it as the agent's.
+///
+/// # Errors
+/// state.json could not be written.
+fn agent_started(s: &mut Session, iteration: u32, at: DateTime<Utc>) -> anyhow::Result<()> {
+    let Some(tree) = s
+        .state
+        .flights
+        .iter_mut()
+        .find(|f| f.iteration == iteration)
+        .and_then(|f| f.worktree.as_mut())
+    else {
+        return Ok(());
+    };
+    tree.agent_started_at = Some(at);
+    s.state.save(&s.pre.paths.ralph_dir)?;
+    Ok(())
+}
+
+/// Notes in state.json why iteration `iteration` stays in flight though it ended: the
+/// checkout was switched (`why`), nothing landed; the next run records it as such.
+///
+/// # Errors
+/// state.json could not be written.
+fn unlanded(s: &mut Session, iteration: u32, why: &str) -> anyhow::Result<()> {
+    let Some(tree) = s
+        .state
+        .flights
+        .iter_mut()
+        .find(|f| f.iteration == iteration)
+        .and_then(|f| f.worktree.as_mut())
+    else {
+        return Ok(());
+    };
+    tree.unlanded = Some(why.to_owned());
+    s.state.save(&s.pre.paths.ralph_dir)?;
+    Ok(())
+}
+
 /// Removes this run's worktree folder (and `.ralph/worktrees/`) when nothing is left in them.
 fn tidy(s: &Session) {
     let dir = s
@@ -229,6 +280,23 @@ async fn launch(
 ) -> anyhow::Result<()> {
     let paths = s.pre.paths.clone();
     while (board.flights.len() as u32) < cfg.parallel {
+        if let Some(message) = land::switched(s, board) {
+            // The checkout is on another branch (its prd.json is not the run's): no launch,
+            // and nothing is taken for one (feedback, hints). With nothing in flight the run
+            // stops here; else it stops once the running iterations end (the first of them
+            // to end says so).
+            if board.flights.is_empty() {
+                if !std::mem::replace(&mut board.switch_told, true) {
+                    out.warn(message.clone());
+                }
+                board.stopping.get_or_insert(StopReason::NeedsHuman {
+                    outcome: Outcome::Interrupted,
+                    iteration: s.state.iteration,
+                    message: Some(message),
+                });
+            }
+            return Ok(());
+        }
         if board.limited_until.is_some_and(|at| at > Utc::now()) {
             return Ok(());
         }
@@ -317,7 +385,9 @@ async fn launch(
 }
 
 /// `--max-cost` with iterations in flight: whether one more would likely cross the limit,
-/// counting each iteration in flight (and the new one) at this run's average cost so far. A
+/// counting each iteration in flight (and the new one) at this run's average cost so far, or
+/// before this run knows one, at the feature's earlier runs' average (the limit counts those
+/// runs too, docs/decisions.md). A
 /// serial run learns an iteration's cost before it starts the next; N workers must not spend
 /// N iterations past the limit before the first cost is known. `false` without a limit, with
 /// nothing in flight (the policy's own check applies) or before any cost is known.
@@ -325,14 +395,46 @@ fn cost_would_cross(s: &Session, board: &Board) -> bool {
     let Some(max) = s.budgets.max_cost else {
         return false;
     };
-    let (Some(spent_here), n) = (s.totals.cost_usd, s.totals.iterations) else {
-        return false;
-    };
-    if board.flights.is_empty() || n == 0 {
+    if board.flights.is_empty() {
         return false;
     }
-    let average = spent_here / f64::from(n);
+    let here = match (s.totals.cost_usd, s.totals.iterations) {
+        (Some(spent), n) if n > 0 => Some(spent / f64::from(n)),
+        _ => None,
+    };
+    let Some(average) = here.or(board.earlier_average) else {
+        return false;
+    };
     s.tally.cost_usd + average * (board.flights.len() as f64 + 1.0) > max
+}
+
+/// A `--max-cost` stop decided while other iterations still ran names the cost once they
+/// ended (what the run spent in all), not the cost when the limit was reached.
+fn final_cost(s: &Session, reason: StopReason) -> StopReason {
+    match reason {
+        StopReason::MaxCost {
+            spent_usd,
+            max_usd,
+            iteration,
+            before_start,
+        } => StopReason::MaxCost {
+            spent_usd: spent_usd.max(s.tally.cost_usd),
+            max_usd,
+            iteration,
+            before_start,
+        },
+        other => other,
+    }
+}
+
+/// The average cost of one of this feature's iterations in its earlier runs (those that
+/// recorded a cost), when `--max-cost` is set; see [`Board::earlier_average`].
+fn earlier_average(s: &Session) -> Option<f64> {
+    s.budgets.max_cost?;
+    let history = crate::history::History::load(&s.pre.paths, None).ok()?;
+    let spent = history.feature_cost(s.initial.prd.branch_name.as_deref());
+    let priced = spent.iterations.saturating_sub(spent.unpriced);
+    (priced > 0).then(|| spent.usd / f64::from(priced))
 }
 
 /// A stop that ends the launches at once (the running iterations still finish and land).
@@ -353,11 +455,6 @@ fn start(
     tx: &mpsc::UnboundedSender<Msg>,
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
-    if land::switched(s, board).is_some() {
-        // The user switched the checkout to another branch: no new story (the run stops once
-        // the running ones end).
-        return Ok(());
-    }
     // An agent that moved the run branch does not decide where the next story starts.
     if let Some(warning) = land::guard_branch(s, board)? {
         out.warn(warning);
@@ -396,6 +493,8 @@ fn start(
             worker,
             root: root.clone(),
             base: base.clone(),
+            agent_started_at: None,
+            unlanded: None,
         }),
         agent: (s.pre.agents.len() > 1).then(|| s.pre.agents[agent].name.clone()),
     });

@@ -28,6 +28,14 @@ use crate::workspace::RunPaths;
 pub enum Msg {
     /// An event of its iteration, for the run's outputs.
     Event(RunEvent),
+    /// The worker got to its agent (its worktree set up) at `at`: the dispatcher notes it in
+    /// state.json (what a restart takes as the agent's files starts then).
+    AgentStarted {
+        /// The iteration number.
+        iteration: u32,
+        /// When (taken by the worker, not when the dispatcher reads the message).
+        at: chrono::DateTime<chrono::Utc>,
+    },
     /// The iteration ended (its record not yet written).
     Done {
         /// The iteration number.
@@ -124,8 +132,12 @@ struct Forward(UnboundedSender<Msg>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Sink for Forward {
     fn on(&mut self, event: &RunEvent) {
-        if matches!(event, RunEvent::IterationStarted { .. }) {
+        if let RunEvent::IterationStarted { iteration, .. } = event {
             self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = self.0.send(Msg::AgentStarted {
+                iteration: *iteration,
+                at: chrono::Utc::now(),
+            });
         }
         let _ = self.0.send(Msg::Event(event.clone()));
     }
