@@ -15,6 +15,7 @@
 //! Everything the user sees is a [`RunEvent`] sent to the [`Outputs`].
 
 pub mod feedback;
+pub mod final_check;
 pub mod iteration;
 pub mod parallel;
 pub mod policy;
@@ -215,6 +216,26 @@ async fn drive(
         };
         let pick = match policy::pick(&s.tally, &budgets, &situation) {
             Ok(pick) => pick,
+            Err(StopReason::Complete)
+                if !final_check::reopen_undone(
+                    cfg,
+                    final_check::At {
+                        pre: &s.pre,
+                        run_id: &s.run_id,
+                        iteration: s.state.iteration,
+                    },
+                    &mut s.pending,
+                    &current.prd,
+                    stop,
+                    out,
+                )
+                .await?
+                .is_empty() =>
+            {
+                // A story a later one undid is open again: the loop picks it.
+                clean_at = None;
+                continue;
+            }
             Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
         };
         // `ralph pause` holds only a run that would start an iteration (one about to end, ends);

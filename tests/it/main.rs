@@ -19,6 +19,7 @@ mod fake_gemini;
 mod fallback;
 mod fallback_views;
 mod fault_injection;
+mod final_check;
 mod hints;
 mod init_skills;
 mod integrations;

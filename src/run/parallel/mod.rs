@@ -117,6 +117,28 @@ pub async fn drive(
         }
         if board.flights.is_empty() {
             if let Some(reason) = board.stopping.take() {
+                if matches!(reason, StopReason::Complete) {
+                    let current = store::load_shared(&s.pre.paths.prd)?;
+                    let at = super::final_check::At {
+                        pre: &s.pre,
+                        run_id: &s.run_id,
+                        iteration: s.state.iteration,
+                    };
+                    let reopened = super::final_check::reopen_undone(
+                        cfg,
+                        at,
+                        &mut s.pending,
+                        &current.prd,
+                        stop,
+                        out,
+                    )
+                    .await?;
+                    if !reopened.is_empty() {
+                        // A story a later one undid is open again: launch it.
+                        board.tip = s.pre.repo.head_sha()?;
+                        continue;
+                    }
+                }
                 tidy(s);
                 return Ok(final_cost(s, reason));
             }
