@@ -465,41 +465,7 @@ impl StopReason {
                 resume_at,
                 why,
                 agents,
-            } if !agents.is_empty() => {
-                let each: Vec<String> = agents
-                    .iter()
-                    .map(|a| format!("{} at {}", a.agent, local_time(a.resets_at)))
-                    .collect();
-                let limited = format!("every agent hit its usage limit; they reset: {}", each.join(", "));
-                let at = local_time(*resume_at);
-                match why {
-                    UsageLimitStop::NoWait => format!(
-                        "stopped: {limited}; not waiting (--no-wait), run `ralph run` again after {at}"
-                    ),
-                    UsageLimitStop::TooManyWaits { waits } => format!(
-                        "stopped: {limited}; usage limits came {waits} times in this run, so it stopped instead of waiting again"
-                    ),
-                    UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
-                        "stopped: {limited}; the first is after --max-duration {} ends; not waiting, run `ralph run` again then",
-                        dur(*max_duration_s)
-                    ),
-                }
-            }
-            StopReason::UsageLimit { resume_at, why, .. } => {
-                let at = local_time(*resume_at);
-                match why {
-                    UsageLimitStop::NoWait => format!(
-                        "stopped: the agent's usage limit resets at {at}; not waiting (--no-wait), run `ralph run` again then"
-                    ),
-                    UsageLimitStop::TooManyWaits { waits } => format!(
-                        "stopped: the agent hit a usage limit {waits} times in this run; stopped instead of waiting again (it resets at {at})"
-                    ),
-                    UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
-                        "stopped: the agent's usage limit resets at {at}, after --max-duration {} ends; not waiting, run `ralph run` again then",
-                        dur(*max_duration_s)
-                    ),
-                }
-            }
+            } => usage_limit_why(*resume_at, why, agents),
             StopReason::AllBlocked { blocked } => format!(
                 "stopped: every open story is blocked ({}) or waits for one; fix what stops them, then `ralph run --unblock`",
                 blocked.join(", ")
@@ -555,6 +521,51 @@ fn truncate_chars(s: &str, max: usize) -> String {
     } else {
         let cut: String = s.chars().take(max).collect();
         format!("{cut}…")
+    }
+}
+
+/// [`StopReason::why`] for a usage limit: when each agent resets (`agents`, when the run had
+/// fallbacks), else when the one agent does (`resume_at`), and why ralph did not wait.
+fn usage_limit_why(
+    resume_at: DateTime<Utc>,
+    why: &UsageLimitStop,
+    agents: &[AgentReset],
+) -> String {
+    let dur = |s: u64| humantime::format_duration(std::time::Duration::from_secs(s));
+    let at = local_time(resume_at);
+    if !agents.is_empty() {
+        let each: Vec<String> = agents
+            .iter()
+            .map(|a| format!("{} at {}", a.agent, local_time(a.resets_at)))
+            .collect();
+        let limited = format!(
+            "every agent hit its usage limit; they reset: {}",
+            each.join(", ")
+        );
+        return match why {
+            UsageLimitStop::NoWait => format!(
+                "stopped: {limited}; not waiting (--no-wait), run `ralph run` again after {at}"
+            ),
+            UsageLimitStop::TooManyWaits { waits } => format!(
+                "stopped: {limited}; usage limits came {waits} times in this run, so it stopped instead of waiting again"
+            ),
+            UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
+                "stopped: {limited}; the first is after --max-duration {} ends; not waiting, run `ralph run` again then",
+                dur(*max_duration_s)
+            ),
+        };
+    }
+    match why {
+        UsageLimitStop::NoWait => format!(
+            "stopped: the agent's usage limit resets at {at}; not waiting (--no-wait), run `ralph run` again then"
+        ),
+        UsageLimitStop::TooManyWaits { waits } => format!(
+            "stopped: the agent hit a usage limit {waits} times in this run; stopped instead of waiting again (it resets at {at})"
+        ),
+        UsageLimitStop::PastMaxDuration { max_duration_s } => format!(
+            "stopped: the agent's usage limit resets at {at}, after --max-duration {} ends; not waiting, run `ralph run` again then",
+            dur(*max_duration_s)
+        ),
     }
 }
 
