@@ -241,7 +241,10 @@ fn architecture_only_process_spawns_or_signals() {
             continue;
         }
         for file in rust_files(&path) {
-            let mut in_tests = false;
+            // A module file of unit tests (`#[cfg(test)] mod tests;` → tests.rs) is test code
+            // from its first line.
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let mut in_tests = name == "tests.rs" || name.ends_with("_tests.rs");
             for (n, line) in code_lines(&file).iter().enumerate() {
                 if line.contains("#[cfg(test)]") {
                     in_tests = true;
