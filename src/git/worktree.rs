@@ -494,6 +494,95 @@ impl Repo {
     }
 }
 
+/// The file in a worktree's private git directory (`.git/worktrees/<name>/`, never part of any
+/// commit, gone with the worktree) where [`Repo::record_setup_files`] writes what
+/// `worktree_setup` left untracked: one line per file, `<bytes>\t<mtime ns>\t<path>`.
+const SETUP_FILES: &str = "ralph-setup-files";
+
+impl Repo {
+    /// This checkout's own git directory (for a linked worktree `.git/worktrees/<name>/`): files
+    /// ralph keeps there are in no commit and go with the worktree.
+    pub fn private_dir(&self) -> &Path {
+        self.repo.path()
+    }
+
+    /// The untracked, not ignored files of the working tree (repository-relative, sorted; the
+    /// files inside untracked directories listed one by one).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the status cannot be read.
+    pub fn untracked_files(&self) -> Result<Vec<String>, GitError> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+        let mut files: Vec<String> = statuses
+            .iter()
+            .filter(|e| e.status().contains(git2::Status::WT_NEW))
+            .filter_map(|e| e.path().map(str::to_owned))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// Writes down the untracked files as they are now (size and modification time), in this
+    /// worktree's private git directory: called after `worktree_setup`, before the agent starts,
+    /// so that [`Repo::setup_files_unchanged`] can tell the setup's files from the agent's.
+    ///
+    /// # Errors
+    /// The status cannot be read or the record cannot be written.
+    pub fn record_setup_files(&self) -> anyhow::Result<()> {
+        let mut text = String::new();
+        for file in self.untracked_files()? {
+            if let Some((len, at)) = stamp(&self.root.join(&file)) {
+                text.push_str(&format!("{len}\t{at}\t{file}\n"));
+            }
+        }
+        std::fs::write(self.repo.path().join(SETUP_FILES), text)?;
+        Ok(())
+    }
+
+    /// The files [`Repo::record_setup_files`] wrote down that are still in no commit of HEAD, with the same
+    /// size and modification time: the setup's, not the agent's (a setup file the agent changed
+    /// counts as its work). Empty when nothing was written down.
+    pub fn setup_files_unchanged(&self) -> Vec<String> {
+        let Ok(text) = std::fs::read_to_string(self.repo.path().join(SETUP_FILES)) else {
+            return Vec::new();
+        };
+        // Not in HEAD's tree (ralph's own stages may have staged it since: the index says
+        // nothing).
+        let head = self.repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+        let committed = |file: &str| {
+            head.as_ref()
+                .is_some_and(|t| t.get_path(Path::new(file)).is_ok())
+        };
+        text.lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, '\t');
+                let (len, at, file) = (parts.next()?, parts.next()?, parts.next()?);
+                let now = stamp(&self.root.join(file))?;
+                (!committed(file)
+                    && (now.0.to_string(), now.1.to_string()) == (len.to_owned(), at.to_owned()))
+                    .then(|| file.to_owned())
+            })
+            .collect()
+    }
+}
+
+/// A file's size in bytes and modification time in nanoseconds since the epoch (not following
+/// a symbolic link).
+fn stamp(path: &Path) -> Option<(u64, u128)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let at = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some((meta.len(), at))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -179,6 +179,10 @@ pub async fn land(
             worked.draft.record.findings.push(warning.clone());
             out.warn_in(flight.iteration, warning);
         }
+        // What worktree_setup made is not the agent's work: set aside for the commit and the
+        // merge of the tip, put back before the check (onto_branch) or the removal.
+        let setup_files = tree.setup_files_unchanged();
+        git_land::set_aside(&tree, &setup_files);
         let (work, withheld) = git_land::commit_leftovers_withheld(
             &tree,
             &format!(
@@ -186,6 +190,12 @@ pub async fn land(
                 flight.iteration, flight.story_id
             ),
         )?;
+        if !setup_files.is_empty() {
+            worked.draft.record.findings.push(format!(
+                "not committed: {} — made by worktree_setup before the agent started, not the agent's work",
+                setup_files.join(", ")
+            ));
+        }
         let kept = Kept {
             paths: &paths,
             run_id: &s.run_id,
@@ -197,7 +207,9 @@ pub async fn land(
         worked.draft.record.findings.extend(findings);
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
-        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
+        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await;
+        git_land::put_back(&tree);
+        let landing = landing?;
         append_notes(&paths, notes.as_deref())?;
         landing
     } else {
@@ -465,6 +477,9 @@ async fn onto_branch(
     } else {
         git_land::integrate(&tree, &tip, &keep)?
     };
+    // The setup's files (set aside in `land`) are back for the check; where the tip brought a
+    // file of the same name, the tip's stays.
+    git_land::put_back(&tree);
     let (result, fast_forward) = match integrated {
         Integration::Clean {
             commit,

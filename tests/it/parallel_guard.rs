@@ -1,0 +1,80 @@
+//! `ralph run --parallel N`: what a worktree's setup and its agent do around the landing that
+//! ralph must not take as the agent's work or lose (the tester's findings on landing), with the
+//! scripted per-story agents of tests/it/common/par.rs.
+
+use serde_json::{json, Value};
+
+use crate::common::par::{prd_of, story, Par, BRANCH};
+use crate::common::text;
+
+/// The record's findings, one a line.
+fn findings(r: &Value) -> String {
+    r["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Files `worktree_setup` creates (not ignored) are not the agent's uncommitted work: they are
+/// in no commit on the run branch, and the record says why; a setup file the agent changed, and
+/// the agent's own uncommitted files, are committed as its work. (An agent that commits with
+/// `git add -A` takes them in its own commit: that is its choice, not ralph's.)
+#[test]
+fn files_the_worktree_setup_made_are_not_committed_as_the_agents_work() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[(
+            "ralph.toml",
+            "worktree_setup = \"echo setup > setup.out; mkdir -p gen; echo gen > gen/made.txt; echo one > tweak.txt\"\n",
+        )],
+    );
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"write_file": {"path": "tweak.txt", "content": "the agent changed it\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.story(
+        "US-002",
+        json!([[
+            {"write_file": {"path": "file-2.txt", "content": "2\n"}},
+            {"set_passes": {"id": "US-002", "passes": true}},
+            {"stdout": "US-002 done"}
+        ]]),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for setup_file in ["setup.out", "gen/made.txt"] {
+        let holding = par
+            .env
+            .git(&["log", "--format=%h %s", BRANCH, "--", setup_file]);
+        assert_eq!(
+            holding,
+            "",
+            "{setup_file} (made by worktree_setup) was committed as an agent's work\n{}",
+            text(&out)
+        );
+    }
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+    assert_eq!(par.show(BRANCH, "tweak.txt"), "the agent changed it\n");
+    assert_eq!(par.show(BRANCH, "file-2.txt"), "2\n");
+    let a = &par.records("US-001")[0];
+    let said = findings(a);
+    assert!(
+        said.contains("setup.out")
+            && said.contains("worktree_setup")
+            && !said.contains("tweak.txt"),
+        "the record does not say the setup's files were left out: {said}"
+    );
+}
