@@ -23,6 +23,10 @@ use super::{op, GitError, Repo};
 /// repository on a slow disk).
 const ADD_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Why a story's worktree is locked (`git worktree list` shows it).
+pub const LOCK_REASON: &str =
+    "ralph: a story in flight (--parallel); ralph removes it when the story lands or is saved";
+
 /// Variables that would point git at another repository than the one ralph names.
 const GIT_LOCATION_VARS: &[&str] = &[
     "GIT_DIR",
@@ -104,7 +108,8 @@ fn normalized(base: &Path, path: &Path) -> PathBuf {
 impl Repo {
     /// Makes a new worktree at `root` (absolute, or relative to this repository's root; parent
     /// directories are created) with a **detached HEAD at `base`** (a full sha) and its files
-    /// checked out. No branch is created.
+    /// checked out, **locked** ([`LOCK_REASON`]: `git worktree remove --force` refuses it). No
+    /// branch is created.
     ///
     /// Something already at `root` (left by a ralph that was killed) is refused, unless it is a
     /// worktree of this repository whose HEAD commit some reference keeps (a branch, a tag,
@@ -146,8 +151,21 @@ impl Repo {
         })?;
         let hooks = format!("core.hooksPath={}", no_hooks.path().display());
         let root_arg = root.to_string_lossy().into_owned();
+        // Locked: an agent's `git worktree remove --force` (or a user's `git worktree prune`)
+        // cannot take the story's worktree, and with it the commits only its HEAD holds, from
+        // under ralph; ralph's own removal prunes locked entries ([`Repo::remove_worktree`]).
         self.run_git(&[
-            "-c", &hooks, "worktree", "add", "--detach", "--quiet", &root_arg, &sha,
+            "-c",
+            &hooks,
+            "worktree",
+            "add",
+            "--detach",
+            "--lock",
+            "--reason",
+            LOCK_REASON,
+            "--quiet",
+            &root_arg,
+            &sha,
         ])?;
         let made = Repo::discover(&root)?;
         if made.head_sha()?.as_deref() != Some(sha.as_str()) {

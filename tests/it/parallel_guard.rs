@@ -78,3 +78,45 @@ fn files_the_worktree_setup_made_are_not_committed_as_the_agents_work() {
         "the record does not say the setup's files were left out: {said}"
     );
 }
+
+/// An agent that commits and then runs `git worktree remove --force` on its own worktree does
+/// not lose its commit: the worktree is locked, the removal is refused, and the story lands in
+/// that iteration.
+#[test]
+fn an_agent_cannot_remove_its_own_worktree_and_lose_its_commit() {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.story(
+        "US-001",
+        json!([[
+            {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+            {"set_passes": {"id": "US-001", "passes": true}},
+            {"git_commit": "feat: US-001"},
+            {"stdout": "US-001 done"}
+        ]]),
+    );
+    par.post(
+        "US-001",
+        0,
+        "W=$PWD\nif git -C \"$W\" worktree remove --force \"$W\"; then echo removed; else echo refused; fi\n",
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let subjects = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        subjects.contains("feat: US-001"),
+        "the agent's commit is not on the run branch:\n{subjects}\n{}",
+        text(&out)
+    );
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+    let r = &par.records("US-001")[0];
+    assert_eq!(r["outcome"], "story_passed", "{r:#}");
+    assert_eq!(par.calls("US-001"), 1, "the story needed another attempt");
+    assert_eq!(
+        par.env
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1,
+        "a worktree is left"
+    );
+}
