@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::par::{prd_of, story, Par, BRANCH};
+use crate::common::par::{does, prd_of, story, Par, BRANCH};
 use crate::common::text;
 
 /// The record's findings, one a line.
@@ -118,5 +118,48 @@ fn an_agent_cannot_remove_its_own_worktree_and_lose_its_commit() {
             .count(),
         1,
         "a worktree is left"
+    );
+}
+
+/// An agent that runs `git checkout main` in its worktree and commits there moves `main`: the
+/// record names `main` as serial mode does ("HEAD moved from … to main; … left main as it is"),
+/// not only "the agent rewrote history", and the story lands with a valid prd.json.
+#[test]
+fn an_agent_moving_main_from_its_worktree_is_told_by_name() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    let main_before = par.env.git(&["rev-parse", "main"]);
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    par.pre("US-001", 0, "git checkout -q main\n");
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_ne!(
+        par.env.git(&["rev-parse", "main"]),
+        main_before,
+        "main did not move"
+    );
+    let r = &par.records("US-001")[0];
+    let said = findings(r);
+    assert!(
+        said.contains("to main") && said.contains("left main as it is"),
+        "the record does not name main: {said}\n{r:#}"
+    );
+    for id in ["US-001", "US-002"] {
+        let r = &par.records(id)[0];
+        assert_eq!(r["outcome"], "story_passed", "{r:#}");
+    }
+    let prd: Value = serde_json::from_str(&par.show(BRANCH, "prd.json"))
+        .expect("the run branch's prd.json is valid JSON");
+    assert!(
+        prd["userStories"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|s| s["passes"] == true)),
+        "{prd:#}"
     );
 }
