@@ -245,6 +245,48 @@ impl Repo {
         found
     }
 
+    /// Prunes the registrations under `dir` (absolute, or relative to this repository's root)
+    /// whose directory is gone (deleted by an agent's `rm -rf`, `git worktree remove -f -f`, or a
+    /// ralph killed while removing one): locked ([`LOCK_REASON`]), git never prunes them itself.
+    /// A HEAD commit no reference keeps is first kept under `refs/ralph/salvage/<run>/<name>`
+    /// (`keep_under` is `<run>`); returns `(root, salvage ref)` of each such commit kept.
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the worktrees cannot be listed, a reference cannot be written or
+    /// an entry cannot be pruned.
+    pub fn prune_gone_worktrees(
+        &self,
+        dir: &Path,
+        keep_under: &str,
+    ) -> Result<Vec<(PathBuf, String)>, GitError> {
+        let dir = normalized(&self.root, dir);
+        let mut kept = Vec::new();
+        for (name, root) in self.registered_worktrees()? {
+            if !root.starts_with(&dir) || root == dir || root.exists() {
+                continue;
+            }
+            // The entry's HEAD file still names the worktree's last commit (detached).
+            let head = std::fs::read_to_string(
+                self.repo.path().join("worktrees").join(&name).join("HEAD"),
+            )
+            .ok()
+            .and_then(|h| git2::Oid::from_str(h.trim()).ok())
+            .filter(|oid| self.repo.find_commit(*oid).is_ok());
+            if let Some(oid) = head {
+                if !self.commit_is_kept(oid)? {
+                    let sha = oid.to_string();
+                    let name = root
+                        .file_name()
+                        .map_or_else(|| name.clone(), |n| n.to_string_lossy().into_owned());
+                    let salvage = super::land::salvage(self, keep_under, &name, &sha)?;
+                    kept.push((root.clone(), salvage));
+                }
+            }
+            self.prune_worktree(&name)?;
+        }
+        Ok(kept)
+    }
+
     /// Whether git ignores `path` (relative to this checkout's root), by `.gitignore`,
     /// `.git/info/exclude` or `core.excludesFile`. It is asked as a directory when it ends with
     /// `/` or is a directory here (so `node_modules/` matches a `node_modules/` rule before the
