@@ -245,24 +245,19 @@ impl Repo {
         found
     }
 
-    /// Prunes the registrations under `dir` (absolute, or relative to this repository's root)
-    /// whose directory is gone (deleted by an agent's `rm -rf`, `git worktree remove -f -f`, or a
-    /// ralph killed while removing one): locked ([`LOCK_REASON`]), git never prunes them itself.
-    /// A HEAD commit no reference keeps is first kept under `refs/ralph/salvage/<run>/<name>`
-    /// (`keep_under` is `<run>`); returns `(root, salvage ref)` of each such commit kept.
+    /// Prunes the registrations at or under `dir` (absolute, or relative to this repository's
+    /// root) whose directory is gone (deleted by an agent's `rm -rf`, or a ralph killed while
+    /// removing one): locked ([`LOCK_REASON`]), git never prunes them itself. Returns
+    /// `(root, HEAD sha)` of each pruned worktree whose HEAD commit no reference keeps: the
+    /// caller keeps it ([`super::land::salvage`]) before git's garbage collection could take it.
     ///
     /// # Errors
-    /// [`GitError::Git`] when the worktrees cannot be listed, a reference cannot be written or
-    /// an entry cannot be pruned.
-    pub fn prune_gone_worktrees(
-        &self,
-        dir: &Path,
-        keep_under: &str,
-    ) -> Result<Vec<(PathBuf, String)>, GitError> {
+    /// [`GitError::Git`] when the worktrees cannot be listed or an entry cannot be pruned.
+    pub fn prune_gone_worktrees(&self, dir: &Path) -> Result<Vec<(PathBuf, String)>, GitError> {
         let dir = normalized(&self.root, dir);
-        let mut kept = Vec::new();
+        let mut unkept = Vec::new();
         for (name, root) in self.registered_worktrees()? {
-            if !root.starts_with(&dir) || root == dir || root.exists() {
+            if !root.starts_with(&dir) || root.exists() {
                 continue;
             }
             // The entry's HEAD file still names the worktree's last commit (detached).
@@ -274,17 +269,12 @@ impl Repo {
             .filter(|oid| self.repo.find_commit(*oid).is_ok());
             if let Some(oid) = head {
                 if !self.commit_is_kept(oid)? {
-                    let sha = oid.to_string();
-                    let name = root
-                        .file_name()
-                        .map_or_else(|| name.clone(), |n| n.to_string_lossy().into_owned());
-                    let salvage = super::land::salvage(self, keep_under, &name, &sha)?;
-                    kept.push((root.clone(), salvage));
+                    unkept.push((root.clone(), oid.to_string()));
                 }
             }
             self.prune_worktree(&name)?;
         }
-        Ok(kept)
+        Ok(unkept)
     }
 
     /// Whether git ignores `path` (relative to this checkout's root), by `.gitignore`,

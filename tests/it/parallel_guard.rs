@@ -163,3 +163,59 @@ fn an_agent_moving_main_from_its_worktree_is_told_by_name() {
         "{prd:#}"
     );
 }
+
+/// An agent that commits and then deletes its own worktree (`rm -rf`, past the lock): its
+/// commit is kept under a salvage ref (git's registration still names it), the record says what
+/// happened, the registration is pruned, and the story's next attempt lands.
+#[test]
+fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 first try"},
+                {"stdout": "US-001 done"}
+            ],
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    par.post("US-001", 0, "W=$PWD\ncd /\nrm -rf \"$W\"\n");
+    let out = par.run(2, &[]);
+    let first = &par.records("US-001")[0];
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("deleted its own worktree") && message.contains("refs/ralph/salvage/"),
+        "the record does not say what happened: {first:#}\n{}",
+        text(&out)
+    );
+    let sha = par.env.git(&[
+        "log",
+        "--all",
+        "--format=%H",
+        "--grep",
+        "feat: US-001 first try",
+    ]);
+    let sha = sha.trim();
+    assert!(
+        !sha.is_empty(),
+        "the agent's first commit is reachable from no ref"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
+    assert_eq!(
+        par.env
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1,
+        "a worktree is left registered"
+    );
+}

@@ -162,6 +162,9 @@ pub async fn land(
         ),
     );
     bring_transcripts(&tree_paths, &paths, &s.run_id, flight.iteration);
+    if !flight.root.join(".git").exists() {
+        gone(s, board, &flight, &mut worked, out)?;
+    }
     let record = &mut worked.draft.record;
     record.worker = Some(flight.worker);
     record.worktree = Some(paths.rel(&flight.root));
@@ -266,6 +269,47 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
+/// its registration is pruned, and a last commit nothing else keeps (git still names it in the
+/// registration) is kept under a salvage ref, where the story's next attempt starts; the record
+/// says so. Without a registration (git deleted it too) nothing is left to find: the record
+/// says that.
+///
+/// # Errors
+/// git failing to prune the registration or to write the salvage ref.
+fn gone(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
+    let rel = s.pre.paths.rel(&flight.root);
+    let message = match unkept.into_iter().next() {
+        Some((_, sha)) if sha != flight.base => {
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &sha)?;
+            board.resume.insert(flight.story_id.clone(), sha.clone());
+            format!(
+                "the agent deleted its own worktree {rel}; nothing landed, its last commit {} is kept in {salvage} (the story's next attempt starts from it)",
+                short(&sha)
+            )
+        }
+        _ => format!(
+            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep"
+        ),
+    };
+    out.warn_in(flight.iteration, message.clone());
+    if worked.draft.record.outcome != Outcome::AgentError {
+        set_outcome(worked, Outcome::AgentError, message.clone());
+    } else {
+        let before = worked.draft.record.message.take().unwrap_or_default();
+        worked.draft.record.message = Some(format!("{message}\n{before}").trim_end().to_owned());
+    }
+    clear_pass(worked);
+    Ok(())
 }
 
 /// Where a worktree's files that no commit takes are kept before it goes:

@@ -249,13 +249,20 @@ fn tidy(s: &Session) {
         .repo_root
         .join(crate::workspace::RALPH_DIR)
         .join("worktrees");
-    match s.pre.repo.prune_gone_worktrees(&dir, &s.run_id) {
-        Ok(kept) => {
-            for (root, salvage) in kept {
-                tracing::warn!(
-                    "the worktree {} was deleted behind ralph's back; its last commit is kept in {salvage}",
-                    root.display()
-                );
+    match s.pre.repo.prune_gone_worktrees(&dir) {
+        Ok(unkept) => {
+            for (root, sha) in unkept {
+                let name = root
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match crate::git::land::salvage(&s.pre.repo, &s.run_id, &name, &sha) {
+                    Ok(salvage) => tracing::warn!(
+                        "the worktree {} was deleted behind ralph's back; its last commit is kept in {salvage}",
+                        root.display()
+                    ),
+                    Err(e) => tracing::warn!("cannot keep {sha} of {}: {e}", root.display()),
+                }
             }
         }
         Err(e) => tracing::warn!("cannot prune the worktrees that are gone: {e}"),
