@@ -519,6 +519,38 @@ impl Repo {
         Some(false)
     }
 
+    /// The commits (full shas, oldest first) among the steps of this checkout's HEAD reflog
+    /// from `from` to `to` (as [`Repo::moved_from_here`] walks them) that a process of one of
+    /// ralph's agents made: their reflog message starts with
+    /// [`crate::process::REFLOG_ACTION_PREFIX`] (`git -C <this checkout> commit` run by an
+    /// agent). Empty without a reflog or when the chain breaks.
+    pub fn agent_steps_here(&self, from: &str, to: &str) -> Vec<String> {
+        let Ok(reflog) = self.repo.reflog("HEAD") else {
+            return Vec::new();
+        };
+        let (Ok(from), Ok(mut at)) = (git2::Oid::from_str(from), git2::Oid::from_str(to)) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for entry in reflog.iter().take(200) {
+            if entry.id_new() != at {
+                return Vec::new();
+            }
+            if entry
+                .message()
+                .is_some_and(|m| m.starts_with(crate::process::REFLOG_ACTION_PREFIX))
+            {
+                found.push(at.to_string());
+            }
+            if entry.id_old() == from {
+                found.reverse();
+                return found;
+            }
+            at = entry.id_old();
+        }
+        Vec::new()
+    }
+
     /// The commit the newest entry of this checkout's HEAD reflog moved HEAD to (full sha);
     /// `None` without a reflog.
     pub fn head_reflog_newest(&self) -> Option<String> {

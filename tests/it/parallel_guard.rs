@@ -219,3 +219,42 @@ fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
         "a worktree is left registered"
     );
 }
+
+/// An agent that commits in the user's checkout (`git -C <checkout> commit`) from its worktree
+/// moves the run branch forward: ralph cannot take it back (the checkout's files are that
+/// commit's), but the record and the run's warnings name the commit as an agent's.
+#[test]
+fn an_agent_committing_in_the_main_checkout_is_named() {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre(
+        "US-001",
+        0,
+        &format!(
+            "echo side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\n"
+        ),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let sha = par
+        .env
+        .git(&["log", "--format=%h", "--grep", "agent: side file", BRANCH]);
+    let sha = sha.trim();
+    assert!(
+        !sha.is_empty(),
+        "the agent's commit is not on the run branch"
+    );
+    let r = &par.records("US-001")[0];
+    let said = findings(r);
+    assert!(
+        said.contains("an agent of this run committing in your checkout")
+            && said.contains(&sha[..7]),
+        "the record does not name the agent's commit in the checkout: {said}\n{r:#}"
+    );
+    assert!(
+        text(&out).contains("committing in your checkout"),
+        "no warning:\n{}",
+        text(&out)
+    );
+}

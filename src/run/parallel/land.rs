@@ -441,8 +441,24 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             .moved_from_here(&expected, &now)
             .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
     if here {
+        // Made in the checkout, but by an agent of this run (`git -C <checkout> commit`): its
+        // reflog entries carry the agent's tag. They stay (the checkout's files are theirs
+        // now); the warning names them.
+        let by_agents = s.pre.repo.agent_steps_here(&expected, &now);
         board.tip = Some(now);
-        return Ok(None);
+        if by_agents.is_empty() {
+            return Ok(None);
+        }
+        let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
+        return Ok(Some(format!(
+            "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog); ralph did not make {} and kept {} on the branch: look at {} (`git show {}`)",
+            shas.join(", "),
+            crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+            if shas.len() == 1 { "it" } else { "them" },
+            if shas.len() == 1 { "it" } else { "them" },
+            if shas.len() == 1 { "it" } else { "them" },
+            shas.join(" ")
+        )));
     }
     let expected = &expected;
     let mut n = 1;
