@@ -258,3 +258,37 @@ fn an_agent_committing_in_the_main_checkout_is_named() {
         text(&out)
     );
 }
+
+/// The agent of the story above moves `main` and its check fails: the story's next attempt
+/// meets a valid prd.json, and no iteration ends `prd_corrupted` (the tester saw one; this
+/// path does not reproduce it, see the report).
+#[test]
+fn an_agent_moving_main_then_failing_its_check_leaves_a_valid_prd() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story(
+        "US-001",
+        json!([
+            does("US-001", "wrong.txt", "w\n", 0),
+            does("US-001", "file-1.txt", "1\n", 0)
+        ]),
+    );
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    par.pre("US-001", 0, "git checkout -q main\n");
+    let out = par.run(2, &[]);
+    let outcomes: Vec<String> = par
+        .records("US-001")
+        .iter()
+        .map(|r| format!("{} {}", r["outcome"], r["message"]))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{outcomes:#?}\n{}", text(&out));
+    assert!(
+        !outcomes.iter().any(|o| o.contains("prd_corrupted")),
+        "{outcomes:#?}"
+    );
+}
