@@ -7,7 +7,7 @@
 //! tree merge) and leaves the worktree as it was; the main checkout moves only when every file
 //! the move would write is as the run branch last committed it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use git2::{build::CheckoutBuilder, CheckoutNotificationType, Index, IndexEntry, Oid, Tree};
 
@@ -84,6 +84,69 @@ pub fn commit_leftovers_withheld(
         rev: "HEAD".to_owned(),
     })?;
     Ok((sha, checkpoint.withheld))
+}
+
+/// The directory in a worktree's private git directory where [`set_aside`] keeps files.
+fn shelf(wt: &Repo) -> PathBuf {
+    wt.private_dir().join("ralph-setup-aside")
+}
+
+/// Moves `files` (repository-relative: what `worktree_setup` made,
+/// [`Repo::setup_files_unchanged`]) out of the worktree into its private git directory, so that
+/// the commit of the agent's leftovers ([`commit_leftovers_withheld`]) and the merge of the run
+/// branch's tip do not take them or trip on them; [`put_back`] returns them. A file that cannot
+/// be moved stays (and is logged): it is then committed as before.
+pub fn set_aside(wt: &Repo, files: &[String]) {
+    let shelf = shelf(wt);
+    for file in files {
+        let (from, to) = (wt.root().join(file), shelf.join(file));
+        let moved = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::rename(&from, &to));
+        if let Err(e) = moved {
+            tracing::warn!("cannot set {} aside: {e}", from.display());
+        }
+    }
+}
+
+/// Puts the files [`set_aside`] moved back into the worktree (for the check that may run there),
+/// except where a file now is (the run branch's version, merged in, wins); returns those left
+/// out. Nothing to do when nothing was set aside.
+pub fn put_back(wt: &Repo) -> Vec<String> {
+    let shelf = shelf(wt);
+    let mut skipped = Vec::new();
+    let mut todo = vec![shelf.clone()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(path);
+                continue;
+            }
+            let Ok(rel) = path.strip_prefix(&shelf) else {
+                continue;
+            };
+            let to = wt.root().join(rel);
+            if std::fs::symlink_metadata(&to).is_ok() {
+                skipped.push(rel.to_string_lossy().into_owned());
+                continue;
+            }
+            let back = to
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::rename(&path, &to));
+            if let Err(e) = back {
+                tracing::warn!("cannot put {} back: {e}", to.display());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&shelf);
+    skipped.sort();
+    skipped
 }
 
 /// The files that differ between commits `from` and `to` (added, changed or deleted; both

@@ -23,6 +23,10 @@ use super::{op, GitError, Repo};
 /// repository on a slow disk).
 const ADD_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Why a story's worktree is locked (`git worktree list` shows it).
+pub const LOCK_REASON: &str =
+    "ralph: a story in flight (--parallel); ralph removes it when the story lands or is saved";
+
 /// Variables that would point git at another repository than the one ralph names.
 const GIT_LOCATION_VARS: &[&str] = &[
     "GIT_DIR",
@@ -104,7 +108,8 @@ fn normalized(base: &Path, path: &Path) -> PathBuf {
 impl Repo {
     /// Makes a new worktree at `root` (absolute, or relative to this repository's root; parent
     /// directories are created) with a **detached HEAD at `base`** (a full sha) and its files
-    /// checked out. No branch is created.
+    /// checked out, **locked** ([`LOCK_REASON`]: `git worktree remove --force` refuses it). No
+    /// branch is created.
     ///
     /// Something already at `root` (left by a ralph that was killed) is refused, unless it is a
     /// worktree of this repository whose HEAD commit some reference keeps (a branch, a tag,
@@ -146,8 +151,21 @@ impl Repo {
         })?;
         let hooks = format!("core.hooksPath={}", no_hooks.path().display());
         let root_arg = root.to_string_lossy().into_owned();
+        // Locked: an agent's `git worktree remove --force` (or a user's `git worktree prune`)
+        // cannot take the story's worktree, and with it the commits only its HEAD holds, from
+        // under ralph; ralph's own removal prunes locked entries ([`Repo::remove_worktree`]).
         self.run_git(&[
-            "-c", &hooks, "worktree", "add", "--detach", "--quiet", &root_arg, &sha,
+            "-c",
+            &hooks,
+            "worktree",
+            "add",
+            "--detach",
+            "--lock",
+            "--reason",
+            LOCK_REASON,
+            "--quiet",
+            &root_arg,
+            &sha,
         ])?;
         let made = Repo::discover(&root)?;
         if made.head_sha()?.as_deref() != Some(sha.as_str()) {
@@ -225,6 +243,38 @@ impl Repo {
             .collect();
         found.sort();
         found
+    }
+
+    /// Prunes the registrations at or under `dir` (absolute, or relative to this repository's
+    /// root) whose directory is gone (deleted by an agent's `rm -rf`, or a ralph killed while
+    /// removing one): locked ([`LOCK_REASON`]), git never prunes them itself. Returns
+    /// `(root, HEAD sha)` of each pruned worktree whose HEAD commit no reference keeps: the
+    /// caller keeps it ([`super::land::salvage`]) before git's garbage collection could take it.
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the worktrees cannot be listed or an entry cannot be pruned.
+    pub fn prune_gone_worktrees(&self, dir: &Path) -> Result<Vec<(PathBuf, String)>, GitError> {
+        let dir = normalized(&self.root, dir);
+        let mut unkept = Vec::new();
+        for (name, root) in self.registered_worktrees()? {
+            if !root.starts_with(&dir) || root.exists() {
+                continue;
+            }
+            // The entry's HEAD file still names the worktree's last commit (detached).
+            let head = std::fs::read_to_string(
+                self.repo.path().join("worktrees").join(&name).join("HEAD"),
+            )
+            .ok()
+            .and_then(|h| git2::Oid::from_str(h.trim()).ok())
+            .filter(|oid| self.repo.find_commit(*oid).is_ok());
+            if let Some(oid) = head {
+                if !self.commit_is_kept(oid)? {
+                    unkept.push((root.clone(), oid.to_string()));
+                }
+            }
+            self.prune_worktree(&name)?;
+        }
+        Ok(unkept)
     }
 
     /// Whether git ignores `path` (relative to this checkout's root), by `.gitignore`,
@@ -469,6 +519,38 @@ impl Repo {
         Some(false)
     }
 
+    /// The commits (full shas, oldest first) among the steps of this checkout's HEAD reflog
+    /// from `from` to `to` (as [`Repo::moved_from_here`] walks them) that a process of one of
+    /// ralph's agents made: their reflog message starts with
+    /// [`crate::process::REFLOG_ACTION_PREFIX`] (`git -C <this checkout> commit` run by an
+    /// agent). Empty without a reflog or when the chain breaks.
+    pub fn agent_steps_here(&self, from: &str, to: &str) -> Vec<String> {
+        let Ok(reflog) = self.repo.reflog("HEAD") else {
+            return Vec::new();
+        };
+        let (Ok(from), Ok(mut at)) = (git2::Oid::from_str(from), git2::Oid::from_str(to)) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for entry in reflog.iter().take(200) {
+            if entry.id_new() != at {
+                return Vec::new();
+            }
+            if entry
+                .message()
+                .is_some_and(|m| m.starts_with(crate::process::REFLOG_ACTION_PREFIX))
+            {
+                found.push(at.to_string());
+            }
+            if entry.id_old() == from {
+                found.reverse();
+                return found;
+            }
+            at = entry.id_old();
+        }
+        Vec::new()
+    }
+
     /// The commit the newest entry of this checkout's HEAD reflog moved HEAD to (full sha);
     /// `None` without a reflog.
     pub fn head_reflog_newest(&self) -> Option<String> {
@@ -492,6 +574,95 @@ impl Repo {
         self.repo.set_head_detached(id).map_err(op("detach HEAD"))?;
         Ok(Some(name))
     }
+}
+
+/// The file in a worktree's private git directory (`.git/worktrees/<name>/`, never part of any
+/// commit, gone with the worktree) where [`Repo::record_setup_files`] writes what
+/// `worktree_setup` left untracked: one line per file, `<bytes>\t<mtime ns>\t<path>`.
+const SETUP_FILES: &str = "ralph-setup-files";
+
+impl Repo {
+    /// This checkout's own git directory (for a linked worktree `.git/worktrees/<name>/`): files
+    /// ralph keeps there are in no commit and go with the worktree.
+    pub fn private_dir(&self) -> &Path {
+        self.repo.path()
+    }
+
+    /// The untracked, not ignored files of the working tree (repository-relative, sorted; the
+    /// files inside untracked directories listed one by one).
+    ///
+    /// # Errors
+    /// [`GitError::Git`] when the status cannot be read.
+    pub fn untracked_files(&self) -> Result<Vec<String>, GitError> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(op("status"))?;
+        let mut files: Vec<String> = statuses
+            .iter()
+            .filter(|e| e.status().contains(git2::Status::WT_NEW))
+            .filter_map(|e| e.path().map(str::to_owned))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// Writes down the untracked files as they are now (size and modification time), in this
+    /// worktree's private git directory: called after `worktree_setup`, before the agent starts,
+    /// so that [`Repo::setup_files_unchanged`] can tell the setup's files from the agent's.
+    ///
+    /// # Errors
+    /// The status cannot be read or the record cannot be written.
+    pub fn record_setup_files(&self) -> anyhow::Result<()> {
+        let mut text = String::new();
+        for file in self.untracked_files()? {
+            if let Some((len, at)) = stamp(&self.root.join(&file)) {
+                text.push_str(&format!("{len}\t{at}\t{file}\n"));
+            }
+        }
+        std::fs::write(self.repo.path().join(SETUP_FILES), text)?;
+        Ok(())
+    }
+
+    /// The files [`Repo::record_setup_files`] wrote down that are still in no commit of HEAD, with the same
+    /// size and modification time: the setup's, not the agent's (a setup file the agent changed
+    /// counts as its work). Empty when nothing was written down.
+    pub fn setup_files_unchanged(&self) -> Vec<String> {
+        let Ok(text) = std::fs::read_to_string(self.repo.path().join(SETUP_FILES)) else {
+            return Vec::new();
+        };
+        // Not in HEAD's tree (ralph's own stages may have staged it since: the index says
+        // nothing).
+        let head = self.repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+        let committed = |file: &str| {
+            head.as_ref()
+                .is_some_and(|t| t.get_path(Path::new(file)).is_ok())
+        };
+        text.lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, '\t');
+                let (len, at, file) = (parts.next()?, parts.next()?, parts.next()?);
+                let now = stamp(&self.root.join(file))?;
+                (!committed(file)
+                    && (now.0.to_string(), now.1.to_string()) == (len.to_owned(), at.to_owned()))
+                    .then(|| file.to_owned())
+            })
+            .collect()
+    }
+}
+
+/// A file's size in bytes and modification time in nanoseconds since the epoch (not following
+/// a symbolic link).
+fn stamp(path: &Path) -> Option<(u64, u128)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let at = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some((meta.len(), at))
 }
 
 #[cfg(test)]

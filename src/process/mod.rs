@@ -64,7 +64,7 @@ pub use service::Service;
 pub use supervise::run;
 pub use tag::{
     agent_tag, command_line, fork_count, group_is_tagged, kill_tagged, kill_tagged_since,
-    sweep_tagged, sweep_tagged_since, Stray, AGENT_TAG_VAR,
+    sweep_tagged, sweep_tagged_since, Stray, AGENT_TAG_VAR, REFLOG_ACTION_PREFIX,
 };
 
 /// What to run: built by an agent backend, executed here.

@@ -14,6 +14,10 @@ use super::SpawnSpec;
 /// Environment variable marking every process of an agent with `<run id>/<iteration>`.
 pub const AGENT_TAG_VAR: &str = "RALPH_AGENT_TAG";
 
+/// The start of `GIT_REFLOG_ACTION` in a tagged process ([`SpawnSpec::set_tag`]): the reflog
+/// entries git writes for its commits read `ralph agent <run id>/<iteration>: <subject>`.
+pub const REFLOG_ACTION_PREFIX: &str = "ralph agent ";
+
 /// The value of [`AGENT_TAG_VAR`] for one iteration of one run.
 pub fn agent_tag(run_id: &str, iteration: u32) -> String {
     format!("{run_id}/{iteration}")
@@ -26,6 +30,14 @@ impl SpawnSpec {
         self.env_set.retain(|(name, _)| name != AGENT_TAG_VAR);
         self.env_set
             .push((AGENT_TAG_VAR.to_owned(), tag.to_owned()));
+        // git writes this as the reflog message's prefix of a commit, a reset, a merge: a
+        // commit an agent makes in the user's checkout (`git -C <checkout> commit`) is then
+        // told from the user's own by the checkout's HEAD reflog (run/parallel/land.rs).
+        self.env_set.retain(|(name, _)| name != "GIT_REFLOG_ACTION");
+        self.env_set.push((
+            "GIT_REFLOG_ACTION".to_owned(),
+            format!("{REFLOG_ACTION_PREFIX}{tag}"),
+        ));
     }
 }
 
@@ -196,7 +208,13 @@ mod tests {
         let mut spec = SpawnSpec::default();
         spec.set_tag("a/1");
         spec.set_tag("a/2");
-        assert_eq!(spec.env_set, [(AGENT_TAG_VAR.to_owned(), "a/2".to_owned())]);
+        assert_eq!(
+            spec.env_set,
+            [
+                (AGENT_TAG_VAR.to_owned(), "a/2".to_owned()),
+                ("GIT_REFLOG_ACTION".to_owned(), "ralph agent a/2".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod notify;
 mod parallel;
 mod parallel_field;
 mod parallel_findings;
+mod parallel_guard;
 mod parallel_views;
 mod pause;
 mod plan;

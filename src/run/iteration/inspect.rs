@@ -347,6 +347,13 @@ fn history(
                 obs.branch_back = Some(format!(
                     "ralph put HEAD back on {feature} at the iteration's start with the agent's work re-applied on top, and left {left} as it is"
                 ));
+            } else if let (None, Some(moved)) = (&start.branch, &branch) {
+                // A `--parallel` worktree (detached) whose agent checked a branch out and
+                // committed on it: that branch holds the agent's commits now; name it.
+                obs.branch_moved = Some((None, Some(moved.clone())));
+                obs.branch_back = Some(format!(
+                    "ralph detached HEAD again at the iteration's start with the agent's work re-applied on top, and left {moved} as it is (it now holds the agent's commits: see `git log {moved}`)"
+                ));
             }
         }
         Err(e) => {

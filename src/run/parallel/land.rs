@@ -162,6 +162,9 @@ pub async fn land(
         ),
     );
     bring_transcripts(&tree_paths, &paths, &s.run_id, flight.iteration);
+    if !flight.root.join(".git").exists() {
+        gone(s, board, &flight, &mut worked, out)?;
+    }
     let record = &mut worked.draft.record;
     record.worker = Some(flight.worker);
     record.worktree = Some(paths.rel(&flight.root));
@@ -179,6 +182,10 @@ pub async fn land(
             worked.draft.record.findings.push(warning.clone());
             out.warn_in(flight.iteration, warning);
         }
+        // What worktree_setup made is not the agent's work: set aside for the commit and the
+        // merge of the tip, put back before the check (onto_branch) or the removal.
+        let setup_files = tree.setup_files_unchanged();
+        git_land::set_aside(&tree, &setup_files);
         let (work, withheld) = git_land::commit_leftovers_withheld(
             &tree,
             &format!(
@@ -186,6 +193,12 @@ pub async fn land(
                 flight.iteration, flight.story_id
             ),
         )?;
+        if !setup_files.is_empty() {
+            worked.draft.record.findings.push(format!(
+                "not committed: {} — made by worktree_setup before the agent started, not the agent's work",
+                setup_files.join(", ")
+            ));
+        }
         let kept = Kept {
             paths: &paths,
             run_id: &s.run_id,
@@ -197,7 +210,9 @@ pub async fn land(
         worked.draft.record.findings.extend(findings);
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
-        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await?;
+        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await;
+        git_land::put_back(&tree);
+        let landing = landing?;
         append_notes(&paths, notes.as_deref())?;
         landing
     } else {
@@ -254,6 +269,47 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
+/// its registration is pruned, and a last commit nothing else keeps (git still names it in the
+/// registration) is kept under a salvage ref, where the story's next attempt starts; the record
+/// says so. Without a registration (git deleted it too) nothing is left to find: the record
+/// says that.
+///
+/// # Errors
+/// git failing to prune the registration or to write the salvage ref.
+fn gone(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
+    let rel = s.pre.paths.rel(&flight.root);
+    let message = match unkept.into_iter().next() {
+        Some((_, sha)) if sha != flight.base => {
+            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &sha)?;
+            board.resume.insert(flight.story_id.clone(), sha.clone());
+            format!(
+                "the agent deleted its own worktree {rel}; nothing landed, its last commit {} is kept in {salvage} (the story's next attempt starts from it)",
+                short(&sha)
+            )
+        }
+        _ => format!(
+            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep"
+        ),
+    };
+    out.warn_in(flight.iteration, message.clone());
+    if worked.draft.record.outcome != Outcome::AgentError {
+        set_outcome(worked, Outcome::AgentError, message.clone());
+    } else {
+        let before = worked.draft.record.message.take().unwrap_or_default();
+        worked.draft.record.message = Some(format!("{message}\n{before}").trim_end().to_owned());
+    }
+    clear_pass(worked);
+    Ok(())
 }
 
 /// Where a worktree's files that no commit takes are kept before it goes:
@@ -385,8 +441,24 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             .moved_from_here(&expected, &now)
             .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
     if here {
+        // Made in the checkout, but by an agent of this run (`git -C <checkout> commit`): its
+        // reflog entries carry the agent's tag. They stay (the checkout's files are theirs
+        // now); the warning names them.
+        let by_agents = s.pre.repo.agent_steps_here(&expected, &now);
         board.tip = Some(now);
-        return Ok(None);
+        if by_agents.is_empty() {
+            return Ok(None);
+        }
+        let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
+        return Ok(Some(format!(
+            "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog); ralph did not make {} and kept {} on the branch: look at {} (`git show {}`)",
+            shas.join(", "),
+            crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+            if shas.len() == 1 { "it" } else { "them" },
+            if shas.len() == 1 { "it" } else { "them" },
+            if shas.len() == 1 { "it" } else { "them" },
+            shas.join(" ")
+        )));
     }
     let expected = &expected;
     let mut n = 1;
@@ -465,6 +537,9 @@ async fn onto_branch(
     } else {
         git_land::integrate(&tree, &tip, &keep)?
     };
+    // The setup's files (set aside in `land`) are back for the check; where the tip brought a
+    // file of the same name, the tip's stays.
+    git_land::put_back(&tree);
     let (result, fast_forward) = match integrated {
         Integration::Clean {
             commit,

@@ -261,7 +261,9 @@ fn unlanded(s: &mut Session, iteration: u32, why: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes this run's worktree folder (and `.ralph/worktrees/`) when nothing is left in them.
+/// Removes this run's worktree folder (and `.ralph/worktrees/`) when nothing is left in them,
+/// after pruning the registrations of worktrees whose directory is gone (locked, git keeps
+/// them; a HEAD nothing keeps is saved under a salvage ref first, and logged).
 fn tidy(s: &Session) {
     let dir = s
         .pre
@@ -269,6 +271,24 @@ fn tidy(s: &Session) {
         .repo_root
         .join(crate::workspace::RALPH_DIR)
         .join("worktrees");
+    match s.pre.repo.prune_gone_worktrees(&dir) {
+        Ok(unkept) => {
+            for (root, sha) in unkept {
+                let name = root
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match crate::git::land::salvage(&s.pre.repo, &s.run_id, &name, &sha) {
+                    Ok(salvage) => tracing::warn!(
+                        "the worktree {} was deleted behind ralph's back; its last commit is kept in {salvage}",
+                        root.display()
+                    ),
+                    Err(e) => tracing::warn!("cannot keep {sha} of {}: {e}", root.display()),
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot prune the worktrees that are gone: {e}"),
+    }
     let _ = std::fs::remove_dir(dir.join(&s.run_id));
     let _ = std::fs::remove_dir(dir);
 }

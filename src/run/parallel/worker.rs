@@ -156,6 +156,16 @@ async fn run(job: Job, tx: UnboundedSender<Msg>) -> End {
     if let Err(failed) = crate::worktree::set_up(&setup, &job.stop) {
         return End::SetupFailed(failed.to_string());
     }
+    // What the setup left untracked is not the agent's work: the landing leaves it out of the
+    // commit of the agent's leftovers (run/parallel/land.rs).
+    if job.setup.is_some() || !job.copy.is_empty() {
+        let recorded = crate::git::Repo::discover(&job.tree)
+            .map_err(anyhow::Error::from)
+            .and_then(|tree| tree.record_setup_files());
+        if let Err(e) = recorded {
+            tracing::warn!("cannot write down the files worktree_setup made: {e:#}");
+        }
+    }
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     match work(job, Forward(tx, started.clone())).await {
         Ok(worked) => End::Worked(Box::new(worked)),

@@ -3,10 +3,12 @@
 //!
 //! The agent is scripted per story: an exec agent ([`Par::wrapper`]) reads its prompt, finds
 //! the story (`Story ID: US-00x`), keeps the prompt (`agents/<story>.prompt.<n>`, n from 0),
-//! logs its start (`agents/starts.log`: story, attempt, time, directory, files present), waits
+//! logs its start (`agents/starts.log`: story, attempt, time, directory, files present), runs
+//! `agents/<story>.pre.<n>` when the test gave one (a shell step an agent takes first), waits
 //! for a condition when the test gave one (`agents/<story>.wait.<n>`, a bash script polled every
 //! 100 ms for at most 60 s), then runs the fake agent with that story's own script
-//! (`agents/<story>.json`, whose invocations count per story), so that the order in which the
+//! (`agents/<story>.json`, whose invocations count per story) and then `agents/<story>.post.<n>`
+//! when the test gave one (a shell step at the agent's end), so that the order in which the
 //! workers start cannot change what each story's agent does.
 
 use std::path::PathBuf;
@@ -52,8 +54,14 @@ story=$(printf '%s\n' "$prompt" | sed -n 's/^Story ID: //p' | head -n 1)
 n=$(ls "$dir/$story".prompt.* 2>/dev/null | wc -l)
 printf '%s' "$prompt" > "$dir/$story.prompt.$n"
 echo "$story $n $(date +%s%N) $PWD $(ls | tr '\n' ' ')" >> "$dir/starts.log"
+if [ -f "$dir/$story.pre.$n" ]; then bash -e "$dir/$story.pre.$n" || exit 1; fi
 if [ -f "$dir/$story.wait.$n" ]; then
   for _ in $(seq 600); do bash "$dir/$story.wait.$n" && break; sleep 0.1; done
+fi
+if [ -f "$dir/$story.post.$n" ]; then
+  RALPH_FAKE_SCRIPT="$dir/$story.json" '{fake}'; code=$?
+  bash -e "$dir/$story.post.$n" || exit 1
+  exit $code
 fi
 RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'
 "#,
@@ -82,6 +90,20 @@ RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'
     pub(crate) fn wait(&self, id: &str, n: usize, condition: &str) {
         std::fs::write(self.agents.join(format!("{id}.wait.{n}")), condition)
             .expect("write a wait condition");
+    }
+
+    /// `id`'s attempt `n` (from 0) runs `script` (bash -e, in the agent's directory) before it
+    /// plays its script: a shell step an agent takes first.
+    pub(crate) fn pre(&self, id: &str, n: usize, script: &str) {
+        std::fs::write(self.agents.join(format!("{id}.pre.{n}")), script)
+            .expect("write a pre step");
+    }
+
+    /// `id`'s attempt `n` (from 0) runs `script` (bash -e, in the agent's directory) after it
+    /// played its script: a shell step an agent takes at its end.
+    pub(crate) fn post(&self, id: &str, n: usize, script: &str) {
+        std::fs::write(self.agents.join(format!("{id}.post.{n}")), script)
+            .expect("write a post step");
     }
 
     /// A bash condition: the run branch has `file` (another story's work landed).
