@@ -577,7 +577,8 @@ fn after(
 ) -> anyhow::Result<()> {
     let land::Landed { done, agent } = landed;
     let ralph_dir = s.pre.paths.ralph_dir.clone();
-    let books = super::Books::of(s, &ralph_dir);
+    let prd = s.pre.paths.prd.clone();
+    let books = super::Books::of(s, &ralph_dir, &prd);
     let (story_id, next) = match super::settle(books, done, agent, out)? {
         super::Settled::Stop(reason) => {
             board.stopping.get_or_insert(reason);

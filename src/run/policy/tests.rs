@@ -68,6 +68,7 @@ fn after(record: &LedgerRecord) -> Aftermath<'_> {
         jitter: 0.0,
         limit_repeats: 0,
         others: Default::default(),
+        known_reset: None,
     }
 }
 
