@@ -586,6 +586,14 @@ fn after(
         }
         super::Settled::Next { story_id, next } => (story_id, next),
     };
+    if store::load_shared(&prd).is_ok_and(|p| p.prd.all_pass()) {
+        // Every story passes: a usage limit met by this landing or an earlier one holds
+        // nothing; the next launch's pick ends the run.
+        board.limited_until = None;
+        if matches!(board.stopping, Some(StopReason::UsageLimit { .. })) {
+            board.stopping = None;
+        }
+    }
     let now = Utc::now();
     match next {
         Next::Continue => {}
