@@ -63,7 +63,15 @@ exit 0
 
     fn run(&self, extra: &[&str]) -> std::process::Output {
         let cmd = self.cmd.display().to_string();
-        let mut args = vec!["run", "--agent", "exec", "--agent-cmd", &cmd, "--max-iter", "10"];
+        let mut args = vec![
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &cmd,
+            "--max-iter",
+            "10",
+        ];
         args.extend_from_slice(extra);
         self.env.ralph(&args)
     }
@@ -215,12 +223,12 @@ fn an_auth_error_while_every_other_agent_is_limited_does_not_run_a_limited_agent
     let again = env.ralph(&["run", "--no-wait"]);
     assert_eq!(again.status.code(), Some(75), "{}", text(&again));
     assert_eq!(env.agent_calls(), 4, "{}", text(&again));
-    assert_eq!(
-        sequence(&env)[3..],
-        pairs(&[("authbad", "auth_error")])[..]
-    );
+    assert_eq!(sequence(&env)[3..], pairs(&[("authbad", "auth_error")])[..]);
     let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(!stderr.contains("switching from authbad to lim2"), "{stderr}");
+    assert!(
+        !stderr.contains("switching from authbad to lim2"),
+        "{stderr}"
+    );
     let st = state(&env);
     let resume = time(&st["stop_reason"]["resume_at"]);
     let ahead = (resume - chrono::Utc::now()).num_seconds();
