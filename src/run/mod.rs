@@ -279,6 +279,7 @@ async fn drive(
             pending: &mut s.pending,
             books: &mut s.books,
             ralph_dir: &paths.ralph_dir,
+            prd: &paths.prd,
         };
         let (story_id, next) = match settle(books, done, index, out)? {
             Settled::Stop(reason) => return Ok(reason),
@@ -317,11 +318,17 @@ struct Books<'a> {
     pending: &'a mut feedback::Pending,
     books: &'a mut Vec<agents::AgentBook>,
     ralph_dir: &'a std::path::Path,
+    /// prd.json (read when a usage limit would hold the run: nothing to hold once all pass).
+    prd: &'a std::path::Path,
 }
 
 impl<'a> Books<'a> {
     /// `s`'s parts, with `ralph_dir` (state.json's directory) borrowed apart from it.
-    fn of(s: &'a mut Session, ralph_dir: &'a std::path::Path) -> Books<'a> {
+    fn of(
+        s: &'a mut Session,
+        ralph_dir: &'a std::path::Path,
+        prd: &'a std::path::Path,
+    ) -> Books<'a> {
         Books {
             state: &mut s.state,
             started: s.started,
@@ -331,6 +338,7 @@ impl<'a> Books<'a> {
             pending: &mut s.pending,
             books: &mut s.books,
             ralph_dir,
+            prd,
         }
     }
 }
@@ -384,6 +392,7 @@ fn settle(
             jitter: fastrand::f64(),
             limit_repeats: s.books[agent].limits_in_a_row,
             others: agents::others(s.books, agent, now),
+            known_reset: s.books[agent].reset_at,
         },
     );
     let outcome = done.record.outcome;
@@ -406,8 +415,22 @@ fn settle(
     }
     Ok(Settled::Next {
         story_id,
-        next: decision.next,
+        next: moot_limit(decision.next, s.prd),
     })
+}
+
+/// A usage limit's wait or stop (`next`) when every story of prd.json (at `prd`) passes after
+/// this iteration: nothing is left to wait for, so the run goes on to the next pick, which ends
+/// it as complete (or says which stories vanished). Any other `next` is returned as it is.
+fn moot_limit(next: Next, prd: &std::path::Path) -> Next {
+    let held = matches!(
+        next,
+        Next::WaitUntil { .. } | Next::Stop(StopReason::UsageLimit { .. })
+    );
+    if held && store::load_shared(prd).is_ok_and(|p| p.prd.all_pass()) {
+        return Next::Continue;
+    }
+    next
 }
 
 /// One iteration context per agent of `pre`, in the order they are tried.
@@ -770,7 +793,14 @@ async fn finish(
         }
     }
     // Fallback agents: a usage limit names each limited agent and its reset.
-    let reason = reason.with_agent_resets(&s.state.agent_resets);
+    let reason = latest_reset(
+        reason.with_agent_resets(&s.state.agent_resets),
+        s.state.resume_at,
+    );
+    if reason == StopReason::Complete {
+        // Every story passes: a limit met on the way holds no later run.
+        s.state.resume_at = None;
+    }
     s.state.stop_reason = Some(reason.clone());
     // A pause ends with the run (a later run does not start paused).
     crate::pause_request::clear(&paths.ralph_dir);
@@ -809,6 +839,24 @@ async fn finish(
         .with_unpushed(push.as_ref().is_some_and(|p| p.unpushed_commits > 0));
     out.emit(RunEvent::RunFinished(Box::new(summary)));
     status
+}
+
+/// A usage-limit stop says the reset state.json keeps (`kept`) when that is later than its own:
+/// `--parallel` iterations that met the same limit together keep its latest stated reset, and
+/// the stop reason, `ralph status` and state.json then agree. Any other stop is returned as is.
+fn latest_reset(reason: StopReason, kept: Option<chrono::DateTime<Utc>>) -> StopReason {
+    match reason {
+        StopReason::UsageLimit {
+            resume_at,
+            why,
+            agents,
+        } => StopReason::UsageLimit {
+            resume_at: kept.map_or(resume_at, |kept| kept.max(resume_at)),
+            why,
+            agents,
+        },
+        other => other,
+    }
 }
 
 /// `--push` at the end of a run: what is not on the remote yet is pushed (unless the remote

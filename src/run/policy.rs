@@ -334,6 +334,10 @@ pub struct Aftermath<'a> {
     pub limit_repeats: u32,
     /// The other agents of the run (default: none).
     pub others: agents::Others,
+    /// The reset of the agent that ran, when it was still known to be limited as this iteration
+    /// ended (`None`: not limited). A usage limit then is the same limit met again by an
+    /// iteration launched before it was known (`--parallel`): no new wait, no extra backoff.
+    pub known_reset: Option<DateTime<Utc>>,
 }
 
 /// What the run does next.
@@ -421,11 +425,20 @@ pub fn decide(t: &Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
             )
         }
         // Another agent may still have a working login: this one is taken out instead.
+        // When every agent left is limited, the run waits for the earliest reset as at a usage
+        // limit (or stops with `--no-wait`) instead of running one before its reset.
         OutcomeNext::StopNeedsHuman if r.outcome == Outcome::AuthError && a.others.left > 0 => {
+            let next = match a.others.earliest_reset.filter(|_| !a.others.ready) {
+                None => Next::Continue,
+                Some(at) => {
+                    t.usage_waits += 1;
+                    limit_wait(&t, b, a, at)
+                }
+            };
             return Decision {
                 drop_agent: true,
-                ..d(Next::Continue, t, false, None)
-            }
+                ..d(next, t, false, None)
+            };
         }
         OutcomeNext::StopNeedsHuman => {
             return d(
@@ -599,9 +612,23 @@ fn retry(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
 /// A usage limit: not the agent's failure and not an iteration of the budget. Another agent
 /// that is not limited takes the next iteration at once; else wait for the earliest reset
 /// (persisted, so a restarted ralph waits too) and run the same story again.
+///
+/// A limit met while the agent's earlier reset is still ahead (`a.known_reset`: iterations
+/// launched together, `--parallel`) is that same limit: it keeps the later of the two resets,
+/// adds no backoff and no wait to the count.
 fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
-    let repeats = a.limit_repeats + 1;
-    let mine = usage_limit_until(a.resume_at, a.now, b.usage_limit_fallback, repeats);
+    let known = a.known_reset.filter(|at| *at > a.now);
+    let (repeats, mine) = match known {
+        Some(known) => (
+            a.limit_repeats.max(1),
+            a.resume_at.map_or(known, |stated| stated.max(known)),
+        ),
+        None => {
+            let repeats = a.limit_repeats + 1;
+            let until = usage_limit_until(a.resume_at, a.now, b.usage_limit_fallback, repeats);
+            (repeats, until)
+        }
+    };
     let decision = |tally, next| Decision {
         tally,
         block: false,
@@ -613,11 +640,21 @@ fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
     if a.others.ready {
         return decision(t, Next::Continue);
     }
-    t.usage_waits += 1;
+    if known.is_none() {
+        t.usage_waits += 1;
+    }
     let at = a
         .others
         .earliest_reset
         .map_or(mine, |other| other.min(mine));
+    let next = limit_wait(&t, b, a, at);
+    decision(t, next)
+}
+
+/// Every agent is limited until `at` at the earliest (`t.usage_waits` counts this wait): stop
+/// for `--no-wait`, too many waits or a reset past `--max-duration`, else wait until `at` plus
+/// the margin.
+fn limit_wait(t: &Tally, b: &Budgets, a: &Aftermath<'_>, at: DateTime<Utc>) -> Next {
     let stop = |why| {
         Next::Stop(StopReason::UsageLimit {
             resume_at: at,
@@ -625,7 +662,7 @@ fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
             agents: Vec::new(),
         })
     };
-    let next = if b.no_wait {
+    if b.no_wait {
         stop(UsageLimitStop::NoWait)
     } else if t.usage_waits > b.max_usage_limit_waits {
         stop(UsageLimitStop::TooManyWaits {
@@ -636,8 +673,7 @@ fn wait_for_reset(mut t: Tally, b: &Budgets, a: &Aftermath<'_>) -> Decision {
             Ok(until) => Next::WaitUntil { until },
             Err(reason) => Next::Stop(reason),
         }
-    };
-    decision(t, next)
+    }
 }
 
 /// The end of a wait for a usage limit that resets at `at`: `at` plus the margin, or why the run

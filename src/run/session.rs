@@ -184,6 +184,10 @@ pub async fn open(
         return Ok(session);
     }
     session.books = agent_books(&session.pre, &mut session.state, Utc::now());
+    if session.initial.prd.all_pass() {
+        // Every story passes: the first pick ends the run as complete; no reset holds it.
+        session.state.resume_at = None;
+    }
     session.early_stop = pending_reset(
         &mut session.state,
         &session.budgets,

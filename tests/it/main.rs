@@ -24,6 +24,7 @@ mod hints;
 mod init_skills;
 mod integrations;
 mod leftovers;
+mod limits_field;
 mod lint;
 mod llm;
 mod local;

@@ -619,7 +619,8 @@ fn after(
 ) -> anyhow::Result<()> {
     let land::Landed { done, agent } = landed;
     let ralph_dir = s.pre.paths.ralph_dir.clone();
-    let books = super::Books::of(s, &ralph_dir);
+    let prd = s.pre.paths.prd.clone();
+    let books = super::Books::of(s, &ralph_dir, &prd);
     let (story_id, next) = match super::settle(books, done, agent, out)? {
         super::Settled::Stop(reason) => {
             board.stopping.get_or_insert(reason);
@@ -627,6 +628,14 @@ fn after(
         }
         super::Settled::Next { story_id, next } => (story_id, next),
     };
+    if store::load_shared(&prd).is_ok_and(|p| p.prd.all_pass()) {
+        // Every story passes: a usage limit met by this landing or an earlier one holds
+        // nothing; the next launch's pick ends the run.
+        board.limited_until = None;
+        if matches!(board.stopping, Some(StopReason::UsageLimit { .. })) {
+            board.stopping = None;
+        }
+    }
     let now = Utc::now();
     match next {
         Next::Continue => {}

@@ -68,6 +68,7 @@ fn after(record: &LedgerRecord) -> Aftermath<'_> {
         jitter: 0.0,
         limit_repeats: 0,
         others: Default::default(),
+        known_reset: None,
     }
 }
 
@@ -297,11 +298,49 @@ fn decide_table() {
             |_, _, a| {
                 a.others = Others {
                     left: 1,
-                    ready: false,
-                    earliest_reset: Some(now()),
+                    ready: true,
+                    earliest_reset: None,
                 }
             },
             "continue",
+        ),
+        (
+            "an auth error while every other agent is limited waits for the earliest reset",
+            Outcome::AuthError,
+            false,
+            |_, _, a| {
+                a.others = Others {
+                    left: 1,
+                    ready: false,
+                    earliest_reset: Some(now() + chrono::Duration::hours(1)),
+                }
+            },
+            "wait until 13:00:30",
+        ),
+        (
+            "an auth error while every other agent is limited stops with --no-wait",
+            Outcome::AuthError,
+            false,
+            |_, b, a| {
+                b.no_wait = true;
+                a.others = Others {
+                    left: 1,
+                    ready: false,
+                    earliest_reset: Some(now() + chrono::Duration::hours(1)),
+                }
+            },
+            "stop usage_limit",
+        ),
+        (
+            "a limit met again while the agent's reset is ahead keeps the later reset, no backoff",
+            Outcome::UsageLimit,
+            false,
+            |_, _, a| {
+                a.limit_repeats = 1;
+                a.known_reset = Some(now() + chrono::Duration::seconds(20));
+                a.resume_at = Some(now() + chrono::Duration::seconds(21));
+            },
+            "wait until 12:00:51",
         ),
         (
             "an auth error on the last agent left stops",
