@@ -776,3 +776,96 @@ git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story"
         );
     }
 }
+
+/// Under `--parallel --sandbox fs`, the check ralph runs again on a landed story (another story
+/// landed since it started) runs agent-written code too: it runs in the agent's sandbox, where
+/// the main checkout is out of reach. Before, that re-check ran unsandboxed.
+#[test]
+fn a_parallel_landing_check_runs_in_the_sandbox() {
+    if !bwrap_or_skip("a_parallel_landing_check_runs_in_the_sandbox") {
+        return;
+    }
+    let mut prd = prd_with_stories(2);
+    for (i, s) in prd["userStories"]
+        .as_array_mut()
+        .expect("stories")
+        .iter_mut()
+        .enumerate()
+    {
+        // The check also tries to leave a mark in the main checkout (it may not: it is hidden).
+        s["verify"] = json!(format!(
+            "touch \"$RALPH_TEST_MAIN/checked-$RALPH_STORY_ID-$$\" 2>/dev/null; test -f file-{}.txt",
+            i + 1
+        ));
+    }
+    let env = TestEnv::new(&prd);
+    let meet = env.root.path().join("meet");
+    std::fs::create_dir_all(&meet).expect("mkdir meet");
+    let body = format!(
+        r#"meet='{meet}'
+story=$(sed -n 's/^Story ID: //p' | head -n 1)
+n=${{story#US-00}}
+wait_for() {{ for _ in $(seq 600); do [ -f "$1" ] && return 0; sleep 0.1; done; return 1; }}
+touch "$meet/$story.started"
+# US-002 finishes only once US-001 has landed, so its landing checks it again.
+if [ "$story" = US-002 ]; then
+  wait_for "$meet/US-001.started"
+  for _ in $(seq 600); do git -C "$RALPH_TEST_MAIN" cat-file -e ralph/demo:file-1.txt 2>/dev/null && break; sleep 0.1; done
+fi
+echo "$n" > "file-$n.txt"
+python3 - "$story" <<'PY'
+import json, sys
+p = json.load(open("prd.json"))
+for s in p["userStories"]:
+    if s["id"] == sys.argv[1]:
+        s["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY
+git add "file-$n.txt" prd.json && git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story"
+"#,
+        meet = meet.display()
+    );
+    let agent = crate::common::script_file(&env, "landing-agent.sh", &body);
+    let meet_arg = meet.display().to_string();
+    let agent_arg = agent.display().to_string();
+    let out = env
+        .ralph_cmd(&[
+            "run",
+            "--parallel",
+            "2",
+            "--sandbox",
+            "fs",
+            "--sandbox-writable",
+            &meet_arg,
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            &agent_arg,
+            "--max-iter",
+            "4",
+        ])
+        .env("RALPH_TEST_MAIN", env.repo.display().to_string())
+        .output()
+        .expect("ralph");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    // US-002's landing ran its check again (two verify records: the worker's and the landing's).
+    let ledger = env.ledger();
+    let us2 = ledger
+        .iter()
+        .rfind(|r| r["story_id"] == "US-002" && r["outcome"] == "story_passed")
+        .unwrap_or_else(|| panic!("US-002 never passed:\n{all}"));
+    let checks = us2["verify"].as_array().map_or(0, Vec::len);
+    assert!(checks >= 2, "no check at landing: {us2:#}\n{all}");
+    // No check, the landing's included, reached the main checkout.
+    let marks: Vec<String> = std::fs::read_dir(&env.repo)
+        .expect("read the checkout")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checked-"))
+        .collect();
+    assert!(
+        marks.is_empty(),
+        "a check wrote the main checkout: {marks:?}\n{all}"
+    );
+}

@@ -699,7 +699,13 @@ async fn check_landed(
         repo_root: &flight.root,
         stop,
         tag: crate::process::agent_tag(&s.run_id, flight.iteration),
-        sandbox: None,
+        // `--sandbox`: the check runs code the agent wrote, so in its agent's sandbox (rooted
+        // in the worktree the check runs in, as the worker's own was).
+        sandbox: s
+            .pre
+            .agents
+            .get(flight.agent)
+            .and_then(|a| a.sandbox.as_ref()),
     };
     out.emit(RunEvent::VerifyStarted {
         iteration: flight.iteration,
