@@ -756,6 +756,72 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     Ok(())
 }
 
+/// Finishes an [`advance_checkout`] of `main` (on `branch`) from `from` to `to` that a killed
+/// ralph left half done: files and index (partly) at `to`, the branch still at `from`. Done only
+/// when every path the two commits differ in holds, in the working tree and in the index,
+/// `from`'s version or `to`'s (or nothing where one of them has nothing): then those paths are
+/// checked out at `to` and the branch moves. Returns whether it moved the branch; `Ok(false)`
+/// (nothing changed) when the branch is already at `to`, is not at `from`, HEAD is not on
+/// `branch`, or a path holds anything else (the user's change: the dirty-tree check says so).
+///
+/// # Errors
+/// [`GitError::UnknownRevision`]; [`GitError::Git`].
+pub fn finish_advance(main: &Repo, branch: &str, from: &str, to: &str) -> Result<bool, GitError> {
+    if main.current_branch().as_deref() != Some(branch) {
+        return Ok(false);
+    }
+    let from_commit = main.resolve_commit(from)?;
+    let to_commit = main.resolve_commit(to)?;
+    let head = main.head_commit()?.map(|c| c.id());
+    if head != Some(from_commit.id()) || !main.is_ancestor(from, to)? {
+        return Ok(false);
+    }
+    let from_tree = from_commit.tree().map_err(op("read tree"))?;
+    let to_tree = to_commit.tree().map_err(op("read tree"))?;
+    let paths = main.paths_between(&from_tree, &to_tree)?;
+    let mut index = main.repo.index().map_err(op("read index"))?;
+    index.read(true).map_err(op("read index"))?;
+    let blob_at = |tree: &Tree<'_>, p: &str| tree.get_path(Path::new(p)).ok().map(|e| e.id());
+    for p in &paths {
+        let (old, new) = (blob_at(&from_tree, p), blob_at(&to_tree, p));
+        let ours = |id: Option<Oid>| id == old || id == new;
+        let on_disk = match std::fs::symlink_metadata(main.root.join(p)) {
+            Err(_) => None,
+            Ok(m) if m.is_file() => {
+                let bytes = std::fs::read(main.root.join(p)).map_err(|e| GitError::Git {
+                    op: "read a file",
+                    source: git2::Error::from_str(&e.to_string()),
+                })?;
+                Some(Oid::hash_object(git2::ObjectType::Blob, &bytes).map_err(op("hash"))?)
+            }
+            // A link or a folder where a file was: not a half-done checkout's doing.
+            Ok(_) => return Ok(false),
+        };
+        let staged = index.get_path(Path::new(p), 0).map(|e| e.id);
+        if !ours(on_disk) || !ours(staged) {
+            return Ok(false);
+        }
+    }
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force();
+    for p in &paths {
+        checkout.path(p);
+    }
+    main.repo
+        .checkout_tree(to_tree.as_object(), Some(&mut checkout))
+        .map_err(op("checkout"))?;
+    main.repo
+        .reference_matching(
+            &format!("refs/heads/{branch}"),
+            to_commit.id(),
+            true,
+            from_commit.id(),
+            "ralph: finish an interrupted landing",
+        )
+        .map_err(op("move the run branch"))?;
+    Ok(true)
+}
+
 impl Repo {
     /// Tracked files whose index or working copy differs from HEAD (modified, staged, deleted,
     /// renamed, type-changed or conflicted; untracked and ignored files and submodules' own
@@ -1302,6 +1368,31 @@ mod tests {
         std::fs::remove_file(root.join("old.txt")).unwrap();
         let to = commit_leftovers(&wt, "story").unwrap();
         (d, main, branch, from, to)
+    }
+
+    #[test]
+    fn finish_advance_completes_a_half_done_move_and_leaves_a_users_change_alone() {
+        // Half done: a.txt written (and staged), old.txt still there, the branch at `from`.
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        write(&root, "a.txt", "landed\n");
+        git(&root, &["add", "a.txt"]);
+        assert!(finish_advance(&main, &branch, &from, &to).unwrap());
+        assert_eq!(main.head_sha().unwrap(), Some(to.clone()));
+        assert_eq!(read(&root, "src/new.rs").as_deref(), Some("new\n"));
+        assert!(!root.join("old.txt").exists());
+        assert_eq!(git(&root, &["status", "--porcelain"]), "");
+        // Already there: nothing to do.
+        assert!(!finish_advance(&main, &branch, &from, &to).unwrap());
+
+        // A file holding neither side's version is the user's: nothing moves.
+        let (_d, main, branch, from, to) = checkout_to_advance();
+        let root = main.root().to_path_buf();
+        write(&root, "a.txt", "my own edit\n");
+        assert!(!finish_advance(&main, &branch, &from, &to).unwrap());
+        assert_eq!(main.head_sha().unwrap(), Some(from.clone()));
+        assert_eq!(read(&root, "a.txt").as_deref(), Some("my own edit\n"));
+        assert!(root.join("old.txt").exists());
     }
 
     #[test]

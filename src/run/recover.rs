@@ -677,3 +677,62 @@ fn salvage_flight(
     }
     (kept, findings)
 }
+
+/// A landing's move of the main checkout, noted in `.ralph/landing.json` while it runs
+/// (`run/parallel/land.rs`): a ralph killed during the move left the files at `to` and the
+/// branch at `from`, and the next run finishes it ([`finish_landing`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LandingNote {
+    /// The run branch.
+    pub branch: String,
+    /// The branch's commit before the move.
+    pub from: String,
+    /// The landed result the checkout moves to.
+    pub to: String,
+}
+
+impl LandingNote {
+    const FILE: &'static str = "landing.json";
+
+    /// Writes the note (atomically) under `ralph_dir`.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn write(&self, ralph_dir: &std::path::Path) -> anyhow::Result<()> {
+        crate::fsutil::write_atomic(&ralph_dir.join(Self::FILE), &serde_json::to_vec(self)?)?;
+        Ok(())
+    }
+
+    /// Removes the note (a missing one is fine).
+    pub fn clear(ralph_dir: &std::path::Path) {
+        let _ = std::fs::remove_file(ralph_dir.join(Self::FILE));
+    }
+}
+
+/// Finishes the move of the checkout that a killed ralph left half done (see [`LandingNote`]),
+/// before the dirty-tree check would take its files for the user's. Returns what it did, for
+/// the terminal; `None` when there was no note or nothing to finish (then the note goes, and a
+/// tree that is still dirty is the dirty-tree check's to report).
+pub fn finish_landing(pre: &super::preflight::Preflight) -> Option<String> {
+    let dir = &pre.paths.ralph_dir;
+    let note: LandingNote =
+        serde_json::from_slice(&std::fs::read(dir.join(LandingNote::FILE)).ok()?).ok()?;
+    let done = crate::git::land::finish_advance(&pre.repo, &note.branch, &note.from, &note.to);
+    LandingNote::clear(dir);
+    match done {
+        Ok(true) => Some(format!(
+            "finished moving the checkout to {} (a landing that ralph was stopped in the middle of): `{}` now holds it",
+            short(&note.to),
+            note.branch
+        )),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!("cannot finish an interrupted landing: {e}");
+            None
+        }
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}

@@ -325,6 +325,11 @@ impl Session {
     /// The dirty-tree check, the archive of a previous feature and the branch; returns the
     /// header's branch row.
     fn prepare_tree(&mut self, cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<String> {
+        // A landing a killed ralph left half done is finished first: its files are not the
+        // user's changes.
+        if let Some(notice) = crate::run::recover::finish_landing(&self.pre) {
+            out.notice(notice);
+        }
         let (repo, paths) = (&self.pre.repo, &self.pre.paths);
         let dirty = user_changes(&self.pre)?;
         if !dirty.is_empty() && !cfg.allow_dirty {

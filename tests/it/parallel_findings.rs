@@ -616,3 +616,66 @@ fn the_recheck_at_landing_prints_its_verify_line_with_its_iteration_like_the_oth
         assert!(line.contains(&format!("#{n} verify US-002")), "{line:?}");
     }
 }
+
+/// ralph killed after a landing had moved the checkout's files and index to the landed work
+/// but before it moved the run branch (a tester's random kill point): the next run took the
+/// landed files for the user's uncommitted changes and refused to start. It now finishes the
+/// move from the note the landing leaves (`.ralph/landing.json`) and goes on.
+#[test]
+fn a_landing_killed_between_the_files_and_the_branch_is_finished_by_the_next_run() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story(
+        "US-001",
+        serde_json::json!([does("US-001", "file-1.txt", "1\n", 0)]),
+    );
+    par.story(
+        "US-002",
+        serde_json::json!([does("US-002", "file-2.txt", "2\n", 0)]),
+    );
+    let env = &par.env;
+    env.git(&["checkout", "-q", "-b", BRANCH]);
+    let from = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    // The landed work: US-001's file on top of the tip.
+    env.git(&["checkout", "-q", "-b", "landed"]);
+    env.write("file-1.txt", "1\n");
+    env.git(&["add", "file-1.txt"]);
+    env.git(&["commit", "-q", "-m", "feat: US-001"]);
+    let to = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    env.git(&["checkout", "-q", BRANCH]);
+    // Files and index at the landed work, the branch still at the tip: where the kill left it.
+    env.git(&["read-tree", "-m", "-u", &from, &to]);
+    assert!(
+        !env.git(&["status", "--porcelain", "--untracked-files=no"])
+            .trim()
+            .is_empty(),
+        "the half-done landing should look like uncommitted changes"
+    );
+    std::fs::create_dir_all(env.path(".ralph")).expect("mkdir .ralph");
+    env.write(
+        ".ralph/landing.json",
+        &serde_json::json!({"branch": BRANCH, "from": from, "to": to}).to_string(),
+    );
+    let out = par.run(2, &[]);
+    let shown = crate::common::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("finished moving the checkout to"),
+        "the finished landing is not said:\n{shown}"
+    );
+    // The landed commit is on the run branch, and the note is gone.
+    let contains = std::process::Command::new("git")
+        .args(["merge-base", "--is-ancestor", &to, BRANCH])
+        .current_dir(&env.repo)
+        .status()
+        .expect("git");
+    assert!(contains.success(), "{to} is not on {BRANCH}:\n{shown}");
+    assert!(!env.path(".ralph/landing.json").exists());
+    assert_eq!(par.on_branch("file-2.txt"), "2\n");
+}

@@ -587,7 +587,17 @@ async fn onto_branch(
     // The run's own prd.json and progress.txt, as they are before the checkout moves: the
     // story's copies never land.
     let own = Own::read(&paths);
-    if let Err(e) = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result) {
+    // A ralph killed while the checkout moves leaves files at the result and the branch at the
+    // tip: the next run finishes the move from this note (`recover::finish_landing`).
+    let note = crate::run::recover::LandingNote {
+        branch: branch.clone(),
+        from: tip.clone(),
+        to: result.clone(),
+    };
+    note.write(&paths.ralph_dir)?;
+    let advanced = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result);
+    crate::run::recover::LandingNote::clear(&paths.ralph_dir);
+    if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
         let message = format!("{e}\nThe story's work is kept in {salvage}.");
         board.resume.insert(story.clone(), result);
