@@ -6,7 +6,7 @@ run. Normally started by `scripts/bench.sh`, which owns the temporary directory:
 
 Without RALPH_BIN it runs `cargo build --release --bin ralph` and uses target/release/ralph.
 Rows (names for --rows, case-insensitive): p1, p1-big, p1-before (only with --before BIN),
-p1-stale, p2, p2-2g, p3, p4, p5, startup, scale-status, scale-iter, parallel, parallel-land (issue 20), or the issue's groups
+p1-stale, p2, p2-2g, p3, p4, p5, startup, scale-status, scale-iter, scale-stop, parallel, parallel-land (issue 20), or the issue's groups
 P1 (p1, p1-big, p1-before, p1-stale), P2 (p2, p2-2g), P3, P4,
 P5, startup, scale (issue 18: 100,000 stories), par (issue 20: parallel, parallel-land).
 --quick (or RALPH_BENCH_QUICK=1) runs fewer iterations and a 400 MB stream in place of the 2 GB
@@ -38,9 +38,9 @@ GEN_HISTORY = os.path.join(HERE, "gen_history.py")
 GEN_STREAM = os.path.join(HERE, "gen_stream.py")
 TRUE = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
 ROWS = ["p1", "p1-big", "p1-before", "p1-stale", "p2", "p2-2g", "p3", "p4", "p5", "startup", "scale-status", "scale-iter",
-        "parallel", "parallel-land"]
+        "scale-stop", "parallel", "parallel-land"]
 GROUPS = {"p1": ["p1", "p1-big", "p1-before", "p1-stale"], "p2": ["p2", "p2-2g"], "start": ["startup"],
-          "start-up": ["startup"], "scale": ["scale-status", "scale-iter"],
+          "start-up": ["startup"], "scale": ["scale-status", "scale-iter", "scale-stop"],
           "par": ["parallel", "parallel-land"]}
 GEN_PRD = os.path.join(ROOT, "benches", "scale", "gen_prd.py")
 MIB = 1024 * 1024
@@ -744,6 +744,84 @@ class Bench:
                  "issue 18: `prd_edits` alone took 2.5 minutes after a 0.7 s agent at 200,000 stories; "
                  "CPU %.2f s; the shell loop neither reads prd.json nor checkpoints" % statistics.median(rcpu))
 
+    def row_scale_stop(self):
+        """A SIGINT right after the agent, on a copy of the scale repository: the agent (python3)
+        marks the first open story passing, writes one file and exits; ralph gets SIGINT as soon
+        as the agent is done, i.e. while it looks at what the agent did, and must put the pass
+        back (unchecked), checkpoint the work and exit 130. Measured: the wall time from the
+        signal to ralph's exit, and the CPU seconds ralph used in it. The baseline is the floor
+        of keeping that work at all: `git add -A && git commit` of the same change in another
+        copy. Checked: exit 130 and one `interrupted` ledger record whose story is not passing."""
+        n, runs = self.cfg["scale_n"], self.cfg["scale_runs"]
+        template = self.scale_repo()
+        done = os.path.join(self.tmp, "agent-done")
+        agent = os.path.join(self.tmp, "scale-stop-agent.sh")
+        with open(agent, "w") as f:
+            f.write("#!/bin/sh\necho work > item.txt\npython3 - <<'PY'\nimport json\n"
+                    "p = json.load(open('prd.json'))\n"
+                    "s = next(s for s in p['userStories'] if not s['passes'])\ns['passes'] = True\n"
+                    "json.dump(p, open('prd.json', 'w'), indent=2)\nPY\ntouch %s\n" % done)
+        os.chmod(agent, 0o755)
+        tck = os.sysconf("SC_CLK_TCK")
+
+        def cpu_of(pid):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / tck
+            except (OSError, IndexError, ValueError):
+                return None
+
+        r, rcpu, b = [], [], []
+        for k in range(runs):
+            for side in (("ralph", "git") if k % 2 == 0 else ("git", "ralph")):
+                repo = self.copy(template, "scale-stop")
+                try:
+                    if os.path.exists(done):
+                        os.remove(done)
+                    if side == "git":
+                        subprocess.run([agent], cwd=repo, env=self.env, check=True)
+                        w, rc, _ = self.run(["sh", "-c", "git add -A && git commit -q -m work"], repo)
+                        if rc != 0:
+                            raise Failed("git commit exit %d: %s" % (rc, self.stderr_tail()))
+                        b.append(w)
+                        continue
+                    argv = [self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent,
+                            "--max-iter", "1", "--shutdown-timeout", "30s"] + LIMITS
+                    with open(os.path.join(self.tmp, "stderr.txt"), "wb") as err:
+                        child = subprocess.Popen(argv, cwd=repo, env=self.env, stdin=subprocess.DEVNULL,
+                                                 stdout=subprocess.DEVNULL, stderr=err)
+                        while not os.path.exists(done):
+                            if child.poll() is not None:
+                                raise Failed("ralph exit %d before the agent was done: %s"
+                                             % (child.returncode, self.stderr_tail()))
+                            time.sleep(0.002)
+                        cpu0 = cpu_of(child.pid)
+                        t0 = time.perf_counter()
+                        child.send_signal(signal.SIGINT)
+                        cpu1 = cpu0
+                        while child.poll() is None:
+                            cpu1 = cpu_of(child.pid) or cpu1
+                            time.sleep(0.005)
+                        w = time.perf_counter() - t0
+                    if child.returncode != 130:
+                        raise Failed("ralph exit %d after SIGINT: %s" % (child.returncode, self.stderr_tail()))
+                    with open(os.path.join(repo, ".ralph", "ledger.jsonl")) as f:
+                        records = [json.loads(l) for l in f if l.strip()]
+                    if len(records) != 1 or records[0].get("outcome") != "interrupted":
+                        raise Failed("want one interrupted record, got %r" % [x.get("outcome") for x in records])
+                    r.append(w)
+                    if cpu0 is not None and cpu1 is not None:
+                        rcpu.append(cpu1 - cpu0)
+                finally:
+                    self.remove(repo)
+        rm, bm = statistics.median(r), statistics.median(b)
+        self.add("scale SIGINT after the agent, %s stories (median of %d)" % (fmt_int(n), runs), "%.2f s" % rm,
+                 "git add+commit %.2f s" % bm, ratio(rm, bm), "≤ 1 s", met(rm <= 1.0),
+                 "issue 18 item 9: two SIGINTs were not heard for over 70 s at 200,000 stories; from the "
+                 "signal to exit 130, with the pass put back and the work checkpointed; ralph's CPU %.2f s"
+                 % (statistics.median(rcpu) if rcpu else float("nan")))
+
     def table(self):
         head = ["measure", "ralph", "baseline", "ratio", "goal", "met?"]
         body = [[r["measure"], r["ralph"], r["baseline"], r["ratio"], r["goal"], r["met"]] for r in self.rows]
@@ -954,7 +1032,8 @@ def main():
                  "p2-2g": lambda: bench.row_p2(bench.cfg["p2_big"], p2_big_label(bench.cfg["p2_big"]), 1,
                                                big=True),
                  "p3": bench.row_p3, "p4": bench.row_p4, "p5": bench.row_p5, "startup": bench.row_startup,
-                 "scale-status": bench.row_scale_status, "scale-iter": bench.row_scale_iter}
+                 "scale-status": bench.row_scale_status, "scale-iter": bench.row_scale_iter,
+                 "scale-stop": bench.row_scale_stop}
         for name in ROWS:
             if name not in only or (name == "p1-before" and not bench.before):
                 continue

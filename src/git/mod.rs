@@ -286,7 +286,14 @@ impl Repo {
         // night that cache only grows (issue 13, P3); nothing ralph does reads an object twice
         // in a way the cache would speed up.
         static NO_OBJECT_CACHE: std::sync::Once = std::sync::Once::new();
-        NO_OBJECT_CACHE.call_once(|| git2::opts::enable_caching(false));
+        // libgit2 also hashes every object it reads again to check it (SHA-1 with collision
+        // detection: for a 34 MB prd.json, a tenth of a second per read, and the bookkeeping
+        // after an iteration reads it several times). git itself checks objects only when asked
+        // (`git fsck`, `transfer.fsckObjects`); ralph does the same.
+        NO_OBJECT_CACHE.call_once(|| {
+            git2::opts::enable_caching(false);
+            git2::opts::strict_hash_verification(false);
+        });
         let repo = Repository::discover(path).map_err(|err| {
             if err.code() == ErrorCode::NotFound {
                 GitError::NotARepo {

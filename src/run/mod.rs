@@ -838,6 +838,7 @@ async fn finish(
         .exit_status()
         .with_unpushed(push.as_ref().is_some_and(|p| p.unpushed_commits > 0));
     out.emit(RunEvent::RunFinished(Box::new(summary)));
+    s.close();
     status
 }
 

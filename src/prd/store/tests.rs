@@ -1,5 +1,7 @@
 //! Unit tests of [`super`]: parsing, validation and byte-exact rewrites of prd.json.
 
+use std::sync::Arc;
+
 use super::*;
 use serde_json::json;
 
@@ -363,9 +365,19 @@ fn with_passes_is_what_a_parse_of_the_rewrite_gives() {
     ] {
         let raw = set_passes_many(&prev.raw, &edits, Some(&prev)).unwrap();
         let parsed = parse_bytes(path, &raw).unwrap();
-        let derived = with_passes(&prev, raw, &edits);
+        // Held elsewhere too: that holder's parse is left as it was.
+        let shared = Arc::new(prev.clone());
+        let held = Arc::clone(&shared);
+        let derived = with_passes(shared, raw.clone(), &edits);
         assert_eq!(derived.value, parsed.value, "{edits:?}");
         assert_eq!(derived.prd, parsed.prd, "{edits:?}");
         assert_eq!(derived.raw, parsed.raw);
+        assert_eq!(held.raw, prev.raw);
+        assert_eq!(held.prd, prev.prd);
+        assert_eq!(held.value, prev.value);
+        // Held by nobody else: updated in place, with the same result.
+        let derived = with_passes(Arc::new(prev.clone()), raw, &edits);
+        assert_eq!(derived.value, parsed.value, "{edits:?}");
+        assert_eq!(derived.prd, parsed.prd, "{edits:?}");
     }
 }

@@ -157,8 +157,9 @@ pub async fn inspect(
         after = keep_passed(cx, snapshot, after, &mut obs)?;
     }
     // What the agent did, for the report (before ralph's gate or guard changed anything).
-    let agent_loaded = after.clone();
-    let agent_prd = agent_loaded.as_ref().map(|l| &l.prd);
+    // Only the stories' ids and passes are kept (not the parse, which ralph's rewrites of
+    // `passes` then update in place instead of copying: 100,000 stories).
+    let agent_view = after.as_ref().map(|l| AgentView::of(&l.prd));
     if let Some(agent) = &after {
         obs.criteria_proposals = criteria_proposals(snapshot, agent);
     }
@@ -187,12 +188,13 @@ pub async fn inspect(
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
         let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
-        after = Some(rewrite_passes(cx, after.as_deref(), &edits)?);
+        after = Some(rewrite_passes(cx, after.take(), &edits)?);
         obs.refused_off_branch = std::mem::take(&mut flipped);
         obs.marked_by_ralph = false;
     }
     if let Some(agent) = &after {
-        obs.guard = guard_findings(snapshot, agent, agent_prd.unwrap_or(&agent.prd));
+        let view = agent_view.clone().unwrap_or_else(|| AgentView::of(&agent.prd));
+        obs.guard = guard_findings(snapshot, agent, &view);
         if !obs.unchecked.is_empty() {
             obs.guard.push(format!(
                 "ralph was stopped before checking {}, so {} passes went back to false",
@@ -206,8 +208,9 @@ pub async fn inspect(
         }
     }
     after = guard(cx, a, after, &mut obs)?;
-    let reported = agent_prd.unwrap_or(prd_of(&after, snapshot));
-    obs.reverted = flipped_ids(&snapshot.prd, reported, false)
+    let reported = agent_view.unwrap_or_else(|| AgentView::of(prd_of(&after, snapshot)));
+    obs.reverted = reported
+        .flipped(&snapshot.prd, false)
         .into_iter()
         .filter(|id| !obs.passes_kept.contains(id))
         .collect();
@@ -233,11 +236,11 @@ pub async fn inspect(
 /// prd.json cannot be read or written, or an edit names a story it does not have.
 fn rewrite_passes(
     cx: &Cx<'_>,
-    after: Option<&LoadedPrd>,
+    after: Option<Arc<LoadedPrd>>,
     edits: &[(&str, bool)],
 ) -> anyhow::Result<Arc<LoadedPrd>> {
     let current = std::fs::read(&cx.paths.prd)?;
-    let raw = store::set_passes_many(&current, edits, after)?;
+    let raw = store::set_passes_many(&current, edits, after.as_deref())?;
     write_atomic(&cx.paths.prd, &raw)?;
     Ok(match after {
         Some(prev) if prev.raw == current => store::with_passes(prev, raw, edits),
@@ -429,7 +432,7 @@ fn keep_passed(
         return Ok(after);
     }
     let edits: Vec<(&str, bool)> = lost.iter().map(|id| (id.as_str(), true)).collect();
-    let kept = rewrite_passes(cx, after.as_deref(), &edits)?;
+    let kept = rewrite_passes(cx, after, &edits)?;
     obs.passes_kept = lost;
     Ok(Some(kept))
 }
@@ -564,7 +567,7 @@ fn refuse(
         .iter()
         .map(|(id, _)| (id.as_str(), false))
         .collect();
-    Ok(Some(rewrite_passes(cx, after.as_deref(), &edits)?))
+    Ok(Some(rewrite_passes(cx, after, &edits)?))
 }
 
 fn prd_of<'a>(after: &'a Option<Arc<LoadedPrd>>, snapshot: &'a LoadedPrd) -> &'a Prd {
@@ -665,7 +668,7 @@ async fn verify_gate(
         .collect();
     if !failed.is_empty() {
         let edits: Vec<(&str, bool)> = failed.iter().map(|id| (*id, false)).collect();
-        after = Some(rewrite_passes(cx, after.as_deref(), &edits)?);
+        after = Some(rewrite_passes(cx, after.take(), &edits)?);
     }
     let id = &a.story.id;
     // ralph marks a story passing only on an iteration that did its work, against the
@@ -695,11 +698,7 @@ async fn verify_gate(
         // A failing check here is not a failure of the iteration: the agent did not claim it.
         if passed {
             obs.verify.push(record);
-            after = Some(rewrite_passes(
-                cx,
-                after.as_deref(),
-                &[(id.as_str(), true)],
-            )?);
+            after = Some(rewrite_passes(cx, after.take(), &[(id.as_str(), true)])?);
             obs.marked_by_ralph = true;
         }
     }
@@ -754,21 +753,21 @@ async fn run_verify(
 /// What changed in prd.json beyond the current story's `passes` and `notes`: other stories'
 /// `passes`, stories added or removed, fields edited (`reported` is prd.json as the agent left
 /// it).
-fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &Prd) -> Vec<String> {
+fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &AgentView) -> Vec<String> {
     let mut out = Vec::new();
     // The same ids in the same order (the usual case) need no sets of 100,000 strings.
-    let same_ids = snapshot.prd.user_stories.len() == reported.user_stories.len()
+    let same_ids = snapshot.prd.user_stories.len() == reported.stories.len()
         && snapshot
             .prd
             .user_stories
             .iter()
-            .zip(&reported.user_stories)
-            .all(|(a, b)| a.id == b.id);
+            .zip(&reported.stories)
+            .all(|(a, (id, _))| &a.id == id);
     let (removed, added): (Vec<String>, Vec<String>) = if same_ids {
         (Vec::new(), Vec::new())
     } else {
         let before_ids = story_ids(&snapshot.prd);
-        let after_ids = story_ids(reported);
+        let after_ids: BTreeSet<String> = reported.stories.iter().map(|(id, _)| id.clone()).collect();
         (
             before_ids.difference(&after_ids).cloned().collect(),
             after_ids.difference(&before_ids).cloned().collect(),
@@ -955,6 +954,38 @@ fn is_memory(cx: &Cx<'_>, rel: &str) -> bool {
 
 /// Story ids whose `passes` went from `!to` to `to` between `before` and `after` (linear in
 /// the number of stories).
+/// The stories of prd.json as the agent left it, in its order: each one's id and `passes`. What
+/// the guard and the record need of the agent's version once ralph's own rewrites of `passes`
+/// have changed the parse.
+#[derive(Debug, Clone)]
+struct AgentView {
+    stories: Vec<(String, bool)>,
+}
+
+impl AgentView {
+    fn of(prd: &Prd) -> AgentView {
+        AgentView {
+            stories: prd
+                .user_stories
+                .iter()
+                .map(|s| (s.id.clone(), s.passes))
+                .collect(),
+        }
+    }
+
+    /// As [`flipped_ids`], for the agent's version.
+    fn flipped(&self, before: &Prd, to: bool) -> Vec<String> {
+        let before = by_id(before);
+        self.stories
+            .iter()
+            .filter(|(id, passes)| {
+                *passes == to && before.get(id.as_str()).is_some_and(|b| b.passes != to)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
 fn flipped_ids(before: &Prd, after: &Prd, to: bool) -> Vec<String> {
     let before = by_id(before);
     after
