@@ -236,13 +236,6 @@ impl Asker {
         self.current().label()
     }
 
-    /// Whether the reply's JSON Schema reaches the model as `response_format` (native and
-    /// local, where llama.cpp enforces it): then a prompt needs no example of the reply, which
-    /// a small model would copy as its answer.
-    pub fn sends_schema(&self) -> bool {
-        matches!(self.agent(), AgentKind::Native | AgentKind::Local)
-    }
-
     /// The repository root (or the directory ralph was started in, outside a repository): the
     /// agent's working directory.
     pub fn root(&self) -> &Path {

@@ -113,7 +113,11 @@ pub fn prompt(
     style: PromptStyle,
 ) -> String {
     let env = minijinja::Environment::new();
-    let template = if style.compact() { PROMPT_LOCAL } else { PROMPT };
+    let template = if style.compact() {
+        PROMPT_LOCAL
+    } else {
+        PROMPT
+    };
     let rendered = env.template_from_str(template).and_then(|t| {
         t.render(minijinja::context! {
             rules => RULES.trim_end(),
@@ -145,9 +149,8 @@ pub async fn convert(
     let test_command = ask::facts::test_command(asker.root());
     let source = source.display().to_string();
     // Rendered for each session's agent: a fallback agent after a limit gets its own prompt.
-    let first = |style: PromptStyle| {
-        prompt(markdown, &source, project, test_command.as_deref(), style)
-    };
+    let first =
+        |style: PromptStyle| prompt(markdown, &source, project, test_command.as_deref(), style);
     let schema = draft_schema();
     let settings = Loop {
         prompt: &first,
@@ -432,11 +435,22 @@ mod tests {
         let (native, local) = (render(PromptStyle::Schema), render(PromptStyle::Compact));
         assert!(!local.contains(EXAMPLE_STORY_DESCRIPTION), "{local}");
         assert!(!local.contains("that comes with this request"), "{local}");
-        assert!(local.contains("follows the JSON schema of this request"), "{local}");
+        assert!(
+            local.contains("follows the JSON schema of this request"),
+            "{local}"
+        );
         assert!(local.contains(RULES.trim_end()), "{local}");
-        assert!(local.contains("\"demo\"") && local.contains("`make test`"), "{local}");
+        assert!(
+            local.contains("\"demo\"") && local.contains("`make test`"),
+            "{local}"
+        );
         assert!(local.contains("PRD (x.md):\n\n# T\n\nfree text"), "{local}");
-        assert!(local.len() < native.len(), "compact: {} vs {}", local.len(), native.len());
+        assert!(
+            local.len() < native.len(),
+            "compact: {} vs {}",
+            local.len(),
+            native.len()
+        );
         assert_eq!(
             [
                 crate::protocol::AgentKind::Local,

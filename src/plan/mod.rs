@@ -631,7 +631,10 @@ mod tests {
             render(PromptStyle::Compact),
         );
         let example = crate::convert::agent::EXAMPLE_STORY_DESCRIPTION;
-        assert!(cli.contains(example) && cli.contains("in this shape"), "{cli}");
+        assert!(
+            cli.contains(example) && cli.contains("in this shape"),
+            "{cli}"
+        );
         assert!(!native.contains(example), "{native}");
         assert!(
             native.contains("the fields of the JSON schema that comes with this request"),
@@ -639,25 +642,42 @@ mod tests {
         );
         assert!(!local.contains(example), "{local}");
         assert!(!local.contains("that comes with this request"), "{local}");
-        assert!(local.contains("follows the JSON schema of this request"), "{local}");
-        assert!(local.len() < native.len(), "compact: {} vs {}", local.len(), native.len());
+        assert!(
+            local.contains("follows the JSON schema of this request"),
+            "{local}"
+        );
+        assert!(
+            local.len() < native.len(),
+            "compact: {} vs {}",
+            local.len(),
+            native.len()
+        );
         for (name, p) in [("cli", &cli), ("native", &native), ("local", &local)] {
             assert!(p.contains("reverse flag"), "{name}: {p}");
             assert!(p.contains("- What to flip? → Characters"), "{name}: {p}");
             assert!(p.contains("`make test`"), "{name}: {p}");
-            assert!(p.contains("Never \"works correctly\""), "{name}: the rules: {p}");
+            assert!(
+                p.contains("Never \"works correctly\""),
+                "{name}: the rules: {p}"
+            );
         }
         // Without answers, the agent is told to write its assumptions down.
         let alone = plan_prompt("reverse flag", &[], None, PromptStyle::Compact);
         assert!(alone.contains("write it under `assumptions`"), "{alone}");
-        assert!(alone.contains("`verify` is a one-line shell command"), "{alone}");
+        assert!(
+            alone.contains("`verify` is a one-line shell command"),
+            "{alone}"
+        );
         // The questions: an example only for the agent CLIs.
         let asked = questions_prompt("reverse flag", PromptStyle::Example);
         assert!(asked.contains("Which notes can be exported?"), "{asked}");
         for style in [PromptStyle::Schema, PromptStyle::Compact] {
             let asked = questions_prompt("reverse flag", style);
             assert!(!asked.contains("Which notes can be exported?"), "{asked}");
-            assert!(asked.contains("Ask the 3 to 5 clarifying questions"), "{asked}");
+            assert!(
+                asked.contains("Ask the 3 to 5 clarifying questions"),
+                "{asked}"
+            );
         }
     }
 

@@ -105,7 +105,10 @@ fn assert_schema_prompt(prompt: &str, what: &str) {
 fn assert_example_prompt(prompt: &str, what: &str) {
     assert!(prompt.contains(EXAMPLE_WORDING), "{what}: {prompt}");
     assert!(prompt.contains("```json\n{"), "{what}: {prompt}");
-    assert!(prompt.contains(EXAMPLE_STORY_DESCRIPTION), "{what}: {prompt}");
+    assert!(
+        prompt.contains(EXAMPLE_STORY_DESCRIPTION),
+        "{what}: {prompt}"
+    );
     assert!(!prompt.contains(SCHEMA_WORDING), "{what}: {prompt}");
 }
 
@@ -127,7 +130,10 @@ fn plan_after_claudes_limit_asks_the_native_fallback_with_the_schema_and_no_exam
     });
     let env = env_with(1, &native_fallback(&llm));
     env.script(&json!({"invocations": [claude_limited()]}));
-    let out = ralph(&env, &["plan", "add a --reverse flag to textkit's CLI", "--yes"]);
+    let out = ralph(
+        &env,
+        &["plan", "add a --reverse flag to textkit's CLI", "--yes"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -139,17 +145,31 @@ fn plan_after_claudes_limit_asks_the_native_fallback_with_the_schema_and_no_exam
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 1, "one native session, one request");
     assert_response_format(&reqs[0].body, "userStories");
-    assert!(reqs[0].tool_names().is_empty(), "an answer session has no tools");
+    assert!(
+        reqs[0].tool_names().is_empty(),
+        "an answer session has no tools"
+    );
     let prompt = reqs[0].last_user_text();
     assert_schema_prompt(&prompt, "the native fallback's PRD prompt");
-    assert!(prompt.contains("add a --reverse flag to textkit's CLI"), "{prompt}");
+    assert!(
+        prompt.contains("add a --reverse flag to textkit's CLI"),
+        "{prompt}"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with("✓ wrote tasks/prd-reverse-flag.md: 2 stories"),
         "{stdout}"
     );
     // The PRD is ralph's layout: it converts with no model and validates.
-    let conv = ralph(&env, &["convert", "tasks/prd-reverse-flag.md", "--out", "next/prd.json"]);
+    let conv = ralph(
+        &env,
+        &[
+            "convert",
+            "tasks/prd-reverse-flag.md",
+            "--out",
+            "next/prd.json",
+        ],
+    );
     assert!(conv.status.success(), "{}", text(&conv));
     let valid = ralph(&env, &["validate", "next/prd.json"]);
     assert!(valid.status.success(), "{}", text(&valid));
