@@ -15,6 +15,12 @@
 //! reply ([`json::extract`]), check it, and when it has problems ask again with the previous reply
 //! and the problems, a bounded number of times; then give up naming the file that keeps the last
 //! draft.
+//!
+//! A prompt is never rendered once for the whole command: the callers hand over a renderer
+//! ([`Render`]), and every session renders it for the agent that runs it ([`PromptStyle`]), so
+//! that after a switch to a fallback agent, a CLI agent still reads the reply's format and an
+//! example, and a native or local model gets the schema's wording with no example to copy (the
+//! local model its compact template).
 
 pub mod facts;
 pub mod json;
@@ -37,6 +43,54 @@ use crate::workspace::RunPaths;
 const LOCAL_ANSWER_TOKENS: u32 = 3072;
 /// The local model's context for answer sessions: the prompt, a PRD and the answer.
 const LOCAL_ANSWER_CONTEXT: u32 = 8192;
+
+/// How a prompt is written for the agent that runs the session: what that agent's profile
+/// (its backend) needs to read. Chosen by [`PromptStyle::for_agent`] for every session, so
+/// that a fallback agent gets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptStyle {
+    /// An agent CLI (claude, codex, opencode, gemini, amp, cursor, exec): no schema reaches the
+    /// model, so the prompt describes the reply's format and shows an example of it.
+    Example,
+    /// `native`: the reply's JSON Schema goes as `response_format`; the full prompt names the
+    /// fields and shows no example (a model may copy it as its answer).
+    Schema,
+    /// `local`: the schema goes as `response_format` (llama.cpp enforces it with a grammar) and
+    /// the prompt is the compact template: no example, less prose, so that a small model on a
+    /// CPU reads fewer tokens and has nothing to copy.
+    Compact,
+}
+
+impl PromptStyle {
+    /// The style for an agent of backend `kind`.
+    pub fn for_agent(kind: AgentKind) -> PromptStyle {
+        match kind {
+            AgentKind::Native => PromptStyle::Schema,
+            AgentKind::Local => PromptStyle::Compact,
+            _ => PromptStyle::Example,
+        }
+    }
+
+    /// Whether the reply's JSON Schema reaches the model as `response_format` (native and
+    /// local): then the prompt needs no example of the reply, which a small model would copy.
+    pub fn sends_schema(self) -> bool {
+        !matches!(self, PromptStyle::Example)
+    }
+
+    /// Whether the prompt shows an example reply (only for the agent CLIs).
+    pub fn shows_example(self) -> bool {
+        !self.sends_schema()
+    }
+
+    /// Whether the prompt is the compact template (the local model).
+    pub fn compact(self) -> bool {
+        matches!(self, PromptStyle::Compact)
+    }
+}
+
+/// A prompt renderer: the whole prompt text of one session for the agent that runs it
+/// ([`PromptStyle`]). Called once per session, so that each agent reads its own.
+pub type Render<'a> = dyn Fn(PromptStyle) -> String + Send + Sync + 'a;
 
 /// The agent's reply to one session.
 #[derive(Debug, Clone)]
@@ -182,13 +236,6 @@ impl Asker {
         self.current().label()
     }
 
-    /// Whether the reply's JSON Schema reaches the model as `response_format` (native and
-    /// local, where llama.cpp enforces it): then a prompt needs no example of the reply, which
-    /// a small model would copy as its answer.
-    pub fn sends_schema(&self) -> bool {
-        matches!(self.agent(), AgentKind::Native | AgentKind::Local)
-    }
-
     /// The repository root (or the directory ralph was started in, outside a repository): the
     /// agent's working directory.
     pub fn root(&self) -> &Path {
@@ -214,12 +261,13 @@ impl Asker {
         Ok(Some(url))
     }
 
-    /// Runs one session for `prompt` on the agent in use; when it hits a usage limit or cannot
-    /// log in and a fallback agent is left, says so on stderr and asks the next agent (with its
-    /// own profile), which stays in use for the later sessions. `schema` is the JSON Schema of
-    /// the expected reply: sent to native/local backends as `response_format`; CLI agents read
-    /// the format from the prompt. Assistant text and tool calls reach `out` as agent events
-    /// (shown with `--verbose`).
+    /// Runs one session on the agent in use, with the prompt `render` writes for it (its
+    /// [`PromptStyle`]); when it hits a usage limit or cannot log in and a fallback agent is
+    /// left, says so on stderr and asks the next agent (with its own profile, and the prompt
+    /// rendered again for it), which stays in use for the later sessions. `schema` is the JSON
+    /// Schema of the expected reply: sent to native/local backends as `response_format`; CLI
+    /// agents read the format from the prompt. Assistant text and tool calls reach `out` as
+    /// agent events (shown with `--verbose`).
     ///
     /// # Errors
     /// The agent could not start, was stopped (Ctrl-C), timed out, or ended without a reply;
@@ -227,14 +275,15 @@ impl Asker {
     /// names each agent and how it failed.
     pub async fn ask(
         &self,
-        prompt: &str,
+        render: &Render<'_>,
         schema: &Value,
         out: &mut Outputs,
     ) -> anyhow::Result<Answer> {
         use std::sync::atomic::Ordering;
         loop {
             let i = self.current.load(Ordering::Relaxed);
-            let why = match self.ask_agent(i, prompt, schema, out).await {
+            let prompt = render(PromptStyle::for_agent(self.agents[i].cfg.agent));
+            let why = match self.ask_agent(i, &prompt, schema, out).await {
                 Ok(answer) => return Ok(answer),
                 Err(Failed::Stop(e)) => return Err(e),
                 Err(Failed::Unavailable(e)) => e,
@@ -525,10 +574,11 @@ pub struct Settled<T> {
 }
 
 /// The feedback loop settings of [`ask_until_valid`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Loop<'a> {
-    /// The first prompt; later prompts append the previous reply and its problems.
-    pub prompt: &'a str,
+    /// The first prompt, rendered for the agent of each session ([`PromptStyle`]); later
+    /// prompts append the previous reply and its problems to it.
+    pub prompt: &'a Render<'a>,
     /// The JSON Schema of the reply.
     pub schema: &'a Value,
     /// A top-level key the wanted JSON object has (picks it among several in a chatty reply).
@@ -544,7 +594,8 @@ pub struct Loop<'a> {
 }
 
 /// Asks until `check` finds no problem, at most `settings.max_attempts` times, each time with the
-/// previous reply and its problems appended to the prompt ([`feedback_prompt`]). A clean draft is
+/// previous reply and its problems appended to the prompt ([`feedback_prompt`]), which is rendered
+/// for the agent of that session (a fallback agent after a limit gets its own). A clean draft is
 /// returned at once; when the attempts run out, the last usable draft is returned with its
 /// problems as warnings.
 ///
@@ -559,7 +610,6 @@ pub async fn ask_until_valid<T>(
     check: impl Fn(&Value) -> Checked<T>,
 ) -> anyhow::Result<Settled<T>> {
     let max = settings.max_attempts.max(1);
-    let mut prompt = settings.prompt.to_string();
     let mut best: Option<(T, Vec<String>, u32)> = None;
     let mut last = (String::new(), Vec::new());
     for attempt in 1..=max {
@@ -568,7 +618,14 @@ pub async fn ask_until_valid<T>(
             asker.agent_label(),
             settings.what
         ));
-        let answer = asker.ask(&prompt, settings.schema, out).await?;
+        let answer = if attempt == 1 {
+            asker.ask(settings.prompt, settings.schema, out).await?
+        } else {
+            let (previous, problems) = (&last.0, &last.1);
+            let retry =
+                |style: PromptStyle| feedback_prompt(&(settings.prompt)(style), previous, problems);
+            asker.ask(&retry, settings.schema, out).await?
+        };
         let found = json::extract(&answer.text, settings.key);
         // The draft as the agent meant it: the JSON document alone (an exec agent's log lines
         // and sentences around it are not part of it), else the whole reply.
@@ -606,7 +663,6 @@ pub async fn ask_until_valid<T>(
                 if checked.problems.len() == 1 { "" } else { "s" }
             ));
         }
-        prompt = feedback_prompt(settings.prompt, &draft, &checked.problems);
         last = (draft, checked.problems);
     }
     if let Some((value, warnings, attempts)) = best {

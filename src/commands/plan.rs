@@ -14,7 +14,7 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::Path;
 
-use crate::ask::{self, Asker, Loop};
+use crate::ask::{self, Asker, Loop, PromptStyle};
 use crate::cli::PlanArgs;
 use crate::error::UserError;
 use crate::output::{human::Human, Outputs};
@@ -79,12 +79,10 @@ async fn plan_with(
         Vec::new()
     };
     let test_command = ask::facts::test_command(&root);
-    let prompt = plan::plan_prompt(
-        description,
-        &decisions,
-        test_command.as_deref(),
-        !asker.sends_schema(),
-    );
+    // Rendered for each session's agent: a fallback agent after a limit gets its own prompt.
+    let prompt = |style: PromptStyle| {
+        plan::plan_prompt(description, &decisions, test_command.as_deref(), style)
+    };
     let schema = plan::plan_schema();
     let settings = Loop {
         prompt: &prompt,
@@ -159,7 +157,7 @@ async fn clarify(
     tasks: &Path,
     out: &mut Outputs,
 ) -> anyhow::Result<Vec<Decision>> {
-    let prompt = plan::questions_prompt(description);
+    let prompt = |style: PromptStyle| plan::questions_prompt(description, style);
     let schema = plan::questions_schema();
     let settings = Loop {
         prompt: &prompt,

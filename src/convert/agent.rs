@@ -5,7 +5,9 @@
 //! (`templates/plan/rules.md`, the same text the skills of `ralph init --skills` use), the project
 //! name, the project's test command when ralph can tell it ([`crate::ask::facts`]), an example
 //! of the reply, and the Markdown. Native and local backends also get [`draft_schema`] as the
-//! reply's `response_format`.
+//! reply's `response_format`, and a prompt with no example; the local model gets the compact
+//! template (`templates/plan/convert_prompt_local.md`). The prompt is rendered for each
+//! session's agent ([`PromptStyle`]), so a fallback agent gets its own.
 //!
 //! Each draft is normalized where the rules leave one right value (`passes: false`, `notes: ""`)
 //! and then checked: the schema and semantic rules ([`crate::prd::store::validate_value`]), the
@@ -18,7 +20,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::ask::{self, Asker, Checked, Loop, Settled};
+use crate::ask::{self, Asker, Checked, Loop, PromptStyle, Settled};
 use crate::output::Outputs;
 use crate::prd::lint::{self, LintOptions};
 use crate::prd::model::Prd;
@@ -27,6 +29,8 @@ use crate::prd::store;
 /// The conversion rules, shared with the skills of `ralph init --skills`.
 pub const RULES: &str = include_str!("../../templates/plan/rules.md");
 const PROMPT: &str = include_str!("../../templates/plan/convert_prompt.md");
+/// The compact prompt of the local model ([`PromptStyle::Compact`]).
+const PROMPT_LOCAL: &str = include_str!("../../templates/plan/convert_prompt_local.md");
 
 /// The JSON Schema of a draft prd.json as the agent should write it: every field ralph writes,
 /// all required except `dependsOn` and `verify`, no others; lists kept short (at most 10
@@ -98,23 +102,28 @@ fn example(project: &str, test_command: Option<&str>) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
-/// The first prompt for converting `markdown` (read from `source`); with `show_example`, it
-/// shows an example reply (for agents that do not get the reply's schema, see
-/// [`Asker::sends_schema`]).
+/// The first prompt for converting `markdown` (read from `source`), written for an agent of
+/// `style`: an agent CLI's shows an example reply ([`PromptStyle::Example`]); native's names the
+/// schema's fields instead; the local model's is the compact template.
 pub fn prompt(
     markdown: &str,
     source: &str,
     project: &str,
     test_command: Option<&str>,
-    show_example: bool,
+    style: PromptStyle,
 ) -> String {
     let env = minijinja::Environment::new();
-    let rendered = env.template_from_str(PROMPT).and_then(|t| {
+    let template = if style.compact() {
+        PROMPT_LOCAL
+    } else {
+        PROMPT
+    };
+    let rendered = env.template_from_str(template).and_then(|t| {
         t.render(minijinja::context! {
             rules => RULES.trim_end(),
             project => project,
             test_command => test_command,
-            example => show_example.then(|| example(project, test_command)),
+            example => style.shows_example().then(|| example(project, test_command)),
             source => source,
             markdown => markdown.trim_end(),
         })
@@ -138,13 +147,10 @@ pub async fn convert(
     out: &mut Outputs,
 ) -> anyhow::Result<Settled<Prd>> {
     let test_command = ask::facts::test_command(asker.root());
-    let first = prompt(
-        markdown,
-        &source.display().to_string(),
-        project,
-        test_command.as_deref(),
-        !asker.sends_schema(),
-    );
+    let source = source.display().to_string();
+    // Rendered for each session's agent: a fallback agent after a limit gets its own prompt.
+    let first =
+        |style: PromptStyle| prompt(markdown, &source, project, test_command.as_deref(), style);
     let schema = draft_schema();
     let settings = Loop {
         prompt: &first,
@@ -411,13 +417,54 @@ mod tests {
               PRD (fix: write the stories of the PRD you were given, in its own words)"
             ]
         );
-        let with = prompt("# T\n\ntext", "x.md", "demo", None, true);
+        let with = prompt("# T\n\ntext", "x.md", "demo", None, PromptStyle::Example);
         assert!(with.contains(EXAMPLE_STORY_DESCRIPTION), "{with}");
-        let without = prompt("# T\n\ntext", "x.md", "demo", None, false);
+        let without = prompt("# T\n\ntext", "x.md", "demo", None, PromptStyle::Schema);
         assert!(!without.contains(EXAMPLE_STORY_DESCRIPTION), "{without}");
         assert!(
             without.contains("the JSON schema that comes with this request"),
             "{without}"
+        );
+    }
+
+    /// The local model gets the compact template: the rules, the project, the test command and
+    /// the PRD, with neither an example nor the full prompt's prose.
+    #[test]
+    fn the_local_model_gets_the_compact_convert_prompt() {
+        let render = |style| prompt("# T\n\nfree text", "x.md", "demo", Some("make test"), style);
+        let (native, local) = (render(PromptStyle::Schema), render(PromptStyle::Compact));
+        assert!(!local.contains(EXAMPLE_STORY_DESCRIPTION), "{local}");
+        assert!(!local.contains("that comes with this request"), "{local}");
+        assert!(
+            local.contains("follows the JSON schema of this request"),
+            "{local}"
+        );
+        assert!(local.contains(RULES.trim_end()), "{local}");
+        assert!(
+            local.contains("\"demo\"") && local.contains("`make test`"),
+            "{local}"
+        );
+        assert!(local.contains("PRD (x.md):\n\n# T\n\nfree text"), "{local}");
+        assert!(
+            local.len() < native.len(),
+            "compact: {} vs {}",
+            local.len(),
+            native.len()
+        );
+        assert_eq!(
+            [
+                crate::protocol::AgentKind::Local,
+                crate::protocol::AgentKind::Native,
+                crate::protocol::AgentKind::Claude,
+                crate::protocol::AgentKind::Exec,
+            ]
+            .map(PromptStyle::for_agent),
+            [
+                PromptStyle::Compact,
+                PromptStyle::Schema,
+                PromptStyle::Example,
+                PromptStyle::Example
+            ]
         );
     }
 
@@ -455,7 +502,7 @@ mod tests {
             "x.md",
             "demo",
             Some("make test"),
-            true,
+            PromptStyle::Example,
         );
         assert!(p.contains("`make test`") && p.contains("\"demo\"") && p.contains("free text"));
         // The example shows where the check goes: the project's test command as `verify`.

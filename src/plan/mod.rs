@@ -9,6 +9,11 @@
 //! `ralph convert` does: the reply must parse, have 1 to 10 stories with a title and at least
 //! one criterion each, and render to a layout document that converts. Problems go back to the
 //! agent a bounded number of times ([`crate::ask::ask_until_valid`]).
+//!
+//! Each prompt is written for the agent of the session ([`PromptStyle`]): an agent CLI reads the
+//! reply's format with an example, native reads the schema's field names (the schema itself goes
+//! as `response_format`), and the local model gets the compact template
+//! (`templates/plan/plan_prompt_local.md`).
 
 pub mod skills;
 
@@ -17,11 +22,13 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ask::Checked;
+use crate::ask::{Checked, PromptStyle};
 use crate::convert::markdown;
 
 const QUESTIONS_PROMPT: &str = include_str!("../../templates/plan/questions_prompt.md");
 const PLAN_PROMPT: &str = include_str!("../../templates/plan/plan_prompt.md");
+/// The compact PRD prompt of the local model ([`PromptStyle::Compact`]).
+const PLAN_PROMPT_LOCAL: &str = include_str!("../../templates/plan/plan_prompt_local.md");
 
 /// Questions asked at most (the prompt asks for 3 to 5).
 pub const MAX_QUESTIONS: usize = 5;
@@ -166,21 +173,27 @@ fn render_template(template: &str, ctx: minijinja::Value) -> String {
         .unwrap_or_else(|e| format!("{template}\n\n(ralph could not render this prompt: {e})"))
 }
 
-/// The prompt asking for clarifying questions about `description`.
-pub fn questions_prompt(description: &str) -> String {
+/// The prompt asking for clarifying questions about `description`, written for an agent of
+/// `style` (an example reply only for the agent CLIs).
+pub fn questions_prompt(description: &str, style: PromptStyle) -> String {
     render_template(
         QUESTIONS_PROMPT,
-        minijinja::context! { description => description.trim() },
+        minijinja::context! {
+            description => description.trim(),
+            example => style.shows_example(),
+        },
     )
 }
 
 /// The prompt asking for the PRD of `description`, with the user's `answers` (none: the agent
-/// writes its assumptions into the PRD) and the project's test command when known.
+/// writes its assumptions into the PRD) and the project's test command when known, written for
+/// an agent of `style`: an agent CLI's shows an example reply, native's names the schema's
+/// fields, the local model's is the compact template.
 pub fn plan_prompt(
     description: &str,
     answers: &[Decision],
     test_command: Option<&str>,
-    show_example: bool,
+    style: PromptStyle,
 ) -> String {
     // An example from another domain, so that a small model cannot pass it off as the answer.
     // Its `verify` is the project's own test command when ralph knows it.
@@ -202,13 +215,17 @@ pub fn plan_prompt(
         "openQuestions": []
     });
     render_template(
-        PLAN_PROMPT,
+        if style.compact() {
+            PLAN_PROMPT_LOCAL
+        } else {
+            PLAN_PROMPT
+        },
         minijinja::context! {
             description => description.trim(),
             answers => answers,
             test_command => test_command,
             rules => crate::convert::agent::RULES.trim_end(),
-            example => show_example.then(|| serde_json::to_string_pretty(&example).unwrap_or_default()),
+            example => style.shows_example().then(|| serde_json::to_string_pretty(&example).unwrap_or_default()),
         },
     )
 }
@@ -596,6 +613,72 @@ mod tests {
         assert!(check_plan(&serde_json::to_value(doc()).unwrap(), &[])
             .usable
             .is_some());
+    }
+
+    /// Each agent reads the prompt of its own style: an agent CLI the example reply, native the
+    /// schema's field names, the local model the compact template (no example, no field list,
+    /// less prose); the description, the answers, the test command and the rules reach all three.
+    #[test]
+    fn each_style_gets_its_own_prd_prompt_and_local_gets_the_compact_template() {
+        let answers = [Decision {
+            question: "What to flip?".into(),
+            answer: "Characters".into(),
+        }];
+        let render = |style| plan_prompt("reverse flag", &answers, Some("make test"), style);
+        let (cli, native, local) = (
+            render(PromptStyle::Example),
+            render(PromptStyle::Schema),
+            render(PromptStyle::Compact),
+        );
+        let example = crate::convert::agent::EXAMPLE_STORY_DESCRIPTION;
+        assert!(
+            cli.contains(example) && cli.contains("in this shape"),
+            "{cli}"
+        );
+        assert!(!native.contains(example), "{native}");
+        assert!(
+            native.contains("the fields of the JSON schema that comes with this request"),
+            "{native}"
+        );
+        assert!(!local.contains(example), "{local}");
+        assert!(!local.contains("that comes with this request"), "{local}");
+        assert!(
+            local.contains("follows the JSON schema of this request"),
+            "{local}"
+        );
+        assert!(
+            local.len() < native.len(),
+            "compact: {} vs {}",
+            local.len(),
+            native.len()
+        );
+        for (name, p) in [("cli", &cli), ("native", &native), ("local", &local)] {
+            assert!(p.contains("reverse flag"), "{name}: {p}");
+            assert!(p.contains("- What to flip? → Characters"), "{name}: {p}");
+            assert!(p.contains("`make test`"), "{name}: {p}");
+            assert!(
+                p.contains("Never \"works correctly\""),
+                "{name}: the rules: {p}"
+            );
+        }
+        // Without answers, the agent is told to write its assumptions down.
+        let alone = plan_prompt("reverse flag", &[], None, PromptStyle::Compact);
+        assert!(alone.contains("write it under `assumptions`"), "{alone}");
+        assert!(
+            alone.contains("`verify` is a one-line shell command"),
+            "{alone}"
+        );
+        // The questions: an example only for the agent CLIs.
+        let asked = questions_prompt("reverse flag", PromptStyle::Example);
+        assert!(asked.contains("Which notes can be exported?"), "{asked}");
+        for style in [PromptStyle::Schema, PromptStyle::Compact] {
+            let asked = questions_prompt("reverse flag", style);
+            assert!(!asked.contains("Which notes can be exported?"), "{asked}");
+            assert!(
+                asked.contains("Ask the 3 to 5 clarifying questions"),
+                "{asked}"
+            );
+        }
     }
 
     #[test]

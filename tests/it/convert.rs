@@ -269,7 +269,7 @@ fn a_finished_prd_is_archived_and_the_init_template_simply_replaced() {
 
 /// A draft the scripted model writes: `priority` as a word (a schema error) in US-001 and a
 /// vague criterion in US-002.
-fn bad_draft() -> Value {
+pub(crate) fn bad_draft() -> Value {
     json!({
         "project": "repo",
         "branchName": "ralph/notes-export",
@@ -287,7 +287,7 @@ fn bad_draft() -> Value {
     })
 }
 
-fn fixed_draft() -> Value {
+pub(crate) fn fixed_draft() -> Value {
     let mut v = bad_draft();
     v["userStories"][0]["priority"] = json!(1);
     v["userStories"][1]["acceptanceCriteria"] = json!([
@@ -297,7 +297,7 @@ fn fixed_draft() -> Value {
     v
 }
 
-const FREE_FORM: &str = "# Notes export\n\nWe need a way to get notes out of the app. First a single note, then all of them at once, as Markdown files.\n";
+pub(crate) const FREE_FORM: &str = "# Notes export\n\nWe need a way to get notes out of the app. First a single note, then all of them at once, as Markdown files.\n";
 
 fn native_convert(env: &TestEnv, llm: &ScriptedLlm, extra: &[&str]) -> std::process::Output {
     let base = llm.base_url();

@@ -68,3 +68,4 @@ mod tools;
 mod trust_iteration;
 mod trust_recovery;
 mod watch;
+mod plan_fallback;

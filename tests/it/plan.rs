@@ -12,7 +12,7 @@ use crate::common::{prd_with_stories, text, TestEnv};
 use crate::support_llm::{RecordedRequest, ScriptedLlm, ScriptedReply, SCRIPTED_API_KEY};
 
 /// The PRD the scripted model writes.
-fn plan_doc() -> Value {
+pub(crate) fn plan_doc() -> Value {
     json!({
         "title": "Reverse flag",
         "introduction": "Add a --reverse flag to the textkit command line so that users can flip its output.",
