@@ -370,17 +370,9 @@ fn a_token_refreshed_in_the_state_directory_survives_the_iteration() {
 fn a_sandbox_that_cannot_be_built_stops_the_run_before_the_agent() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"claude_result": {"text": "ran"}}]]}));
-    // PATH: the fake agent and git, but no bwrap.
-    let git_dir = env.root.path().join("gitonly");
-    std::fs::create_dir_all(&git_dir).expect("mkdir");
-    let git = which_git();
-    std::os::unix::fs::symlink(&git, git_dir.join("git")).expect("symlink git");
     let out = env
         .ralph_cmd(&["run", "--max-iter", "1", "--sandbox", "strict"])
-        .env(
-            "PATH",
-            format!("{}:{}", env.bin.display(), git_dir.display()),
-        )
+        .env("PATH", path_without_bwrap(&env))
         .output()
         .expect("ralph");
     let all = text(&out);
@@ -402,6 +394,15 @@ fn which_git() -> std::path::PathBuf {
         }
     }
     panic!("git not found");
+}
+
+/// A PATH with the fake agents and git (linked into `gitonly/` beside the repository) but no
+/// bwrap.
+fn path_without_bwrap(env: &TestEnv) -> String {
+    let git_dir = env.root.path().join("gitonly");
+    std::fs::create_dir_all(&git_dir).expect("mkdir");
+    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
+    format!("{}:{}", env.bin.display(), git_dir.display())
 }
 
 /// The process-tree cases (interrupts, timeouts, grandchildren that ignore SIGTERM, hold the
@@ -520,16 +521,10 @@ fn doctor_reports_whether_the_sandbox_can_be_built() {
     );
     assert!(doc["sandbox"]["error"].is_null(), "{doc}");
 
-    let git_dir = env.root.path().join("gitonly");
-    std::fs::create_dir_all(&git_dir).expect("mkdir");
-    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
     let out = env
         .ralph_cmd(&["doctor", "--agent", "claude"])
         .env("RALPH_SANDBOX", "fs")
-        .env(
-            "PATH",
-            format!("{}:{}", env.bin.display(), git_dir.display()),
-        )
+        .env("PATH", path_without_bwrap(&env))
         .output()
         .expect("doctor");
     let all = text(&out);
