@@ -444,18 +444,7 @@ fn real_claude_passes_the_textkit_stories_under_sandbox_strict() {
         &scenario,
         "ralph",
     );
-    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
-    assert!(
-        fx.prd_passes().iter().all(|(_, p)| *p),
-        "{:?}",
-        fx.prd_passes()
-    );
-    let ledger = fx.ledger();
-    assert_eq!(ledger.len(), 3, "{ledger:#?}");
-    for r in &ledger {
-        assert_eq!(r["outcome"], "story_passed", "{r}");
-        assert_eq!(r["sandbox"], "strict", "{r}");
-    }
+    assert_textkit_passed_strict(&out, &fx.prd_passes(), &fx.ledger());
 }
 
 /// The same with the real codex CLI (its base URL comes from `$CODEX_HOME/config.toml`).
@@ -484,15 +473,21 @@ fn real_codex_passes_the_textkit_stories_under_sandbox_strict() {
         &scenario,
         "ralph",
     );
-    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
-    assert!(
-        fx.prd_passes().iter().all(|(_, p)| *p),
-        "{:?}",
-        fx.prd_passes()
-    );
     let ledger = crate::support_model::read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_textkit_passed_strict(&out, &fx.prd_passes(), &ledger);
+}
+
+/// A real CLI's textkit run under `--sandbox strict` exited 0, every story of prd.json passes
+/// (`passes`: id, passes) and each of the three records passed in the strict sandbox.
+fn assert_textkit_passed_strict(
+    out: &crate::support_model::RunOutput,
+    passes: &[(String, bool)],
+    ledger: &[Value],
+) {
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(passes.iter().all(|(_, p)| *p), "{passes:?}");
     assert_eq!(ledger.len(), 3, "{ledger:#?}");
-    for r in &ledger {
+    for r in ledger {
         assert_eq!(r["outcome"], "story_passed", "{r}");
         assert_eq!(r["sandbox"], "strict", "{r}");
     }
