@@ -8,93 +8,59 @@
 //! for it (a bash condition polled every 100 ms: a file on the run branch, another agent's start
 //! marker, a go file the test writes), so a loaded machine runs the same story in every run.
 //!
-//! The fake-agent tests drive an exec (or claude) agent [`Field::wrapper`] that reads its prompt,
-//! finds the story (`Story ID: US-00x`), keeps the prompt (`agents/<story>.prompt.<n>`, n from 0),
-//! runs `agents/<story>.pre.<n>` in its directory (a shell step an agent would take), waits for
-//! `agents/<story>.wait.<n>`, plays the fake agent with the story's script
-//! (`agents/<story>.json`), then runs `agents/<story>.post.<n>`.
+//! The fake-agent tests drive the per-story scripted agent of tests/it/common/par.rs
+//! ([`Field`], a [`Par`] whose agent also stands in for claude with `--agent-program`): it
+//! keeps each prompt (`agents/<story>.prompt.<n>`, n from 0), runs `agents/<story>.pre.<n>` in
+//! its directory (a shell step an agent would take), waits for `agents/<story>.wait.<n>`, plays
+//! the fake agent with the story's script (`agents/<story>.json`), then runs
+//! `agents/<story>.post.<n>`.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{fake_agent_bin, prd_with_stories, script_file, text, wait_exit, TestEnv};
+use crate::common::par::{
+    assert_no_worktrees, landing_kind, prd_of, simple_stories, story, Par, BRANCH, USER_TEXT,
+};
+use crate::common::{text, wait_exit};
 
-/// The run branch of [`prd_with_stories`].
-const BRANCH: &str = "ralph/demo";
-/// The user's own file, ignored by git: no landing may touch it.
+/// The user's own file, ignored by git (`*.mine`): no landing may touch it.
 const USER_FILE: &str = "notes.mine";
-const USER_TEXT: &str = "my notes, not ralph's\n";
 
-/// A repository for a parallel run with the scripted fake agent, one script per story.
-struct Field {
-    env: TestEnv,
-    /// The stories' scripts, prompts, hooks and conditions (beside the repository).
-    agents: PathBuf,
-    /// The agent program every worker runs (exec, or claude with `--agent-program`).
-    wrapper: PathBuf,
+/// A repository for a parallel run with the scripted fake agent, one script per story: a
+/// [`Par`] whose user file is [`USER_FILE`], whose agent answers `--version` and passes claude's
+/// arguments on (so that `--agent claude --agent-program` can run it too) and waits up to 180 s,
+/// with the helpers below.
+struct Field(Par);
+
+impl Deref for Field {
+    type Target = Par;
+
+    fn deref(&self) -> &Par {
+        &self.0
+    }
 }
 
 impl Field {
     /// A repository with `prd`, a `.gitignore` for `*.mine`, the user's ignored file and `extra`
     /// files, all committed on `main`.
     fn new(prd: &Value, extra: &[(&str, &str)]) -> Field {
-        let env = TestEnv::new(prd);
-        env.write(".gitignore", "*.mine\n");
-        for (path, content) in extra {
-            env.write(path, content);
-        }
-        env.git(&["add", "-A"]);
-        env.git(&["commit", "-q", "-m", "project files"]);
-        env.write(USER_FILE, USER_TEXT);
-        let agents = env.root.path().join("agents");
-        std::fs::create_dir_all(&agents).expect("mkdir agents");
-        let body = format!(
-            r#"dir='{agents}'
-if [ "$1" = --version ]; then exec '{fake}' --version; fi
-prompt=$(cat)
-story=$(printf '%s\n' "$prompt" | sed -n 's/^Story ID: //p' | head -n 1)
-n=$(ls "$dir/$story".prompt.* 2>/dev/null | wc -l)
-printf '%s' "$prompt" > "$dir/$story.prompt.$n"
-echo "$story $n $PWD" >> "$dir/starts.log"
-if [ -f "$dir/$story.pre.$n" ]; then bash -e "$dir/$story.pre.$n" || exit 1; fi
-if [ -f "$dir/$story.wait.$n" ]; then
-  for _ in $(seq 1800); do bash "$dir/$story.wait.$n" && break; sleep 0.1; done
-fi
-RALPH_FAKE_SCRIPT="$dir/$story.json" '{fake}' "$@"
-rc=$?
-if [ -f "$dir/$story.post.$n" ]; then bash -e "$dir/$story.post.$n" || exit 1; fi
-exit $rc
-"#,
-            agents = agents.display(),
-            fake = fake_agent_bin()
-        );
-        let wrapper = script_file(&env, "story-agent.sh", &body);
-        Field {
-            env,
-            agents,
-            wrapper,
-        }
-    }
-
-    /// `id`'s agent plays these invocations, one per attempt (the last one again past the end).
-    fn story(&self, id: &str, invocations: Value) {
-        self.put(
-            &format!("{id}.json"),
-            &serde_json::to_string_pretty(&json!({ "invocations": invocations })).expect("json"),
-        );
+        Field(
+            Par::builder(prd, extra)
+                .user_file(USER_FILE)
+                .answers_version()
+                .passes_args()
+                .wait_secs(180)
+                .build(),
+        )
     }
 
     /// Writes `name` in the agents' folder.
     fn put(&self, name: &str, content: &str) {
         std::fs::write(self.agents.join(name), content).expect("write in agents/");
-    }
-
-    /// `id`'s attempt `n` (from 0) waits until `condition` (bash) holds before it plays.
-    fn wait(&self, id: &str, n: usize, condition: &str) {
-        self.put(&format!("{id}.wait.{n}"), condition);
     }
 
     /// The go file the test writes when the agents waiting on [`Field::go`] may finish.
@@ -107,71 +73,12 @@ exit $rc
         format!("test -f '{}'", self.go_file().display())
     }
 
-    /// A bash condition: the run branch has `file`.
-    fn landed(&self, file: &str) -> String {
-        format!(
-            "git -C '{}' cat-file -e '{BRANCH}:{file}' 2>/dev/null",
-            self.env.repo.display()
-        )
-    }
-
     /// A bash condition: each of `ids`' agents has started.
     fn started(&self, ids: &[&str]) -> String {
         ids.iter()
-            .map(|id| {
-                format!(
-                    "test -f '{}'",
-                    self.agents.join(format!("{id}.prompt.0")).display()
-                )
-            })
+            .map(|id| self.0.started(id))
             .collect::<Vec<_>>()
             .join(" && ")
-    }
-
-    /// The arguments of `ralph run --parallel <n>` with the exec agent, and `extra` flags.
-    fn args(&self, parallel: u32, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "run",
-            "--parallel",
-            &parallel.to_string(),
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &self.wrapper.display().to_string(),
-            "--max-iter",
-            "20",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        args
-    }
-
-    /// `ralph run --parallel <n>` to its end.
-    fn run(&self, parallel: u32, extra: &[&str]) -> Output {
-        let args = self.args(parallel, extra);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.env.ralph(&args)
-    }
-
-    /// `ralph run --parallel <n>` in the background.
-    fn spawn(&self, parallel: u32, extra: &[&str]) -> std::process::Child {
-        let args = self.args(parallel, extra);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.env.ralph_spawn(&args)
-    }
-
-    /// How many times `id`'s agent was started.
-    fn calls(&self, id: &str) -> usize {
-        (0..)
-            .take_while(|n| self.agents.join(format!("{id}.prompt.{n}")).exists())
-            .count()
-    }
-
-    /// The prompt of `id`'s attempt `n`.
-    fn prompt(&self, id: &str, n: usize) -> String {
-        std::fs::read_to_string(self.agents.join(format!("{id}.prompt.{n}"))).unwrap_or_default()
     }
 
     /// Waits (at most 120 s) until every one of `ids`' agents has started.
@@ -187,15 +94,6 @@ exit $rc
         }
     }
 
-    /// The ledger records of `id`, in order.
-    fn records(&self, id: &str) -> Vec<Value> {
-        self.env
-            .ledger()
-            .into_iter()
-            .filter(|r| r["story_id"] == id)
-            .collect()
-    }
-
     /// The files on `rev`.
     fn files_at(&self, rev: &str) -> Vec<String> {
         self.env
@@ -203,18 +101,6 @@ exit $rc
             .lines()
             .map(str::to_owned)
             .collect()
-    }
-
-    /// `rel` at `rev` (empty when it has no such file).
-    fn show(&self, rev: &str, rel: &str) -> String {
-        let out = Command::new("git")
-            .args(["show", &format!("{rev}:{rel}")])
-            .current_dir(&self.env.repo)
-            .env_clear()
-            .envs(self.env.envs())
-            .output()
-            .expect("git show");
-        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `git rev-parse <rev>`.
@@ -227,98 +113,11 @@ exit $rc
         self.env
             .git(&["for-each-ref", "--format=%(objectname) %(refname)", prefix])
     }
-
-    /// The morning check of any parallel run: the checkout on the run branch with a clean
-    /// status, no worktree left (in git's list or under `.ralph/worktrees/`), the user's file as
-    /// it was.
-    fn assert_tidy(&self, out: &Output) {
-        let env = &self.env;
-        assert_eq!(
-            env.git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
-            BRANCH,
-            "{}",
-            text(out)
-        );
-        assert_eq!(
-            env.git(&["status", "--porcelain"]),
-            "",
-            "the checkout is not clean after the run\n{}",
-            text(out)
-        );
-        assert_no_worktrees(&env.repo, &env.git(&["worktree", "list", "--porcelain"]));
-        assert_eq!(env.read(USER_FILE), USER_TEXT, "the user's file changed");
-    }
-}
-
-/// No story worktree is left: git lists the main checkout alone, and no checkout (a `.git`
-/// file) remains under `.ralph/worktrees/`.
-fn assert_no_worktrees(repo: &Path, porcelain: &str) {
-    assert_eq!(
-        porcelain
-            .lines()
-            .filter(|l| l.starts_with("worktree "))
-            .count(),
-        1,
-        "worktrees left registered:\n{porcelain}"
-    );
-    let mut todo = vec![repo.join(".ralph").join("worktrees")];
-    while let Some(d) = todo.pop() {
-        assert!(
-            !d.join(".git").exists(),
-            "a worktree is left at {}",
-            d.display()
-        );
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(e.path());
-            }
-        }
-    }
-}
-
-/// A story of `prd_with_stories`' shape with its own check and dependencies.
-fn story(i: usize, verify: &str, depends_on: &[&str]) -> Value {
-    json!({
-        "id": format!("US-{i:03}"),
-        "title": format!("Story {i}"),
-        "description": format!("As a user I want feature {i}"),
-        "acceptanceCriteria": [format!("file-{i}.txt exists")],
-        "priority": i,
-        "passes": false,
-        "notes": "",
-        "verify": verify,
-        "dependsOn": depends_on,
-    })
-}
-
-fn prd_of(stories: Vec<Value>) -> Value {
-    let mut prd = prd_with_stories(0);
-    prd["userStories"] = Value::Array(stories);
-    prd
-}
-
-/// `n` independent stories whose check is `test -f file-<i>.txt`.
-fn simple_stories(n: usize) -> Value {
-    prd_of(
-        (1..=n)
-            .map(|i| story(i, &format!("test -f file-{i}.txt"), &[]))
-            .collect(),
-    )
 }
 
 /// An exec-agent attempt that writes `file`, marks `id` passing and commits.
 fn does(id: &str, file: &str, content: &str) -> Value {
-    json!([
-        {"stdout": format!("working on {id}")},
-        {"write_file": {"path": file, "content": content}},
-        {"set_passes": {"id": id, "passes": true}},
-        {"git_commit": format!("feat: {id}")},
-        {"stdout": format!("{id} done")}
-    ])
-}
-
-fn landing_kind(r: &Value) -> &str {
-    r["landing"]["kind"].as_str().unwrap_or("(none)")
+    crate::common::par::does(id, file, content, 0)
 }
 
 /// Whether every story of prd.json passes.
@@ -337,6 +136,129 @@ fn assert_numbering(ledger: &[Value]) {
     numbers.sort_unstable();
     let want: Vec<u64> = (1..=numbers.len() as u64).collect();
     assert_eq!(numbers, want, "numbering has gaps or repeats: {ledger:#?}");
+}
+
+/// Scripts both stories of [`simple_stories`]`(2)`: attempt `n` of `US-00<i>` writes
+/// `file-<i>.txt` holding `contents[n]` (the last one again past the end), marks the story
+/// passing and commits; the first attempt waits for the test's go ([`Field::go`]).
+fn two_stories_waiting_for_go(f: &Field, contents: &[&str]) {
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let file = format!("file-{i}.txt");
+        let attempts: Vec<Value> = contents.iter().map(|c| does(&id, &file, c)).collect();
+        f.story(&id, Value::Array(attempts));
+        f.wait(&id, 0, &f.go());
+    }
+}
+
+/// `ralph run --parallel 2 <extra>` in the background: once both stories' agents started,
+/// `meanwhile` does what the user does mid-run, then the test says go and waits for the run's
+/// end (at most 300 s). Returns what `meanwhile` returned, the run's exit code and what it
+/// printed.
+fn with_user_mid_run<T>(
+    f: &Field,
+    extra: &[&str],
+    meanwhile: impl FnOnce() -> T,
+) -> (T, i32, String) {
+    let mut child = f.spawn(2, extra);
+    f.wait_started(&["US-001", "US-002"]);
+    let seen = meanwhile();
+    std::fs::write(f.go_file(), "").expect("go");
+    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
+    (seen, code, f.env.spawned_output())
+}
+
+/// The user commits `file` holding `content` in the checkout, with `message`: the commit's sha.
+fn user_commits(f: &Field, file: &str, content: &str, message: &str) -> String {
+    f.env.write(file, content);
+    f.env.git(&["add", file]);
+    f.env.git(&["commit", "-q", "-m", message]);
+    f.sha("HEAD")
+}
+
+/// Whether `commit` is in `rev`'s history (`git merge-base --is-ancestor`).
+fn is_ancestor(f: &Field, commit: &str, rev: &str) -> bool {
+    Command::new("git")
+        .args(["merge-base", "--is-ancestor", commit, rev])
+        .current_dir(&f.env.repo)
+        .env_clear()
+        .envs(f.env.envs())
+        .status()
+        .expect("git merge-base")
+        .success()
+}
+
+/// A bare repository beside the project, added as `origin`, with `main` pushed: its path.
+fn with_remote(f: &Field) -> PathBuf {
+    let bare = f.env.root.path().join("remote.git");
+    let bare_s = bare.display().to_string();
+    f.env.git(&["init", "-q", "--bare", "-b", "main", &bare_s]);
+    f.env.git(&["remote", "add", "origin", &bare_s]);
+    f.env.git(&["push", "-q", "origin", "main"]);
+    bare
+}
+
+/// Asserts that each of `files` is on the run branch.
+fn assert_on_branch(f: &Field, files: &[&str]) {
+    let on_branch = f.files_at(BRANCH);
+    for file in files {
+        assert!(
+            on_branch.contains(&(*file).to_owned()),
+            "{file}: {on_branch:?}"
+        );
+    }
+}
+
+/// The `sha refname` lines of the refs under `refs/ralph/` whose line holds `name`.
+fn ralph_refs_with(f: &Field, name: &str) -> Vec<String> {
+    f.refs("refs/ralph/")
+        .lines()
+        .filter(|l| l.contains(name))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Scripts `n` stories for `--agent claude`: story `i` writes `file-<i>.txt`, marks itself
+/// passing, commits and reports `cost_usd` dollars.
+fn costing_stories(f: &Field, n: usize, cost_usd: f64) {
+    for i in 1..=n {
+        let id = format!("US-{i:03}");
+        f.story(
+            &id,
+            json!([[
+                {"claude_init": {}},
+                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
+                {"set_passes": {"id": id, "passes": true}},
+                {"git_commit": format!("feat: {id}")},
+                {"claude_result": {"text": format!("{id} done"), "cost_usd": cost_usd}}
+            ]]),
+        );
+    }
+}
+
+/// `ralph run --parallel 3 --agent claude --agent-program <the scripted agent>` with `extra`
+/// flags, to its end.
+fn run_as_claude(f: &Field, extra: &[&str]) -> Output {
+    let wrapper = f.wrapper.display().to_string();
+    let mut args = vec![
+        "run",
+        "--parallel",
+        "3",
+        "--agent",
+        "claude",
+        "--agent-program",
+        &wrapper,
+    ];
+    args.extend_from_slice(extra);
+    f.env.ralph(&args)
+}
+
+/// What the ledger's iterations cost in all, in dollars.
+fn spent(ledger: &[Value]) -> f64 {
+    ledger
+        .iter()
+        .map(|r| r["cost_usd"].as_f64().unwrap_or(0.0))
+        .sum()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -848,11 +770,7 @@ fn push_with_three_workers_sends_the_run_branch_and_ralphs_refs_only() {
         ]),
         &[("shared.txt", "original line\n")],
     );
-    let bare = f.env.root.path().join("remote.git");
-    let bare_s = bare.display().to_string();
-    f.env.git(&["init", "-q", "--bare", "-b", "main", &bare_s]);
-    f.env.git(&["remote", "add", "origin", &bare_s]);
-    f.env.git(&["push", "-q", "origin", "main"]);
+    let bare = with_remote(&f);
     // US-001 and US-002 conflict on one line (US-002 writes it once US-001 landed); US-003's
     // agent makes a branch of its own in its worktree and commits there.
     f.story(
@@ -920,10 +838,7 @@ fn push_with_three_workers_sends_the_run_branch_and_ralphs_refs_only() {
         remote_refs.contains(&format!("{tip} refs/heads/{BRANCH}")),
         "the remote branch is not at {tip}:\n{remote_refs}"
     );
-    let files = f.files_at(BRANCH);
-    for file in ["shared.txt", "file-3.txt"] {
-        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
-    }
+    assert_on_branch(&f, &["shared.txt", "file-3.txt"]);
     assert_eq!(f.show(BRANCH, "shared.txt"), "A's line\nB's line\n");
     // Every salvage ref is on the remote at the same commit.
     let salvage = f.refs("refs/ralph/salvage/");
@@ -950,23 +865,11 @@ fn push_with_three_workers_sends_the_run_branch_and_ralphs_refs_only() {
 #[test]
 fn a_checkout_switched_mid_run_stops_without_landing_and_the_next_run_completes() {
     let f = Field::new(&simple_stories(2), &[]);
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        let file = format!("file-{i}.txt");
-        f.story(
-            &id,
-            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
-        );
-        f.wait(&id, 0, &f.go());
-    }
-    let mut child = f.spawn(2, &[]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.git(&["checkout", "-q", "main"]);
-    let branches = f.refs("refs/heads/");
-    let status_before = f.env.git(&["status", "--porcelain"]);
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    let first = f.env.spawned_output();
+    two_stories_waiting_for_go(&f, &["first\n", "again\n"]);
+    let ((branches, status_before), code, first) = with_user_mid_run(&f, &[], || {
+        f.env.git(&["checkout", "-q", "main"]);
+        (f.refs("refs/heads/"), f.env.git(&["status", "--porcelain"]))
+    });
     assert_eq!(code, 1, "{first}");
     assert!(
         first.contains("switched"),
@@ -1002,10 +905,7 @@ fn a_checkout_switched_mid_run_stops_without_landing_and_the_next_run_completes(
         .collect();
     assert_eq!(first_two.len(), 2, "{ledger:#?}");
     assert!(all_pass(&f.env.prd()), "{}", text(&out));
-    let files = f.files_at(BRANCH);
-    for file in ["file-1.txt", "file-2.txt"] {
-        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
-    }
+    assert_on_branch(&f, &["file-1.txt", "file-2.txt"]);
     f.assert_tidy(&out);
 }
 
@@ -1014,46 +914,26 @@ fn a_checkout_switched_mid_run_stops_without_landing_and_the_next_run_completes(
 #[test]
 fn a_users_own_commit_on_the_run_branch_mid_run_is_kept() {
     let f = Field::new(&simple_stories(2), &[]);
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
-        f.wait(&id, 0, &f.go());
-    }
-    let mut child = f.spawn(2, &[]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.write("docs-by-me.txt", "the user's own change\n");
-    f.env.git(&["add", "docs-by-me.txt"]);
-    f.env.git(&["commit", "-q", "-m", "my own change"]);
-    let mine = f.sha("HEAD");
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    let said = f.env.spawned_output();
+    two_stories_waiting_for_go(&f, &["x\n"]);
+    let (mine, code, said) = with_user_mid_run(&f, &[], || {
+        user_commits(
+            &f,
+            "docs-by-me.txt",
+            "the user's own change\n",
+            "my own change",
+        )
+    });
     assert_eq!(code, 0, "{said}");
     assert!(all_pass(&f.env.prd()), "{said}");
     // The user's commit is in the branch's history, its file on the branch.
-    let on_branch = Command::new("git")
-        .args(["merge-base", "--is-ancestor", &mine, BRANCH])
-        .current_dir(&f.env.repo)
-        .env_clear()
-        .envs(f.env.envs())
-        .status()
-        .expect("git merge-base");
     assert!(
-        on_branch.success(),
+        is_ancestor(&f, &mine, BRANCH),
         "the user's commit was put back:\n{said}"
     );
     assert_eq!(f.show(BRANCH, "docs-by-me.txt"), "the user's own change\n");
-    let files = f.files_at(BRANCH);
-    for file in ["file-1.txt", "file-2.txt"] {
-        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
-    }
+    assert_on_branch(&f, &["file-1.txt", "file-2.txt"]);
     // Not taken for an agent moving the branch.
-    let moved: Vec<String> = f
-        .refs("refs/ralph/")
-        .lines()
-        .filter(|l| l.contains("moved-branch"))
-        .map(str::to_owned)
-        .collect();
+    let moved = ralph_refs_with(&f, "moved-branch");
     assert!(moved.is_empty(), "{moved:?}\n{said}");
     for r in f.env.ledger() {
         assert_eq!(r["outcome"], "story_passed", "{r:#}");
@@ -1081,10 +961,7 @@ fn an_agent_checking_out_main_in_its_worktree_moves_main_only_by_its_own_commit(
     assert_eq!(on_main, "feat: US-001\n", "{}", text(&out));
     assert_eq!(f.sha("main^"), main_before);
     // The run branch has both stories; main is not part of it beyond its old tip.
-    let files = f.files_at(BRANCH);
-    for file in ["file-1.txt", "file-2.txt"] {
-        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
-    }
+    assert_on_branch(&f, &["file-1.txt", "file-2.txt"]);
     for r in f.env.ledger() {
         assert_eq!(r["outcome"], "story_passed", "{r:#}");
     }
@@ -1102,35 +979,10 @@ fn an_agent_checking_out_main_in_its_worktree_moves_main_only_by_its_own_commit(
 #[test]
 fn max_cost_with_three_workers_stops_launching_before_flights_would_cross_it() {
     let f = Field::new(&simple_stories(6), &[]);
-    for i in 1..=6 {
-        let id = format!("US-{i:03}");
-        f.story(
-            &id,
-            json!([[
-                {"claude_init": {}},
-                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
-                {"set_passes": {"id": id, "passes": true}},
-                {"git_commit": format!("feat: {id}")},
-                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.3}}
-            ]]),
-        );
-    }
+    costing_stories(&f, 6, 0.3);
     f.wait("US-002", 0, &f.landed("file-1.txt"));
     f.wait("US-003", 0, &f.landed("file-2.txt"));
-    let wrapper = f.wrapper.display().to_string();
-    let out = f.env.ralph(&[
-        "run",
-        "--parallel",
-        "3",
-        "--agent",
-        "claude",
-        "--agent-program",
-        &wrapper,
-        "--max-iter",
-        "20",
-        "--max-cost",
-        "1.0",
-    ]);
+    let out = run_as_claude(&f, &["--max-iter", "20", "--max-cost", "1.0"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(
         text(&out).contains("max-cost"),
@@ -1138,10 +990,7 @@ fn max_cost_with_three_workers_stops_launching_before_flights_would_cross_it() {
         text(&out)
     );
     let ledger = f.env.ledger();
-    let spent: f64 = ledger
-        .iter()
-        .map(|r| r["cost_usd"].as_f64().unwrap_or(0.0))
-        .sum();
+    let spent = spent(&ledger);
     assert!(
         spent <= 1.0 + 0.3 + 1e-9,
         "spent ${spent:.2} against a $1.00 limit: {ledger:#?}"
@@ -1315,27 +1164,14 @@ fn an_agent_on_main_with_uncommitted_work_moves_no_branch_and_its_work_lands() {
 #[test]
 fn a_checkout_switched_mid_run_with_push_pushes_no_other_branch() {
     let f = Field::new(&simple_stories(2), &[]);
-    let bare = f.env.root.path().join("remote.git");
-    let bare_s = bare.display().to_string();
-    f.env.git(&["init", "-q", "--bare", "-b", "main", &bare_s]);
-    f.env.git(&["remote", "add", "origin", &bare_s]);
-    f.env.git(&["push", "-q", "origin", "main"]);
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
-        f.wait(&id, 0, &f.go());
-    }
-    let mut child = f.spawn(2, &["--push"]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.git(&["checkout", "-q", "main"]);
-    // The user's own commit on main, not to be pushed by ralph.
-    f.env.write("local-only.txt", "mine\n");
-    f.env.git(&["add", "local-only.txt"]);
-    f.env.git(&["commit", "-q", "-m", "local work on main"]);
-    let run_tip = f.sha(BRANCH);
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    let said = f.env.spawned_output();
+    let bare = with_remote(&f);
+    two_stories_waiting_for_go(&f, &["x\n"]);
+    let (run_tip, code, said) = with_user_mid_run(&f, &["--push"], || {
+        f.env.git(&["checkout", "-q", "main"]);
+        // The user's own commit on main, not to be pushed by ralph.
+        user_commits(&f, "local-only.txt", "mine\n", "local work on main");
+        f.sha(BRANCH)
+    });
     assert_eq!(code, 1, "{said}");
     let remote = |rev: &str| {
         let out = Command::new("git")
@@ -1415,37 +1251,22 @@ fn a_users_env_copied_into_worktrees_is_not_kept_or_named_as_an_agents_file() {
 #[test]
 fn a_users_commit_followed_by_a_staged_change_is_still_kept() {
     let f = Field::new(&simple_stories(2), &[]);
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        f.story(&id, json!([does(&id, &format!("file-{i}.txt"), "x\n")]));
-        f.wait(&id, 0, &f.go());
-    }
-    let mut child = f.spawn(2, &[]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.write("docs-by-me.txt", "the user's own change\n");
-    f.env.git(&["add", "docs-by-me.txt"]);
-    f.env.git(&["commit", "-q", "-m", "my own change"]);
-    let mine = f.sha("HEAD");
-    f.env.write("next-by-me.txt", "work in progress\n");
-    f.env.git(&["add", "next-by-me.txt"]);
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    let said = f.env.spawned_output();
-    let kept = Command::new("git")
-        .args(["merge-base", "--is-ancestor", &mine, BRANCH])
-        .current_dir(&f.env.repo)
-        .env_clear()
-        .envs(f.env.envs())
-        .status()
-        .expect("git merge-base");
-    let moved: Vec<String> = f
-        .refs("refs/ralph/")
-        .lines()
-        .filter(|l| l.contains("moved-branch"))
-        .map(str::to_owned)
-        .collect();
+    two_stories_waiting_for_go(&f, &["x\n"]);
+    let (mine, code, said) = with_user_mid_run(&f, &[], || {
+        let mine = user_commits(
+            &f,
+            "docs-by-me.txt",
+            "the user's own change\n",
+            "my own change",
+        );
+        f.env.write("next-by-me.txt", "work in progress\n");
+        f.env.git(&["add", "next-by-me.txt"]);
+        mine
+    });
+    let kept = is_ancestor(&f, &mine, BRANCH);
+    let moved = ralph_refs_with(&f, "moved-branch");
     assert!(
-        kept.success() && moved.is_empty(),
+        kept && moved.is_empty(),
         "the user's commit was put back (kept as {moved:?}); exit {code}\n{said}\n{}",
         f.env.git(&["status", "--short"])
     );
@@ -1508,42 +1329,13 @@ fn a_checkout_switched_while_a_worker_is_free_stops_the_run() {
 #[test]
 fn max_cost_with_three_workers_in_a_later_run_starts_no_more_than_the_rest_allows() {
     let f = Field::new(&simple_stories(6), &[]);
-    for i in 1..=6 {
-        let id = format!("US-{i:03}");
-        f.story(
-            &id,
-            json!([[
-                {"claude_init": {}},
-                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
-                {"set_passes": {"id": id, "passes": true}},
-                {"git_commit": format!("feat: {id}")},
-                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.3}}
-            ]]),
-        );
-    }
-    let wrapper = f.wrapper.display().to_string();
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--parallel",
-            "3",
-            "--agent",
-            "claude",
-            "--agent-program",
-            &wrapper,
-        ];
-        args.extend_from_slice(extra);
-        f.env.ralph(&args)
-    };
-    let first = run(&["--max-iter", "3"]);
+    costing_stories(&f, 6, 0.3);
+    let first = run_as_claude(&f, &["--max-iter", "3"]);
     assert_eq!(first.status.code(), Some(3), "{}", text(&first));
     assert_eq!(f.env.ledger().len(), 3);
-    let second = run(&["--max-iter", "20", "--max-cost", "1.0"]);
+    let second = run_as_claude(&f, &["--max-iter", "20", "--max-cost", "1.0"]);
     let ledger = f.env.ledger();
-    let spent: f64 = ledger
-        .iter()
-        .map(|r| r["cost_usd"].as_f64().unwrap_or(0.0))
-        .sum();
+    let spent = spent(&ledger);
     assert!(
         spent <= 1.0 + 0.3 + 1e-9,
         "spent ${spent:.2} against a $1.00 limit over the feature's runs ({} iterations)\n{}",
@@ -1566,25 +1358,15 @@ fn max_cost_with_three_workers_in_a_later_run_starts_no_more_than_the_rest_allow
 #[test]
 fn an_agents_env_local_in_a_recovered_flight_is_kept_not_deleted() {
     let f = Field::new(&simple_stories(2), &[]);
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        let file = format!("file-{i}.txt");
-        f.story(
-            &id,
-            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
-        );
-        f.wait(&id, 0, &f.go());
-    }
+    two_stories_waiting_for_go(&f, &["first\n", "again\n"]);
     f.put(
         "US-001.post.0",
         "printf 'API_KEY=sk-test-123\\n' > .env.local\n",
     );
-    let mut child = f.spawn(2, &[]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.git(&["checkout", "-q", "main"]);
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    assert_eq!(code, 1, "{}", f.env.spawned_output());
+    let ((), code, said) = with_user_mid_run(&f, &[], || {
+        f.env.git(&["checkout", "-q", "main"]);
+    });
+    assert_eq!(code, 1, "{said}");
     f.env.git(&["checkout", "-q", BRANCH]);
     let out = f.run(2, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -1644,25 +1426,16 @@ fn a_flight_left_by_a_switch_is_recorded_as_such_and_keeps_only_its_agents_files
             ),
         ],
     );
-    for i in 1..=2 {
-        let id = format!("US-{i:03}");
-        let file = format!("file-{i}.txt");
-        f.story(
-            &id,
-            json!([does(&id, &file, "first\n"), does(&id, &file, "again\n")]),
-        );
-        f.wait(&id, 0, &f.go());
+    two_stories_waiting_for_go(&f, &["first\n", "again\n"]);
+    for id in ["US-001", "US-002"] {
         f.put(
             &format!("{id}.post.0"),
             "printf 'the agent ran its tests\\n' > agent.log\n",
         );
     }
-    let mut child = f.spawn(2, &[]);
-    f.wait_started(&["US-001", "US-002"]);
-    f.env.git(&["checkout", "-q", "main"]);
-    std::fs::write(f.go_file(), "").expect("go");
-    let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
-    let first = f.env.spawned_output();
+    let ((), code, first) = with_user_mid_run(&f, &[], || {
+        f.env.git(&["checkout", "-q", "main"]);
+    });
     assert_eq!(code, 1, "{first}");
     assert_eq!(
         first.matches("during the run; ralph lands nothing").count(),
@@ -1721,33 +1494,8 @@ fn a_flight_left_by_a_switch_is_recorded_as_such_and_keeps_only_its_agents_files
 #[test]
 fn a_max_cost_stop_with_an_iteration_still_running_names_the_final_total() {
     let f = Field::new(&simple_stories(3), &[]);
-    for i in 1..=3 {
-        let id = format!("US-{i:03}");
-        f.story(
-            &id,
-            json!([[
-                {"claude_init": {}},
-                {"write_file": {"path": format!("file-{i}.txt"), "content": "x\n"}},
-                {"set_passes": {"id": id, "passes": true}},
-                {"git_commit": format!("feat: {id}")},
-                {"claude_result": {"text": format!("{id} done"), "cost_usd": 0.5}}
-            ]]),
-        );
-    }
-    let wrapper = f.wrapper.display().to_string();
-    let out = f.env.ralph(&[
-        "run",
-        "--parallel",
-        "3",
-        "--agent",
-        "claude",
-        "--agent-program",
-        &wrapper,
-        "--max-iter",
-        "20",
-        "--max-cost",
-        "1.0",
-    ]);
+    costing_stories(&f, 3, 0.5);
+    let out = run_as_claude(&f, &["--max-iter", "20", "--max-cost", "1.0"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert_eq!(f.env.ledger().len(), 3, "{}", text(&out));
     let said = text(&out);
@@ -1775,12 +1523,7 @@ fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
     let out = f.run(2, &[]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
-    let moved: Vec<String> = f
-        .refs("refs/ralph/")
-        .lines()
-        .filter(|l| l.contains("moved-branch-1"))
-        .map(str::to_owned)
-        .collect();
+    let moved = ralph_refs_with(&f, "moved-branch-1");
     assert_eq!(
         moved.len(),
         1,
@@ -1789,10 +1532,7 @@ fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
     assert!(said.contains("moved behind ralph's back"), "{said}");
     assert!(!said.contains("cherry-pick"), "{said}");
     assert!(all_pass(&f.env.prd()), "{said}");
-    let files = f.files_at(BRANCH);
-    for file in ["file-1.txt", "file-2.txt"] {
-        assert!(files.contains(&file.to_owned()), "{file}: {files:?}");
-    }
+    assert_on_branch(&f, &["file-1.txt", "file-2.txt"]);
 }
 
 /// (b, both) An agent moves the run branch from its worktree and the user, not knowing, commits
@@ -1823,18 +1563,18 @@ fn a_users_commit_on_top_of_an_agents_move_is_kept_under_the_ref_and_named() {
         assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
         std::thread::sleep(Duration::from_millis(20));
     }
-    f.env.write("docs-by-me.txt", "the user's own change\n");
-    f.env.git(&["add", "docs-by-me.txt"]);
-    f.env.git(&["commit", "-q", "-m", "my own change"]);
-    let mine = f.sha("HEAD");
+    let mine = user_commits(
+        &f,
+        "docs-by-me.txt",
+        "the user's own change\n",
+        "my own change",
+    );
     std::fs::write(&go, "").expect("go");
     let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(300));
     let said = f.env.spawned_output();
     assert_eq!(code, 0, "{said}");
-    let kept = f
-        .refs("refs/ralph/")
-        .lines()
-        .find(|l| l.contains("moved-branch-1"))
+    let kept = ralph_refs_with(&f, "moved-branch-1")
+        .first()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| panic!("no moved-branch ref:\n{said}"));
     assert_eq!(kept, mine, "{said}");

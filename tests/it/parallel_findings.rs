@@ -226,26 +226,12 @@ fn refused_then_resumed(edited: &str, then: Then, other: bool) {
     par.assert_tidy(&again);
 }
 
-/// The record's findings, joined (one per line).
-fn findings(r: &Value) -> String {
-    r["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
+use crate::common::par::{findings, simple_stories};
 
 #[test]
 fn ignored_files_an_agent_writes_in_its_worktree_are_kept_not_deleted_with_it() {
     let par = Par::new(
-        &prd_of(vec![
-            story(1, "test -f file-1.txt", &[]),
-            story(2, "test -f file-2.txt", &[]),
-        ]),
+        &simple_stories(2),
         &[
             (".gitignore", "*.local\n*.log\nbuild/\nlogs/\n"),
             (

@@ -4,21 +4,8 @@
 
 use serde_json::{json, Value};
 
-use crate::common::par::{does, prd_of, story, Par, BRANCH};
+use crate::common::par::{does, findings, simple_stories, Par, BRANCH};
 use crate::common::text;
-
-/// The record's findings, one a line.
-fn findings(r: &Value) -> String {
-    r["findings"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
 
 /// Files `worktree_setup` creates (not ignored) are not the agent's uncommitted work: they are
 /// in no commit on the run branch, and the record says why; a setup file the agent changed, and
@@ -27,10 +14,7 @@ fn findings(r: &Value) -> String {
 #[test]
 fn files_the_worktree_setup_made_are_not_committed_as_the_agents_work() {
     let par = Par::new(
-        &prd_of(vec![
-            story(1, "test -f file-1.txt", &[]),
-            story(2, "test -f file-2.txt", &[]),
-        ]),
+        &simple_stories(2),
         &[(
             "ralph.toml",
             "worktree_setup = \"echo setup > setup.out; mkdir -p gen; echo gen > gen/made.txt; echo one > tweak.txt\"\n",
@@ -84,7 +68,7 @@ fn files_the_worktree_setup_made_are_not_committed_as_the_agents_work() {
 /// that iteration.
 #[test]
 fn an_agent_cannot_remove_its_own_worktree_and_lose_its_commit() {
-    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    let par = Par::new(&simple_stories(1), &[]);
     par.story(
         "US-001",
         json!([[
@@ -126,13 +110,7 @@ fn an_agent_cannot_remove_its_own_worktree_and_lose_its_commit() {
 /// not only "the agent rewrote history", and the story lands with a valid prd.json.
 #[test]
 fn an_agent_moving_main_from_its_worktree_is_told_by_name() {
-    let par = Par::new(
-        &prd_of(vec![
-            story(1, "test -f file-1.txt", &[]),
-            story(2, "test -f file-2.txt", &[]),
-        ]),
-        &[],
-    );
+    let par = Par::new(&simple_stories(2), &[]);
     let main_before = par.env.git(&["rev-parse", "main"]);
     par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
     par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
@@ -169,7 +147,7 @@ fn an_agent_moving_main_from_its_worktree_is_told_by_name() {
 /// happened, the registration is pruned, and the story's next attempt lands.
 #[test]
 fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
-    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    let par = Par::new(&simple_stories(1), &[]);
     par.story(
         "US-001",
         json!([
@@ -225,7 +203,7 @@ fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
 /// commit's), but the record and the run's warnings name the commit as an agent's.
 #[test]
 fn an_agent_committing_in_the_main_checkout_is_named() {
-    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    let par = Par::new(&simple_stories(1), &[]);
     par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
     let main = par.env.repo.display().to_string();
     par.pre(
@@ -264,13 +242,7 @@ fn an_agent_committing_in_the_main_checkout_is_named() {
 /// path does not reproduce it, see the report).
 #[test]
 fn an_agent_moving_main_then_failing_its_check_leaves_a_valid_prd() {
-    let par = Par::new(
-        &prd_of(vec![
-            story(1, "test -f file-1.txt", &[]),
-            story(2, "test -f file-2.txt", &[]),
-        ]),
-        &[],
-    );
+    let par = Par::new(&simple_stories(2), &[]);
     par.story(
         "US-001",
         json!([

@@ -9,7 +9,8 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -369,17 +370,9 @@ fn a_token_refreshed_in_the_state_directory_survives_the_iteration() {
 fn a_sandbox_that_cannot_be_built_stops_the_run_before_the_agent() {
     let env = TestEnv::new(&prd_with_stories(1));
     env.script(&json!({"invocations": [[{"claude_result": {"text": "ran"}}]]}));
-    // PATH: the fake agent and git, but no bwrap.
-    let git_dir = env.root.path().join("gitonly");
-    std::fs::create_dir_all(&git_dir).expect("mkdir");
-    let git = which_git();
-    std::os::unix::fs::symlink(&git, git_dir.join("git")).expect("symlink git");
     let out = env
         .ralph_cmd(&["run", "--max-iter", "1", "--sandbox", "strict"])
-        .env(
-            "PATH",
-            format!("{}:{}", env.bin.display(), git_dir.display()),
-        )
+        .env("PATH", path_without_bwrap(&env))
         .output()
         .expect("ralph");
     let all = text(&out);
@@ -401,6 +394,15 @@ fn which_git() -> std::path::PathBuf {
         }
     }
     panic!("git not found");
+}
+
+/// A PATH with the fake agents and git (linked into `gitonly/` beside the repository) but no
+/// bwrap.
+fn path_without_bwrap(env: &TestEnv) -> String {
+    let git_dir = env.root.path().join("gitonly");
+    std::fs::create_dir_all(&git_dir).expect("mkdir");
+    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
+    format!("{}:{}", env.bin.display(), git_dir.display())
 }
 
 /// The process-tree cases (interrupts, timeouts, grandchildren that ignore SIGTERM, hold the
@@ -442,18 +444,7 @@ fn real_claude_passes_the_textkit_stories_under_sandbox_strict() {
         &scenario,
         "ralph",
     );
-    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
-    assert!(
-        fx.prd_passes().iter().all(|(_, p)| *p),
-        "{:?}",
-        fx.prd_passes()
-    );
-    let ledger = fx.ledger();
-    assert_eq!(ledger.len(), 3, "{ledger:#?}");
-    for r in &ledger {
-        assert_eq!(r["outcome"], "story_passed", "{r}");
-        assert_eq!(r["sandbox"], "strict", "{r}");
-    }
+    assert_textkit_passed_strict(&out, &fx.prd_passes(), &fx.ledger());
 }
 
 /// The same with the real codex CLI (its base URL comes from `$CODEX_HOME/config.toml`).
@@ -482,15 +473,21 @@ fn real_codex_passes_the_textkit_stories_under_sandbox_strict() {
         &scenario,
         "ralph",
     );
-    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
-    assert!(
-        fx.prd_passes().iter().all(|(_, p)| *p),
-        "{:?}",
-        fx.prd_passes()
-    );
     let ledger = crate::support_model::read_jsonl(&fx.repo.join(".ralph/ledger.jsonl"));
+    assert_textkit_passed_strict(&out, &fx.prd_passes(), &ledger);
+}
+
+/// A real CLI's textkit run under `--sandbox strict` exited 0, every story of prd.json passes
+/// (`passes`: id, passes) and each of the three records passed in the strict sandbox.
+fn assert_textkit_passed_strict(
+    out: &crate::support_model::RunOutput,
+    passes: &[(String, bool)],
+    ledger: &[Value],
+) {
+    assert_eq!(out.status.and_then(|s| s.code()), Some(0), "{out}");
+    assert!(passes.iter().all(|(_, p)| *p), "{passes:?}");
     assert_eq!(ledger.len(), 3, "{ledger:#?}");
-    for r in &ledger {
+    for r in ledger {
         assert_eq!(r["outcome"], "story_passed", "{r}");
         assert_eq!(r["sandbox"], "strict", "{r}");
     }
@@ -519,16 +516,10 @@ fn doctor_reports_whether_the_sandbox_can_be_built() {
     );
     assert!(doc["sandbox"]["error"].is_null(), "{doc}");
 
-    let git_dir = env.root.path().join("gitonly");
-    std::fs::create_dir_all(&git_dir).expect("mkdir");
-    std::os::unix::fs::symlink(which_git(), git_dir.join("git")).expect("symlink git");
     let out = env
         .ralph_cmd(&["doctor", "--agent", "claude"])
         .env("RALPH_SANDBOX", "fs")
-        .env(
-            "PATH",
-            format!("{}:{}", env.bin.display(), git_dir.display()),
-        )
+        .env("PATH", path_without_bwrap(&env))
         .output()
         .expect("doctor");
     let all = text(&out);
@@ -539,6 +530,65 @@ fn doctor_reports_whether_the_sandbox_can_be_built() {
         "{all}"
     );
     assert!(all.contains("NOT ready"), "{all}");
+}
+
+/// The shell step of a scripted agent that marks `$story` passing in its tree's prd.json.
+const MARK_PASSING: &str = r#"python3 - "$story" <<'PY'
+import json, sys
+p = json.load(open("prd.json"))
+for s in p["userStories"]:
+    if s["id"] == sys.argv[1]:
+        s["passes"] = True
+open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
+PY"#;
+
+/// A PRD of `n` stories of [`prd_with_stories`]' shape whose story `i` (from 1) checks with
+/// `verify(i)`.
+fn prd_checking(n: usize, verify: impl Fn(usize) -> String) -> Value {
+    let mut prd = prd_with_stories(n);
+    for (i, s) in prd["userStories"]
+        .as_array_mut()
+        .expect("stories")
+        .iter_mut()
+        .enumerate()
+    {
+        s["verify"] = json!(verify(i + 1));
+    }
+    prd
+}
+
+/// Where the agents meet: `meet/` beside the repository, the only folder outside their trees
+/// they may write (`--sandbox-writable`).
+fn meeting_place(env: &TestEnv) -> PathBuf {
+    let meet = env.root.path().join("meet");
+    std::fs::create_dir_all(&meet).expect("mkdir meet");
+    meet
+}
+
+/// `ralph run --parallel 2 --sandbox fs --sandbox-writable <meet>` with the exec agent `agent`
+/// and `--max-iter <max_iter>`, the main checkout's path in `RALPH_TEST_MAIN`, to its end.
+fn run_two_workers_in_fs(env: &TestEnv, meet: &Path, agent: &Path, max_iter: u32) -> Output {
+    let meet_arg = meet.display().to_string();
+    let agent_arg = agent.display().to_string();
+    let max_iter = max_iter.to_string();
+    env.ralph_cmd(&[
+        "run",
+        "--parallel",
+        "2",
+        "--sandbox",
+        "fs",
+        "--sandbox-writable",
+        &meet_arg,
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &agent_arg,
+        "--max-iter",
+        &max_iter,
+    ])
+    .env("RALPH_TEST_MAIN", env.repo.display().to_string())
+    .output()
+    .expect("ralph")
 }
 
 /// `--parallel 2 --sandbox fs`: each worker's worktree is its own sandbox root. The agent of
@@ -552,22 +602,11 @@ fn parallel_workers_are_each_confined_to_their_own_worktree() {
     if !bwrap_or_skip("parallel_workers_are_each_confined_to_their_own_worktree") {
         return;
     }
-    let mut prd = prd_with_stories(3);
-    for (i, s) in prd["userStories"]
-        .as_array_mut()
-        .expect("stories")
-        .iter_mut()
-        .enumerate()
-    {
-        s["verify"] = json!(format!("test -f file-{}.txt", i + 1));
-    }
-    let env = TestEnv::new(&prd);
+    let env = TestEnv::new(&prd_checking(3, |i| format!("test -f file-{i}.txt")));
     env.git(&["branch", "other"]);
     let main_before = env.git(&["rev-parse", "refs/heads/main"]);
     let other_before = env.git(&["rev-parse", "refs/heads/other"]);
-    // Where the agents meet (the only folder outside their trees they may write).
-    let meet = env.root.path().join("meet");
-    std::fs::create_dir_all(&meet).expect("mkdir meet");
+    let meet = meeting_place(&env);
     let body = format!(
         r#"meet='{meet}'
 main="$RALPH_TEST_MAIN"
@@ -601,41 +640,15 @@ elif [ "$story" = US-002 ]; then
   wait_for "$meet/attacked"
 fi
 echo "$n" > "file-$n.txt"
-python3 - "$story" <<'PY'
-import json, sys
-p = json.load(open("prd.json"))
-for s in p["userStories"]:
-    if s["id"] == sys.argv[1]:
-        s["passes"] = True
-open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
-PY
+{mark_passing}
 echo "add $story: $(git add "file-$n.txt" prd.json 2>&1 && echo added)" >> "$meet/commits"
 echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story" 2>&1 && echo committed)" >> "$meet/commits"
 "#,
-        meet = meet.display()
+        meet = meet.display(),
+        mark_passing = MARK_PASSING,
     );
     let agent = crate::common::script_file(&env, "worker-agent.sh", &body);
-    let meet_arg = meet.display().to_string();
-    let agent_arg = agent.display().to_string();
-    let out = env
-        .ralph_cmd(&[
-            "run",
-            "--parallel",
-            "2",
-            "--sandbox",
-            "fs",
-            "--sandbox-writable",
-            &meet_arg,
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent_arg,
-            "--max-iter",
-            "6",
-        ])
-        .env("RALPH_TEST_MAIN", env.repo.display().to_string())
-        .output()
-        .expect("ralph");
+    let out = run_two_workers_in_fs(&env, &meet, &agent, 6);
     let all = text(&out);
     let attempts = std::fs::read_to_string(meet.join("attempts")).unwrap_or_default();
     let commits = std::fs::read_to_string(meet.join("commits")).unwrap_or_default();
@@ -709,16 +722,7 @@ fn parallel_workers_under_sandbox_strict_reach_only_allowed_hosts() {
     if !bwrap_or_skip("parallel_workers_under_sandbox_strict_reach_only_allowed_hosts") {
         return;
     }
-    let mut prd = prd_with_stories(2);
-    for (i, s) in prd["userStories"]
-        .as_array_mut()
-        .expect("stories")
-        .iter_mut()
-        .enumerate()
-    {
-        s["verify"] = json!(format!("grep -q leaked file-{}.txt", i + 1));
-    }
-    let env = TestEnv::new(&prd);
+    let env = TestEnv::new(&prd_checking(2, |i| format!("grep -q leaked file-{i}.txt")));
     let (allowed, allowed_hits) = loopback_server();
     let (refused, refused_hits) = loopback_server();
     let body = format!(
@@ -726,17 +730,11 @@ fn parallel_workers_under_sandbox_strict_reach_only_allowed_hosts() {
 n=${{story#US-00}}
 curl -s --max-time 20 http://127.0.0.1:{allowed}/ > "file-$n.txt" 2>&1
 if [ "$story" = US-002 ]; then curl -s --noproxy '' --max-time 5 -x http://127.0.0.1:3128 http://127.0.0.1:{refused}/ >/dev/null 2>&1; fi
-python3 - "$story" <<'PY'
-import json, sys
-p = json.load(open("prd.json"))
-for s in p["userStories"]:
-    if s["id"] == sys.argv[1]:
-        s["passes"] = True
-open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
-PY
+{mark_passing}
 git add "file-$n.txt" prd.json
 git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story" 2>/dev/null
-"#
+"#,
+        mark_passing = MARK_PASSING,
     );
     let agent = crate::common::script_file(&env, "net-agent.sh", &body);
     let allow = format!("127.0.0.1:{allowed}");
@@ -785,22 +783,13 @@ fn a_parallel_landing_check_runs_in_the_sandbox() {
     if !bwrap_or_skip("a_parallel_landing_check_runs_in_the_sandbox") {
         return;
     }
-    let mut prd = prd_with_stories(2);
-    for (i, s) in prd["userStories"]
-        .as_array_mut()
-        .expect("stories")
-        .iter_mut()
-        .enumerate()
-    {
-        // The check also tries to leave a mark in the main checkout (it may not: it is hidden).
-        s["verify"] = json!(format!(
-            "touch \"$RALPH_TEST_MAIN/checked-$RALPH_STORY_ID-$$\" 2>/dev/null; test -f file-{}.txt",
-            i + 1
-        ));
-    }
-    let env = TestEnv::new(&prd);
-    let meet = env.root.path().join("meet");
-    std::fs::create_dir_all(&meet).expect("mkdir meet");
+    // The check also tries to leave a mark in the main checkout (it may not: it is hidden).
+    let env = TestEnv::new(&prd_checking(2, |i| {
+        format!(
+            "touch \"$RALPH_TEST_MAIN/checked-$RALPH_STORY_ID-$$\" 2>/dev/null; test -f file-{i}.txt"
+        )
+    }));
+    let meet = meeting_place(&env);
     let body = format!(
         r#"meet='{meet}'
 story=$(sed -n 's/^Story ID: //p' | head -n 1)
@@ -813,40 +802,14 @@ if [ "$story" = US-002 ]; then
   for _ in $(seq 600); do git -C "$RALPH_TEST_MAIN" cat-file -e ralph/demo:file-1.txt 2>/dev/null && break; sleep 0.1; done
 fi
 echo "$n" > "file-$n.txt"
-python3 - "$story" <<'PY'
-import json, sys
-p = json.load(open("prd.json"))
-for s in p["userStories"]:
-    if s["id"] == sys.argv[1]:
-        s["passes"] = True
-open("prd.json", "w").write(json.dumps(p, indent=2) + "\n")
-PY
+{mark_passing}
 git add "file-$n.txt" prd.json && git -c user.name=agent -c user.email=agent@example.com commit -qm "feat: $story"
 "#,
-        meet = meet.display()
+        meet = meet.display(),
+        mark_passing = MARK_PASSING,
     );
     let agent = crate::common::script_file(&env, "landing-agent.sh", &body);
-    let meet_arg = meet.display().to_string();
-    let agent_arg = agent.display().to_string();
-    let out = env
-        .ralph_cmd(&[
-            "run",
-            "--parallel",
-            "2",
-            "--sandbox",
-            "fs",
-            "--sandbox-writable",
-            &meet_arg,
-            "--agent",
-            "exec",
-            "--agent-cmd",
-            &agent_arg,
-            "--max-iter",
-            "4",
-        ])
-        .env("RALPH_TEST_MAIN", env.repo.display().to_string())
-        .output()
-        .expect("ralph");
+    let out = run_two_workers_in_fs(&env, &meet, &agent, 4);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     // US-002's landing ran its check again (two verify records: the worker's and the landing's).

@@ -56,6 +56,24 @@ fn record(outcome: Outcome, changed: bool) -> LedgerRecord {
     r
 }
 
+/// One other agent in the rotation, ready to run now.
+fn a_free_fallback() -> Others {
+    Others {
+        left: 1,
+        ready: true,
+        earliest_reset: None,
+    }
+}
+
+/// `left` other agents in the rotation, every one limited, the earliest back at `earliest_reset`.
+fn all_limited(left: usize, earliest_reset: DateTime<Utc>) -> Others {
+    Others {
+        left,
+        ready: false,
+        earliest_reset: Some(earliest_reset),
+    }
+}
+
 fn after(record: &LedgerRecord) -> Aftermath<'_> {
     Aftermath {
         record,
@@ -255,11 +273,7 @@ fn decide_table() {
             false,
             |_, b, a| {
                 b.no_wait = true;
-                a.others = Others {
-                    left: 1,
-                    ready: true,
-                    earliest_reset: None,
-                };
+                a.others = a_free_fallback();
             },
             "continue",
         ),
@@ -269,11 +283,7 @@ fn decide_table() {
             false,
             |_, _, a| {
                 a.resume_at = Some(now() + chrono::Duration::hours(2));
-                a.others = Others {
-                    left: 2,
-                    ready: false,
-                    earliest_reset: Some(now() + chrono::Duration::minutes(10)),
-                };
+                a.others = all_limited(2, now() + chrono::Duration::minutes(10));
             },
             "wait until 12:10:30",
         ),
@@ -283,11 +293,7 @@ fn decide_table() {
             false,
             |_, b, a| {
                 b.no_wait = true;
-                a.others = Others {
-                    left: 1,
-                    ready: false,
-                    earliest_reset: Some(now()),
-                };
+                a.others = all_limited(1, now());
             },
             "stop usage_limit",
         ),
@@ -295,26 +301,14 @@ fn decide_table() {
             "an auth error with another agent left takes this one out and goes on",
             Outcome::AuthError,
             false,
-            |_, _, a| {
-                a.others = Others {
-                    left: 1,
-                    ready: true,
-                    earliest_reset: None,
-                }
-            },
+            |_, _, a| a.others = a_free_fallback(),
             "continue",
         ),
         (
             "an auth error while every other agent is limited waits for the earliest reset",
             Outcome::AuthError,
             false,
-            |_, _, a| {
-                a.others = Others {
-                    left: 1,
-                    ready: false,
-                    earliest_reset: Some(now() + chrono::Duration::hours(1)),
-                }
-            },
+            |_, _, a| a.others = all_limited(1, now() + chrono::Duration::hours(1)),
             "wait until 13:00:30",
         ),
         (
@@ -323,11 +317,7 @@ fn decide_table() {
             false,
             |_, b, a| {
                 b.no_wait = true;
-                a.others = Others {
-                    left: 1,
-                    ready: false,
-                    earliest_reset: Some(now() + chrono::Duration::hours(1)),
-                }
+                a.others = all_limited(1, now() + chrono::Duration::hours(1))
             },
             "stop usage_limit",
         ),
@@ -369,11 +359,7 @@ fn a_probe_that_finds_the_agent_still_limited_backs_off_and_stays_on_the_fallbac
     let a = Aftermath {
         resume_at: Some(now() - chrono::Duration::minutes(1)),
         limit_repeats: 1,
-        others: Others {
-            left: 1,
-            ready: true,
-            earliest_reset: None,
-        },
+        others: a_free_fallback(),
         ..after(&r)
     };
     let d = decide(&Tally::default(), &b, &a);

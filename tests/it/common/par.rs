@@ -6,10 +6,10 @@
 //! logs its start (`agents/starts.log`: story, attempt, time, directory, files present), runs
 //! `agents/<story>.pre.<n>` when the test gave one (a shell step an agent takes first), waits
 //! for a condition when the test gave one (`agents/<story>.wait.<n>`, a bash script polled every
-//! 100 ms for at most 60 s), then runs the fake agent with that story's own script
-//! (`agents/<story>.json`, whose invocations count per story) and then `agents/<story>.post.<n>`
-//! when the test gave one (a shell step at the agent's end), so that the order in which the
-//! workers start cannot change what each story's agent does.
+//! 100 ms for at most 60 s, or [`ParBuilder::wait_secs`]), then runs the fake agent with that
+//! story's own script (`agents/<story>.json`, whose invocations count per story) and then
+//! `agents/<story>.post.<n>` when the test gave one (a shell step at the agent's end), so that
+//! the order in which the workers start cannot change what each story's agent does.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -31,48 +31,125 @@ pub(crate) struct Par {
     pub(crate) agents: PathBuf,
     /// The exec agent every worker runs.
     pub(crate) wrapper: PathBuf,
+    /// The user's own ignored file ([`USER_FILE`] unless [`ParBuilder::user_file`] named
+    /// another), holding [`USER_TEXT`].
+    user_file: &'static str,
 }
 
-impl Par {
-    /// A repository with `prd` (stories may carry `verify` and `dependsOn`), a `.gitignore` for
-    /// `*.local`, the user's ignored file, and `extra` files, all committed on `main`.
-    pub(crate) fn new(prd: &Value, extra: &[(&str, &str)]) -> Par {
-        let env = TestEnv::new(prd);
-        env.write(".gitignore", "*.local\n");
-        for (path, content) in extra {
+/// How [`ParBuilder::build`] makes a [`Par`]: [`Par::new`] takes every default; a test that
+/// needs more says so (`Par::builder(&prd, &[]).user_file("notes.mine").build()`).
+pub(crate) struct ParBuilder<'a> {
+    prd: &'a Value,
+    extra: &'a [(&'a str, &'a str)],
+    user_file: &'static str,
+    answers_version: bool,
+    passes_args: bool,
+    wait_secs: u32,
+}
+
+impl ParBuilder<'_> {
+    /// The user's ignored file is `name` (default [`USER_FILE`]); `.gitignore` ignores every
+    /// file with its extension (`*.<ext>`; `name` itself when it has none).
+    pub(crate) fn user_file(mut self, name: &'static str) -> Self {
+        self.user_file = name;
+        self
+    }
+
+    /// The agent answers `--version` as the fake agent does, before it reads any prompt (what
+    /// the claude backend asks its program first). Off by default.
+    pub(crate) fn answers_version(mut self) -> Self {
+        self.answers_version = true;
+        self
+    }
+
+    /// The agent hands the arguments it was started with to the fake agent (the claude
+    /// backend's flags, with `--agent-program`). Off by default: the fake agent gets none.
+    pub(crate) fn passes_args(mut self) -> Self {
+        self.passes_args = true;
+        self
+    }
+
+    /// A wait condition ([`Par::wait`]) is polled for at most `secs` seconds before the agent
+    /// plays on anyway (default 60).
+    pub(crate) fn wait_secs(mut self, secs: u32) -> Self {
+        self.wait_secs = secs;
+        self
+    }
+
+    /// The repository with the PRD, a `.gitignore` for the user's file, the user's file and the
+    /// `extra` files (which may replace `.gitignore`), all but the user's file committed on
+    /// `main`, and the agent script beside it. Panics when a file cannot be written or git
+    /// fails.
+    pub(crate) fn build(self) -> Par {
+        let env = TestEnv::new(self.prd);
+        let ignore = match self.user_file.rsplit_once('.') {
+            Some((_, ext)) => format!("*.{ext}\n"),
+            None => format!("{}\n", self.user_file),
+        };
+        env.write(".gitignore", &ignore);
+        for (path, content) in self.extra {
             env.write(path, content);
         }
         env.git(&["add", "-A"]);
         env.git(&["commit", "-q", "-m", "project files"]);
-        env.write(USER_FILE, USER_TEXT);
+        env.write(self.user_file, USER_TEXT);
         let agents = env.root.path().join("agents");
         std::fs::create_dir_all(&agents).expect("mkdir agents");
+        let fake = fake_agent_bin();
+        let version = if self.answers_version {
+            format!("if [ \"$1\" = --version ]; then exec '{fake}' --version; fi\n")
+        } else {
+            String::new()
+        };
+        let args = if self.passes_args { " \"$@\"" } else { "" };
         let body = format!(
             r#"dir='{agents}'
-prompt=$(cat)
+{version}prompt=$(cat)
 story=$(printf '%s\n' "$prompt" | sed -n 's/^Story ID: //p' | head -n 1)
 n=$(ls "$dir/$story".prompt.* 2>/dev/null | wc -l)
 printf '%s' "$prompt" > "$dir/$story.prompt.$n"
 echo "$story $n $(date +%s%N) $PWD $(ls | tr '\n' ' ')" >> "$dir/starts.log"
 if [ -f "$dir/$story.pre.$n" ]; then bash -e "$dir/$story.pre.$n" || exit 1; fi
 if [ -f "$dir/$story.wait.$n" ]; then
-  for _ in $(seq 600); do bash "$dir/$story.wait.$n" && break; sleep 0.1; done
+  for _ in $(seq {polls}); do bash "$dir/$story.wait.$n" && break; sleep 0.1; done
 fi
 if [ -f "$dir/$story.post.$n" ]; then
-  RALPH_FAKE_SCRIPT="$dir/$story.json" '{fake}'; code=$?
+  RALPH_FAKE_SCRIPT="$dir/$story.json" '{fake}'{args}; code=$?
   bash -e "$dir/$story.post.$n" || exit 1
   exit $code
 fi
-RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'
+RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'{args}
 "#,
             agents = agents.display(),
-            fake = fake_agent_bin()
+            polls = self.wait_secs * 10,
         );
         let wrapper = script_file(&env, "story-agent.sh", &body);
         Par {
             env,
             agents,
             wrapper,
+            user_file: self.user_file,
+        }
+    }
+}
+
+impl Par {
+    /// A repository with `prd` (stories may carry `verify` and `dependsOn`), a `.gitignore` for
+    /// `*.local`, the user's ignored file, and `extra` files, all committed on `main`: the
+    /// defaults of [`Par::builder`].
+    pub(crate) fn new(prd: &Value, extra: &[(&str, &str)]) -> Par {
+        Par::builder(prd, extra).build()
+    }
+
+    /// A [`ParBuilder`] for `prd` and the `extra` files, with the defaults of [`Par::new`].
+    pub(crate) fn builder<'a>(prd: &'a Value, extra: &'a [(&'a str, &'a str)]) -> ParBuilder<'a> {
+        ParBuilder {
+            prd,
+            extra,
+            user_file: USER_FILE,
+            answers_version: false,
+            passes_args: false,
+            wait_secs: 60,
         }
     }
 
@@ -122,23 +199,39 @@ RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'
         )
     }
 
-    /// `ralph run --parallel <n>` with the scripted agent, and `extra` flags.
-    pub(crate) fn run(&self, parallel: u32, extra: &[&str]) -> Output {
-        let n = parallel.to_string();
-        let wrapper = self.wrapper.display().to_string();
-        let mut args = vec![
+    /// The arguments of `ralph run --parallel <n>` with the scripted exec agent and
+    /// `--max-iter 20`, then the `extra` flags.
+    pub(crate) fn args(&self, parallel: u32, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
             "run",
             "--parallel",
-            &n,
+            &parallel.to_string(),
             "--agent",
             "exec",
             "--agent-cmd",
-            &wrapper,
+            &self.wrapper.display().to_string(),
             "--max-iter",
             "20",
-        ];
-        args.extend_from_slice(extra);
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    }
+
+    /// `ralph run --parallel <n>` with the scripted agent, and `extra` flags, to its end.
+    pub(crate) fn run(&self, parallel: u32, extra: &[&str]) -> Output {
+        let args = self.args(parallel, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.env.ralph(&args)
+    }
+
+    /// The run of [`Par::run`] in the background ([`TestEnv::ralph_spawn`]).
+    pub(crate) fn spawn(&self, parallel: u32, extra: &[&str]) -> std::process::Child {
+        let args = self.args(parallel, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.env.ralph_spawn(&args)
     }
 
     /// How many times `id`'s agent was started.
@@ -232,22 +325,9 @@ RALPH_FAKE_SCRIPT="$dir/$story.json" exec '{fake}'
             text(out)
         );
         assert_eq!(self.conflict_markers(), "", "conflict markers on {BRANCH}");
-        let worktrees = env.git(&["worktree", "list", "--porcelain"]);
+        assert_no_worktrees(&env.repo, &env.git(&["worktree", "list", "--porcelain"]));
         assert_eq!(
-            worktrees
-                .lines()
-                .filter(|l| l.starts_with("worktree "))
-                .count(),
-            1,
-            "worktrees left registered:\n{worktrees}"
-        );
-        let left = walk_dirs(&env.path(".ralph/worktrees"));
-        assert!(
-            left.iter().all(|d| !d.join(".git").exists()),
-            "worktrees left under .ralph/worktrees: {left:?}"
-        );
-        assert_eq!(
-            env.read(USER_FILE),
+            env.read(self.user_file),
             USER_TEXT,
             "the user's ignored file changed"
         );
@@ -274,6 +354,24 @@ impl Par {
             .expect("git grep");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// No story worktree is left: `porcelain` (`git worktree list --porcelain` of `repo`) lists the
+/// main checkout alone, and no checkout (a `.git` entry) remains under `.ralph/worktrees/`.
+pub(crate) fn assert_no_worktrees(repo: &std::path::Path, porcelain: &str) {
+    assert_eq!(
+        porcelain
+            .lines()
+            .filter(|l| l.starts_with("worktree "))
+            .count(),
+        1,
+        "worktrees left registered:\n{porcelain}"
+    );
+    let left = walk_dirs(&repo.join(".ralph").join("worktrees"));
+    assert!(
+        left.iter().all(|d| !d.join(".git").exists()),
+        "worktrees left under .ralph/worktrees: {left:?}"
+    );
 }
 
 /// Every directory under `dir` (itself included when it exists).
@@ -320,6 +418,7 @@ pub(crate) fn story(i: usize, verify: &str, depends_on: &[&str]) -> Value {
     })
 }
 
+/// A PRD of `stories` (the rest of [`prd_with_stories`]' shape).
 pub(crate) fn prd_of(stories: Vec<Value>) -> Value {
     let mut prd = prd_with_stories(0);
     prd["userStories"] = Value::Array(stories);
@@ -348,4 +447,26 @@ pub(crate) fn overlapped(a: &Value, b: &Value) -> bool {
 
 pub(crate) fn landing_kind(r: &Value) -> &str {
     r["landing"]["kind"].as_str().unwrap_or("(none)")
+}
+
+/// A PRD of `n` independent stories whose check is `test -f file-<i>.txt`.
+pub(crate) fn simple_stories(n: usize) -> Value {
+    prd_of(
+        (1..=n)
+            .map(|i| story(i, &format!("test -f file-{i}.txt"), &[]))
+            .collect(),
+    )
+}
+
+/// The findings of ledger record `r`, one a line (empty when it has none).
+pub(crate) fn findings(r: &Value) -> String {
+    r["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
 }
