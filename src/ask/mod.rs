@@ -330,9 +330,17 @@ impl Asker {
         let cfg = with_schema(&agent.cfg, schema);
         let backend = crate::run::preflight::build_backend(&cfg, &self.paths, base_url)
             .map_err(Failed::Stop)?;
+        // A native or local session answers in one message, printed when the whole reply has
+        // arrived: it is silent until then, so only the session's --timeout bounds it (a small
+        // local model on a busy machine takes minutes for a prd.json).
+        let one_message = matches!(cfg.agent, AgentKind::Native | AgentKind::Local);
         let limits = process::Limits {
             timeout: cfg.timeout,
-            idle_timeout: cfg.idle_timeout,
+            idle_timeout: if one_message {
+                cfg.idle_timeout.max(cfg.timeout)
+            } else {
+                cfg.idle_timeout
+            },
             kill_grace: cfg.kill_grace,
             ..process::Limits::default()
         };
@@ -420,16 +428,23 @@ fn judge(
                     .into(),
             ))
         }
-        process::EndReason::TimedOut | process::EndReason::Idle => {
+        process::EndReason::TimedOut => {
             return Err(Failed::Stop(
                 UserError::new(format!(
-                    "the {agent} session timed out after {}",
-                    humantime::format_duration(match outcome.end {
-                        process::EndReason::Idle => limits.idle_timeout,
-                        _ => limits.timeout,
-                    })
+                    "the {agent} session timed out after {} (--timeout)",
+                    humantime::format_duration(limits.timeout)
                 ))
                 .with_hint("raise --timeout, or try a faster model")
+                .into(),
+            ))
+        }
+        process::EndReason::Idle => {
+            return Err(Failed::Stop(
+                UserError::new(format!(
+                    "the {agent} session printed nothing for {} and was stopped (--idle-timeout)",
+                    humantime::format_duration(limits.idle_timeout)
+                ))
+                .with_hint("raise --idle-timeout if the agent works silently for that long")
                 .into(),
             ))
         }

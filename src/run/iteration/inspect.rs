@@ -193,7 +193,9 @@ pub async fn inspect(
         obs.marked_by_ralph = false;
     }
     if let Some(agent) = &after {
-        let view = agent_view.clone().unwrap_or_else(|| AgentView::of(&agent.prd));
+        let view = agent_view
+            .clone()
+            .unwrap_or_else(|| AgentView::of(&agent.prd));
         obs.guard = guard_findings(snapshot, agent, &view);
         if !obs.unchecked.is_empty() {
             obs.guard.push(format!(
@@ -767,7 +769,8 @@ fn guard_findings(snapshot: &LoadedPrd, agent: &LoadedPrd, reported: &AgentView)
         (Vec::new(), Vec::new())
     } else {
         let before_ids = story_ids(&snapshot.prd);
-        let after_ids: BTreeSet<String> = reported.stories.iter().map(|(id, _)| id.clone()).collect();
+        let after_ids: BTreeSet<String> =
+            reported.stories.iter().map(|(id, _)| id.clone()).collect();
         (
             before_ids.difference(&after_ids).cloned().collect(),
             after_ids.difference(&before_ids).cloned().collect(),
