@@ -480,6 +480,16 @@ pub fn help_text(doc: &[&str], default: Option<&str>) -> String {
     text
 }
 
+/// `ralph plan --timeout`'s help: one session's limit, whose default is `ralph run`'s
+/// (`timeout` in the table).
+fn session_timeout_help() -> String {
+    let default = format!("[default: {}]", DefaultsFor::base().timeout::<String>());
+    help_text(
+        &["Wall-clock limit of one agent session, e.g. `10m` (else ralph.toml's `timeout`)"],
+        Some(&default),
+    )
+}
+
 /// The accessor of one setting's default in [`DefaultsFor`]: `T` when every value of its clause
 /// is a literal, `Option<T>` when one is `none`.
 macro_rules! default_method {
@@ -689,9 +699,9 @@ settings! {
     /// Named agent profiles: `[[agents]]` tables (see [`AgentTable`]).
     key agents: Vec<AgentTable> { #[serde(default)] };
 
-    /// Wall-clock limit of one agent session, e.g. `10m` (default: the `timeout` of ralph.toml,
-    /// else `ralph run`'s default).
-    session timeout: Option<Duration> { #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)] };
+    /// Wall-clock limit of one agent session, e.g. `10m` (else ralph.toml's `timeout`, else
+    /// `ralph run --timeout`'s default).
+    session timeout: Option<Duration> { #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, help = session_timeout_help())] };
     /// Stream the agent's text and tool calls to the terminal.
     session verbose: bool { #[arg(long, short)] };
     /// The configuration file (default: ./ralph.toml when it exists).
