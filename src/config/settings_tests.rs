@@ -438,3 +438,40 @@ fn the_conditions_hold_where_the_tests_say() {
         }
     }
 }
+
+#[test]
+fn the_ralph_toml_that_init_writes_shows_the_declared_defaults() {
+    // templates/ralph.toml documents each key as `# key = value`, the value being the default
+    // where the key has one (an example otherwise).
+    let template = include_str!("../../templates/ralph.toml");
+    let mut checked = 0;
+    for setting in SETTINGS {
+        let (Some(key), Some(base)) = (setting.key, setting.default.and_then(|d| d.base)) else {
+            continue;
+        };
+        let prefix = format!("# {key} = ");
+        let Some(shown) = template
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+        else {
+            continue;
+        };
+        // A comment may follow the value (`provider = "openai"  # or "anthropic"`).
+        let shown = shown.split(" #").next().unwrap_or_default().trim();
+        let items: Vec<String> = base.split(',').map(|i| format!("{i:?}")).collect();
+        let forms = [
+            base.to_owned(),
+            format!("{base:?}"),
+            format!("[{}]", items.join(", ")),
+        ];
+        assert!(
+            forms.iter().any(|f| f == shown),
+            "templates/ralph.toml shows `{key} = {shown}`, the settings table declares {base:?}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 20,
+        "only {checked} defaults found in templates/ralph.toml"
+    );
+}
