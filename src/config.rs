@@ -22,23 +22,6 @@ mod settings_tests;
 pub use crate::cli::settings::{AgentTable, FileConfig, PushSetting};
 pub use profile::AgentProfile;
 
-/// Default `--max-iter`.
-pub const DEFAULT_MAX_ITER: u32 = 10;
-/// Default per-iteration wall-clock limit (30 minutes).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-/// Default idle limit: no agent output for this long (10 minutes).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// Default wait between SIGTERM and SIGKILL (5 seconds).
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
-/// Default `--shutdown-timeout`: inside Kubernetes' default 30 s termination grace period.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
-/// Default `--shutdown-timeout` under GitHub Actions (`GITHUB_ACTIONS=true`): a cancelled job
-/// gets SIGINT, SIGTERM 7.5 s later and SIGKILL 2.5 s after that.
-pub const GITHUB_ACTIONS_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(9);
-/// Default `--lease-ttl` (10 minutes).
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10 * 60);
-/// Default size of the progress.txt excerpt put in the prompt (16 KiB).
-pub const DEFAULT_PROGRESS_TAIL_BYTES: usize = 16 * 1024;
 /// The configuration file looked for in the current directory.
 pub const CONFIG_FILE_NAME: &str = "ralph.toml";
 
@@ -74,26 +57,6 @@ pub struct NativeOptions {
     /// The JSON Schema of an answer session's reply (`ralph plan` and `ralph convert` set it for
     /// each session; never read from ralph.toml): no tools, one schema-shaped reply.
     pub answer_schema: Option<serde_json::Value>,
-}
-
-/// The tools offered to the built-in local model: the few a small model uses well.
-pub const LOCAL_TOOLS: &[&str] = &[
-    "write_file",
-    "edit_file",
-    "read_file",
-    "run_command",
-    "mark_story",
-];
-
-/// Defaults of the local backend that depend on the built-in model: `(max_steps, max_tokens,
-/// context_window)`. The small model gets few steps and short replies (it answers one explicit
-/// action, and more steps mostly let it wander); the default model gets room to write a small
-/// file in one reply, to read a failed check's output and fix it within the same iteration.
-pub fn local_defaults(model: crate::local::BuiltinModel) -> (u32, u32, u32) {
-    match model {
-        crate::local::BuiltinModel::Default => (12, 768, 8192),
-        crate::local::BuiltinModel::Small => (8, 256, 4096),
-    }
 }
 
 /// How ralph talks to the terminal.
@@ -226,22 +189,6 @@ impl RunConfig {
     }
 }
 
-/// Default `--max-attempts`.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-/// Default `--max-failures`.
-pub const DEFAULT_MAX_FAILURES: u32 = 3;
-/// Default `--max-no-progress`.
-pub const DEFAULT_MAX_NO_PROGRESS: u32 = 3;
-
-/// Default of `max_attempts` and `max_no_progress` for `--agent local`: a model on this machine
-/// costs only time per attempt, and a small model's success on a story is partly chance (the
-/// same story passes on one try and fails on another), so it gets more tries before a story is
-/// blocked.
-pub const DEFAULT_LOCAL_ATTEMPTS: u32 = 5;
-
-/// Default time limit of a verify command (10 minutes).
-pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
 /// Where the value of a setting came from. It decides the exit code of an error about it (see
 /// [`ConfigError::exit_status`]) and how the error names the setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,10 +286,11 @@ pub enum ConfigError {
     /// `--max-iter 0` (or `max_iter = 0`).
     #[error(
         "{} must be at least 1 (got 0)\nhint: {} with N ≥ 1, or {} for the default of \
-         {DEFAULT_MAX_ITER}",
+         {}",
         origin.name("--max-iter", "max_iter"),
         origin.change("--max-iter", "max_iter", "N"),
-        origin.drop()
+        origin.drop(),
+        crate::cli::settings::DefaultsFor::base().max_iter::<u32>()
     )]
     ZeroIterations {
         /// Where the 0 came from.
@@ -659,11 +607,11 @@ impl RunConfig {
         let layers = resolve::Layers::new(args, file, config_path, cwd);
         let max_iter = layers.max_iter()?;
         let agent = layers.agent()?;
-        let waits = layers.check_waits()?;
+        let waits = layers.check_waits(&agent.defaults)?;
         layers.check_native(&agent.native)?;
-        let usage = layers.usage_limit_waits()?;
-        let mut limits = layers.limits(agent.agent)?;
-        let remote = layers.remote(&mut limits)?;
+        let usage = layers.usage_limit_waits(&agent.defaults)?;
+        let mut limits = layers.limits(&agent.defaults)?;
+        let remote = layers.remote(&agent.defaults, &mut limits)?;
         layers.assemble(resolve::Parts {
             max_iter,
             agent,

@@ -491,7 +491,7 @@ fn as_run_sees_it(
     state.enter_feature(loaded.prd.branch_name.as_deref());
     let max_attempts = crate::config::RunConfig::resolve_here(cwd)
         .map(|c| c.max_attempts)
-        .unwrap_or(crate::config::DEFAULT_MAX_ATTEMPTS);
+        .unwrap_or_else(|_| crate::cli::settings::DefaultsFor::base().max_attempts());
     state.block_spent(&loaded.prd, max_attempts);
     (state, from_git)
 }

@@ -1,19 +1,18 @@
 //! The named steps of [`RunConfig::resolve`]: each reads one group of settings from the two
 //! layers clap does not merge (the flags with their `RALPH_*` variables, and ralph.toml), applies
 //! the defaults and checks the values, naming where a refused value came from ([`Origin`]). The
-//! order of the steps is the order in which errors are reported.
+//! order of the steps is the order in which errors are reported. Every default is read from the
+//! settings table ([`crate::cli::settings`]) through [`DefaultsFor`], which the agent step
+//! builds once the agent, its built-in model and its API are known.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{
-    absolute, local_defaults, notify_config, program_path, ConfigError, FileConfig, NativeOptions,
-    Origin, OutputMode, PushSetting, RunConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KILL_GRACE,
-    DEFAULT_LEASE_TTL, DEFAULT_LOCAL_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_FAILURES,
-    DEFAULT_MAX_ITER, DEFAULT_MAX_NO_PROGRESS, DEFAULT_PROGRESS_TAIL_BYTES,
-    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_VERIFY_TIMEOUT,
-    GITHUB_ACTIONS_SHUTDOWN_TIMEOUT, LOCAL_TOOLS,
+    absolute, notify_config, program_path, ConfigError, FileConfig, NativeOptions, Origin,
+    OutputMode, PushSetting, RunConfig,
 };
+use crate::cli::settings::DefaultsFor;
 use crate::cli::RunArgs;
 use crate::protocol::{AgentKind, ProviderKind, ToolMode};
 
@@ -31,6 +30,8 @@ pub(super) struct Layers<'a> {
 
 /// The agent's settings, as the agent step resolves them.
 pub(super) struct AgentPart {
+    /// The defaults for this agent, for the later steps.
+    pub defaults: DefaultsFor,
     pub agent: AgentKind,
     pub agent_cmd: Option<String>,
     pub agent_program: Option<PathBuf>,
@@ -151,7 +152,7 @@ impl<'a> Layers<'a> {
             .args
             .max_iter
             .or(self.file.max_iter)
-            .unwrap_or(DEFAULT_MAX_ITER);
+            .unwrap_or_else(|| DefaultsFor::base().max_iter());
         if max_iter == 0 {
             return Err(ConfigError::ZeroIterations {
                 origin: self.origin(self.args.max_iter.is_some()),
@@ -164,7 +165,21 @@ impl<'a> Layers<'a> {
     /// template, time limits and the native/local options.
     pub fn agent(&self) -> Result<AgentPart, ConfigError> {
         let (a, f) = (&self.args.agent_args, self.file);
-        let agent = a.agent.or(f.agent).unwrap_or(AgentKind::Claude);
+        let base = DefaultsFor::base();
+        let agent = a.agent.or(f.agent).unwrap_or_else(|| base.agent());
+        let defaults = DefaultsFor {
+            agent,
+            local_model: a
+                .local_model
+                .or(f.local_model)
+                .unwrap_or_else(|| base.local_model()),
+            // local always speaks the OpenAI format to the server ralph starts.
+            provider: match agent {
+                AgentKind::Local => ProviderKind::Openai,
+                _ => a.provider.or(f.provider).unwrap_or_else(|| base.provider()),
+            },
+        };
+        let d = &defaults;
         let agent_cmd = a.agent_cmd.clone().or(f.agent_cmd.clone());
         if agent == AgentKind::Exec && agent_cmd.as_deref().is_none_or(|c| c.trim().is_empty()) {
             return Err(ConfigError::MissingAgentCmd {
@@ -181,12 +196,12 @@ impl<'a> Layers<'a> {
             .args
             .timeout
             .or(self.duration("timeout", &f.timeout)?)
-            .unwrap_or(DEFAULT_TIMEOUT);
+            .unwrap_or_else(|| d.timeout());
         let idle_timeout = self
             .args
             .idle_timeout
             .or(self.duration("idle_timeout", &f.idle_timeout)?)
-            .unwrap_or(DEFAULT_IDLE_TIMEOUT);
+            .unwrap_or_else(|| d.idle_timeout());
         let timeout = self.nonzero(("--timeout", "timeout"), self.args.timeout, timeout)?;
         let idle_timeout = self.nonzero(
             ("--idle-timeout", "idle_timeout"),
@@ -200,7 +215,8 @@ impl<'a> Layers<'a> {
             });
         }
         Ok(AgentPart {
-            native: self.native(agent),
+            native: self.native(d),
+            defaults,
             agent,
             agent_cmd,
             agent_program,
@@ -211,82 +227,52 @@ impl<'a> Layers<'a> {
         })
     }
 
-    /// The native and local backends' options (the local model's own defaults for `local`).
-    fn native(&self, agent: AgentKind) -> NativeOptions {
+    /// The native and local backends' options (`d`: the defaults for the agent, its built-in
+    /// model and its API).
+    fn native(&self, d: &DefaultsFor) -> NativeOptions {
         let (a, f) = (&self.args.agent_args, self.file);
-        let local = agent == AgentKind::Local;
-        let provider = match local {
-            true => ProviderKind::Openai,
-            false => a.provider.or(f.provider).unwrap_or(ProviderKind::Openai),
-        };
-        let base_url =
-            a.base_url
+        NativeOptions {
+            provider: d.provider,
+            base_url: a
+                .base_url
                 .clone()
                 .or(f.base_url.clone())
-                .or_else(|| match (local, provider) {
-                    (true, _) => None,
-                    (false, ProviderKind::Openai) => Some("https://api.openai.com/v1".to_string()),
-                    (false, ProviderKind::Anthropic) => {
-                        Some("https://api.anthropic.com".to_string())
-                    }
-                });
-        let api_key_env =
-            a.api_key_env
+                .or_else(|| d.base_url()),
+            api_key_env: a
+                .api_key_env
                 .clone()
                 .or(f.api_key_env.clone())
-                .or_else(|| match (local, provider) {
-                    (true, _) => None,
-                    (false, ProviderKind::Openai) => Some("OPENAI_API_KEY".to_string()),
-                    (false, ProviderKind::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
-                });
-        let local_model = a.local_model.or(f.local_model).unwrap_or_default();
-        let (local_steps, local_tokens, local_window) = local_defaults(local_model);
-        fn pick<T>(local: bool, local_value: T, other: T) -> T {
-            if local {
-                local_value
-            } else {
-                other
-            }
-        }
-        NativeOptions {
-            provider,
-            base_url,
-            api_key_env,
-            local_model,
+                .or_else(|| d.api_key_env()),
+            local_model: d.local_model,
             model_file: self.path(&a.model_file, &f.model_file),
-            tool_mode: self.args.tool_mode.or(f.tool_mode).unwrap_or(pick(
-                local,
-                ToolMode::Json,
-                ToolMode::Native,
-            )),
+            tool_mode: self
+                .args
+                .tool_mode
+                .or(f.tool_mode)
+                .unwrap_or_else(|| d.tool_mode()),
             max_steps: self
                 .args
                 .max_steps
                 .or(f.max_steps)
-                .unwrap_or(pick(local, local_steps, 40)),
-            max_tokens: f.max_tokens.unwrap_or(pick(local, local_tokens, 8192)),
-            context_window: f
-                .context_window
-                .unwrap_or(pick(local, local_window, 128_000)),
-            temperature: f.temperature.or(pick(local, Some(0.0), None)),
-            seed: f.seed.or(pick(local, Some(42), None)),
+                .unwrap_or_else(|| d.max_steps()),
+            max_tokens: f.max_tokens.unwrap_or_else(|| d.max_tokens()),
+            context_window: f.context_window.unwrap_or_else(|| d.context_window()),
+            temperature: f.temperature.or_else(|| d.temperature()),
+            seed: f.seed.or_else(|| d.seed()),
             prices: f.prices.clone(),
-            tools: f
-                .tools
-                .clone()
-                .or_else(|| local.then(|| LOCAL_TOOLS.iter().map(|t| t.to_string()).collect())),
+            tools: f.tools.clone().or_else(|| d.tools()),
             answer_schema: None,
         }
     }
 
     /// `--verify`'s time limit and the first wait after a transient failure.
-    pub fn check_waits(&self) -> Result<(Duration, Duration), ConfigError> {
+    pub fn check_waits(&self, d: &DefaultsFor) -> Result<(Duration, Duration), ConfigError> {
         let verify_timeout = self
             .duration("verify_timeout", &self.file.verify_timeout)?
-            .unwrap_or(DEFAULT_VERIFY_TIMEOUT);
+            .unwrap_or_else(|| d.verify_timeout());
         let transient_backoff = self
             .duration("transient_backoff", &self.file.transient_backoff)?
-            .unwrap_or(Duration::from_secs(30));
+            .unwrap_or_else(|| d.transient_backoff());
         Ok((verify_timeout, transient_backoff))
     }
 
@@ -307,18 +293,18 @@ impl<'a> Layers<'a> {
     }
 
     /// The usage-limit wait without a reset time, and the margin after a reset.
-    pub fn usage_limit_waits(&self) -> Result<(Duration, Duration), ConfigError> {
+    pub fn usage_limit_waits(&self, d: &DefaultsFor) -> Result<(Duration, Duration), ConfigError> {
         let fallback = self
             .duration("usage_limit_fallback", &self.file.usage_limit_fallback)?
-            .unwrap_or(Duration::from_secs(3600));
+            .unwrap_or_else(|| d.usage_limit_fallback());
         let margin = self
             .duration("usage_limit_margin", &self.file.usage_limit_margin)?
-            .unwrap_or(Duration::from_secs(30));
+            .unwrap_or_else(|| d.usage_limit_margin());
         Ok((fallback, margin))
     }
 
     /// The run's limits: its duration, the story and failure counts, `--parallel`, the cost.
-    pub fn limits(&self, agent: AgentKind) -> Result<Limits, ConfigError> {
+    pub fn limits(&self, d: &DefaultsFor) -> Result<Limits, ConfigError> {
         let (a, f) = (self.args, self.file);
         let max_duration = match a.max_duration {
             Some(d) => Some(d),
@@ -331,28 +317,29 @@ impl<'a> Layers<'a> {
                 origin: self.origin(a.max_duration.is_some()),
             });
         }
-        let local_or = |other| match agent {
-            AgentKind::Local => DEFAULT_LOCAL_ATTEMPTS,
-            _ => other,
-        };
         let max_attempts = self.count(
             "--max-attempts",
             "max_attempts",
             (a.max_attempts, f.max_attempts),
-            local_or(DEFAULT_MAX_ATTEMPTS),
+            d.max_attempts(),
         )?;
-        let parallel = self.count("--parallel", "parallel", (a.parallel, f.parallel), 1)?;
+        let parallel = self.count(
+            "--parallel",
+            "parallel",
+            (a.parallel, f.parallel),
+            d.parallel(),
+        )?;
         let max_failures = self.count(
             "--max-failures",
             "max_failures",
             (a.max_failures, f.max_failures),
-            DEFAULT_MAX_FAILURES,
+            d.max_failures(),
         )?;
         let max_no_progress = self.count(
             "--max-no-progress",
             "max_no_progress",
             (a.max_no_progress, f.max_no_progress),
-            local_or(DEFAULT_MAX_NO_PROGRESS),
+            d.max_no_progress(),
         )?;
         Ok(Limits {
             max_attempts,
@@ -366,19 +353,13 @@ impl<'a> Layers<'a> {
 
     /// The shutdown deadline, `--push`'s remote and lease, and the cost limit (checked in this
     /// order).
-    pub fn remote(&self, limits: &mut Limits) -> Result<Remote, ConfigError> {
+    pub fn remote(&self, d: &DefaultsFor, limits: &mut Limits) -> Result<Remote, ConfigError> {
         let (a, f) = (self.args, self.file);
         let shutdown_timeout = match a.shutdown_timeout {
             Some(d) => d,
             None => self
                 .duration("shutdown_timeout", &f.shutdown_timeout)?
-                .unwrap_or(
-                    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-                        GITHUB_ACTIONS_SHUTDOWN_TIMEOUT
-                    } else {
-                        DEFAULT_SHUTDOWN_TIMEOUT
-                    },
-                ),
+                .unwrap_or_else(|| d.shutdown_timeout()),
         };
         let shutdown_timeout = self.nonzero(
             ("--shutdown-timeout", "shutdown_timeout"),
@@ -389,7 +370,7 @@ impl<'a> Layers<'a> {
             Some(d) => d,
             None => self
                 .duration("lease_ttl", &f.lease_ttl)?
-                .unwrap_or(DEFAULT_LEASE_TTL),
+                .unwrap_or_else(|| d.lease_ttl()),
         };
         let lease_ttl = self.nonzero(("--lease-ttl", "lease_ttl"), a.lease_ttl, lease_ttl)?;
         let push = self.push()?;
@@ -405,10 +386,10 @@ impl<'a> Layers<'a> {
             push,
             shutdown_timeout,
             lease_ttl,
-            push_attempts: f.push_attempts.unwrap_or(4).max(1),
+            push_attempts: f.push_attempts.unwrap_or_else(|| d.push_attempts()).max(1),
             push_backoff: self
                 .duration("push_backoff", &f.push_backoff)?
-                .unwrap_or(Duration::from_secs(2)),
+                .unwrap_or_else(|| d.push_backoff()),
         })
     }
 
@@ -460,6 +441,7 @@ impl<'a> Layers<'a> {
             remote,
         } = parts;
         let duration = super::durations_of(&self.file_path);
+        let d = &ag.defaults;
         Ok(RunConfig {
             push_attempts: remote.push_attempts,
             push_backoff: remote.push_backoff,
@@ -467,18 +449,21 @@ impl<'a> Layers<'a> {
             shutdown_timeout: remote.shutdown_timeout,
             lease_ttl: remote.lease_ttl,
             max_cost: limits.max_cost,
-            budget_scope: a.budget_scope.or(f.budget_scope).unwrap_or_default(),
+            budget_scope: a
+                .budget_scope
+                .or(f.budget_scope)
+                .unwrap_or_else(|| d.budget_scope()),
             resume_only: a.resume_only || f.resume_only.unwrap_or(false),
             max_attempts: limits.max_attempts,
             max_failures: limits.max_failures,
             max_no_progress: limits.max_no_progress,
-            prd_guard: a.prd_guard.or(f.prd_guard).unwrap_or_default(),
+            prd_guard: a.prd_guard.or(f.prd_guard).unwrap_or_else(|| d.prd_guard()),
             unblock: a.unblock,
             stop_on_block: a.stop_on_block || f.stop_on_block.unwrap_or(false),
             parallel: limits.parallel,
             worktree_copy: f.worktree_copy.clone().unwrap_or_default(),
             worktree_setup: f.worktree_setup.clone().filter(|c| !c.trim().is_empty()),
-            sandbox: a.sandbox.or(f.sandbox).unwrap_or_default(),
+            sandbox: a.sandbox.or(f.sandbox).unwrap_or_else(|| d.sandbox()),
             allow_hosts: a
                 .allow_hosts
                 .iter()
@@ -498,17 +483,21 @@ impl<'a> Layers<'a> {
             no_wait: a.no_wait,
             usage_limit_fallback: usage.0,
             usage_limit_margin: usage.1,
-            max_usage_limit_waits: f.max_usage_limit_waits.unwrap_or(3),
+            max_usage_limit_waits: f
+                .max_usage_limit_waits
+                .unwrap_or_else(|| d.max_usage_limit_waits()),
             transient_backoff: waits.1,
-            max_transient_retries: f.max_transient_retries.unwrap_or(5),
+            max_transient_retries: f
+                .max_transient_retries
+                .unwrap_or_else(|| d.max_transient_retries()),
             verify: a.verify.clone().or(f.verify.clone()),
             verify_marks_passing: a
                 .verify_marks_passing
                 .or(f.verify_marks_passing)
-                .unwrap_or(ag.agent == AgentKind::Local),
+                .unwrap_or_else(|| d.verify_marks_passing()),
             verify_timeout: waits.0,
             prd_path: match (&a.prd, &f.prd) {
-                (None, None) => self.cwd.join("prd.json"),
+                (None, None) => self.cwd.join(d.prd::<PathBuf>()),
                 (flag, key) => self.path(flag, key).unwrap_or_default(),
             },
             agent: ag.agent,
@@ -519,12 +508,14 @@ impl<'a> Layers<'a> {
             max_iter,
             timeout: ag.timeout,
             idle_timeout: ag.idle_timeout,
-            kill_grace: duration("kill_grace", &f.kill_grace)?.unwrap_or(DEFAULT_KILL_GRACE),
+            kill_grace: duration("kill_grace", &f.kill_grace)?.unwrap_or_else(|| d.kill_grace()),
             allow_dirty: a.allow_dirty || f.allow_dirty.unwrap_or(false),
             output: self.output(),
             verbose: a.verbose,
             template: ag.template,
-            progress_tail_bytes: f.progress_tail_bytes.unwrap_or(DEFAULT_PROGRESS_TAIL_BYTES),
+            progress_tail_bytes: f
+                .progress_tail_bytes
+                .unwrap_or_else(|| d.progress_tail_bytes()),
             config_file: self.config_path.clone(),
             fallbacks: Vec::new(),
         })

@@ -3,15 +3,17 @@
 //! that the flag takes and that changes the resolved configuration; then its `RALPH_*`
 //! variable (in a child process, so that no other test sees it) and its ralph.toml key must
 //! give exactly the same configuration, and an `[[agents]]` key must reach the fallback's
-//! profile.
+//! profile. Each declared default must be what resolution uses: writing it as the key (and the
+//! flag) changes nothing, for an agent CLI and under each condition the default names.
 
 use std::path::Path;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use crate::cli::settings::SETTINGS;
+use crate::cli::settings::{DefaultSpec, DefaultsFor, When, SETTINGS};
 use crate::cli::{Cli, Command};
 use crate::config::RunConfig;
+use crate::protocol::{AgentKind, ProviderKind};
 
 /// Values tried in turn for a flag with no possible values.
 const CANDIDATES: &[&str] = &["7", "7m", "true", "codex"];
@@ -235,5 +237,241 @@ fn flags_and_keys_are_declared_once() {
         (keys.len(), args.len()),
         (k, a),
         "a key or a flag is declared twice"
+    );
+}
+
+/// Where a default is checked: the flags (or the variable) that make conditions hold, and
+/// those conditions.
+struct Context {
+    name: &'static str,
+    flags: &'static [&'static str],
+    env: Option<(&'static str, &'static str)>,
+    holds: &'static [When],
+}
+
+impl Context {
+    /// The default `spec` declares here: the last condition that holds, else the base.
+    fn expected(&self, spec: &DefaultSpec) -> Option<&'static str> {
+        match spec.when.iter().rev().find(|(w, _)| self.holds.contains(w)) {
+            Some((_, value)) => *value,
+            None => spec.base,
+        }
+    }
+}
+
+/// The contexts a default is checked in: an agent CLI and `--agent local` always, and the one
+/// of each condition it names.
+fn contexts(when: &[(When, Option<&'static str>)]) -> Vec<Context> {
+    let mut out = vec![
+        Context {
+            name: "an agent CLI",
+            flags: &[],
+            env: None,
+            holds: &[],
+        },
+        Context {
+            name: "--agent local",
+            flags: &["--agent", "local"],
+            env: None,
+            holds: &[When::Local],
+        },
+    ];
+    for (w, _) in when {
+        out.push(match w {
+            When::Local => continue,
+            When::LocalSmall => Context {
+                name: "--agent local --local-model small",
+                flags: &["--agent", "local", "--local-model", "small"],
+                env: None,
+                holds: &[When::Local, When::LocalSmall],
+            },
+            When::Anthropic => Context {
+                name: "--agent native --provider anthropic",
+                flags: &[
+                    "--agent",
+                    "native",
+                    "--model",
+                    "m",
+                    "--provider",
+                    "anthropic",
+                ],
+                env: None,
+                holds: &[When::Anthropic],
+            },
+            When::GithubActions => Context {
+                name: "GITHUB_ACTIONS=true",
+                flags: &[],
+                env: Some(("GITHUB_ACTIONS", "true")),
+                holds: &[When::GithubActions],
+            },
+        });
+    }
+    out
+}
+
+/// The configuration in `cx` with `toml` as ralph.toml and `extra` flags.
+fn in_context(dir: &Path, cx: &Context, toml: &str, extra: &[String]) -> Result<String, String> {
+    std::fs::write(dir.join("ralph.toml"), toml).unwrap();
+    let out = match cx.env {
+        // The variable is read only by a child process, as for the `RALPH_*` variables.
+        Some((var, value)) => with_env(dir, var, value),
+        None => {
+            let argv: Vec<String> = cx.flags.iter().map(|s| s.to_string()).collect();
+            with_flags(dir, &[argv, extra.to_vec()].concat())
+        }
+    };
+    std::fs::write(dir.join("ralph.toml"), "").unwrap();
+    out
+}
+
+#[test]
+fn every_declared_default_is_what_resolution_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let cmd = run_command();
+    let mut checked = 0;
+    for setting in SETTINGS {
+        let (Some(key), Some(spec)) = (setting.key, setting.default) else {
+            continue;
+        };
+        for cx in contexts(spec.when) {
+            let unset = in_context(dir, &cx, "", &[]).unwrap();
+            // `none`: nothing to write; the other tests show a value of the key changes it.
+            let Some(text) = cx.expected(&spec) else {
+                continue;
+            };
+            // The default as a TOML value: a number or boolean, a string, or a list.
+            let items: Vec<String> = text.split(',').map(|i| format!("{i:?}")).collect();
+            let literals = [
+                text.to_owned(),
+                format!("{text:?}"),
+                format!("[{}]", items.join(", ")),
+            ];
+            let by_key = literals
+                .iter()
+                .map(|l| in_context(dir, &cx, &format!("{key} = {l}\n"), &[]))
+                .find(|c| c.is_ok());
+            assert_eq!(
+                by_key,
+                Some(Ok(unset.clone())),
+                "{}: `{key} = {text}` in ralph.toml is not the default (`{key}` declares {text:?})",
+                cx.name
+            );
+            // The flag too, where it has one and the context does not set it already.
+            let flag = setting
+                .arg
+                .and_then(|id| cmd.get_arguments().find(|a| a.get_id() == id))
+                .and_then(|a| a.get_long())
+                .map(|l| format!("--{l}"));
+            if let Some(flag) = flag.filter(|f| cx.env.is_none() && !cx.flags.contains(&f.as_str()))
+            {
+                assert_eq!(
+                    in_context(dir, &cx, "", &[flag.clone(), text.to_owned()]),
+                    Ok(unset.clone()),
+                    "{}: `{flag} {text}` is not the default",
+                    cx.name
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 60, "only {checked} defaults checked");
+}
+
+#[test]
+fn run_help_shows_every_declared_default() {
+    let cmd = run_command();
+    for setting in SETTINGS {
+        let (Some(id), Some(spec)) = (setting.arg, setting.default) else {
+            continue;
+        };
+        let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let base = spec.base.unwrap_or("none");
+        assert!(
+            help.contains(&format!("[default: {base}")),
+            "--{}'s help does not show its default {base}: {help}",
+            arg.get_long().unwrap_or(id)
+        );
+        for (_, value) in spec.when {
+            assert!(
+                help.contains(&format!(": {}", value.unwrap_or("none"))),
+                "--{}'s help does not show the default {value:?}: {help}",
+                arg.get_long().unwrap_or(id)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_conditions_hold_where_the_tests_say() {
+    let cli = DefaultsFor::base();
+    let local = DefaultsFor {
+        agent: AgentKind::Local,
+        ..cli
+    };
+    let small = DefaultsFor {
+        local_model: crate::local::BuiltinModel::Small,
+        ..local
+    };
+    let anthropic = DefaultsFor {
+        agent: AgentKind::Native,
+        provider: ProviderKind::Anthropic,
+        ..cli
+    };
+    for (d, holds) in [
+        (cli, vec![]),
+        (local, vec![When::Local]),
+        (small, vec![When::Local, When::LocalSmall]),
+        (anthropic, vec![When::Anthropic]),
+        // local speaks openai whatever --provider says.
+        (
+            DefaultsFor {
+                provider: ProviderKind::Anthropic,
+                ..local
+            },
+            vec![When::Local],
+        ),
+    ] {
+        for w in [When::Local, When::LocalSmall, When::Anthropic] {
+            assert_eq!(d.holds(w), holds.contains(&w), "{w:?} for {d:?}");
+        }
+    }
+}
+
+#[test]
+fn the_ralph_toml_that_init_writes_shows_the_declared_defaults() {
+    // templates/ralph.toml documents each key as `# key = value`, the value being the default
+    // where the key has one (an example otherwise).
+    let template = include_str!("../../templates/ralph.toml");
+    let mut checked = 0;
+    for setting in SETTINGS {
+        let (Some(key), Some(base)) = (setting.key, setting.default.and_then(|d| d.base)) else {
+            continue;
+        };
+        let prefix = format!("# {key} = ");
+        let Some(shown) = template
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+        else {
+            continue;
+        };
+        // A comment may follow the value (`provider = "openai"  # or "anthropic"`).
+        let shown = shown.split(" #").next().unwrap_or_default().trim();
+        let items: Vec<String> = base.split(',').map(|i| format!("{i:?}")).collect();
+        let forms = [
+            base.to_owned(),
+            format!("{base:?}"),
+            format!("[{}]", items.join(", ")),
+        ];
+        assert!(
+            forms.iter().any(|f| f == shown),
+            "templates/ralph.toml shows `{key} = {shown}`, the settings table declares {base:?}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 20,
+        "only {checked} defaults found in templates/ralph.toml"
     );
 }
