@@ -47,9 +47,22 @@ pub fn record_secs(r: &crate::protocol::LedgerRecord) -> String {
 /// iteration ended otherwise. A timeout that came after the agent committed the story's work and
 /// marked it passing, and after which its check passed, is such an iteration: the story passes,
 /// and its time to pass ends there.
+/// A record whose own outcome undoes the pass (a failed check, a claim refused, a broken
+/// prd.json) or whose check of the story failed never counts, whatever `passes_flipped` says
+/// (older ledgers listed such flips too).
 pub fn passed_own_story(r: &crate::protocol::LedgerRecord) -> bool {
-    r.outcome == crate::protocol::Outcome::StoryPassed
-        || r.passes_flipped.iter().any(|id| *id == r.story_id)
+    use crate::protocol::Outcome;
+    if r.outcome == Outcome::StoryPassed {
+        return true;
+    }
+    let undone = matches!(
+        r.outcome,
+        Outcome::VerifyFailed | Outcome::PrematureClaim | Outcome::PrdCorrupted
+    ) || r
+        .verify
+        .iter()
+        .any(|v| v.story_id == r.story_id && !v.passed);
+    !undone && r.passes_flipped.iter().any(|id| *id == r.story_id)
 }
 
 /// A count of an iteration's agent commits or changed files for a table: `n`, or `?` for a
