@@ -27,7 +27,10 @@ pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::Failure);
     };
     crate::stop_request::request(&paths.ralph_dir)?;
-    let state = State::load(&paths.ralph_dir).ok().flatten().unwrap_or_default();
+    let state = State::load(&paths.ralph_dir)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let paused = crate::pause_request::pending(&paths.ralph_dir).is_some();
     let when = when(&state, paused, chrono::Utc::now());
     println!(
@@ -45,7 +48,10 @@ pub fn run(args: &StopArgs) -> anyhow::Result<ExitStatus> {
 fn when(state: &State, paused: bool, now: chrono::DateTime<chrono::Utc>) -> String {
     let clock = |at: chrono::DateTime<chrono::Utc>| at.format("%H:%M:%S UTC").to_string();
     let waiting = |what: &str, at: chrono::DateTime<chrono::Utc>| {
-        format!("to stop (it is waiting for {what} until {}: the wait ends at once, no iteration runs)", clock(at))
+        format!(
+            "to stop (it is waiting for {what} until {}: the wait ends at once, no iteration runs)",
+            clock(at)
+        )
     };
     let flights: Vec<String> = state
         .in_flight
@@ -60,7 +66,10 @@ fn when(state: &State, paused: bool, now: chrono::DateTime<chrono::Utc>) -> Stri
         (_, Some(at)) if at > now && flights.is_empty() => waiting("a retry", at),
         _ if flights.is_empty() && paused => "to stop (it is paused: it stops at once)".to_owned(),
         _ if flights.is_empty() => "to stop after its current iteration".to_owned(),
-        _ => format!("to stop after its current iteration ({})", flights.join("; ")),
+        _ => format!(
+            "to stop after its current iteration ({})",
+            flights.join("; ")
+        ),
     }
 }
 
@@ -78,7 +87,10 @@ mod tests {
         };
         for paused in [false, true] {
             let said = when(&waiting, paused, now);
-            assert!(said.contains("waiting for a usage limit to reset until"), "{said}");
+            assert!(
+                said.contains("waiting for a usage limit to reset until"),
+                "{said}"
+            );
             assert!(!said.contains("paused"), "{said}");
         }
         let retrying = State {

@@ -212,7 +212,8 @@ impl Human {
         }
         // An iteration that ended otherwise (a timeout) but left its story passing, its check
         // passed, is no failure: the line says both.
-        let passed = record.outcome != Outcome::StoryPassed && super::text::passed_own_story(record);
+        let passed =
+            record.outcome != Outcome::StoryPassed && super::text::passed_own_story(record);
         let (mark, colour) = if passed {
             outcome_style(Outcome::StoryPassed)
         } else {
@@ -233,7 +234,11 @@ impl Human {
         parts.extend([
             colour
                 .apply_to(if passed {
-                    format!("{}, yet {} passes", record.outcome.as_str(), record.story_id)
+                    format!(
+                        "{}, yet {} passes",
+                        record.outcome.as_str(),
+                        record.story_id
+                    )
                 } else {
                     record.outcome.as_str().to_owned()
                 })

@@ -62,7 +62,7 @@ pub fn passed_own_story(r: &crate::protocol::LedgerRecord) -> bool {
         .verify
         .iter()
         .any(|v| v.story_id == r.story_id && !v.passed);
-    !undone && r.passes_flipped.iter().any(|id| *id == r.story_id)
+    !undone && r.passes_flipped.contains(&r.story_id)
 }
 
 /// A count of an iteration's agent commits or changed files for a table: `n`, or `?` for a

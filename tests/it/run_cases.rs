@@ -1819,17 +1819,16 @@ fn a_timeout_after_the_story_passed_its_check_is_shown_as_a_pass_with_its_time_t
         {"claude_result": {"text": "done"}}
     ]]}));
     // A limit generous enough for a loaded machine to reach the commit first.
-    let out = env.ralph(&[
-        "run",
-        "--timeout",
-        "20s",
-        "--verify",
-        "test -f file-1.txt",
-    ]);
+    let out = env.ralph(&["run", "--timeout", "20s", "--verify", "test -f file-1.txt"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let ledger = env.ledger();
     assert_eq!(ledger[0]["outcome"], "timeout", "{}", ledger[0]);
-    assert_eq!(ledger[0]["passes_flipped"], json!(["US-001"]), "{}", ledger[0]);
+    assert_eq!(
+        ledger[0]["passes_flipped"],
+        json!(["US-001"]),
+        "{}",
+        ledger[0]
+    );
     assert_eq!(env.prd()["userStories"][0]["passes"], true);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line = stderr
@@ -1856,7 +1855,12 @@ fn a_timeout_after_the_story_passed_its_check_is_shown_as_a_pass_with_its_time_t
         .lines()
         .find(|l| l.starts_with("| US-001 | Story 1 |"))
         .unwrap_or_else(|| panic!("no story row in:\n{md}"));
-    let time_to_pass = row.trim_end_matches('|').rsplit('|').next().unwrap_or("").trim();
+    let time_to_pass = row
+        .trim_end_matches('|')
+        .rsplit('|')
+        .next()
+        .unwrap_or("")
+        .trim();
     assert!(!time_to_pass.is_empty(), "time to pass is blank: {row}");
 }
 
