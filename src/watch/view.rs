@@ -293,6 +293,13 @@ fn budget(snap: &Snapshot) -> Line<'static> {
         Some(m) => format!("{}/{m}", b.iterations),
         None => b.iterations.to_string(),
     };
+    // Iterations that do not count toward `--max-iter` (a usage limit, a login failure, as
+    // after a fallback switch) still ran: "0/10" alone read as none.
+    let iters = if b.ran > b.iterations {
+        format!("{iters} counted ({} ran)", b.ran)
+    } else {
+        iters
+    };
     let cost = match b.max_cost_usd {
         Some(m) => format!("${:.2}/${m:.2}", b.cost_usd),
         None => format!("${:.2}", b.cost_usd),
