@@ -297,6 +297,7 @@ impl Status {
         // One pass over the history, not one per story (issue 18: quadratic at 100,000
         // stories).
         let failures = last_failures(&self.history, self.feature.as_deref());
+        let latest = last_records(&self.history, self.feature.as_deref());
         let mut why_lines = Vec::new();
         for s in self.loaded.prd.user_stories.iter().filter(|s| !s.passes) {
             let Some(r) = failures.get(s.id.as_str()).copied().flatten() else {
@@ -307,13 +308,20 @@ impl Status {
                 .as_deref()
                 .map(|m| crate::protocol::fields::truncate_chars(m, 200))
                 .unwrap_or_default();
-            why_lines.push(format!(
-                "  {} last ended {} (iteration {}){}{reason}",
-                s.id,
-                r.outcome,
-                r.iteration,
-                if reason.is_empty() { "" } else { ": " }
-            ));
+            let colon = if reason.is_empty() { "" } else { ": " };
+            // The failure that explains the story is not always its last iteration: a usage
+            // limit, a transient error or an interruption since is named as what it last ended
+            // with, the failure after it.
+            match latest.get(s.id.as_str()).filter(|l| !std::ptr::eq(**l, r)) {
+                Some(l) => why_lines.push(format!(
+                    "  {} last ended {} (iteration {}); its last failure: {} (iteration {}){colon}{reason}",
+                    s.id, l.outcome, l.iteration, r.outcome, r.iteration
+                )),
+                None => why_lines.push(format!(
+                    "  {} last ended {} (iteration {}){colon}{reason}",
+                    s.id, r.outcome, r.iteration
+                )),
+            }
             for v in r.verify_failures() {
                 if let Some(last) = v.output_tail.lines().rev().find(|l| !l.trim().is_empty()) {
                     why_lines.push(format!("    {} output ends: {}", v.command, last.trim()));
@@ -673,6 +681,22 @@ fn last_failures<'h>(
         }
         out.entry(r.story_id.as_str())
             .or_insert_with(|| (r.outcome != Outcome::StoryPassed).then_some(r));
+    }
+    out
+}
+
+/// The newest record of every story in feature `feature` (records without one count), in one
+/// pass from the newest record: what each story's last iteration ended with, whatever it was.
+fn last_records<'h>(
+    history: &'h History,
+    feature: Option<&str>,
+) -> HashMap<&'h str, &'h LedgerRecord> {
+    let mut out = HashMap::new();
+    for r in history.records.iter().rev() {
+        if r.feature.as_deref().is_some_and(|f| Some(f) != feature) {
+            continue;
+        }
+        out.entry(r.story_id.as_str()).or_insert(r);
     }
     out
 }

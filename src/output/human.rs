@@ -210,7 +210,15 @@ impl Human {
             self.quiet_iteration(record);
             return;
         }
-        let (mark, colour) = outcome_style(record.outcome);
+        // An iteration that ended otherwise (a timeout) but left its story passing, its check
+        // passed, is no failure: the line says both.
+        let passed =
+            record.outcome != Outcome::StoryPassed && super::text::passed_own_story(record);
+        let (mark, colour) = if passed {
+            outcome_style(Outcome::StoryPassed)
+        } else {
+            outcome_style(record.outcome)
+        };
         let worker = record
             .worker
             .map(|w| format!(" [w{w}]"))
@@ -225,7 +233,15 @@ impl Human {
         }
         parts.extend([
             colour
-                .apply_to(record.outcome.as_str())
+                .apply_to(if passed {
+                    format!(
+                        "{}, yet {} passes",
+                        record.outcome.as_str(),
+                        record.story_id
+                    )
+                } else {
+                    record.outcome.as_str().to_owned()
+                })
                 .for_stderr()
                 .to_string(),
             humantime::format_duration(Duration::from_secs(record.duration_s.round() as u64))
@@ -264,7 +280,7 @@ impl Human {
                 | Outcome::UsageLimit
                 | Outcome::Transient
                 | Outcome::Interrupted
-        );
+        ) || super::text::passed_own_story(record);
         if !moved {
             let why = record
                 .primary_message()

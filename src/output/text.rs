@@ -42,6 +42,29 @@ pub fn record_secs(r: &crate::protocol::LedgerRecord) -> String {
     }
 }
 
+/// Whether iteration `r` left its own story passing, as the ledger says: its outcome is
+/// `story_passed`, or the story's `passes` flip was kept (`passes_flipped` names it) though the
+/// iteration ended otherwise. A timeout that came after the agent committed the story's work and
+/// marked it passing, and after which its check passed, is such an iteration: the story passes,
+/// and its time to pass ends there.
+/// A record whose own outcome undoes the pass (a failed check, a claim refused, a broken
+/// prd.json) or whose check of the story failed never counts, whatever `passes_flipped` says
+/// (older ledgers listed such flips too).
+pub fn passed_own_story(r: &crate::protocol::LedgerRecord) -> bool {
+    use crate::protocol::Outcome;
+    if r.outcome == Outcome::StoryPassed {
+        return true;
+    }
+    let undone = matches!(
+        r.outcome,
+        Outcome::VerifyFailed | Outcome::PrematureClaim | Outcome::PrdCorrupted
+    ) || r
+        .verify
+        .iter()
+        .any(|v| v.story_id == r.story_id && !v.passed);
+    !undone && r.passes_flipped.contains(&r.story_id)
+}
+
 /// A count of an iteration's agent commits or changed files for a table: `n`, or `?` for a
 /// record rebuilt from git (its trailers keep neither).
 pub fn record_count(r: &crate::protocol::LedgerRecord, n: usize) -> String {

@@ -478,7 +478,11 @@ fn story_rows(
         .map(|s| {
             let mine: Vec<&&LedgerRecord> = records.iter().filter(|r| r.story_id == s.id).collect();
             let costs: Vec<f64> = mine.iter().filter_map(|r| r.cost_usd).collect();
-            let passed_at = mine.iter().find(|r| r.outcome == Outcome::StoryPassed);
+            // The iteration that left the story passing: `story_passed`, or one that ended
+            // otherwise (a timeout) after the story's pass was kept.
+            let passed_at = mine
+                .iter()
+                .find(|r| crate::output::text::passed_own_story(r));
             StoryRow {
                 id: s.id.clone(),
                 title: s.title.clone(),

@@ -101,6 +101,9 @@ pub enum RunState {
 pub struct Budget {
     /// Iterations of the run that count toward `--max-iter`.
     pub iterations: u32,
+    /// Iterations of the run recorded, counted or not (usage limits, login failures and
+    /// interruptions do not count toward `--max-iter`).
+    pub ran: u32,
     /// `--max-iter`, when the run recorded it.
     pub max_iter: Option<u32>,
     /// Cost so far, USD.
@@ -232,6 +235,7 @@ impl Snapshot {
         };
         for r in &latest {
             budget.iterations += u32::from(r.outcome.counts_as_iteration());
+            budget.ran += 1;
             budget.cost_usd += r.cost_usd.unwrap_or(0.0);
             budget.tokens_in += r.input_tokens().unwrap_or(0);
             budget.tokens_out += r.tokens_out.unwrap_or(0);

@@ -61,7 +61,7 @@ pub fn render(snap: &Snapshot, ui: &Ui, area: Rect, buf: &mut Buffer) {
     now(snap, ui).render(body[1], buf);
     recent(snap, ui).render(rows[2], buf);
     Paragraph::new(vec![budget(snap), hints(snap)]).render(rows[3], buf);
-    footer(ui, rows[4].width).render(rows[4], buf);
+    footer(snap, ui, rows[4].width).render(rows[4], buf);
 }
 
 /// The stories' column and the "Now" column of the body `area`.
@@ -293,6 +293,13 @@ fn budget(snap: &Snapshot) -> Line<'static> {
         Some(m) => format!("{}/{m}", b.iterations),
         None => b.iterations.to_string(),
     };
+    // Iterations that do not count toward `--max-iter` (a usage limit, a login failure, as
+    // after a fallback switch) still ran: "0/10" alone read as none.
+    let iters = if b.ran > b.iterations {
+        format!("{iters} counted ({} ran)", b.ran)
+    } else {
+        iters
+    };
     let cost = match b.max_cost_usd {
         Some(m) => format!("${:.2}/${m:.2}", b.cost_usd),
         None => format!("${:.2}", b.cost_usd),
@@ -324,11 +331,30 @@ fn hints(snap: &Snapshot) -> Line<'static> {
 /// The keys, in full and in short (when a status message leaves too little room).
 const KEYS: &str = "h hint · p pause/resume · s stop after this iteration · q quit";
 const KEYS_SHORT: &str = "h hint · p pause · s stop · q quit";
+/// The keys that act when no run holds the lock: a hint is kept for the next run; pause and stop
+/// have nothing to act on.
+const KEYS_ENDED: &str = "h hint for the next run · q quit";
+const KEYS_ENDED_SHORT: &str = "h hint · q quit";
+/// The same, with a pause left asked (a run that ended without clearing it): `p` takes it back.
+const KEYS_ENDED_PAUSED: &str = "h hint for the next run · p take back the pause · q quit";
+const KEYS_ENDED_PAUSED_SHORT: &str = "h hint · p resume · q quit";
+
+/// The keys that act on `snap`'s run, in full and in short: pause and stop only while a run
+/// holds the lock.
+pub fn keys(snap: &Snapshot) -> (&'static str, &'static str) {
+    match (&snap.run, snap.pause_requested) {
+        (RunState::Running { .. }, _) => (KEYS, KEYS_SHORT),
+        (RunState::Ended(_), true) => (KEYS_ENDED_PAUSED, KEYS_ENDED_PAUSED_SHORT),
+        (RunState::Ended(_), false) => (KEYS_ENDED, KEYS_ENDED_SHORT),
+    }
+}
 
 /// The bottom line, at most `width` columns: the hint being typed (its end, so the cursor stays
-/// in view), or the last key's message and the keys. A message that leaves no room for the
-/// full keys gets the short ones, and is cut (`…`) when even those do not fit.
-pub fn footer_text(ui: &Ui, width: usize) -> String {
+/// in view), or the last key's message and the keys (`keys`: in full and in short, see
+/// [`keys`]). A message that leaves no room for the full keys gets the short ones, and is cut
+/// (`…`) when even those do not fit.
+pub fn footer_text(ui: &Ui, keys: (&str, &str), width: usize) -> String {
+    let (full_keys, short_keys) = keys;
     let line = match &ui.input {
         Some(text) => {
             let tail = "█  (Enter saves, Esc cancels)";
@@ -342,14 +368,14 @@ pub fn footer_text(ui: &Ui, width: usize) -> String {
             format!("hint> {shown}{tail}")
         }
         None => match &ui.message {
-            None => KEYS.to_owned(),
+            None => full_keys.to_owned(),
             Some(m) => {
-                let full = format!("{m} · {KEYS}");
+                let full = format!("{m} · {full_keys}");
                 if full.chars().count() <= width {
                     full
                 } else {
-                    let room = width.saturating_sub(KEYS_SHORT.chars().count() + 3);
-                    format!("{} · {KEYS_SHORT}", cut(m, room))
+                    let room = width.saturating_sub(short_keys.chars().count() + 3);
+                    format!("{} · {short_keys}", cut(m, room))
                 }
             }
         },
@@ -367,9 +393,9 @@ fn cut(text: &str, width: usize) -> String {
     out
 }
 
-fn footer(ui: &Ui, width: u16) -> Paragraph<'static> {
+fn footer(snap: &Snapshot, ui: &Ui, width: u16) -> Paragraph<'static> {
     Paragraph::new(Line::styled(
-        footer_text(ui, usize::from(width)),
+        footer_text(ui, keys(snap), usize::from(width)),
         ui.style(Style::new().add_modifier(Modifier::REVERSED)),
     ))
 }
@@ -435,12 +461,12 @@ mod tests {
             input: input.map(str::to_owned),
             color: false,
         };
-        assert_eq!(footer_text(&ui(None, None), 80), KEYS);
-        let short = footer_text(&ui(Some("resumed"), None), 80);
+        assert_eq!(footer_text(&ui(None, None), (KEYS, KEYS_SHORT), 80), KEYS);
+        let short = footer_text(&ui(Some("resumed"), None), (KEYS, KEYS_SHORT), 80);
         assert_eq!(short, format!("resumed · {KEYS}"));
         let long = "cannot save the hint: cannot write /home/someone/project/.ralph/hints/0003.json: No space left on device";
         for width in [40, 80, 120] {
-            let line = footer_text(&ui(Some(long), None), width);
+            let line = footer_text(&ui(Some(long), None), (KEYS, KEYS_SHORT), width);
             assert!(line.chars().count() <= width, "{width}: {line}");
             assert!(line.ends_with(KEYS_SHORT), "{width}: {line}");
             assert!(line.starts_with("ca"), "{line}");
@@ -452,7 +478,7 @@ mod tests {
             }
         }
         let typed = "x".repeat(200) + "END";
-        let line = footer_text(&ui(None, Some(&typed)), 80);
+        let line = footer_text(&ui(None, Some(&typed)), (KEYS, KEYS_SHORT), 80);
         assert!(line.chars().count() <= 80, "{line}");
         assert!(
             line.contains("END█"),

@@ -453,3 +453,77 @@ fn the_lease_hands_each_agents_reset_to_the_next_worker() {
         "{state}"
     );
 }
+
+/// A codex session that cannot log in.
+fn codex_auth() -> Value {
+    json!([
+        {"read_stdin": true},
+        {"codex": {"start": {}}},
+        {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
+        {"exit": 1}
+    ])
+}
+
+/// claude is limited, the first fallback cannot log in, the second is limited: the story's
+/// last iteration ended `usage_limit`, its last failure was the `auth_error`. `ralph status`
+/// names the last outcome as what the story last ended with, and the failure as the failure.
+#[test]
+fn status_names_a_storys_real_last_outcome_when_a_limit_came_after_its_failure() {
+    let env = env_with(
+        1,
+        "[[agents]]\nname = \"authbad\"\nagent = \"codex\"\n\n[[agents]]\nname = \"lim2\"\nagent = \"codex\"\n",
+    );
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        codex_auth(),
+        [{"read_stdin": true}, {"codex": {"start": {}}}, {"codex": {"usage_limit": {"at": null}}}],
+    ]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert_eq!(env.outcomes(), ["usage_limit", "auth_error", "usage_limit"]);
+    let status = env.ralph(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    let line = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("US-001 last ended"))
+        .unwrap_or_else(|| panic!("no last-outcome line in:\n{status}"));
+    assert!(
+        line.contains("US-001 last ended usage_limit (iteration 3); its last failure: auth_error (iteration 2): unexpected status 401"),
+        "{line}"
+    );
+}
+
+/// A run that stopped right after its fallback switch: claude's limit, then the fallback's. Both
+/// iterations ran but neither counts toward `--max-iter`; `ralph watch`'s budget line says both
+/// (it said "iterations 0/10", as if none ran), and the run's summary counts them.
+#[test]
+fn watch_counts_the_iterations_that_ran_after_a_switch_beside_the_max_iter_budget() {
+    let env = env_with(1, BACKUP);
+    env.script(&json!({"invocations": [
+        claude_limit(),
+        [{"read_stdin": true}, {"codex": {"start": {}}}, {"codex": {"usage_limit": {"at": null}}}],
+    ]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert_eq!(env.outcomes(), ["usage_limit", "usage_limit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("switching from claude to backup"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("iterations  2 this run (#1–#2)"),
+        "{stderr}"
+    );
+    let watch = env.ralph(&["watch"]);
+    assert_eq!(watch.status.code(), Some(0), "{}", text(&watch));
+    let shown = String::from_utf8_lossy(&watch.stdout);
+    let budget = shown
+        .lines()
+        .find(|l| l.starts_with("iterations "))
+        .unwrap_or_else(|| panic!("no budget line in:\n{shown}"));
+    assert!(
+        budget.starts_with("iterations 0/10 counted (2 ran) · "),
+        "{budget}"
+    );
+}

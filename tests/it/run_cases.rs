@@ -1801,3 +1801,107 @@ fn a_limit_text_in_a_tool_result_or_a_file_is_never_a_usage_limit() {
     let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     assert!(state["resume_at"].is_null(), "{state}");
 }
+
+/// An iteration that hit its time limit after the agent committed its story and marked it
+/// passing, whose check then passed: the ledger says `timeout` with the pass kept
+/// (`passes_flipped`), and the story passes. The outcome line is no "✗" failure but says both,
+/// and the report fills the story's time to pass from that iteration.
+#[test]
+fn a_timeout_after_the_story_passed_its_check_is_shown_as_a_pass_with_its_time_to_pass() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "file-1.txt", "content": "story 1\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        // Far past the limit: the kill, not the agent, ends the iteration.
+        {"sleep_ms": 600_000},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    // A limit generous enough for a loaded machine to reach the commit first.
+    let out = env.ralph(&["run", "--timeout", "20s", "--verify", "test -f file-1.txt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ledger = env.ledger();
+    assert_eq!(ledger[0]["outcome"], "timeout", "{}", ledger[0]);
+    assert_eq!(
+        ledger[0]["passes_flipped"],
+        json!(["US-001"]),
+        "{}",
+        ledger[0]
+    );
+    assert_eq!(env.prd()["userStories"][0]["passes"], true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("iteration 1 (") && !l.starts_with('▶'))
+        .unwrap_or_else(|| panic!("no outcome line in:\n{stderr}"));
+    assert!(
+        line.starts_with("✓ ") && line.contains("· timeout, yet US-001 passes ·"),
+        "{line}"
+    );
+
+    let report = env.ralph(&["report", "--json"]);
+    assert_eq!(report.status.code(), Some(0), "{}", text(&report));
+    let report: Value = serde_json::from_slice(&report.stdout).expect("report json");
+    let story = &report["stories"][0];
+    assert_eq!(story["last_outcome"], "timeout", "{story}");
+    assert!(
+        story["time_to_pass_s"].as_f64().is_some_and(|s| s > 0.0),
+        "{story}"
+    );
+    let md = env.ralph(&["report", "--markdown"]);
+    let md = String::from_utf8_lossy(&md.stdout);
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| US-001 | Story 1 |"))
+        .unwrap_or_else(|| panic!("no story row in:\n{md}"));
+    let time_to_pass = row
+        .trim_end_matches('|')
+        .rsplit('|')
+        .next()
+        .unwrap_or("")
+        .trim();
+    assert!(!time_to_pass.is_empty(), "time to pass is blank: {row}");
+}
+
+/// `ralph stop` while the run waits for a usage limit's reset, after `ralph pause`: the run is
+/// not paused (a pause holds only between iterations, after the wait) but waiting, and the stop
+/// ends the wait at once. What `ralph stop` says is that, not "it is paused".
+#[test]
+fn stop_during_a_usage_limit_wait_after_a_pause_says_it_ends_the_wait() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": 3000}},
+        {"exit": 1}
+    ]]}));
+    let mut run = env.ralph_spawn(&["run"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.read(".ralph/state.json").contains("\"wait_until\"") {
+        assert!(
+            Instant::now() < deadline,
+            "the run never waited for the reset:\n{}",
+            env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pause = env.ralph(&["pause"]);
+    assert_eq!(pause.status.code(), Some(0), "{}", text(&pause));
+    let stop = env.ralph(&["stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    let said = String::from_utf8_lossy(&stop.stdout);
+    assert!(
+        said.contains("it is waiting for a usage limit to reset until")
+            && said.contains("the wait ends at once")
+            && !said.contains("paused"),
+        "{said}"
+    );
+    let (code, _) = crate::common::wait_exit(&env, &mut run, Duration::from_secs(60));
+    assert_eq!(code, 4, "{}", env.spawned_output());
+    assert!(
+        env.spawned_output()
+            .contains("stopped by `ralph stop` while waiting for the usage limit to reset"),
+        "{}",
+        env.spawned_output()
+    );
+}

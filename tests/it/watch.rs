@@ -419,3 +419,45 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
     let (code, _) = crate::common::wait_exit(&env, &mut run, Duration::from_secs(60));
     assert_eq!(code, 4, "{}", env.spawned_output());
 }
+
+/// `ralph watch` on a finished run in a real terminal: the key line offers only the keys that
+/// act (a hint for the next run, quit), not pause or stop, which have no run to act on.
+#[test]
+fn watch_on_a_finished_run_offers_only_the_keys_that_act() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let tmux = Tmux::new(env.root.path());
+    env.script(&json!({"invocations": [[
+        {"claude_init": {}},
+        {"write_file": {"path": "file-1.txt", "content": "x\n"}},
+        {"set_passes": {"id": "US-001", "passes": true}},
+        {"git_commit": "feat: US-001"},
+        {"claude_result": {"text": "done"}}
+    ]]}));
+    let out = env.ralph(&["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let script = watch_script(&env);
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-s",
+        "w",
+        script.to_str().unwrap(),
+    ]);
+    assert!(started.status.success(), "{}", text(&started));
+    let screen = tmux.wait_for("the ended run and its key line", |s| {
+        s.contains("last run ended") && s.contains("q quit")
+    });
+    let keys = screen
+        .lines()
+        .find(|l| l.contains("q quit"))
+        .unwrap_or_default();
+    assert!(
+        keys.contains("h hint") && !keys.contains("pause") && !keys.contains("s stop"),
+        "a finished run's key line offers keys that do nothing: {keys:?}\n{screen}"
+    );
+    tmux.run(&["send-keys", "-t", "w", "q"]);
+}
