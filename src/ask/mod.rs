@@ -441,10 +441,13 @@ fn judge(
         process::EndReason::Idle => {
             return Err(Failed::Stop(
                 UserError::new(format!(
-                    "the {agent} session printed nothing for {} and was stopped (--idle-timeout)",
+                    "the {agent} session printed nothing for {} and was stopped (the idle limit, \
+                     ralph.toml's `idle_timeout`)",
                     humantime::format_duration(limits.idle_timeout)
                 ))
-                .with_hint("raise --idle-timeout if the agent works silently for that long")
+                .with_hint(
+                    "raise `idle_timeout` in ralph.toml if the agent works silently for that long",
+                )
                 .into(),
             ))
         }

@@ -319,7 +319,19 @@ impl Session {
         }
         // Blocked stories survive a lost state.json: the attempts rebuilt from git decide again,
         // before `--unblock`, so that it also frees the stories a fresh clone finds blocked.
-        self.state.block_spent(&self.initial.prd, cfg.max_attempts);
+        let spent = self.state.block_spent(&self.initial.prd, cfg.max_attempts);
+        if !spent.is_empty() && !cfg.unblock {
+            out.warn(format!(
+                "{} blocked: {} used {} {} attempts in earlier runs (--max-attempts {}); \
+                 `ralph run --unblock` gives {} new ones",
+                if spent.len() == 1 { "story" } else { "stories" },
+                spent.join(", "),
+                if spent.len() == 1 { "its" } else { "their" },
+                cfg.max_attempts,
+                cfg.max_attempts,
+                if spent.len() == 1 { "it" } else { "them" },
+            ));
+        }
         if cfg.unblock && !self.state.blocked.is_empty() {
             out.notice(format!(
                 "unblocked {} (--unblock): their attempts start again from 0",

@@ -556,7 +556,7 @@ fn convert_names_each_agent_and_its_failure_when_every_agent_fails() {
 }
 
 /// A native (or local) session answers in one message, so it prints nothing until the reply
-/// is complete: a reply slower than `--idle-timeout` but within `--timeout` is waited for (a
+/// is complete: a reply slower than `idle_timeout` but within `--timeout` is waited for (a
 /// small local model on a busy machine took over 10 minutes for a prd.json, and was cut off by
 /// the idle limit with a hint to raise `--timeout`, which was not the limit that fired).
 #[test]
@@ -569,7 +569,8 @@ fn a_slow_one_message_reply_is_waited_for_up_to_the_timeout_not_the_idle_limit()
     );
     let env = empty_env();
     env.write("notes.md", FREE_FORM);
-    let out = native_convert(&env, &llm, &["--idle-timeout", "1s", "--timeout", "5m"]);
+    env.write("ralph.toml", "idle_timeout = \"1s\"\n");
+    let out = native_convert(&env, &llm, &["--timeout", "5m"]);
     assert!(out.status.success(), "{}", text(&out));
     let prd: Value = env.prd();
     assert_eq!(
@@ -579,13 +580,14 @@ fn a_slow_one_message_reply_is_waited_for_up_to_the_timeout_not_the_idle_limit()
     );
 }
 
-/// An agent CLI that goes silent past `--idle-timeout` is stopped, and the error names that
-/// limit and its flag, not `--timeout`.
+/// An agent CLI that goes silent past ralph.toml's `idle_timeout` is stopped, and the error
+/// names that limit and its setting, not `--timeout`.
 #[test]
 fn a_silent_agent_cli_is_stopped_by_the_idle_limit_and_the_error_names_it() {
     let env = empty_env();
     env.write("notes.md", FREE_FORM);
     env.write("silent.sh", "#!/bin/sh\ncat > /dev/null\nsleep 60\n");
+    env.write("ralph.toml", "idle_timeout = \"2s\"\n");
     std::fs::set_permissions(
         env.path("silent.sh"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -599,8 +601,6 @@ fn a_silent_agent_cli_is_stopped_by_the_idle_limit_and_the_error_names_it() {
             "exec",
             "--agent-cmd",
             "./silent.sh",
-            "--idle-timeout",
-            "2s",
             "--timeout",
             "10m",
         ])
@@ -609,7 +609,7 @@ fn a_silent_agent_cli_is_stopped_by_the_idle_limit_and_the_error_names_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        err.contains("printed nothing for 2s") && err.contains("--idle-timeout"),
+        err.contains("printed nothing for 2s") && err.contains("idle_timeout"),
         "{err}"
     );
     assert!(!err.contains("raise --timeout"), "{err}");

@@ -436,3 +436,26 @@ fn stop_on_block_ends_the_run_at_the_first_blocked_story() {
     assert_eq!(state["stop_reason"]["kind"], "story_blocked");
     assert_eq!(state["blocked"], json!(["US-001"]));
 }
+
+/// A story whose attempts in earlier runs already reach a lower `--max-attempts` is blocked
+/// when the next run starts, and the run says so (it was blocked silently: the run then said
+/// only "every open story is blocked").
+#[test]
+fn a_story_blocked_at_start_by_its_earlier_attempts_is_named_with_the_way_out() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.script(&json!({"invocations": [failing(), failing()]}));
+    let out = env.ralph(&["run", "--max-iter", "2", "--max-attempts", "5"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = env.ralph(&["run", "--max-iter", "1", "--max-attempts", "2"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "story blocked: US-001 used its 2 attempts in earlier runs (--max-attempts 2)"
+        ) && err.contains("`ralph run --unblock` gives it new ones"),
+        "{err}"
+    );
+    assert_eq!(env.agent_calls(), 2, "no agent runs for the blocked story");
+    let state: Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(state["blocked"], json!(["US-001"]));
+}
