@@ -29,9 +29,23 @@ pub fn pause(args: &StopArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::Failure);
     };
     crate::pause_request::request(&paths.ralph_dir)?;
-    let current = State::load(&paths.ralph_dir)
-        .ok()
-        .flatten()
+    let state = State::load(&paths.ralph_dir).ok().flatten();
+    // A run waiting for a usage limit to reset keeps waiting; the pause holds once the wait
+    // ends, before the next iteration starts.
+    let waiting = state
+        .as_ref()
+        .and_then(|s| s.resume_at)
+        .filter(|at| *at > chrono::Utc::now());
+    if let Some(at) = waiting {
+        println!(
+            "asked ralph (pid {} on {}) to pause; it is waiting for a usage limit to reset until {} UTC and holds when that wait ends, before the next iteration, until `ralph resume` or `ralph stop`; prd.json and progress.txt are yours to edit once it says it is paused (`ralph status`)",
+            holder.pid,
+            holder.host,
+            at.format("%H:%M:%S")
+        );
+        return Ok(ExitStatus::Success);
+    }
+    let current = state
         .and_then(|s| s.in_flight)
         .map(|f| {
             format!(

@@ -1887,6 +1887,13 @@ fn stop_during_a_usage_limit_wait_after_a_pause_says_it_ends_the_wait() {
     }
     let pause = env.ralph(&["pause"]);
     assert_eq!(pause.status.code(), Some(0), "{}", text(&pause));
+    // The pause says the run is waiting for the reset, and holds after it.
+    let asked = String::from_utf8_lossy(&pause.stdout);
+    assert!(
+        asked.contains("waiting for a usage limit to reset until")
+            && asked.contains("holds when that wait ends"),
+        "{asked}"
+    );
     let stop = env.ralph(&["stop"]);
     assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
     let said = String::from_utf8_lossy(&stop.stdout);
