@@ -679,3 +679,126 @@ fn a_landing_killed_between_the_files_and_the_branch_is_finished_by_the_next_run
     assert!(!env.path(".ralph/landing.json").exists());
     assert_eq!(par.on_branch("file-2.txt"), "2\n");
 }
+
+/// An agent that commits and then deletes its worktree with `post` (a shell step run in the
+/// worktree after its script): the story's first attempt commits `feat: US-001 first try` (or
+/// leaves it uncommitted when `commit` is false), the second lands `1 again`. Returns the run's
+/// output and the first record.
+fn deleted_worktree(post: &str, commit: bool) -> (Par, Output, Value) {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    let mut first = vec![
+        json!({"write_file": {"path": "file-1.txt", "content": "1\n"}}),
+        json!({"set_passes": {"id": "US-001", "passes": true}}),
+    ];
+    if commit {
+        first.push(json!({"git_commit": "feat: US-001 first try"}));
+    }
+    first.push(json!({"stdout": "US-001 done"}));
+    par.story(
+        "US-001",
+        json!([
+            first,
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    par.post("US-001", 0, post);
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
+    assert_eq!(
+        par.env
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1,
+        "a worktree is left registered"
+    );
+    let first = par.records("US-001")[0].clone();
+    (par, out, first)
+}
+
+/// The first attempt's commit is kept under the salvage ref its record names, and that record
+/// says the uncommitted rest went with the worktree.
+fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
+    let message = first["message"].as_str().unwrap_or_default();
+    let salvage = message
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']))
+        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(out)));
+    let kept = par.env.git(&["log", "--format=%s", salvage]);
+    assert!(
+        kept.lines().any(|s| s == "feat: US-001 first try"),
+        "{salvage} does not hold the first try's commit:\n{kept}\n{first:#}"
+    );
+    assert!(
+        message.contains("deleted its own worktree")
+            && message.contains("anything it had not committed was deleted with the worktree"),
+        "{first:#}"
+    );
+    assert_eq!(first["outcome"], "agent_error", "{first:#}");
+    // The next attempt started from the kept commit.
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
+        "{history}"
+    );
+}
+
+/// `git worktree remove -f -f` removes even a locked worktree and git's record of it: the
+/// commit the agent made there is reachable from nothing, yet it is kept under the salvage ref
+/// its record names, and the story's next attempt starts from it.
+#[test]
+fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) =
+        deleted_worktree("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n", true);
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// `rm -rf` of the worktree and `git worktree prune` (the lock lifted first, so that git
+/// prunes the record too): the commit is kept the same way.
+#[test]
+fn an_unlocked_deleted_and_pruned_worktree_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ngit worktree unlock \"$W\"\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        true,
+    );
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// `rm -rf` and `git worktree prune` of the (locked) worktree: git keeps its record, which
+/// still names the commit; it is kept too.
+#[test]
+fn a_deleted_worktree_pruned_by_the_agent_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        true,
+    );
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// Work never committed is gone with a `-f -f` removal (git keeps no copy): the record says so
+/// honestly, names no salvage ref, and the story's next attempt starts from the run branch.
+#[test]
+fn uncommitted_work_removed_with_its_worktree_is_said_to_be_lost() {
+    let (par, out, first) =
+        deleted_worktree("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n", false);
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no commit of its was left to keep")
+            && message.contains("anything it had not committed was deleted with the worktree")
+            && !message.contains("refs/ralph/salvage/"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    assert_eq!(
+        par.env.git(&["for-each-ref", "refs/ralph/salvage/"]),
+        "",
+        "a salvage ref was made for work that was never committed"
+    );
+}

@@ -272,13 +272,16 @@ pub async fn land(
 }
 
 /// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
-/// its registration is pruned, and a last commit nothing else keeps (git still names it in the
-/// registration) is kept under a salvage ref, where the story's next attempt starts; the record
-/// says so. Without a registration (git deleted it too) nothing is left to find: the record
-/// says that.
+/// its registration is pruned, and the commits nothing else keeps are kept under salvage refs,
+/// the newest one where the story's next attempt starts; the record names them and says that
+/// what the agent had not committed went with the worktree. The last commit is the one git's
+/// registration still names (`rm -rf` of a locked worktree); when git deleted the registration
+/// too (`remove -f -f`, or `worktree unlock` and `prune`), the commits are git's dangling
+/// commits that descend from the story's start and were made since its iteration started
+/// ([`Repo::unreachable_work`]).
 ///
 /// # Errors
-/// git failing to prune the registration or to write the salvage ref.
+/// git failing to prune the registration or to write a salvage ref.
 fn gone(
     s: &Session,
     board: &mut Board,
@@ -288,17 +291,43 @@ fn gone(
 ) -> anyhow::Result<()> {
     let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
     let rel = s.pre.paths.rel(&flight.root);
-    let message = match unkept.into_iter().next() {
-        Some((_, sha)) if sha != flight.base => {
-            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &sha)?;
-            board.resume.insert(flight.story_id.clone(), sha.clone());
+    let lost = "anything it had not committed was deleted with the worktree (git keeps no copy of uncommitted files)";
+    let named = unkept
+        .into_iter()
+        .map(|(_, sha)| sha)
+        .find(|sha| *sha != flight.base);
+    let (tips, how) = match named {
+        Some(sha) => (vec![sha], "its last commit"),
+        None => {
+            let since = std::time::SystemTime::from(worked.draft.record.started_at);
+            match s.pre.repo.unreachable_work(&flight.base, since) {
+                Ok(tips) => (
+                    tips,
+                    "git deleted its record of the worktree too; the commits found among the repository's dangling commits made since the agent started",
+                ),
+                Err(e) => {
+                    tracing::warn!("cannot look for the deleted worktree's commits: {e}");
+                    (Vec::new(), "")
+                }
+            }
+        }
+    };
+    let mut refs = Vec::new();
+    for sha in &tips {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, sha)?;
+        refs.push(format!("{} in {salvage}", short(sha)));
+    }
+    let message = match tips.first() {
+        Some(newest) => {
+            board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
-                "the agent deleted its own worktree {rel}; nothing landed, its last commit {} is kept in {salvage} (the story's next attempt starts from it)",
-                short(&sha)
+                "the agent deleted its own worktree {rel}; nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
+                refs.join(", "),
+                short(newest)
             )
         }
-        _ => format!(
-            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep"
+        None => format!(
+            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep; {lost}"
         ),
     };
     out.warn_in(flight.iteration, message.clone());
