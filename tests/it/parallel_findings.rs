@@ -802,3 +802,40 @@ fn uncommitted_work_removed_with_its_worktree_is_said_to_be_lost() {
         "a salvage ref was made for work that was never committed"
     );
 }
+
+/// A landing refused for the user's edit is recorded as what it is, not as a stop signal: the
+/// outcome `landing_refused`, the landing `refused` with its salvage ref, and `ralph log`'s row
+/// and the terminal say "refused" and name no interruption.
+#[test]
+fn a_landing_refused_for_a_dirty_checkout_is_labelled_refused_not_interrupted() {
+    let (par, out) = dirty_start();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let b = &par.records("US-002")[0];
+    assert_eq!(b["outcome"], "landing_refused", "{b:#}");
+    assert_eq!(b["landing"]["kind"], "refused", "{b:#}");
+    let salvage = b["landing"]["salvage_ref"].as_str().unwrap_or_default();
+    let message = b["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the landing was refused")
+            && message.contains("notes.md")
+            && !salvage.is_empty()
+            && message.contains(salvage)
+            && !message.contains("interrupted"),
+        "{b:#}"
+    );
+    let said = text(&out);
+    assert!(
+        said.contains("landing_refused") && !said.contains("interrupted"),
+        "the terminal calls it an interruption:\n{said}"
+    );
+    let log = par.env.ralph(&["log"]);
+    let rows = String::from_utf8_lossy(&log.stdout).into_owned();
+    let row = rows
+        .lines()
+        .find(|l| l.contains("US-002"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("landing_refused") && !row.contains("interrupted"),
+        "`ralph log`'s row for US-002: {row:?}\n{rows}"
+    );
+}

@@ -628,18 +628,21 @@ async fn onto_branch(
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
-        let message = format!("{e}\nThe story's work is kept in {salvage}.");
+        let message = format!(
+            "the landing was refused: {e}\nThe story's work is kept in {salvage}; the next run lands it from there."
+        );
         board.resume.insert(story.clone(), result);
         // Not the story's failure: no attempt is spent, and the run stops for the user.
-        set_outcome(worked, Outcome::Interrupted, message.clone());
+        set_outcome(worked, Outcome::LandingRefused, message.clone());
         landing.salvage_ref = Some(salvage);
         landing.message = Some(message.clone());
         clear_pass(worked);
         board.stopping.get_or_insert(StopReason::NeedsHuman {
-            outcome: Outcome::Interrupted,
+            outcome: Outcome::LandingRefused,
             iteration: flight.iteration,
             message: Some(message),
         });
+        landing.kind = LandingKind::Refused;
         return Ok(Some(landing));
     }
     own.restore(&paths)?;
