@@ -454,6 +454,17 @@ impl Repo {
             .is_some_and(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX) >= since)
     }
 
+    /// `git reset --keep <sha>` in this checkout: HEAD's branch and the checkout's files move
+    /// to `sha`, and every uncommitted change (staged or not) stays; git refuses, changing
+    /// nothing, when a file with such a change differs between HEAD and `sha`.
+    ///
+    /// # Errors
+    /// [`GitError::Command`] with git's words when it refuses or cannot run.
+    pub fn reset_keep(&self, sha: &str) -> Result<(), GitError> {
+        let sha = self.resolve_commit(sha)?.id().to_string();
+        self.run_git(&["reset", "--quiet", "--keep", &sha])
+    }
+
     /// Runs the `git` program with `args` in this repository's root, its environment's
     /// repository variables removed.
     fn run_git(&self, args: &[&str]) -> Result<(), GitError> {

@@ -839,3 +839,88 @@ fn a_landing_refused_for_a_dirty_checkout_is_labelled_refused_not_interrupted() 
         "`ralph log`'s row for US-002: {row:?}\n{rows}"
     );
 }
+
+/// One story whose agent first runs `pre` (a shell step; `{main}` is the user's checkout):
+/// returns the run's output.
+fn agent_in_checkout(pre: &str) -> (Par, Output) {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre("US-001", 0, &pre.replace("{main}", &main));
+    let out = par.run(2, &[]);
+    (par, out)
+}
+
+/// The salvage ref a record's findings name, and the findings.
+fn named_salvage(r: &Value) -> (String, String) {
+    let said = findings(r);
+    let name = said
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']).to_owned())
+        .unwrap_or_default();
+    (name, said)
+}
+
+/// An agent's `git -C <checkout> commit` is taken off the run branch and the checkout with
+/// `git reset --keep` (the user's uncommitted edit stays), kept under the salvage ref the
+/// record names; the story's own work lands as usual.
+#[test]
+fn an_agents_commit_in_the_main_checkout_is_taken_off_the_branch_and_kept() {
+    let (par, out) = agent_in_checkout(
+        "echo 'my edit' > '{main}/notes.md'\necho side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let on_branch = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !on_branch.contains("agent: side file"),
+        "the agent's commit in the checkout is still on the run branch:\n{on_branch}\n{}",
+        text(&out)
+    );
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+    let r = &par.records("US-001")[0];
+    assert_eq!(r["outcome"], "story_passed", "{r:#}");
+    let (salvage, said) = named_salvage(r);
+    assert!(
+        !salvage.is_empty() && said.contains("reset --keep"),
+        "the record does not name where the agent's commit went: {said}"
+    );
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("agent: side file"), "{salvage}: {kept}");
+    assert!(
+        !par.env.repo.join("side.txt").exists(),
+        "the agent's file is still in the checkout"
+    );
+    assert_eq!(par.env.read("notes.md"), "my edit\n", "the user's edit was lost");
+    assert!(
+        text(&out).contains(&salvage),
+        "the terminal does not name {salvage}:\n{}",
+        text(&out)
+    );
+}
+
+/// When the user has changed a file the agent's checkout commit changed, `reset --keep`
+/// cannot take the commit off: nothing moves, the user's edit stays, the run stops as a
+/// refused landing (exit 1, `landing_refused`), and the commit is still kept under its ref.
+#[test]
+fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing() {
+    let (par, out) = agent_in_checkout(
+        "echo side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\necho 'my edit of it' > '{main}/side.txt'\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(par.env.read("side.txt"), "my edit of it\n");
+    let r = &par.records("US-001")[0];
+    assert_eq!(r["outcome"], "landing_refused", "{r:#}");
+    let (salvage, said) = named_salvage(r);
+    assert!(!salvage.is_empty(), "{said}");
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("agent: side file"), "{salvage}: {kept}");
+    let story_work = r["landing"]["salvage_ref"].as_str().unwrap_or_default();
+    assert!(
+        !story_work.is_empty() && par.show(story_work, "file-1.txt") == "1\n",
+        "the story's own work is not kept: {r:#}"
+    );
+}

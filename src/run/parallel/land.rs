@@ -82,19 +82,21 @@ pub fn make_tree(
 /// Commits prd.json and progress.txt when they differ from the run branch's tip (the user
 /// edited them during the run: a story added, a note), and nothing else of the checkout.
 ///
+/// Returns the commit made, if any.
+///
 /// # Errors
 /// git failing to commit.
-pub fn commit_edits(s: &Session) -> anyhow::Result<()> {
+pub fn commit_edits(s: &Session) -> anyhow::Result<Option<String>> {
     let own = kept_paths(&s.pre.paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
-    git_land::commit_own_files(
+    let made = git_land::commit_own_files(
         &s.pre.repo,
         &own,
         "ralph: prd.json and progress.txt as edited during the run",
         "Committed before the next story starts or lands (--parallel), so that it builds on them.",
         &[],
     )?;
-    Ok(())
+    Ok(made)
 }
 
 /// The paths ralph writes itself at landing, relative to the repository root: prd.json,
@@ -180,7 +182,17 @@ pub async fn land(
         }
         if let Some(warning) = guard_branch(s, board)? {
             worked.draft.record.findings.push(warning.clone());
-            out.warn_in(flight.iteration, warning);
+            out.warn_in(flight.iteration, warning.clone());
+            if matches!(
+                board.stopping,
+                Some(StopReason::NeedsHuman {
+                    outcome: Outcome::LandingRefused,
+                    ..
+                })
+            ) {
+                // The agents' commits could not be taken off the branch: nothing lands on it.
+                set_outcome(&mut worked, Outcome::LandingRefused, warning);
+            }
         }
         // What worktree_setup made is not the agent's work: set aside for the commit and the
         // merge of the tip, put back before the check (onto_branch) or the removal.
@@ -471,23 +483,13 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
     if here {
         // Made in the checkout, but by an agent of this run (`git -C <checkout> commit`): its
-        // reflog entries carry the agent's tag. They stay (the checkout's files are theirs
-        // now); the warning names them.
+        // reflog entries carry the agent's tag.
         let by_agents = s.pre.repo.agent_steps_here(&expected, &now);
-        board.tip = Some(now);
         if by_agents.is_empty() {
+            board.tip = Some(now);
             return Ok(None);
         }
-        let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
-        return Ok(Some(format!(
-            "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog); ralph did not make {} and kept {} on the branch: look at {} (`git show {}`)",
-            shas.join(", "),
-            crate::process::REFLOG_ACTION_PREFIX.trim_end(),
-            if shas.len() == 1 { "it" } else { "them" },
-            if shas.len() == 1 { "it" } else { "them" },
-            if shas.len() == 1 { "it" } else { "them" },
-            shas.join(" ")
-        )));
+        return agents_in_checkout(s, board, (&branch, &expected, &now), &by_agents).map(Some);
     }
     let expected = &expected;
     let mut n = 1;
@@ -516,6 +518,56 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         short(&now),
         short(expected)
     )))
+}
+
+/// Takes the commits agents of this run made in the user's checkout (`git -C <checkout>
+/// commit`: `by_agents`, found in its HEAD reflog) off the run branch: the branch's tip `now`
+/// (with them, and anything committed on top of them) is kept under
+/// `refs/ralph/salvage/<run>/checkout-commits` (`-2`, …), and the branch and the checkout go
+/// back to `expected` with `git reset --keep` (files the user changed and the reset does not
+/// touch stay as they are). When the reset refuses (the user changed a file the agents'
+/// commits changed), nothing moves and the run stops for the user, as a landing refused for a
+/// dirty checkout does. Returns the warning for the record and the terminal.
+///
+/// # Errors
+/// git failing to read or write the references.
+fn agents_in_checkout(
+    s: &Session,
+    board: &mut Board,
+    (branch, expected, now): (&str, &str, &str),
+    by_agents: &[String],
+) -> anyhow::Result<String> {
+    let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
+    let salvage = git_land::salvage(&s.pre.repo, &s.run_id, "checkout-commits", now)?;
+    let what = format!(
+        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog), kept in {salvage}",
+        shas.join(", "),
+        crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+    );
+    match s.pre.repo.reset_keep(expected) {
+        Ok(()) => {
+            board.tip = Some(expected.to_owned());
+            Ok(format!(
+                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay)",
+                if shas.len() == 1 { "it" } else { "them" },
+                short(expected)
+            ))
+        }
+        Err(e) => {
+            board.tip = Some(now.to_owned());
+            let message = format!(
+                "{what}; ralph cannot take {} off without touching a change of yours in the checkout, so it moved nothing and stops: {e}\nhint: commit or put away your change, then `git reset --keep {}` and run ralph again",
+                if shas.len() == 1 { "it" } else { "them" },
+                short(expected)
+            );
+            board.stopping.get_or_insert(StopReason::NeedsHuman {
+                outcome: Outcome::LandingRefused,
+                iteration: s.state.iteration,
+                message: Some(message.clone()),
+            });
+            Ok(message)
+        }
+    }
 }
 
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
@@ -550,7 +602,12 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
-    if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
+    if !worked.story_passes
+        || matches!(
+            worked.draft.record.outcome,
+            Outcome::Interrupted | Outcome::LandingRefused
+        )
+    {
         keep_unlanded(s, board, flight, worked, &mut landing)?;
         return Ok(Some(landing));
     }

@@ -321,7 +321,7 @@ async fn launch(
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
     let paths = s.pre.paths.clone();
-    while (board.flights.len() as u32) < cfg.parallel {
+    while (board.flights.len() as u32) < cfg.parallel && board.stopping.is_none() {
         if let Some(message) = land::switched(s, board) {
             // The checkout is on another branch (its prd.json is not the run's): no launch,
             // and nothing is taken for one (feedback, hints). With nothing in flight the run
@@ -500,10 +500,17 @@ fn start(
     // An agent that moved the run branch does not decide where the next story starts.
     if let Some(warning) = land::guard_branch(s, board)? {
         out.warn(warning);
+        if board.stopping.is_some() {
+            give_back(s, board, &assignment);
+            return Ok(());
+        }
     }
     // prd.json as the user edited it meanwhile (a story added during a pause) is what the
     // worktree must start from.
-    land::commit_edits(s)?;
+    if !edits_committed(s, board)? {
+        give_back(s, board, &assignment);
+        return Ok(());
+    }
     board.tip = s.pre.repo.head_sha()?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
@@ -513,6 +520,10 @@ fn start(
     let base = repo
         .head_sha()?
         .ok_or_else(|| anyhow::anyhow!("--parallel needs a first commit on the run branch"))?;
+    if land::switched(s, board).is_some() {
+        give_back(s, board, &assignment);
+        return Ok(());
+    }
     let worker = (1..=cfg.parallel)
         .find(|w| board.flights.iter().all(|f| f.worker != *w))
         .unwrap_or(1);
@@ -581,6 +592,45 @@ fn start(
         slot,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
+}
+
+/// A launch that starts nothing because the checkout was switched while its story was picked
+/// (the next launch stops the run): the feedback and hints taken for it are pending again.
+fn give_back(s: &mut Session, board: &mut Board, assignment: &Assignment) {
+    s.pending.add(
+        assignment
+            .feedback
+            .iter()
+            .map(|f| crate::run::feedback::Feedback::about(&assignment.story.id, f.clone())),
+    );
+    board.hinted.retain(|_, it| *it != assignment.iteration);
+}
+
+/// Commits the user's edits of prd.json and progress.txt before a story starts
+/// ([`land::commit_edits`]) and returns `true`; or, when the checkout is switched by then (a
+/// `git checkout` writes the files first and moves HEAD last, so the pick and this commit may
+/// have read the other branch's prd.json), returns `false` with the run branch as ralph left it:
+/// a commit of those files this made on the run branch is taken back (compare-and-swap), and a
+/// commit that failed because HEAD moved under it is no error.
+///
+/// # Errors
+/// git failing to commit or to move the run branch back, the checkout still on it.
+fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
+    let branch_ref = board.branch.as_ref().map(|b| format!("refs/heads/{b}"));
+    let before = branch_ref.as_deref().and_then(|r| s.pre.repo.ref_sha(r));
+    let committed = land::commit_edits(s);
+    if land::switched(s, board).is_none() {
+        committed?;
+        return Ok(true);
+    }
+    if let (Some(name), Some(before), Ok(Some(made))) = (branch_ref.as_deref(), before, &committed)
+    {
+        // Only ralph's own commit, still the branch's tip, is taken back.
+        if s.pre.repo.ref_sha(name).as_deref() == Some(made.as_str()) {
+            s.pre.repo.set_ref(name, &before)?;
+        }
+    }
+    Ok(false)
 }
 
 /// `.ralph/worktrees/<run>/<story>-<iteration>` (the story id made safe for a file name).
