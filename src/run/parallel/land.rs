@@ -180,20 +180,7 @@ pub async fn land(
                 "the agent checked out the branch {branch} in its worktree; ralph detached it again (its commits are the story's work)"
             ));
         }
-        if let Some(warning) = guard_branch(s, board)? {
-            worked.draft.record.findings.push(warning.clone());
-            out.warn_in(flight.iteration, warning.clone());
-            if matches!(
-                board.stopping,
-                Some(StopReason::NeedsHuman {
-                    outcome: Outcome::LandingRefused,
-                    ..
-                })
-            ) {
-                // The agents' commits could not be taken off the branch: nothing lands on it.
-                set_outcome(&mut worked, Outcome::LandingRefused, warning);
-            }
-        }
+        guarded(s, board, flight.iteration, &mut worked, out)?;
         // What worktree_setup made is not the agent's work: set aside for the commit and the
         // merge of the tip, put back before the check (onto_branch) or the removal.
         let setup_files = tree.setup_files_unchanged();
@@ -518,6 +505,36 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         short(&now),
         short(expected)
     )))
+}
+
+/// [`guard_branch`] before a landing: its warning goes to the record's findings and the
+/// terminal; when agents' commits in the checkout could not be taken off the branch, the
+/// iteration is `landing_refused` (nothing lands on that branch).
+///
+/// # Errors
+/// As [`guard_branch`].
+fn guarded(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let Some(warning) = guard_branch(s, board)? else {
+        return Ok(());
+    };
+    worked.draft.record.findings.push(warning.clone());
+    out.warn_in(iteration, warning.clone());
+    if matches!(
+        board.stopping,
+        Some(StopReason::NeedsHuman {
+            outcome: Outcome::LandingRefused,
+            ..
+        })
+    ) {
+        set_outcome(worked, Outcome::LandingRefused, warning);
+    }
+    Ok(())
 }
 
 /// Takes the commits agents of this run made in the user's checkout (`git -C <checkout>

@@ -355,7 +355,10 @@ async fn launch(
             // `--max-cost`: what is in flight will likely spend the rest; the landings decide.
             return Ok(());
         }
-        let current = store::load_shared(&paths.prd)?;
+        let Some(current) = settled_prd(s, board).await? else {
+            // Switched while prd.json was read: the next pass of this loop says so.
+            continue;
+        };
         super::remember(&current, &paths, stop, out);
         let now = Utc::now();
         board.held.retain(|_, at| *at > now);
@@ -592,6 +595,31 @@ fn start(
         slot,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
+}
+
+/// The run's prd.json for a pick, or `None` when the checkout turns out to be switched. A
+/// `git checkout` of another branch deletes and rewrites prd.json before it moves HEAD, so a
+/// read that finds it missing or half-written is tried again (every 50 ms, for at most 5 s)
+/// until it loads or the switch shows.
+///
+/// # Errors
+/// prd.json still unreadable or invalid after that, the checkout on the run branch.
+async fn settled_prd(
+    s: &Session,
+    board: &Board,
+) -> anyhow::Result<Option<std::sync::Arc<crate::prd::store::LoadedPrd>>> {
+    let mut tries = 0;
+    loop {
+        match store::load_shared(&s.pre.paths.prd) {
+            Ok(current) => return Ok(Some(current)),
+            Err(_) if land::switched(s, board).is_some() => return Ok(None),
+            Err(e) if tries >= 100 => return Err(e.into()),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 /// A launch that starts nothing because the checkout was switched while its story was picked
