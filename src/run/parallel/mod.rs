@@ -638,15 +638,23 @@ fn give_back(s: &mut Session, board: &mut Board, assignment: &Assignment) {
 /// ([`land::commit_edits`]) and returns `true`; or, when the checkout is switched by then (a
 /// `git checkout` writes the files first and moves HEAD last, so the pick and this commit may
 /// have read the other branch's prd.json), returns `false` with the run branch as ralph left it:
-/// a commit of those files this made on the run branch is taken back (compare-and-swap), and a
-/// commit that failed because HEAD moved under it is no error.
+/// a commit of those files this made on the run branch is taken back, and a commit that failed
+/// because HEAD moved under it (or the checkout held the index) is no error.
 ///
 /// # Errors
 /// git failing to commit or to move the run branch back, the checkout still on it.
 fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
     let branch_ref = board.branch.as_ref().map(|b| format!("refs/heads/{b}"));
     let before = branch_ref.as_deref().and_then(|r| s.pre.repo.ref_sha(r));
-    let committed = land::commit_edits(s);
+    let mut committed = land::commit_edits(s);
+    // A `git checkout` holds the index while it rewrites the files: a commit refused for the
+    // lock is tried again (every 50 ms, at most 5 s) until it goes through or the switch shows.
+    let mut tries = 0;
+    while committed.is_err() && land::switched(s, board).is_none() && tries < 100 {
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        committed = land::commit_edits(s);
+    }
     if land::switched(s, board).is_none() {
         committed?;
         return Ok(true);
