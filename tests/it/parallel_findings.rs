@@ -924,3 +924,78 @@ fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing(
         "the story's own work is not kept: {r:#}"
     );
 }
+
+/// ralph is killed (SIGKILL) after an agent committed and removed its own worktree with
+/// `git worktree remove -f -f`: the next run's recovery still finds the commit, keeps it under
+/// the salvage ref the recovered record names, and the story's next attempt starts from it.
+#[test]
+fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit() {
+    use std::time::{Duration, Instant};
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"git_commit": "feat: US-001 first try"}
+            ],
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    let marker = par.agents.join("removed");
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\ntouch '{}'\nsleep 60\n",
+            marker.display()
+        ),
+    );
+    let wrapper = par.wrapper.display().to_string();
+    let args = [
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &wrapper,
+        "--max-iter",
+        "5",
+    ];
+    let mut child = par.env.ralph_spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never removed its worktree:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    let (salvage, said) = named_salvage(first);
+    assert!(
+        !salvage.is_empty()
+            && said.contains("anything it had not committed was deleted with the worktree"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("feat: US-001 first try"), "{salvage}: {kept}");
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
+        "{history}\n{}",
+        text(&out)
+    );
+}
