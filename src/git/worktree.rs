@@ -427,7 +427,9 @@ impl Repo {
             .filter_map(|line| line.strip_prefix("dangling commit "))
             .filter_map(|sha| git2::Oid::from_str(sha.trim()).ok())
             .filter_map(|oid| self.repo.find_commit(oid).ok())
-            .filter(|c| c.committer().when().seconds() >= since || self.written_since(c.id(), since))
+            .filter(|c| {
+                c.committer().when().seconds() >= since || self.written_since(c.id(), since)
+            })
             .filter(|c| {
                 c.id() != base && self.repo.graph_descendant_of(c.id(), base).unwrap_or(false)
             })
@@ -446,7 +448,12 @@ impl Repo {
     /// the Unix epoch). A packed object says no.
     fn written_since(&self, oid: git2::Oid, since: i64) -> bool {
         let hex = oid.to_string();
-        let file = self.repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let file = self
+            .repo
+            .path()
+            .join("objects")
+            .join(&hex[..2])
+            .join(&hex[2..]);
         std::fs::metadata(file)
             .and_then(|m| m.modified())
             .ok()

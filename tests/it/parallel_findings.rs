@@ -755,8 +755,10 @@ fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
 /// its record names, and the story's next attempt starts from it.
 #[test]
 fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref() {
-    let (par, out, first) =
-        deleted_worktree("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n", true);
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+        true,
+    );
     first_try_is_kept(&par, &out, &first);
 }
 
@@ -786,8 +788,10 @@ fn a_deleted_worktree_pruned_by_the_agent_keeps_the_agents_commit_under_a_salvag
 /// honestly, names no salvage ref, and the story's next attempt starts from the run branch.
 #[test]
 fn uncommitted_work_removed_with_its_worktree_is_said_to_be_lost() {
-    let (par, out, first) =
-        deleted_worktree("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n", false);
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+        false,
+    );
     let message = first["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("no commit of its was left to keep")
@@ -894,7 +898,11 @@ fn an_agents_commit_in_the_main_checkout_is_taken_off_the_branch_and_kept() {
         !par.env.repo.join("side.txt").exists(),
         "the agent's file is still in the checkout"
     );
-    assert_eq!(par.env.read("notes.md"), "my edit\n", "the user's edit was lost");
+    assert_eq!(
+        par.env.read("notes.md"),
+        "my edit\n",
+        "the user's edit was lost"
+    );
     assert!(
         text(&out).contains(&salvage),
         "the terminal does not name {salvage}:\n{}",
