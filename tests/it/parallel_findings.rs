@@ -829,8 +829,10 @@ fn a_landing_refused_for_a_dirty_checkout_is_labelled_refused_not_interrupted() 
     );
     let said = text(&out);
     assert!(
-        said.contains("landing_refused") && !said.contains("interrupted"),
-        "the terminal calls it an interruption:\n{said}"
+        said.contains("landing_refused")
+            && !said.contains("interrupted")
+            && said.contains("commit or move your change named above"),
+        "the terminal calls it an interruption, or its next step is not about the change:\n{said}"
     );
     let log = par.env.ralph(&["log"]);
     let rows = String::from_utf8_lossy(&log.stdout).into_owned();
@@ -926,6 +928,7 @@ fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing(
     assert!(!salvage.is_empty(), "{said}");
     let kept = par.env.git(&["log", "--format=%s", &salvage]);
     assert!(kept.contains("agent: side file"), "{salvage}: {kept}");
+    assert_eq!(r["landing"]["kind"], "refused", "{r:#}");
     let story_work = r["landing"]["salvage_ref"].as_str().unwrap_or_default();
     assert!(
         !story_work.is_empty() && par.show(story_work, "file-1.txt") == "1\n",

@@ -524,7 +524,7 @@ fn guarded(
         return Ok(());
     };
     worked.draft.record.findings.push(warning.clone());
-    out.warn_in(iteration, warning.clone());
+    out.warn_in(iteration, warning);
     if matches!(
         board.stopping,
         Some(StopReason::NeedsHuman {
@@ -532,7 +532,11 @@ fn guarded(
             ..
         })
     ) {
-        set_outcome(worked, Outcome::LandingRefused, warning);
+        set_outcome(
+            worked,
+            Outcome::LandingRefused,
+            "the landing was refused: an agent's commits in your checkout could not be taken off the run branch without touching your change (see the findings)".into(),
+        );
     }
     Ok(())
 }
@@ -743,6 +747,9 @@ fn keep_unlanded(
     let story = &flight.story_id;
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     let interrupted = worked.draft.record.outcome == Outcome::Interrupted;
+    if worked.draft.record.outcome == Outcome::LandingRefused {
+        landing.kind = LandingKind::Refused;
+    }
     if work != flight.base {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
         if interrupted {
