@@ -461,6 +461,42 @@ impl Repo {
             .is_some_and(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX) >= since)
     }
 
+    /// Whether a git command is rewriting this checkout right now, so that its files may
+    /// already be another commit's while HEAD is not: `index.lock` is held (`git checkout`
+    /// writes the files under it), or the index on disk is exactly the tree of a local branch's
+    /// tip other than HEAD's (the checkout wrote its index and has not moved HEAD yet).
+    /// A user's `git add` makes neither true for more than a moment.
+    pub fn checkout_in_progress(&self) -> bool {
+        if self.repo.path().join("index.lock").exists() {
+            return true;
+        }
+        let Ok(mut index) = self.repo.index() else {
+            return false;
+        };
+        if index.read(false).is_err() {
+            return false;
+        }
+        let Ok(staged) = index.write_tree() else {
+            return false;
+        };
+        let head = self
+            .repo
+            .head()
+            .ok()
+            .and_then(|h| h.peel_to_tree().ok())
+            .map(|t| t.id());
+        if head == Some(staged) {
+            return false;
+        }
+        let Ok(branches) = self.repo.references_glob("refs/heads/*") else {
+            return false;
+        };
+        branches
+            .flatten()
+            .filter_map(|r| r.peel_to_tree().ok())
+            .any(|t| t.id() == staged)
+    }
+
     /// `git reset --keep <sha>` in this checkout: HEAD's branch and the checkout's files move
     /// to `sha`, and every uncommitted change (staged or not) stays; git refuses, changing
     /// nothing, when a file with such a change differs between HEAD and `sha`.

@@ -599,8 +599,9 @@ fn start(
 
 /// The run's prd.json for a pick, or `None` when the checkout turns out to be switched. A
 /// `git checkout` of another branch deletes and rewrites prd.json before it moves HEAD, so a
-/// read that finds it missing or half-written is tried again (every 50 ms, for at most 5 s)
-/// until it loads or the switch shows.
+/// read that finds it missing or half-written, or made while a checkout is rewriting the files
+/// ([`crate::git::Repo::checkout_in_progress`]), is tried again (every 50 ms, for at most 5 s)
+/// until it loads from a settled checkout or the switch shows.
 ///
 /// # Errors
 /// prd.json still unreadable or invalid after that, the checkout on the run branch.
@@ -610,7 +611,14 @@ async fn settled_prd(
 ) -> anyhow::Result<Option<std::sync::Arc<crate::prd::store::LoadedPrd>>> {
     let mut tries = 0;
     loop {
+        // Read first, then look: a checkout that rewrote prd.json before this read is still
+        // seen (its lock held, or its index written and HEAD not yet moved).
         match store::load_shared(&s.pre.paths.prd) {
+            Ok(_) if land::switched(s, board).is_some() => return Ok(None),
+            Ok(_) if tries < 100 && s.pre.repo.checkout_in_progress() => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
             Ok(current) => return Ok(Some(current)),
             Err(_) if land::switched(s, board).is_some() => return Ok(None),
             Err(e) if tries >= 100 => return Err(e.into()),
@@ -646,6 +654,16 @@ fn give_back(s: &mut Session, board: &mut Board, assignment: &Assignment) {
 fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
     let branch_ref = board.branch.as_ref().map(|b| format!("refs/heads/{b}"));
     let before = branch_ref.as_deref().and_then(|r| s.pre.repo.ref_sha(r));
+    let settle = || {
+        // Until a checkout rewriting the files (before or during the commit) has moved HEAD.
+        let mut tries = 0;
+        while tries < 100 && s.pre.repo.checkout_in_progress() && land::switched(s, board).is_none()
+        {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    settle();
     let mut committed = land::commit_edits(s);
     // A `git checkout` holds the index while it rewrites the files: a commit refused for the
     // lock is tried again (every 50 ms, at most 5 s) until it goes through or the switch shows.
@@ -655,6 +673,7 @@ fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
         std::thread::sleep(std::time::Duration::from_millis(50));
         committed = land::commit_edits(s);
     }
+    settle();
     if land::switched(s, board).is_none() {
         committed?;
         return Ok(true);
