@@ -1000,4 +1000,40 @@ pub(crate) mod tests {
             "asked as a directory before it exists"
         );
     }
+
+    #[test]
+    fn a_checkout_half_way_to_another_branch_is_in_progress() {
+        let (_dir, repo, one) = repo_with_commit();
+        let root = repo.root().to_path_buf();
+        assert!(!repo.checkout_in_progress());
+        // The user's staged change is no checkout.
+        std::fs::write(root.join("b.txt"), "b\n").unwrap();
+        let mut index = repo.repo.index().unwrap();
+        index.add_path(Path::new("b.txt")).unwrap();
+        index.write().unwrap();
+        assert!(!repo.checkout_in_progress());
+        // A branch whose tip has that tree: the index now looks like a checkout of it whose
+        // HEAD has not moved yet.
+        let tree = repo.repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let parent = repo
+            .repo
+            .find_commit(git2::Oid::from_str(&one).unwrap())
+            .unwrap();
+        let other = repo
+            .repo
+            .commit(None, &sig, &sig, "other", &tree, &[&parent])
+            .unwrap();
+        repo.repo
+            .reference("refs/heads/other", other, false, "test")
+            .unwrap();
+        assert!(repo.checkout_in_progress());
+        std::fs::remove_file(repo.repo.path().join("index")).unwrap();
+        repo.repo
+            .reset(parent.as_object(), git2::ResetType::Mixed, None)
+            .unwrap();
+        assert!(!repo.checkout_in_progress());
+        std::fs::write(repo.repo.path().join("index.lock"), "").unwrap();
+        assert!(repo.checkout_in_progress(), "a git command holds the index");
+    }
 }
