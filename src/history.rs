@@ -188,6 +188,7 @@ impl History {
                         | Outcome::UsageLimit
                         | Outcome::Transient
                         | Outcome::Interrupted
+                        | Outcome::LandingRefused
                 )
             })
             // A story that passed since (prd.json shown from another branch, or reopened by

@@ -314,6 +314,7 @@ fn landing(out: &mut String, r: &LedgerRecord) {
         LandingKind::Conflict => "conflict: nothing landed; the run branch is as it was",
         LandingKind::Reverted => "reverted: the story's check failed with the other landed stories present; the landing was undone",
         LandingKind::NotLanded => "not landed: the iteration did not pass its story",
+        LandingKind::Refused => "refused: the main checkout holds a change of yours where it would write",
     };
     let _ = writeln!(
         out,

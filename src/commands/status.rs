@@ -674,7 +674,11 @@ fn last_failures<'h>(
         if r.feature.as_deref().is_some_and(|f| Some(f) != feature)
             || matches!(
                 r.outcome,
-                Outcome::Progress | Outcome::UsageLimit | Outcome::Transient | Outcome::Interrupted
+                Outcome::Progress
+                    | Outcome::UsageLimit
+                    | Outcome::Transient
+                    | Outcome::Interrupted
+                    | Outcome::LandingRefused
             )
         {
             continue;

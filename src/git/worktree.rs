@@ -396,9 +396,127 @@ impl Repo {
         Ok(false)
     }
 
+    /// The commits no reference and no reflog keeps (`git fsck`'s dangling commits) that descend
+    /// from `base` (a full sha) and were made at or after `since` (one second of slack for git's
+    /// whole-second dates), by their committer date or, as an agent may set that date
+    /// (`GIT_COMMITTER_DATE`), by when their loose object file was written: work an agent made in a worktree whose registration it deleted
+    /// too (`git worktree remove -f -f`, or `rm -rf` and `git worktree prune` of an unlocked
+    /// one), which nothing else names. Returns the tips only (a commit that is an ancestor of
+    /// another one found is left out: the tip keeps it), newest commit first.
+    ///
+    /// Such commits stay in the object store until git's garbage collection prunes loose
+    /// objects (two weeks by default; an agent's `git gc --prune=now` takes them at once).
+    ///
+    /// # Errors
+    /// [`GitError::Command`] when `git fsck` cannot run or fails.
+    pub fn unreachable_work(
+        &self,
+        base: &str,
+        since: std::time::SystemTime,
+    ) -> Result<Vec<String>, GitError> {
+        let base = self.resolve_commit(base)?.id();
+        let since = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            - 1;
+        // Dangling (not `--unreachable`): the tips of what nothing keeps, so the list stays
+        // short in a repository with a long history of rewritten commits.
+        let listed = self.git_output(&["fsck", "--connectivity-only", "--no-progress"])?;
+        let mut found: Vec<(i64, git2::Oid)> = listed
+            .lines()
+            .filter_map(|line| line.strip_prefix("dangling commit "))
+            .filter_map(|sha| git2::Oid::from_str(sha.trim()).ok())
+            .filter_map(|oid| self.repo.find_commit(oid).ok())
+            .filter(|c| {
+                c.committer().when().seconds() >= since || self.written_since(c.id(), since)
+            })
+            .filter(|c| {
+                c.id() != base && self.repo.graph_descendant_of(c.id(), base).unwrap_or(false)
+            })
+            .map(|c| (c.committer().when().seconds(), c.id()))
+            .collect();
+        let all: Vec<git2::Oid> = found.iter().map(|(_, oid)| *oid).collect();
+        found.retain(|(_, oid)| {
+            !all.iter()
+                .any(|other| self.repo.graph_descendant_of(*other, *oid).unwrap_or(false))
+        });
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        Ok(found.into_iter().map(|(_, oid)| oid.to_string()).collect())
+    }
+
+    /// Whether `oid` is a loose object whose file was written at or after `since` (seconds since
+    /// the Unix epoch). A packed object says no.
+    fn written_since(&self, oid: git2::Oid, since: i64) -> bool {
+        let hex = oid.to_string();
+        let file = self
+            .repo
+            .path()
+            .join("objects")
+            .join(&hex[..2])
+            .join(&hex[2..]);
+        std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .is_some_and(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX) >= since)
+    }
+
+    /// Whether a git command is rewriting this checkout right now, so that its files may
+    /// already be another commit's while HEAD is not: `index.lock` is held (`git checkout`
+    /// writes the files under it), or the index on disk is exactly the tree of a local branch's
+    /// tip other than HEAD's (the checkout wrote its index and has not moved HEAD yet).
+    /// A user's `git add` makes neither true for more than a moment.
+    pub fn checkout_in_progress(&self) -> bool {
+        if self.repo.path().join("index.lock").exists() {
+            return true;
+        }
+        let Ok(mut index) = self.repo.index() else {
+            return false;
+        };
+        if index.read(false).is_err() {
+            return false;
+        }
+        let Ok(staged) = index.write_tree() else {
+            return false;
+        };
+        let head = self
+            .repo
+            .head()
+            .ok()
+            .and_then(|h| h.peel_to_tree().ok())
+            .map(|t| t.id());
+        if head == Some(staged) {
+            return false;
+        }
+        let Ok(branches) = self.repo.references_glob("refs/heads/*") else {
+            return false;
+        };
+        branches
+            .flatten()
+            .filter_map(|r| r.peel_to_tree().ok())
+            .any(|t| t.id() == staged)
+    }
+
+    /// `git reset --keep <sha>` in this checkout: HEAD's branch and the checkout's files move
+    /// to `sha`, and every uncommitted change (staged or not) stays; git refuses, changing
+    /// nothing, when a file with such a change differs between HEAD and `sha`.
+    ///
+    /// # Errors
+    /// [`GitError::Command`] with git's words when it refuses or cannot run.
+    pub fn reset_keep(&self, sha: &str) -> Result<(), GitError> {
+        let sha = self.resolve_commit(sha)?.id().to_string();
+        self.run_git(&["reset", "--quiet", "--keep", &sha])
+    }
+
     /// Runs the `git` program with `args` in this repository's root, its environment's
     /// repository variables removed.
     fn run_git(&self, args: &[&str]) -> Result<(), GitError> {
+        self.git_output(args).map(|_| ())
+    }
+
+    /// Runs the `git` program with `args` in this repository's root, its environment's
+    /// repository variables removed, and returns its standard output.
+    fn git_output(&self, args: &[&str]) -> Result<String, GitError> {
         let command = format!("git {}", args.join(" "));
         let spec = crate::process::SpawnSpec {
             program: "git".into(),
@@ -414,7 +532,7 @@ impl Repo {
                 detail: format!("{e}\nhint: install git (https://git-scm.com/downloads)"),
             })?;
         if out.success() {
-            return Ok(());
+            return Ok(out.stdout);
         }
         let text = format!("{}{}", out.stdout, out.stderr);
         let tail: Vec<&str> = text.lines().rev().take(10).collect();
@@ -881,5 +999,41 @@ pub(crate) mod tests {
             repo.is_ignored("node_modules/").unwrap(),
             "asked as a directory before it exists"
         );
+    }
+
+    #[test]
+    fn a_checkout_half_way_to_another_branch_is_in_progress() {
+        let (_dir, repo, one) = repo_with_commit();
+        let root = repo.root().to_path_buf();
+        assert!(!repo.checkout_in_progress());
+        // The user's staged change is no checkout.
+        std::fs::write(root.join("b.txt"), "b\n").unwrap();
+        let mut index = repo.repo.index().unwrap();
+        index.add_path(Path::new("b.txt")).unwrap();
+        index.write().unwrap();
+        assert!(!repo.checkout_in_progress());
+        // A branch whose tip has that tree: the index now looks like a checkout of it whose
+        // HEAD has not moved yet.
+        let tree = repo.repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let parent = repo
+            .repo
+            .find_commit(git2::Oid::from_str(&one).unwrap())
+            .unwrap();
+        let other = repo
+            .repo
+            .commit(None, &sig, &sig, "other", &tree, &[&parent])
+            .unwrap();
+        repo.repo
+            .reference("refs/heads/other", other, false, "test")
+            .unwrap();
+        assert!(repo.checkout_in_progress());
+        std::fs::remove_file(repo.repo.path().join("index")).unwrap();
+        repo.repo
+            .reset(parent.as_object(), git2::ResetType::Mixed, None)
+            .unwrap();
+        assert!(!repo.checkout_in_progress());
+        std::fs::write(repo.repo.path().join("index.lock"), "").unwrap();
+        assert!(repo.checkout_in_progress(), "a git command holds the index");
     }
 }

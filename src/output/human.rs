@@ -608,7 +608,7 @@ fn outcome_style(outcome: Outcome) -> (&'static str, Style) {
     match outcome {
         Outcome::StoryPassed => ("✓", Style::new().green()),
         Outcome::Progress => ("•", Style::new().cyan()),
-        Outcome::Interrupted => ("■", Style::new().yellow()),
+        Outcome::Interrupted | Outcome::LandingRefused => ("■", Style::new().yellow()),
         Outcome::NoProgress
         | Outcome::PrematureClaim
         | Outcome::UsageLimit

@@ -87,7 +87,7 @@ pub fn landing_short(l: &crate::protocol::record::LandingRecord) -> String {
     }
 }
 
-/// A landing kind's word: `ff`, `merge`, `conflict`, `reverted`, `not landed`.
+/// A landing kind's word: `ff`, `merge`, `conflict`, `reverted`, `not landed`, `refused: dirty checkout`.
 pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str {
     use crate::protocol::record::LandingKind;
     match kind {
@@ -96,6 +96,7 @@ pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str 
         LandingKind::Conflict => "conflict",
         LandingKind::Reverted => "reverted",
         LandingKind::NotLanded => "not landed",
+        LandingKind::Refused => "refused: dirty checkout",
     }
 }
 

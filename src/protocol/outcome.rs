@@ -52,11 +52,17 @@ pub enum Outcome {
     /// `--parallel`: the story's worktree could not be set up (`worktree_copy`,
     /// `worktree_setup` or the submodules failed). No agent ran; the story is blocked.
     SetupFailed,
+    /// `--parallel`: the story passed in its worktree, but ralph refused to land it because
+    /// the main checkout holds a change of the user's where the landing would write (an edited
+    /// tracked file, an untracked file in the way). Nothing of the user's is touched; the
+    /// story's work is kept under `refs/ralph/salvage/<run>/<story>` (the record's `landing`)
+    /// and the run stops for the user. Not an attempt: the next run lands it from there.
+    LandingRefused,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::StoryPassed,
         Outcome::Progress,
         Outcome::NoProgress,
@@ -73,6 +79,7 @@ impl Outcome {
         Outcome::Interrupted,
         Outcome::Conflict,
         Outcome::SetupFailed,
+        Outcome::LandingRefused,
     ];
 
     /// The snake_case wire name, e.g. `"story_passed"`.
@@ -94,6 +101,7 @@ impl Outcome {
             Outcome::Interrupted => "interrupted",
             Outcome::Conflict => "conflict",
             Outcome::SetupFailed => "setup_failed",
+            Outcome::LandingRefused => "landing_refused",
         }
     }
 
@@ -128,6 +136,9 @@ impl Outcome {
             Outcome::Conflict => (true, true, Neutral, Continue),
             // No agent ran: neither the budget nor an attempt; the loop blocks the story.
             Outcome::SetupFailed => (false, false, Neutral, Continue),
+            // The agent's work is done and kept; the user's checkout is in the way: the run
+            // stops for the user, no attempt spent.
+            Outcome::LandingRefused => (true, false, Neutral, StopNeedsHuman),
         };
         OutcomeRules {
             uses_budget,
@@ -204,7 +215,7 @@ impl fmt::Display for Outcome {
 
 /// A string that is not one of the [`Outcome`] wire names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown outcome `{0}` (expected one of: story_passed, progress, no_progress, premature_claim, agent_error, timeout, stalled, usage_limit, transient, auth_error, config_error, prd_corrupted, verify_failed, interrupted, conflict, setup_failed)")]
+#[error("unknown outcome `{0}` (expected one of: story_passed, progress, no_progress, premature_claim, agent_error, timeout, stalled, usage_limit, transient, auth_error, config_error, prd_corrupted, verify_failed, interrupted, conflict, setup_failed, landing_refused)")]
 pub struct UnknownOutcome(pub String);
 
 impl FromStr for Outcome {

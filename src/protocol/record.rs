@@ -243,6 +243,10 @@ pub enum LandingKind {
     /// Nothing to land: the iteration did not pass its story (its work is under `salvage_ref`
     /// when it left any).
     NotLanded,
+    /// The story passed, but its landing was refused: the main checkout holds a change of the
+    /// user's where the landing would write. Nothing moved; the story's work is under
+    /// `salvage_ref` (outcome `landing_refused`).
+    Refused,
 }
 
 fn is_sandbox_off(mode: &super::kinds::SandboxMode) -> bool {

@@ -636,7 +636,7 @@ fn salvage_flight(
         return (None, Vec::new());
     };
     if !tree.root.join(".git").exists() {
-        return (None, Vec::new());
+        return gone_flight(repo, paths, flight, tree);
     }
     let mut findings = Vec::new();
     let kept = Repo::discover(&tree.root).ok().and_then(|wt| {
@@ -676,6 +676,56 @@ fn salvage_flight(
         ));
     }
     (kept, findings)
+}
+
+/// A killed ralph's flight whose worktree its agent deleted (`rm -rf`, `git worktree remove -f
+/// -f`): the commit git's registration still names, else the dangling commits made since the
+/// iteration started that descend from its start ([`Repo::unreachable_work`]), are kept under
+/// salvage refs (the newest returned, where the story's next attempt starts), the registration
+/// is pruned, and a finding says what happened and that uncommitted files went with it.
+fn gone_flight(
+    repo: &Repo,
+    paths: &RunPaths,
+    flight: &InFlight,
+    tree: &crate::state::WorkerTree,
+) -> (Option<String>, Vec<String>) {
+    let named = repo
+        .prune_gone_worktrees(&tree.root)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, sha)| sha)
+        .find(|sha| *sha != tree.base);
+    let tips = match named {
+        Some(sha) => vec![sha],
+        None => {
+            let since = tree
+                .agent_started_at
+                .unwrap_or(flight.started_at)
+                .min(flight.started_at);
+            repo.unreachable_work(&tree.base, since.into())
+                .unwrap_or_default()
+        }
+    };
+    let refs: Vec<String> = tips
+        .iter()
+        .filter_map(|sha| {
+            crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, sha).ok()
+        })
+        .collect();
+    let lost = "anything it had not committed was deleted with the worktree (git keeps no copy of uncommitted files)";
+    let finding = if refs.is_empty() {
+        format!(
+            "the agent deleted its own worktree {}; no commit of its was left to keep; {lost}",
+            paths.rel(&tree.root)
+        )
+    } else {
+        format!(
+            "the agent deleted its own worktree {}; its commits are kept in {}; {lost}",
+            paths.rel(&tree.root),
+            refs.join(", ")
+        )
+    };
+    (refs.into_iter().next(), vec![finding])
 }
 
 /// A landing's move of the main checkout, noted in `.ralph/landing.json` while it runs

@@ -1307,8 +1307,10 @@ fn a_checkout_switched_while_a_worker_is_free_stops_the_run() {
         assert!(Instant::now() < deadline, "{}", f.env.spawned_output());
         std::thread::sleep(Duration::from_millis(20));
     }
-    f.env.git(&["checkout", "-q", "main"]);
+    // Taken before the switch: ralph may read the checkout while git rewrites it, and takes
+    // back at once a commit it made from those files (docs/decisions.md, hX).
     let branches = f.refs("refs/heads/");
+    f.env.git(&["checkout", "-q", "main"]);
     std::fs::write(f.go_file(), "").expect("go");
     let (code, _) = wait_exit(&f.env, &mut child, Duration::from_secs(120));
     let said = f.env.spawned_output();

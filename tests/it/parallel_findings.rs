@@ -665,3 +665,334 @@ fn a_landing_killed_between_the_files_and_the_branch_is_finished_by_the_next_run
     assert!(!env.path(".ralph/landing.json").exists());
     assert_eq!(par.on_branch("file-2.txt"), "2\n");
 }
+
+/// An agent that commits and then deletes its worktree with `post` (a shell step run in the
+/// worktree after its script): the story's first attempt commits `feat: US-001 first try` (or
+/// leaves it uncommitted when `commit` is false), the second lands `1 again`. Returns the run's
+/// output and the first record.
+fn deleted_worktree(post: &str, commit: bool) -> (Par, Output, Value) {
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    let mut first = vec![
+        json!({"write_file": {"path": "file-1.txt", "content": "1\n"}}),
+        json!({"set_passes": {"id": "US-001", "passes": true}}),
+    ];
+    if commit {
+        first.push(json!({"git_commit": "feat: US-001 first try"}));
+    }
+    first.push(json!({"stdout": "US-001 done"}));
+    par.story(
+        "US-001",
+        json!([
+            first,
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    par.post("US-001", 0, post);
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
+    assert_eq!(
+        par.env
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1,
+        "a worktree is left registered"
+    );
+    let first = par.records("US-001")[0].clone();
+    (par, out, first)
+}
+
+/// The first attempt's commit is kept under the salvage ref its record names, and that record
+/// says the uncommitted rest went with the worktree.
+fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
+    let message = first["message"].as_str().unwrap_or_default();
+    let salvage = message
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']))
+        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(out)));
+    let kept = par.env.git(&["log", "--format=%s", salvage]);
+    assert!(
+        kept.lines().any(|s| s == "feat: US-001 first try"),
+        "{salvage} does not hold the first try's commit:\n{kept}\n{first:#}"
+    );
+    assert!(
+        message.contains("deleted its own worktree")
+            && message.contains("anything it had not committed was deleted with the worktree"),
+        "{first:#}"
+    );
+    assert_eq!(first["outcome"], "agent_error", "{first:#}");
+    // The next attempt started from the kept commit.
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
+        "{history}"
+    );
+}
+
+/// `git worktree remove -f -f` removes even a locked worktree and git's record of it: the
+/// commit the agent made there is reachable from nothing, yet it is kept under the salvage ref
+/// its record names, and the story's next attempt starts from it.
+#[test]
+fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+        true,
+    );
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// `rm -rf` of the worktree and `git worktree prune` (the lock lifted first, so that git
+/// prunes the record too): the commit is kept the same way.
+#[test]
+fn an_unlocked_deleted_and_pruned_worktree_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ngit worktree unlock \"$W\"\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        true,
+    );
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// `rm -rf` and `git worktree prune` of the (locked) worktree: git keeps its record, which
+/// still names the commit; it is kept too.
+#[test]
+fn a_deleted_worktree_pruned_by_the_agent_keeps_the_agents_commit_under_a_salvage_ref() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        true,
+    );
+    first_try_is_kept(&par, &out, &first);
+}
+
+/// Work never committed is gone with a `-f -f` removal (git keeps no copy): the record says so
+/// honestly, names no salvage ref, and the story's next attempt starts from the run branch.
+#[test]
+fn uncommitted_work_removed_with_its_worktree_is_said_to_be_lost() {
+    let (par, out, first) = deleted_worktree(
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+        false,
+    );
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no commit of its was left to keep")
+            && message.contains("anything it had not committed was deleted with the worktree")
+            && !message.contains("refs/ralph/salvage/"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    assert_eq!(
+        par.env.git(&["for-each-ref", "refs/ralph/salvage/"]),
+        "",
+        "a salvage ref was made for work that was never committed"
+    );
+}
+
+/// A landing refused for the user's edit is recorded as what it is, not as a stop signal: the
+/// outcome `landing_refused`, the landing `refused` with its salvage ref, and `ralph log`'s row
+/// and the terminal say "refused" and name no interruption.
+#[test]
+fn a_landing_refused_for_a_dirty_checkout_is_labelled_refused_not_interrupted() {
+    let (par, out) = dirty_start();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let b = &par.records("US-002")[0];
+    assert_eq!(b["outcome"], "landing_refused", "{b:#}");
+    assert_eq!(b["landing"]["kind"], "refused", "{b:#}");
+    let salvage = b["landing"]["salvage_ref"].as_str().unwrap_or_default();
+    let message = b["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the landing was refused")
+            && message.contains("notes.md")
+            && !salvage.is_empty()
+            && message.contains(salvage)
+            && !message.contains("interrupted"),
+        "{b:#}"
+    );
+    let said = text(&out);
+    assert!(
+        said.contains("landing_refused")
+            && !said.contains("interrupted")
+            && said.contains("commit or move your change named above"),
+        "the terminal calls it an interruption, or its next step is not about the change:\n{said}"
+    );
+    let log = par.env.ralph(&["log"]);
+    let rows = String::from_utf8_lossy(&log.stdout).into_owned();
+    let row = rows
+        .lines()
+        .find(|l| l.contains("US-002"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("landing_refused") && !row.contains("interrupted"),
+        "`ralph log`'s row for US-002: {row:?}\n{rows}"
+    );
+}
+
+/// One story whose agent first runs `pre` (a shell step; `{main}` is the user's checkout):
+/// returns the run's output.
+fn agent_in_checkout(pre: &str) -> (Par, Output) {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre("US-001", 0, &pre.replace("{main}", &main));
+    let out = par.run(2, &[]);
+    (par, out)
+}
+
+/// The salvage ref a record's findings name, and the findings.
+fn named_salvage(r: &Value) -> (String, String) {
+    let said = findings(r);
+    let name = said
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']).to_owned())
+        .unwrap_or_default();
+    (name, said)
+}
+
+/// An agent's `git -C <checkout> commit` is taken off the run branch and the checkout with
+/// `git reset --keep` (the user's uncommitted edit stays), kept under the salvage ref the
+/// record names; the story's own work lands as usual.
+#[test]
+fn an_agents_commit_in_the_main_checkout_is_taken_off_the_branch_and_kept() {
+    let (par, out) = agent_in_checkout(
+        "echo 'my edit' > '{main}/notes.md'\necho side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let on_branch = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !on_branch.contains("agent: side file"),
+        "the agent's commit in the checkout is still on the run branch:\n{on_branch}\n{}",
+        text(&out)
+    );
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+    let r = &par.records("US-001")[0];
+    assert_eq!(r["outcome"], "story_passed", "{r:#}");
+    let (salvage, said) = named_salvage(r);
+    assert!(
+        !salvage.is_empty() && said.contains("reset --keep"),
+        "the record does not name where the agent's commit went: {said}"
+    );
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("agent: side file"), "{salvage}: {kept}");
+    assert!(
+        !par.env.repo.join("side.txt").exists(),
+        "the agent's file is still in the checkout"
+    );
+    assert_eq!(
+        par.env.read("notes.md"),
+        "my edit\n",
+        "the user's edit was lost"
+    );
+    assert!(
+        text(&out).contains(&salvage),
+        "the terminal does not name {salvage}:\n{}",
+        text(&out)
+    );
+}
+
+/// When the user has changed a file the agent's checkout commit changed, `reset --keep`
+/// cannot take the commit off: nothing moves, the user's edit stays, the run stops as a
+/// refused landing (exit 1, `landing_refused`), and the commit is still kept under its ref.
+#[test]
+fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing() {
+    let (par, out) = agent_in_checkout(
+        "echo side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\necho 'my edit of it' > '{main}/side.txt'\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(par.env.read("side.txt"), "my edit of it\n");
+    let r = &par.records("US-001")[0];
+    assert_eq!(r["outcome"], "landing_refused", "{r:#}");
+    let (salvage, said) = named_salvage(r);
+    assert!(!salvage.is_empty(), "{said}");
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("agent: side file"), "{salvage}: {kept}");
+    assert_eq!(r["landing"]["kind"], "refused", "{r:#}");
+    let story_work = r["landing"]["salvage_ref"].as_str().unwrap_or_default();
+    assert!(
+        !story_work.is_empty() && par.show(story_work, "file-1.txt") == "1\n",
+        "the story's own work is not kept: {r:#}"
+    );
+}
+
+/// ralph is killed (SIGKILL) after an agent committed and removed its own worktree with
+/// `git worktree remove -f -f`: the next run's recovery still finds the commit, keeps it under
+/// the salvage ref the recovered record names, and the story's next attempt starts from it.
+#[test]
+fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit() {
+    use std::time::{Duration, Instant};
+    let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"git_commit": "feat: US-001 first try"}
+            ],
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    let marker = par.agents.join("removed");
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\ntouch '{}'\nsleep 60\n",
+            marker.display()
+        ),
+    );
+    let wrapper = par.wrapper.display().to_string();
+    let args = [
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &wrapper,
+        "--max-iter",
+        "5",
+    ];
+    let mut child = par.env.ralph_spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never removed its worktree:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    let (salvage, said) = named_salvage(first);
+    assert!(
+        !salvage.is_empty()
+            && said.contains("anything it had not committed was deleted with the worktree"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    let kept = par.env.git(&["log", "--format=%s", &salvage]);
+    assert!(kept.contains("feat: US-001 first try"), "{salvage}: {kept}");
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
+        "{history}\n{}",
+        text(&out)
+    );
+}

@@ -82,19 +82,21 @@ pub fn make_tree(
 /// Commits prd.json and progress.txt when they differ from the run branch's tip (the user
 /// edited them during the run: a story added, a note), and nothing else of the checkout.
 ///
+/// Returns the commit made, if any.
+///
 /// # Errors
 /// git failing to commit.
-pub fn commit_edits(s: &Session) -> anyhow::Result<()> {
+pub fn commit_edits(s: &Session) -> anyhow::Result<Option<String>> {
     let own = kept_paths(&s.pre.paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
-    git_land::commit_own_files(
+    let made = git_land::commit_own_files(
         &s.pre.repo,
         &own,
         "ralph: prd.json and progress.txt as edited during the run",
         "Committed before the next story starts or lands (--parallel), so that it builds on them.",
         &[],
     )?;
-    Ok(())
+    Ok(made)
 }
 
 /// The paths ralph writes itself at landing, relative to the repository root: prd.json,
@@ -178,10 +180,7 @@ pub async fn land(
                 "the agent checked out the branch {branch} in its worktree; ralph detached it again (its commits are the story's work)"
             ));
         }
-        if let Some(warning) = guard_branch(s, board)? {
-            worked.draft.record.findings.push(warning.clone());
-            out.warn_in(flight.iteration, warning);
-        }
+        guarded(s, board, flight.iteration, &mut worked, out)?;
         // What worktree_setup made is not the agent's work: set aside for the commit and the
         // merge of the tip, put back before the check (onto_branch) or the removal.
         let setup_files = tree.setup_files_unchanged();
@@ -272,13 +271,16 @@ pub async fn land(
 }
 
 /// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
-/// its registration is pruned, and a last commit nothing else keeps (git still names it in the
-/// registration) is kept under a salvage ref, where the story's next attempt starts; the record
-/// says so. Without a registration (git deleted it too) nothing is left to find: the record
-/// says that.
+/// its registration is pruned, and the commits nothing else keeps are kept under salvage refs,
+/// the newest one where the story's next attempt starts; the record names them and says that
+/// what the agent had not committed went with the worktree. The last commit is the one git's
+/// registration still names (`rm -rf` of a locked worktree); when git deleted the registration
+/// too (`remove -f -f`, or `worktree unlock` and `prune`), the commits are git's dangling
+/// commits that descend from the story's start and were made since its iteration started
+/// ([`Repo::unreachable_work`]).
 ///
 /// # Errors
-/// git failing to prune the registration or to write the salvage ref.
+/// git failing to prune the registration or to write a salvage ref.
 fn gone(
     s: &Session,
     board: &mut Board,
@@ -288,17 +290,43 @@ fn gone(
 ) -> anyhow::Result<()> {
     let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
     let rel = s.pre.paths.rel(&flight.root);
-    let message = match unkept.into_iter().next() {
-        Some((_, sha)) if sha != flight.base => {
-            let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &sha)?;
-            board.resume.insert(flight.story_id.clone(), sha.clone());
+    let lost = "anything it had not committed was deleted with the worktree (git keeps no copy of uncommitted files)";
+    let named = unkept
+        .into_iter()
+        .map(|(_, sha)| sha)
+        .find(|sha| *sha != flight.base);
+    let (tips, how) = match named {
+        Some(sha) => (vec![sha], "its last commit"),
+        None => {
+            let since = std::time::SystemTime::from(worked.draft.record.started_at);
+            match s.pre.repo.unreachable_work(&flight.base, since) {
+                Ok(tips) => (
+                    tips,
+                    "git deleted its record of the worktree too; the commits found among the repository's dangling commits made since the agent started",
+                ),
+                Err(e) => {
+                    tracing::warn!("cannot look for the deleted worktree's commits: {e}");
+                    (Vec::new(), "")
+                }
+            }
+        }
+    };
+    let mut refs = Vec::new();
+    for sha in &tips {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, sha)?;
+        refs.push(format!("{} in {salvage}", short(sha)));
+    }
+    let message = match tips.first() {
+        Some(newest) => {
+            board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
-                "the agent deleted its own worktree {rel}; nothing landed, its last commit {} is kept in {salvage} (the story's next attempt starts from it)",
-                short(&sha)
+                "the agent deleted its own worktree {rel}; nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
+                refs.join(", "),
+                short(newest)
             )
         }
-        _ => format!(
-            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep"
+        None => format!(
+            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep; {lost}"
         ),
     };
     out.warn_in(flight.iteration, message.clone());
@@ -442,23 +470,13 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             .unwrap_or_else(|| s.pre.repo.index_is_tree_of(&now));
     if here {
         // Made in the checkout, but by an agent of this run (`git -C <checkout> commit`): its
-        // reflog entries carry the agent's tag. They stay (the checkout's files are theirs
-        // now); the warning names them.
+        // reflog entries carry the agent's tag.
         let by_agents = s.pre.repo.agent_steps_here(&expected, &now);
-        board.tip = Some(now);
         if by_agents.is_empty() {
+            board.tip = Some(now);
             return Ok(None);
         }
-        let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
-        return Ok(Some(format!(
-            "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog); ralph did not make {} and kept {} on the branch: look at {} (`git show {}`)",
-            shas.join(", "),
-            crate::process::REFLOG_ACTION_PREFIX.trim_end(),
-            if shas.len() == 1 { "it" } else { "them" },
-            if shas.len() == 1 { "it" } else { "them" },
-            if shas.len() == 1 { "it" } else { "them" },
-            shas.join(" ")
-        )));
+        return agents_in_checkout(s, board, (&branch, &expected, &now), &by_agents).map(Some);
     }
     let expected = &expected;
     let mut n = 1;
@@ -487,6 +505,90 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         short(&now),
         short(expected)
     )))
+}
+
+/// [`guard_branch`] before a landing: its warning goes to the record's findings and the
+/// terminal; when agents' commits in the checkout could not be taken off the branch, the
+/// iteration is `landing_refused` (nothing lands on that branch).
+///
+/// # Errors
+/// As [`guard_branch`].
+fn guarded(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let Some(warning) = guard_branch(s, board)? else {
+        return Ok(());
+    };
+    worked.draft.record.findings.push(warning.clone());
+    out.warn_in(iteration, warning);
+    if matches!(
+        board.stopping,
+        Some(StopReason::NeedsHuman {
+            outcome: Outcome::LandingRefused,
+            ..
+        })
+    ) {
+        set_outcome(
+            worked,
+            Outcome::LandingRefused,
+            "the landing was refused: an agent's commits in your checkout could not be taken off the run branch without touching your change (see the findings)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Takes the commits agents of this run made in the user's checkout (`git -C <checkout>
+/// commit`: `by_agents`, found in its HEAD reflog) off the run branch: the branch's tip `now`
+/// (with them, and anything committed on top of them) is kept under
+/// `refs/ralph/salvage/<run>/checkout-commits` (`-2`, …), and the branch and the checkout go
+/// back to `expected` with `git reset --keep` (files the user changed and the reset does not
+/// touch stay as they are). When the reset refuses (the user changed a file the agents'
+/// commits changed), nothing moves and the run stops for the user, as a landing refused for a
+/// dirty checkout does. Returns the warning for the record and the terminal.
+///
+/// # Errors
+/// git failing to read or write the references.
+fn agents_in_checkout(
+    s: &Session,
+    board: &mut Board,
+    (branch, expected, now): (&str, &str, &str),
+    by_agents: &[String],
+) -> anyhow::Result<String> {
+    let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
+    let salvage = git_land::salvage(&s.pre.repo, &s.run_id, "checkout-commits", now)?;
+    let what = format!(
+        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog), kept in {salvage}",
+        shas.join(", "),
+        crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+    );
+    match s.pre.repo.reset_keep(expected) {
+        Ok(()) => {
+            board.tip = Some(expected.to_owned());
+            Ok(format!(
+                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay)",
+                if shas.len() == 1 { "it" } else { "them" },
+                short(expected)
+            ))
+        }
+        Err(e) => {
+            board.tip = Some(now.to_owned());
+            let message = format!(
+                "{what}; ralph cannot take {} off without touching a change of yours in the checkout, so it moved nothing and stops: {e}\nhint: commit or put away your change, then `git reset --keep {}` and run ralph again",
+                if shas.len() == 1 { "it" } else { "them" },
+                short(expected)
+            );
+            board.stopping.get_or_insert(StopReason::NeedsHuman {
+                outcome: Outcome::LandingRefused,
+                iteration: s.state.iteration,
+                message: Some(message.clone()),
+            });
+            Ok(message)
+        }
+    }
 }
 
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
@@ -521,7 +623,12 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
-    if !worked.story_passes || worked.draft.record.outcome == Outcome::Interrupted {
+    if !worked.story_passes
+        || matches!(
+            worked.draft.record.outcome,
+            Outcome::Interrupted | Outcome::LandingRefused
+        )
+    {
         keep_unlanded(s, board, flight, worked, &mut landing)?;
         return Ok(Some(landing));
     }
@@ -599,18 +706,21 @@ async fn onto_branch(
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
-        let message = format!("{e}\nThe story's work is kept in {salvage}.");
+        let message = format!(
+            "the landing was refused: {e}\nThe story's work is kept in {salvage}; the next run lands it from there."
+        );
         board.resume.insert(story.clone(), result);
         // Not the story's failure: no attempt is spent, and the run stops for the user.
-        set_outcome(worked, Outcome::Interrupted, message.clone());
+        set_outcome(worked, Outcome::LandingRefused, message.clone());
         landing.salvage_ref = Some(salvage);
         landing.message = Some(message.clone());
         clear_pass(worked);
         board.stopping.get_or_insert(StopReason::NeedsHuman {
-            outcome: Outcome::Interrupted,
+            outcome: Outcome::LandingRefused,
             iteration: flight.iteration,
             message: Some(message),
         });
+        landing.kind = LandingKind::Refused;
         return Ok(Some(landing));
     }
     own.restore(&paths)?;
@@ -637,6 +747,9 @@ fn keep_unlanded(
     let story = &flight.story_id;
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     let interrupted = worked.draft.record.outcome == Outcome::Interrupted;
+    if worked.draft.record.outcome == Outcome::LandingRefused {
+        landing.kind = LandingKind::Refused;
+    }
     if work != flight.base {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
         if interrupted {

@@ -321,7 +321,7 @@ async fn launch(
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
     let paths = s.pre.paths.clone();
-    while (board.flights.len() as u32) < cfg.parallel {
+    while (board.flights.len() as u32) < cfg.parallel && board.stopping.is_none() {
         if let Some(message) = land::switched(s, board) {
             // The checkout is on another branch (its prd.json is not the run's): no launch,
             // and nothing is taken for one (feedback, hints). With nothing in flight the run
@@ -355,7 +355,10 @@ async fn launch(
             // `--max-cost`: what is in flight will likely spend the rest; the landings decide.
             return Ok(());
         }
-        let current = store::load_shared(&paths.prd)?;
+        let Some(current) = settled_prd(s, board).await? else {
+            // Switched while prd.json was read: the next pass of this loop says so.
+            continue;
+        };
         super::remember(&current, &paths, stop, out);
         let now = Utc::now();
         board.held.retain(|_, at| *at > now);
@@ -500,10 +503,17 @@ fn start(
     // An agent that moved the run branch does not decide where the next story starts.
     if let Some(warning) = land::guard_branch(s, board)? {
         out.warn(warning);
+        if board.stopping.is_some() {
+            give_back(s, board, &assignment);
+            return Ok(());
+        }
     }
     // prd.json as the user edited it meanwhile (a story added during a pause) is what the
     // worktree must start from.
-    land::commit_edits(s)?;
+    if !edits_committed(s, board)? {
+        give_back(s, board, &assignment);
+        return Ok(());
+    }
     board.tip = s.pre.repo.head_sha()?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
@@ -513,6 +523,10 @@ fn start(
     let base = repo
         .head_sha()?
         .ok_or_else(|| anyhow::anyhow!("--parallel needs a first commit on the run branch"))?;
+    if land::switched(s, board).is_some() {
+        give_back(s, board, &assignment);
+        return Ok(());
+    }
     let worker = (1..=cfg.parallel)
         .find(|w| board.flights.iter().all(|f| f.worker != *w))
         .unwrap_or(1);
@@ -581,6 +595,97 @@ fn start(
         slot,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
+}
+
+/// The run's prd.json for a pick, or `None` when the checkout turns out to be switched. A
+/// `git checkout` of another branch deletes and rewrites prd.json before it moves HEAD, so a
+/// read that finds it missing or half-written, or made while a checkout is rewriting the files
+/// ([`crate::git::Repo::checkout_in_progress`]), is tried again (every 50 ms, for at most 5 s)
+/// until it loads from a settled checkout or the switch shows.
+///
+/// # Errors
+/// prd.json still unreadable or invalid after that, the checkout on the run branch.
+async fn settled_prd(
+    s: &Session,
+    board: &Board,
+) -> anyhow::Result<Option<std::sync::Arc<crate::prd::store::LoadedPrd>>> {
+    let mut tries = 0;
+    loop {
+        // Read first, then look: a checkout that rewrote prd.json before this read is still
+        // seen (its lock held, or its index written and HEAD not yet moved).
+        match store::load_shared(&s.pre.paths.prd) {
+            Ok(_) if land::switched(s, board).is_some() => return Ok(None),
+            Ok(_) if tries < 100 && s.pre.repo.checkout_in_progress() => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Ok(current) => return Ok(Some(current)),
+            Err(_) if land::switched(s, board).is_some() => return Ok(None),
+            Err(e) if tries >= 100 => return Err(e.into()),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A launch that starts nothing because the checkout was switched while its story was picked
+/// (the next launch stops the run): the feedback and hints taken for it are pending again.
+fn give_back(s: &mut Session, board: &mut Board, assignment: &Assignment) {
+    s.pending.add(
+        assignment
+            .feedback
+            .iter()
+            .map(|f| crate::run::feedback::Feedback::about(&assignment.story.id, f.clone())),
+    );
+    board.hinted.retain(|_, it| *it != assignment.iteration);
+}
+
+/// Commits the user's edits of prd.json and progress.txt before a story starts
+/// ([`land::commit_edits`]) and returns `true`; or, when the checkout is switched by then (a
+/// `git checkout` writes the files first and moves HEAD last, so the pick and this commit may
+/// have read the other branch's prd.json), returns `false` with the run branch as ralph left it:
+/// a commit of those files this made on the run branch is taken back, and a commit that failed
+/// because HEAD moved under it (or the checkout held the index) is no error.
+///
+/// # Errors
+/// git failing to commit or to move the run branch back, the checkout still on it.
+fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
+    let branch_ref = board.branch.as_ref().map(|b| format!("refs/heads/{b}"));
+    let before = branch_ref.as_deref().and_then(|r| s.pre.repo.ref_sha(r));
+    let settle = || {
+        // Until a checkout rewriting the files (before or during the commit) has moved HEAD.
+        let mut tries = 0;
+        while tries < 100 && s.pre.repo.checkout_in_progress() && land::switched(s, board).is_none()
+        {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    settle();
+    let mut committed = land::commit_edits(s);
+    // A `git checkout` holds the index while it rewrites the files: a commit refused for the
+    // lock is tried again (every 50 ms, at most 5 s) until it goes through or the switch shows.
+    let mut tries = 0;
+    while committed.is_err() && land::switched(s, board).is_none() && tries < 100 {
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        committed = land::commit_edits(s);
+    }
+    settle();
+    if land::switched(s, board).is_none() {
+        committed?;
+        return Ok(true);
+    }
+    if let (Some(name), Some(before), Ok(Some(made))) = (branch_ref.as_deref(), before, &committed)
+    {
+        // Only ralph's own commit, still the branch's tip, is taken back.
+        if s.pre.repo.ref_sha(name).as_deref() == Some(made.as_str()) {
+            s.pre.repo.set_ref(name, &before)?;
+        }
+    }
+    Ok(false)
 }
 
 /// `.ralph/worktrees/<run>/<story>-<iteration>` (the story id made safe for a file name).
