@@ -389,3 +389,10 @@ mod tests {
         assert!(spec.shell_line(None).ends_with("< /dev/null"));
     }
 }
+
+/// Test hook (feature `test-fakes` only): SIGKILLs this ralph, as a user's `kill -9` would, so
+/// that a test replays a kill at a chosen point (`run/parallel/land.rs`, `RALPH_TEST_KILL_AT`).
+#[cfg(feature = "test-fakes")]
+pub fn kill_self() {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+}

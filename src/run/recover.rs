@@ -556,29 +556,14 @@ pub async fn recover_flights(
             let tree = flight.worktree.as_ref();
             draft.record.worker = tree.map(|t| t.worker);
             draft.record.worktree = tree.map(|t| paths.rel(&t.root));
-            draft.record.landing = Some(match &landed {
-                Some(sha) => crate::protocol::LandingRecord {
-                    kind: landed_kind(paths, sha),
-                    onto: None,
-                    commit: Some(sha.clone()),
-                    salvage_ref: None,
-                    files: draft.record.files_changed.clone(),
-                    landed_since: Vec::new(),
-                    message: Some(format!(
-                        "ralph was killed while it landed this iteration: its work is on the run branch, but its pass was never written down, so {} does not pass until an iteration's check passes",
-                        flight.story_id
-                    )),
-                },
-                None => crate::protocol::LandingRecord {
-                    kind: crate::protocol::LandingKind::NotLanded,
-                    onto: None,
-                    commit: None,
-                    salvage_ref: salvage.clone(),
-                    files: Vec::new(),
-                    landed_since: Vec::new(),
-                    message: Some(format!("{what}; its work did not land")),
-                },
-            });
+            draft.record.landing = Some(flight_landing(
+                paths,
+                &flight,
+                landed.as_deref(),
+                salvage.as_deref(),
+                what,
+                &draft,
+            ));
             for id in &reverted {
                 draft.record.findings.push(format!(
                     "{id} set back to not passing: prd.json marked it passing, but no check of it is on record (ralph was killed between its landing and its record)"
@@ -637,6 +622,41 @@ pub async fn recover_flights(
     Ok(feedback)
 }
 
+/// The landing record of an interrupted flight: its work `landed` on the run branch already
+/// (this commit), or not (kept under `salvage`, or nothing to keep).
+fn flight_landing(
+    paths: &RunPaths,
+    flight: &InFlight,
+    landed: Option<&str>,
+    salvage: Option<&str>,
+    what: &str,
+    draft: &Draft,
+) -> crate::protocol::LandingRecord {
+    match landed {
+                Some(sha) => crate::protocol::LandingRecord {
+                    kind: landed_kind(paths, sha),
+                    onto: None,
+                    commit: Some(sha.to_owned()),
+                    salvage_ref: None,
+                    files: draft.record.files_changed.clone(),
+                    landed_since: Vec::new(),
+                    message: Some(format!(
+                        "ralph was killed while it landed this iteration: its work is on the run branch, but its pass was never written down, so {} does not pass until an iteration's check passes",
+                        flight.story_id
+                    )),
+                },
+                None => crate::protocol::LandingRecord {
+                    kind: crate::protocol::LandingKind::NotLanded,
+                    onto: None,
+                    commit: None,
+                    salvage_ref: salvage.map(str::to_owned),
+                    files: Vec::new(),
+                    landed_since: Vec::new(),
+                    message: Some(format!("{what}; its work did not land")),
+                },
+            }
+}
+
 /// What an interrupted worker's work became at restart.
 enum Work {
     /// Kept under this salvage ref (it did not land).
@@ -668,7 +688,11 @@ fn landed_kind(paths: &RunPaths, sha: &str) -> crate::protocol::LandingKind {
 ///
 /// # Errors
 /// prd.json could not be rewritten.
-fn unrecorded_passes(repo: &Repo, paths: &RunPaths, flight: &InFlight) -> anyhow::Result<Vec<String>> {
+fn unrecorded_passes(
+    repo: &Repo,
+    paths: &RunPaths,
+    flight: &InFlight,
+) -> anyhow::Result<Vec<String>> {
     let Ok(now) = store::load(&paths.prd) else {
         return Ok(Vec::new());
     };
@@ -751,7 +775,8 @@ fn remove_recorded_worktrees(repo: &Repo, paths: &RunPaths, state: &State, out: 
         if root.join(".git").exists() {
             if let Ok(wt) = Repo::discover(&root) {
                 wt.clear_stale_locks();
-                let subject = format!("ralph: work left in the worktree {name} when ralph was killed");
+                let subject =
+                    format!("ralph: work left in the worktree {name} when ralph was killed");
                 if let Ok(head) = crate::git::land::commit_leftovers(&wt, &subject) {
                     if !repo.is_ancestor(&head, "HEAD").unwrap_or(false) {
                         match crate::git::land::salvage(repo, &run, &name, &head) {
@@ -766,7 +791,10 @@ fn remove_recorded_worktrees(repo: &Repo, paths: &RunPaths, state: &State, out: 
             }
         }
         if let Err(e) = repo.remove_worktree(&root) {
-            out.warn(format!("cannot remove the worktree {}: {e}", paths.rel(&root)));
+            out.warn(format!(
+                "cannot remove the worktree {}: {e}",
+                paths.rel(&root)
+            ));
         }
     }
 }

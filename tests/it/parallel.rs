@@ -710,7 +710,9 @@ fn killed_in_landing_then_restart(point: &str) {
             .into_iter()
             .rev()
             .find(|r| r["outcome"] == "story_passed")
-            .unwrap_or_else(|| panic!("{point}: {id} passes without a story_passed record: {ledger:#?}"));
+            .unwrap_or_else(|| {
+                panic!("{point}: {id} passes without a story_passed record: {ledger:#?}")
+            });
         assert!(
             passed["verify"]
                 .as_array()

@@ -936,7 +936,7 @@ pub fn bring_transcripts(tree: &RunPaths, paths: &RunPaths, run_id: &str, iterat
 fn kill_point(point: &str) {
     #[cfg(feature = "test-fakes")]
     if std::env::var("RALPH_TEST_KILL_AT").is_ok_and(|p| p == point) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+        crate::process::kill_self();
     }
     let _ = point;
 }
