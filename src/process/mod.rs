@@ -390,9 +390,15 @@ mod tests {
     }
 }
 
-/// Test hook (feature `test-fakes` only): SIGKILLs this ralph, as a user's `kill -9` would, so
-/// that a test replays a kill at a chosen point (`run/parallel/land.rs`, `RALPH_TEST_KILL_AT`).
-#[cfg(feature = "test-fakes")]
-pub fn kill_self() {
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+/// Test hook: with feature `test-fakes`, `RALPH_TEST_KILL_AT=<point>` makes ralph SIGKILL
+/// itself (as a user's `kill -9` would) when it reaches `point` (`landing-noted`,
+/// `landing-moved`, `landing-marked`, `landing-recorded` in `run/parallel/land.rs`,
+/// `commit-checkpointed` in the commit stage), so that a test replays a kill there
+/// deterministically. Does nothing otherwise.
+pub fn kill_point(point: &str) {
+    #[cfg(feature = "test-fakes")]
+    if std::env::var("RALPH_TEST_KILL_AT").is_ok_and(|p| p == point) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = point;
 }

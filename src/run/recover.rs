@@ -790,11 +790,17 @@ fn remove_recorded_worktrees(repo: &Repo, paths: &RunPaths, state: &State, out: 
                 }
             }
         }
-        if let Err(e) = repo.remove_worktree(&root) {
-            out.warn(format!(
+        match repo.remove_worktree(&root) {
+            // The run's folder goes with its last worktree.
+            Ok(()) => {
+                if let Some(run_dir) = root.parent() {
+                    let _ = std::fs::remove_dir(run_dir);
+                }
+            }
+            Err(e) => out.warn(format!(
                 "cannot remove the worktree {}: {e}",
                 paths.rel(&root)
-            ));
+            )),
         }
     }
 }

@@ -755,6 +755,11 @@ fn killed_after_prd_json_marked_the_pass_then_restart_checks_every_pass() {
 }
 
 #[test]
+fn killed_after_the_landing_commit_before_its_record_then_restart_checks_every_pass() {
+    killed_in_landing_then_restart("commit-checkpointed");
+}
+
+#[test]
 fn killed_after_the_landing_was_recorded_then_restart_leaves_no_worktree() {
     killed_in_landing_then_restart("landing-recorded");
 }

@@ -256,7 +256,7 @@ pub async fn land(
         worked,
         out,
     )?;
-    kill_point("landing-recorded");
+    crate::process::kill_point("landing-recorded");
     if flight.root.exists() {
         if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
             out.warn(format!(
@@ -596,7 +596,7 @@ async fn onto_branch(
         to: result.clone(),
     };
     note.write(&paths.ralph_dir)?;
-    kill_point("landing-noted");
+    crate::process::kill_point("landing-noted");
     let advanced = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result);
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
@@ -615,10 +615,10 @@ async fn onto_branch(
         });
         return Ok(Some(landing));
     }
-    kill_point("landing-moved");
+    crate::process::kill_point("landing-moved");
     own.restore(&paths)?;
     mark_passing(&paths, &story, worked.story_notes.as_deref())?;
-    kill_point("landing-marked");
+    crate::process::kill_point("landing-marked");
     board.landed.push(story);
     landing.kind = if fast_forward {
         LandingKind::FastForward
@@ -928,17 +928,6 @@ pub fn bring_transcripts(tree: &RunPaths, paths: &RunPaths, run_id: &str, iterat
             tracing::warn!("cannot move {} to {}: {e}", from.display(), to.display());
         }
     }
-}
-
-/// Test hook (feature `test-fakes` only): `RALPH_TEST_KILL_AT=<point>` makes ralph SIGKILL
-/// itself at that point of a landing (`landing-noted`, `landing-moved`, `landing-marked`,
-/// `landing-recorded`), so that a test replays a kill there deterministically.
-fn kill_point(point: &str) {
-    #[cfg(feature = "test-fakes")]
-    if std::env::var("RALPH_TEST_KILL_AT").is_ok_and(|p| p == point) {
-        crate::process::kill_self();
-    }
-    let _ = point;
 }
 
 fn or_none(ids: &[String]) -> String {
