@@ -362,6 +362,19 @@ pub fn strip_ansi(text: &str) -> String {
     String::from_utf8_lossy(&strip_ansi_escapes::strip(text.as_bytes())).into_owned()
 }
 
+/// Test hook: with feature `test-fakes`, `RALPH_TEST_KILL_AT=<point>` makes ralph SIGKILL
+/// itself (as a user's `kill -9` would) when it reaches `point` (`landing-noted`,
+/// `landing-moved`, `landing-marked`, `landing-recorded` in `run/parallel/land.rs`,
+/// `commit-checkpointed` in the commit stage), so that a test replays a kill there
+/// deterministically. Does nothing otherwise.
+pub fn kill_point(point: &str) {
+    #[cfg(feature = "test-fakes")]
+    if std::env::var("RALPH_TEST_KILL_AT").is_ok_and(|p| p == point) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = point;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -488,6 +488,12 @@ pub async fn recover_flights(
     out: &mut Outputs,
 ) -> anyhow::Result<Vec<Feedback>> {
     let mut feedback = Vec::new();
+    // A landing's move of the checkout that the kill cut short is finished first: what it
+    // landed is then on the run branch when the flights below are judged (else the flight's
+    // record would take the moved files for its own, and the move could not be finished).
+    if let Some(notice) = finish_landing_in(repo, &paths.ralph_dir) {
+        out.notice(notice);
+    }
     for flight in state.flights.clone() {
         let strays = kill_leftovers(&flight, cfg, out).await;
         let recorded = history_has(paths, &flight);
@@ -511,7 +517,12 @@ pub async fn recover_flights(
             .worktree
             .as_ref()
             .and_then(|t| crate::git::land::newest_change(&t.root, 50_000));
-        let (salvage, kept) = salvage_flight(repo, paths, &flight, out);
+        let (work, kept) = salvage_flight(repo, paths, &flight, out);
+        let (salvage, landed) = match work {
+            Some(Work::Salvaged(r)) => (Some(r), None),
+            Some(Work::Landed(sha)) => (None, Some(sha)),
+            None => (None, None),
+        };
         // The run ended with this iteration done but not landed (the checkout was switched):
         // ralph was not killed, and the record says what happened.
         let switched = flight
@@ -533,21 +544,32 @@ pub async fn recover_flights(
                 draft.body = "Outcome: interrupted (the checkout was switched to another branch before this iteration could land).".to_owned();
             }
             worked_until(&mut draft, &flight, last_change);
-            salvaged_work(repo, &mut draft, &flight, salvage.as_deref());
+            let head = match (&salvage, &landed) {
+                (Some(r), _) => repo.ref_sha(r),
+                (None, Some(sha)) => Some(sha.clone()),
+                (None, None) => None,
+            };
+            salvaged_work(repo, &mut draft, &flight, head.as_deref());
+            let reverted = unrecorded_passes(repo, paths, &flight)?;
             draft.record.findings.extend(kept);
             draft.record.strays = flight.strays.iter().chain(&strays).cloned().collect();
             let tree = flight.worktree.as_ref();
             draft.record.worker = tree.map(|t| t.worker);
             draft.record.worktree = tree.map(|t| paths.rel(&t.root));
-            draft.record.landing = Some(crate::protocol::LandingRecord {
-                kind: crate::protocol::LandingKind::NotLanded,
-                onto: None,
-                commit: None,
-                salvage_ref: salvage.clone(),
-                files: Vec::new(),
-                landed_since: Vec::new(),
-                message: Some(format!("{what}; its work did not land")),
-            });
+            draft.record.landing = Some(flight_landing(
+                paths,
+                &flight,
+                landed.as_deref(),
+                salvage.as_deref(),
+                what,
+                &draft,
+            ));
+            for id in &reverted {
+                draft.record.findings.push(format!(
+                    "{id} set back to not passing: prd.json marked it passing, but no check of it is on record (ralph was killed between its landing and its record)"
+                ));
+            }
+            draft.record.passes_reverted = reverted.clone();
             let own = super::parallel::land::kept_paths(paths);
             let own: Vec<&str> = own.iter().map(String::as_str).collect();
             commit::commit(
@@ -564,14 +586,23 @@ pub async fn recover_flights(
                 "iteration {} ({}): {what}; {}",
                 flight.iteration,
                 flight.story_id,
-                match &salvage {
-                    Some(r) => format!("its work is kept in {r}"),
-                    None => "it left no work".to_owned(),
+                match (&salvage, &landed) {
+                    (Some(r), _) => format!("its work is kept in {r}"),
+                    (None, Some(sha)) => format!(
+                        "its work landed on the run branch ({}) but was not checked on record, so {} goes back to not passing",
+                        short(sha),
+                        flight.story_id
+                    ),
+                    (None, None) => "it left no work".to_owned(),
                 }
             ));
             feedback.push(Feedback::about(
                 &flight.story_id,
                 match &salvage {
+                    None if landed.is_some() => format!(
+                        "The previous attempt at {} was interrupted while its work landed: that work is on the branch now, but it was not checked on record. Check that the story is complete, finish it, and mark it passing.",
+                        flight.story_id
+                    ),
                     Some(r) => format!(
                         "The previous attempt at {} was interrupted; its partial work is kept in {r} (`git show {r}`), not on the branch. Take what is useful from it.",
                         flight.story_id
@@ -587,7 +618,191 @@ pub async fn recover_flights(
         state.flights.retain(|f| f.iteration != flight.iteration);
         state.save(&paths.ralph_dir)?;
     }
+    remove_recorded_worktrees(repo, paths, state, out);
     Ok(feedback)
+}
+
+/// The landing record of an interrupted flight: its work `landed` on the run branch already
+/// (this commit), or not (kept under `salvage`, or nothing to keep).
+fn flight_landing(
+    paths: &RunPaths,
+    flight: &InFlight,
+    landed: Option<&str>,
+    salvage: Option<&str>,
+    what: &str,
+    draft: &Draft,
+) -> crate::protocol::LandingRecord {
+    match landed {
+                Some(sha) => crate::protocol::LandingRecord {
+                    kind: landed_kind(paths, sha),
+                    onto: None,
+                    commit: Some(sha.to_owned()),
+                    salvage_ref: None,
+                    files: draft.record.files_changed.clone(),
+                    landed_since: Vec::new(),
+                    message: Some(format!(
+                        "ralph was killed while it landed this iteration: its work is on the run branch, but its pass was never written down, so {} does not pass until an iteration's check passes",
+                        flight.story_id
+                    )),
+                },
+                None => crate::protocol::LandingRecord {
+                    kind: crate::protocol::LandingKind::NotLanded,
+                    onto: None,
+                    commit: None,
+                    salvage_ref: salvage.map(str::to_owned),
+                    files: Vec::new(),
+                    landed_since: Vec::new(),
+                    message: Some(format!("{what}; its work did not land")),
+                },
+            }
+}
+
+/// What an interrupted worker's work became at restart.
+enum Work {
+    /// Kept under this salvage ref (it did not land).
+    Salvaged(String),
+    /// On the run branch already (ralph was killed during or after its landing's move of the
+    /// checkout): this commit, the run branch contains it.
+    Landed(String),
+}
+
+/// The kind of a landing found done at restart: a merge when the landed commit has two
+/// parents (ralph merged the tip in), else a fast-forward.
+fn landed_kind(paths: &RunPaths, sha: &str) -> crate::protocol::LandingKind {
+    let parents = git2::Repository::open(&paths.repo_root).ok().and_then(|r| {
+        let oid = git2::Oid::from_str(sha).ok()?;
+        r.find_commit(oid).ok().map(|c| c.parent_count())
+    });
+    match parents {
+        Some(n) if n > 1 => crate::protocol::LandingKind::Merge,
+        _ => crate::protocol::LandingKind::FastForward,
+    }
+}
+
+/// Sets back to not passing, in the checkout's prd.json, every story that passes there but
+/// neither passed when the interrupted `flight` started (its worktree's base) nor has a
+/// `story_passed` record of this run: only a landing's record makes a pass, and a ralph killed
+/// between a landing (the branch moved, prd.json's `passes` written) and its record leaves a
+/// pass no check stands behind. Returns the stories set back (only their `passes` bytes
+/// change).
+///
+/// # Errors
+/// prd.json could not be rewritten.
+fn unrecorded_passes(
+    repo: &Repo,
+    paths: &RunPaths,
+    flight: &InFlight,
+) -> anyhow::Result<Vec<String>> {
+    let Ok(now) = store::load(&paths.prd) else {
+        return Ok(Vec::new());
+    };
+    let rel = paths
+        .prd
+        .strip_prefix(&paths.repo_root)
+        .unwrap_or(&paths.prd)
+        .to_string_lossy()
+        .into_owned();
+    let before = flight
+        .worktree
+        .as_ref()
+        .and_then(|t| repo.file_at(&t.base, &rel).ok().flatten())
+        .and_then(|raw| store::parse_bytes(&paths.prd, &raw).ok());
+    let history = History::load(paths, None).ok();
+    let recorded = |id: &str| {
+        history.as_ref().is_some_and(|h| {
+            h.run(&flight.run_id)
+                .any(|r| r.story_id == id && r.outcome == Outcome::StoryPassed)
+        })
+    };
+    let reverted: Vec<String> = now
+        .prd
+        .user_stories
+        .iter()
+        .filter(|s| s.passes && !recorded(&s.id))
+        .filter(|s| {
+            s.id == flight.story_id
+                || before
+                    .as_ref()
+                    .is_some_and(|b| b.prd.story(&s.id).is_some_and(|b| !b.passes))
+        })
+        .map(|s| s.id.clone())
+        .collect();
+    if reverted.is_empty() {
+        return Ok(reverted);
+    }
+    let mut raw = now.raw.clone();
+    for id in &reverted {
+        raw = store::set_passes(&raw, id, false)?;
+    }
+    write_atomic(&paths.prd, &raw)?;
+    Ok(reverted)
+}
+
+/// Removes the story worktrees under `.ralph/worktrees/<run>/` of this PRD's runs (a run the
+/// ledger names) that no iteration in flight owns: a ralph killed after an iteration's record
+/// was written, before its worktree was removed, left them. What such a worktree holds that no
+/// reference keeps (it should hold nothing: its work was committed at landing) is committed and
+/// kept under a salvage ref first.
+fn remove_recorded_worktrees(repo: &Repo, paths: &RunPaths, state: &State, out: &mut Outputs) {
+    let dir = paths
+        .repo_root
+        .join(crate::workspace::RALPH_DIR)
+        .join("worktrees");
+    let found = repo.worktrees_under(&dir);
+    if found.is_empty() {
+        return;
+    }
+    let Ok(history) = History::load(paths, None) else {
+        return;
+    };
+    for root in found {
+        let owned = state
+            .flights
+            .iter()
+            .any(|f| f.worktree.as_ref().is_some_and(|t| t.root == root));
+        let run = root
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if owned || !history.records.iter().any(|r| r.run_id == run) {
+            continue;
+        }
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if root.join(".git").exists() {
+            if let Ok(wt) = Repo::discover(&root) {
+                wt.clear_stale_locks();
+                let subject =
+                    format!("ralph: work left in the worktree {name} when ralph was killed");
+                if let Ok(head) = crate::git::land::commit_leftovers(&wt, &subject) {
+                    if !repo.is_ancestor(&head, "HEAD").unwrap_or(false) {
+                        match crate::git::land::salvage(repo, &run, &name, &head) {
+                            Ok(r) => out.warn(format!(
+                                "the worktree {} outlived its recorded iteration; what it held is kept in {r}",
+                                paths.rel(&root)
+                            )),
+                            Err(e) => tracing::warn!("cannot keep {head} of {}: {e}", root.display()),
+                        }
+                    }
+                }
+            }
+        }
+        match repo.remove_worktree(&root) {
+            // The run's folder goes with its last worktree.
+            Ok(()) => {
+                if let Some(run_dir) = root.parent() {
+                    let _ = std::fs::remove_dir(run_dir);
+                }
+            }
+            Err(e) => out.warn(format!(
+                "cannot remove the worktree {}: {e}",
+                paths.rel(&root)
+            )),
+        }
+    }
 }
 
 /// A killed worker's duration as far as known: at least until the newest change in its
@@ -605,24 +820,22 @@ fn worked_until(draft: &mut Draft, flight: &InFlight, last_change: Option<std::t
 /// A killed worker's commits and files are those of its salvaged work (from the story's start
 /// in its worktree to the salvage ref), not the run branch's (where nothing of it landed):
 /// none when it left nothing.
-fn salvaged_work(repo: &Repo, draft: &mut Draft, flight: &InFlight, salvage: Option<&str>) {
+fn salvaged_work(repo: &Repo, draft: &mut Draft, flight: &InFlight, head: Option<&str>) {
     let r = &mut draft.record;
-    let (Some(tree), Some(salvage)) = (flight.worktree.as_ref(), salvage) else {
+    let (Some(tree), Some(head)) = (flight.worktree.as_ref(), head) else {
         r.commits.clear();
         r.files_changed.clear();
         return;
     };
-    let Some(head) = repo.ref_sha(salvage) else {
-        return;
-    };
     r.commits = repo
-        .commits_between(Some(&tree.base), &head)
+        .commits_between(Some(&tree.base), head)
         .unwrap_or_default();
-    r.files_changed = crate::git::land::files_between(repo, &tree.base, &head).unwrap_or_default();
+    r.files_changed = crate::git::land::files_between(repo, &tree.base, head).unwrap_or_default();
 }
 
 /// Commits what an interrupted worker left in its worktree, keeps it under a salvage ref
-/// (returned; `None` when it left nothing beyond its start), keeps the files no commit takes
+/// (returned; `None` when it left nothing beyond its start; [`Work::Landed`] instead when the
+/// run branch already contains it: ralph was killed in or after its landing), keeps the files no commit takes
 /// (secret-looking, or ignored and written since the iteration started) under
 /// `.ralph/kept/<run>/<iteration>/` (the findings naming them returned), and removes the
 /// worktree.
@@ -631,7 +844,7 @@ fn salvage_flight(
     paths: &RunPaths,
     flight: &InFlight,
     out: &mut Outputs,
-) -> (Option<String>, Vec<String>) {
+) -> (Option<Work>, Vec<String>) {
     let Some(tree) = flight.worktree.as_ref() else {
         return (None, Vec::new());
     };
@@ -665,9 +878,16 @@ fn salvage_flight(
             })
             .unwrap_or_else(|| flight.started_at.into());
         findings = keep.keep(&wt, &withheld, since);
-        (head != tree.base)
-            .then(|| crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head).ok())
-            .flatten()
+        if head == tree.base {
+            return None;
+        }
+        let branch = repo.head_sha().ok().flatten();
+        if branch.is_some_and(|b| repo.is_ancestor(&head, &b).unwrap_or(false)) {
+            return Some(Work::Landed(head));
+        }
+        crate::git::land::salvage(repo, &flight.run_id, &flight.story_id, &head)
+            .ok()
+            .map(Work::Salvaged)
     });
     if let Err(e) = repo.remove_worktree(&tree.root) {
         out.warn(format!(
@@ -764,10 +984,14 @@ impl LandingNote {
 /// the terminal; `None` when there was no note or nothing to finish (then the note goes, and a
 /// tree that is still dirty is the dirty-tree check's to report).
 pub fn finish_landing(pre: &super::preflight::Preflight) -> Option<String> {
-    let dir = &pre.paths.ralph_dir;
+    finish_landing_in(&pre.repo, &pre.paths.ralph_dir)
+}
+
+/// [`finish_landing`] for the checkout `repo` whose books are in `dir`.
+fn finish_landing_in(repo: &Repo, dir: &std::path::Path) -> Option<String> {
     let note: LandingNote =
         serde_json::from_slice(&std::fs::read(dir.join(LandingNote::FILE)).ok()?).ok()?;
-    let done = crate::git::land::finish_advance(&pre.repo, &note.branch, &note.from, &note.to);
+    let done = crate::git::land::finish_advance(repo, &note.branch, &note.from, &note.to);
     LandingNote::clear(dir);
     match done {
         Ok(true) => Some(format!(

@@ -652,6 +652,118 @@ fn kill_case(seed: u64) {
     par.assert_tidy(&out);
 }
 
+/// ralph SIGKILLed at one point of its first landing (the test hook `RALPH_TEST_KILL_AT`,
+/// feature test-fakes), then run again: every story passes through a `story_passed` record
+/// with a check (never a pass prd.json kept with no record), numbering has no gaps, no worktree
+/// is left registered, and the checkout is clean.
+fn killed_in_landing_then_restart(point: &str) {
+    let stories = (1..=2)
+        .map(|i| story(i, &format!("test -f file-{i}.txt"), &[]))
+        .collect();
+    let par = Par::new(&prd_of(stories), &[]);
+    for i in 1..=2 {
+        let id = format!("US-{i:03}");
+        let attempt = json!([
+            {"write_file": {"path": format!("file-{i}.txt"), "content": "done\n"}},
+            {"set_passes": {"id": id, "passes": true}},
+            {"git_commit": format!("feat: {id}")},
+            {"stdout": "done"}
+        ]);
+        par.story(&id, json!([attempt.clone(), attempt]));
+    }
+    let wrapper = par.wrapper.display().to_string();
+    let args = [
+        "run",
+        "--parallel",
+        "2",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &wrapper,
+        "--max-iter",
+        "20",
+    ];
+    let mut cmd = par.env.ralph_cmd(&args);
+    cmd.env("RALPH_TEST_KILL_AT", point);
+    let killed = cmd.output().expect("run ralph");
+    assert_eq!(
+        killed.status.code(),
+        None,
+        "{point}: ralph was not killed at its landing\n{}",
+        text(&killed)
+    );
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{point}\n{}", text(&out));
+    let ledger = par.env.ledger();
+    let mut numbers: Vec<u64> = ledger
+        .iter()
+        .map(|r| r["iteration"].as_u64().expect("iteration"))
+        .collect();
+    numbers.sort_unstable();
+    let want: Vec<u64> = (1..=numbers.len() as u64).collect();
+    assert_eq!(numbers, want, "{point}: {ledger:#?}");
+    for s in par.env.prd()["userStories"].as_array().expect("stories") {
+        assert_eq!(s["passes"], true, "{point}: {s}");
+        let id = s["id"].as_str().expect("id");
+        let passed = par
+            .records(id)
+            .into_iter()
+            .rev()
+            .find(|r| r["outcome"] == "story_passed")
+            .unwrap_or_else(|| {
+                panic!("{point}: {id} passes without a story_passed record: {ledger:#?}")
+            });
+        assert!(
+            passed["verify"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|c| c["passed"] == true)),
+            "{point}: {id}'s pass has no check: {passed:#}"
+        );
+    }
+    // At every commit of the run branch, a story prd.json marks passing has its record by then
+    // or is set back by the next commit: the branch's last prd.json is checked above; the
+    // landing the kill cut short is on record as landed or kept.
+    for r in ledger.iter().filter(|r| r["outcome"] == "interrupted") {
+        let kind = landing_kind(r);
+        let salvage = r["landing"]["salvage_ref"].as_str().unwrap_or("");
+        // (An iteration killed before its agent changed anything has nothing to keep.)
+        let no_work = r["commits"].as_array().is_none_or(Vec::is_empty)
+            && r["files_changed"].as_array().is_none_or(Vec::is_empty);
+        assert!(
+            matches!(kind, "fast_forward" | "merge")
+                || par.salvage_refs().contains(&salvage.to_owned())
+                || no_work,
+            "{point}: an interrupted iteration's work is neither landed nor kept: {r:#}"
+        );
+    }
+    par.assert_tidy(&out);
+}
+
+#[test]
+fn killed_after_the_landing_note_then_restart_checks_every_pass() {
+    killed_in_landing_then_restart("landing-noted");
+}
+
+#[test]
+fn killed_after_the_checkout_moved_then_restart_checks_every_pass() {
+    killed_in_landing_then_restart("landing-moved");
+}
+
+#[test]
+fn killed_after_prd_json_marked_the_pass_then_restart_checks_every_pass() {
+    killed_in_landing_then_restart("landing-marked");
+}
+
+#[test]
+fn killed_after_the_landing_commit_before_its_record_then_restart_checks_every_pass() {
+    killed_in_landing_then_restart("commit-checkpointed");
+}
+
+#[test]
+fn killed_after_the_landing_was_recorded_then_restart_leaves_no_worktree() {
+    killed_in_landing_then_restart("landing-recorded");
+}
+
 /// The real claude CLI (scripts/install-claude.sh) against the scripted model: the textkit
 /// example's three stories with `--parallel 2`, each worker's claude working in its own
 /// worktree (the scenario writes under the directory the CLI reports as its own).

@@ -173,6 +173,7 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     if let Some(c) = clock {
         record.duration_s = c.elapsed().as_secs_f64();
     }
+    crate::process::kill_point("commit-checkpointed");
     ledger::append(&at.paths.ledger, &record)?;
     // The unblock is on record now (ledger and trailer).
     state.unblocked.clear();

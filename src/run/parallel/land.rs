@@ -255,6 +255,7 @@ pub async fn land(
         worked,
         out,
     )?;
+    crate::process::kill_point("landing-recorded");
     if flight.root.exists() {
         if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
             out.warn(format!(
@@ -702,6 +703,7 @@ async fn onto_branch(
         to: result.clone(),
     };
     note.write(&paths.ralph_dir)?;
+    crate::process::kill_point("landing-noted");
     let advanced = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result);
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
@@ -723,8 +725,10 @@ async fn onto_branch(
         landing.kind = LandingKind::Refused;
         return Ok(Some(landing));
     }
+    crate::process::kill_point("landing-moved");
     own.restore(&paths)?;
     mark_passing(&paths, &story, worked.story_notes.as_deref())?;
+    crate::process::kill_point("landing-marked");
     board.landed.push(story);
     landing.kind = if fast_forward {
         LandingKind::FastForward
