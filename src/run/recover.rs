@@ -849,7 +849,8 @@ fn salvage_flight(
         return (None, Vec::new());
     };
     if !tree.root.join(".git").exists() {
-        return gone_flight(repo, paths, flight, tree);
+        let (kept, findings) = gone_flight(repo, paths, flight, tree);
+        return (kept.map(Work::Salvaged), findings);
     }
     let mut findings = Vec::new();
     let kept = Repo::discover(&tree.root).ok().and_then(|wt| {
