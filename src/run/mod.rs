@@ -46,9 +46,6 @@ use self::session::Session;
 const FINAL_GRACE: Duration = Duration::from_secs(5);
 /// How long output is still read after the agent exited, before its group is killed.
 const EXIT_DRAIN: Duration = Duration::from_secs(2);
-/// After a stop signal, packing loose objects at the end of the run must be done by this share of
-/// `--shutdown-timeout` (counted from the signal); it is skipped or abandoned past it.
-const PACK_SHARE: f64 = 0.5;
 /// Longest agent output line kept in memory for parsing (16 MiB).
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -782,13 +779,22 @@ async fn finish(
     let paths = &s.pre.paths;
     pin_last(&s.pre.repo, s.totals.last.as_ref(), out);
     // The refs and objects this run wrote are packed (see iteration::commit::PACK_REFS_EVERY).
-    // After a signal, packing objects must end within its share of --shutdown-timeout: the push,
-    // the lease release and the notifications come after it.
+    // After a stop signal ralph exits as soon as the work is kept, within --shutdown-timeout:
+    // packing the run's loose objects (seconds, for a large prd.json's copies) is left to
+    // `git gc`; only the refs are packed (one short rewrite of packed-refs).
     if s.totals.iterations > 0 {
-        let pack_by = stop
-            .stopped()
-            .map(|c| c.at + cfg.shutdown_timeout.mul_f64(PACK_SHARE));
-        for warning in s.pre.repo.housekeeping_until(pack_by) {
+        let warnings = match stop.stopped() {
+            Some(_) => s
+                .pre
+                .repo
+                .pack_refs()
+                .err()
+                .map(|e| e.to_string())
+                .into_iter()
+                .collect(),
+            None => s.pre.repo.housekeeping(),
+        };
+        for warning in warnings {
             tracing::warn!("{warning}");
         }
     }
