@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -749,7 +750,8 @@ class Bench:
         marks the first open story passing, writes one file and exits; ralph gets SIGINT as soon
         as the agent is done, i.e. while it looks at what the agent did, and must put the pass
         back (unchecked), checkpoint the work and exit 130. Measured: the wall time from the
-        signal to ralph's exit, and the CPU seconds ralph used in it. The baseline is the floor
+        signal to ralph's "stopping" line (the stop heard; goal 1 s) and to its exit, and the CPU
+        seconds ralph used after the signal. The baseline is the floor
         of keeping that work at all: `git add -A && git commit` of the same change in another
         copy. Checked: exit 130 and one `interrupted` ledger record whose story is not passing."""
         n, runs = self.cfg["scale_n"], self.cfg["scale_runs"]
@@ -772,7 +774,7 @@ class Bench:
             except (OSError, IndexError, ValueError):
                 return None
 
-        r, rcpu, b = [], [], []
+        r, rcpu, b, n_heard = [], [], [], []
         for k in range(runs):
             for side in (("ralph", "git") if k % 2 == 0 else ("git", "ralph")):
                 repo = self.copy(template, "scale-stop")
@@ -787,25 +789,40 @@ class Bench:
                         b.append(w)
                         continue
                     argv = [self.ralph, "run", "--quiet", "--agent", "exec", "--agent-cmd", agent,
-                            "--max-iter", "1", "--shutdown-timeout", "30s"] + LIMITS
-                    with open(os.path.join(self.tmp, "stderr.txt"), "wb") as err:
-                        child = subprocess.Popen(argv, cwd=repo, env=self.env, stdin=subprocess.DEVNULL,
-                                                 stdout=subprocess.DEVNULL, stderr=err)
-                        while not os.path.exists(done):
-                            if child.poll() is not None:
-                                raise Failed("ralph exit %d before the agent was done: %s"
-                                             % (child.returncode, self.stderr_tail()))
-                            time.sleep(0.002)
-                        cpu0 = cpu_of(child.pid)
-                        t0 = time.perf_counter()
-                        child.send_signal(signal.SIGINT)
-                        cpu1 = cpu0
-                        while child.poll() is None:
-                            cpu1 = cpu_of(child.pid) or cpu1
-                            time.sleep(0.005)
-                        w = time.perf_counter() - t0
+                            "--max-iter", "1"] + LIMITS
+                    child = subprocess.Popen(argv, cwd=repo, env=self.env, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    said, heard = [], []
+
+                    def read_stderr():
+                        # When ralph says it is stopping: the stop was heard.
+                        for line in child.stderr:
+                            said.append(line)
+                            if b"ralph: stopping" in line and not heard:
+                                heard.append(time.perf_counter())
+
+                    reader = threading.Thread(target=read_stderr, daemon=True)
+                    reader.start()
+                    while not os.path.exists(done):
+                        if child.poll() is not None:
+                            raise Failed("ralph exit %d before the agent was done: %s"
+                                         % (child.returncode, b"".join(said)[-400:].decode(errors="replace")))
+                        time.sleep(0.002)
+                    cpu0 = cpu_of(child.pid)
+                    t0 = time.perf_counter()
+                    child.send_signal(signal.SIGINT)
+                    cpu1 = cpu0
+                    while child.poll() is None:
+                        cpu1 = cpu_of(child.pid) or cpu1
+                        time.sleep(0.005)
+                    w = time.perf_counter() - t0
+                    reader.join(timeout=5)
                     if child.returncode != 130:
-                        raise Failed("ralph exit %d after SIGINT: %s" % (child.returncode, self.stderr_tail()))
+                        raise Failed("ralph exit %d after SIGINT: %s"
+                                     % (child.returncode, b"".join(said)[-400:].decode(errors="replace")))
+                    if not heard:
+                        raise Failed("ralph never said it was stopping")
+                    n_heard.append(heard[0] - t0)
                     with open(os.path.join(repo, ".ralph", "ledger.jsonl")) as f:
                         records = [json.loads(l) for l in f if l.strip()]
                     if len(records) != 1 or records[0].get("outcome") != "interrupted":
@@ -815,12 +832,14 @@ class Bench:
                         rcpu.append(cpu1 - cpu0)
                 finally:
                     self.remove(repo)
-        rm, bm = statistics.median(r), statistics.median(b)
-        self.add("scale SIGINT after the agent, %s stories (median of %d)" % (fmt_int(n), runs), "%.2f s" % rm,
-                 "git add+commit %.2f s" % bm, ratio(rm, bm), "≤ 1 s", met(rm <= 1.0),
-                 "issue 18 item 9: two SIGINTs were not heard for over 70 s at 200,000 stories; from the "
-                 "signal to exit 130, with the pass put back and the work checkpointed; ralph's CPU %.2f s"
-                 % (statistics.median(rcpu) if rcpu else float("nan")))
+        rm, bm, hm = statistics.median(r), statistics.median(b), statistics.median(n_heard)
+        self.add("scale SIGINT after the agent, %s stories (median of %d)" % (fmt_int(n), runs),
+                 "heard %.2f s, exit %.2f s" % (hm, rm), "git add+commit %.2f s" % bm, ratio(rm, bm),
+                 "heard ≤ 1 s", met(hm <= 1.0),
+                 "issue 18 item 9: two SIGINTs were not heard for over 70 s at 200,000 stories. Heard: "
+                 "from the signal to ralph's 'stopping' line; exit: to exit 130, with the unchecked pass "
+                 "put back and the agent's work checkpointed (the ratio is the exit's, over the git floor); "
+                 "ralph's CPU after the signal %.2f s" % (statistics.median(rcpu) if rcpu else float("nan")))
 
     def table(self):
         head = ["measure", "ralph", "baseline", "ratio", "goal", "met?"]
