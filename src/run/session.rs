@@ -61,22 +61,27 @@ pub struct Session {
     /// `--push`: the remote, its lease held (released at the end; its guard releases it on any
     /// early return).
     pub remote: Option<crate::remote::Remote>,
-    /// The run lock: released by [`Session::close`] (or when the session is dropped).
-    lock: Option<RunLock>,
+    /// The run lock, released when the session is dropped.
+    _lock: RunLock,
 }
 
 impl Session {
-    /// Ends the session: the run lock is released now, and the rest (the parses of prd.json,
-    /// the story ids: hundreds of MiB for 100,000 stories) is freed on a thread of its own, so
-    /// that the exit after a stop signal does not wait for the allocator (the process may end
-    /// before that thread is done; the memory then goes back with the process).
+    /// Ends the session: everything it holds is released now (the run lock, the sandbox's
+    /// proxy and temporary files, the local server's guard), except the parse of prd.json it
+    /// started with and the story ids (hundreds of MiB for 100,000 stories), which are freed
+    /// on a thread of its own, so that the exit after a stop signal does not wait for the
+    /// allocator (the process may end before that thread is done; the memory goes back with
+    /// the process).
     pub fn close(mut self) {
-        drop(self.lock.take());
-        let freed = std::thread::Builder::new()
+        let heavy = (
+            std::sync::Arc::clone(&self.initial),
+            std::mem::take(&mut self.expected_ids),
+        );
+        drop(self);
+        // No thread: the parse was freed with the failed spawn's closure.
+        let _ = std::thread::Builder::new()
             .name("ralph-free".into())
-            .spawn(move || drop(self));
-        // No thread: the session was dropped with the failed spawn's closure.
-        drop(freed);
+            .spawn(move || drop(heavy));
     }
 }
 
@@ -175,7 +180,7 @@ pub async fn open(
         local_server: None,
         books: Vec::new(),
         remote,
-        lock: Some(acquired.lock),
+        _lock: acquired.lock,
     };
     session.prepare_stories(cfg, out)?;
     // A stop heard here ends the run before the tree is touched (archive, branch): with a large
