@@ -123,11 +123,17 @@ fn local_model_plans_a_textkit_feature_that_converts_validates_and_runs() {
     );
 }
 
+/// `ralph convert` of free-form prose with the local default model (1.5B): the conversion
+/// works, and its stories are the two helpers the notes ask for. (With the 0.5B model the
+/// draft copies the rules' placeholders and repeats stories until the schema's limit: it is
+/// no model for conversions, and `ralph convert --agent local` uses the default one.) The
+/// prompt is the same bytes for the same notes and project, and the model runs at temperature
+/// 0 with a fixed seed, so the reply is the same on every run on this hardware.
 #[test]
-fn local_model_converts_free_form_markdown_or_says_why_not() {
+fn local_model_converts_free_form_markdown_into_the_stories_it_asks_for() {
     if prepared_or_skip(
-        "local_model_converts_free_form_markdown_or_says_why_not",
-        ralph::local::BuiltinModel::Small,
+        "local_model_converts_free_form_markdown_into_the_stories_it_asks_for",
+        ralph::local::BuiltinModel::Default,
     )
     .is_none()
     {
@@ -142,51 +148,36 @@ fn local_model_converts_free_form_markdown_or_says_why_not() {
          `textkit.words.longest_word(text)`, which returns the longest word (the first one on a \
          tie, \"\" for blank text). Both need unit tests in tests/.\n",
     );
-    let out = local(
-        &env,
-        &[
-            "convert",
-            "notes.md",
-            "--agent",
-            "local",
-            "--local-model",
-            "small",
-        ],
-    );
+    let out = local(&env, &["convert", "notes.md", "--agent", "local"]);
     eprintln!("--- convert --agent local ---\n{}", text(&out));
-    // A 0.5B model's conversion of free-form prose is partly chance (a dependency the wrong way
-    // round, a criterion it cannot phrase), so either outcome is checked in full: a valid
-    // prd.json with no draft left behind, or exit 1 with every
-    // problem named by its JSON path and fix, the last draft kept and no prd.json written.
-    if !out.status.success() {
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("did not produce a valid prd.json"), "{err}");
-        let problems: Vec<&str> = err
-            .lines()
-            .filter(|l| l.trim_start().starts_with("- "))
-            .collect();
-        assert!(!problems.is_empty(), "no problem listed: {err}");
-        for p in &problems {
-            assert!(p.contains("$") && p.contains("(fix: "), "{p}");
-        }
-        assert!(
-            err.contains("the last draft is saved in prd.draft.json"),
-            "{err}"
-        );
-        assert!(env.path("prd.draft.json").is_file());
-        assert!(!env.path("prd.json").exists());
-        return;
-    }
-    eprintln!("{}", env.read("prd.json"));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("converted by the agent"),
+        "{}",
+        text(&out)
+    );
     let validate = env.ralph(&["validate"]);
     assert!(validate.status.success(), "{}", text(&validate));
     let prd: Value = env.prd();
+    eprintln!("{prd:#}");
     let stories = prd["userStories"].as_array().unwrap();
-    assert!(!stories.is_empty(), "{prd}");
-    // What the stories say is the small model's to get right or wrong (seen here: a valid
-    // prd.json whose stories named neither helper); ralph's part is a valid, linted prd.json.
-    eprintln!("stories: {}", serde_json::to_string(stories).unwrap());
+    // One story per helper (a story of tests alone may come beside them), none copied from the
+    // rules' placeholders, none passing.
+    assert!((2..=4).contains(&stories.len()), "{prd}");
+    let says = |s: &Value| s.to_string();
+    for helper in ["word_count", "longest_word"] {
+        assert!(
+            stories.iter().any(|s| says(s).contains(helper)),
+            "no story names {helper}: {prd}"
+        );
+    }
+    for s in stories {
+        assert_eq!(s["passes"], false, "{s}");
+        assert!(
+            !says(s).contains("[feature]"),
+            "a placeholder was copied: {s}"
+        );
+    }
     assert!(prd["branchName"]
         .as_str()
         .is_some_and(|b| b.starts_with("ralph/")));
