@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::text;
+use crate::common::{codex_auth, text};
 use crate::fallback::{codex_story, env_with};
 
 /// claude's 5-hour limit, resetting an hour after the fake plays it (so the run stays on the
@@ -452,16 +452,6 @@ fn the_lease_hands_each_agents_reset_to_the_next_worker() {
         state["stop_reason"]["agents"][1]["agent"], "claude",
         "{state}"
     );
-}
-
-/// A codex session that cannot log in.
-fn codex_auth() -> Value {
-    json!([
-        {"read_stdin": true},
-        {"codex": {"start": {}}},
-        {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
-        {"exit": 1}
-    ])
 }
 
 /// claude is limited, the first fallback cannot log in, the second is limited: the story's

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::common::{claude_clock_in, prd_with_stories, script_file, text, TestEnv};
+use crate::common::{claude_clock_in, codex_auth, prd_with_stories, script_file, text, TestEnv};
 use crate::fallback::{env_with, pairs, sequence};
 
 /// An exec agent for every story: it logs the story, waits while `agents/<story>.wait` (bash)
@@ -178,15 +178,6 @@ fn claude_limit(in_s: i64) -> Value {
     json!([
         {"claude_init": {}},
         {"claude_usage_limit": {"message": "You've hit your session limit", "resets_in_s": in_s}},
-        {"exit": 1}
-    ])
-}
-
-fn codex_auth() -> Value {
-    json!([
-        {"read_stdin": true},
-        {"codex": {"start": {}}},
-        {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
         {"exit": 1}
     ])
 }

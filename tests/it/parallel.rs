@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::par::{
-    does, in_worktree_of, landing_kind, overlapped, prd_of, story, Par, BRANCH,
+    assert_numbering, does, in_worktree_of, landing_kind, overlapped, prd_of, story, Par, BRANCH,
 };
 use crate::common::text;
 
@@ -76,12 +76,7 @@ fn four_independent_stories_run_three_at_a_time_and_all_land() {
         "iterations did not overlap in time ({pairs} overlapping pairs)"
     );
     // Numbering: one record per iteration, 1..=4 without gaps.
-    let mut numbers: Vec<u64> = ledger
-        .iter()
-        .map(|r| r["iteration"].as_u64().expect("iteration"))
-        .collect();
-    numbers.sort_unstable();
-    assert_eq!(numbers, [1, 2, 3, 4]);
+    assert_numbering(&ledger, "four iterations");
     par.assert_tidy(&out);
 }
 
@@ -524,18 +519,8 @@ fn kill_case(seed: u64) {
             ]),
         );
     }
-    let wrapper = par.wrapper.display().to_string();
-    let args = [
-        "run",
-        "--parallel",
-        "3",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &wrapper,
-        "--max-iter",
-        "20",
-    ];
+    let args = par.args(3, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = par.env.ralph_spawn(&args);
     // All three agents started, then the kill at a random point of the next 3.5 s.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -581,16 +566,7 @@ fn kill_case(seed: u64) {
         par.env.spawned_output()
     );
     let ledger = par.env.ledger();
-    let mut numbers: Vec<u64> = ledger
-        .iter()
-        .map(|r| r["iteration"].as_u64().expect("iteration"))
-        .collect();
-    numbers.sort_unstable();
-    let want: Vec<u64> = (1..=numbers.len() as u64).collect();
-    assert_eq!(
-        numbers, want,
-        "seed {seed}: numbering has gaps or repeats: {ledger:#?}"
-    );
+    assert_numbering(&ledger, &format!("seed {seed}"));
     // Every agent run has its record: started agents = records (setup never fails here).
     let started: usize = (1..=3).map(|i| par.calls(&format!("US-{i:03}"))).sum();
     assert_eq!(ledger.len(), started, "seed {seed}: {ledger:#?}");
@@ -621,27 +597,12 @@ fn kill_case(seed: u64) {
         }
     }
     // Every story passes, through a check that ran on the branch (no pass left unchecked).
-    for (k, s) in par.env.prd()["userStories"]
+    assert_every_pass_checked(&par, &format!("seed {seed}"));
+    let stories = par.env.prd()["userStories"]
         .as_array()
         .expect("stories")
-        .iter()
-        .enumerate()
-    {
-        assert_eq!(s["passes"], true, "seed {seed}: {s}");
-        let id = s["id"].as_str().expect("id");
-        let passed = par
-            .records(id)
-            .into_iter()
-            .rev()
-            .find(|r| r["outcome"] == "story_passed")
-            .unwrap_or_else(|| panic!("seed {seed}: {id} passes without a story_passed record"));
-        assert!(
-            passed["verify"]
-                .as_array()
-                .is_some_and(|v| v.iter().any(|c| c["passed"] == true)),
-            "seed {seed}: {id}'s pass has no check: {passed:#}"
-        );
-        let i = k + 1;
+        .len();
+    for i in 1..=stories {
         for f in [format!("file-{i}.txt"), format!("part-{i}.txt")] {
             assert!(
                 par.branch_files().contains(&f),
@@ -650,6 +611,33 @@ fn kill_case(seed: u64) {
         }
     }
     par.assert_tidy(&out);
+}
+
+/// Every story of prd.json passes, and its last `story_passed` record has a check that passed
+/// (no pass prd.json kept with no record, none left unchecked); `what` starts the failure
+/// messages (a seed, a kill point).
+fn assert_every_pass_checked(par: &Par, what: &str) {
+    for s in par.env.prd()["userStories"].as_array().expect("stories") {
+        assert_eq!(s["passes"], true, "{what}: {s}");
+        let id = s["id"].as_str().expect("id");
+        let passed = par
+            .records(id)
+            .into_iter()
+            .rev()
+            .find(|r| r["outcome"] == "story_passed")
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: {id} passes without a story_passed record: {:#?}",
+                    par.env.ledger()
+                )
+            });
+        assert!(
+            passed["verify"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|c| c["passed"] == true)),
+            "{what}: {id}'s pass has no check: {passed:#}"
+        );
+    }
 }
 
 /// ralph SIGKILLed at one point of its first landing (the test hook `RALPH_TEST_KILL_AT`,
@@ -671,18 +659,8 @@ fn killed_in_landing_then_restart(point: &str) {
         ]);
         par.story(&id, json!([attempt.clone(), attempt]));
     }
-    let wrapper = par.wrapper.display().to_string();
-    let args = [
-        "run",
-        "--parallel",
-        "2",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &wrapper,
-        "--max-iter",
-        "20",
-    ];
+    let args = par.args(2, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = par.env.ralph_cmd(&args);
     cmd.env("RALPH_TEST_KILL_AT", point);
     let killed = cmd.output().expect("run ralph");
@@ -695,31 +673,8 @@ fn killed_in_landing_then_restart(point: &str) {
     let out = par.env.ralph(&args);
     assert_eq!(out.status.code(), Some(0), "{point}\n{}", text(&out));
     let ledger = par.env.ledger();
-    let mut numbers: Vec<u64> = ledger
-        .iter()
-        .map(|r| r["iteration"].as_u64().expect("iteration"))
-        .collect();
-    numbers.sort_unstable();
-    let want: Vec<u64> = (1..=numbers.len() as u64).collect();
-    assert_eq!(numbers, want, "{point}: {ledger:#?}");
-    for s in par.env.prd()["userStories"].as_array().expect("stories") {
-        assert_eq!(s["passes"], true, "{point}: {s}");
-        let id = s["id"].as_str().expect("id");
-        let passed = par
-            .records(id)
-            .into_iter()
-            .rev()
-            .find(|r| r["outcome"] == "story_passed")
-            .unwrap_or_else(|| {
-                panic!("{point}: {id} passes without a story_passed record: {ledger:#?}")
-            });
-        assert!(
-            passed["verify"]
-                .as_array()
-                .is_some_and(|v| v.iter().any(|c| c["passed"] == true)),
-            "{point}: {id}'s pass has no check: {passed:#}"
-        );
-    }
+    assert_numbering(&ledger, point);
+    assert_every_pass_checked(&par, point);
     // At every commit of the run branch, a story prd.json marks passing has its record by then
     // or is set back by the next commit: the branch's last prd.json is checked above; the
     // landing the kill cut short is on record as landed or kept.

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common::par::{
-    assert_no_worktrees, landing_kind, prd_of, simple_stories, story, Par, BRANCH, USER_TEXT,
+    assert_no_worktrees, assert_numbering, landing_kind, prd_of, simple_stories, story, Par,
+    BRANCH, USER_TEXT,
 };
 use crate::common::{text, wait_exit};
 
@@ -125,17 +126,6 @@ fn all_pass(prd: &Value) -> bool {
     prd["userStories"]
         .as_array()
         .is_some_and(|a| a.iter().all(|s| s["passes"] == true))
-}
-
-/// The ledger's iteration numbers, sorted, are 1..=n.
-fn assert_numbering(ledger: &[Value]) {
-    let mut numbers: Vec<u64> = ledger
-        .iter()
-        .map(|r| r["iteration"].as_u64().expect("iteration"))
-        .collect();
-    numbers.sort_unstable();
-    let want: Vec<u64> = (1..=numbers.len() as u64).collect();
-    assert_eq!(numbers, want, "numbering has gaps or repeats: {ledger:#?}");
 }
 
 /// Scripts both stories of [`simple_stories`]`(2)`: attempt `n` of `US-00<i>` writes
@@ -554,7 +544,7 @@ fn real_claude_runs_the_whole_mix_three_at_a_time() {
     // Three stories blocked (US-006 failing, US-007 behind it, US-008's setup): exit 4.
     assert_eq!(out.status.and_then(|s| s.code()), Some(4), "{run_said}");
     let ledger = fx.ledger();
-    assert_numbering(&ledger);
+    assert_numbering(&ledger, "the run");
     let outcomes = |id: &str| -> Vec<String> {
         fx.records(id)
             .iter()
@@ -896,7 +886,7 @@ fn a_checkout_switched_mid_run_stops_without_landing_and_the_next_run_completes(
     let out = f.run(2, &[]);
     assert_eq!(out.status.code(), Some(0), "{first}\n{}", text(&out));
     let ledger = f.env.ledger();
-    assert_numbering(&ledger);
+    assert_numbering(&ledger, "the run");
     // The first run's two iterations are on record, as the first two.
     let first_two: Vec<&str> = ledger
         .iter()
@@ -996,7 +986,7 @@ fn max_cost_with_three_workers_stops_launching_before_flights_would_cross_it() {
         "spent ${spent:.2} against a $1.00 limit: {ledger:#?}"
     );
     assert_eq!(ledger.len(), 4, "{ledger:#?}");
-    assert_numbering(&ledger);
+    assert_numbering(&ledger, "the run");
     for id in ["US-005", "US-006"] {
         assert_eq!(f.calls(id), 0, "{id} started past the limit");
     }

@@ -420,9 +420,32 @@ fn a_worktree_copy_symlink_arrives_in_the_worktree_as_a_symlink() {
     par.assert_tidy(&out);
 }
 
+/// `ralph run --parallel 2 --max-iter 5` in the background, SIGKILLed once `ready` holds (the
+/// test fails with `never` if it does not within 120 s), then run again to its end, which must
+/// exit 0: that rerun's output.
+fn killed_then_rerun(par: &Par, never: &str, ready: impl Fn() -> bool) -> Output {
+    use std::time::{Duration, Instant};
+    let args = par.args_max(2, 5, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = par.env.ralph_spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{never}:\n{}",
+            par.env.spawned_output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    out
+}
+
 #[test]
 fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_work_holds() {
-    use std::time::{Duration, Instant};
     let par = Par::new(
         &prd_of(vec![story(
             1,
@@ -448,20 +471,6 @@ fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_work_h
             does("US-001", "file-1.txt", "1\n", 0)
         ]),
     );
-    let wrapper = par.wrapper.display().to_string();
-    let args = [
-        "run",
-        "--parallel",
-        "2",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &wrapper,
-        "--max-iter",
-        "5",
-    ];
-    let mut child = par.env.ralph_spawn(&args);
-    let deadline = Instant::now() + Duration::from_secs(120);
     let trees = par.env.repo.join(".ralph").join("worktrees");
     let written = || {
         std::fs::read_dir(&trees).ok().is_some_and(|runs| {
@@ -473,18 +482,7 @@ fn after_kill_9_the_recovered_row_shows_the_time_worked_and_the_files_its_work_h
             })
         })
     };
-    while !written() {
-        assert!(
-            Instant::now() < deadline,
-            "the agent never wrote its file:\n{}",
-            par.env.spawned_output()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
-    let _ = child.wait();
-    let out = par.env.ralph(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = killed_then_rerun(&par, "the agent never wrote its file", written);
     let first = &par.records("US-001")[0];
     assert_eq!(first["outcome"], "interrupted", "{first:#}");
     let secs = first["duration_s"].as_f64().unwrap_or(0.0);
@@ -697,10 +695,7 @@ fn deleted_worktree(post: &str, commit: bool) -> (Par, Output, Value) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
     assert_eq!(
-        par.env
-            .git(&["worktree", "list", "--porcelain"])
-            .matches("worktree ")
-            .count(),
+        par.registered_worktrees(),
         1,
         "a worktree is left registered"
     );
@@ -708,15 +703,17 @@ fn deleted_worktree(post: &str, commit: bool) -> (Par, Output, Value) {
     (par, out, first)
 }
 
-/// The first attempt's commit is kept under the salvage ref its record names, and that record
-/// says the uncommitted rest went with the worktree.
-fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
+/// [`deleted_worktree`] with `post` and a committed first attempt: that commit is kept under
+/// the salvage ref its record names, and that record says the uncommitted rest went with the
+/// worktree.
+fn first_try_is_kept(post: &str) {
+    let (par, out, first) = deleted_worktree(post, true);
     let message = first["message"].as_str().unwrap_or_default();
     let salvage = message
         .split_whitespace()
         .find(|w| w.starts_with("refs/ralph/salvage/"))
         .map(|w| w.trim_end_matches([',', ';', ')']))
-        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(out)));
+        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(&out)));
     let kept = par.env.git(&["log", "--format=%s", salvage]);
     assert!(
         kept.lines().any(|s| s == "feat: US-001 first try"),
@@ -741,33 +738,25 @@ fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
 /// its record names, and the story's next attempt starts from it.
 #[test]
 fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref() {
-    let (par, out, first) = deleted_worktree(
-        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
-        true,
-    );
-    first_try_is_kept(&par, &out, &first);
+    first_try_is_kept("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n");
 }
 
 /// `rm -rf` of the worktree and `git worktree prune` (the lock lifted first, so that git
 /// prunes the record too): the commit is kept the same way.
 #[test]
 fn an_unlocked_deleted_and_pruned_worktree_keeps_the_agents_commit_under_a_salvage_ref() {
-    let (par, out, first) = deleted_worktree(
+    first_try_is_kept(
         "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ngit worktree unlock \"$W\"\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
-        true,
     );
-    first_try_is_kept(&par, &out, &first);
 }
 
 /// `rm -rf` and `git worktree prune` of the (locked) worktree: git keeps its record, which
 /// still names the commit; it is kept too.
 #[test]
 fn a_deleted_worktree_pruned_by_the_agent_keeps_the_agents_commit_under_a_salvage_ref() {
-    let (par, out, first) = deleted_worktree(
+    first_try_is_kept(
         "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
-        true,
     );
-    first_try_is_kept(&par, &out, &first);
 }
 
 /// Work never committed is gone with a `-f -f` removal (git keeps no copy): the record says so
@@ -927,7 +916,6 @@ fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing(
 /// the salvage ref the recovered record names, and the story's next attempt starts from it.
 #[test]
 fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit() {
-    use std::time::{Duration, Instant};
     let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
     par.story(
         "US-001",
@@ -953,32 +941,9 @@ fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit()
             marker.display()
         ),
     );
-    let wrapper = par.wrapper.display().to_string();
-    let args = [
-        "run",
-        "--parallel",
-        "2",
-        "--agent",
-        "exec",
-        "--agent-cmd",
-        &wrapper,
-        "--max-iter",
-        "5",
-    ];
-    let mut child = par.env.ralph_spawn(&args);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !marker.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the agent never removed its worktree:\n{}",
-            par.env.spawned_output()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
-    let _ = child.wait();
-    let out = par.env.ralph(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = killed_then_rerun(&par, "the agent never removed its worktree", || {
+        marker.exists()
+    });
     let first = &par.records("US-001")[0];
     let (salvage, said) = named_salvage(first);
     assert!(

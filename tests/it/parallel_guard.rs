@@ -95,14 +95,7 @@ fn an_agent_cannot_remove_its_own_worktree_and_lose_its_commit() {
     let r = &par.records("US-001")[0];
     assert_eq!(r["outcome"], "story_passed", "{r:#}");
     assert_eq!(par.calls("US-001"), 1, "the story needed another attempt");
-    assert_eq!(
-        par.env
-            .git(&["worktree", "list", "--porcelain"])
-            .matches("worktree ")
-            .count(),
-        1,
-        "a worktree is left"
-    );
+    assert_eq!(par.registered_worktrees(), 1, "a worktree is left");
 }
 
 /// An agent that runs `git checkout main` in its worktree and commits there moves `main`: the
@@ -189,10 +182,7 @@ fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
     assert_eq!(
-        par.env
-            .git(&["worktree", "list", "--porcelain"])
-            .matches("worktree ")
-            .count(),
+        par.registered_worktrees(),
         1,
         "a worktree is left registered"
     );

@@ -13,7 +13,7 @@ use ralph::convert::agent::EXAMPLE_STORY_DESCRIPTION;
 use ralph::protocol::ProviderKind;
 use serde_json::{json, Value};
 
-use crate::common::{fake_agent_bin, text, TestEnv};
+use crate::common::{fake_agent_bin, native_flags, text, TestEnv};
 use crate::convert::{bad_draft, fixed_draft, FREE_FORM};
 use crate::fallback::env_with;
 use crate::plan::plan_doc;
@@ -76,19 +76,7 @@ fn ralph(env: &TestEnv, args: &[&str]) -> Output {
 
 /// The flags of a native primary agent on `llm`.
 fn native_primary(llm: &ScriptedLlm) -> Vec<String> {
-    [
-        "--agent",
-        "native",
-        "--model",
-        "scripted",
-        "--base-url",
-        &llm.base_url(),
-        "--api-key-env",
-        KEY_VAR,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    native_flags(&llm.base_url(), KEY_VAR)
 }
 
 /// Asserts that `prompt` was written for a schema session: the schema's wording, no example.

@@ -5,7 +5,9 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{claude_clock_in, fake_agent_bin, prd_with_stories, text, TestEnv};
+use crate::common::{
+    claude_clock_in, fake_agent_bin, native_flags, prd_with_stories, text, TestEnv,
+};
 
 /// claude prints its limit sentence as a plain line on stdout in stream-json mode, instead of
 /// the JSON lines or among them, then exits 1: the run reads a usage limit with its reset time
@@ -106,18 +108,10 @@ fn plan_cmd(
     llm: &crate::support_llm::ScriptedLlm,
     description: &str,
 ) -> std::process::Command {
-    let mut cmd = env.ralph_cmd(&[
-        "plan",
-        description,
-        "--agent",
-        "native",
-        "--model",
-        "scripted",
-        "--base-url",
-        &llm.base_url(),
-        "--api-key-env",
-        "PLAN_TEST_KEY",
-    ]);
+    let flags = native_flags(&llm.base_url(), "PLAN_TEST_KEY");
+    let mut args = vec!["plan", description];
+    args.extend(flags.iter().map(String::as_str));
+    let mut cmd = env.ralph_cmd(&args);
     cmd.env("PLAN_TEST_KEY", crate::support_llm::SCRIPTED_API_KEY)
         .stdin(std::process::Stdio::null());
     cmd

@@ -45,6 +45,23 @@ impl Tmux {
         self.run(&["has-session", "-t", "w"]).status.success()
     }
 
+    /// Starts `ralph watch` ([`watch_script`]) in an 80×24 session `w`.
+    fn start_watch(&self, env: &TestEnv) {
+        let script = watch_script(env);
+        let started = self.run(&[
+            "new-session",
+            "-d",
+            "-x",
+            "80",
+            "-y",
+            "24",
+            "-s",
+            "w",
+            script.to_str().unwrap(),
+        ]);
+        assert!(started.status.success(), "{}", text(&started));
+    }
+
     fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -111,19 +128,7 @@ fn watch_in_a_terminal_shows_the_run_takes_a_hint_and_quits_without_stopping_it(
         ]
     ]}));
     let mut run = env.ralph_spawn(&["run"]);
-    let script = watch_script(&env);
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-x",
-        "80",
-        "-y",
-        "24",
-        "-s",
-        "w",
-        script.to_str().unwrap(),
-    ]);
-    assert!(started.status.success(), "{}", text(&started));
+    tmux.start_watch(&env);
     // The story list, the running iteration and its last tool call.
     let screen = tmux.wait_for("the running iteration's tool call", |s| {
         s.contains("Bash: cargo test --watch-marker")
@@ -304,6 +309,21 @@ RALPH_FAKE_SCRIPT="$dir/$story-2.json" exec '{fake}'
     std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// `ralph status` says `says` and not `not`; `ralph status --json` has a pause requested,
+/// `pausing` iterations finishing and `paused` as given.
+fn assert_pause_status(env: &TestEnv, says: &str, not: &str, pausing: u64, paused: bool) {
+    let status = text(&env.ralph(&["status"]));
+    assert!(status.contains(says), "{status}");
+    assert!(!status.contains(not), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
+        (&json!(true), &json!(pausing), &json!(paused)),
+        "{doc}"
+    );
+}
+
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !done() {
@@ -325,19 +345,7 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
     wait_until("both agents started", || {
         root.join("started-US-001").exists() && root.join("started-US-002").exists()
     });
-    let script = watch_script(&env);
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-x",
-        "80",
-        "-y",
-        "24",
-        "-s",
-        "w",
-        script.to_str().unwrap(),
-    ]);
-    assert!(started.status.success(), "{}", text(&started));
+    tmux.start_watch(&env);
     // Both lanes: their worker, story and last action.
     let screen = tmux.wait_for("both flights' tool calls", |s| {
         s.contains("Bash: make US-001 --lane") && s.contains("Bash: make US-002 --lane")
@@ -366,19 +374,7 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
     // A pause while both are in flight: pausing, not paused.
     let out = env.ralph(&["pause"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let status = text(&env.ralph(&["status"]));
-    assert!(
-        status.contains("pausing: 2 iterations finishing"),
-        "{status}"
-    );
-    assert!(!status.contains("paused:"), "{status}");
-    let doc: serde_json::Value =
-        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
-    assert_eq!(
-        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
-        (&json!(true), &json!(2), &json!(false)),
-        "{doc}"
-    );
+    assert_pause_status(&env, "pausing: 2 iterations finishing", "paused:", 2, false);
     tmux.wait_for("the view's pausing", |s| {
         s.contains("pausing: 2 iterations finishing")
     });
@@ -394,19 +390,7 @@ fn watch_and_status_show_every_parallel_flight_and_a_pause_that_waits_for_them()
     wait_until("the paused event", || {
         env.spawned_output().contains(r#""event":"paused""#)
     });
-    let status = text(&env.ralph(&["status"]));
-    assert!(
-        status.contains("paused: no new iteration starts"),
-        "{status}"
-    );
-    assert!(!status.contains("pausing"), "{status}");
-    let doc: serde_json::Value =
-        serde_json::from_slice(&env.ralph(&["status", "--json"]).stdout).unwrap();
-    assert_eq!(
-        (&doc["pause_requested"], &doc["pausing"], &doc["paused"]),
-        (&json!(true), &json!(0), &json!(true)),
-        "{doc}"
-    );
+    assert_pause_status(&env, "paused: no new iteration starts", "pausing", 0, true);
     tmux.wait_for("the view's PAUSED", |s| s.contains("PAUSED"));
     assert_eq!(env.ledger().len(), 2, "{}", env.spawned_output());
     assert!(
@@ -435,19 +419,7 @@ fn watch_on_a_finished_run_offers_only_the_keys_that_act() {
     ]]}));
     let out = env.ralph(&["run"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let script = watch_script(&env);
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-x",
-        "80",
-        "-y",
-        "24",
-        "-s",
-        "w",
-        script.to_str().unwrap(),
-    ]);
-    assert!(started.status.success(), "{}", text(&started));
+    tmux.start_watch(&env);
     let screen = tmux.wait_for("the ended run and its key line", |s| {
         s.contains("last run ended") && s.contains("q quit")
     });

@@ -386,3 +386,31 @@ pub fn codex_clock_in(hours: i64) -> String {
         .to_string()
 }
 pub mod par;
+
+/// A codex session (the fake) that cannot log in: a 401 for its API key, then exit 1.
+pub fn codex_auth() -> Value {
+    json!([
+        {"read_stdin": true},
+        {"codex": {"start": {}}},
+        {"codex": {"failed": "unexpected status 401 Unauthorized: Incorrect API key provided"}},
+        {"exit": 1}
+    ])
+}
+
+/// The flags of a `native` agent on the scripted model server at `base_url` (model
+/// `scripted`), its key read from the environment variable `key_var`.
+pub fn native_flags(base_url: &str, key_var: &str) -> Vec<String> {
+    [
+        "--agent",
+        "native",
+        "--model",
+        "scripted",
+        "--base-url",
+        base_url,
+        "--api-key-env",
+        key_var,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}

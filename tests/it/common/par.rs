@@ -470,3 +470,39 @@ pub(crate) fn findings(r: &Value) -> String {
         })
         .unwrap_or_default()
 }
+
+impl Par {
+    /// How many worktrees `git worktree list` names: 1 when only the main checkout is left.
+    pub(crate) fn registered_worktrees(&self) -> usize {
+        self.env
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count()
+    }
+
+    /// [`Par::args`] with `--max-iter <max_iter>` in place of 20.
+    pub(crate) fn args_max(&self, parallel: u32, max_iter: u32, extra: &[&str]) -> Vec<String> {
+        let mut args = self.args(parallel, extra);
+        let at = args
+            .iter()
+            .position(|a| a == "--max-iter")
+            .expect("Par::args has --max-iter");
+        args[at + 1] = max_iter.to_string();
+        args
+    }
+}
+
+/// The ledger's iteration numbers, sorted, are 1..=n (one record an iteration, no gap, no
+/// repeat); `what` starts the failure message (a seed, a kill point).
+pub(crate) fn assert_numbering(ledger: &[Value], what: &str) {
+    let mut numbers: Vec<u64> = ledger
+        .iter()
+        .map(|r| r["iteration"].as_u64().expect("iteration"))
+        .collect();
+    numbers.sort_unstable();
+    let want: Vec<u64> = (1..=numbers.len() as u64).collect();
+    assert_eq!(
+        numbers, want,
+        "{what}: numbering has gaps or repeats: {ledger:#?}"
+    );
+}
