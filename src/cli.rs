@@ -453,6 +453,12 @@ pub struct DoctorArgs {
     /// --local-model`).
     #[arg(long, value_enum, value_name = "MODEL", env = "RALPH_LOCAL_MODEL")]
     pub local_model: Option<crate::local::BuiltinModel>,
+    /// The run's fallback agents to check, in order (as `ralph run --fallback-agent`; repeat
+    /// it or separate names with commas): an `[[agents]]` table's name in ralph.toml, or a
+    /// backend such as `codex`. Replaces ralph.toml's `fallback_agents`. RALPH_FALLBACK_AGENT
+    /// is read as `ralph run` reads it.
+    #[arg(long = "fallback-agent", value_name = "NAME", value_delimiter = ',')]
+    pub fallback_agent: Vec<String>,
 }
 
 /// Arguments of `ralph archive`.

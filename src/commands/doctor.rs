@@ -213,9 +213,12 @@ fn examine_fallbacks(
     cx: &DoctorContext<'_>,
     resolved: Option<&RunConfig>,
 ) -> Vec<Finding> {
-    let names: Vec<String> = match &file.fallback_agents {
-        Some(names) => names.iter().map(|n| n.trim().to_owned()).collect(),
-        None => file.agents.iter().map(|t| t.name.clone()).collect(),
+    // The run's fallbacks as it resolves them (--fallback-agent and RALPH_FALLBACK_AGENT over
+    // ralph.toml); the file's own list when the settings do not resolve.
+    let names: Vec<String> = match (resolved, &file.fallback_agents) {
+        (Some(run), _) => run.fallbacks.iter().map(|p| p.name.clone()).collect(),
+        (None, Some(names)) => names.iter().map(|n| n.trim().to_owned()).collect(),
+        (None, None) => file.agents.iter().map(|t| t.name.clone()).collect(),
     };
     let tables: Vec<_> = names
         .iter()
@@ -271,6 +274,9 @@ fn resolve(args: &DoctorArgs) -> Result<RunConfig, crate::config::ConfigError> {
     }
     if let Some(model) = args.local_model {
         run.agent_args.local_model = Some(model);
+    }
+    if !args.fallback_agent.is_empty() {
+        run.fallback_agent = args.fallback_agent.clone();
     }
     RunConfig::resolve(&run, &std::env::current_dir().unwrap_or_default())
 }

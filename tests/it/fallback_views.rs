@@ -256,6 +256,46 @@ fn doctor_checks_each_fallback_agent_under_its_name() {
     assert_eq!(doc["ok"], false, "{doc}");
 }
 
+/// `ralph doctor` checks the fallbacks the run would use: `--fallback-agent` (as `ralph run`'s)
+/// replaces ralph.toml's `fallback_agents`. (doctor refused the flag, and under
+/// RALPH_FALLBACK_AGENT it listed the file's fallbacks, not the ones the run would use.)
+#[test]
+fn doctor_checks_the_fallbacks_of_fallback_agent_not_the_files_list() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    fake_cli(&bin, "claude", "2.1.332 (Claude Code)");
+    fake_cli(&bin, "codex-nightly", "codex-cli 0.99.0");
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        format!(
+            "fallback_agents = [\"gone\"]\n\n\
+             [[agents]]\nname = \"backup\"\nagent = \"codex\"\nagent_program = \"{}\"\n\n\
+             [[agents]]\nname = \"gone\"\nagent = \"gemini\"\nagent_program = \"/nonexistent/gemini\"\n",
+            bin.join("codex-nightly").display()
+        ),
+    )
+    .expect("ralph.toml");
+    let named = |args: &[&str]| -> (Option<i32>, Vec<String>) {
+        let (code, json) = doctor(tmp.path(), &bin, args);
+        let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        let names = doc["agents"]
+            .as_array()
+            .expect("agents")
+            .iter()
+            .filter_map(|a| a["name"].as_str().map(str::to_owned))
+            .collect();
+        (code, names)
+    };
+    // The file's list: `gone`, which cannot start.
+    assert_eq!(named(&["--json"]), (Some(1), vec!["gone".to_owned()]));
+    // The flag's: `backup` alone, and ready.
+    assert_eq!(
+        named(&["--json", "--fallback-agent", "backup"]),
+        (Some(0), vec!["backup".to_owned()])
+    );
+}
+
 /// Under GitHub Actions, each iteration's log group names the agent it ran on.
 #[test]
 fn github_actions_group_titles_name_the_agent() {
