@@ -16,6 +16,7 @@
 //! `notes` and the progress entry itself at landing.
 
 pub mod land;
+pub mod own;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -118,6 +119,10 @@ pub async fn drive(
         if board.flights.is_empty() {
             if let Some(reason) = board.stopping.take() {
                 if matches!(reason, StopReason::Complete) {
+                    if own::guard(s, &board, out)? {
+                        // A worker marked stories passing in the checkout: they run as usual.
+                        continue;
+                    }
                     let current = store::load_shared(&s.pre.paths.prd)?;
                     let at = super::final_check::At {
                         pre: &s.pre,
@@ -359,6 +364,10 @@ async fn launch(
             // Switched while prd.json was read: the next pass of this loop says so.
             continue;
         };
+        if own::guard(s, board, out)? {
+            // What a worker wrote into the checkout's prd.json is set back: read it again.
+            continue;
+        }
         super::remember(&current, &paths, stop, out);
         let now = Utc::now();
         board.held.retain(|_, at| *at > now);
@@ -509,7 +518,8 @@ fn start(
         }
     }
     // prd.json as the user edited it meanwhile (a story added during a pause) is what the
-    // worktree must start from.
+    // worktree must start from; what a worker wrote there is set back first.
+    own::guard(s, board, out)?;
     if !edits_committed(s, board)? {
         give_back(s, board, &assignment);
         return Ok(());
