@@ -743,6 +743,8 @@ fn after(
         }
         super::Settled::Next { story_id, next } => (story_id, next),
     };
+    // What a worker wrote into the checkout's prd.json does not count as passing.
+    own::guard(s, board, out)?;
     if store::load_shared(&prd).is_ok_and(|p| p.prd.all_pass()) {
         // Every story passes: a usage limit met by this landing or an earlier one holds
         // nothing; the next launch's pick ends the run.
