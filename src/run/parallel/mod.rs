@@ -93,6 +93,9 @@ pub struct Board {
     /// no `--max-cost`, or no earlier priced iteration): what an iteration in flight is
     /// counted at before this run knows a cost of its own.
     pub earlier_average: Option<f64>,
+    /// Stories passing in the run branch's committed prd.json when the loop started: with
+    /// [`Board::landed`], the only passes [`own::guard`] trusts in the checkout's prd.json.
+    pub passing_at_start: std::collections::BTreeSet<String>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -109,6 +112,7 @@ pub async fn drive(
     let mut board = Board::default();
     start_point(s)?;
     board.tip = s.pre.repo.head_sha()?;
+    board.passing_at_start = own::passing_at_start(s)?;
     board.branch = s.pre.repo.current_branch();
     board.resume = earlier_work(s);
     board.earlier_average = earlier_average(s);

@@ -26,8 +26,9 @@ const KEPT: &[&str] = &["passes", "notes"];
 
 /// Sets the checkout's prd.json back to what ralph wrote (see the module docs) and warns once per
 /// repair; returns whether it wrote the file. Nothing is done when the checkout is switched, when
-/// prd.json is missing or invalid (the callers' reads report that), or when the tip has no
-/// prd.json committed (then stories passing when the run started, or landed by it, are trusted).
+/// prd.json is missing or invalid (the callers' reads report that). Trusted passes: the stories
+/// of [`Board::passing_at_start`] and [`Board::landed`]; the other fields are the tip's (none
+/// put back when the tip has no prd.json committed).
 ///
 /// # Errors
 /// git failing to read the run branch's tip, or prd.json failing to be written.
@@ -53,32 +54,29 @@ pub fn guard(s: &Session, board: &Board, out: &mut Outputs) -> anyhow::Result<bo
         Some(tip) => s.pre.repo.file_at(tip, &rel)?,
         None => None,
     };
-    if committed.as_deref() == Some(raw.as_slice()) {
+    // Passes are checked on every call (a parse shared with the run's other reads): a worker's
+    // write that slipped into a landing's commit is in the tip too, so the tip's passes are not
+    // trusted, only the start's and this run's landings.
+    let Ok(current) = store::parse_shared(&paths.prd, raw.clone()) else {
+        return Ok(false);
+    };
+    let mut trusted: BTreeSet<&str> = board.landed.iter().map(String::as_str).collect();
+    trusted.extend(board.passing_at_start.iter().map(String::as_str));
+    let untrusted = current
+        .prd
+        .user_stories
+        .iter()
+        .any(|u| u.passes && !trusted.contains(u.id.as_str()));
+    let same = committed.as_deref() == Some(raw.as_slice());
+    if same && !untrusted {
         // The common case: nothing written since ralph's last commit.
         return Ok(false);
     }
-    let Ok(current) = store::parse_bytes(&paths.prd, &raw) else {
-        return Ok(false);
+    let committed = if same {
+        None
+    } else {
+        committed.and_then(|c| store::parse_bytes(&paths.prd, &c).ok())
     };
-    let committed = committed.and_then(|c| store::parse_bytes(&paths.prd, &c).ok());
-    let mut trusted: BTreeSet<&str> = board.landed.iter().map(String::as_str).collect();
-    match &committed {
-        Some(c) => trusted.extend(
-            c.prd
-                .user_stories
-                .iter()
-                .filter(|u| u.passes)
-                .map(|u| u.id.as_str()),
-        ),
-        None => trusted.extend(
-            s.initial
-                .prd
-                .user_stories
-                .iter()
-                .filter(|u| u.passes)
-                .map(|u| u.id.as_str()),
-        ),
-    }
     let mut value = current.value.clone();
     let mut set_back = Vec::new();
     let mut put_back = Vec::new();
@@ -162,4 +160,36 @@ fn restore_fields(story: &mut Value, theirs: &Value) -> bool {
         }
     }
     changed
+}
+
+/// The stories passing in prd.json as committed at the checkout's HEAD (the run branch, once
+/// [`super::drive`] committed the run's own files); prd.json as the run started when none is
+/// committed there.
+///
+/// # Errors
+/// git failing to read HEAD's tree.
+pub fn passing_at_start(s: &Session) -> anyhow::Result<BTreeSet<String>> {
+    let paths = &s.pre.paths;
+    let rel = paths
+        .prd
+        .strip_prefix(&paths.repo_root)
+        .map(|p| p.to_string_lossy().replace('\\', "/"))
+        .unwrap_or_else(|_| "prd.json".to_owned());
+    let committed = match s.pre.repo.head_sha()? {
+        Some(head) => s.pre.repo.file_at(&head, &rel)?,
+        None => None,
+    };
+    let passing = |prd: &crate::prd::model::Prd| -> BTreeSet<String> {
+        prd.user_stories
+            .iter()
+            .filter(|u| u.passes)
+            .map(|u| u.id.clone())
+            .collect()
+    };
+    Ok(
+        match committed.and_then(|c| store::parse_bytes(&paths.prd, &c).ok()) {
+            Some(c) => passing(&c.prd),
+            None => passing(&s.initial.prd),
+        },
+    )
 }
