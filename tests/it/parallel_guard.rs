@@ -252,3 +252,63 @@ fn an_agent_moving_main_then_failing_its_check_leaves_a_valid_prd() {
         "{outcomes:#?}"
     );
 }
+
+/// A worker's agent that writes the main checkout's prd.json (its path is easy to find), marking
+/// every story passing and changing another story's check, and commits nothing there, does not
+/// end the run "complete": ralph sets those stories back with a warning naming them, puts the
+/// check back, and every story runs and passes its own check (the tester's false completion:
+/// US-004 never ran, yet the run said 4 of 4 passed).
+#[test]
+fn an_agent_marking_stories_passing_in_the_main_checkout_does_not_complete_the_run() {
+    let par = Par::new(&simple_stories(4), &[]);
+    for i in 1..=4 {
+        let id = format!("US-{i:03}");
+        par.story(
+            &id,
+            json!([does(&id, &format!("file-{i}.txt"), &format!("{i}\n"), 0)]),
+        );
+    }
+    let main = par.env.repo.display().to_string();
+    let marker = par.agents.join("main-prd-written");
+    par.post(
+        "US-002",
+        0,
+        &format!(
+            "sed -i -e 's/\"passes\": false/\"passes\": true/' -e 's/\"test -f file-4.txt\"/\"true\"/' '{main}/prd.json'\ngrep -q '\"passes\": false' '{main}/prd.json' && exit 1\ntouch '{}'\n",
+            marker.display()
+        ),
+    );
+    // US-001 ends after the checkout's prd.json was written: the next pick meets it.
+    par.wait("US-001", 0, &format!("test -f '{}'", marker.display()));
+    let out = par.run(2, &[]);
+    let said = text(&out);
+    assert!(marker.exists(), "the agent's step did not run:\n{said}");
+    assert!(
+        said.contains("passing outside ralph's landing: set back") && said.contains("US-004"),
+        "no warning naming the stories set back:\n{said}"
+    );
+    assert!(
+        said.contains("put back to the run branch's version"),
+        "no warning about US-004's changed check:\n{said}"
+    );
+    for i in 1..=4 {
+        let id = format!("US-{i:03}");
+        assert!(par.calls(&id) >= 1, "{id}'s agent never ran:\n{said}");
+        let records = par.records(&id);
+        assert!(
+            records.iter().any(|r| r["outcome"] == "story_passed"),
+            "{id} has no story_passed record: {records:#?}\n{said}"
+        );
+        assert_eq!(
+            par.show(BRANCH, &format!("file-{i}.txt")),
+            format!("{i}\n"),
+            "{id}'s work is not on the run branch:\n{said}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let prd: Value = serde_json::from_str(&par.show(BRANCH, "prd.json")).expect("prd.json");
+    assert_eq!(
+        prd["userStories"][3]["verify"], "test -f file-4.txt",
+        "US-004's check is still the agent's: {prd:#}"
+    );
+}

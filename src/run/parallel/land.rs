@@ -607,7 +607,8 @@ async fn onto_branch(
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
-    // as they are before the story lands on top.
+    // as they are before the story lands on top; what a worker wrote there is set back first.
+    super::own::guard(s, board, out)?;
     commit_edits(s)?;
     let tip = board
         .branch

@@ -16,6 +16,7 @@
 //! `notes` and the progress entry itself at landing.
 
 pub mod land;
+pub mod own;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -92,6 +93,9 @@ pub struct Board {
     /// no `--max-cost`, or no earlier priced iteration): what an iteration in flight is
     /// counted at before this run knows a cost of its own.
     pub earlier_average: Option<f64>,
+    /// Stories passing in the run branch's committed prd.json when the loop started: with
+    /// [`Board::landed`], the only passes [`own::guard`] trusts in the checkout's prd.json.
+    pub passing_at_start: std::collections::BTreeSet<String>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -108,6 +112,7 @@ pub async fn drive(
     let mut board = Board::default();
     start_point(s)?;
     board.tip = s.pre.repo.head_sha()?;
+    board.passing_at_start = own::passing_at_start(s)?;
     board.branch = s.pre.repo.current_branch();
     board.resume = earlier_work(s);
     board.earlier_average = earlier_average(s);
@@ -118,6 +123,10 @@ pub async fn drive(
         if board.flights.is_empty() {
             if let Some(reason) = board.stopping.take() {
                 if matches!(reason, StopReason::Complete) {
+                    if own::guard(s, &board, out)? {
+                        // A worker marked stories passing in the checkout: they run as usual.
+                        continue;
+                    }
                     let current = store::load_shared(&s.pre.paths.prd)?;
                     let at = super::final_check::At {
                         pre: &s.pre,
@@ -359,6 +368,10 @@ async fn launch(
             // Switched while prd.json was read: the next pass of this loop says so.
             continue;
         };
+        if own::guard(s, board, out)? {
+            // What a worker wrote into the checkout's prd.json is set back: read it again.
+            continue;
+        }
         super::remember(&current, &paths, stop, out);
         let now = Utc::now();
         board.held.retain(|_, at| *at > now);
@@ -509,7 +522,8 @@ fn start(
         }
     }
     // prd.json as the user edited it meanwhile (a story added during a pause) is what the
-    // worktree must start from.
+    // worktree must start from; what a worker wrote there is set back first.
+    own::guard(s, board, out)?;
     if !edits_committed(s, board)? {
         give_back(s, board, &assignment);
         return Ok(());
@@ -733,6 +747,8 @@ fn after(
         }
         super::Settled::Next { story_id, next } => (story_id, next),
     };
+    // What a worker wrote into the checkout's prd.json does not count as passing.
+    own::guard(s, board, out)?;
     if store::load_shared(&prd).is_ok_and(|p| p.prd.all_pass()) {
         // Every story passes: a usage limit met by this landing or an earlier one holds
         // nothing; the next launch's pick ends the run.
