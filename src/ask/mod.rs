@@ -378,9 +378,11 @@ impl Asker {
         )
         .await
         .map_err(|e| Failed::Stop(e.into()))?;
-        let agent = agent.cfg.agent.as_str();
-        warn_strays(agent, &strays, out);
-        let text = judge(agent, &outcome, &report, &limits)?;
+        // Messages name the agent as the run does (`backup (codex)`); `ralph doctor --agent`
+        // takes its backend.
+        let (label, kind) = (agent.label(), agent.cfg.agent.as_str());
+        warn_strays(&label, &strays, out);
+        let text = judge((&label, kind), &outcome, &report, &limits)?;
         Ok(Answer { text, report })
     }
 
@@ -415,7 +417,7 @@ fn warn_strays(agent: &str, strays: &[process::Stray], out: &mut Outputs) {
 /// The reply of a finished session, or why it has none: stopped, timed out, a usage limit or a
 /// failed login (for which another agent may do better), another known failure, or no text.
 fn judge(
-    agent: &str,
+    (agent, kind): (&str, &str),
     outcome: &process::ProcessOutcome,
     report: &AgentReport,
     limits: &process::Limits,
@@ -468,7 +470,7 @@ fn judge(
             .clone()
             .filter(|m| !m.trim().is_empty())
             .unwrap_or_else(|| text.trim().to_owned());
-        if let Some((err, _)) = classified_error(agent, report, &said) {
+        if let Some((err, _)) = classified_error((agent, kind), report, &said) {
             return Err(Failed::Unavailable(err));
         }
     }
@@ -477,7 +479,7 @@ fn judge(
             .error_message
             .clone()
             .unwrap_or_else(|| "nothing".to_string());
-        if let Some((err, unavailable)) = classified_error(agent, report, &said) {
+        if let Some((err, unavailable)) = classified_error((agent, kind), report, &said) {
             return Err(match unavailable {
                 true => Failed::Unavailable(err),
                 false => Failed::Stop(err.into()),
@@ -491,7 +493,7 @@ fn judge(
                     .map_or_else(|| "none".to_string(), |c| c.to_string())
             ))
             .with_hint(format!(
-                "check the agent on its own (`ralph doctor --agent {agent}`), or run again with \
+                "check the agent on its own (`ralph doctor --agent {kind}`), or run again with \
              --verbose to see what it did"
             ))
             .into(),
@@ -503,7 +505,11 @@ fn judge(
 /// The error of a session that failed with a known class (the backend's or the user's
 /// `[patterns]`): what it means and what to do, as `ralph run` says it. `None` for other
 /// failures; `true` with it when another agent may do better (a usage limit, a failed login).
-fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<(UserError, bool)> {
+fn classified_error(
+    (agent, kind): (&str, &str),
+    report: &AgentReport,
+    said: &str,
+) -> Option<(UserError, bool)> {
     let class = report.failure?;
     let (what, hint) = match class {
         FailureClass::UsageLimit => (
@@ -518,11 +524,11 @@ fn classified_error(agent: &str, report: &AgentReport, said: &str) -> Option<(Us
         ),
         FailureClass::Auth => (
             "is not logged in (auth_error)".to_string(),
-            format!("log in to {agent} (`ralph doctor --agent {agent}` shows how)"),
+            format!("log in to {agent} (`ralph doctor --agent {kind}` shows how)"),
         ),
         FailureClass::Config => (
             "cannot run as configured (config_error)".to_string(),
-            format!("`ralph doctor --agent {agent}` checks the agent's setup"),
+            format!("`ralph doctor --agent {kind}` checks the agent's setup"),
         ),
         _ => return None,
     };

@@ -803,6 +803,21 @@ async fn finish(
         reason.with_agent_resets(&s.state.agent_resets),
         s.state.resume_at,
     );
+    // `--parallel`: the budget ran out at a launch, and the iterations still running landed
+    // afterwards; the open stories are the ones open now.
+    let reason = match reason {
+        StopReason::MaxIterations { max_iter, open } => {
+            let now = store::load_shared(&paths.prd)
+                .map(|l| policy::open_ids(&l.prd))
+                .ok()
+                .filter(|now| !now.is_empty());
+            StopReason::MaxIterations {
+                max_iter,
+                open: now.unwrap_or(open),
+            }
+        }
+        other => other,
+    };
     if reason == StopReason::Complete {
         // Every story passes: a limit met on the way holds no later run.
         s.state.resume_at = None;

@@ -312,3 +312,97 @@ fn an_agent_marking_stories_passing_in_the_main_checkout_does_not_complete_the_r
         "US-004's check is still the agent's: {prd:#}"
     );
 }
+
+/// A pause in a `--parallel` run is the user's turn: their edit of a story's criteria made
+/// while the run is paused is kept and committed, not put back as a worker's write to the
+/// checkout's prd.json (which the guard above does while workers run).
+#[test]
+fn the_users_edit_during_a_parallel_pause_is_kept() {
+    let par = Par::new(&simple_stories(3), &[]);
+    for i in 1..=3 {
+        let id = format!("US-{i:03}");
+        par.story(
+            &id,
+            json!([does(&id, &format!("file-{i}.txt"), &format!("{i}\n"), 0)]),
+        );
+    }
+    let go = par.agents.join("go");
+    for id in ["US-001", "US-002"] {
+        par.wait(id, 0, &format!("test -f '{}'", go.display()));
+    }
+    let mut child = par.spawn(2, &[]);
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !done() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} never happened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    until("both agents started", &|| {
+        par.calls("US-001") >= 1 && par.calls("US-002") >= 1
+    });
+    let paused = par.env.ralph(&["pause"]);
+    assert_eq!(paused.status.code(), Some(0), "{}", text(&paused));
+    std::fs::write(&go, "").expect("go");
+    until("the run is paused", &|| {
+        let status = par.env.ralph(&["status"]);
+        String::from_utf8_lossy(&status.stdout).contains("paused: no new iteration starts")
+    });
+    // The user rewrites US-003's criterion while the run holds.
+    let path = par.env.repo.join("prd.json");
+    let edited = std::fs::read_to_string(&path).expect("prd.json").replace(
+        "file-3.txt exists",
+        "file-3.txt exists and holds the number 3",
+    );
+    std::fs::write(&path, edited).expect("edit prd.json");
+    let resumed = par.env.ralph(&["resume"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    let code = child.wait().expect("run").code();
+    let said = par.env.spawned_output();
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        !said.contains("put back to the run branch's version"),
+        "{said}"
+    );
+    assert!(
+        par.prompt("US-003", 0).contains("holds the number 3"),
+        "US-003's agent did not get the user's criterion"
+    );
+    let prd: Value = serde_json::from_str(&par.show(BRANCH, "prd.json")).expect("prd.json");
+    assert_eq!(
+        prd["userStories"][2]["acceptanceCriteria"][0], "file-3.txt exists and holds the number 3",
+        "{prd:#}"
+    );
+}
+
+/// `--max-iter` met at a launch while an iteration still runs: the stop reason names the
+/// stories open once that iteration has landed (it named the running story as open).
+#[test]
+fn the_max_iter_stop_names_the_stories_open_after_the_last_landing() {
+    let par = Par::new(&simple_stories(4), &[]);
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 3000)]));
+    let args = par.args_max(2, 2, &["--json"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = par.env.ralph(&args);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let finished: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "run_finished")
+        .expect("run_finished");
+    assert_eq!(
+        finished["stop_reason"]["open"],
+        json!(["US-003", "US-004"]),
+        "{finished:#}"
+    );
+    let status = par.env.ralph(&["status"]);
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        said.contains("US-003, US-004 open") && !said.contains("US-002, US-003"),
+        "{said}"
+    );
+}

@@ -790,6 +790,19 @@ async fn idle(
         stop,
     };
     if super::hold(&held, &paths, &mut s.expected_ids, out).await? {
+        // A pause is the user's turn (nothing ran meanwhile, and the last landing put the
+        // workers' writes back): prd.json as they left it is what the guard keeps from now on,
+        // their passes included, and their edits are committed.
+        if let Ok(now) = store::load_shared(&paths.prd) {
+            board.passing_at_start = now
+                .prd
+                .user_stories
+                .iter()
+                .filter(|u| u.passes)
+                .map(|u| u.id.clone())
+                .collect();
+        }
+        edits_committed(s, board)?;
         return Ok(None);
     }
     let now = Utc::now();
