@@ -723,7 +723,7 @@ fn first_try_is_kept(par: &Par, out: &Output, first: &Value) {
         "{salvage} does not hold the first try's commit:\n{kept}\n{first:#}"
     );
     assert!(
-        message.contains("deleted its own worktree")
+        message.contains("was deleted while the agent ran (by this or another agent)")
             && message.contains("anything it had not committed was deleted with the worktree"),
         "{first:#}"
     );
@@ -995,4 +995,83 @@ fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit()
         "{history}\n{}",
         text(&out)
     );
+}
+
+// ---- hA2: work lost in parallel runs (issue 20, tester's killsib) ----
+
+/// One agent (US-001) runs `git worktree remove -f -f` on its sibling's (US-002's) worktree
+/// after the sibling committed; the sibling's agent ends a little later (its worker then
+/// fails to read its gone worktree). The sibling's commit is kept under its salvage ref, which
+/// its record names, the record does not blame the sibling's own agent, and the story's next
+/// attempt starts from the kept commit.
+#[test]
+fn a_sibling_worktree_removed_by_another_agent_keeps_the_siblings_commit() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    let marker = par.agents.join("US-002.committed");
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.wait("US-001", 0, &format!("test -f '{}'", marker.display()));
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "M='{}'\nfor w in $(git -C \"$M\" worktree list --porcelain | sed -n 's/^worktree //p' | grep '/US-002-'); do git -C \"$M\" worktree remove -f -f \"$w\"; done\n",
+            par.env.repo.display()
+        ),
+    );
+    par.story(
+        "US-002",
+        json!([
+            [
+                {"write_file": {"path": "file-2.txt", "content": "2\n"}},
+                {"set_passes": {"id": "US-002", "passes": true}},
+                {"git_commit": "feat: US-002 first try"},
+                {"stdout": "US-002 done"}
+            ],
+            [
+                {"write_file": {"path": "file-2.txt", "content": "2 again\n"}},
+                {"set_passes": {"id": "US-002", "passes": true}},
+                {"git_commit": "feat: US-002 second try"},
+                {"stdout": "US-002 done"}
+            ]
+        ]),
+    );
+    // The sibling's agent ends a while after its worktree went (its landing then comes more
+    // than a second after its commit).
+    par.post(
+        "US-002",
+        0,
+        &format!(
+            "W=$PWD\ntouch '{}'\ni=0\nwhile [ -e \"$W/.git\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\ncd /\nsleep 2.5\n",
+            marker.display()
+        ),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = par.records("US-002")[0].clone();
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("was deleted while the agent ran (by this or another agent)")
+            && !message.contains("deleted its own worktree"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    let salvage = message
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']))
+        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(&out)));
+    assert!(salvage.ends_with("/US-002"), "{salvage}");
+    let kept = par.env.git(&["log", "--format=%s", salvage]);
+    assert!(
+        kept.lines().any(|s| s == "feat: US-002 first try"),
+        "{salvage} does not hold the sibling's commit:\n{kept}\n{first:#}"
+    );
+    assert_eq!(par.show(BRANCH, "file-2.txt"), "2 again\n");
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
 }

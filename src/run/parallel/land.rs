@@ -299,7 +299,11 @@ fn gone(
     let (tips, how) = match named {
         Some(sha) => (vec![sha], "its last commit"),
         None => {
-            let since = std::time::SystemTime::from(worked.draft.record.started_at);
+            // From the flight's start: a record made at landing (the worker failed once its
+            // worktree was gone) starts later than the agent's commits.
+            let since = std::time::SystemTime::from(
+                flight.started_at.min(worked.draft.record.started_at),
+            );
             match s.pre.repo.unreachable_work(&flight.base, since) {
                 Ok(tips) => (
                     tips,
@@ -321,13 +325,13 @@ fn gone(
         Some(newest) => {
             board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
-                "the agent deleted its own worktree {rel}; nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
+                "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
                 refs.join(", "),
                 short(newest)
             )
         }
         None => format!(
-            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep; {lost}"
+            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep; {lost}"
         ),
     };
     out.warn_in(flight.iteration, message.clone());

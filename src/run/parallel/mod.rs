@@ -60,6 +60,8 @@ pub struct Flight {
     pub work: Option<String>,
     /// Its place in the run's budget (1-based).
     pub slot: u32,
+    /// When its worktree was made (UTC): the earliest its agent could have committed.
+    pub started_at: DateTime<Utc>,
 }
 
 /// The dispatcher's memory of the night (what is not in state.json).
@@ -534,6 +536,7 @@ fn start(
     assignment.worker = Some(worker);
     let root = tree_root(paths, &s.run_id, &story_id, iteration);
     let keep = land::kept_paths(paths);
+    let started_at = Utc::now();
     land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?;
     s.state.run_id = Some(s.run_id.clone());
     s.state.iteration = s.state.iteration.max(iteration);
@@ -542,7 +545,7 @@ fn start(
         iteration,
         story_id: story_id.clone(),
         pid: 0,
-        started_at: Utc::now(),
+        started_at,
         start_sha: Some(base.clone()),
         strays: Vec::new(),
         worktree: Some(WorkerTree {
@@ -593,6 +596,7 @@ fn start(
         landed_before: board.landed.len(),
         work: None,
         slot,
+        started_at,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
 }
