@@ -1075,3 +1075,51 @@ fn a_sibling_worktree_removed_by_another_agent_keeps_the_siblings_commit() {
     assert_eq!(par.show(BRANCH, "file-2.txt"), "2 again\n");
     assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
 }
+
+/// With `--allow-dirty` and the user's uncommitted edit of a tracked file, an agent runs
+/// `git -C <checkout> add -A` and `commit -am`: its commit swept the edit in. ralph takes the
+/// commit off the branch (`git reset --keep`) and puts the user's edit back in the checkout,
+/// uncommitted, as it was; the record says so and names the file.
+#[test]
+fn a_users_edit_swept_into_an_agents_checkout_commit_is_put_back_uncommitted() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre(
+        "US-001",
+        0,
+        &format!("git -C '{main}' add -A\ngit -C '{main}' commit -qam 'x from the agent'\n"),
+    );
+    par.env.write("notes.md", USER_EDIT);
+    let out = par.run(2, &["--allow-dirty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let on_branch = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !on_branch.contains("x from the agent"),
+        "the agent's commit is still on the run branch:\n{on_branch}"
+    );
+    assert_eq!(par.show(BRANCH, "notes.md"), "committed notes\n");
+    assert_eq!(
+        par.env.read("notes.md"),
+        USER_EDIT,
+        "the user's uncommitted edit is not in the checkout:\n{}",
+        text(&out)
+    );
+    assert!(
+        par.env
+            .git(&["status", "--porcelain"])
+            .lines()
+            .any(|l| l.ends_with("notes.md")),
+        "the user's edit is not an uncommitted change any more"
+    );
+    let r = &par.records("US-001")[0];
+    let (salvage, said) = named_salvage(r);
+    assert!(
+        !salvage.is_empty() && said.contains("notes.md") && said.contains("back in your checkout"),
+        "{said}"
+    );
+}
+// ---- end hA2 ----

@@ -573,8 +573,17 @@ fn agents_in_checkout(
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
             board.tip = Some(expected.to_owned());
+            let restored = restore_swept_edits(s, expected, now);
+            let back = if restored.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; your uncommitted changes to {} that the agent's commit had taken in are back in your checkout, uncommitted, as they were in {salvage}",
+                    restored.join(", ")
+                )
+            };
             Ok(format!(
-                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay)",
+                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay){back}",
                 if shas.len() == 1 { "it" } else { "them" },
                 short(expected)
             ))
@@ -594,6 +603,38 @@ fn agents_in_checkout(
             Ok(message)
         }
     }
+}
+
+/// After `git reset --keep <expected>` took agents' checkout commits (`now`) off: the files that
+/// were the user's uncommitted changes when the run started (`--allow-dirty`) and that those
+/// commits swept in get their content at `now` back in the working tree (uncommitted), when the
+/// reset left them as they are at `expected` (nothing changed them since). Returns the paths
+/// put back (relative to the repository root); a path git cannot read is left as it is.
+fn restore_swept_edits(s: &Session, expected: &str, now: &str) -> Vec<String> {
+    let mut restored = Vec::new();
+    for rel in &s.dirty_at_start {
+        let (Ok(Some(swept)), Ok(before)) = (
+            s.pre.repo.file_at(now, rel),
+            s.pre.repo.file_at(expected, rel),
+        ) else {
+            continue;
+        };
+        if before.as_ref() == Some(&swept) {
+            continue;
+        }
+        let path = s.pre.paths.repo_root.join(rel);
+        if std::fs::read(&path).ok() != before {
+            continue;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(&path, &swept) {
+            Ok(()) => restored.push(rel.clone()),
+            Err(e) => tracing::warn!("cannot put back {}: {e}", path.display()),
+        }
+    }
+    restored
 }
 
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
