@@ -264,7 +264,7 @@ pub async fn land(
             ));
         }
     }
-    board.tip = s.pre.repo.head_sha()?;
+    board.tip = own_tip(s, board)?;
     Ok(Landed {
         done,
         agent: flight.agent,
@@ -512,6 +512,21 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
     )))
 }
 
+/// The run branch's tip as ralph's own steps left it: HEAD, except that the commits an agent
+/// made in the checkout on top of it (`git -C <checkout> commit` while ralph landed) are not
+/// taken as ralph's, so that the next [`guard_branch`] (the next landing, launch or the run's
+/// end) takes them off and names them instead of building on them unnoticed.
+///
+/// # Errors
+/// git failing to read HEAD.
+pub fn own_tip(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
+    let head = s.pre.repo.head_sha()?;
+    if board.branch.is_none() || s.pre.repo.current_branch() != board.branch {
+        return Ok(head);
+    }
+    Ok(s.pre.repo.head_before_agent_steps().or(head))
+}
+
 /// [`guard_branch`] before a landing: its warning goes to the record's findings and the
 /// terminal; when agents' commits in the checkout could not be taken off the branch, the
 /// iteration is `landing_refused` (nothing lands on that branch).
@@ -651,6 +666,9 @@ async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    // An agent's commit in the checkout made since the landing began (while this worktree's
+    // leftovers were committed) is taken off before the story lands on top of it.
+    guarded(s, board, flight.iteration, worked, out)?;
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top.
     commit_edits(s)?;

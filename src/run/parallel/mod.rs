@@ -141,6 +141,10 @@ pub async fn drive(
                         continue;
                     }
                 }
+                // An agent's commit in the checkout after the last landing's check.
+                if let Some(warning) = land::guard_branch(s, &mut board)? {
+                    out.warn(warning);
+                }
                 tidy(s);
                 return Ok(final_cost(s, reason));
             }
@@ -516,14 +520,17 @@ fn start(
         give_back(s, board, &assignment);
         return Ok(());
     }
-    board.tip = s.pre.repo.head_sha()?;
+    board.tip = land::own_tip(s, board)?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
     let iteration = assignment.iteration;
     let slot = assignment.slot;
     let story_id = assignment.story.id.clone();
-    let base = repo
-        .head_sha()?
+    // ralph's own tip: not an agent's checkout commit made since the guard above.
+    let base = board
+        .tip
+        .clone()
+        .or(repo.head_sha()?)
         .ok_or_else(|| anyhow::anyhow!("--parallel needs a first commit on the run branch"))?;
     if land::switched(s, board).is_some() {
         give_back(s, board, &assignment);
