@@ -296,6 +296,7 @@ fn gone(
         .into_iter()
         .map(|(_, sha)| sha)
         .find(|sha| *sha != flight.base);
+    let dangling = named.is_none();
     let (tips, how) = match named {
         Some(sha) => (vec![sha], "its last commit"),
         None => {
@@ -316,12 +317,50 @@ fn gone(
             }
         }
     };
+    // Stories in flight from the same start: a dangling commit found here may be theirs (their
+    // worktrees may have been deleted too), so the next attempt does not start from one.
+    let siblings: Vec<&str> = board
+        .flights
+        .iter()
+        .filter(|f| f.iteration != flight.iteration && f.base == flight.base)
+        .map(|f| f.story_id.as_str())
+        .collect();
     let mut refs = Vec::new();
     for sha in &tips {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, sha)?;
         refs.push(format!("{} in {salvage}", short(sha)));
+        if dangling {
+            board.gone_kept.push((flight.base.clone(), salvage));
+        }
     }
+    let shared = if dangling && !siblings.is_empty() && !tips.is_empty() {
+        format!(
+            "; {} started from the same commit: some of these commits may be {} work, so the story's next attempt starts from the run branch",
+            siblings.join(", "),
+            if siblings.len() == 1 { "its" } else { "their" }
+        )
+    } else {
+        String::new()
+    };
+    let earlier: Vec<&str> = board
+        .gone_kept
+        .iter()
+        .filter(|(base, _)| tips.is_empty() && dangling && *base == flight.base)
+        .map(|(_, r)| r.as_str())
+        .collect();
+    let elsewhere = if earlier.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (commits kept when another worktree of the same start went may be its: {})",
+            earlier.join(", ")
+        )
+    };
     let message = match tips.first() {
+        Some(_) if !shared.is_empty() => format!(
+            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {}{shared}; {lost}",
+            refs.join(", ")
+        ),
         Some(newest) => {
             board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
@@ -331,7 +370,7 @@ fn gone(
             )
         }
         None => format!(
-            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep; {lost}"
+            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep{elsewhere}; {lost}"
         ),
     };
     out.warn_in(flight.iteration, message.clone());

@@ -69,6 +69,10 @@ pub struct Flight {
 pub struct Board {
     /// Iterations running now.
     pub flights: Vec<Flight>,
+    /// Salvage refs made for deleted worktrees' dangling commits, with the start (full sha) of
+    /// the flight they were found for: a sibling of the same start whose worktree went too may
+    /// find its commits already kept there.
+    pub gone_kept: Vec<(String, String)>,
     /// Stories landed in this run, in landing order.
     pub landed: Vec<String>,
     /// Stories waiting for a transient retry, with when they may run again.
