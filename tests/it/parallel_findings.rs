@@ -1122,4 +1122,89 @@ fn a_users_edit_swept_into_an_agents_checkout_commit_is_put_back_uncommitted() {
         "{said}"
     );
 }
+
+/// The tester's `killsib` with `--parallel 3`: US-001's agent removes both siblings' worktrees
+/// (`git worktree remove -f -f`) after each committed. Both commits are kept under salvage
+/// refs that the siblings' records name (a record that finds its commit already kept for the
+/// other sibling names that ref), no record blames its own agent, and both stories pass later.
+#[test]
+fn two_sibling_worktrees_removed_by_another_agent_keep_both_commits() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+            story(3, "test -f file-3.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let mut wait = Vec::new();
+    for n in [2, 3] {
+        let id = format!("US-00{n}");
+        let marker = par.agents.join(format!("{id}.committed"));
+        wait.push(format!("test -f '{}'", marker.display()));
+        par.story(
+            &id,
+            json!([
+                [
+                    {"write_file": {"path": format!("file-{n}.txt"), "content": format!("{n}\n")}},
+                    {"set_passes": {"id": id, "passes": true}},
+                    {"git_commit": format!("feat: {id} first try")}
+                ],
+                [
+                    {"write_file": {"path": format!("file-{n}.txt"), "content": format!("{n} again\n")}},
+                    {"set_passes": {"id": id, "passes": true}},
+                    {"git_commit": format!("feat: {id} second try")}
+                ]
+            ]),
+        );
+        par.post(
+            &id,
+            0,
+            &format!(
+                "W=$PWD\ntouch '{}'\ni=0\nwhile [ -e \"$W/.git\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\ncd /\nsleep 2.5\n",
+                marker.display()
+            ),
+        );
+    }
+    par.wait("US-001", 0, &wait.join(" && "));
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "M='{}'\nfor w in $(git -C \"$M\" worktree list --porcelain | sed -n 's/^worktree //p' | grep -E '/US-00[23]-'); do git -C \"$M\" worktree remove -f -f \"$w\"; done\n",
+            par.env.repo.display()
+        ),
+    );
+    let out = par.run(3, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut kept = String::new();
+    for id in ["US-002", "US-003"] {
+        let first = par.records(id)[0].clone();
+        let message = first["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("was deleted while the agent ran (by this or another agent)")
+                && !message.contains("deleted its own worktree")
+                && message.contains("refs/ralph/salvage/"),
+            "{first:#}\n{}",
+            text(&out)
+        );
+        for name in message
+            .split_whitespace()
+            .filter(|w| w.starts_with("refs/ralph/salvage/"))
+        {
+            let name = name.trim_end_matches([',', ';', ')']);
+            kept.push_str(&par.env.git(&["log", "--format=%s", name]));
+        }
+        let n = &id[5..];
+        assert_eq!(par.show(BRANCH, &format!("file-{n}.txt")), format!("{n} again\n"));
+    }
+    for lost in ["feat: US-002 first try", "feat: US-003 first try"] {
+        assert!(
+            kept.lines().any(|s| s == lost),
+            "no named salvage ref holds {lost}:\n{kept}\n{}",
+            text(&out)
+        );
+    }
+}
 // ---- end hA2 ----
