@@ -1197,7 +1197,10 @@ fn two_sibling_worktrees_removed_by_another_agent_keep_both_commits() {
             kept.push_str(&par.env.git(&["log", "--format=%s", name]));
         }
         let n = &id[5..];
-        assert_eq!(par.show(BRANCH, &format!("file-{n}.txt")), format!("{n} again\n"));
+        assert_eq!(
+            par.show(BRANCH, &format!("file-{n}.txt")),
+            format!("{n} again\n")
+        );
     }
     for lost in ["feat: US-002 first try", "feat: US-003 first try"] {
         assert!(

@@ -302,9 +302,8 @@ fn gone(
         None => {
             // From the flight's start: a record made at landing (the worker failed once its
             // worktree was gone) starts later than the agent's commits.
-            let since = std::time::SystemTime::from(
-                flight.started_at.min(worked.draft.record.started_at),
-            );
+            let since =
+                std::time::SystemTime::from(flight.started_at.min(worked.draft.record.started_at));
             match s.pre.repo.unreachable_work(&flight.base, since) {
                 Ok(tips) => (
                     tips,
