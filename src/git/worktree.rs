@@ -669,6 +669,29 @@ impl Repo {
         Vec::new()
     }
 
+    /// Where HEAD was before the newest run of steps of this checkout's HEAD reflog that a
+    /// process of one of ralph's agents made ([`crate::process::REFLOG_ACTION_PREFIX`], as
+    /// [`Repo::agent_steps_here`] tells them): HEAD itself (full sha) when the newest step is
+    /// not an agent's. `None` without a reflog, when the reflog's newest entry is not HEAD, or
+    /// when its chain breaks within its last 200 entries.
+    pub fn head_before_agent_steps(&self) -> Option<String> {
+        let reflog = self.repo.reflog("HEAD").ok()?;
+        let mut at = self.repo.head().ok()?.peel_to_commit().ok()?.id();
+        for entry in reflog.iter().take(200) {
+            if entry.id_new() != at {
+                return None;
+            }
+            let by_agent = entry
+                .message()
+                .is_some_and(|m| m.starts_with(crate::process::REFLOG_ACTION_PREFIX));
+            if !by_agent {
+                return Some(at.to_string());
+            }
+            at = entry.id_old();
+        }
+        None
+    }
+
     /// The commit the newest entry of this checkout's HEAD reflog moved HEAD to (full sha);
     /// `None` without a reflog.
     pub fn head_reflog_newest(&self) -> Option<String> {

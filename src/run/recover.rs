@@ -936,12 +936,12 @@ fn gone_flight(
     let lost = "anything it had not committed was deleted with the worktree (git keeps no copy of uncommitted files)";
     let finding = if refs.is_empty() {
         format!(
-            "the agent deleted its own worktree {}; no commit of its was left to keep; {lost}",
+            "the worktree {} was deleted while the agent ran (by this or another agent); no commit of its was left to keep; {lost}",
             paths.rel(&tree.root)
         )
     } else {
         format!(
-            "the agent deleted its own worktree {}; its commits are kept in {}; {lost}",
+            "the worktree {} was deleted while the agent ran (by this or another agent); its commits are kept in {}; {lost}",
             paths.rel(&tree.root),
             refs.join(", ")
         )

@@ -53,6 +53,10 @@ pub struct Session {
     /// Why the run ends before its first iteration, when it does (a usage-limit reset it may
     /// not wait for, Ctrl-C or `ralph stop` during that wait).
     pub early_stop: Option<StopReason>,
+    /// The user's uncommitted paths (relative to the repository root) when the run started
+    /// with `--allow-dirty`; empty otherwise. An agent's commit in the checkout that swept them
+    /// in is taken off with their content put back (see `run::parallel::land`).
+    pub dirty_at_start: Vec<String>,
     /// The local model's server, for `--agent local` (stopped at the end; its guard kills it on
     /// any early return).
     pub local_server: Option<LocalServer>,
@@ -177,6 +181,7 @@ pub async fn open(
         totals: Default::default(),
         pending,
         early_stop: None,
+        dirty_at_start: Vec::new(),
         local_server: None,
         books: Vec::new(),
         remote,
@@ -374,6 +379,9 @@ impl Session {
                 shown.join("\n"),
                 if dirty.len() > 10 { "\n  …" } else { "" }
             );
+        }
+        if cfg.allow_dirty {
+            self.dirty_at_start.clone_from(&dirty);
         }
         let secrets = crate::run::iteration::commit::newly_withheld(&secret_files(&self.pre)?);
         if !secrets.is_empty() {

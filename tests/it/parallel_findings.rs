@@ -720,7 +720,7 @@ fn first_try_is_kept(post: &str) {
         "{salvage} does not hold the first try's commit:\n{kept}\n{first:#}"
     );
     assert!(
-        message.contains("deleted its own worktree")
+        message.contains("was deleted while the agent ran (by this or another agent)")
             && message.contains("anything it had not committed was deleted with the worktree"),
         "{first:#}"
     );
@@ -961,3 +961,218 @@ fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit()
         text(&out)
     );
 }
+
+// ---- hA2: work lost in parallel runs (issue 20, tester's killsib) ----
+
+/// One agent (US-001) runs `git worktree remove -f -f` on its sibling's (US-002's) worktree
+/// after the sibling committed; the sibling's agent ends a little later (its worker then
+/// fails to read its gone worktree). The sibling's commit is kept under its salvage ref, which
+/// its record names, the record does not blame the sibling's own agent, and the story's next
+/// attempt starts from the kept commit.
+#[test]
+fn a_sibling_worktree_removed_by_another_agent_keeps_the_siblings_commit() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    let marker = par.agents.join("US-002.committed");
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.wait("US-001", 0, &format!("test -f '{}'", marker.display()));
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "M='{}'\nfor w in $(git -C \"$M\" worktree list --porcelain | sed -n 's/^worktree //p' | grep '/US-002-'); do git -C \"$M\" worktree remove -f -f \"$w\"; done\n",
+            par.env.repo.display()
+        ),
+    );
+    par.story(
+        "US-002",
+        json!([
+            [
+                {"write_file": {"path": "file-2.txt", "content": "2\n"}},
+                {"set_passes": {"id": "US-002", "passes": true}},
+                {"git_commit": "feat: US-002 first try"},
+                {"stdout": "US-002 done"}
+            ],
+            [
+                {"write_file": {"path": "file-2.txt", "content": "2 again\n"}},
+                {"set_passes": {"id": "US-002", "passes": true}},
+                {"git_commit": "feat: US-002 second try"},
+                {"stdout": "US-002 done"}
+            ]
+        ]),
+    );
+    // The sibling's agent ends a while after its worktree went (its landing then comes more
+    // than a second after its commit).
+    par.post(
+        "US-002",
+        0,
+        &format!(
+            "W=$PWD\ntouch '{}'\ni=0\nwhile [ -e \"$W/.git\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\ncd /\nsleep 2.5\n",
+            marker.display()
+        ),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = par.records("US-002")[0].clone();
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("was deleted while the agent ran (by this or another agent)")
+            && !message.contains("deleted its own worktree"),
+        "{first:#}\n{}",
+        text(&out)
+    );
+    let salvage = message
+        .split_whitespace()
+        .find(|w| w.starts_with("refs/ralph/salvage/"))
+        .map(|w| w.trim_end_matches([',', ';', ')']))
+        .unwrap_or_else(|| panic!("the record names no salvage ref: {first:#}\n{}", text(&out)));
+    assert!(salvage.ends_with("/US-002"), "{salvage}");
+    let kept = par.env.git(&["log", "--format=%s", salvage]);
+    assert!(
+        kept.lines().any(|s| s == "feat: US-002 first try"),
+        "{salvage} does not hold the sibling's commit:\n{kept}\n{first:#}"
+    );
+    assert_eq!(par.show(BRANCH, "file-2.txt"), "2 again\n");
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+}
+
+/// With `--allow-dirty` and the user's uncommitted edit of a tracked file, an agent runs
+/// `git -C <checkout> add -A` and `commit -am`: its commit swept the edit in. ralph takes the
+/// commit off the branch (`git reset --keep`) and puts the user's edit back in the checkout,
+/// uncommitted, as it was; the record says so and names the file.
+#[test]
+fn a_users_edit_swept_into_an_agents_checkout_commit_is_put_back_uncommitted() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "test -f file-1.txt", &[])]),
+        &[("notes.md", "committed notes\n")],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre(
+        "US-001",
+        0,
+        &format!("git -C '{main}' add -A\ngit -C '{main}' commit -qam 'x from the agent'\n"),
+    );
+    par.env.write("notes.md", USER_EDIT);
+    let out = par.run(2, &["--allow-dirty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let on_branch = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !on_branch.contains("x from the agent"),
+        "the agent's commit is still on the run branch:\n{on_branch}"
+    );
+    assert_eq!(par.show(BRANCH, "notes.md"), "committed notes\n");
+    assert_eq!(
+        par.env.read("notes.md"),
+        USER_EDIT,
+        "the user's uncommitted edit is not in the checkout:\n{}",
+        text(&out)
+    );
+    assert!(
+        par.env
+            .git(&["status", "--porcelain"])
+            .lines()
+            .any(|l| l.ends_with("notes.md")),
+        "the user's edit is not an uncommitted change any more"
+    );
+    let r = &par.records("US-001")[0];
+    let (salvage, said) = named_salvage(r);
+    assert!(
+        !salvage.is_empty() && said.contains("notes.md") && said.contains("back in your checkout"),
+        "{said}"
+    );
+}
+
+/// The tester's `killsib` with `--parallel 3`: US-001's agent removes both siblings' worktrees
+/// (`git worktree remove -f -f`) after each committed. Both commits are kept under salvage
+/// refs that the siblings' records name (a record that finds its commit already kept for the
+/// other sibling names that ref), no record blames its own agent, and both stories pass later.
+#[test]
+fn two_sibling_worktrees_removed_by_another_agent_keep_both_commits() {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+            story(3, "test -f file-3.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    let mut wait = Vec::new();
+    for n in [2, 3] {
+        let id = format!("US-00{n}");
+        let marker = par.agents.join(format!("{id}.committed"));
+        wait.push(format!("test -f '{}'", marker.display()));
+        par.story(
+            &id,
+            json!([
+                [
+                    {"write_file": {"path": format!("file-{n}.txt"), "content": format!("{n}\n")}},
+                    {"set_passes": {"id": id, "passes": true}},
+                    {"git_commit": format!("feat: {id} first try")}
+                ],
+                [
+                    {"write_file": {"path": format!("file-{n}.txt"), "content": format!("{n} again\n")}},
+                    {"set_passes": {"id": id, "passes": true}},
+                    {"git_commit": format!("feat: {id} second try")}
+                ]
+            ]),
+        );
+        par.post(
+            &id,
+            0,
+            &format!(
+                "W=$PWD\ntouch '{}'\ni=0\nwhile [ -e \"$W/.git\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\ncd /\nsleep 2.5\n",
+                marker.display()
+            ),
+        );
+    }
+    par.wait("US-001", 0, &wait.join(" && "));
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "M='{}'\nfor w in $(git -C \"$M\" worktree list --porcelain | sed -n 's/^worktree //p' | grep -E '/US-00[23]-'); do git -C \"$M\" worktree remove -f -f \"$w\"; done\n",
+            par.env.repo.display()
+        ),
+    );
+    let out = par.run(3, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut kept = String::new();
+    for id in ["US-002", "US-003"] {
+        let first = par.records(id)[0].clone();
+        let message = first["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("was deleted while the agent ran (by this or another agent)")
+                && !message.contains("deleted its own worktree")
+                && message.contains("refs/ralph/salvage/"),
+            "{first:#}\n{}",
+            text(&out)
+        );
+        for name in message
+            .split_whitespace()
+            .filter(|w| w.starts_with("refs/ralph/salvage/"))
+        {
+            let name = name.trim_end_matches([',', ';', ')']);
+            kept.push_str(&par.env.git(&["log", "--format=%s", name]));
+        }
+        let n = &id[5..];
+        assert_eq!(
+            par.show(BRANCH, &format!("file-{n}.txt")),
+            format!("{n} again\n")
+        );
+    }
+    for lost in ["feat: US-002 first try", "feat: US-003 first try"] {
+        assert!(
+            kept.lines().any(|s| s == lost),
+            "no named salvage ref holds {lost}:\n{kept}\n{}",
+            text(&out)
+        );
+    }
+}
+// ---- end hA2 ----

@@ -163,7 +163,8 @@ fn an_agent_deleting_its_own_worktree_keeps_its_commit_under_a_salvage_ref() {
     let first = &par.records("US-001")[0];
     let message = first["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("deleted its own worktree") && message.contains("refs/ralph/salvage/"),
+        message.contains("was deleted while the agent ran")
+            && message.contains("refs/ralph/salvage/"),
         "the record does not say what happened: {first:#}\n{}",
         text(&out)
     );

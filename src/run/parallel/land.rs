@@ -264,7 +264,7 @@ pub async fn land(
             ));
         }
     }
-    board.tip = s.pre.repo.head_sha()?;
+    board.tip = own_tip(s, board)?;
     Ok(Landed {
         done,
         agent: flight.agent,
@@ -296,10 +296,14 @@ fn gone(
         .into_iter()
         .map(|(_, sha)| sha)
         .find(|sha| *sha != flight.base);
+    let dangling = named.is_none();
     let (tips, how) = match named {
         Some(sha) => (vec![sha], "its last commit"),
         None => {
-            let since = std::time::SystemTime::from(worked.draft.record.started_at);
+            // From the flight's start: a record made at landing (the worker failed once its
+            // worktree was gone) starts later than the agent's commits.
+            let since =
+                std::time::SystemTime::from(flight.started_at.min(worked.draft.record.started_at));
             match s.pre.repo.unreachable_work(&flight.base, since) {
                 Ok(tips) => (
                     tips,
@@ -312,22 +316,60 @@ fn gone(
             }
         }
     };
+    // Stories in flight from the same start: a dangling commit found here may be theirs (their
+    // worktrees may have been deleted too), so the next attempt does not start from one.
+    let siblings: Vec<&str> = board
+        .flights
+        .iter()
+        .filter(|f| f.iteration != flight.iteration && f.base == flight.base)
+        .map(|f| f.story_id.as_str())
+        .collect();
     let mut refs = Vec::new();
     for sha in &tips {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, sha)?;
         refs.push(format!("{} in {salvage}", short(sha)));
+        if dangling {
+            board.gone_kept.push((flight.base.clone(), salvage));
+        }
     }
+    let shared = if dangling && !siblings.is_empty() && !tips.is_empty() {
+        format!(
+            "; {} started from the same commit: some of these commits may be {} work, so the story's next attempt starts from the run branch",
+            siblings.join(", "),
+            if siblings.len() == 1 { "its" } else { "their" }
+        )
+    } else {
+        String::new()
+    };
+    let earlier: Vec<&str> = board
+        .gone_kept
+        .iter()
+        .filter(|(base, _)| tips.is_empty() && dangling && *base == flight.base)
+        .map(|(_, r)| r.as_str())
+        .collect();
+    let elsewhere = if earlier.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (commits kept when another worktree of the same start went may be its: {})",
+            earlier.join(", ")
+        )
+    };
     let message = match tips.first() {
+        Some(_) if !shared.is_empty() => format!(
+            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {}{shared}; {lost}",
+            refs.join(", ")
+        ),
         Some(newest) => {
             board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
-                "the agent deleted its own worktree {rel}; nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
+                "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
                 refs.join(", "),
                 short(newest)
             )
         }
         None => format!(
-            "the agent deleted its own worktree {rel}; nothing landed, and no commit of its was left to keep; {lost}"
+            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep{elsewhere}; {lost}"
         ),
     };
     out.warn_in(flight.iteration, message.clone());
@@ -508,6 +550,21 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
     )))
 }
 
+/// The run branch's tip as ralph's own steps left it: HEAD, except that the commits an agent
+/// made in the checkout on top of it (`git -C <checkout> commit` while ralph landed) are not
+/// taken as ralph's, so that the next [`guard_branch`] (the next landing, launch or the run's
+/// end) takes them off and names them instead of building on them unnoticed.
+///
+/// # Errors
+/// git failing to read HEAD.
+pub fn own_tip(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
+    let head = s.pre.repo.head_sha()?;
+    if board.branch.is_none() || s.pre.repo.current_branch() != board.branch {
+        return Ok(head);
+    }
+    Ok(s.pre.repo.head_before_agent_steps().or(head))
+}
+
 /// [`guard_branch`] before a landing: its warning goes to the record's findings and the
 /// terminal; when agents' commits in the checkout could not be taken off the branch, the
 /// iteration is `landing_refused` (nothing lands on that branch).
@@ -569,8 +626,17 @@ fn agents_in_checkout(
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
             board.tip = Some(expected.to_owned());
+            let restored = restore_swept_edits(s, expected, now);
+            let back = if restored.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; your uncommitted changes to {} that the agent's commit had taken in are back in your checkout, uncommitted, as they were in {salvage}",
+                    restored.join(", ")
+                )
+            };
             Ok(format!(
-                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay)",
+                "{what}; ralph took {} off the branch and your checkout (`git reset --keep {}`: your uncommitted changes stay){back}",
                 if shas.len() == 1 { "it" } else { "them" },
                 short(expected)
             ))
@@ -592,6 +658,38 @@ fn agents_in_checkout(
     }
 }
 
+/// After `git reset --keep <expected>` took agents' checkout commits (`now`) off: the files that
+/// were the user's uncommitted changes when the run started (`--allow-dirty`) and that those
+/// commits swept in get their content at `now` back in the working tree (uncommitted), when the
+/// reset left them as they are at `expected` (nothing changed them since). Returns the paths
+/// put back (relative to the repository root); a path git cannot read is left as it is.
+fn restore_swept_edits(s: &Session, expected: &str, now: &str) -> Vec<String> {
+    let mut restored = Vec::new();
+    for rel in &s.dirty_at_start {
+        let (Ok(Some(swept)), Ok(before)) = (
+            s.pre.repo.file_at(now, rel),
+            s.pre.repo.file_at(expected, rel),
+        ) else {
+            continue;
+        };
+        if before.as_ref() == Some(&swept) {
+            continue;
+        }
+        let path = s.pre.paths.repo_root.join(rel);
+        if std::fs::read(&path).ok() != before {
+            continue;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(&path, &swept) {
+            Ok(()) => restored.push(rel.clone()),
+            Err(e) => tracing::warn!("cannot put back {}: {e}", path.display()),
+        }
+    }
+    restored
+}
+
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
 async fn onto_branch(
     cfg: &RunConfig,
@@ -606,6 +704,9 @@ async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    // An agent's commit in the checkout made since the landing began (while this worktree's
+    // leftovers were committed) is taken off before the story lands on top of it.
+    guarded(s, board, flight.iteration, worked, out)?;
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top; what a worker wrote there is set back first.
     super::own::guard(s, board, out)?;

@@ -61,6 +61,8 @@ pub struct Flight {
     pub work: Option<String>,
     /// Its place in the run's budget (1-based).
     pub slot: u32,
+    /// When its worktree was made (UTC): the earliest its agent could have committed.
+    pub started_at: DateTime<Utc>,
 }
 
 /// The dispatcher's memory of the night (what is not in state.json).
@@ -68,6 +70,10 @@ pub struct Flight {
 pub struct Board {
     /// Iterations running now.
     pub flights: Vec<Flight>,
+    /// Salvage refs made for deleted worktrees' dangling commits, with the start (full sha) of
+    /// the flight they were found for: a sibling of the same start whose worktree went too may
+    /// find its commits already kept there.
+    pub gone_kept: Vec<(String, String)>,
     /// Stories landed in this run, in landing order.
     pub landed: Vec<String>,
     /// Stories waiting for a transient retry, with when they may run again.
@@ -147,6 +153,10 @@ pub async fn drive(
                         board.tip = s.pre.repo.head_sha()?;
                         continue;
                     }
+                }
+                // An agent's commit in the checkout after the last landing's check.
+                if let Some(warning) = land::guard_branch(s, &mut board)? {
+                    out.warn(warning);
                 }
                 tidy(s);
                 return Ok(final_cost(s, reason));
@@ -528,14 +538,17 @@ fn start(
         give_back(s, board, &assignment);
         return Ok(());
     }
-    board.tip = s.pre.repo.head_sha()?;
+    board.tip = land::own_tip(s, board)?;
     let paths = &s.pre.paths;
     let repo = &s.pre.repo;
     let iteration = assignment.iteration;
     let slot = assignment.slot;
     let story_id = assignment.story.id.clone();
-    let base = repo
-        .head_sha()?
+    // ralph's own tip: not an agent's checkout commit made since the guard above.
+    let base = board
+        .tip
+        .clone()
+        .or(repo.head_sha()?)
         .ok_or_else(|| anyhow::anyhow!("--parallel needs a first commit on the run branch"))?;
     if land::switched(s, board).is_some() {
         give_back(s, board, &assignment);
@@ -548,6 +561,7 @@ fn start(
     assignment.worker = Some(worker);
     let root = tree_root(paths, &s.run_id, &story_id, iteration);
     let keep = land::kept_paths(paths);
+    let started_at = Utc::now();
     land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?;
     s.state.run_id = Some(s.run_id.clone());
     s.state.iteration = s.state.iteration.max(iteration);
@@ -556,7 +570,7 @@ fn start(
         iteration,
         story_id: story_id.clone(),
         pid: 0,
-        started_at: Utc::now(),
+        started_at,
         start_sha: Some(base.clone()),
         strays: Vec::new(),
         worktree: Some(WorkerTree {
@@ -607,6 +621,7 @@ fn start(
         landed_before: board.landed.len(),
         work: None,
         slot,
+        started_at,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
 }
