@@ -69,3 +69,4 @@ mod tools;
 mod trust_iteration;
 mod trust_recovery;
 mod watch;
+mod tester5;

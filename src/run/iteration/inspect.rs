@@ -104,9 +104,13 @@ pub enum Refusal {
     NotesOnly,
     /// The iteration rewrote that story's acceptance criteria.
     CriteriaEdited,
+    /// The agent failed (exited non-zero, or reported an error) and the story has no check
+    /// that passed: the agent's own word was failure, so its `passes: true` is no evidence.
+    AgentFailed,
 }
 
-/// Runs stage 3 (see the module docs).
+/// Runs stage 3 (see the module docs). `agent_failed`: the agent exited non-zero or reported
+/// an error; a pass it set on a story with no check is then refused ([`Refusal::AgentFailed`]).
 ///
 /// # Errors
 /// I/O errors restoring or rewriting prd.json, a verify command that cannot start, git errors.
@@ -116,6 +120,7 @@ pub async fn inspect(
     a: &Assignment,
     start: &StartPoint,
     out: &mut Outputs,
+    agent_failed: bool,
 ) -> anyhow::Result<Observation> {
     let mut obs = Observation::default();
     let snapshot = &a.snapshot;
@@ -184,7 +189,7 @@ pub async fn inspect(
         .chain(obs.unchecked.iter().map(String::as_str))
         .collect();
     flipped.retain(|id| !not_passed.contains(id.as_str()));
-    after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
+    after = refuse(cx, a, after, &mut flipped, (notes_only, agent_failed), &mut obs)?;
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
         let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
@@ -508,13 +513,14 @@ fn stories_with_work(cx: &Cx<'_>, a: &Assignment) -> HashSet<String> {
 }
 
 /// Sets back to false every story in `flipped` whose pass this iteration did not earn (see
-/// [`Refusal`]), and takes it out of `flipped`.
+/// [`Refusal`]), and takes it out of `flipped`. `(notes_only, agent_failed)`: the iteration
+/// changed nothing but notes; the agent exited non-zero or reported an error.
 fn refuse(
     cx: &Cx<'_>,
     a: &Assignment,
     after: Option<Arc<LoadedPrd>>,
     flipped: &mut Vec<String>,
-    notes_only: bool,
+    (notes_only, agent_failed): (bool, bool),
     obs: &mut Observation,
 ) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let rewritten: HashSet<&str> = obs
@@ -550,7 +556,12 @@ fn refuse(
     obs.refused = flipped
         .iter()
         .filter_map(|id| {
-            if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
+            // A failed agent's word is no evidence: only a check that passed is.
+            let checked = obs.verify.iter().any(|v| &v.story_id == id && v.passed);
+            if agent_failed && !checked {
+                Some((id.clone(), Refusal::AgentFailed))
+            } else if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id)
+            {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))

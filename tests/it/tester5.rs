@@ -1,0 +1,90 @@
+//! The fifth tester's findings (issues 18 and 20: "never lies about being done, never loses
+//! work"), with small exec agents (shell scripts) that misbehave.
+//!
+//! - an agent that does the work, sets `passes` and then exits 1 gets no pass on a story with no
+//!   `verify` (its own word was failure), and the record says so; with a `verify` that passes,
+//!   the check is the evidence and the story passes.
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, text, TestEnv};
+
+/// Writes an exec agent (a `/bin/sh` script) beside the repository and returns its path.
+fn agent(env: &TestEnv, body: &str) -> String {
+    let path = env.root.path().join("agent.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// Shell that does US-00n's work (commits `file-<n>.txt`), sets its `passes`, then exits 1.
+const WORK_FLIP_FAIL: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
+n=${id#US-00}
+echo done > file-$n.txt
+git add file-$n.txt && git commit -qm "feat: $id"
+python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == sys.argv[1]:
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+echo 'something went wrong' >&2
+exit 1
+"#;
+
+fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "--agent", "exec", "--agent-cmd", agent_cmd];
+    args.extend_from_slice(extra);
+    env.ralph(&args)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_agent_that_sets_passes_and_exits_1_gets_no_pass_without_a_check() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][0]["passes"], false, "{}", text(&out));
+    let first = &env.ledger()[0];
+    assert_eq!(first["outcome"], "agent_error", "{first}");
+    assert_eq!(first["exit_code"], 1, "{first}");
+    assert_eq!(strings(&first["passes_refused"]), ["US-001"], "{first}");
+    assert!(strings(&first["passes_flipped"]).is_empty(), "{first}");
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("US-001") && message.contains("then failed"),
+        "the ledger names the refused claim: {message}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("complete"), "{}", text(&out));
+}
+
+#[test]
+fn an_agent_that_sets_passes_and_exits_1_passes_on_its_passing_check() {
+    // The check passing is evidence the agent's exit code cannot take away
+    // (docs/decisions.md, "A failed agent's pass").
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][0]["passes"], true);
+    let first = &env.ledger()[0];
+    assert_eq!(first["outcome"], "story_passed", "{first}");
+    assert_eq!(first["exit_code"], 1, "{first}");
+}
