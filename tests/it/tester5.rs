@@ -58,7 +58,12 @@ fn an_agent_that_sets_passes_and_exits_1_gets_no_pass_without_a_check() {
     let cmd = agent(&env, WORK_FLIP_FAIL);
     let out = run(&env, &cmd, &["--max-iter", "1"]);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(env.prd()["userStories"][0]["passes"], false, "{}", text(&out));
+    assert_eq!(
+        env.prd()["userStories"][0]["passes"],
+        false,
+        "{}",
+        text(&out)
+    );
     let first = &env.ledger()[0];
     assert_eq!(first["outcome"], "agent_error", "{first}");
     assert_eq!(first["exit_code"], 1, "{first}");

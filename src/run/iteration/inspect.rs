@@ -189,7 +189,14 @@ pub async fn inspect(
         .chain(obs.unchecked.iter().map(String::as_str))
         .collect();
     flipped.retain(|id| !not_passed.contains(id.as_str()));
-    after = refuse(cx, a, after, &mut flipped, (notes_only, agent_failed), &mut obs)?;
+    after = refuse(
+        cx,
+        a,
+        after,
+        &mut flipped,
+        (notes_only, agent_failed),
+        &mut obs,
+    )?;
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
         let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
@@ -560,8 +567,7 @@ fn refuse(
             let checked = obs.verify.iter().any(|v| &v.story_id == id && v.passed);
             if agent_failed && !checked {
                 Some((id.clone(), Refusal::AgentFailed))
-            } else if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id)
-            {
+            } else if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))

@@ -177,8 +177,7 @@ pub async fn work(
     let agent_failed = execution.report.is_error
         || (execution.process.end == crate::process::EndReason::Exited
             && execution.process.exit_code != Some(0));
-    let observation =
-        inspect::inspect(cx, state, &assignment, &start, out, agent_failed).await?;
+    let observation = inspect::inspect(cx, state, &assignment, &start, out, agent_failed).await?;
     let verdict = classify::classify(
         &Facts {
             story_id: &assignment.story.id,
