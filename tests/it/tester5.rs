@@ -93,3 +93,79 @@ fn an_agent_that_sets_passes_and_exits_1_passes_on_its_passing_check() {
     assert_eq!(first["outcome"], "story_passed", "{first}");
     assert_eq!(first["exit_code"], 1, "{first}");
 }
+
+/// Shell that commits the story's work, sets its `passes`, and deletes every local branch git
+/// lets it (`git branch -D`: all but the checked-out ones).
+const WORK_FLIP_DELETE_BRANCHES: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
+n=${id#US-00}
+echo done > file-$n.txt
+git add file-$n.txt && git commit -qm "feat: $id"
+python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == sys.argv[1]:
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do git branch -D "$b" 2>&1; done
+exit 0
+"#;
+
+/// A `side` branch with one commit no other branch has; returns (main's tip, side's tip).
+fn side_branch(env: &TestEnv) -> (String, String) {
+    let main = env.git(&["rev-parse", "main"]).trim().to_owned();
+    env.git(&["checkout", "-q", "-b", "side"]);
+    env.write("side.txt", "unmerged\n");
+    env.git(&["add", "side.txt"]);
+    env.git(&["commit", "-qm", "side work"]);
+    let side = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    env.git(&["checkout", "-q", "main"]);
+    (main, side)
+}
+
+fn assert_branches_put_back(env: &TestEnv, out: &std::process::Output, main: &str, side: &str) {
+    let all = text(out);
+    assert_eq!(
+        env.git(&["rev-parse", "refs/heads/main"]).trim(),
+        main,
+        "{all}"
+    );
+    assert_eq!(
+        env.git(&["rev-parse", "refs/heads/side"]).trim(),
+        side,
+        "{all}"
+    );
+    let findings: Vec<String> = env
+        .ledger()
+        .iter()
+        .flat_map(|r| strings(&r["findings"]))
+        .collect();
+    for name in ["main", "side"] {
+        let said = format!("deleted branch {name}; ralph put it back");
+        assert!(
+            findings.iter().any(|f| f.contains(&said)),
+            "the record names {name}: {findings:?}"
+        );
+        assert!(all.contains(&said), "a warning names {name}: {all}");
+    }
+}
+
+#[test]
+fn an_agent_that_deletes_the_users_branches_gets_them_put_back() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let (main, side) = side_branch(&env);
+    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_branches_put_back(&env, &out, &main, &side);
+}
+
+#[test]
+fn a_parallel_agent_that_deletes_the_users_branches_gets_them_put_back() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let (main, side) = side_branch(&env);
+    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let out = run(&env, &cmd, &["--max-iter", "4", "--parallel", "2"]);
+    assert_branches_put_back(&env, &out, &main, &side);
+}

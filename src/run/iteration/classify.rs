@@ -411,6 +411,7 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
                 .join(", ")
         ));
     }
+    out.extend(obs.branches_kept.iter().cloned());
     if let Some((before, after)) = &obs.branch_moved {
         out.push(format!(
             "HEAD moved from {} to {}{}",

@@ -78,6 +78,10 @@ pub struct Observation {
     /// Commits ralph recorded (the iteration's start first) that the repository no longer has:
     /// the agent deleted the references that kept them and pruned them (see [`pruned`]).
     pub destroyed: Vec<String>,
+    /// Local branches the agent deleted (put back at their old tips) or moved to a commit that
+    /// no longer contains their old tip (the old tip kept under
+    /// `refs/ralph/<run>/<n>/branch/<name>`), one sentence each.
+    pub branches_kept: Vec<String>,
     /// What ralph did about HEAD leaving the feature branch, one sentence.
     pub branch_back: Option<String>,
     /// HEAD is still off the feature branch (ralph could not put it back): no pass counts.
@@ -142,6 +146,7 @@ pub async fn inspect(
         None => start,
     };
     history(cx, a, start, &mut obs)?;
+    keep_branches(cx, a, start, &mut obs, out)?;
     if let (false, Some(gone)) = (obs.destroyed.is_empty(), original) {
         obs.history_rewrite = Some(HistoryRewrite {
             start: gone,
@@ -380,6 +385,53 @@ fn history(
         }
     }
     obs.history_rewrite = Some(rewrite);
+    Ok(())
+}
+
+/// Puts back the local branches the agent deleted (at their tips as the iteration started), and
+/// keeps the old tip of a branch the agent moved to a commit that does not contain it under
+/// `refs/ralph/<run>/<n>/branch/<name>`: the user's branches, and their unmerged commits, are
+/// not lost to an agent's `git branch -D`. The branch the iteration started on is left to
+/// [`history`]. Each is named in `obs.branches_kept` and warned about.
+///
+/// # Errors
+/// A reference that cannot be written.
+fn keep_branches(
+    cx: &Cx<'_>,
+    a: &Assignment,
+    start: &StartPoint,
+    obs: &mut Observation,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    if start.branches.is_empty() {
+        return Ok(());
+    }
+    let now: HashMap<String, String> = cx.repo.local_branches().into_iter().collect();
+    for (name, tip) in &start.branches {
+        if start.branch.as_deref() == Some(name.as_str()) {
+            continue;
+        }
+        let short = tip.get(..12).unwrap_or(tip);
+        let sentence = match now.get(name) {
+            Some(t) if t == tip || cx.repo.is_ancestor(tip, t).unwrap_or(true) => continue,
+            Some(_) => {
+                let pin = format!("refs/ralph/{}/{}/branch/{name}", cx.run_id, a.iteration);
+                cx.repo.set_ref(&pin, tip)?;
+                format!(
+                    "the agent moved branch {name} off its tip {short} (now at a commit that does not contain it); ralph kept the old tip as {pin}"
+                )
+            }
+            None => {
+                cx.repo.set_ref(&format!("refs/heads/{name}"), tip)?;
+                format!("the agent deleted branch {name}; ralph put it back at {short}")
+            }
+        };
+        out.warn_in(
+            a.iteration,
+            format!("iteration {}: {sentence}", a.iteration),
+        );
+        obs.branches_kept.push(sentence);
+    }
     Ok(())
 }
 
