@@ -169,3 +169,74 @@ fn a_parallel_agent_that_deletes_the_users_branches_gets_them_put_back() {
     let out = run(&env, &cmd, &["--max-iter", "4", "--parallel", "2"]);
     assert_branches_put_back(&env, &out, &main, &side);
 }
+
+/// Shell that does the story's work (commits `file-<n>.txt` unless it is there), sets its
+/// `passes` in the PRD file the prompt names, writes `<marks>/started-<id>`, and then waits
+/// (at most a minute) until `<marks>/again` exists.
+fn work_flip_then_wait(marks: &std::path::Path) -> String {
+    let marks = marks.display();
+    format!(
+        r#"p=$(cat)
+id=$(printf '%s\n' "$p" | sed -n 's/^Story ID: //p' | head -1)
+prd=$(printf '%s\n' "$p" | sed -n 's/^PRD file: `\(.*\)`$/\1/p' | head -1)
+n=${{id#US-00}}
+if [ ! -f file-$n.txt ]; then echo done > file-$n.txt; git add file-$n.txt; git commit -qm "feat: $id"; fi
+python3 - "$prd" "$id" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s in p['userStories']:
+    if s['id'] == sys.argv[2]:
+        s['passes'] = True
+open(sys.argv[1], 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+touch {marks}/started-$id
+i=0; while [ ! -f {marks}/again ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+exit 0
+"#
+    )
+}
+
+#[test]
+fn work_salvaged_from_a_stopped_parallel_iteration_counts_as_earlier_work() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGTERM, Signal::SIGKILL] {
+        let env = TestEnv::new(&prd_with_stories(2));
+        let marks = env.root.path().to_path_buf();
+        let cmd = agent(&env, &work_flip_then_wait(&marks));
+        let args = [
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            cmd.as_str(),
+            "--parallel",
+            "2",
+            "--max-iter",
+            "4",
+            "--shutdown-timeout",
+            "1s",
+        ];
+        let mut child = env.ralph_spawn(&args);
+        let within = std::time::Duration::from_secs(120);
+        crate::common::wait_for(&env, "../started-US-001", within);
+        crate::common::wait_for(&env, "../started-US-002", within);
+        crate::common::signal(&child, sig);
+        crate::common::wait_exit(&env, &mut child, within);
+        // The next attempts find the work done and end at once (and a SIGKILL's orphaned agents
+        // stop waiting).
+        std::fs::write(marks.join("again"), "").unwrap();
+        let out = env.ralph(&args);
+        let all = text(&out);
+        for r in env.ledger() {
+            let message = r["message"].as_str().unwrap_or_default();
+            assert!(
+                !message.contains("no earlier iteration of it did any work"),
+                "{sig}: the stopped iteration did the work: {r}\n{all}"
+            );
+        }
+        assert_eq!(out.status.code(), Some(0), "{sig}: {all}");
+        for s in env.prd()["userStories"].as_array().unwrap() {
+            assert_eq!(s["passes"], true, "{sig}: {s}\n{all}");
+        }
+    }
+}
