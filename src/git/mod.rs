@@ -1186,6 +1186,21 @@ impl Repo {
             .find(|short| self.repo.find_branch(short, BranchType::Remote).is_ok())
     }
 
+    /// The local branches (`refs/heads/*`) as (short name, full sha of the commit they point
+    /// at), in git's order; branches that name no commit are left out, and a repository whose
+    /// references cannot be listed gives none.
+    pub fn local_branches(&self) -> Vec<(String, String)> {
+        let Ok(refs) = self.repo.references_glob("refs/heads/*") else {
+            return Vec::new();
+        };
+        refs.flatten()
+            .filter_map(|r| {
+                let name = r.name()?.strip_prefix("refs/heads/")?.to_owned();
+                Some((name, r.peel_to_commit().ok()?.id().to_string()))
+            })
+            .collect()
+    }
+
     /// The full sha reference `name` (e.g. `refs/remotes/origin/x`) points at; `None` when it
     /// does not exist or names no commit.
     pub fn ref_sha(&self, name: &str) -> Option<String> {

@@ -64,6 +64,7 @@ mod stop_conditions;
 mod store;
 mod support_llm;
 mod support_model;
+mod tester5;
 mod tester_findings;
 mod tools;
 mod trust_iteration;

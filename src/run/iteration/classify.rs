@@ -171,6 +171,10 @@ fn refusal_text(id: &str, why: Refusal) -> (String, String) {
             format!("{id} was marked passing on an iteration that changed nothing but notes (prd.json, progress.txt, progress-history/), and no earlier iteration of it did any work; ralph set its passes back to false"),
             format!("In the previous iteration you set {id}'s passes to true, but the iteration changed nothing except notes (prd.json, progress.txt): no code, no test, no commit. ralph set it back to false. A story passes only on an iteration that does its work: change the code (and tests) it needs, then mark it passing."),
         ),
+        Refusal::AgentFailed => (
+            format!("{id} was marked passing by an agent that then failed, and it has no check that passed; ralph set its passes back to false"),
+            format!("In the previous iteration you set {id}'s passes to true, but you then ended with an error, so ralph did not count the pass. Finish {id}, make sure its checks pass, and end without an error."),
+        ),
         Refusal::CriteriaEdited => (
             format!("{id} was marked passing in the iteration that rewrote its acceptance criteria; ralph put the criteria back and set its passes back to false"),
             format!("In the previous iteration you rewrote {id}'s acceptance criteria and marked it passing. ralph put the original criteria back and did not count the pass: meet the criteria as written, then mark it passing."),
@@ -205,6 +209,14 @@ fn outcome(f: &Facts<'_>, obs: &Observation, promise_seen: bool) -> Outcome {
     }
     if promise_seen && !obs.open_after.is_empty() {
         return Outcome::PrematureClaim;
+    }
+    // A pass set by an agent that failed is the agent's error, with the claim refused.
+    if obs
+        .refused
+        .iter()
+        .any(|(id, why)| id == f.story_id && *why == Refusal::AgentFailed)
+    {
+        return Outcome::AgentError;
     }
     // A pass the iteration did not earn (notes only, or its criteria rewritten) is a claim, not
     // a pass.
@@ -399,6 +411,7 @@ fn findings(f: &Facts<'_>, obs: &Observation) -> Vec<String> {
                 .join(", ")
         ));
     }
+    out.extend(obs.branches_kept.iter().cloned());
     if let Some((before, after)) = &obs.branch_moved {
         out.push(format!(
             "HEAD moved from {} to {}{}",

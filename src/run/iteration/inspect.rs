@@ -78,6 +78,10 @@ pub struct Observation {
     /// Commits ralph recorded (the iteration's start first) that the repository no longer has:
     /// the agent deleted the references that kept them and pruned them (see [`pruned`]).
     pub destroyed: Vec<String>,
+    /// Local branches the agent deleted (put back at their old tips) or moved to a commit that
+    /// no longer contains their old tip (the old tip kept under
+    /// `refs/ralph/<run>/<n>/branch/<name>`), one sentence each.
+    pub branches_kept: Vec<String>,
     /// What ralph did about HEAD leaving the feature branch, one sentence.
     pub branch_back: Option<String>,
     /// HEAD is still off the feature branch (ralph could not put it back): no pass counts.
@@ -104,9 +108,13 @@ pub enum Refusal {
     NotesOnly,
     /// The iteration rewrote that story's acceptance criteria.
     CriteriaEdited,
+    /// The agent failed (exited non-zero, or reported an error) and the story has no check
+    /// that passed: the agent's own word was failure, so its `passes: true` is no evidence.
+    AgentFailed,
 }
 
-/// Runs stage 3 (see the module docs).
+/// Runs stage 3 (see the module docs). `agent_failed`: the agent exited non-zero or reported
+/// an error; a pass it set on a story with no check is then refused ([`Refusal::AgentFailed`]).
 ///
 /// # Errors
 /// I/O errors restoring or rewriting prd.json, a verify command that cannot start, git errors.
@@ -116,6 +124,7 @@ pub async fn inspect(
     a: &Assignment,
     start: &StartPoint,
     out: &mut Outputs,
+    agent_failed: bool,
 ) -> anyhow::Result<Observation> {
     let mut obs = Observation::default();
     let snapshot = &a.snapshot;
@@ -137,6 +146,7 @@ pub async fn inspect(
         None => start,
     };
     history(cx, a, start, &mut obs)?;
+    keep_branches(cx, a, start, &mut obs, out)?;
     if let (false, Some(gone)) = (obs.destroyed.is_empty(), original) {
         obs.history_rewrite = Some(HistoryRewrite {
             start: gone,
@@ -184,7 +194,14 @@ pub async fn inspect(
         .chain(obs.unchecked.iter().map(String::as_str))
         .collect();
     flipped.retain(|id| !not_passed.contains(id.as_str()));
-    after = refuse(cx, a, after, &mut flipped, notes_only, &mut obs)?;
+    after = refuse(
+        cx,
+        a,
+        after,
+        &mut flipped,
+        (notes_only, agent_failed),
+        &mut obs,
+    )?;
     if obs.off_branch && !flipped.is_empty() {
         // The work is not on the feature branch: no pass counts for it.
         let edits: Vec<(&str, bool)> = flipped.iter().map(|id| (id.as_str(), false)).collect();
@@ -371,6 +388,53 @@ fn history(
     Ok(())
 }
 
+/// Puts back the local branches the agent deleted (at their tips as the iteration started), and
+/// keeps the old tip of a branch the agent moved to a commit that does not contain it under
+/// `refs/ralph/<run>/<n>/branch/<name>`: the user's branches, and their unmerged commits, are
+/// not lost to an agent's `git branch -D`. The branch the iteration started on is left to
+/// [`history`]. Each is named in `obs.branches_kept` and warned about.
+///
+/// # Errors
+/// A reference that cannot be written.
+fn keep_branches(
+    cx: &Cx<'_>,
+    a: &Assignment,
+    start: &StartPoint,
+    obs: &mut Observation,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    if start.branches.is_empty() {
+        return Ok(());
+    }
+    let now: HashMap<String, String> = cx.repo.local_branches().into_iter().collect();
+    for (name, tip) in &start.branches {
+        if start.branch.as_deref() == Some(name.as_str()) {
+            continue;
+        }
+        let short = tip.get(..12).unwrap_or(tip);
+        let sentence = match now.get(name) {
+            Some(t) if t == tip || cx.repo.is_ancestor(tip, t).unwrap_or(true) => continue,
+            Some(_) => {
+                let pin = format!("refs/ralph/{}/{}/branch/{name}", cx.run_id, a.iteration);
+                cx.repo.set_ref(&pin, tip)?;
+                format!(
+                    "the agent moved branch {name} off its tip {short} (now at a commit that does not contain it); ralph kept the old tip as {pin}"
+                )
+            }
+            None => {
+                cx.repo.set_ref(&format!("refs/heads/{name}"), tip)?;
+                format!("the agent deleted branch {name}; ralph put it back at {short}")
+            }
+        };
+        out.warn_in(
+            a.iteration,
+            format!("iteration {}: {sentence}", a.iteration),
+        );
+        obs.branches_kept.push(sentence);
+    }
+    Ok(())
+}
+
 /// What an agent's pruning took (see [`pruned`]).
 #[derive(Debug, Default)]
 pub struct Pruned {
@@ -508,13 +572,14 @@ fn stories_with_work(cx: &Cx<'_>, a: &Assignment) -> HashSet<String> {
 }
 
 /// Sets back to false every story in `flipped` whose pass this iteration did not earn (see
-/// [`Refusal`]), and takes it out of `flipped`.
+/// [`Refusal`]), and takes it out of `flipped`. `(notes_only, agent_failed)`: the iteration
+/// changed nothing but notes; the agent exited non-zero or reported an error.
 fn refuse(
     cx: &Cx<'_>,
     a: &Assignment,
     after: Option<Arc<LoadedPrd>>,
     flipped: &mut Vec<String>,
-    notes_only: bool,
+    (notes_only, agent_failed): (bool, bool),
     obs: &mut Observation,
 ) -> anyhow::Result<Option<Arc<LoadedPrd>>> {
     let rewritten: HashSet<&str> = obs
@@ -550,7 +615,11 @@ fn refuse(
     obs.refused = flipped
         .iter()
         .filter_map(|id| {
-            if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
+            // A failed agent's word is no evidence: only a check that passed is.
+            let checked = obs.verify.iter().any(|v| &v.story_id == id && v.passed);
+            if agent_failed && !checked {
+                Some((id.clone(), Refusal::AgentFailed))
+            } else if notes_only && !worked_on.contains(id) && !obs.already_satisfied.contains(id) {
                 Some((id.clone(), Refusal::NotesOnly))
             } else if rewritten.contains(&id.as_str()) {
                 Some((id.clone(), Refusal::CriteriaEdited))

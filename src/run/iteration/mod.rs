@@ -173,7 +173,14 @@ pub async fn work(
     let execution = execute::execute(cx, state, launch, assignment.iteration, limits, out).await?;
     // A signal ended (or came during) the agent: how long its stop took is part of the record.
     let agent_stopped = cx.stop.stopped().map(|c| (c, c.at.elapsed()));
-    let observation = inspect::inspect(cx, state, &assignment, &start, out).await?;
+    // The agent's own word was failure: a pass it set without a check does not count. A usage
+    // limit met after the work is the quota's word, not the agent's (docs/decisions.md, "A
+    // failed agent's pass").
+    let agent_failed = execution.report.failure != Some(crate::protocol::FailureClass::UsageLimit)
+        && (execution.report.is_error
+            || (execution.process.end == crate::process::EndReason::Exited
+                && execution.process.exit_code != Some(0)));
+    let observation = inspect::inspect(cx, state, &assignment, &start, out, agent_failed).await?;
     let verdict = classify::classify(
         &Facts {
             story_id: &assignment.story.id,

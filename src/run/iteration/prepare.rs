@@ -56,6 +56,9 @@ pub struct StartPoint {
     pub at: DateTime<Utc>,
     /// HEAD's reflog length, to find commits the agent throws away.
     pub reflog_len: usize,
+    /// The local branches (`refs/heads/*`) and their tips (full shas) as the iteration
+    /// started: a branch the agent deletes or moves off its tip is put back or kept.
+    pub branches: Vec<(String, String)>,
     /// Monotonic start, for the duration.
     pub clock: Instant,
 }
@@ -206,6 +209,7 @@ fn start_point(cx: &Cx<'_>, a: &Assignment) -> anyhow::Result<StartPoint> {
     };
     Ok(StartPoint {
         reflog_len: cx.repo.head_reflog_len(),
+        branches: cx.repo.local_branches(),
         branch: cx.repo.current_branch(),
         head,
         dirty,

@@ -182,7 +182,11 @@ fn setup_timeout(cfg: &RunConfig) -> Duration {
 }
 
 async fn work(mut job: Job, forward: Forward) -> anyhow::Result<Worked> {
-    let paths = RunPaths::new(&job.tree, &job.tree.join(&job.prd_rel));
+    let mut paths = RunPaths::new(&job.tree, &job.tree.join(&job.prd_rel));
+    // The run's ledger is the main checkout's (the tree has none): what earlier iterations of
+    // the story did, an interrupted one whose work was salvaged included, is read from it
+    // (inspect's "no earlier iteration did any work"). Records are written by the driver.
+    paths.ledger = RunPaths::new(&job.main_root, &job.main_root.join(&job.prd_rel)).ledger;
     crate::workspace::ensure_ralph_dir(&paths.ralph_dir)?;
     let repo = crate::git::Repo::discover(&job.tree)?;
     // The story as the tree has it: the run branch's prd.json when the story started.

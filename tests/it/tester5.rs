@@ -1,0 +1,242 @@
+//! The fifth tester's findings (issues 18 and 20: "never lies about being done, never loses
+//! work"), with small exec agents (shell scripts) that misbehave.
+//!
+//! - an agent that does the work, sets `passes` and then exits 1 gets no pass on a story with no
+//!   `verify` (its own word was failure), and the record says so; with a `verify` that passes,
+//!   the check is the evidence and the story passes.
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use serde_json::{json, Value};
+
+use crate::common::{prd_with_stories, text, TestEnv};
+
+/// Writes an exec agent (a `/bin/sh` script) beside the repository and returns its path.
+fn agent(env: &TestEnv, body: &str) -> String {
+    let path = env.root.path().join("agent.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// Shell that does US-00n's work (commits `file-<n>.txt`), sets its `passes`, then exits 1.
+const WORK_FLIP_FAIL: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
+n=${id#US-00}
+echo done > file-$n.txt
+git add file-$n.txt && git commit -qm "feat: $id"
+python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == sys.argv[1]:
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+echo 'something went wrong' >&2
+exit 1
+"#;
+
+fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "--agent", "exec", "--agent-cmd", agent_cmd];
+    args.extend_from_slice(extra);
+    env.ralph(&args)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_agent_that_sets_passes_and_exits_1_gets_no_pass_without_a_check() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        env.prd()["userStories"][0]["passes"],
+        false,
+        "{}",
+        text(&out)
+    );
+    let first = &env.ledger()[0];
+    assert_eq!(first["outcome"], "agent_error", "{first}");
+    assert_eq!(first["exit_code"], 1, "{first}");
+    assert_eq!(strings(&first["passes_refused"]), ["US-001"], "{first}");
+    assert!(strings(&first["passes_flipped"]).is_empty(), "{first}");
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("US-001") && message.contains("then failed"),
+        "the ledger names the refused claim: {message}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("complete"), "{}", text(&out));
+}
+
+#[test]
+fn an_agent_that_sets_passes_and_exits_1_passes_on_its_passing_check() {
+    // The check passing is evidence the agent's exit code cannot take away
+    // (docs/decisions.md, "A failed agent's pass").
+    let mut prd = prd_with_stories(1);
+    prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
+    let env = TestEnv::new(&prd);
+    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.prd()["userStories"][0]["passes"], true);
+    let first = &env.ledger()[0];
+    assert_eq!(first["outcome"], "story_passed", "{first}");
+    assert_eq!(first["exit_code"], 1, "{first}");
+}
+
+/// Shell that commits the story's work, sets its `passes`, and deletes every local branch git
+/// lets it (`git branch -D`: all but the checked-out ones).
+const WORK_FLIP_DELETE_BRANCHES: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
+n=${id#US-00}
+echo done > file-$n.txt
+git add file-$n.txt && git commit -qm "feat: $id"
+python3 - "$id" <<'PY'
+import json, sys
+p = json.load(open('prd.json'))
+for s in p['userStories']:
+    if s['id'] == sys.argv[1]:
+        s['passes'] = True
+open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do git branch -D "$b" 2>&1; done
+exit 0
+"#;
+
+/// A `side` branch with one commit no other branch has; returns (main's tip, side's tip).
+fn side_branch(env: &TestEnv) -> (String, String) {
+    let main = env.git(&["rev-parse", "main"]).trim().to_owned();
+    env.git(&["checkout", "-q", "-b", "side"]);
+    env.write("side.txt", "unmerged\n");
+    env.git(&["add", "side.txt"]);
+    env.git(&["commit", "-qm", "side work"]);
+    let side = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    env.git(&["checkout", "-q", "main"]);
+    (main, side)
+}
+
+fn assert_branches_put_back(env: &TestEnv, out: &std::process::Output, main: &str, side: &str) {
+    let all = text(out);
+    assert_eq!(
+        env.git(&["rev-parse", "refs/heads/main"]).trim(),
+        main,
+        "{all}"
+    );
+    assert_eq!(
+        env.git(&["rev-parse", "refs/heads/side"]).trim(),
+        side,
+        "{all}"
+    );
+    let findings: Vec<String> = env
+        .ledger()
+        .iter()
+        .flat_map(|r| strings(&r["findings"]))
+        .collect();
+    for name in ["main", "side"] {
+        let said = format!("deleted branch {name}; ralph put it back");
+        assert!(
+            findings.iter().any(|f| f.contains(&said)),
+            "the record names {name}: {findings:?}"
+        );
+        assert!(all.contains(&said), "a warning names {name}: {all}");
+    }
+}
+
+#[test]
+fn an_agent_that_deletes_the_users_branches_gets_them_put_back() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let (main, side) = side_branch(&env);
+    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let out = run(&env, &cmd, &["--max-iter", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_branches_put_back(&env, &out, &main, &side);
+}
+
+#[test]
+fn a_parallel_agent_that_deletes_the_users_branches_gets_them_put_back() {
+    let env = TestEnv::new(&prd_with_stories(2));
+    let (main, side) = side_branch(&env);
+    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let out = run(&env, &cmd, &["--max-iter", "4", "--parallel", "2"]);
+    assert_branches_put_back(&env, &out, &main, &side);
+}
+
+/// Shell that does the story's work (commits `file-<n>.txt` unless it is there), sets its
+/// `passes` in the PRD file the prompt names, writes `<marks>/started-<id>`, and then waits
+/// (at most a minute) until `<marks>/again` exists.
+fn work_flip_then_wait(marks: &std::path::Path) -> String {
+    let marks = marks.display();
+    format!(
+        r#"p=$(cat)
+id=$(printf '%s\n' "$p" | sed -n 's/^Story ID: //p' | head -1)
+prd=$(printf '%s\n' "$p" | sed -n 's/^PRD file: `\(.*\)`$/\1/p' | head -1)
+n=${{id#US-00}}
+if [ ! -f file-$n.txt ]; then echo done > file-$n.txt; git add file-$n.txt; git commit -qm "feat: $id"; fi
+python3 - "$prd" "$id" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s in p['userStories']:
+    if s['id'] == sys.argv[2]:
+        s['passes'] = True
+open(sys.argv[1], 'w').write(json.dumps(p, indent=2) + '\n')
+PY
+touch {marks}/started-$id
+i=0; while [ ! -f {marks}/again ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+exit 0
+"#
+    )
+}
+
+#[test]
+fn work_salvaged_from_a_stopped_parallel_iteration_counts_as_earlier_work() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGTERM, Signal::SIGKILL] {
+        let env = TestEnv::new(&prd_with_stories(2));
+        let marks = env.root.path().to_path_buf();
+        let cmd = agent(&env, &work_flip_then_wait(&marks));
+        let args = [
+            "run",
+            "--agent",
+            "exec",
+            "--agent-cmd",
+            cmd.as_str(),
+            "--parallel",
+            "2",
+            "--max-iter",
+            "4",
+            "--shutdown-timeout",
+            "1s",
+        ];
+        let mut child = env.ralph_spawn(&args);
+        let within = std::time::Duration::from_secs(120);
+        crate::common::wait_for(&env, "../started-US-001", within);
+        crate::common::wait_for(&env, "../started-US-002", within);
+        crate::common::signal(&child, sig);
+        crate::common::wait_exit(&env, &mut child, within);
+        // The next attempts find the work done and end at once (and a SIGKILL's orphaned agents
+        // stop waiting).
+        std::fs::write(marks.join("again"), "").unwrap();
+        let out = env.ralph(&args);
+        let all = text(&out);
+        for r in env.ledger() {
+            let message = r["message"].as_str().unwrap_or_default();
+            assert!(
+                !message.contains("no earlier iteration of it did any work"),
+                "{sig}: the stopped iteration did the work: {r}\n{all}"
+            );
+        }
+        assert_eq!(out.status.code(), Some(0), "{sig}: {all}");
+        for s in env.prd()["userStories"].as_array().unwrap() {
+            assert_eq!(s["passes"], true, "{sig}: {s}\n{all}");
+        }
+    }
+}
