@@ -189,6 +189,24 @@ fn doctor(dir: &std::path::Path, bin: &std::path::Path, args: &[&str]) -> (Optio
     )
 }
 
+/// `ralph doctor --json`'s fallback agents (those with a name): name, backend, and whether
+/// it is usable (no error).
+fn named_agents(doc: &Value) -> Vec<(String, String, bool)> {
+    doc["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter(|a| a["name"].is_string())
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap_or("").to_owned(),
+                a["agent"].as_str().unwrap_or("").to_owned(),
+                a["error"].is_null(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn doctor_checks_each_fallback_agent_under_its_name() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -232,19 +250,7 @@ fn doctor_checks_each_fallback_agent_under_its_name() {
     // --json: each under its name, beside its backend.
     let (_, json) = doctor(tmp.path(), &bin, &["--json"]);
     let doc: Value = serde_json::from_str(&json).expect("json");
-    let named: Vec<(String, String, bool)> = doc["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .filter(|a| a["name"].is_string())
-        .map(|a| {
-            (
-                a["name"].as_str().unwrap_or("").to_owned(),
-                a["agent"].as_str().unwrap_or("").to_owned(),
-                a["error"].is_null(),
-            )
-        })
-        .collect();
+    let named = named_agents(&doc);
     assert_eq!(
         named,
         [
@@ -279,11 +285,9 @@ fn doctor_checks_the_fallbacks_of_fallback_agent_not_the_files_list() {
     let named = |args: &[&str]| -> (Option<i32>, Vec<String>) {
         let (code, json) = doctor(tmp.path(), &bin, args);
         let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
-        let names = doc["agents"]
-            .as_array()
-            .expect("agents")
-            .iter()
-            .filter_map(|a| a["name"].as_str().map(str::to_owned))
+        let names = named_agents(&doc)
+            .into_iter()
+            .map(|(name, ..)| name)
             .collect();
         (code, names)
     };

@@ -5,57 +5,29 @@
 //!   `verify` (its own word was failure), and the record says so; with a `verify` that passes,
 //!   the check is the evidence and the story passes.
 
-use std::os::unix::fs::PermissionsExt as _;
-
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::common::{prd_with_stories, text, TestEnv};
+use crate::trust_iteration::{agent, run, strings, FLIP};
 
-/// Writes an exec agent (a `/bin/sh` script) beside the repository and returns its path.
-fn agent(env: &TestEnv, body: &str) -> String {
-    let path = env.root.path().join("agent.sh");
-    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
+/// Shell that does US-00n's work (commits `file-<n>.txt`) and sets its `passes`, then runs
+/// `then`.
+fn work_flip_then(then: &str) -> String {
+    format!(
+        "id=$(sed -n 's/^Story ID: //p' | head -1)\nn=${{id#US-00}}\necho done > file-$n.txt\n\
+         git add file-$n.txt && git commit -qm \"feat: $id\"\n{FLIP}{then}"
+    )
 }
 
-/// Shell that does US-00n's work (commits `file-<n>.txt`), sets its `passes`, then exits 1.
-const WORK_FLIP_FAIL: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
-n=${id#US-00}
-echo done > file-$n.txt
-git add file-$n.txt && git commit -qm "feat: $id"
-python3 - "$id" <<'PY'
-import json, sys
-p = json.load(open('prd.json'))
-for s in p['userStories']:
-    if s['id'] == sys.argv[1]:
-        s['passes'] = True
-open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
-PY
-echo 'something went wrong' >&2
-exit 1
-"#;
-
-fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["run", "--agent", "exec", "--agent-cmd", agent_cmd];
-    args.extend_from_slice(extra);
-    env.ralph(&args)
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+/// [`work_flip_then`], then a failure: a message on stderr and exit 1.
+fn work_flip_fail() -> String {
+    work_flip_then("echo 'something went wrong' >&2\nexit 1\n")
 }
 
 #[test]
 fn an_agent_that_sets_passes_and_exits_1_gets_no_pass_without_a_check() {
     let env = TestEnv::new(&prd_with_stories(1));
-    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let cmd = agent(&env, &work_flip_fail());
     let out = run(&env, &cmd, &["--max-iter", "1"]);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
@@ -85,7 +57,7 @@ fn an_agent_that_sets_passes_and_exits_1_passes_on_its_passing_check() {
     let mut prd = prd_with_stories(1);
     prd["userStories"][0]["verify"] = json!("test -f file-1.txt");
     let env = TestEnv::new(&prd);
-    let cmd = agent(&env, WORK_FLIP_FAIL);
+    let cmd = agent(&env, &work_flip_fail());
     let out = run(&env, &cmd, &["--max-iter", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(env.prd()["userStories"][0]["passes"], true);
@@ -96,21 +68,11 @@ fn an_agent_that_sets_passes_and_exits_1_passes_on_its_passing_check() {
 
 /// Shell that commits the story's work, sets its `passes`, and deletes every local branch git
 /// lets it (`git branch -D`: all but the checked-out ones).
-const WORK_FLIP_DELETE_BRANCHES: &str = r#"id=$(sed -n 's/^Story ID: //p' | head -1)
-n=${id#US-00}
-echo done > file-$n.txt
-git add file-$n.txt && git commit -qm "feat: $id"
-python3 - "$id" <<'PY'
-import json, sys
-p = json.load(open('prd.json'))
-for s in p['userStories']:
-    if s['id'] == sys.argv[1]:
-        s['passes'] = True
-open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
-PY
-for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do git branch -D "$b" 2>&1; done
-exit 0
-"#;
+fn work_flip_delete_branches() -> String {
+    work_flip_then(
+        "for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do git branch -D \"$b\" 2>&1; done\nexit 0\n",
+    )
+}
 
 /// A `side` branch with one commit no other branch has; returns (main's tip, side's tip).
 fn side_branch(env: &TestEnv) -> (String, String) {
@@ -155,7 +117,7 @@ fn assert_branches_put_back(env: &TestEnv, out: &std::process::Output, main: &st
 fn an_agent_that_deletes_the_users_branches_gets_them_put_back() {
     let env = TestEnv::new(&prd_with_stories(1));
     let (main, side) = side_branch(&env);
-    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let cmd = agent(&env, &work_flip_delete_branches());
     let out = run(&env, &cmd, &["--max-iter", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_branches_put_back(&env, &out, &main, &side);
@@ -165,7 +127,7 @@ fn an_agent_that_deletes_the_users_branches_gets_them_put_back() {
 fn a_parallel_agent_that_deletes_the_users_branches_gets_them_put_back() {
     let env = TestEnv::new(&prd_with_stories(2));
     let (main, side) = side_branch(&env);
-    let cmd = agent(&env, WORK_FLIP_DELETE_BRANCHES);
+    let cmd = agent(&env, &work_flip_delete_branches());
     let out = run(&env, &cmd, &["--max-iter", "4", "--parallel", "2"]);
     assert_branches_put_back(&env, &out, &main, &side);
 }

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::common::{prd_with_stories, text, TestEnv};
 
 /// Writes an exec agent (a `/bin/sh` script) beside the repository and returns its path.
-fn agent(env: &TestEnv, body: &str) -> String {
+pub(crate) fn agent(env: &TestEnv, body: &str) -> String {
     let path = env.root.path().join("agent.sh");
     std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -31,7 +31,7 @@ id=$(sed -n 's/^Story ID: //p' ../prompt-$n.txt | head -1)
 "#;
 
 /// Shell that sets `passes` of story `$id` to true in prd.json (python3, same layout as ralph's).
-const FLIP: &str = r#"python3 - "$id" <<'PY'
+pub(crate) const FLIP: &str = r#"python3 - "$id" <<'PY'
 import json, sys
 p = json.load(open('prd.json'))
 for s in p['userStories']:
@@ -41,7 +41,7 @@ open('prd.json', 'w').write(json.dumps(p, indent=2) + '\n')
 PY
 "#;
 
-fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) fn run(env: &TestEnv, agent_cmd: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["run", "--agent", "exec", "--agent-cmd", agent_cmd];
     args.extend_from_slice(extra);
     env.ralph(&args)
@@ -58,7 +58,7 @@ fn prompt(env: &TestEnv, n: usize) -> String {
     std::fs::read_to_string(env.root.path().join(format!("prompt-{n}.txt"))).unwrap_or_default()
 }
 
-fn strings(v: &Value) -> Vec<String> {
+pub(crate) fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
