@@ -226,3 +226,50 @@ fn an_auth_error_while_every_other_agent_is_limited_does_not_run_a_limited_agent
     // lim2's reset (no time given: an hour), before claude's three hours.
     assert!((3000..=3700).contains(&ahead), "{ahead}s: {st}");
 }
+
+/// Under `--parallel`, a launch on another agent than the last one says so, as a serial run
+/// does: "switching from exec to backup" on the terminal, and `agent_switched` in `--json`
+/// (under `--parallel` it said nothing; only the ledger's agent field showed the switch).
+#[test]
+fn a_parallel_run_says_when_it_switches_to_the_fallback_agent() {
+    let x = Exec::new(3);
+    x.put("US-001.say", &limit_line());
+    x.put("US-001.nochange", "");
+    // The fallback runs the same agent without the limit line, and does the work.
+    let primary = std::fs::read_to_string(&x.cmd).expect("agent.sh");
+    let body = primary
+        .trim_start_matches("#!/bin/bash\n")
+        .replace(
+            r#"if [ -f "$dir/$story.say" ]; then cat "$dir/$story.say"; fi"#,
+            "",
+        )
+        .replace(
+            r#"if [ ! -f "$dir/$story.nochange" ]; then"#,
+            "if true; then",
+        );
+    let backup = script_file(&x.env, "backup.sh", &body);
+    x.env.write(
+        "ralph.toml",
+        &format!(
+            "fallback_agents = [\"backup\"]\n\n[[agents]]\nname = \"backup\"\nagent = \"exec\"\nagent_cmd = \"{}\"\n",
+            backup.display()
+        ),
+    );
+    x.env.git(&["add", "ralph.toml"]);
+    x.env.git(&["commit", "-qm", "ralph.toml"]);
+    x.put(
+        "US-002.wait",
+        "grep -q US-001 \"$dir/calls.log\" && sleep 1",
+    );
+    let out = x.run(&["--parallel", "2", "--no-wait", "--json"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("switching from exec to backup"), "{said}");
+    let switched: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "agent_switched")
+        .collect();
+    assert!(!switched.is_empty(), "no agent_switched event:\n{said}");
+    assert_eq!(switched[0]["to"], "backup", "{:#}", switched[0]);
+}

@@ -70,6 +70,9 @@ pub struct Flight {
 pub struct Board {
     /// Iterations running now.
     pub flights: Vec<Flight>,
+    /// The agent (index in the session's agents) the last launch ran on: a launch on another
+    /// one says so (`agent_switched`), as a serial run does.
+    pub on_agent: Option<usize>,
     /// Salvage refs made for deleted worktrees' dangling commits, with the start (full sha) of
     /// the flight they were found for: a sibling of the same start whose worktree went too may
     /// find its commits already kept there.
@@ -439,6 +442,7 @@ async fn launch(
         for hint in &assignment.hints {
             board.hinted.insert(hint.id, assignment.iteration);
         }
+        super::say_switch(&s.books, &mut board.on_agent, agent, out);
         start(
             cfg,
             s,
