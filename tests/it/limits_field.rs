@@ -257,9 +257,10 @@ fn a_parallel_run_says_when_it_switches_to_the_fallback_agent() {
     );
     x.env.git(&["add", "ralph.toml"]);
     x.env.git(&["commit", "-qm", "ralph.toml"]);
+    // US-002 ends once US-001 has started (the wait script runs in a bash of its own).
     x.put(
         "US-002.wait",
-        "grep -q US-001 \"$dir/calls.log\" && sleep 1",
+        &format!("grep -q US-001 '{}/calls.log'", x.dir.display()),
     );
     let out = x.run(&["--parallel", "2", "--no-wait", "--json"]);
     let said = text(&out);
