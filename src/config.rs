@@ -152,6 +152,9 @@ pub struct RunConfig {
     /// `--parallel`: stories worked on at once, each in its own worktree (≥ 1; 1: serial, in
     /// the checkout).
     pub parallel: u32,
+    /// `--resolve-conflicts`: a conflicting landing under `--parallel` gets a resolution
+    /// iteration (docs/decisions.md, "Resolving a landing's conflict"); default off.
+    pub resolve_conflicts: bool,
     /// `worktree_copy`: ignored files copied from the checkout into each worktree, relative to
     /// the repository root.
     pub worktree_copy: Vec<String>,

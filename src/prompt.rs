@@ -158,6 +158,10 @@ fn file_views(root: &Path, files: &[String]) -> Vec<FileView> {
         .collect()
 }
 
+/// The built-in template of a `--resolve-conflicts` iteration: the agent resolves an earlier
+/// landing's conflict; the conflict's files and both sides' summaries come as its `feedback`.
+pub const BUILTIN_RESOLVE_TEMPLATE: &str = include_str!("../templates/resolve.md");
+
 /// Everything a template can use. Field names are the template variable names.
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptContext {
@@ -304,6 +308,19 @@ impl PromptTemplate {
             ),
         };
         let template = PromptTemplate { name, source };
+        template.environment()?;
+        Ok(template)
+    }
+
+    /// The built-in template of a conflict's resolution ([`BUILTIN_RESOLVE_TEMPLATE`]).
+    ///
+    /// # Errors
+    /// [`PromptError::Render`] if the built-in template does not parse (a build defect).
+    pub fn resolve() -> Result<PromptTemplate, PromptError> {
+        let template = PromptTemplate {
+            name: "templates/resolve.md".to_string(),
+            source: BUILTIN_RESOLVE_TEMPLATE.to_string(),
+        };
         template.environment()?;
         Ok(template)
     }

@@ -615,6 +615,11 @@ settings! {
     /// story at a time, in the checkout itself). Worth it for stories that touch different
     /// files; it costs N agents' tokens and N times the load of the checks.
     both parallel: Option<u32> { #[arg(long, value_name = "N", env = "RALPH_PARALLEL")] } => parallel: Option<u32>, default("1");
+    /// `--parallel`: a landing that conflicts starts an iteration of its own in which an agent
+    /// resolves the conflict (git's markers left in the files); ralph lands its result only when
+    /// no marker remains, every modify/delete conflict is named, no other file changed and the
+    /// story's check passes on it. Off: the story's next attempt redoes its work on the tip.
+    both resolve_conflicts: bool { #[arg(long, env = "RALPH_RESOLVE_CONFLICTS", value_parser = clap::builder::BoolishValueParser::new())] } => resolve_conflicts: Option<bool>;
     /// claude: always keep ANTHROPIC_API_KEY in claude's environment. Without this ralph removes
     /// it only when claude has a login of its own (the key would bill the API instead of your
     /// subscription) and no ANTHROPIC_BASE_URL or ANTHROPIC_AUTH_TOKEN is set.

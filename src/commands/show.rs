@@ -315,6 +315,7 @@ fn landing(out: &mut String, r: &LedgerRecord) {
         LandingKind::Reverted => "reverted: the story's check failed with the other landed stories present; the landing was undone",
         LandingKind::NotLanded => "not landed: the iteration did not pass its story",
         LandingKind::Refused => "refused: the main checkout holds a change of yours where it would write",
+        LandingKind::Resolution => "resolution: an agent resolved an earlier landing's conflict; ralph checked it and merged the tip and the story's work",
     };
     let _ = writeln!(
         out,
@@ -325,6 +326,9 @@ landing
     let row = |out: &mut String, k: &str, v: &str| {
         let _ = writeln!(out, "  {k:<13} {v}");
     };
+    if let Some(n) = l.resolves {
+        row(out, "resolves", &format!("the conflict of iteration {n}"));
+    }
     if let Some(onto) = &l.onto {
         row(out, "onto", onto);
     }

@@ -461,6 +461,7 @@ impl<'a> Layers<'a> {
             unblock: a.unblock,
             stop_on_block: a.stop_on_block || f.stop_on_block.unwrap_or(false),
             parallel: limits.parallel,
+            resolve_conflicts: a.resolve_conflicts || f.resolve_conflicts.unwrap_or(false),
             worktree_copy: f.worktree_copy.clone().unwrap_or_default(),
             worktree_setup: f.worktree_setup.clone().filter(|c| !c.trim().is_empty()),
             sandbox: a.sandbox.or(f.sandbox).unwrap_or_else(|| d.sandbox()),

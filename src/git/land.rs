@@ -14,6 +14,8 @@ use git2::{build::CheckoutBuilder, CheckoutNotificationType, Index, IndexEntry, 
 use super::worktree::safe_name;
 use super::{commit_message, identity, op, GitError, Repo};
 
+pub mod resolve;
+
 /// What [`integrate`] made of the story's work and the run branch's tip.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Integration {

@@ -549,6 +549,7 @@ mod tests {
         let (mut sink, err) = sink();
         let ff = LandingRecord {
             kind: LandingKind::FastForward,
+            resolves: None,
             onto: None,
             commit: None,
             salvage_ref: None,
@@ -558,6 +559,7 @@ mod tests {
         };
         let conflict = LandingRecord {
             kind: LandingKind::Conflict,
+            resolves: None,
             salvage_ref: Some("refs/ralph/salvage/r/US-001".into()),
             files: vec!["src/a.rs".into()],
             ..ff.clone()

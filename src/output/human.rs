@@ -855,6 +855,7 @@ mod tests {
             files: Vec::new(),
             landed_since: Vec::new(),
             message: None,
+            resolves: None,
         })
     }
 

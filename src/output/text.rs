@@ -80,9 +80,14 @@ pub fn record_count(r: &crate::protocol::LedgerRecord, n: usize) -> String {
 /// `not landed` (the salvage ref always in full: it is what a person types to get the work).
 pub fn landing_short(l: &crate::protocol::record::LandingRecord) -> String {
     use crate::protocol::record::LandingKind;
-    let kind = landing_kind(l.kind);
+    let kind = match (l.kind, l.resolves) {
+        (LandingKind::Resolution, Some(n)) => format!("resolved iteration {n}'s conflict"),
+        (LandingKind::Conflict, Some(n)) => format!("resolution of iteration {n} refused"),
+        _ => landing_kind(l.kind).to_owned(),
+    };
     match (l.kind, &l.salvage_ref) {
-        (LandingKind::FastForward | LandingKind::Merge, _) | (_, None) => kind.to_owned(),
+        (LandingKind::FastForward | LandingKind::Merge | LandingKind::Resolution, _)
+        | (_, None) => kind,
         (_, Some(r)) => format!("{kind} → {r}"),
     }
 }
@@ -97,6 +102,7 @@ pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str 
         LandingKind::Reverted => "reverted",
         LandingKind::NotLanded => "not landed",
         LandingKind::Refused => "refused: dirty checkout",
+        LandingKind::Resolution => "resolution",
     }
 }
 

@@ -223,6 +223,10 @@ pub struct LandingRecord {
     /// One sentence for a person (e.g. which check failed once the others were present).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// `--resolve-conflicts`: this iteration resolved (kind `resolution`) or tried to resolve
+    /// (kind `conflict`, refused) the conflict of that iteration's landing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolves: Option<u32>,
 }
 
 /// The kinds of [`LandingRecord`].
@@ -247,6 +251,10 @@ pub enum LandingKind {
     /// user's where the landing would write. Nothing moved; the story's work is under
     /// `salvage_ref` (outcome `landing_refused`).
     Refused,
+    /// `--resolve-conflicts`: an agent resolved an earlier landing's conflict (`resolves`) and
+    /// ralph accepted the result (no marker left, modify/delete conflicts named, no other file
+    /// changed, the story's check passed): a merge of the tip and the story's work landed.
+    Resolution,
 }
 
 fn is_sandbox_off(mode: &super::kinds::SandboxMode) -> bool {

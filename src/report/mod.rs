@@ -692,11 +692,18 @@ fn landing_words(l: &crate::protocol::record::LandingRecord) -> String {
     use crate::protocol::record::LandingKind;
     let short = |sha: &String| sha.get(..8).unwrap_or(sha).to_owned();
     let mut text = crate::output::text::landing_kind(l.kind).to_owned();
+    if let Some(n) = l.resolves {
+        text.push_str(&format!(" of iteration {n}'s conflict"));
+    }
     if !l.files.is_empty() {
         text.push_str(&format!(" on {}", l.files.join(", ")));
     }
     match (l.kind, &l.onto, &l.commit) {
-        (LandingKind::FastForward | LandingKind::Merge, Some(onto), Some(c)) => {
+        (
+            LandingKind::FastForward | LandingKind::Merge | LandingKind::Resolution,
+            Some(onto),
+            Some(c),
+        ) => {
             text.push_str(&format!(" onto {} → {}", short(onto), short(c)))
         }
         (_, Some(onto), _) => text.push_str(&format!(" onto {}", short(onto))),

@@ -635,6 +635,7 @@ fn flight_landing(
     match landed {
                 Some(sha) => crate::protocol::LandingRecord {
                     kind: landed_kind(paths, sha),
+                    resolves: None,
                     onto: None,
                     commit: Some(sha.to_owned()),
                     salvage_ref: None,
@@ -647,6 +648,7 @@ fn flight_landing(
                 },
                 None => crate::protocol::LandingRecord {
                     kind: crate::protocol::LandingKind::NotLanded,
+                    resolves: None,
                     onto: None,
                     commit: None,
                     salvage_ref: salvage.map(str::to_owned),

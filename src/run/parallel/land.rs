@@ -703,7 +703,7 @@ async fn onto_branch(
     let paths = s.pre.paths.clone();
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
-    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let mut work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     // An agent's commit in the checkout made since the landing began (while this worktree's
     // leftovers were committed) is taken off before the story lands on top of it.
     guarded(s, board, flight.iteration, worked, out)?;
@@ -719,6 +719,7 @@ async fn onto_branch(
         .ok_or_else(|| anyhow::anyhow!("the run branch has no commit"))?;
     let mut landing = LandingRecord {
         kind: LandingKind::NotLanded,
+        resolves: None,
         onto: Some(tip.clone()),
         commit: None,
         salvage_ref: None,
@@ -726,6 +727,13 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
+    if flight.resolving.is_some() {
+        // `--resolve-conflicts`: ralph judges the resolution before anything lands.
+        match super::resolve::judge(cfg, s, flight, worked, &mut landing, (stop, out)).await? {
+            Some(merged) => work = merged,
+            None => return Ok(Some(landing)),
+        }
+    }
     if !worked.story_passes
         || matches!(
             worked.draft.record.outcome,
@@ -760,7 +768,9 @@ async fn onto_branch(
             ours,
             theirs,
         } => {
+            let sides = (ours.clone(), theirs.clone());
             conflicted(s, flight, worked, &mut landing, (files, ours, theirs))?;
+            super::resolve::queue(cfg, board, flight, worked, &landing, sides);
             return Ok(Some(landing));
         }
     };
@@ -832,7 +842,9 @@ async fn onto_branch(
     mark_passing(&paths, &story, worked.story_notes.as_deref())?;
     crate::process::kill_point("landing-marked");
     board.landed.push(story);
-    landing.kind = if fast_forward {
+    landing.kind = if flight.resolving.is_some() {
+        LandingKind::Resolution
+    } else if fast_forward {
         LandingKind::FastForward
     } else {
         LandingKind::Merge
@@ -912,7 +924,7 @@ fn conflicted(
 
 /// Runs the story's check on the landed result, in its worktree; returns the failure's text
 /// (`None`: it passed, or the story has no check).
-async fn check_landed(
+pub(super) async fn check_landed(
     cfg: &RunConfig,
     s: &Session,
     flight: &Flight,

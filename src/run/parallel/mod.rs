@@ -17,6 +17,7 @@
 
 pub mod land;
 pub mod own;
+pub mod resolve;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -63,6 +64,9 @@ pub struct Flight {
     pub slot: u32,
     /// When its worktree was made (UTC): the earliest its agent could have committed.
     pub started_at: DateTime<Utc>,
+    /// `--resolve-conflicts`: the conflict this iteration resolves (`None`: a story's own
+    /// iteration).
+    pub resolving: Option<resolve::Resolving>,
 }
 
 /// The dispatcher's memory of the night (what is not in state.json).
@@ -105,6 +109,8 @@ pub struct Board {
     /// Stories passing in the run branch's committed prd.json when the loop started: with
     /// [`Board::landed`], the only passes [`own::guard`] trusts in the checkout's prd.json.
     pub passing_at_start: std::collections::BTreeSet<String>,
+    /// `--resolve-conflicts`: conflicts waiting for their resolution iteration, oldest first.
+    pub resolutions: Vec<resolve::Pending>,
 }
 
 /// The loop of a `--parallel` run (see the module docs); returns why it stopped.
@@ -420,7 +426,10 @@ async fn launch(
                 return Ok(());
             }
         };
-        let Some(story) = current.prd.story(&pick.story_id).cloned() else {
+        // A queued conflict's resolution goes first, in the slot and budget the pick found.
+        let resolving = resolve::take(board, &s.state.blocked);
+        let story_id = resolving.as_ref().map_or(&pick.story_id, |p| &p.story_id);
+        let Some(story) = current.prd.story(story_id).cloned() else {
             anyhow::bail!(
                 "internal error: the picked story {} is not in prd.json",
                 pick.story_id
@@ -429,7 +438,10 @@ async fn launch(
         let assignment = Assignment {
             iteration: s.state.iteration + 1,
             slot: pick.slot,
-            feedback: s.pending.take_for(&story.id),
+            feedback: match &resolving {
+                Some(p) => resolve::prompt_lines(p),
+                None => s.pending.take_for(&story.id),
+            },
             hints: crate::hints::pending_for(&paths.ralph_dir, &story.id)
                 .into_iter()
                 .filter(|h| !board.hinted.contains_key(&h.id))
@@ -447,7 +459,7 @@ async fn launch(
             cfg,
             s,
             board,
-            (assignment, pick.timeout, agent),
+            (assignment, pick.timeout, agent, resolving),
             stop,
             tx,
             out,
@@ -522,7 +534,12 @@ fn start(
     cfg: &RunConfig,
     s: &mut Session,
     board: &mut Board,
-    (assignment, timeout, agent): (Assignment, std::time::Duration, usize),
+    (assignment, timeout, agent, resolving): (
+        Assignment,
+        std::time::Duration,
+        usize,
+        Option<resolve::Pending>,
+    ),
     stop: &StopSignals,
     tx: &mpsc::UnboundedSender<Msg>,
     out: &mut Outputs,
@@ -566,7 +583,14 @@ fn start(
     let root = tree_root(paths, &s.run_id, &story_id, iteration);
     let keep = land::kept_paths(paths);
     let started_at = Utc::now();
-    land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?;
+    let mut resolving = resolving.map(|pending| resolve::Resolving {
+        pending,
+        prepared: None,
+    });
+    match resolving.as_mut() {
+        Some(r) => resolve::make_tree(repo, &root, &base, &keep, r)?,
+        None => land::make_tree(repo, board, &root, &story_id, &base, &keep, out)?,
+    }
     s.state.run_id = Some(s.run_id.clone());
     s.state.iteration = s.state.iteration.max(iteration);
     s.state.flights.push(InFlight {
@@ -597,7 +621,10 @@ fn start(
         cfg: setup.cfg.clone(),
         agent: setup.name.clone(),
         fallbacks: s.pre.agents.len() > 1,
-        template: setup.template.clone(),
+        template: match resolving {
+            Some(_) => crate::prompt::PromptTemplate::resolve()?,
+            None => setup.template.clone(),
+        },
         agent_version: setup.agent_version.clone(),
         base_url,
         run_id: s.run_id.clone(),
@@ -626,6 +653,7 @@ fn start(
         work: None,
         slot,
         started_at,
+        resolving,
     });
     worker::spawn(job, tx.clone()).map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))
 }
