@@ -184,3 +184,97 @@ fn a_resolution_whose_check_fails_is_refused() {
     let out = par.run(2, &["--resolve-conflicts"]);
     assert_refused(&par, &out, "the story's check fails on it");
 }
+
+/// US-001 deletes `shared.txt`, US-002 changes it: a modify/delete conflict. The resolution
+/// (US-002's attempt 1) plays `resolver`; attempt 2 redoes the story on the tip.
+fn modify_delete(resolver: Value) -> Par {
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "grep -q B shared.txt", &[]),
+        ]),
+        &[("shared.txt", "original line\n")],
+    );
+    par.pre("US-001", 0, "git rm -q shared.txt");
+    par.story(
+        "US-001",
+        json!([does("US-001", "file-1.txt", "1\n", 100)]),
+    );
+    par.story(
+        "US-002",
+        json!([
+            does("US-002", "shared.txt", "B's line\n", 0),
+            resolver,
+            does("US-002", "shared.txt", "B's line\n", 0)
+        ]),
+    );
+    par.wait("US-001", 0, &par.started("US-002"));
+    par.wait("US-002", 0, &par.landed("file-1.txt"));
+    par
+}
+
+#[test]
+fn a_modify_delete_conflict_resolved_silently_is_refused() {
+    // The resolution keeps US-002's file and says nothing about it.
+    let par = modify_delete(json!([
+        {"write_file": {"path": "shared.txt", "content": "B's line\nand more\n"}},
+        {"git_commit": "resolve"}
+    ]));
+    let out = par.run(2, &["--resolve-conflicts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (conflict, resolution, _) = conflict_then_resolution(&par, &out);
+    assert_eq!(resolution["outcome"], "conflict", "{resolution:#}");
+    let message = resolution["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("modify/delete conflict on shared.txt was resolved silently"),
+        "{message}"
+    );
+    let salvage = conflict["landing"]["salvage_ref"].as_str().expect("a salvage ref");
+    assert!(message.contains(salvage), "{message}");
+    assert_eq!(resolution["landing"]["salvage_ref"], salvage);
+    // Nothing of the resolution landed: the story's redo on the tip did.
+    assert_eq!(par.on_branch("shared.txt"), "B's line\n");
+    let b = par.records("US-002");
+    assert_eq!(b.len(), 3, "{b:#?}");
+    assert_eq!(b[2]["outcome"], "story_passed", "{:#}", b[2]);
+    assert_eq!(par.env.git(&["diff", "--cached", "--name-only"]), "");
+    par.assert_tidy(&out);
+}
+
+#[test]
+fn a_modify_delete_conflict_named_in_the_commit_lands() {
+    let par = modify_delete(json!([
+        {"write_file": {"path": "shared.txt", "content": "B's line\nkept\n"}},
+        {"git_commit": "resolve the conflict\n\nResolved shared.txt: kept"}
+    ]));
+    let out = par.run(2, &["--resolve-conflicts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, resolution, _) = conflict_then_resolution(&par, &out);
+    assert_eq!(resolution["outcome"], "story_passed", "{resolution:#}");
+    assert_eq!(landing_kind(&resolution), "resolution", "{resolution:#}");
+    assert_eq!(par.calls("US-002"), 2);
+    assert_eq!(par.on_branch("shared.txt"), "B's line\nkept\n");
+    assert!(par.branch_files().contains(&"file-1.txt".to_owned()));
+    par.assert_tidy(&out);
+}
+
+#[test]
+fn without_the_flag_a_conflict_gets_no_resolution_iteration() {
+    let par = conflicting("grep -q B shared.txt", json!([{"stdout": "unused"}]), None);
+    // Without --resolve-conflicts the story's attempt 1 is its redo on the tip.
+    par.story(
+        "US-002",
+        json!([
+            does("US-002", "shared.txt", "B's line\n", 0),
+            does("US-002", "shared.txt", "A's line\nB's line\n", 0)
+        ]),
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let b = par.records("US-002");
+    assert_eq!(b.len(), 2, "{b:#?}");
+    assert!(b.iter().all(|r| r["landing"]["resolves"].is_null()), "{b:#?}");
+    assert!(!par.prompt("US-002", 1).contains("Resolved <path>"));
+    assert_eq!(b[1]["outcome"], "story_passed");
+    par.assert_tidy(&out);
+}
