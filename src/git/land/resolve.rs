@@ -13,7 +13,10 @@ use std::path::Path;
 
 use git2::{build::CheckoutBuilder, IndexEntry, MergeFileOptions, Oid};
 
-use super::{commit_message, covered, identity, op, real_conflicts, take_from_tip, GitError, Repo};
+use super::{
+    commit_message, covered, identity, op, real_conflicts, side_summary, take_from_tip, GitError,
+    Repo,
+};
 
 /// A conflict made ready for its resolution (what [`prepare`] did).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +150,33 @@ pub fn prepare(
         files,
         modify_delete,
     })
+}
+
+/// The two sides of a conflict on `files` between the run branch's `tip` and the story's work
+/// at `wt`'s HEAD, for the resolution's prompt: (the tip's, the story's), each its commit
+/// subjects since the merge base and a few changed lines per file (as a conflicting story's
+/// next prompt shows them).
+///
+/// # Errors
+/// [`GitError`] reading the commits or trees.
+pub fn sides(wt: &Repo, tip: &str, files: &[String]) -> Result<(String, String), GitError> {
+    let story = wt.head_commit()?.ok_or_else(|| GitError::UnknownRevision {
+        rev: "HEAD".to_owned(),
+    })?;
+    let tip = wt.resolve_commit(tip)?;
+    let base = wt
+        .repo
+        .merge_base(story.id(), tip.id())
+        .map_err(op("find the merge base"))?;
+    let base_tree = wt
+        .repo
+        .find_commit(base)
+        .and_then(|c| c.tree())
+        .map_err(op("read tree"))?;
+    let base = base.to_string();
+    let ours = side_summary(wt, Some(&base), &tip, &base_tree, files)?;
+    let theirs = side_summary(wt, Some(&base), &story, &base_tree, files)?;
+    Ok((ours, theirs))
 }
 
 /// What the agent's result is, for [`judge`].

@@ -209,7 +209,7 @@ pub async fn land(
         worked.draft.record.findings.extend(findings);
         let notes = agent_notes(&tree, &tree_paths, &flight.base, &work);
         flight.work = Some(work);
-        let landing = onto_branch(cfg, s, board, &flight, &mut worked, stop, out).await;
+        let landing = super::resolve::land(cfg, s, board, &flight, &mut worked, stop, out).await;
         git_land::put_back(&tree);
         let landing = landing?;
         append_notes(&paths, notes.as_deref())?;
@@ -691,7 +691,7 @@ fn restore_swept_edits(s: &Session, expected: &str, now: &str) -> Vec<String> {
 }
 
 /// Steps 1–4 of the module docs for an iteration whose worktree exists; returns its landing.
-async fn onto_branch(
+pub(super) async fn onto_branch(
     cfg: &RunConfig,
     s: &mut Session,
     board: &mut Board,
@@ -703,7 +703,7 @@ async fn onto_branch(
     let paths = s.pre.paths.clone();
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
-    let mut work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
     // An agent's commit in the checkout made since the landing began (while this worktree's
     // leftovers were committed) is taken off before the story lands on top of it.
     guarded(s, board, flight.iteration, worked, out)?;
@@ -727,13 +727,6 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
-    if flight.resolving.is_some() {
-        // `--resolve-conflicts`: ralph judges the resolution before anything lands.
-        match super::resolve::judge(cfg, s, flight, worked, &mut landing, (stop, out)).await? {
-            Some(merged) => work = merged,
-            None => return Ok(Some(landing)),
-        }
-    }
     if !worked.story_passes
         || matches!(
             worked.draft.record.outcome,
@@ -768,9 +761,7 @@ async fn onto_branch(
             ours,
             theirs,
         } => {
-            let sides = (ours.clone(), theirs.clone());
             conflicted(s, flight, worked, &mut landing, (files, ours, theirs))?;
-            super::resolve::queue(cfg, board, flight, worked, &landing, sides);
             return Ok(Some(landing));
         }
     };
@@ -842,9 +833,7 @@ async fn onto_branch(
     mark_passing(&paths, &story, worked.story_notes.as_deref())?;
     crate::process::kill_point("landing-marked");
     board.landed.push(story);
-    landing.kind = if flight.resolving.is_some() {
-        LandingKind::Resolution
-    } else if fast_forward {
+    landing.kind = if fast_forward {
         LandingKind::FastForward
     } else {
         LandingKind::Merge

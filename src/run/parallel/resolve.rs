@@ -50,23 +50,69 @@ pub struct Resolving {
     pub prepared: Option<git_resolve::Prepared>,
 }
 
+/// Lands `flight` ([`super::land::onto_branch`]); a resolution iteration is judged first
+/// ([`judge`]: refused, nothing lands; accepted, the merge of the tip and the story's work
+/// lands, kind `resolution`), and a story's landing that conflicts queues its resolution
+/// ([`queue`]).
+///
+/// # Errors
+/// As [`super::land::onto_branch`]; git failing on ralph's side while judging.
+pub async fn land(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<Option<LandingRecord>> {
+    let mut accepted = flight.clone();
+    if flight.resolving.is_some() {
+        match judge(cfg, s, board, flight, worked, (stop, out)).await? {
+            Ok(merged) => accepted.work = Some(merged),
+            Err(refused) => return Ok(Some(refused)),
+        }
+    }
+    let mut landing =
+        super::land::onto_branch(cfg, s, board, &accepted, worked, stop, out).await?;
+    if let (Some(l), Some(r)) = (landing.as_mut(), &flight.resolving) {
+        l.resolves = Some(r.pending.of_iteration);
+        if matches!(l.kind, LandingKind::FastForward | LandingKind::Merge) {
+            l.kind = LandingKind::Resolution;
+        }
+    }
+    if let Some(l) = &landing {
+        queue(cfg, board, flight, worked, l)?;
+    }
+    Ok(landing)
+}
+
 /// After `flight`'s landing conflicted (`landing`, kind `conflict`, with its salvage ref):
 /// queues a resolution when `--resolve-conflicts` is on and `flight` was not itself one (a
 /// resolution's own conflict goes on as any conflict), and says so in the record.
-pub fn queue(
+///
+/// # Errors
+/// git failing to read the conflict's two sides.
+fn queue(
     cfg: &RunConfig,
     board: &mut Board,
     flight: &Flight,
     worked: &mut Worked,
     landing: &LandingRecord,
-    (ours, theirs): (String, String),
-) {
-    if !cfg.resolve_conflicts || flight.resolving.is_some() {
-        return;
+) -> anyhow::Result<()> {
+    if !cfg.resolve_conflicts || flight.resolving.is_some() || landing.kind != LandingKind::Conflict
+    {
+        return Ok(());
     }
-    let (Some(work), Some(salvage)) = (flight.work.clone(), landing.salvage_ref.clone()) else {
-        return;
+    let (Some(work), Some(salvage), Some(tip)) = (
+        flight.work.clone(),
+        landing.salvage_ref.clone(),
+        landing.onto.as_deref(),
+    ) else {
+        return Ok(());
     };
+    let tree = Repo::discover(&flight.root)?;
+    let (ours, theirs) = git_resolve::sides(&tree, tip, &landing.files)?;
     board.resolutions.push(Pending {
         story_id: flight.story_id.clone(),
         of_iteration: flight.iteration,
@@ -79,6 +125,7 @@ pub fn queue(
     worked.draft.record.findings.push(
         "--resolve-conflicts: an iteration of its own resolves this conflict next".to_owned(),
     );
+    Ok(())
 }
 
 /// The next queued resolution whose story is not blocked (those of blocked stories are
@@ -138,22 +185,22 @@ fn judgeable(outcome: Outcome) -> bool {
 }
 
 /// Judges a resolution iteration's result (`flight.work`, its leftovers committed) at its
-/// landing, with the run branch at `tip`. Accepted: returns the merge of `flight.base` and the
-/// story's work with the result's tree (HEAD of the worktree moves there), the record says
-/// `story_passed` and what it resolved. Refused: `None`, `landing` is filled (kind
-/// `conflict`, the story's salvage ref), the record says why, the story gets feedback, and the
-/// resolution's own commits are kept under a salvage ref of their own (named in the message).
+/// landing. Accepted: `Ok` with the merge of `flight.base` and the story's work with the
+/// result's tree (HEAD of the worktree moves there); the record says `story_passed` and what it
+/// resolved. Refused: `Err` with its landing (kind `conflict`, the story's salvage ref); the
+/// record says why, the story gets feedback, and the resolution's own commits are kept under a
+/// salvage ref of their own (named in the message).
 ///
 /// # Errors
 /// git failing on ralph's side; the check failing to start.
 pub async fn judge(
     cfg: &RunConfig,
     s: &mut Session,
+    board: &Board,
     flight: &Flight,
     worked: &mut Worked,
-    landing: &mut LandingRecord,
     (stop, out): (&StopSignals, &mut Outputs),
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<Result<String, LandingRecord>> {
     let Some(Resolving {
         pending: p,
         prepared: Some(prepared),
@@ -161,8 +208,21 @@ pub async fn judge(
     else {
         anyhow::bail!("internal error: a resolution iteration without its start");
     };
-    landing.resolves = Some(p.of_iteration);
-    landing.files = p.files.clone();
+    let tip = board
+        .branch
+        .as_deref()
+        .and_then(|b| s.pre.repo.ref_sha(&format!("refs/heads/{b}")))
+        .or(s.pre.repo.head_sha()?);
+    let mut landing = LandingRecord {
+        kind: LandingKind::Conflict,
+        resolves: Some(p.of_iteration),
+        onto: tip,
+        commit: None,
+        salvage_ref: Some(p.salvage.clone()),
+        files: p.files.clone(),
+        landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
+        message: None,
+    };
     let tree = Repo::discover(&flight.root)?;
     let result = flight.work.clone().unwrap_or_else(|| prepared.start.clone());
     let keep = super::land::kept_paths(&s.pre.paths);
@@ -208,10 +268,9 @@ pub async fn judge(
         }
         worked.draft.body = format!("Outcome: {}.", Outcome::StoryPassed.as_str());
         worked.story_passes = true;
-        landing.message = Some(message);
         // The conflict's note for a next attempt is moot: the story lands.
         s.pending.take_for(&p.story_id);
-        return Ok(Some(merged));
+        return Ok(Ok(merged));
     }
     let attempt = if result != prepared.start {
         let kept = git_land::salvage(&s.pre.repo, &s.run_id, &p.story_id, &result)?;
@@ -244,8 +303,6 @@ pub async fn judge(
     worked.story_passes = false;
     let story = p.story_id.clone();
     worked.draft.record.passes_flipped.retain(|id| *id != story);
-    landing.kind = LandingKind::Conflict;
-    landing.salvage_ref = Some(p.salvage.clone());
     landing.message = Some(message);
-    Ok(None)
+    Ok(Err(landing))
 }
