@@ -146,6 +146,11 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
         show.contains("resolution") && show.contains(&format!("the conflict of iteration {n}")),
         "{show}"
     );
+    let report = text(&par.env.ralph(&["report", "--markdown"]));
+    assert!(
+        report.contains(&format!("resolution of iteration {n}'s conflict on shared.txt")),
+        "{report}"
+    );
     par.assert_tidy(&out);
 }
 
@@ -186,14 +191,18 @@ fn a_resolution_whose_check_fails_is_refused() {
 }
 
 /// US-001 deletes `shared.txt`, US-002 changes it: a modify/delete conflict. The resolution
-/// (US-002's attempt 1) plays `resolver`; attempt 2 redoes the story on the tip.
+/// (US-002's attempt 1) plays `resolver`; attempt 2 redoes the story on the tip. ralph.toml
+/// says `resolve_conflicts = true`.
 fn modify_delete(resolver: Value) -> Par {
     let par = Par::new(
         &prd_of(vec![
             story(1, "test -f file-1.txt", &[]),
             story(2, "grep -q B shared.txt", &[]),
         ]),
-        &[("shared.txt", "original line\n")],
+        &[
+            ("shared.txt", "original line\n"),
+            ("ralph.toml", "resolve_conflicts = true\n"),
+        ],
     );
     par.pre("US-001", 0, "git rm -q shared.txt");
     par.story(
@@ -247,7 +256,8 @@ fn a_modify_delete_conflict_named_in_the_commit_lands() {
         {"write_file": {"path": "shared.txt", "content": "B's line\nkept\n"}},
         {"git_commit": "resolve the conflict\n\nResolved shared.txt: kept"}
     ]));
-    let out = par.run(2, &["--resolve-conflicts"]);
+    // No flag: ralph.toml's `resolve_conflicts = true` turns it on.
+    let out = par.run(2, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (_, resolution, _) = conflict_then_resolution(&par, &out);
     assert_eq!(resolution["outcome"], "story_passed", "{resolution:#}");

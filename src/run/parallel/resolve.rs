@@ -79,6 +79,7 @@ pub async fn land(
         l.resolves = Some(r.pending.of_iteration);
         if matches!(l.kind, LandingKind::FastForward | LandingKind::Merge) {
             l.kind = LandingKind::Resolution;
+            l.files = r.pending.files.clone();
         }
     }
     if let Some(l) = &landing {
