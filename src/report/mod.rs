@@ -703,9 +703,7 @@ fn landing_words(l: &crate::protocol::record::LandingRecord) -> String {
             LandingKind::FastForward | LandingKind::Merge | LandingKind::Resolution,
             Some(onto),
             Some(c),
-        ) => {
-            text.push_str(&format!(" onto {} → {}", short(onto), short(c)))
-        }
+        ) => text.push_str(&format!(" onto {} → {}", short(onto), short(c))),
         (_, Some(onto), _) => text.push_str(&format!(" onto {}", short(onto))),
         _ => {}
     }

@@ -76,7 +76,10 @@ fn conflict_then_resolution(par: &Par, out: &Output) -> (Value, Value, u64) {
         "Resolved <path>: kept",
         &format!("iteration {n}"),
     ] {
-        assert!(prompt.contains(needle), "no {needle:?} in the resolution's prompt:\n{prompt}");
+        assert!(
+            prompt.contains(needle),
+            "no {needle:?} in the resolution's prompt:\n{prompt}"
+        );
     }
     (b[0].clone(), b[1].clone(), n)
 }
@@ -90,13 +93,24 @@ fn assert_refused(par: &Par, out: &Output, why: &str) {
     assert_eq!(landing_kind(&resolution), "conflict", "{resolution:#}");
     assert!(resolution["landing"]["commit"].is_null(), "{resolution:#}");
     let message = resolution["message"].as_str().unwrap_or_default();
-    assert!(message.contains("refused") && message.contains(why), "{message}");
-    let salvage = conflict["landing"]["salvage_ref"].as_str().expect("a salvage ref");
-    assert_eq!(resolution["landing"]["salvage_ref"], salvage, "{resolution:#}");
+    assert!(
+        message.contains("refused") && message.contains(why),
+        "{message}"
+    );
+    let salvage = conflict["landing"]["salvage_ref"]
+        .as_str()
+        .expect("a salvage ref");
+    assert_eq!(
+        resolution["landing"]["salvage_ref"], salvage,
+        "{resolution:#}"
+    );
     assert!(message.contains(salvage), "{message}");
     assert_eq!(par.show(salvage, "shared.txt"), "B's line\n");
     assert_eq!(par.on_branch("other.txt"), "nobody's\n");
-    assert!(!par.env.git(&["log", "--format=%s", BRANCH]).contains("to resolve"));
+    assert!(!par
+        .env
+        .git(&["log", "--format=%s", BRANCH])
+        .contains("to resolve"));
     // The story went on as after any conflict: its next attempt passed from the tip.
     let b = par.records("US-002");
     assert_eq!(b.len(), 3, "{b:#?}");
@@ -130,7 +144,13 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
     assert_eq!(par.calls("US-002"), 2, "no third attempt was needed");
     let prd = par.env.prd();
     for s in prd["userStories"].as_array().expect("stories") {
-        assert_eq!(s["passes"], true, "{} does not pass\n{}", s["id"], text(&out));
+        assert_eq!(
+            s["passes"],
+            true,
+            "{} does not pass\n{}",
+            s["id"],
+            text(&out)
+        );
     }
     assert_eq!(par.on_branch("shared.txt"), "A's line\nB's line\n");
     // The landed history holds the story's own commit, not the commit with the markers.
@@ -139,7 +159,10 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
     assert!(!log.contains("to resolve"), "{log}");
     // What the user sees: the outcome line and `ralph show` name what it resolved.
     let said = text(&out);
-    assert!(said.contains(&format!("resolved iteration {n}'s conflict")), "{said}");
+    assert!(
+        said.contains(&format!("resolved iteration {n}'s conflict")),
+        "{said}"
+    );
     let iteration = resolution["iteration"].to_string();
     let show = text(&par.env.ralph(&["show", &iteration]));
     assert!(
@@ -148,7 +171,9 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
     );
     let report = text(&par.env.ralph(&["report", "--markdown"]));
     assert!(
-        report.contains(&format!("resolution of iteration {n}'s conflict on shared.txt")),
+        report.contains(&format!(
+            "resolution of iteration {n}'s conflict on shared.txt"
+        )),
         "{report}"
     );
     par.assert_tidy(&out);
@@ -156,7 +181,11 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
 
 #[test]
 fn a_resolution_that_leaves_markers_is_refused() {
-    let par = conflicting("grep -q B shared.txt", json!([{"stdout": "I give up"}]), None);
+    let par = conflicting(
+        "grep -q B shared.txt",
+        json!([{"stdout": "I give up"}]),
+        None,
+    );
     let out = par.run(2, &["--resolve-conflicts"]);
     assert_refused(&par, &out, "conflict markers remain in shared.txt");
 }
@@ -205,10 +234,7 @@ fn modify_delete(resolver: Value) -> Par {
         ],
     );
     par.pre("US-001", 0, "git rm -q shared.txt");
-    par.story(
-        "US-001",
-        json!([does("US-001", "file-1.txt", "1\n", 100)]),
-    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 100)]));
     par.story(
         "US-002",
         json!([
@@ -238,7 +264,9 @@ fn a_modify_delete_conflict_resolved_silently_is_refused() {
         message.contains("modify/delete conflict on shared.txt was resolved silently"),
         "{message}"
     );
-    let salvage = conflict["landing"]["salvage_ref"].as_str().expect("a salvage ref");
+    let salvage = conflict["landing"]["salvage_ref"]
+        .as_str()
+        .expect("a salvage ref");
     assert!(message.contains(salvage), "{message}");
     assert_eq!(resolution["landing"]["salvage_ref"], salvage);
     // Nothing of the resolution landed: the story's redo on the tip did.
@@ -283,7 +311,10 @@ fn without_the_flag_a_conflict_gets_no_resolution_iteration() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let b = par.records("US-002");
     assert_eq!(b.len(), 2, "{b:#?}");
-    assert!(b.iter().all(|r| r["landing"]["resolves"].is_null()), "{b:#?}");
+    assert!(
+        b.iter().all(|r| r["landing"]["resolves"].is_null()),
+        "{b:#?}"
+    );
     assert!(!par.prompt("US-002", 1).contains("Resolved <path>"));
     assert_eq!(b[1]["outcome"], "story_passed");
     par.assert_tidy(&out);

@@ -124,7 +124,7 @@ pub fn prepare(
     let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
     let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
     let message = commit_message(
-        &format!("ralph: the conflict of {story_id} to resolve (git's markers in the files)"),
+        &format!("{START_SUBJECT}{story_id} to resolve (git's markers in the files)"),
         &format!(
             "The run branch's tip {} with the story's work {} merged in; conflicting: {}. This commit never lands.",
             tip.id(),
@@ -179,6 +179,30 @@ pub fn sides(wt: &Repo, tip: &str, files: &[String]) -> Result<(String, String),
     Ok((ours, theirs))
 }
 
+/// Subject prefix of the commit [`prepare`] makes (never landed).
+const START_SUBJECT: &str = "ralph: the conflict of ";
+
+/// Whether commit `sha` is (or descends, along first parents, within 64 commits, from) the
+/// commit with the markers that [`prepare`] made: work of a resolution iteration, which a
+/// story's next attempt must not start from (a killed ralph's recovery keeps it under a
+/// salvage ref like any interrupted work). `false` when `sha` cannot be read.
+pub fn holds_markers_commit(wt: &Repo, sha: &str) -> bool {
+    let Ok(mut commit) = wt.resolve_commit(sha) else {
+        return false;
+    };
+    for _ in 0..64 {
+        let message = commit.message().unwrap_or_default();
+        if message.starts_with(START_SUBJECT) && message.contains("This commit never lands.") {
+            return true;
+        }
+        match commit.parent(0) {
+            Ok(parent) => commit = parent,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 /// What the agent's result is, for [`judge`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Facts {
@@ -205,9 +229,8 @@ pub fn facts(
     (tip, story, result): (&str, &str, &str),
     keep: &[&str],
 ) -> Result<Facts, GitError> {
-    let own = |v: Vec<String>| -> Vec<String> {
-        v.into_iter().filter(|f| !covered(f, keep)).collect()
-    };
+    let own =
+        |v: Vec<String>| -> Vec<String> { v.into_iter().filter(|f| !covered(f, keep)).collect() };
     let changed = own(super::files_between(wt, &p.base, result)?);
     let mut touched: BTreeSet<String> = own(super::files_between(wt, &p.base, tip)?)
         .into_iter()
@@ -325,10 +348,7 @@ pub fn merge_commit(
     body: &str,
 ) -> Result<String, GitError> {
     let repo = &wt.repo;
-    let tree = wt
-        .resolve_commit(result)?
-        .tree()
-        .map_err(op("read tree"))?;
+    let tree = wt.resolve_commit(result)?.tree().map_err(op("read tree"))?;
     let tip = wt.resolve_commit(tip)?;
     let story = wt.resolve_commit(story)?;
     let config = repo.config().map_err(op("read config"))?;
@@ -347,34 +367,100 @@ pub fn merge_commit(
 mod tests {
     use super::*;
 
-    fn facts() -> Facts {
+    fn clean() -> Facts {
         Facts {
             changed: vec!["a.txt".into()],
-            touched: ["a.txt".to_string(), "b.txt".to_string()].into_iter().collect(),
+            touched: ["a.txt".to_string(), "b.txt".to_string()]
+                .into_iter()
+                .collect(),
             ..Facts::default()
         }
     }
 
     #[test]
     fn a_clean_resolution_is_accepted() {
-        assert!(judge(&facts()).is_empty());
+        assert!(judge(&clean()).is_empty());
     }
 
     #[test]
     fn each_rule_refuses_with_its_reason() {
-        let mut f = facts();
+        let mut f = clean();
         f.markers = vec!["a.txt".into()];
         assert!(judge(&f)[0].contains("conflict markers remain in a.txt"));
-        let mut f = facts();
+        let mut f = clean();
         f.changed.push("c.txt".into());
         assert!(judge(&f)[0].contains("neither side touched: c.txt"));
-        let mut f = facts();
+        let mut f = clean();
         f.modify_delete = vec![("b.txt".into(), false)];
         assert!(judge(&f)[0].contains("resolved silently"));
         f.messages = "fix\n\nResolved b.txt: kept\n".into();
-        assert!(!judge(&f).is_empty(), "a note that does not match the result");
+        assert!(
+            !judge(&f).is_empty(),
+            "a note that does not match the result"
+        );
         f.messages = "fix\n\nResolved b.txt: deleted\n".into();
         assert!(judge(&f).is_empty());
+    }
+
+    /// A repository at `root` where the tip and the story changed `shared.txt`'s one line:
+    /// (tip, story), HEAD detached at the tip.
+    fn two_sides(root: &Path) -> (String, String) {
+        let git = |args: &[&str]| crate::git::tests::git(root, args).trim().to_owned();
+        git(&["init", "-q"]);
+        git(&["config", "user.name", "t"]);
+        git(&["config", "user.email", "t@example.com"]);
+        std::fs::write(root.join("shared.txt"), "original\n").unwrap();
+        std::fs::write(root.join("other.txt"), "nobody's\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "base"]);
+        let base = git(&["rev-parse", "HEAD"]);
+        std::fs::write(root.join("shared.txt"), "A\n").unwrap();
+        git(&["commit", "-qam", "A"]);
+        let tip = git(&["rev-parse", "HEAD"]);
+        git(&["checkout", "-q", "--detach", &base]);
+        std::fs::write(root.join("shared.txt"), "B\n").unwrap();
+        git(&["commit", "-qam", "B"]);
+        let story = git(&["rev-parse", "HEAD"]);
+        git(&["checkout", "-q", "--detach", &tip]);
+        (tip, story)
+    }
+
+    #[test]
+    fn prepare_leaves_the_markers_in_a_commit_on_the_tip_and_facts_read_the_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (tip, story) = two_sides(root);
+        let wt = Repo::discover(root).unwrap();
+        let p = prepare(&wt, &story, "US-002", &[]).unwrap();
+        assert_eq!(p.files, ["shared.txt"]);
+        assert!(p.modify_delete.is_empty());
+        let text = std::fs::read_to_string(root.join("shared.txt")).unwrap();
+        assert!(
+            text.starts_with("<<<<<<< run branch\nA\n=======\nB\n>>>>>>> US-002"),
+            "{text}"
+        );
+        assert_eq!(crate::git::tests::git(root, &["status", "--porcelain"]), "");
+        assert_eq!(wt.head_sha().unwrap().as_deref(), Some(p.start.as_str()));
+        assert!(holds_markers_commit(&wt, &p.start));
+        assert!(!holds_markers_commit(&wt, &tip));
+        // Left as it is: the markers are found.
+        let f = super::facts(&wt, &p, (&tip, &story, &p.start), &[]).unwrap();
+        assert_eq!(f.markers, ["shared.txt"]);
+        // Resolved, and another file changed too.
+        std::fs::write(root.join("shared.txt"), "A\nB\n").unwrap();
+        std::fs::write(root.join("other.txt"), "mine\n").unwrap();
+        crate::git::tests::git(root, &["commit", "-qam", "resolve"]);
+        let result = wt.head_sha().unwrap().unwrap();
+        let f = super::facts(&wt, &p, (&tip, &story, &result), &[]).unwrap();
+        assert!(f.markers.is_empty(), "{f:?}");
+        assert!(holds_markers_commit(&wt, &result));
+        assert_eq!(
+            judge(&f),
+            ["it changed files neither side touched: other.txt"]
+        );
+        let merged = merge_commit(&wt, (&tip, &story, &result), "s", "b").unwrap();
+        let parents = crate::git::tests::git(root, &["rev-list", "--parents", "-n1", &merged]);
+        assert_eq!(parents.trim(), format!("{merged} {tip} {story}"));
     }
 
     #[test]

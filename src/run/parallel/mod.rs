@@ -244,7 +244,9 @@ fn earlier_work(s: &Session) -> BTreeMap<String, String> {
                 return None;
             }
             let sha = s.pre.repo.ref_sha(landing.salvage_ref.as_deref()?)?;
-            Some((story, sha))
+            // A killed resolution's work holds the conflict's markers: start from the tip.
+            (!crate::git::land::resolve::holds_markers_commit(&s.pre.repo, &sha))
+                .then_some((story, sha))
         })
         .collect()
 }

@@ -73,8 +73,7 @@ pub async fn land(
             Err(refused) => return Ok(Some(refused)),
         }
     }
-    let mut landing =
-        super::land::onto_branch(cfg, s, board, &accepted, worked, stop, out).await?;
+    let mut landing = super::land::onto_branch(cfg, s, board, &accepted, worked, stop, out).await?;
     if let (Some(l), Some(r)) = (landing.as_mut(), &flight.resolving) {
         l.resolves = Some(r.pending.of_iteration);
         if matches!(l.kind, LandingKind::FastForward | LandingKind::Merge) {
@@ -225,7 +224,10 @@ pub async fn judge(
         message: None,
     };
     let tree = Repo::discover(&flight.root)?;
-    let result = flight.work.clone().unwrap_or_else(|| prepared.start.clone());
+    let result = flight
+        .work
+        .clone()
+        .unwrap_or_else(|| prepared.start.clone());
     let keep = super::land::kept_paths(&s.pre.paths);
     let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
     let outcome = worked.draft.record.outcome;
