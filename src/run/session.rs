@@ -494,10 +494,16 @@ impl Session {
 }
 
 /// The header's `parallel` row (empty, so not shown, for a serial run): e.g. `3 stories at once,
-/// each in a worktree under .ralph/worktrees/ (setup: npm ci)`.
+/// each in a worktree under .ralph/worktrees/ (setup: npm ci)`. A serial run with
+/// `--resolve-conflicts` gets a row that says the setting does nothing there (a serial run never
+/// lands a story over another's work, so it has no conflict to resolve).
 fn parallel_row(cfg: &RunConfig) -> String {
     if cfg.parallel <= 1 {
-        return String::new();
+        return if cfg.resolve_conflicts {
+            "1 story at a time, so --resolve-conflicts / resolve_conflicts has nothing to do (it takes --parallel N, N > 1)".into()
+        } else {
+            String::new()
+        };
     }
     let mut row = format!(
         "{} stories at once, each in a worktree under .ralph/worktrees/",
@@ -508,6 +514,9 @@ fn parallel_row(cfg: &RunConfig) -> String {
     }
     if let Some(setup) = &cfg.worktree_setup {
         row.push_str(&format!(" (setup: {setup})"));
+    }
+    if cfg.resolve_conflicts {
+        row.push_str(" (conflicts: resolved by an agent, then checked)");
     }
     row
 }

@@ -133,6 +133,11 @@ fn a_resolved_conflict_lands_both_stories_with_both_changes() {
     );
     let out = par.run(2, &["--resolve-conflicts"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("(conflicts: resolved by an agent, then checked)"),
+        "the header does not say conflicts are resolved:\n{}",
+        text(&out)
+    );
     let (_, resolution, n) = conflict_then_resolution(&par, &out);
     assert_eq!(resolution["outcome"], "story_passed", "{resolution:#}");
     assert_eq!(landing_kind(&resolution), "resolution", "{resolution:#}");
@@ -318,4 +323,25 @@ fn without_the_flag_a_conflict_gets_no_resolution_iteration() {
     assert!(!par.prompt("US-002", 1).contains("Resolved <path>"));
     assert_eq!(b[1]["outcome"], "story_passed");
     par.assert_tidy(&out);
+}
+
+/// A serial run never lands one story over another's work, so `--resolve-conflicts` has nothing
+/// to do there: the header says so instead of taking the flag silently.
+#[test]
+fn a_serial_run_says_resolve_conflicts_has_nothing_to_do() {
+    let par = Par::new(
+        &prd_of(vec![story(1, "grep -q A shared.txt", &[])]),
+        &[("shared.txt", "original line\n")],
+    );
+    par.story(
+        "US-001",
+        json!([does("US-001", "shared.txt", "A's line\n", 0)]),
+    );
+    let out = par.run(1, &["--resolve-conflicts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let shown = text(&out);
+    assert!(
+        shown.contains("--resolve-conflicts / resolve_conflicts has nothing to do (it takes --parallel N, N > 1)"),
+        "{shown}"
+    );
 }
