@@ -70,3 +70,4 @@ mod tools;
 mod trust_iteration;
 mod trust_recovery;
 mod watch;
+mod parallel_records;

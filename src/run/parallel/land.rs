@@ -146,6 +146,13 @@ pub async fn land(
             ));
             synthetic(s, &flight, Outcome::SetupFailed, message)
         }
+        End::Failed(message, started) if started && !flight.root.join(".git").exists() => {
+            // The agent ran, and its worktree went while it ran: the stages after it failed on
+            // files that no longer exist (restoring prd.json, say). That is no error of the
+            // iteration's to show; what was kept is said once, below ([`gone`]).
+            tracing::debug!("iteration {} ended in a deleted worktree: {message}", flight.iteration);
+            ran_in_gone_tree(s, &flight)
+        }
         End::Failed(message, _) => {
             out.warn(format!(
                 "iteration {} ({}) could not run: {message}",
@@ -165,7 +172,7 @@ pub async fn land(
     );
     bring_transcripts(&tree_paths, &paths, &s.run_id, flight.iteration);
     if !flight.root.join(".git").exists() {
-        gone(s, board, &flight, &mut worked, out)?;
+        gone(s, board, &flight, &mut worked)?;
     }
     let record = &mut worked.draft.record;
     record.worker = Some(flight.worker);
@@ -240,6 +247,10 @@ pub async fn land(
         if landing.onto.is_some() {
             worked.draft.record.head_before = landing.onto.clone();
         }
+    } else if let Some(tip) = own_tip(s, board)? {
+        // Nothing landed: the record's commits and files are only its own record's (from the
+        // tip as it is now), never those of the stories that landed since its worktree started.
+        worked.draft.record.head_before = Some(tip);
     }
     let done = iteration::write_down(
         Sinks {
@@ -287,7 +298,6 @@ fn gone(
     board: &mut Board,
     flight: &Flight,
     worked: &mut Worked,
-    out: &mut Outputs,
 ) -> anyhow::Result<()> {
     let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
     let rel = s.pre.paths.rel(&flight.root);
@@ -372,7 +382,7 @@ fn gone(
             "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep{elsewhere}; {lost}"
         ),
     };
-    out.warn_in(flight.iteration, message.clone());
+    // Said once: the iteration's outcome line carries the message (no warning line as well).
     if worked.draft.record.outcome != Outcome::AgentError {
         set_outcome(worked, Outcome::AgentError, message.clone());
     } else {
@@ -998,6 +1008,27 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
         story_notes: None,
         check: None,
     }
+}
+
+/// The record of an iteration whose agent ran and whose worktree was deleted while it ran: its
+/// time is the agent's (from its start, as state.json noted it, else the worktree's making, to
+/// now), and its message is left to [`gone`].
+fn ran_in_gone_tree(s: &Session, flight: &Flight) -> Worked {
+    let started = s
+        .state
+        .flights
+        .iter()
+        .find(|f| f.iteration == flight.iteration)
+        .and_then(|f| f.worktree.as_ref())
+        .and_then(|t| t.agent_started_at)
+        .unwrap_or(flight.started_at);
+    let mut worked = synthetic(s, flight, Outcome::AgentError, String::new());
+    let now = Utc::now();
+    worked.draft.record.started_at = started;
+    worked.draft.record.ended_at = now;
+    worked.draft.record.duration_s = (now - started).num_milliseconds().max(0) as f64 / 1000.0;
+    worked.draft.record.message = None;
+    worked
 }
 
 /// Changes the record's outcome (and says why).

@@ -1,0 +1,86 @@
+//! What a `--parallel` run records and shows about each iteration (issue 20, hB2): an agent
+//! that deletes its own worktree ran (its real time, one line saying what was kept, no "could
+//! not run"); `ralph show N` lists only iteration N's own commits and files.
+
+use serde_json::json;
+
+use crate::common::par::{does, simple_stories, Par, BRANCH};
+use crate::common::text;
+
+/// US-001's first attempt works 1.2 s, commits, then deletes its own worktree (`rm -rf`);
+/// its later attempts do the work and stay.
+fn deleting_agent(par: &Par) {
+    par.story(
+        "US-001",
+        json!([
+            does("US-001", "file-1.txt", "1\n", 1200),
+            does("US-001", "file-1.txt", "1\n", 0)
+        ]),
+    );
+    par.post("US-001", 0, "W=$PWD\ncd /\nrm -rf \"$W\"\n");
+}
+
+#[test]
+fn an_agent_that_deletes_its_worktree_ran_and_says_so_once() {
+    let par = Par::new(&simple_stories(1), &[]);
+    deleting_agent(&par);
+    let out = par.run(2, &[]);
+    let all = text(&out);
+    assert!(
+        !all.contains("could not run"),
+        "the iteration ran; it is not 'could not run': {all}"
+    );
+    assert!(
+        !all.contains("cannot restore"),
+        "no error about a file in a directory that no longer exists: {all}"
+    );
+    let first = &par.records("US-001")[0];
+    assert!(
+        first["duration_s"].as_f64().unwrap_or(0.0) >= 1.0,
+        "the record keeps the agent's time (it worked 1.2 s): {first:#}"
+    );
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("was deleted while the agent ran")
+            && message.contains("refs/ralph/salvage/")
+            && !message.contains("cannot restore"),
+        "{first:#}"
+    );
+    let said = all.matches("US-001-1 was deleted while the agent ran").count();
+    assert_eq!(said, 1, "said once, not {said} times: {all}");
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
+}
+
+#[test]
+fn show_lists_only_the_iterations_own_files_not_another_landing() {
+    let par = Par::new(&simple_stories(2), &[]);
+    deleting_agent(&par);
+    // US-001's first attempt ends only once US-002 has landed: the run branch then holds
+    // US-002's files, which are not US-001's.
+    par.wait("US-001", 0, &par.landed("file-2.txt"));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    assert_eq!(first["outcome"], "agent_error", "{first:#}");
+    let n = first["iteration"].as_u64().expect("a number").to_string();
+    let shown = par.env.ralph(&["show", &n, "--no-pager"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.contains("files changed"),
+        "show lists the record's files: {shown}"
+    );
+    for other in ["file-2.txt", "feat: US-002"] {
+        assert!(
+            !shown.contains(other),
+            "`ralph show {n}` (US-001, nothing landed) lists US-002's {other}: {shown}"
+        );
+    }
+    let second = &par.records("US-002")[0];
+    let m = second["iteration"].as_u64().expect("a number").to_string();
+    let shown = par.env.ralph(&["show", &m, "--no-pager"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("file-2.txt"), "{shown}");
+    assert!(!shown.contains("file-1.txt"), "{shown}");
+}
