@@ -26,6 +26,7 @@ use git2::{
 };
 
 pub mod land;
+pub mod held;
 mod pack;
 mod restore;
 mod scan;
