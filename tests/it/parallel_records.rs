@@ -84,3 +84,48 @@ fn show_lists_only_the_iterations_own_files_not_another_landing() {
     assert!(shown.contains("file-2.txt"), "{shown}");
     assert!(!shown.contains("file-1.txt"), "{shown}");
 }
+
+#[test]
+fn allow_dirty_keeps_the_users_prd_and_progress_edits_uncommitted() {
+    let par = Par::new(&simple_stories(2), &[("progress.txt", "# progress\n")]);
+    for id in ["US-001", "US-002"] {
+        let n = &id[5..];
+        par.story(id, json!([does(id, &format!("file-{n}.txt"), "x\n", 0)]));
+    }
+    // The user's uncommitted edits: another story's description, a line of progress.txt.
+    let prd_path = par.env.repo.join("prd.json");
+    let prd = std::fs::read_to_string(&prd_path).expect("prd.json");
+    let edited = prd.replacen("As a user I want feature 2", "USER EDIT of story 2", 1);
+    assert_ne!(prd, edited, "the PRD has story 2's description");
+    std::fs::write(&prd_path, &edited).expect("write prd.json");
+    par.env.write("progress.txt", "# progress\nmy own line\n");
+    let out = par.run(2, &["--allow-dirty"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let committed = par.show(BRANCH, "prd.json");
+    let doc: serde_json::Value = serde_json::from_str(&committed).expect("valid JSON");
+    assert!(
+        doc["userStories"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|s| s["passes"] == true)),
+        "the run branch has the passes: {committed}"
+    );
+    assert!(
+        !committed.contains("USER EDIT"),
+        "the user's uncommitted prd.json edit was committed: {committed}"
+    );
+    let progress = par.show(BRANCH, "progress.txt");
+    assert!(
+        !progress.contains("my own line") && progress.contains("US-001"),
+        "progress.txt on the branch: ralph's entries, not the user's line: {progress}"
+    );
+    let working = std::fs::read_to_string(&prd_path).expect("prd.json");
+    assert!(working.contains("USER EDIT of story 2"), "{working}");
+    let working = std::fs::read_to_string(par.env.repo.join("progress.txt")).expect("progress");
+    assert!(working.contains("my own line") && working.contains("US-002"), "{working}");
+    let status = par.env.git(&["status", "--porcelain", "prd.json", "progress.txt"]);
+    assert!(
+        status.contains(" M prd.json") && status.contains(" M progress.txt"),
+        "the user's edits are unstaged changes: {status}"
+    );
+}
