@@ -242,16 +242,7 @@ pub async fn land(
             agent: (s.pre.agents.len() > 1).then(|| s.pre.agents[flight.agent].name.clone()),
         });
     }
-    if let Some(landing) = &worked.draft.record.landing {
-        // What this record did to the run branch starts where the landing found it.
-        if landing.onto.is_some() {
-            worked.draft.record.head_before = landing.onto.clone();
-        }
-    } else if let Some(tip) = own_tip(s, board)? {
-        // Nothing landed: the record's commits and files are only its own record's (from the
-        // tip as it is now), never those of the stories that landed since its worktree started.
-        worked.draft.record.head_before = Some(tip);
-    }
+    record_start(s, board, &mut worked)?;
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -1008,6 +999,28 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
         story_notes: None,
         check: None,
     }
+}
+
+/// Where what the record did to the run branch starts: where its landing found the branch; with
+/// nothing landed, the tip as it is now, so that its commits and files (`ralph show`, `log`, the
+/// report) are its own record's, never those of the stories that landed since it started.
+///
+/// # Errors
+/// git failing to read HEAD.
+fn record_start(s: &Session, board: &Board, worked: &mut Worked) -> anyhow::Result<()> {
+    match &worked.draft.record.landing {
+        Some(landing) => {
+            if landing.onto.is_some() {
+                worked.draft.record.head_before = landing.onto.clone();
+            }
+        }
+        None => {
+            if let Some(tip) = own_tip(s, board)? {
+                worked.draft.record.head_before = Some(tip);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The record of an iteration whose agent ran and whose worktree was deleted while it ran: its
