@@ -129,3 +129,57 @@ fn allow_dirty_keeps_the_users_prd_and_progress_edits_uncommitted() {
         "the user's edits are unstaged changes: {status}"
     );
 }
+
+/// US-002's agent commits in the user's checkout (`git -C`) while US-001's agent, which
+/// deleted its own worktree, also ran: the commit is named as made in the checkout by US-002's
+/// iteration, kept apart (`checkout-commits`), never under US-001's salvage ref nor as its next
+/// start, and `ralph show` of US-001's iteration does not list it.
+#[test]
+fn a_commit_made_in_the_checkout_is_named_by_its_iteration_not_salvaged_as_a_story() {
+    let par = Par::new(&simple_stories(2), &[]);
+    deleting_agent(&par);
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    let main = par.env.repo.display().to_string();
+    par.pre(
+        "US-002",
+        0,
+        &format!(
+            "echo side > '{main}/side.txt'\ngit -C '{main}' add side.txt\ngit -C '{main}' commit -q -m 'agent: side file'\n"
+        ),
+    );
+    // US-001 ends (its worktree deleted) only once US-002 has landed.
+    par.wait("US-001", 0, &par.landed("file-2.txt"));
+    let out = par.run(2, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let side = par
+        .env
+        .git(&["log", "--format=%H", "--grep", "agent: side file", "--all"]);
+    let side = side.trim().to_owned();
+    assert!(!side.is_empty(), "the agent's commit is kept by no ref: {all}");
+    let second = &par.records("US-002")[0];
+    let n = second["iteration"].as_u64().expect("a number");
+    let said = crate::common::par::findings(second);
+    assert!(
+        said.contains(&format!("made by the agent of iteration {n}"))
+            && said.contains("checkout-commits"),
+        "the finding names the iteration that made it: {said}"
+    );
+    for r in par.salvage_refs().iter().filter(|r| r.contains("/US-")) {
+        let history = par.env.git(&["log", "--format=%H", r]);
+        assert!(
+            !history.lines().any(|c| c == side),
+            "{r} (a story's salvage) holds the checkout commit\n{all}"
+        );
+    }
+    let first = &par.records("US-001")[0];
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(!message.contains(&side[..8]), "{message}");
+    let m = first["iteration"].as_u64().expect("a number").to_string();
+    let shown = par.env.ralph(&["show", &m, "--no-pager"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        !shown.contains("side.txt") && !shown.contains("agent: side file"),
+        "`ralph show {m}` lists the checkout commit: {shown}"
+    );
+}

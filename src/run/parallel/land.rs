@@ -620,9 +620,10 @@ fn agents_in_checkout(
     let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
     let salvage = git_land::salvage(&s.pre.repo, &s.run_id, "checkout-commits", now)?;
     let what = format!(
-        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog), kept in {salvage}",
+        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog; {}), kept in {salvage}",
         shas.join(", "),
         crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+        makers(s, board, expected, now),
     );
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
@@ -656,6 +657,35 @@ fn agents_in_checkout(
             });
             Ok(message)
         }
+    }
+}
+
+/// Who made the agents' commits in the checkout from `expected` to `now`, as far as ralph can
+/// tell: the iterations their reflog entries name (with their stories when still in flight), or
+/// the iterations in flight, none of which can be told apart. Never a story's own work: these
+/// commits are kept apart (`checkout-commits`), not as any story's next start.
+fn makers(s: &Session, board: &Board, expected: &str, now: &str) -> String {
+    let story = |n: u32| {
+        board
+            .flights
+            .iter()
+            .find(|f| f.iteration == n)
+            .map(|f| format!("iteration {n} ({})", f.story_id))
+            .unwrap_or_else(|| format!("iteration {n}"))
+    };
+    let named = s.pre.repo.agent_step_iterations(&s.run_id, expected, now);
+    if !named.is_empty() {
+        let who: Vec<String> = named.into_iter().map(story).collect();
+        return format!("made by the agent of {}", who.join(" and "));
+    }
+    let running: Vec<String> = board.flights.iter().map(|f| story(f.iteration)).collect();
+    if running.is_empty() {
+        "made by an agent ralph cannot tell apart".to_owned()
+    } else {
+        format!(
+            "made while {} ran, by an agent ralph cannot tell apart",
+            running.join(" and ")
+        )
     }
 }
 
