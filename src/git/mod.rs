@@ -25,8 +25,8 @@ use git2::{
     Repository, Signature, Sort, StatusOptions,
 };
 
-pub mod land;
 pub mod held;
+pub mod land;
 mod pack;
 mod restore;
 mod scan;

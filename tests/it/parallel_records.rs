@@ -46,7 +46,9 @@ fn an_agent_that_deletes_its_worktree_ran_and_says_so_once() {
             && !message.contains("cannot restore"),
         "{first:#}"
     );
-    let said = all.matches("US-001-1 was deleted while the agent ran").count();
+    let said = all
+        .matches("US-001-1 was deleted while the agent ran")
+        .count();
     assert_eq!(said, 1, "said once, not {said} times: {all}");
     assert_eq!(out.status.code(), Some(0), "{all}");
     assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n");
@@ -122,8 +124,13 @@ fn allow_dirty_keeps_the_users_prd_and_progress_edits_uncommitted() {
     let working = std::fs::read_to_string(&prd_path).expect("prd.json");
     assert!(working.contains("USER EDIT of story 2"), "{working}");
     let working = std::fs::read_to_string(par.env.repo.join("progress.txt")).expect("progress");
-    assert!(working.contains("my own line") && working.contains("US-002"), "{working}");
-    let status = par.env.git(&["status", "--porcelain", "prd.json", "progress.txt"]);
+    assert!(
+        working.contains("my own line") && working.contains("US-002"),
+        "{working}"
+    );
+    let status = par
+        .env
+        .git(&["status", "--porcelain", "prd.json", "progress.txt"]);
     assert!(
         status.contains(" M prd.json") && status.contains(" M progress.txt"),
         "the user's edits are unstaged changes: {status}"
@@ -156,7 +163,10 @@ fn a_commit_made_in_the_checkout_is_named_by_its_iteration_not_salvaged_as_a_sto
         .env
         .git(&["log", "--format=%H", "--grep", "agent: side file", "--all"]);
     let side = side.trim().to_owned();
-    assert!(!side.is_empty(), "the agent's commit is kept by no ref: {all}");
+    assert!(
+        !side.is_empty(),
+        "the agent's commit is kept by no ref: {all}"
+    );
     let second = &par.records("US-002")[0];
     let n = second["iteration"].as_u64().expect("a number");
     let said = crate::common::par::findings(second);

@@ -150,7 +150,10 @@ pub async fn land(
             // The agent ran, and its worktree went while it ran: the stages after it failed on
             // files that no longer exist (restoring prd.json, say). That is no error of the
             // iteration's to show; what was kept is said once, below ([`gone`]).
-            tracing::debug!("iteration {} ended in a deleted worktree: {message}", flight.iteration);
+            tracing::debug!(
+                "iteration {} ended in a deleted worktree: {message}",
+                flight.iteration
+            );
             ran_in_gone_tree(s, &flight)
         }
         End::Failed(message, _) => {

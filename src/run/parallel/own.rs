@@ -56,9 +56,8 @@ pub fn guard(s: &Session, board: &Board, out: &mut Outputs) -> anyhow::Result<bo
     };
     // The user's uncommitted edit from before the run (`--allow-dirty`) is theirs, not a change
     // to put back: compared with the tip plus that edit.
-    let committed = committed.map(|c| {
-        crate::git::held::with_held(&paths.repo_root, &rel, &c).unwrap_or(c)
-    });
+    let committed =
+        committed.map(|c| crate::git::held::with_held(&paths.repo_root, &rel, &c).unwrap_or(c));
     // Passes are checked on every call (a parse shared with the run's other reads): a worker's
     // write that slipped into a landing's commit is in the tip too, so the tip's passes are not
     // trusted, only the start's and this run's landings.
