@@ -684,10 +684,24 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
     // The user's uncommitted changes the landing would write over (their other changes stay as
     // they are, uncommitted: the landing's checkpoint commits only ralph's own files).
     let written = main.paths_between(&from_tree, &to_tree)?;
+    // ralph's own files holding the user's uncommitted edit from before the run
+    // (`--parallel --allow-dirty`, `git::held`): the landed content with that edit on top is
+    // written to the working file, the landed content to the index.
+    let held: Vec<(String, Vec<u8>, Oid)> = written
+        .iter()
+        .filter(|f| super::held::is_held(&main.root, f))
+        .filter_map(|f| {
+            let id = to_tree.get_path(Path::new(f)).ok()?.id();
+            let landed = main.repo.find_blob(id).ok()?.content().to_vec();
+            let working = super::held::with_held(&main.root, f, &landed)?;
+            Some((f.clone(), working, id))
+        })
+        .collect();
+    let is_held = |f: &String| held.iter().any(|(h, _, _)| h == f);
     let edited: Vec<String> = main
         .edited_tracked_files()?
         .into_iter()
-        .filter(|f| written.contains(f))
+        .filter(|f| written.contains(f) && !is_held(f))
         .collect();
     if !edited.is_empty() {
         return Err(blocked(
@@ -725,10 +739,20 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
         .index()
         .and_then(|mut i| i.read(false))
         .map_err(op("read index"))?;
-    let result = main
-        .repo
-        .checkout_tree(to_tree.as_object(), Some(&mut checkout));
+    let rest: Vec<&String> = written.iter().filter(|f| !is_held(f)).collect();
+    for f in &rest {
+        checkout.path(f.as_str());
+    }
+    let result = if held.is_empty() || !rest.is_empty() {
+        main.repo
+            .checkout_tree(to_tree.as_object(), Some(&mut checkout))
+    } else {
+        Ok(())
+    };
     drop(checkout);
+    if result.is_ok() && !held.is_empty() {
+        put_held(main, &held)?;
+    }
     if let Err(err) = result {
         if err.code() == git2::ErrorCode::Conflict || !refused.is_empty() {
             refused.sort();
@@ -756,6 +780,28 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
         )
         .map_err(op("move the run branch"))?;
     Ok(())
+}
+
+/// Writes each held file's working content and stages its landed blob (with no stat, so that git
+/// compares contents and shows the user's edit as unstaged).
+fn put_held(main: &Repo, held: &[(String, Vec<u8>, Oid)]) -> Result<(), GitError> {
+    let mut index = main.repo.index().map_err(op("read index"))?;
+    index.read(true).map_err(op("read index"))?;
+    for (f, working, id) in held {
+        crate::fsutil::write_atomic(&main.root.join(f), working).map_err(|e| GitError::Git {
+            op: "write a held file",
+            source: git2::Error::from_str(&e.to_string()),
+        })?;
+        if let Some(mut entry) = index.get_path(Path::new(f), 0) {
+            let size = main.repo.find_blob(*id).map(|b| b.size()).unwrap_or(0);
+            entry.id = *id;
+            entry.file_size = size as u32;
+            entry.mtime = git2::IndexTime::new(0, 0);
+            entry.ctime = git2::IndexTime::new(0, 0);
+            index.add(&entry).map_err(op("stage a file"))?;
+        }
+    }
+    index.write().map_err(op("write index"))
 }
 
 /// Finishes an [`advance_checkout`] of `main` (on `branch`) from `from` to `to` that a killed
@@ -942,9 +988,20 @@ pub fn commit_own_files(
             index
                 .add_path(Path::new(file))
                 .map_err(op("stage a file"))?;
-            let Some(entry) = index.get_path(Path::new(file), 0) else {
+            let Some(mut entry) = index.get_path(Path::new(file), 0) else {
                 continue;
             };
+            // The user's uncommitted edit of the file when the run started stays uncommitted
+            // (`--parallel --allow-dirty`, see `git::held`): staged and committed without it.
+            if let Some(content) = held_out(main, file) {
+                entry.id = main.repo.blob(&content).map_err(op("write a blob"))?;
+                // Not the working file's stat: git then compares the contents and shows the
+                // user's edit as the unstaged change it is.
+                entry.file_size = content.len() as u32;
+                entry.mtime = git2::IndexTime::new(0, 0);
+                entry.ctime = git2::IndexTime::new(0, 0);
+                index.add(&entry).map_err(op("stage a file"))?;
+            }
             let mode = match entry.mode {
                 0o100755 => git2::FileMode::BlobExecutable,
                 0o120000 => git2::FileMode::Link,
@@ -974,6 +1031,23 @@ pub fn commit_own_files(
         .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&head])
         .map_err(op("commit"))?;
     Ok(Some(oid.to_string()))
+}
+
+/// `file`'s working content with the user's held edit taken off ([`super::held`]); `None` when
+/// none is held, or it cannot be taken off (then the working file is committed, and a warning
+/// says so).
+fn held_out(main: &Repo, file: &str) -> Option<Vec<u8>> {
+    if !super::held::is_held(&main.root, file) {
+        return None;
+    }
+    let working = std::fs::read(main.root.join(file)).ok()?;
+    let out = super::held::without_held(&main.root, file, &working);
+    if out.is_none() {
+        tracing::warn!(
+            "your uncommitted edit of {file} from before the run overlaps a change ralph made to it: the commit takes the file as it is"
+        );
+    }
+    out
 }
 
 /// The files `paths` names: each plain path, and for a directory prefix every file under it in

@@ -25,6 +25,7 @@ use git2::{
     Repository, Signature, Sort, StatusOptions,
 };
 
+pub mod held;
 pub mod land;
 mod pack;
 mod restore;

@@ -669,6 +669,37 @@ impl Repo {
         Vec::new()
     }
 
+    /// The iterations of run `run_id` whose agents made the steps of this checkout's HEAD reflog
+    /// that [`Repo::agent_steps_here`] finds from `from` to `to` (their reflog messages read
+    /// `ralph agent <run id>/<iteration>: …`), ascending, without repeats. Empty when the
+    /// reflog names none (an agent that cleared its environment: ralph cannot tell which).
+    pub fn agent_step_iterations(&self, run_id: &str, from: &str, to: &str) -> Vec<u32> {
+        let Ok(reflog) = self.repo.reflog("HEAD") else {
+            return Vec::new();
+        };
+        let (Ok(from), Ok(mut at)) = (git2::Oid::from_str(from), git2::Oid::from_str(to)) else {
+            return Vec::new();
+        };
+        let prefix = format!("{}{run_id}/", crate::process::REFLOG_ACTION_PREFIX);
+        let mut found = std::collections::BTreeSet::new();
+        for entry in reflog.iter().take(200) {
+            if entry.id_new() != at {
+                return Vec::new();
+            }
+            let n = entry
+                .message()
+                .and_then(|m| m.strip_prefix(prefix.as_str()))
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            found.extend(n);
+            if entry.id_old() == from {
+                return found.into_iter().collect();
+            }
+            at = entry.id_old();
+        }
+        Vec::new()
+    }
+
     /// Where HEAD was before the newest run of steps of this checkout's HEAD reflog that a
     /// process of one of ralph's agents made ([`crate::process::REFLOG_ACTION_PREFIX`], as
     /// [`Repo::agent_steps_here`] tells them): HEAD itself (full sha) when the newest step is

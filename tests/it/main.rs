@@ -39,6 +39,7 @@ mod parallel_field;
 mod parallel_findings;
 mod parallel_guard;
 mod parallel_resolve;
+mod parallel_records;
 mod parallel_views;
 mod pause;
 mod plan;

@@ -146,6 +146,16 @@ pub async fn land(
             ));
             synthetic(s, &flight, Outcome::SetupFailed, message)
         }
+        End::Failed(message, started) if started && !flight.root.join(".git").exists() => {
+            // The agent ran, and its worktree went while it ran: the stages after it failed on
+            // files that no longer exist (restoring prd.json, say). That is no error of the
+            // iteration's to show; what was kept is said once, below ([`gone`]).
+            tracing::debug!(
+                "iteration {} ended in a deleted worktree: {message}",
+                flight.iteration
+            );
+            ran_in_gone_tree(s, &flight)
+        }
         End::Failed(message, _) => {
             out.warn(format!(
                 "iteration {} ({}) could not run: {message}",
@@ -165,7 +175,7 @@ pub async fn land(
     );
     bring_transcripts(&tree_paths, &paths, &s.run_id, flight.iteration);
     if !flight.root.join(".git").exists() {
-        gone(s, board, &flight, &mut worked, out)?;
+        gone(s, board, &flight, &mut worked)?;
     }
     let record = &mut worked.draft.record;
     record.worker = Some(flight.worker);
@@ -235,12 +245,7 @@ pub async fn land(
             agent: (s.pre.agents.len() > 1).then(|| s.pre.agents[flight.agent].name.clone()),
         });
     }
-    if let Some(landing) = &worked.draft.record.landing {
-        // What this record did to the run branch starts where the landing found it.
-        if landing.onto.is_some() {
-            worked.draft.record.head_before = landing.onto.clone();
-        }
-    }
+    record_start(s, board, &mut worked)?;
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -287,7 +292,6 @@ fn gone(
     board: &mut Board,
     flight: &Flight,
     worked: &mut Worked,
-    out: &mut Outputs,
 ) -> anyhow::Result<()> {
     let unkept = s.pre.repo.prune_gone_worktrees(&flight.root)?;
     let rel = s.pre.paths.rel(&flight.root);
@@ -372,7 +376,7 @@ fn gone(
             "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed, and no commit of its was left to keep{elsewhere}; {lost}"
         ),
     };
-    out.warn_in(flight.iteration, message.clone());
+    // Said once: the iteration's outcome line carries the message (no warning line as well).
     if worked.draft.record.outcome != Outcome::AgentError {
         set_outcome(worked, Outcome::AgentError, message.clone());
     } else {
@@ -619,9 +623,10 @@ fn agents_in_checkout(
     let shas: Vec<&str> = by_agents.iter().map(|c| short(c)).collect();
     let salvage = git_land::salvage(&s.pre.repo, &s.run_id, "checkout-commits", now)?;
     let what = format!(
-        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog), kept in {salvage}",
+        "the run branch {branch} was moved by an agent of this run committing in your checkout (`git -C`), not in its worktree: {} ({} in your checkout's HEAD reflog; {}), kept in {salvage}",
         shas.join(", "),
         crate::process::REFLOG_ACTION_PREFIX.trim_end(),
+        makers(s, board, expected, now),
     );
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
@@ -655,6 +660,35 @@ fn agents_in_checkout(
             });
             Ok(message)
         }
+    }
+}
+
+/// Who made the agents' commits in the checkout from `expected` to `now`, as far as ralph can
+/// tell: the iterations their reflog entries name (with their stories when still in flight), or
+/// the iterations in flight, none of which can be told apart. Never a story's own work: these
+/// commits are kept apart (`checkout-commits`), not as any story's next start.
+fn makers(s: &Session, board: &Board, expected: &str, now: &str) -> String {
+    let story = |n: u32| {
+        board
+            .flights
+            .iter()
+            .find(|f| f.iteration == n)
+            .map(|f| format!("iteration {n} ({})", f.story_id))
+            .unwrap_or_else(|| format!("iteration {n}"))
+    };
+    let named = s.pre.repo.agent_step_iterations(&s.run_id, expected, now);
+    if !named.is_empty() {
+        let who: Vec<String> = named.into_iter().map(story).collect();
+        return format!("made by the agent of {}", who.join(" and "));
+    }
+    let running: Vec<String> = board.flights.iter().map(|f| story(f.iteration)).collect();
+    if running.is_empty() {
+        "made by an agent ralph cannot tell apart".to_owned()
+    } else {
+        format!(
+            "made while {} ran, by an agent ralph cannot tell apart",
+            running.join(" and ")
+        )
     }
 }
 
@@ -999,6 +1033,49 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
         story_notes: None,
         check: None,
     }
+}
+
+/// Where what the record did to the run branch starts: where its landing found the branch; with
+/// nothing landed, the tip as it is now, so that its commits and files (`ralph show`, `log`, the
+/// report) are its own record's, never those of the stories that landed since it started.
+///
+/// # Errors
+/// git failing to read HEAD.
+fn record_start(s: &Session, board: &Board, worked: &mut Worked) -> anyhow::Result<()> {
+    match &worked.draft.record.landing {
+        Some(landing) => {
+            if landing.onto.is_some() {
+                worked.draft.record.head_before = landing.onto.clone();
+            }
+        }
+        None => {
+            if let Some(tip) = own_tip(s, board)? {
+                worked.draft.record.head_before = Some(tip);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The record of an iteration whose agent ran and whose worktree was deleted while it ran: its
+/// time is the agent's (from its start, as state.json noted it, else the worktree's making, to
+/// now), and its message is left to [`gone`].
+fn ran_in_gone_tree(s: &Session, flight: &Flight) -> Worked {
+    let started = s
+        .state
+        .flights
+        .iter()
+        .find(|f| f.iteration == flight.iteration)
+        .and_then(|f| f.worktree.as_ref())
+        .and_then(|t| t.agent_started_at)
+        .unwrap_or(flight.started_at);
+    let mut worked = synthetic(s, flight, Outcome::AgentError, String::new());
+    let now = Utc::now();
+    worked.draft.record.started_at = started;
+    worked.draft.record.ended_at = now;
+    worked.draft.record.duration_s = (now - started).num_milliseconds().max(0) as f64 / 1000.0;
+    worked.draft.record.message = None;
+    worked
 }
 
 /// Changes the record's outcome (and says why).

@@ -125,7 +125,7 @@ pub async fn drive(
 ) -> anyhow::Result<StopReason> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let mut board = Board::default();
-    start_point(s)?;
+    start_point(s, cfg.allow_dirty)?;
     board.tip = s.pre.repo.head_sha()?;
     board.passing_at_start = own::passing_at_start(s)?;
     board.branch = s.pre.repo.current_branch();
@@ -328,8 +328,11 @@ fn tidy(s: &Session) {
 /// every worktree has them. Nothing else: the user's uncommitted changes (`--allow-dirty`) stay
 /// in the checkout as they are, never committed by ralph (a landing that would write over one
 /// stops the run instead).
-fn start_point(s: &Session) -> anyhow::Result<()> {
+fn start_point(s: &Session, allow_dirty: bool) -> anyhow::Result<()> {
     let own = land::kept_paths(&s.pre.paths);
+    if allow_dirty {
+        own::hold_user_edits(s, &own)?;
+    }
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
     crate::git::land::commit_own_files(
         &s.pre.repo,

@@ -54,6 +54,10 @@ pub fn guard(s: &Session, board: &Board, out: &mut Outputs) -> anyhow::Result<bo
         Some(tip) => s.pre.repo.file_at(tip, &rel)?,
         None => None,
     };
+    // The user's uncommitted edit from before the run (`--allow-dirty`) is theirs, not a change
+    // to put back: compared with the tip plus that edit.
+    let committed =
+        committed.map(|c| crate::git::held::with_held(&paths.repo_root, &rel, &c).unwrap_or(c));
     // Passes are checked on every call (a parse shared with the run's other reads): a worker's
     // write that slipped into a landing's commit is in the tip too, so the tip's passes are not
     // trusted, only the start's and this run's landings.
@@ -192,4 +196,33 @@ pub fn passing_at_start(s: &Session) -> anyhow::Result<BTreeSet<String>> {
             None => passing(&s.initial.prd),
         },
     )
+}
+
+/// With `--allow-dirty`: holds the user's uncommitted edits of ralph's own files (`own`:
+/// prd.json, progress.txt) out of ralph's commits of them
+/// ([`crate::git::held`]): each such file as HEAD has it and as the working tree has it now.
+///
+/// # Errors
+/// git failing to read HEAD.
+pub fn hold_user_edits(s: &Session, own: &[String]) -> anyhow::Result<()> {
+    let Some(head) = s.pre.repo.head_sha()? else {
+        return Ok(());
+    };
+    for rel in own.iter().filter(|p| !p.ends_with('/')) {
+        let (Some(committed), Ok(working)) = (
+            s.pre.repo.file_at(&head, rel)?,
+            std::fs::read(s.pre.paths.repo_root.join(rel)),
+        ) else {
+            continue;
+        };
+        if committed != working {
+            crate::git::held::hold(crate::git::held::HeldEdit {
+                root: s.pre.paths.repo_root.clone(),
+                path: rel.clone(),
+                committed,
+                working,
+            });
+        }
+    }
+    Ok(())
 }
