@@ -240,6 +240,13 @@ pub async fn land(
         if landing.onto.is_some() {
             worked.draft.record.head_before = landing.onto.clone();
         }
+        // Where this landing left the branch is ralph's: an agent's commit in the checkout
+        // made since (between the move and the record's commit) is taken off and named, not
+        // buried under ralph's commit of prd.json and progress.txt.
+        if let Some(commit) = &landing.commit {
+            board.tip = Some(commit.clone());
+        }
+        between_steps(s, board, flight.iteration, &mut worked, out)?;
     }
     let done = iteration::write_down(
         Sinks {
@@ -256,6 +263,7 @@ pub async fn land(
         out,
     )?;
     crate::process::kill_point("landing-recorded");
+    not_committed(s, board, &done, out);
     if flight.root.exists() {
         if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
             out.warn(format!(
@@ -269,6 +277,52 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// [`guard_branch`] between a landing's own steps (the move of the checkout and the commit of
+/// ralph's files): its warning goes to the record's findings and the terminal.
+///
+/// # Errors
+/// As [`guard_branch`].
+fn between_steps(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    if let Some(warning) = guard_branch(s, board)? {
+        worked.draft.record.findings.push(warning.clone());
+        out.warn_in(iteration, warning);
+    }
+    Ok(())
+}
+
+/// After the record is written: when ralph's own files could not be committed
+/// ([`commit::NOT_COMMITTED`]) because another git process held the checkout's lock past
+/// ralph's wait, the run stops for the user (no new launch, nothing more lands); when the
+/// branch moved under the commit, the next guard takes that move off and names it.
+fn not_committed(s: &Session, board: &mut Board, done: &Done, out: &mut Outputs) {
+    let Some(finding) = done
+        .record
+        .findings
+        .iter()
+        .find(|f| f.starts_with(commit::NOT_COMMITTED))
+    else {
+        return;
+    };
+    out.warn_in(done.record.iteration, finding.clone());
+    if !finding.contains("another git process holds") {
+        return;
+    }
+    let _ = s;
+    board.stopping.get_or_insert(StopReason::NeedsHuman {
+        outcome: Outcome::LandingRefused,
+        iteration: done.record.iteration,
+        message: Some(format!(
+            "the run stops: {finding}\nhint: let that git command finish (or, if none runs, delete the lock file), then run `ralph run` again"
+        )),
+    });
 }
 
 /// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
@@ -623,6 +677,8 @@ fn agents_in_checkout(
         shas.join(", "),
         crate::process::REFLOG_ACTION_PREFIX.trim_end(),
     );
+    // `git reset --keep` needs the index: an agent's git command may hold it for a moment.
+    s.pre.repo.wait_index_unlocked();
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
             board.tip = Some(expected.to_owned());
@@ -710,7 +766,7 @@ async fn onto_branch(
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top; what a worker wrote there is set back first.
     super::own::guard(s, board, out)?;
-    commit_edits(s)?;
+    let edits = commit_edits(s);
     let tip = board
         .branch
         .as_deref()
@@ -726,6 +782,48 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
+    if let Err(e) = edits {
+        match e.downcast_ref::<crate::git::GitError>() {
+            // Another git process holds the checkout's index past ralph's wait: nothing lands,
+            // the story's work is kept, and the run stops for the user.
+            Some(crate::git::GitError::Locked { .. }) => {
+                let message = format!(
+                    "the landing was refused: {e}\nhint: let that git command finish (or, if none runs, delete the lock file), then run `ralph run` again"
+                );
+                set_outcome(worked, Outcome::LandingRefused, message.clone());
+                board.stopping.get_or_insert(StopReason::NeedsHuman {
+                    outcome: Outcome::LandingRefused,
+                    iteration: flight.iteration,
+                    message: Some(message.clone()),
+                });
+                keep_unlanded(s, board, flight, worked, &mut landing)?;
+                landing.message = Some(message);
+                return Ok(Some(landing));
+            }
+            // Another git process committed on the branch meanwhile: the edits go with the
+            // next commit; the guard before the record names that commit.
+            Some(crate::git::GitError::BranchMoved { .. }) => {}
+            _ => return Err(e),
+        }
+    }
+    if let Some(StopReason::NeedsHuman {
+        outcome, iteration, ..
+    }) = &board.stopping
+    {
+        if worked.draft.record.outcome == Outcome::LandingRefused {
+            // Refused by this landing's own guard: recorded as such below.
+            keep_unlanded(s, board, flight, worked, &mut landing)?;
+            return Ok(Some(landing));
+        }
+        // The run stops for the user: nothing more lands (as after `ralph stop`'s signal, the
+        // work is kept under a salvage ref and named; the next run lands it after its check).
+        let why = format!(
+            "not landed: the run stops because iteration {iteration} needs you ({})",
+            outcome.as_str()
+        );
+        held_back(s, board, flight, worked, &mut landing, &why)?;
+        return Ok(Some(landing));
+    }
     if !worked.story_passes
         || matches!(
             worked.draft.record.outcome,
@@ -873,6 +971,32 @@ fn keep_unlanded(
             "interrupted by a stop signal before it changed anything".into(),
         );
     }
+    clear_pass(worked);
+    Ok(())
+}
+
+/// Keeps the work of an iteration that ended after the run began to stop for the user
+/// (`why`): nothing lands; the work is under a salvage ref for the story's next attempt, and
+/// the record is `interrupted` (not the story's failure: no attempt is spent).
+fn held_back(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+    why: &str,
+) -> anyhow::Result<()> {
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let message = if work == flight.base {
+        format!("{why}; the agent changed nothing")
+    } else {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &work)?;
+        board.resume.insert(flight.story_id.clone(), work);
+        landing.salvage_ref = Some(salvage.clone());
+        format!("{why}; its work is kept in {salvage}, where the next run starts it from (it lands only after its check)")
+    };
+    set_outcome(worked, Outcome::Interrupted, message.clone());
+    landing.message = Some(message);
     clear_pass(worked);
     Ok(())
 }
