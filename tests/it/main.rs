@@ -38,6 +38,7 @@ mod parallel;
 mod parallel_field;
 mod parallel_findings;
 mod parallel_guard;
+mod parallel_landing;
 mod parallel_views;
 mod pause;
 mod plan;

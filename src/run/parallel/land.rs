@@ -246,7 +246,11 @@ pub async fn land(
         if let Some(commit) = &landing.commit {
             board.tip = Some(commit.clone());
         }
+        // `git commit -a` there takes ralph's uncommitted prd.json and progress.txt in too:
+        // they are put back as ralph wrote them once such a commit is taken off.
+        let own = Own::read(&paths);
         between_steps(s, board, flight.iteration, &mut worked, out)?;
+        own.restore(&paths)?;
     }
     let done = iteration::write_down(
         Sinks {
