@@ -1042,9 +1042,13 @@ fn commit_own_files_once(
             op: "move the branch",
             source: e,
         }),
-        Err(e) if e.code() == git2::ErrorCode::Modified || e.code() == git2::ErrorCode::NotFound => {
+        Err(e)
+            if e.code() == git2::ErrorCode::Modified || e.code() == git2::ErrorCode::NotFound =>
+        {
             Err(GitError::BranchMoved {
-                now: main.ref_sha(&branch).unwrap_or_else(|| "unknown".to_owned()),
+                now: main
+                    .ref_sha(&branch)
+                    .unwrap_or_else(|| "unknown".to_owned()),
                 branch,
                 expected: head.id().to_string(),
             })

@@ -206,7 +206,10 @@ pub fn lock_wait() -> std::time::Duration {
     std::env::var("RALPH_GIT_LOCK_WAIT_MS")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(std::time::Duration::from_secs(10), std::time::Duration::from_millis)
+        .map_or(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis,
+        )
 }
 
 /// How often a held lock is looked at again while ralph waits for it.

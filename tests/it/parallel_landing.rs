@@ -146,7 +146,9 @@ fn an_index_lock_that_stays_stops_the_run_cleanly_naming_it() {
         "the record names the lock and what to do: {message}"
     );
     // Nothing lost: the story's work is under the salvage ref the record names.
-    let salvage = record["landing"]["salvage_ref"].as_str().unwrap_or_default();
+    let salvage = record["landing"]["salvage_ref"]
+        .as_str()
+        .unwrap_or_default();
     assert!(salvage.starts_with("refs/ralph/salvage/"), "{record}");
     let kept = env.git(&["show", &format!("{salvage}:file-1.txt")]);
     assert_eq!(kept, "done\n");
@@ -174,21 +176,30 @@ fn after_a_refused_landing_a_running_iteration_finishes_but_does_not_land() {
     let out = run_parallel(&env, &cmd, &["--max-iter", "6"], &[]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
-    assert_eq!(record_of(&env, "US-002")["outcome"], "landing_refused", "{all}");
+    assert_eq!(
+        record_of(&env, "US-002")["outcome"],
+        "landing_refused",
+        "{all}"
+    );
     let third = record_of(&env, "US-003");
     assert_eq!(third["outcome"], "interrupted", "{third}\n{all}");
     assert_ne!(third["landing"]["kind"], "merge", "{third}");
     assert_ne!(third["landing"]["kind"], "fast_forward", "{third}");
     let salvage = third["landing"]["salvage_ref"].as_str().unwrap_or_default();
     assert!(ref_exists(&env, salvage), "{third}");
-    assert_eq!(env.git(&["show", &format!("{salvage}:file-3.txt")]), "done\n");
+    assert_eq!(
+        env.git(&["show", &format!("{salvage}:file-3.txt")]),
+        "done\n"
+    );
     let message = third["message"].as_str().unwrap_or_default();
-    assert!(message.contains(salvage), "the record names the ref: {message}");
+    assert!(
+        message.contains(salvage),
+        "the record names the ref: {message}"
+    );
     // Nothing of it is on the run branch, and it does not pass; no iteration started after.
     let files = env.git(&["ls-tree", "--name-only", "ralph/demo"]);
     assert!(!files.lines().any(|f| f == "file-3.txt"), "{files}");
-    let prd: Value =
-        serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
+    let prd: Value = serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
     assert_eq!(prd["userStories"][2]["passes"], false);
     assert_eq!(env.ledger().len(), 3, "{all}");
     // The user's edit is as they left it.
@@ -233,7 +244,10 @@ fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
         .unwrap_or_default();
     assert!(!kept.is_empty(), "kept under checkout-commits: {all}");
     let kept_log = env.git(&["log", "--format=%s", &kept]);
-    assert!(kept_log.contains("agent commit in the checkout"), "{kept_log}");
+    assert!(
+        kept_log.contains("agent commit in the checkout"),
+        "{kept_log}"
+    );
     let record = record_of(&env, "US-001");
     assert_eq!(record["outcome"], "story_passed", "{record}\n{all}");
     assert!(
@@ -243,8 +257,7 @@ fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
         "the record names it: {record}"
     );
     // ralph's own commit is on the branch with the story passing.
-    let prd: Value =
-        serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
+    let prd: Value = serde_json::from_str(&env.git(&["show", "ralph/demo:prd.json"])).unwrap();
     assert_eq!(prd["userStories"][0]["passes"], true, "{all}");
     assert_eq!(env.read("README.md"), "demo\n", "{all}");
 }

@@ -150,8 +150,10 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
                 // or committed on the run branch meanwhile. The record is still written (the
                 // files stay in the checkout, committed with the next landing); the
                 // dispatcher sees the finding and stops or guards the branch.
-                Err(e @ (crate::git::GitError::Locked { .. }
-                | crate::git::GitError::BranchMoved { .. })) => {
+                Err(
+                    e @ (crate::git::GitError::Locked { .. }
+                    | crate::git::GitError::BranchMoved { .. }),
+                ) => {
                     record.findings.push(format!("{NOT_COMMITTED}: {e}"));
                     None
                 }

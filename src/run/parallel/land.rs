@@ -267,7 +267,7 @@ pub async fn land(
         out,
     )?;
     crate::process::kill_point("landing-recorded");
-    not_committed(s, board, &done, out);
+    not_committed(board, &done);
     if flight.root.exists() {
         if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
             out.warn(format!(
@@ -306,7 +306,7 @@ fn between_steps(
 /// ([`commit::NOT_COMMITTED`]) because another git process held the checkout's lock past
 /// ralph's wait, the run stops for the user (no new launch, nothing more lands); when the
 /// branch moved under the commit, the next guard takes that move off and names it.
-fn not_committed(s: &Session, board: &mut Board, done: &Done, out: &mut Outputs) {
+fn not_committed(board: &mut Board, done: &Done) {
     let Some(finding) = done
         .record
         .findings
@@ -315,17 +315,14 @@ fn not_committed(s: &Session, board: &mut Board, done: &Done, out: &mut Outputs)
     else {
         return;
     };
-    out.warn_in(done.record.iteration, finding.clone());
+    // The finding itself is shown with the record.
     if !finding.contains("another git process holds") {
         return;
     }
-    let _ = s;
     board.stopping.get_or_insert(StopReason::NeedsHuman {
         outcome: Outcome::LandingRefused,
         iteration: done.record.iteration,
-        message: Some(format!(
-            "the run stops: {finding}\nhint: let that git command finish (or, if none runs, delete the lock file), then run `ralph run` again"
-        )),
+        message: Some(format!("the run stops: {finding}")),
     });
 }
 
@@ -791,9 +788,7 @@ async fn onto_branch(
             // Another git process holds the checkout's index past ralph's wait: nothing lands,
             // the story's work is kept, and the run stops for the user.
             Some(crate::git::GitError::Locked { .. }) => {
-                let message = format!(
-                    "the landing was refused: {e}\nhint: let that git command finish (or, if none runs, delete the lock file), then run `ralph run` again"
-                );
+                let message = format!("the landing was refused: {e}");
                 set_outcome(worked, Outcome::LandingRefused, message.clone());
                 board.stopping.get_or_insert(StopReason::NeedsHuman {
                     outcome: Outcome::LandingRefused,

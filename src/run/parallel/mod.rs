@@ -30,6 +30,7 @@ use super::limits;
 use super::policy::{self, Next, Situation};
 use super::session::Session;
 use crate::config::RunConfig;
+use crate::git::GitError;
 use crate::output::Outputs;
 use crate::prd::store;
 use crate::process::StopSignals;
@@ -37,7 +38,6 @@ use crate::protocol::run_event::WaitReason;
 use crate::protocol::stop::During;
 use crate::protocol::{Outcome, StopReason};
 use crate::state::{InFlight, WorkerTree};
-use crate::git::GitError;
 
 use self::worker::{Job, Msg};
 
@@ -704,9 +704,10 @@ fn edits_committed(s: &Session, board: &mut Board) -> anyhow::Result<bool> {
     // A lock held past ralph's wait, or a commit made on the branch meanwhile, is not tried
     // again here (the commit itself waited for the lock; a new try would build on that commit).
     let settled = |c: &anyhow::Result<Option<String>>| {
-        c.as_ref().err().and_then(|e| e.downcast_ref::<GitError>()).is_some_and(|e| {
-            matches!(e, GitError::Locked { .. } | GitError::BranchMoved { .. })
-        })
+        c.as_ref()
+            .err()
+            .and_then(|e| e.downcast_ref::<GitError>())
+            .is_some_and(|e| matches!(e, GitError::Locked { .. } | GitError::BranchMoved { .. }))
     };
     let mut tries = 0;
     while committed.is_err()
