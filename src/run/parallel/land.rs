@@ -240,18 +240,8 @@ pub async fn land(
         if landing.onto.is_some() {
             worked.draft.record.head_before = landing.onto.clone();
         }
-        // Where this landing left the branch is ralph's: an agent's commit in the checkout
-        // made since (between the move and the record's commit) is taken off and named, not
-        // buried under ralph's commit of prd.json and progress.txt.
-        if let Some(commit) = &landing.commit {
-            board.tip = Some(commit.clone());
-        }
-        // `git commit -a` there takes ralph's uncommitted prd.json and progress.txt in too:
-        // they are put back as ralph wrote them once such a commit is taken off.
-        let own = Own::read(&paths);
-        between_steps(s, board, flight.iteration, &mut worked, out)?;
-        own.restore(&paths)?;
     }
+    between_steps(s, board, flight.iteration, &mut worked, out)?;
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -295,10 +285,23 @@ fn between_steps(
     worked: &mut Worked,
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
+    let Some(landing) = &worked.draft.record.landing else {
+        return Ok(());
+    };
+    // Where this landing left the branch is ralph's: an agent's commit in the checkout made
+    // since (between the move and the record's commit) is taken off and named, not buried
+    // under ralph's commit of prd.json and progress.txt.
+    if let Some(commit) = &landing.commit {
+        board.tip = Some(commit.clone());
+    }
+    // `git commit -a` there takes ralph's uncommitted prd.json and progress.txt in too: they
+    // are put back as ralph wrote them once such a commit is taken off.
+    let own = Own::read(&s.pre.paths);
     if let Some(warning) = guard_branch(s, board)? {
         worked.draft.record.findings.push(warning.clone());
         out.warn_in(iteration, warning);
     }
+    own.restore(&s.pre.paths)?;
     Ok(())
 }
 
@@ -783,53 +786,7 @@ async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
-    if let Err(e) = edits {
-        match e.downcast_ref::<crate::git::GitError>() {
-            // Another git process holds the checkout's index past ralph's wait: nothing lands,
-            // the story's work is kept, and the run stops for the user.
-            Some(crate::git::GitError::Locked { .. }) => {
-                let message = format!("the landing was refused: {e}");
-                set_outcome(worked, Outcome::LandingRefused, message.clone());
-                board.stopping.get_or_insert(StopReason::NeedsHuman {
-                    outcome: Outcome::LandingRefused,
-                    iteration: flight.iteration,
-                    message: Some(message.clone()),
-                });
-                keep_unlanded(s, board, flight, worked, &mut landing)?;
-                landing.message = Some(message);
-                return Ok(Some(landing));
-            }
-            // Another git process committed on the branch meanwhile: the edits go with the
-            // next commit; the guard before the record names that commit.
-            Some(crate::git::GitError::BranchMoved { .. }) => {}
-            _ => return Err(e),
-        }
-    }
-    if let Some(StopReason::NeedsHuman {
-        outcome, iteration, ..
-    }) = &board.stopping
-    {
-        if worked.draft.record.outcome == Outcome::LandingRefused {
-            // Refused by this landing's own guard: recorded as such below.
-            keep_unlanded(s, board, flight, worked, &mut landing)?;
-            return Ok(Some(landing));
-        }
-        // The run stops for the user: nothing more lands (as after `ralph stop`'s signal, the
-        // work is kept under a salvage ref and named; the next run lands it after its check).
-        let why = format!(
-            "not landed: the run stops because iteration {iteration} needs you ({})",
-            outcome.as_str()
-        );
-        held_back(s, board, flight, worked, &mut landing, &why)?;
-        return Ok(Some(landing));
-    }
-    if !worked.story_passes
-        || matches!(
-            worked.draft.record.outcome,
-            Outcome::Interrupted | Outcome::LandingRefused
-        )
-    {
-        keep_unlanded(s, board, flight, worked, &mut landing)?;
+    if stops_first(s, board, flight, worked, &mut landing, edits)? {
         return Ok(Some(landing));
     }
     let keep = kept_paths(&paths);
@@ -972,6 +929,75 @@ fn keep_unlanded(
     }
     clear_pass(worked);
     Ok(())
+}
+
+/// Before a landing: when the run can land nothing now, records why and returns `true`.
+/// ralph's commit of the user's edits (`edits`, [`commit_edits`]) refused by another git
+/// process's lock held past ralph's wait refuses the landing (`landing_refused`, the run stops);
+/// once the run stops for the user (a landing refused, a login or config error), an iteration
+/// that ends lands nothing (its work kept, [`held_back`]); a story that did not pass (or was
+/// interrupted or refused) lands nothing either ([`keep_unlanded`]).
+///
+/// # Errors
+/// `edits`' other errors; git failing to write a salvage ref.
+fn stops_first(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+    edits: anyhow::Result<Option<String>>,
+) -> anyhow::Result<bool> {
+    if let Err(e) = edits {
+        match e.downcast_ref::<crate::git::GitError>() {
+            // Another git process holds the checkout's index past ralph's wait: nothing lands,
+            // the story's work is kept, and the run stops for the user.
+            Some(crate::git::GitError::Locked { .. }) => {
+                let message = format!("the landing was refused: {e}");
+                set_outcome(worked, Outcome::LandingRefused, message.clone());
+                board.stopping.get_or_insert(StopReason::NeedsHuman {
+                    outcome: Outcome::LandingRefused,
+                    iteration: flight.iteration,
+                    message: Some(message.clone()),
+                });
+                keep_unlanded(s, board, flight, worked, landing)?;
+                landing.message = Some(message);
+                return Ok(true);
+            }
+            // Another git process committed on the branch meanwhile: the edits go with the
+            // next commit; the guard before the record names that commit.
+            Some(crate::git::GitError::BranchMoved { .. }) => {}
+            _ => return Err(e),
+        }
+    }
+    if let Some(StopReason::NeedsHuman {
+        outcome, iteration, ..
+    }) = &board.stopping
+    {
+        if worked.draft.record.outcome == Outcome::LandingRefused {
+            // Refused by this landing's own guard: recorded as such below.
+            keep_unlanded(s, board, flight, worked, landing)?;
+            return Ok(true);
+        }
+        // The run stops for the user: nothing more lands (as after `ralph stop`'s signal, the
+        // work is kept under a salvage ref and named; the next run lands it after its check).
+        let why = format!(
+            "not landed: the run stops because iteration {iteration} needs you ({})",
+            outcome.as_str()
+        );
+        held_back(s, board, flight, worked, landing, &why)?;
+        return Ok(true);
+    }
+    if !worked.story_passes
+        || matches!(
+            worked.draft.record.outcome,
+            Outcome::Interrupted | Outcome::LandingRefused
+        )
+    {
+        keep_unlanded(s, board, flight, worked, landing)?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Keeps the work of an iteration that ended after the run began to stop for the user
