@@ -118,32 +118,21 @@ pub fn set_aside(wt: &Repo, files: &[String]) {
 pub fn put_back(wt: &Repo) -> Vec<String> {
     let shelf = shelf(wt);
     let mut skipped = Vec::new();
-    let mut todo = vec![shelf.clone()];
-    while let Some(dir) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    for path in files_under(&shelf) {
+        let Ok(rel) = path.strip_prefix(&shelf) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(path);
-                continue;
-            }
-            let Ok(rel) = path.strip_prefix(&shelf) else {
-                continue;
-            };
-            let to = wt.root().join(rel);
-            if std::fs::symlink_metadata(&to).is_ok() {
-                skipped.push(rel.to_string_lossy().into_owned());
-                continue;
-            }
-            let back = to
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::rename(&path, &to));
-            if let Err(e) = back {
-                tracing::warn!("cannot put {} back: {e}", to.display());
-            }
+        let to = wt.root().join(rel);
+        if std::fs::symlink_metadata(&to).is_ok() {
+            skipped.push(rel.to_string_lossy().into_owned());
+            continue;
+        }
+        let back = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::rename(&path, &to));
+        if let Err(e) = back {
+            tracing::warn!("cannot put {} back: {e}", to.display());
         }
     }
     let _ = std::fs::remove_dir_all(&shelf);
@@ -734,6 +723,11 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             }
             true
         });
+    // Another git process (an agent's `git -C <checkout> add`) may hold the index: the checkout
+    // writes it last, after the files, so it starts only once the lock is gone.
+    if !main.wait_index_unlocked() {
+        return Err(locked_checkout(main));
+    }
     // The index as it is on disk now (the user may have staged something since it was read).
     main.repo
         .index()
@@ -750,8 +744,15 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
         Ok(())
     };
     drop(checkout);
+    if let Err(err) = result.as_ref().map_err(|e| e.code()) {
+        if err == git2::ErrorCode::Locked && refused.is_empty() {
+            // The lock was taken between the wait and the index write: the files are at `to`,
+            // the index and the branch not yet. Finished as a killed ralph's half-done move is.
+            return retry_half_done(main, branch, from, to);
+        }
+    }
     if result.is_ok() && !held.is_empty() {
-        put_held(main, &held)?;
+        main.retry_locked(|| put_held(main, &held))?;
     }
     if let Err(err) = result {
         if err.code() == git2::ErrorCode::Conflict || !refused.is_empty() {
@@ -770,15 +771,17 @@ pub fn advance_checkout(main: &Repo, branch: &str, from: &str, to: &str) -> Resu
             source: err,
         });
     }
-    main.repo
-        .reference_matching(
-            &format!("refs/heads/{branch}"),
-            to_commit.id(),
-            true,
-            from_commit.id(),
-            "ralph: land a story",
-        )
-        .map_err(op("move the run branch"))?;
+    main.retry_locked(|| {
+        main.repo
+            .reference_matching(
+                &format!("refs/heads/{branch}"),
+                to_commit.id(),
+                true,
+                from_commit.id(),
+                "ralph: land a story",
+            )
+            .map_err(op("move the run branch"))
+    })?;
     Ok(())
 }
 
@@ -802,6 +805,36 @@ fn put_held(main: &Repo, held: &[(String, Vec<u8>, Oid)]) -> Result<(), GitError
         }
     }
     index.write().map_err(op("write index"))
+}
+
+/// [`GitError::Locked`] for the main checkout's index, after [`Repo::wait_index_unlocked`]
+/// waited in vain.
+fn locked_checkout(main: &Repo) -> GitError {
+    GitError::Locked {
+        op: "checkout",
+        lock: main.index_lock(),
+        waited_secs: super::lock_wait().as_secs(),
+    }
+}
+
+/// After a checkout of `to` whose index write another process's lock refused: waits for the
+/// lock and finishes the move with [`finish_advance`] (the paths hold `from`'s or `to`'s
+/// versions, written by ralph).
+///
+/// # Errors
+/// [`GitError::Locked`] when the lock stays; [`GitError::CheckoutBlocked`] when the move cannot
+/// be finished (something else changed those files meanwhile); [`GitError::Git`].
+fn retry_half_done(main: &Repo, branch: &str, from: &str, to: &str) -> Result<(), GitError> {
+    if !main.wait_index_unlocked() {
+        return Err(locked_checkout(main));
+    }
+    match main.retry_locked(|| finish_advance(main, branch, from, to))? {
+        true => Ok(()),
+        false => Err(GitError::CheckoutBlocked {
+            why: format!("the landed work was checked out while another git process held the index, and the move of `{branch}` to {to} could not be finished: files it writes changed meanwhile\nhint: look at `git status`; the story's work is kept under its salvage ref"),
+            files: Vec::new(),
+        }),
+    }
 }
 
 /// Finishes an [`advance_checkout`] of `main` (on `branch`) from `from` to `to` that a killed
@@ -970,6 +1003,21 @@ pub fn commit_own_files(
     body: &str,
     trailers: &[(&str, String)],
 ) -> Result<Option<String>, GitError> {
+    // An agent's `git -C <checkout> add/commit` holds the index (or the branch) for a moment:
+    // the whole step is done again once the lock is gone (it reads everything afresh).
+    main.retry_locked(|| commit_own_files_once(main, paths, subject, body, trailers))
+}
+
+/// One try of [`commit_own_files`]. The branch moves to the new commit only if it still points
+/// where this read HEAD (a compare-and-swap): a commit another process made on it meanwhile is
+/// never buried under ralph's ([`GitError::BranchMoved`]).
+fn commit_own_files_once(
+    main: &Repo,
+    paths: &[&str],
+    subject: &str,
+    body: &str,
+    trailers: &[(&str, String)],
+) -> Result<Option<String>, GitError> {
     let head = main
         .head_commit()?
         .ok_or_else(|| GitError::UnknownRevision {
@@ -1026,11 +1074,49 @@ pub fn commit_own_files(
     let author = identity(&config, &env, "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")?;
     let committer = identity(&config, &env, "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")?;
     let message = commit_message(subject, body, trailers);
+    let branch = main
+        .repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|h| h.symbolic_target().map(str::to_owned));
+    let Some(branch) = branch else {
+        // A detached HEAD: no branch to bury anything under.
+        let oid = main
+            .repo
+            .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&head])
+            .map_err(op("commit"))?;
+        return Ok(Some(oid.to_string()));
+    };
     let oid = main
         .repo
-        .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&head])
+        .commit(None, &author, &committer, &message, &tree, &[&head])
         .map_err(op("commit"))?;
-    Ok(Some(oid.to_string()))
+    let reflog = format!("commit: {}", message.lines().next().unwrap_or_default());
+    match main
+        .repo
+        .reference_matching(&branch, oid, true, head.id(), &reflog)
+    {
+        Ok(_) => Ok(Some(oid.to_string())),
+        Err(e) if e.code() == git2::ErrorCode::Locked => Err(GitError::Git {
+            op: "move the branch",
+            source: e,
+        }),
+        Err(e)
+            if e.code() == git2::ErrorCode::Modified || e.code() == git2::ErrorCode::NotFound =>
+        {
+            Err(GitError::BranchMoved {
+                now: main
+                    .ref_sha(&branch)
+                    .unwrap_or_else(|| "unknown".to_owned()),
+                branch,
+                expected: head.id().to_string(),
+            })
+        }
+        Err(e) => Err(GitError::Git {
+            op: "move the branch",
+            source: e,
+        }),
+    }
 }
 
 /// `file`'s working content with the user's held edit taken off ([`super::held`]); `None` when
@@ -1076,24 +1162,36 @@ fn own_files(main: &Repo, head_tree: &Tree<'_>, paths: &[&str]) -> Vec<String> {
             }
             git2::TreeWalkResult::Ok
         });
-        let mut stack = vec![main.root.join(dir)];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let path = e.path();
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(path);
-                } else if let Ok(rel) = path.strip_prefix(&main.root) {
-                    files.push(rel.to_string_lossy().into_owned());
-                }
+        for path in files_under(&main.root.join(dir)) {
+            if let Ok(rel) = path.strip_prefix(&main.root) {
+                files.push(rel.to_string_lossy().into_owned());
             }
         }
     }
     files.sort();
     files.dedup();
     files
+}
+
+/// Everything under directory `root` that is not a directory (files, links), as absolute
+/// paths, in no particular order; unreadable directories are skipped, links to directories are
+/// not followed. Empty when `root` is missing.
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(entry.path());
+            } else {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
 }
 
 /// Points `refs/ralph/salvage/<run>/<story>` at commit `sha` and returns the reference's full

@@ -144,6 +144,30 @@ pub enum GitError {
         /// file (HEAD elsewhere, `to` not a descendant).
         files: Vec<String>,
     },
+    /// Another git process held a lock ralph needs (the index's `index.lock`, a branch's
+    /// `.lock`) for longer than ralph waits ([`lock_wait`]). Nothing was written by the
+    /// operation that gave up.
+    #[error("git {op} failed: another git process holds {}; ralph waited {} s for it\nhint: let that git command finish; if none runs, delete {}", lock.display(), waited_secs, lock.display())]
+    Locked {
+        /// What ralph was doing, e.g. `write index`.
+        op: &'static str,
+        /// The lock file (absolute path).
+        lock: PathBuf,
+        /// How long ralph waited, in whole seconds.
+        waited_secs: u64,
+    },
+    /// The branch moved while ralph wrote a commit on it (another git process committed on it
+    /// in between): ralph's commit was made but the branch was not moved to it, so nothing of
+    /// the other commit is buried under ralph's.
+    #[error("`{branch}` moved to {now} while ralph committed on {expected} (another git process committed on it); ralph's commit was not put on the branch")]
+    BranchMoved {
+        /// The branch (full reference name).
+        branch: String,
+        /// Where ralph found it when it began (full sha).
+        expected: String,
+        /// Where it is now (full sha, or `unknown`).
+        now: String,
+    },
     /// Any other libgit2 failure, with the operation that failed.
     #[error("git {op} failed: {source}")]
     Git {
@@ -174,6 +198,100 @@ fn open_files() -> std::collections::HashSet<std::path::PathBuf> {
         }
     }
     open
+}
+
+/// How long ralph waits for a lock another git process holds on a repository it writes (an
+/// agent's `git add` or `git commit` in the main checkout holds `index.lock` for a moment): 10 s,
+/// or `RALPH_GIT_LOCK_WAIT_MS` milliseconds when set (tests; slow network filesystems).
+pub fn lock_wait() -> std::time::Duration {
+    std::env::var("RALPH_GIT_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis,
+        )
+}
+
+/// How often a held lock is looked at again while ralph waits for it.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl GitError {
+    /// Whether another git process's lock refused the operation (a libgit2 `Locked` error, or
+    /// [`GitError::Locked`] after waiting).
+    pub fn is_locked(&self) -> bool {
+        match self {
+            GitError::Locked { .. } => true,
+            GitError::Git { source, .. } => source.code() == git2::ErrorCode::Locked,
+            _ => false,
+        }
+    }
+}
+
+impl Repo {
+    /// The index's lock file (`<git dir>/index.lock`).
+    pub fn index_lock(&self) -> PathBuf {
+        self.repo.path().join("index.lock")
+    }
+
+    /// Runs `write` (an index or reference write on this repository that can simply be done
+    /// again: it reads what it needs afresh), and while another git process's lock refuses it,
+    /// waits and runs it again, every 50 ms for at most [`lock_wait`].
+    ///
+    /// # Errors
+    /// [`GitError::Locked`] naming the lock file when the lock is still held after that;
+    /// `write`'s other errors as they are.
+    pub fn retry_locked<T>(
+        &self,
+        mut write: impl FnMut() -> Result<T, GitError>,
+    ) -> Result<T, GitError> {
+        let started = std::time::Instant::now();
+        let wait = lock_wait();
+        loop {
+            match write() {
+                Err(e) if e.is_locked() => {
+                    if started.elapsed() >= wait {
+                        return Err(self.locked_error(e, wait));
+                    }
+                    std::thread::sleep(LOCK_POLL);
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Waits (every 50 ms, at most [`lock_wait`]) until no git process holds the index's lock;
+    /// returns whether it is free now.
+    pub fn wait_index_unlocked(&self) -> bool {
+        let started = std::time::Instant::now();
+        let lock = self.index_lock();
+        while lock.exists() {
+            if started.elapsed() >= lock_wait() {
+                return false;
+            }
+            std::thread::sleep(LOCK_POLL);
+        }
+        true
+    }
+
+    /// [`GitError::Locked`] for a lock error `e` after waiting `wait`: the lock file named in
+    /// libgit2's message (`failed to lock file '…/x.lock'`), else the index's.
+    fn locked_error(&self, e: GitError, wait: std::time::Duration) -> GitError {
+        let (op, text) = match &e {
+            GitError::Locked { .. } => return e,
+            GitError::Git { op, source } => (*op, source.message().to_owned()),
+            _ => ("write", String::new()),
+        };
+        let named = text
+            .split('\'')
+            .find(|part| part.ends_with(".lock"))
+            .map(PathBuf::from);
+        GitError::Locked {
+            op,
+            lock: named.unwrap_or_else(|| self.index_lock()),
+            waited_secs: wait.as_secs(),
+        }
+    }
 }
 
 fn op(op: &'static str) -> impl FnOnce(git2::Error) -> GitError {
@@ -525,9 +643,12 @@ impl Repo {
     /// reference name or a write failure.
     pub fn set_ref(&self, name: &str, sha: &str) -> Result<(), GitError> {
         let commit = self.resolve_commit(sha)?;
-        self.repo
-            .reference(name, commit.id(), true, "ralph: iteration start")
-            .map_err(op("write reference"))?;
+        // A git command of an agent may hold the reference's lock for a moment.
+        self.retry_locked(|| {
+            self.repo
+                .reference(name, commit.id(), true, "ralph: iteration start")
+                .map_err(op("write reference"))
+        })?;
         Ok(())
     }
 
@@ -783,6 +904,20 @@ impl Repo {
     /// # Errors
     /// As [`Repo::commit_all`].
     pub fn checkpoint_after(
+        &self,
+        subject: &str,
+        body: &str,
+        trailers: &[(&str, String)],
+        prior: Option<&Staged>,
+        written: &[String],
+    ) -> Result<Checkpoint, GitError> {
+        // Another git process (an agent's `git add`) may hold the index or HEAD's lock for a
+        // moment: the whole step is done again once it is free.
+        self.retry_locked(|| self.checkpoint_once(subject, body, trailers, prior, written))
+    }
+
+    /// One try of [`Repo::checkpoint_after`].
+    fn checkpoint_once(
         &self,
         subject: &str,
         body: &str,

@@ -366,8 +366,16 @@ pub fn strip_ansi(text: &str) -> String {
 /// itself (as a user's `kill -9` would) when it reaches `point` (`landing-noted`,
 /// `landing-moved`, `landing-marked`, `landing-recorded` in `run/parallel/land.rs`,
 /// `commit-checkpointed` in the commit stage), so that a test replays a kill there
-/// deterministically. Does nothing otherwise.
+/// deterministically. Likewise `RALPH_TEST_RUN_AT=<point>` runs `RALPH_TEST_RUN_CMD` with
+/// `sh -c` there and waits for it (another process acting at that very moment: an agent's
+/// `git -C <checkout> commit` between two of ralph's steps). Does nothing otherwise.
 pub fn kill_point(point: &str) {
+    #[cfg(feature = "test-fakes")]
+    if std::env::var("RALPH_TEST_RUN_AT").is_ok_and(|p| p == point) {
+        if let Ok(cmd) = std::env::var("RALPH_TEST_RUN_CMD") {
+            let _ = std::process::Command::new("sh").arg("-c").arg(cmd).status();
+        }
+    }
     #[cfg(feature = "test-fakes")]
     if std::env::var("RALPH_TEST_KILL_AT").is_ok_and(|p| p == point) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);

@@ -262,6 +262,11 @@ fn next(i: &Input<'_>) -> String {
         } => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run`; the stories' work is kept under the refs named above".into(),
         StopReason::NeedsHuman {
             outcome: Outcome::LandingRefused,
+            message: Some(m),
+            ..
+        } if m.contains("another git process holds") => "let the other git command finish (or, if none runs, delete the lock file named above), then `ralph run`: the story lands from the ref named above".into(),
+        StopReason::NeedsHuman {
+            outcome: Outcome::LandingRefused,
             ..
         } => "commit or move your change named above in your checkout (ralph never resets, stashes or overwrites it), then `ralph run`: the story lands from the ref named above".into(),
         StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),

@@ -40,6 +40,7 @@ mod parallel_findings;
 mod parallel_guard;
 mod parallel_resolve;
 mod parallel_records;
+mod parallel_landing;
 mod parallel_views;
 mod pause;
 mod plan;

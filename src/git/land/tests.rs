@@ -509,3 +509,26 @@ fn commit_own_files_commits_ralphs_files_and_leaves_the_users_changes_alone() {
         None
     );
 }
+
+#[test]
+fn commit_own_files_waits_for_an_index_lock_another_process_lets_go_of() {
+    let (_d, main, base) = repo_with_commit();
+    let root = main.root().to_path_buf();
+    write(&root, "progress.txt", "entry\n");
+    // Another git process's `git add` holds the index for a moment.
+    let lock = main.index_lock();
+    std::fs::write(&lock, b"").unwrap();
+    let releaser = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+    let made = commit_own_files(&main, &["progress.txt"], "ralph: entry", "", &[]);
+    releaser.join().unwrap();
+    let made = made.unwrap().unwrap();
+    assert_ne!(made, base);
+    assert_eq!(main.head_sha().unwrap().as_deref(), Some(made.as_str()));
+    assert_eq!(git(&root, &["status", "--porcelain"]), "");
+}

@@ -63,6 +63,13 @@ pub struct Written {
     pub tree_clean: bool,
 }
 
+/// How a record's finding starts when ralph's own files of a `--parallel` landing (prd.json,
+/// progress.txt) could not be committed: another git process held the checkout's lock past
+/// [`crate::git::lock_wait`], or committed on the run branch meanwhile (the rest of the
+/// finding is the error).
+pub const NOT_COMMITTED: &str =
+    "ralph's prd.json and progress.txt for this iteration are not committed yet (they stay in the checkout and go with the next commit)";
+
 /// Every this many iterations (and at the end of a run) the loose refs and objects ralph writes are
 /// packed ([`crate::git::Repo::housekeeping`]).
 pub const PACK_REFS_EVERY: u32 = 100;
@@ -129,17 +136,35 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
         at.repo.clear_stale_locks();
     }
     let checkpoint = match at.only {
-        Some(paths) => crate::git::Checkpoint {
-            commit: crate::git::land::commit_own_files(
+        Some(paths) => {
+            let made = crate::git::land::commit_own_files(
                 at.repo,
                 paths,
                 &subject,
                 &body,
                 &trailers.pairs(),
-            )?,
-            clean: false,
-            withheld: Vec::new(),
-        },
+            );
+            let made = match made {
+                Ok(made) => made,
+                // --parallel: another git process held the checkout's lock past ralph's wait,
+                // or committed on the run branch meanwhile. The record is still written (the
+                // files stay in the checkout, committed with the next landing); the
+                // dispatcher sees the finding and stops or guards the branch.
+                Err(
+                    e @ (crate::git::GitError::Locked { .. }
+                    | crate::git::GitError::BranchMoved { .. }),
+                ) => {
+                    record.findings.push(format!("{NOT_COMMITTED}: {e}"));
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            };
+            crate::git::Checkpoint {
+                commit: made,
+                clean: false,
+                withheld: Vec::new(),
+            }
+        }
         None => at.repo.checkpoint_after(
             &subject,
             &body,

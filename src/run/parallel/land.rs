@@ -246,6 +246,7 @@ pub async fn land(
         });
     }
     record_start(s, board, &mut worked)?;
+    between_steps(s, board, flight.iteration, &mut worked, out)?;
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -261,6 +262,7 @@ pub async fn land(
         out,
     )?;
     crate::process::kill_point("landing-recorded");
+    not_committed(board, &done);
     if flight.root.exists() {
         if let Err(e) = s.pre.repo.remove_worktree(&flight.root) {
             out.warn(format!(
@@ -274,6 +276,62 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// [`guard_branch`] between a landing's own steps (the move of the checkout and the commit of
+/// ralph's files): its warning goes to the record's findings and the terminal.
+///
+/// # Errors
+/// As [`guard_branch`].
+fn between_steps(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    let Some(landing) = &worked.draft.record.landing else {
+        return Ok(());
+    };
+    // Where this landing left the branch is ralph's: an agent's commit in the checkout made
+    // since (between the move and the record's commit) is taken off and named, not buried
+    // under ralph's commit of prd.json and progress.txt.
+    if let Some(commit) = &landing.commit {
+        board.tip = Some(commit.clone());
+    }
+    // `git commit -a` there takes ralph's uncommitted prd.json and progress.txt in too: they
+    // are put back as ralph wrote them once such a commit is taken off.
+    let own = Own::read(&s.pre.paths);
+    if let Some(warning) = guard_branch(s, board)? {
+        worked.draft.record.findings.push(warning.clone());
+        out.warn_in(iteration, warning);
+    }
+    own.restore(&s.pre.paths)?;
+    Ok(())
+}
+
+/// After the record is written: when ralph's own files could not be committed
+/// ([`commit::NOT_COMMITTED`]) because another git process held the checkout's lock past
+/// ralph's wait, the run stops for the user (no new launch, nothing more lands); when the
+/// branch moved under the commit, the next guard takes that move off and names it.
+fn not_committed(board: &mut Board, done: &Done) {
+    let Some(finding) = done
+        .record
+        .findings
+        .iter()
+        .find(|f| f.starts_with(commit::NOT_COMMITTED))
+    else {
+        return;
+    };
+    // The finding itself is shown with the record.
+    if !finding.contains("another git process holds") {
+        return;
+    }
+    board.stopping.get_or_insert(StopReason::NeedsHuman {
+        outcome: Outcome::LandingRefused,
+        iteration: done.record.iteration,
+        message: Some(format!("the run stops: {finding}")),
+    });
 }
 
 /// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
@@ -628,6 +686,8 @@ fn agents_in_checkout(
         crate::process::REFLOG_ACTION_PREFIX.trim_end(),
         makers(s, board, expected, now),
     );
+    // `git reset --keep` needs the index: an agent's git command may hold it for a moment.
+    s.pre.repo.wait_index_unlocked();
     match s.pre.repo.reset_keep(expected) {
         Ok(()) => {
             board.tip = Some(expected.to_owned());
@@ -744,7 +804,7 @@ pub(super) async fn onto_branch(
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top; what a worker wrote there is set back first.
     super::own::guard(s, board, out)?;
-    commit_edits(s)?;
+    let edits = commit_edits(s);
     let tip = board
         .branch
         .as_deref()
@@ -761,13 +821,7 @@ pub(super) async fn onto_branch(
         landed_since: board.landed[flight.landed_before.min(board.landed.len())..].to_vec(),
         message: None,
     };
-    if !worked.story_passes
-        || matches!(
-            worked.draft.record.outcome,
-            Outcome::Interrupted | Outcome::LandingRefused
-        )
-    {
-        keep_unlanded(s, board, flight, worked, &mut landing)?;
+    if stops_first(s, board, flight, worked, &mut landing, edits)? {
         return Ok(Some(landing));
     }
     let keep = kept_paths(&paths);
@@ -908,6 +962,101 @@ fn keep_unlanded(
             "interrupted by a stop signal before it changed anything".into(),
         );
     }
+    clear_pass(worked);
+    Ok(())
+}
+
+/// Before a landing: when the run can land nothing now, records why and returns `true`.
+/// ralph's commit of the user's edits (`edits`, [`commit_edits`]) refused by another git
+/// process's lock held past ralph's wait refuses the landing (`landing_refused`, the run stops);
+/// once the run stops for the user (a landing refused, a login or config error), an iteration
+/// that ends lands nothing (its work kept, [`held_back`]); a story that did not pass (or was
+/// interrupted or refused) lands nothing either ([`keep_unlanded`]).
+///
+/// # Errors
+/// `edits`' other errors; git failing to write a salvage ref.
+fn stops_first(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+    edits: anyhow::Result<Option<String>>,
+) -> anyhow::Result<bool> {
+    if let Err(e) = edits {
+        match e.downcast_ref::<crate::git::GitError>() {
+            // Another git process holds the checkout's index past ralph's wait: nothing lands,
+            // the story's work is kept, and the run stops for the user.
+            Some(crate::git::GitError::Locked { .. }) => {
+                let message = format!("the landing was refused: {e}");
+                set_outcome(worked, Outcome::LandingRefused, message.clone());
+                board.stopping.get_or_insert(StopReason::NeedsHuman {
+                    outcome: Outcome::LandingRefused,
+                    iteration: flight.iteration,
+                    message: Some(message.clone()),
+                });
+                keep_unlanded(s, board, flight, worked, landing)?;
+                landing.message = Some(message);
+                return Ok(true);
+            }
+            // Another git process committed on the branch meanwhile: the edits go with the
+            // next commit; the guard before the record names that commit.
+            Some(crate::git::GitError::BranchMoved { .. }) => {}
+            _ => return Err(e),
+        }
+    }
+    if let Some(StopReason::NeedsHuman {
+        outcome, iteration, ..
+    }) = &board.stopping
+    {
+        if worked.draft.record.outcome == Outcome::LandingRefused {
+            // Refused by this landing's own guard: recorded as such below.
+            keep_unlanded(s, board, flight, worked, landing)?;
+            return Ok(true);
+        }
+        // The run stops for the user: nothing more lands (as after `ralph stop`'s signal, the
+        // work is kept under a salvage ref and named; the next run lands it after its check).
+        let why = format!(
+            "not landed: the run stops because iteration {iteration} needs you ({})",
+            outcome.as_str()
+        );
+        held_back(s, board, flight, worked, landing, &why)?;
+        return Ok(true);
+    }
+    if !worked.story_passes
+        || matches!(
+            worked.draft.record.outcome,
+            Outcome::Interrupted | Outcome::LandingRefused
+        )
+    {
+        keep_unlanded(s, board, flight, worked, landing)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Keeps the work of an iteration that ended after the run began to stop for the user
+/// (`why`): nothing lands; the work is under a salvage ref for the story's next attempt, and
+/// the record is `interrupted` (not the story's failure: no attempt is spent).
+fn held_back(
+    s: &Session,
+    board: &mut Board,
+    flight: &Flight,
+    worked: &mut Worked,
+    landing: &mut LandingRecord,
+    why: &str,
+) -> anyhow::Result<()> {
+    let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
+    let message = if work == flight.base {
+        format!("{why}; the agent changed nothing")
+    } else {
+        let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, &work)?;
+        board.resume.insert(flight.story_id.clone(), work);
+        landing.salvage_ref = Some(salvage.clone());
+        format!("{why}; its work is kept in {salvage}, where the next run starts it from (it lands only after its check)")
+    };
+    set_outcome(worked, Outcome::Interrupted, message.clone());
+    landing.message = Some(message);
     clear_pass(worked);
     Ok(())
 }

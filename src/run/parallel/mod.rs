@@ -31,6 +31,7 @@ use super::limits;
 use super::policy::{self, Next, Situation};
 use super::session::Session;
 use crate::config::RunConfig;
+use crate::git::GitError;
 use crate::output::Outputs;
 use crate::prd::store;
 use crate::process::StopSignals;
@@ -717,7 +718,7 @@ fn give_back(s: &mut Session, board: &mut Board, assignment: &Assignment) {
 ///
 /// # Errors
 /// git failing to commit or to move the run branch back, the checkout still on it.
-fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
+fn edits_committed(s: &Session, board: &mut Board) -> anyhow::Result<bool> {
     let branch_ref = board.branch.as_ref().map(|b| format!("refs/heads/{b}"));
     let before = branch_ref.as_deref().and_then(|r| s.pre.repo.ref_sha(r));
     let settle = || {
@@ -733,16 +734,49 @@ fn edits_committed(s: &Session, board: &Board) -> anyhow::Result<bool> {
     let mut committed = land::commit_edits(s);
     // A `git checkout` holds the index while it rewrites the files: a commit refused for the
     // lock is tried again (every 50 ms, at most 5 s) until it goes through or the switch shows.
+    // A lock held past ralph's wait, or a commit made on the branch meanwhile, is not tried
+    // again here (the commit itself waited for the lock; a new try would build on that commit).
+    let settled = |c: &anyhow::Result<Option<String>>| {
+        c.as_ref()
+            .err()
+            .and_then(|e| e.downcast_ref::<GitError>())
+            .is_some_and(|e| matches!(e, GitError::Locked { .. } | GitError::BranchMoved { .. }))
+    };
     let mut tries = 0;
-    while committed.is_err() && land::switched(s, board).is_none() && tries < 100 {
+    while committed.is_err()
+        && !settled(&committed)
+        && land::switched(s, board).is_none()
+        && tries < 100
+    {
         tries += 1;
         std::thread::sleep(std::time::Duration::from_millis(50));
         committed = land::commit_edits(s);
     }
     settle();
     if land::switched(s, board).is_none() {
-        committed?;
-        return Ok(true);
+        let e = match committed {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        return match e.downcast_ref::<GitError>() {
+            // Another git process committed on the run branch in the checkout meanwhile: the
+            // edits stay in the checkout (the next landing commits them); the next guard
+            // takes that commit off and names it.
+            Some(GitError::BranchMoved { .. }) => Ok(true),
+            // Another git process holds the checkout's index past ralph's wait: the run stops
+            // cleanly for the user (nothing lost: the edits are in the checkout).
+            Some(GitError::Locked { .. }) => {
+                board.stopping.get_or_insert(StopReason::NeedsHuman {
+                    outcome: Outcome::LandingRefused,
+                    iteration: s.state.iteration,
+                    message: Some(format!(
+                        "ralph cannot commit prd.json and progress.txt before the next story starts: {e}"
+                    )),
+                });
+                Ok(false)
+            }
+            _ => Err(e),
+        };
     }
     if let (Some(name), Some(before), Ok(Some(made))) = (branch_ref.as_deref(), before, &committed)
     {
