@@ -137,33 +137,7 @@ pub async fn land(
     let ran = matches!(end, End::Worked(_));
     // Whether the outputs saw this iteration start (its worker got to the agent's stage).
     let announced = matches!(end, End::Worked(_) | End::Failed(_, true));
-    let mut worked = match end {
-        End::Worked(worked) => *worked,
-        End::SetupFailed(message) => {
-            out.warn(format!(
-                "{}: its worktree could not be set up; the story is blocked: {message}",
-                flight.story_id
-            ));
-            synthetic(s, &flight, Outcome::SetupFailed, message)
-        }
-        End::Failed(message, started) if started && !flight.root.join(".git").exists() => {
-            // The agent ran, and its worktree went while it ran: the stages after it failed on
-            // files that no longer exist (restoring prd.json, say). That is no error of the
-            // iteration's to show; what was kept is said once, below ([`gone`]).
-            tracing::debug!(
-                "iteration {} ended in a deleted worktree: {message}",
-                flight.iteration
-            );
-            ran_in_gone_tree(s, &flight)
-        }
-        End::Failed(message, _) => {
-            out.warn(format!(
-                "iteration {} ({}) could not run: {message}",
-                flight.iteration, flight.story_id
-            ));
-            synthetic(s, &flight, Outcome::AgentError, message)
-        }
-    };
+    let mut worked = worked_of(s, &flight, end, out);
     let tree_paths = RunPaths::new(
         &flight.root,
         &flight.root.join(
@@ -276,6 +250,38 @@ pub async fn land(
         done,
         agent: flight.agent,
     })
+}
+
+/// The record an iteration's [`End`] starts from: the worker's own, or one made here for a
+/// worker that never got to its agent, failed after it, or ran in a worktree that went away.
+fn worked_of(s: &Session, flight: &Flight, end: End, out: &mut Outputs) -> Worked {
+    match end {
+        End::Worked(worked) => *worked,
+        End::SetupFailed(message) => {
+            out.warn(format!(
+                "{}: its worktree could not be set up; the story is blocked: {message}",
+                flight.story_id
+            ));
+            synthetic(s, flight, Outcome::SetupFailed, message)
+        }
+        End::Failed(message, started) if started && !flight.root.join(".git").exists() => {
+            // The agent ran, and its worktree went while it ran: the stages after it failed on
+            // files that no longer exist (restoring prd.json, say). That is no error of the
+            // iteration's to show; what was kept is said once, below ([`gone`]).
+            tracing::debug!(
+                "iteration {} ended in a deleted worktree: {message}",
+                flight.iteration
+            );
+            ran_in_gone_tree(s, flight)
+        }
+        End::Failed(message, _) => {
+            out.warn(format!(
+                "iteration {} ({}) could not run: {message}",
+                flight.iteration, flight.story_id
+            ));
+            synthetic(s, flight, Outcome::AgentError, message)
+        }
+    }
 }
 
 /// [`guard_branch`] between a landing's own steps (the move of the checkout and the commit of
