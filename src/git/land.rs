@@ -1005,7 +1005,27 @@ pub fn commit_own_files(
 ) -> Result<Option<String>, GitError> {
     // An agent's `git -C <checkout> add/commit` holds the index (or the branch) for a moment:
     // the whole step is done again once the lock is gone (it reads everything afresh).
-    main.retry_locked(|| commit_own_files_once(main, paths, subject, body, trailers))
+    main.retry_locked(|| commit_own_files_once(main, paths, subject, body, trailers, false))
+}
+
+/// [`commit_own_files`] for a `--parallel` run, whose agents work beside the checkout: ralph
+/// commits only on a tip its own steps (or the user's in this checkout) made. When the run
+/// branch was moved by another process since (an agent's `git update-ref` from its worktree, an
+/// agent's `git -C <checkout> commit`: this checkout's HEAD reflog does not lead to HEAD through
+/// non-agent steps), nothing is committed and the error is [`GitError::BranchMoved`], so that
+/// the caller's branch guard takes that move off and names it instead of ralph building on it.
+/// Without a HEAD reflog (`core.logAllRefUpdates` off) it is [`commit_own_files`].
+///
+/// # Errors
+/// As [`commit_own_files`].
+pub fn commit_own_files_on_own_tip(
+    main: &Repo,
+    paths: &[&str],
+    subject: &str,
+    body: &str,
+    trailers: &[(&str, String)],
+) -> Result<Option<String>, GitError> {
+    main.retry_locked(|| commit_own_files_once(main, paths, subject, body, trailers, true))
 }
 
 /// One try of [`commit_own_files`]. The branch moves to the new commit only if it still points
@@ -1017,12 +1037,28 @@ fn commit_own_files_once(
     subject: &str,
     body: &str,
     trailers: &[(&str, String)],
+    on_own_tip: bool,
 ) -> Result<Option<String>, GitError> {
     let head = main
         .head_commit()?
         .ok_or_else(|| GitError::UnknownRevision {
             rev: "HEAD".to_owned(),
         })?;
+    if on_own_tip && main.head_reflog_newest().is_some() {
+        let own = main.head_before_agent_steps();
+        if own.as_deref() != Some(head.id().to_string().as_str()) {
+            return Err(GitError::BranchMoved {
+                branch: main
+                    .repo
+                    .find_reference("HEAD")
+                    .ok()
+                    .and_then(|h| h.symbolic_target().map(str::to_owned))
+                    .unwrap_or_else(|| "HEAD".to_owned()),
+                expected: own.unwrap_or_else(|| "unknown".to_owned()),
+                now: head.id().to_string(),
+            });
+        }
+    }
     let head_tree = head.tree().map_err(op("read tree"))?;
     let files = own_files(main, &head_tree, paths);
     let mut index = main.repo.index().map_err(op("read index"))?;

@@ -702,12 +702,14 @@ impl Repo {
 
     /// Where HEAD was before the newest run of steps of this checkout's HEAD reflog that a
     /// process of one of ralph's agents made ([`crate::process::REFLOG_ACTION_PREFIX`], as
-    /// [`Repo::agent_steps_here`] tells them): HEAD itself (full sha) when the newest step is
-    /// not an agent's. `None` without a reflog, when the reflog's newest entry is not HEAD, or
-    /// when its chain breaks within its last 200 entries.
+    /// [`Repo::agent_steps_here`] tells them): the newest entry's commit (full sha) when that
+    /// step is not an agent's. The walk starts at the reflog's newest entry, not at HEAD: a move
+    /// of the branch made without this checkout (`git update-ref` from another worktree) is in
+    /// no entry here, so it is never taken for a step of this checkout's. `None` without a
+    /// reflog, or when its chain breaks within its last 200 entries.
     pub fn head_before_agent_steps(&self) -> Option<String> {
         let reflog = self.repo.reflog("HEAD").ok()?;
-        let mut at = self.repo.head().ok()?.peel_to_commit().ok()?.id();
+        let mut at = reflog.get(0)?.id_new();
         for entry in reflog.iter().take(200) {
             if entry.id_new() != at {
                 return None;

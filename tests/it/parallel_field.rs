@@ -1519,7 +1519,9 @@ fn an_agent_moving_the_run_branch_from_its_worktree_is_put_back_and_kept() {
     assert_eq!(
         moved.len(),
         1,
-        "the agent's move was not kept: {moved:?}\n{said}"
+        "the agent's move was not kept: {moved:?}\n{said}\n{}",
+        f.env
+            .git(&["log", "--all", "--graph", "--oneline", "--decorate"]),
     );
     assert!(said.contains("moved behind ralph's back"), "{said}");
     assert!(!said.contains("cherry-pick"), "{said}");

@@ -137,7 +137,7 @@ pub fn commit(at: Sinks<'_>, state: &mut State, draft: Draft) -> anyhow::Result<
     }
     let checkpoint = match at.only {
         Some(paths) => {
-            let made = crate::git::land::commit_own_files(
+            let made = crate::git::land::commit_own_files_on_own_tip(
                 at.repo,
                 paths,
                 &subject,

@@ -89,7 +89,7 @@ pub fn make_tree(
 pub fn commit_edits(s: &Session) -> anyhow::Result<Option<String>> {
     let own = kept_paths(&s.pre.paths);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
-    let made = git_land::commit_own_files(
+    let made = git_land::commit_own_files_on_own_tip(
         &s.pre.repo,
         &own,
         "ralph: prd.json and progress.txt as edited during the run",
@@ -811,6 +811,15 @@ pub(super) async fn onto_branch(
     // as they are before the story lands on top; what a worker wrote there is set back first.
     super::own::guard(s, board, out)?;
     let edits = commit_edits(s);
+    let moved = edits
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<crate::git::GitError>());
+    if matches!(moved, Some(crate::git::GitError::BranchMoved { .. })) {
+        // Moved by another process between the guard above and that commit (an agent's
+        // `git update-ref` from its worktree): taken off and named before the story lands.
+        guarded(s, board, flight.iteration, worked, out)?;
+    }
     let tip = board
         .branch
         .as_deref()
@@ -901,7 +910,14 @@ pub(super) async fn onto_branch(
     };
     note.write(&paths.ralph_dir)?;
     crate::process::kill_point("landing-noted");
-    let advanced = git_land::advance_checkout(&s.pre.repo, &branch, &tip, &result);
+    let advanced = advance(
+        s,
+        board,
+        flight.iteration,
+        worked,
+        out,
+        (&branch, &tip, &result),
+    )?;
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
@@ -934,6 +950,39 @@ pub(super) async fn onto_branch(
     };
     landing.commit = Some(result);
     Ok(Some(landing))
+}
+
+/// [`git_land::advance_checkout`] of the run branch `branch` from `tip` (ralph's) to `result`.
+/// When an agent moved the branch from its worktree after the landing read `tip` (`git
+/// update-ref`, `git -C <checkout> commit`), the branch guard takes that move off and names it
+/// (a finding and a warning), and the move is tried again, at most 3 times; a move the guard
+/// leaves (the user's own commit in the checkout) is returned as the error it was.
+///
+/// # Errors
+/// The guard's own errors (git failing to read or write refs); the checkout's error is the
+/// `Ok` value's.
+fn advance(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+    (branch, tip, result): (&str, &str, &str),
+) -> anyhow::Result<Result<(), crate::git::GitError>> {
+    let name = format!("refs/heads/{branch}");
+    let mut advanced = git_land::advance_checkout(&s.pre.repo, branch, tip, result);
+    for _ in 0..3 {
+        let moved = s.pre.repo.ref_sha(&name).is_some_and(|now| now != tip);
+        if advanced.is_ok() || !moved || board.tip.as_deref() != Some(tip) {
+            break;
+        }
+        guarded(s, board, iteration, worked, out)?;
+        if s.pre.repo.ref_sha(&name).as_deref() != Some(tip) {
+            break;
+        }
+        advanced = git_land::advance_checkout(&s.pre.repo, branch, tip, result);
+    }
+    Ok(advanced)
 }
 
 /// Keeps the work of an iteration that did not pass its story (or was interrupted) under a
