@@ -380,7 +380,7 @@ fn apply_shared_checks(
             0 => Names::Primary,
             _ => Names::Fallback {
                 name: &profile.name,
-                file: cfg.config_file.as_deref(),
+                file: cfg.config_file.as_deref().filter(|_| profile.table),
             },
         };
         let Err(e) = preflight::build_checked(&cfg.for_agent(profile), &paths, &names, &mut quiet)

@@ -551,3 +551,26 @@ plugins = false
         );
     }
 }
+
+/// A fallback named by its backend alone (`--fallback-agent codex`, no `[[agents]]` table) that
+/// cannot start gets a hint naming a table that can exist: a new one with `name = "codex"`.
+/// (The hint said "`agent_program` in the [[agents]] table `codex` of ralph.toml", a table that
+/// was not there.)
+#[test]
+fn a_bare_fallback_that_cannot_start_is_sent_to_a_table_that_can_exist() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "max_iter = 3\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    // No codex on PATH.
+    let out = env.ralph(&["run", "--fallback-agent", "codex"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr.contains("fallback agent `codex`"), "{stderr}");
+    assert!(
+        stderr.contains("`agent_program` in a new [[agents]] table with name = \"codex\" in ralph.toml"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[[agents]] table `codex`"), "{stderr}");
+    assert_eq!(env.agent_calls(), 0);
+}
