@@ -274,3 +274,33 @@ fn a_parallel_run_says_when_it_switches_to_the_fallback_agent() {
     assert!(!switched.is_empty(), "no agent_switched event:\n{said}");
     assert_eq!(switched[0]["to"], "backup", "{:#}", switched[0]);
 }
+
+/// Ctrl-C during a usage-limit wait, when no agent runs: the notice says the run stops now,
+/// not that "a running agent gets up to 5s to exit" (there is none to wait for).
+#[test]
+fn ctrl_c_during_a_usage_limit_wait_says_the_run_stops_now() {
+    let env = env_with(
+        1,
+        "usage_limit_fallback = \"1h\"\nusage_limit_margin = \"0s\"\nfallback_agents = [\"codex\"]\n",
+    );
+    env.script(&json!({"invocations": [claude_limit(3600), codex_limit()]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !env.spawned_output().contains("waiting for the usage limit") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wait began:\n{}",
+            env.spawned_output()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGINT);
+    crate::common::wait_exit(&env, &mut child, std::time::Duration::from_secs(120));
+    let out = env.spawned_output();
+    assert!(
+        out.contains("ralph: stopping — no agent is running, so the run stops now."),
+        "{out}"
+    );
+    assert!(!out.contains("gets up to"), "{out}");
+    assert_eq!(env.agent_calls(), 2, "{out}");
+}
