@@ -644,3 +644,18 @@ fn doctor_names_each_agent_by_what_configured_it() {
         "{doc}"
     );
 }
+
+/// `ralph status --json` says how the last iteration ended (`last_outcome`, state.json's),
+/// as the human view does; it was missing from the JSON.
+#[test]
+fn status_json_has_the_last_outcome() {
+    let env = env_with(1, "[[agents]]\nname = \"authbad\"\nagent = \"codex\"\n");
+    env.script(&json!({"invocations": [claude_limit(), codex_auth()]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.outcomes(), ["usage_limit", "auth_error"]);
+    let status = env.ralph(&["status", "--json"]);
+    let doc: Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    assert_eq!(doc["last_outcome"], "auth_error", "{doc}");
+    assert_eq!(doc["last_outcome"], env.state()["last_outcome"], "{doc}");
+}
