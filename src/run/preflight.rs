@@ -45,6 +45,21 @@ pub struct AgentSetup {
     pub sandbox: Option<crate::process::sandbox::Sandbox>,
 }
 
+impl AgentSetup {
+    /// The agent as configured, for keying its usage-limit reset: backend, command line,
+    /// program and model (`exec cmd=Some("./a.sh") program=None model=None`). Two agents with
+    /// one name but another command or model are two identities.
+    pub fn identity(&self) -> String {
+        format!(
+            "{} cmd={:?} program={:?} model={:?}",
+            self.cfg.agent.as_str(),
+            self.cfg.agent_cmd,
+            self.cfg.agent_program,
+            self.cfg.model
+        )
+    }
+}
+
 impl Preflight {
     /// The primary agent.
     pub fn primary(&self) -> &AgentSetup {

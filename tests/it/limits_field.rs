@@ -304,3 +304,25 @@ fn ctrl_c_during_a_usage_limit_wait_says_the_run_stops_now() {
     assert!(!out.contains("gets up to"), "{out}");
     assert_eq!(env.agent_calls(), 2, "{out}");
 }
+
+/// A usage-limit reset belongs to the agent as it was configured when it met the limit: an exec
+/// agent running another command is not held by it (it shared the reset by the name `exec`).
+#[test]
+fn a_limit_met_by_one_exec_command_does_not_hold_another() {
+    let x = Exec::new(2);
+    // The first command meets a limit three hours out on US-001 (the story stays open).
+    x.put("US-001.nochange", "");
+    x.put("US-001.say", &limit_line());
+    let out = x.run(&["--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(state(&x.env)["resume_at"].is_string(), "{}", state(&x.env));
+    // Another command (the same script behind a different command line) is not limited.
+    std::fs::remove_file(x.dir.join("US-001.nochange")).expect("rm nochange");
+    std::fs::remove_file(x.dir.join("US-001.say")).expect("rm say");
+    let other = format!("bash {}", x.cmd.display());
+    let out = x.env.ralph(&[
+        "run", "--agent", "exec", "--agent-cmd", &other, "--max-iter", "10", "--no-wait",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(x.calls(), ["US-001", "US-001", "US-002"], "{}", text(&out));
+}
