@@ -97,8 +97,20 @@ fn state(env: &TestEnv) -> Value {
     serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json")
 }
 
+/// claude's answer when it cannot log in (an `api_error` result with status 401, exit 1).
+pub(crate) fn claude_login_failure() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+            "is_error": true, "subtype": "success", "api_error_status": 401,
+            "terminal_reason": "api_error",
+            "result": "Invalid API key · Please run /login", "type": "result"}},
+        {"exit": 1}
+    ])
+}
+
 /// The argv of the fake's `n`th run (0-based).
-fn argv(env: &TestEnv, n: usize) -> Vec<String> {
+pub(crate) fn argv(env: &TestEnv, n: usize) -> Vec<String> {
     let calls = std::fs::read_to_string(env.path("../script.json.calls.jsonl")).unwrap_or_default();
     let call: Value = serde_json::from_str(calls.lines().nth(n).expect("a call")).expect("json");
     call["argv"]
@@ -308,14 +320,7 @@ fn every_agent_limited_with_no_wait_stops_with_the_earliest_reset_and_a_restart_
 fn an_agent_that_cannot_log_in_is_taken_out_and_the_run_goes_on() {
     let env = env_with(2, "");
     env.script(&json!({"invocations": [
-        [
-            {"claude_init": {}},
-            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
-                "is_error": true, "subtype": "success", "api_error_status": 401,
-                "terminal_reason": "api_error",
-                "result": "Invalid API key · Please run /login", "type": "result"}},
-            {"exit": 1}
-        ],
+        claude_login_failure(),
         codex_story("US-001", 0),
         codex_story("US-002", 0),
     ]}));
