@@ -129,6 +129,7 @@ mod tests {
             reset_at: reset.map(at),
             limits_in_a_row: 0,
             removed,
+            identity: String::new(),
         }
     }
 
