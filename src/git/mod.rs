@@ -1409,4 +1409,4 @@ fn identity(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
