@@ -132,7 +132,9 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         None => run_roles(args, &file, configured, resolved.as_ref().ok()),
     };
     for role in roles.iter().skip(1) {
-        let named = fallbacks.iter().any(|f| f.name.as_deref() == Some(&role.name));
+        let named = fallbacks
+            .iter()
+            .any(|f| f.name.as_deref() == Some(&role.name));
         let listed = findings
             .iter()
             .any(|f| f.name.is_none() && f.agent == role.kind.as_str());
@@ -186,7 +188,11 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
             }
         };
         if args.agent.is_some() || roles.is_empty() {
-            println!("agent: {} — {}", configured.as_str(), verdict(configured_ok));
+            println!(
+                "agent: {} — {}",
+                configured.as_str(),
+                verdict(configured_ok)
+            );
         } else {
             for line in verdict_lines(&roles, &findings, list_problem.as_deref()) {
                 println!("{line}");
@@ -434,10 +440,10 @@ fn run_roles(
     resolved: Option<&RunConfig>,
 ) -> Vec<Role> {
     let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
-    let file_name = args
-        .config
-        .as_ref()
-        .map_or_else(|| crate::config::CONFIG_FILE_NAME.to_owned(), |p| p.display().to_string());
+    let file_name = args.config.as_ref().map_or_else(
+        || crate::config::CONFIG_FILE_NAME.to_owned(),
+        |p| p.display().to_string(),
+    );
     let primary_source = if set("RALPH_AGENT") {
         "RALPH_AGENT".to_owned()
     } else if file.agent.is_some() {
@@ -510,7 +516,11 @@ fn run_roles(
 /// backend's.
 fn role_finding<'a>(role: &Role, findings: &'a [Finding]) -> Option<&'a Finding> {
     let own = (!role.primary)
-        .then(|| findings.iter().find(|f| f.name.as_deref() == Some(&role.name)))
+        .then(|| {
+            findings
+                .iter()
+                .find(|f| f.name.as_deref() == Some(&role.name))
+        })
         .flatten();
     own.or_else(|| {
         findings
@@ -537,14 +547,19 @@ fn verdict_lines(roles: &[Role], findings: &[Finding], list_problem: Option<&str
         .iter()
         .map(|role| {
             let which = if role.primary { "primary" } else { "fallback" };
-            let kind = (role.name != role.kind.as_str())
-                .then(|| format!(" [{}]", role.kind.as_str()))
-                .unwrap_or_default();
+            let kind = if role.name == role.kind.as_str() {
+                String::new()
+            } else {
+                format!(" [{}]", role.kind.as_str())
+            };
             let state = match role_state(role, findings, list_problem) {
                 None => style("ready").green().to_string(),
                 Some(why) => format!("{}: {why}", style("NOT ready").red().bold()),
             };
-            format!("{which} agent: {}{kind} ({}) — {state}", role.name, role.source)
+            format!(
+                "{which} agent: {}{kind} ({}) — {state}",
+                role.name, role.source
+            )
         })
         .collect()
 }

@@ -561,7 +561,11 @@ mod tests {
             }
         }
         assert!(seen > 20, "the scan found only {seen} names");
-        assert!(wrong.is_empty(), "settings named that ralph.toml does not have:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "settings named that ralph.toml does not have:\n{}",
+            wrong.join("\n")
+        );
     }
 
     /// The keys the agent checks name exist where [`Names`] sends the user: ralph.toml's top
@@ -574,10 +578,26 @@ mod tests {
             assert!(is_key(key, true) && is_key(key, false), "{key}");
             let primary = Names::Primary.setting("--x", key);
             assert_eq!(primary, format!("--x ({key} in ralph.toml)"));
-            let table = Names::Fallback { name: "cx", file: Some(file) }.setting("--x", key);
-            assert_eq!(table, format!("`{key}` in the [[agents]] table `cx` of /repo/ralph.toml"));
-            let bare = Names::Fallback { name: "codex", file: None }.setting("--x", key);
-            assert!(bare.starts_with(&format!("`{key}` in a new [[agents]] table with name = \"codex\"")), "{bare}");
+            let table = Names::Fallback {
+                name: "cx",
+                file: Some(file),
+            }
+            .setting("--x", key);
+            assert_eq!(
+                table,
+                format!("`{key}` in the [[agents]] table `cx` of /repo/ralph.toml")
+            );
+            let bare = Names::Fallback {
+                name: "codex",
+                file: None,
+            }
+            .setting("--x", key);
+            assert!(
+                bare.starts_with(&format!(
+                    "`{key}` in a new [[agents]] table with name = \"codex\""
+                )),
+                "{bare}"
+            );
             assert!(!bare.contains("table `codex`"), "{bare}");
         }
     }

@@ -573,7 +573,9 @@ fn a_bare_fallback_that_cannot_start_is_sent_to_a_table_that_can_exist() {
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stderr.contains("fallback agent `codex`"), "{stderr}");
     assert!(
-        stderr.contains("`agent_program` in a new [[agents]] table with name = \"codex\" in ralph.toml"),
+        stderr.contains(
+            "`agent_program` in a new [[agents]] table with name = \"codex\" in ralph.toml"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("[[agents]] table `codex`"), "{stderr}");

@@ -586,27 +586,41 @@ fn doctor_names_each_agent_by_what_configured_it() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         (out.status.code(), text)
     };
-    std::fs::write(tmp.path().join("ralph.toml"), "agent = \"exec\"\nagent_cmd = \"true\"\n")
-        .expect("ralph.toml");
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        "agent = \"exec\"\nagent_cmd = \"true\"\n",
+    )
+    .expect("ralph.toml");
     // The primary is ready; the fallback from the environment is not installed.
     let (code, out) = doctor_env(&[("RALPH_FALLBACK_AGENT", "codex")], &[]);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"), "{out}");
     assert!(
-        out.contains("fallback agent: codex (RALPH_FALLBACK_AGENT) — NOT ready: `codex` is not installed"),
+        out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "fallback agent: codex (RALPH_FALLBACK_AGENT) — NOT ready: `codex` is not installed"
+        ),
         "{out}"
     );
     assert!(!out.contains("exec — NOT ready"), "{out}");
     // The flag is named as the flag; an installed codex is ready.
     fake_cli(&bin, "codex", "codex-cli 0.99.0");
     let (code, out) = doctor_env(&[], &["--fallback-agent", "codex"]);
-    assert!(out.contains("fallback agent: codex (--fallback-agent) — ready\n"), "{out}");
+    assert!(
+        out.contains("fallback agent: codex (--fallback-agent) — ready\n"),
+        "{out}"
+    );
     assert!(out.contains("ralph run: ready"), "{out}");
     assert_eq!(code, Some(0), "{out}");
     // The primary among its own fallbacks: the fallbacks' problem, not the primary's.
     let (code, out) = doctor_env(&[("RALPH_FALLBACK_AGENT", "exec")], &[]);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"), "{out}");
+    assert!(
+        out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"),
+        "{out}"
+    );
     assert!(
         out.contains("fallback agent: exec (RALPH_FALLBACK_AGENT) — NOT ready: ")
             && out.contains("which is the primary agent"),
@@ -640,7 +654,10 @@ fn doctor_names_each_agent_by_what_configured_it() {
         "{doc}"
     );
     assert!(
-        doc["run_agents"][1]["error"].as_str().unwrap_or("").contains("needs a command"),
+        doc["run_agents"][1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("needs a command"),
         "{doc}"
     );
 }

@@ -321,7 +321,14 @@ fn a_limit_met_by_one_exec_command_does_not_hold_another() {
     std::fs::remove_file(x.dir.join("US-001.say")).expect("rm say");
     let other = format!("bash {}", x.cmd.display());
     let out = x.env.ralph(&[
-        "run", "--agent", "exec", "--agent-cmd", &other, "--max-iter", "10", "--no-wait",
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &other,
+        "--max-iter",
+        "10",
+        "--no-wait",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(x.calls(), ["US-001", "US-001", "US-002"], "{}", text(&out));
