@@ -82,6 +82,12 @@ pub struct State {
     /// written before per-agent resets (its `resume_at` is then the primary agent's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub agent_resets: BTreeMap<String, DateTime<Utc>>,
+    /// Which agent each usage-limit reset belongs to, by agent (profile) name: its identity as
+    /// configured when it met the limit (backend, command, program and model; see
+    /// `AgentSetup::identity`). A reset holds an agent of that name only while it is configured
+    /// the same. Absent in a state.json written before it: the reset then holds by name alone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_identities: BTreeMap<String, String>,
     /// prd.json's `branchName` that `attempts` and `blocked` belong to (`""`: a prd.json without
     /// one; absent: a state written before features were recorded).
     #[serde(default)]
@@ -130,6 +136,7 @@ impl Default for State {
             retry_at: None,
             wait_until: None,
             agent_resets: BTreeMap::new(),
+            agent_identities: BTreeMap::new(),
             feature: None,
             stop_reason: None,
             unblocked: Vec::new(),

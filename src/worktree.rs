@@ -393,15 +393,7 @@ mod tests {
     use crate::git::Repo;
     use std::os::unix::fs::PermissionsExt as _;
 
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
+    use crate::git::tests::git;
 
     /// A main checkout with `.env` and `node_modules/` ignored and present, and a worktree of it.
     fn main_and_worktree() -> (tempfile::TempDir, PathBuf, PathBuf) {

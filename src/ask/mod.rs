@@ -189,7 +189,7 @@ impl Asker {
                 0 => crate::run::preflight::Names::Primary,
                 _ => crate::run::preflight::Names::Fallback {
                     name: &profile.name,
-                    file: run_cfg.config_file.as_deref(),
+                    file: run_cfg.config_file.as_deref().filter(|_| profile.table),
                 },
             };
             let agent = open_agent(&run_cfg.for_agent(profile), &paths, &names, out).map_err(

@@ -11,7 +11,11 @@
 //! and sha256), reporting what is missing and what `ralph run --agent local` would download —
 //! without downloading anything.
 //! Human output is one block per backend on stdout; `--json` prints
-//! `{"agents": [{"agent", "program", "path", "version", "error", "traps": [..], "notes": [..]}], "configured": KIND, "ok": bool}`.
+//! `{"agents": [{"agent", "program", "path", "version", "error", "traps": [..], "notes": [..]}], "configured": KIND, "run_agents": [..], "ok": bool}`.
+//! Without `--agent`, the verdict names each agent of the run (the primary, then each fallback)
+//! by the setting that configured it (`RALPH_AGENT`, ralph.toml's `agent`, `--fallback-agent`,
+//! `RALPH_FALLBACK_AGENT`, `fallback_agents`, `[[agents]]`), ready or NOT ready with the reason;
+//! `run_agents` in `--json` holds the same (`role`, `name`, `agent`, `source`, `ready`, `error`).
 //!
 //! Exit code: 0 when the configured agent (ralph.toml's `agent` or `RALPH_AGENT`, else claude) is
 //! installed and answers `--version`, 1 otherwise.
@@ -120,8 +124,32 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         Some(_) => Vec::new(),
         None => examine_fallbacks(&mut file.clone(), &cx, resolved.as_ref().ok()),
     };
+    // Every agent of the run with what configured it (not under `--agent`). A fallback named
+    // only by one of ralph's own backends (exec, native, local) is not among the CLIs above:
+    // it is looked at here, so that what is wrong with it is shown.
+    let roles = match args.agent {
+        Some(_) => Vec::new(),
+        None => run_roles(args, &file, configured, resolved.as_ref().ok()),
+    };
+    for role in roles.iter().skip(1) {
+        let named = fallbacks
+            .iter()
+            .any(|f| f.name.as_deref() == Some(&role.name));
+        let listed = findings
+            .iter()
+            .any(|f| f.name.is_none() && f.agent == role.kind.as_str());
+        if !named && !listed {
+            findings.push(look(role.kind));
+        }
+    }
     // What `ralph run`'s preflight would refuse, checked in the same place
     // (`preflight::build_checked`), for every agent of the run (not under `--agent`).
+    // A fallback list the run refuses as a whole (an unknown or repeated name, the primary
+    // among its fallbacks) is the fallbacks' problem, not the primary agent's.
+    let list_problem = match &resolved {
+        Err(e @ crate::config::ConfigError::BadFallback { .. }) => Some(format!("{e:#}")),
+        _ => None,
+    };
     let shared_ok = args.agent.is_some()
         || apply_shared_checks(&resolved, configured, &cwd, &mut findings, &mut fallbacks);
     // `--agent X` asks about X: its readiness decides the exit code.
@@ -142,6 +170,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         let doc = serde_json::json!({
             "agents": findings,
             "configured": configured.as_str(),
+            "run_agents": role_docs(&roles, &findings, list_problem.as_deref()),
             "sandbox": sandbox,
             "ok": configured_ok,
         });
@@ -151,17 +180,25 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
             print_finding(f);
         }
         print_sandbox(&sandbox);
-        let verdict = if configured_ok {
-            style("ready").green()
-        } else {
-            style("NOT ready").red().bold()
+        let verdict = |ok: bool| {
+            if ok {
+                style("ready").green()
+            } else {
+                style("NOT ready").red().bold()
+            }
         };
-        let which = if args.agent.is_some() {
-            "agent"
+        if args.agent.is_some() || roles.is_empty() {
+            println!(
+                "agent: {} — {}",
+                configured.as_str(),
+                verdict(configured_ok)
+            );
         } else {
-            "configured agent"
-        };
-        println!("{which}: {} — {verdict}", configured.as_str());
+            for line in verdict_lines(&roles, &findings, list_problem.as_deref()) {
+                println!("{line}");
+            }
+            println!("ralph run: {}", verdict(configured_ok));
+        }
     }
     Ok(if configured_ok {
         ExitStatus::Success
@@ -298,10 +335,31 @@ fn apply_shared_checks(
     use crate::run::preflight::{self, Names};
     let cfg = match resolved {
         Ok(cfg) => cfg,
+        Err(crate::config::ConfigError::BadFallback { .. }) => return false,
         Err(e) => {
+            // A fallback's own settings go on that fallback's finding (its table's, else its
+            // backend's); anything else on the configured agent's.
+            let (name, kind) = match e {
+                crate::config::ConfigError::Fallback { name, .. } => (
+                    Some(name.as_str()),
+                    fallbacks
+                        .iter()
+                        .find(|f| f.name.as_deref() == Some(name))
+                        .map_or(name.as_str(), |f| f.agent),
+                ),
+                _ => (None, configured.as_str()),
+            };
+            if let Some(f) = fallbacks
+                .iter_mut()
+                .find(|f| name.is_some() && f.name.as_deref() == name)
+                .filter(|f| f.error.is_none())
+            {
+                f.error = Some(e.to_string());
+                return false;
+            }
             let finding = findings
                 .iter_mut()
-                .find(|f| f.name.is_none() && f.agent == configured.as_str());
+                .find(|f| f.name.is_none() && f.agent == kind);
             if let Some(f) = finding.filter(|f| f.error.is_none()) {
                 f.error = Some(e.to_string());
             }
@@ -328,7 +386,7 @@ fn apply_shared_checks(
             0 => Names::Primary,
             _ => Names::Fallback {
                 name: &profile.name,
-                file: cfg.config_file.as_deref(),
+                file: cfg.config_file.as_deref().filter(|_| profile.table),
             },
         };
         let Err(e) = preflight::build_checked(&cfg.for_agent(profile), &paths, &names, &mut quiet)
@@ -355,6 +413,178 @@ fn apply_shared_checks(
         }
     }
     all_ok
+}
+
+/// One agent of the run, for doctor's verdict: the primary or a fallback, by the name the run
+/// gives it, with its backend and what configured it.
+struct Role {
+    /// `true` for the primary agent.
+    primary: bool,
+    /// The agent's name (the backend's for the primary, the table's or backend's for a fallback).
+    name: String,
+    /// Its backend.
+    kind: AgentKind,
+    /// What configured it: `RALPH_AGENT`, `--fallback-agent`, `` `agent` in ralph.toml ``...
+    source: String,
+}
+
+/// The run's agents in order (the primary, then each fallback), each with the setting that
+/// configured it: the primary from `RALPH_AGENT`, ralph.toml's `agent`, else the default; the
+/// fallbacks from `--fallback-agent`, `RALPH_FALLBACK_AGENT`, ralph.toml's `fallback_agents`,
+/// else ralph.toml's `[[agents]]` tables. When the settings do not resolve, the names as listed
+/// (a name that is neither a table nor a backend is left out: the error names it).
+fn run_roles(
+    args: &DoctorArgs,
+    file: &FileConfig,
+    configured: AgentKind,
+    resolved: Option<&RunConfig>,
+) -> Vec<Role> {
+    let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
+    let file_name = args.config.as_ref().map_or_else(
+        || crate::config::CONFIG_FILE_NAME.to_owned(),
+        |p| p.display().to_string(),
+    );
+    let primary_source = if set("RALPH_AGENT") {
+        "RALPH_AGENT".to_owned()
+    } else if file.agent.is_some() {
+        format!("`agent` in {file_name}")
+    } else {
+        "the default".to_owned()
+    };
+    let (listed, source): (Vec<String>, String) = if !args.fallback_agent.is_empty() {
+        (args.fallback_agent.clone(), "--fallback-agent".to_owned())
+    } else if set("RALPH_FALLBACK_AGENT") {
+        let v = std::env::var("RALPH_FALLBACK_AGENT").unwrap_or_default();
+        (
+            v.split(',').map(str::to_owned).collect(),
+            "RALPH_FALLBACK_AGENT".to_owned(),
+        )
+    } else if let Some(names) = &file.fallback_agents {
+        (names.clone(), format!("`fallback_agents` in {file_name}"))
+    } else {
+        (
+            file.agents.iter().map(|t| t.name.clone()).collect(),
+            format!("[[agents]] in {file_name}"),
+        )
+    };
+    let mut out = vec![Role {
+        primary: true,
+        name: configured.as_str().to_owned(),
+        kind: configured,
+        source: primary_source,
+    }];
+    let fallbacks: Vec<(String, Option<AgentKind>)> = match resolved {
+        Some(run) => run
+            .fallbacks
+            .iter()
+            .map(|p| (p.name.clone(), Some(p.agent)))
+            .collect(),
+        None => listed
+            .iter()
+            .map(|n| {
+                let n = n.trim().to_owned();
+                let kind = file
+                    .agents
+                    .iter()
+                    .find(|t| t.name == n)
+                    .and_then(|t| t.agent)
+                    .or_else(|| <AgentKind as clap::ValueEnum>::from_str(&n, true).ok());
+                (n, kind)
+            })
+            .collect(),
+    };
+    for (name, kind) in fallbacks {
+        if let Some(kind) = kind {
+            let source = match file.agents.iter().any(|t| t.name == name) {
+                true if !source.starts_with("[[") => {
+                    format!("{source}, its [[agents]] table in {file_name}")
+                }
+                _ => source.clone(),
+            };
+            out.push(Role {
+                primary: false,
+                name,
+                kind,
+                source,
+            });
+        }
+    }
+    out
+}
+
+/// The finding that stands for `role`: a fallback's own (by its table's name), else its
+/// backend's.
+fn role_finding<'a>(role: &Role, findings: &'a [Finding]) -> Option<&'a Finding> {
+    let own = (!role.primary)
+        .then(|| {
+            findings
+                .iter()
+                .find(|f| f.name.as_deref() == Some(&role.name))
+        })
+        .flatten();
+    own.or_else(|| {
+        findings
+            .iter()
+            .find(|f| f.name.is_none() && f.agent == role.kind.as_str())
+    })
+}
+
+/// Whether `role` is ready, and if not the first line of the reason (`list_problem`, a fallback
+/// list the run refuses as a whole, counts against every fallback).
+fn role_state(role: &Role, findings: &[Finding], list_problem: Option<&str>) -> Option<String> {
+    let error = role_finding(role, findings).and_then(|f| f.error.as_deref());
+    let error = match (role.primary, list_problem) {
+        (false, Some(p)) => Some(p),
+        _ => error,
+    };
+    error.map(|e| e.lines().next().unwrap_or("").to_owned())
+}
+
+/// One line per agent of the run: `primary agent: exec (`agent` in ralph.toml) — ready`,
+/// `fallback agent: codex (RALPH_FALLBACK_AGENT) — NOT ready: <reason>`.
+fn verdict_lines(roles: &[Role], findings: &[Finding], list_problem: Option<&str>) -> Vec<String> {
+    roles
+        .iter()
+        .map(|role| {
+            let which = if role.primary { "primary" } else { "fallback" };
+            let kind = if role.name == role.kind.as_str() {
+                String::new()
+            } else {
+                format!(" [{}]", role.kind.as_str())
+            };
+            let state = match role_state(role, findings, list_problem) {
+                None => style("ready").green().to_string(),
+                Some(why) => format!("{}: {why}", style("NOT ready").red().bold()),
+            };
+            format!(
+                "{which} agent: {}{kind} ({}) — {state}",
+                role.name, role.source
+            )
+        })
+        .collect()
+}
+
+/// `--json`'s `run_agents`: `[{"role": "primary"|"fallback", "name", "agent", "source",
+/// "ready": bool, "error": string|null}]`, the run's agents in order.
+fn role_docs(
+    roles: &[Role],
+    findings: &[Finding],
+    list_problem: Option<&str>,
+) -> Vec<serde_json::Value> {
+    roles
+        .iter()
+        .map(|role| {
+            let error = role_state(role, findings, list_problem);
+            serde_json::json!({
+                "role": if role.primary { "primary" } else { "fallback" },
+                "name": role.name,
+                "agent": role.kind.as_str(),
+                "source": role.source,
+                "ready": error.is_none(),
+                "error": error,
+            })
+        })
+        .collect()
 }
 
 /// Whether the environment variable `var` holds a true boolean (`1`, `true`, `yes`, `on`).

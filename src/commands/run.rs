@@ -40,6 +40,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitStatus> {
         // Say at once what a Ctrl-C does: the agent may take the whole grace period to exit.
         tokio::spawn(async move {
             notice.stop.cancelled().await;
+            // Nothing running (a usage-limit wait, a retry's pause): no grace, no checkpoint.
+            if crate::process::supervised() == 0 {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\nralph: stopping — no agent is running, so the run stops now."
+                );
+                return;
+            }
             let _ = writeln!(
                 std::io::stderr(),
                 "\nralph: stopping — a running agent gets up to {} to exit, then its work is checkpointed. Press Ctrl-C again to kill it now.",

@@ -204,6 +204,8 @@ impl Status {
             "resume_at": state.resume_at,
             "agent_resets": state.agent_resets,
             "stop_reason": state.stop_reason,
+            // The wire name of the last iteration's outcome (state.json's), e.g. `usage_limit`.
+            "last_outcome": state.last_outcome,
             "running": self.running.as_ref().map(|(flight, holder)| json!({
                 "iteration": flight.iteration, "story_id": flight.story_id,
                 "started_at": flight.started_at, "pid": holder.pid, "host": holder.host})),

@@ -42,6 +42,9 @@ pub struct AgentProfile {
     pub idle_timeout: Duration,
     /// claude: keep `ANTHROPIC_API_KEY` in its environment.
     pub keep_api_key: bool,
+    /// Whether an `[[agents]]` table of ralph.toml sets this agent up (`false`: the primary, or
+    /// a fallback named by its backend alone, whose settings no table holds yet).
+    pub table: bool,
 }
 
 impl RunConfig {
@@ -58,6 +61,7 @@ impl RunConfig {
             timeout: self.timeout,
             idle_timeout: self.idle_timeout,
             keep_api_key: self.keep_api_key,
+            table: false,
         }
     }
 
@@ -262,6 +266,7 @@ fn resolve_table(
     let cfg = RunConfig::resolve_with(&flags, &layer, config_path.map(Path::to_path_buf), cwd)?;
     Ok(AgentProfile {
         name: table.name.clone(),
+        table: file.agents.iter().any(|t| t.name == table.name),
         ..cfg.profile()
     })
 }

@@ -1545,4 +1545,4 @@ fn identity(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -9,8 +9,9 @@ fn isolated_config(dir: &Path, contents: &str) -> git2::Config {
     git2::Config::open(&path).unwrap()
 }
 
-/// `git <args>` in `dir`, its stdout (the test fails when git does); also for `pack`'s tests.
-pub(super) fn git(dir: &Path, args: &[&str]) -> String {
+/// `git <args>` in `dir`, its stdout (the test fails when git does); also for `pack`'s and
+/// `crate::worktree`'s tests.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -165,6 +165,32 @@ impl Default for Limits {
     }
 }
 
+/// How many process groups [`run`] is supervising right now in this process (agents, and the
+/// checks and hooks run the same way): a stop with none running has nothing to wait for.
+static SUPERVISED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The number of child process groups [`run`] supervises at this moment (0: nothing is running,
+/// e.g. during a usage-limit wait, so a stop ends the run without a grace period).
+pub fn supervised() -> usize {
+    SUPERVISED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Counts one supervised group in [`supervised`] for as long as it lives.
+struct Supervised;
+
+impl Supervised {
+    fn enter() -> Supervised {
+        SUPERVISED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Supervised
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        SUPERVISED.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Cancellation from outside: a graceful stop (first Ctrl-C) and an immediate kill (second).
 #[derive(Debug, Clone, Default)]
 pub struct StopSignals {

@@ -87,6 +87,8 @@ pub async fn run(
         .spawn()
         .map_err(|source| spawn::spawn_error(&spec, source))?;
     let started = Instant::now();
+    // Counted until this call returns or is dropped (a stop's notice says whether one runs).
+    let _supervised = super::Supervised::enter();
     // No pid is only possible once the child has been reaped, which nothing has done yet.
     let (pid, pgid) = spawn::pgid_of(&spec, child.id())?;
     let mut guard = Guard {

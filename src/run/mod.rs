@@ -577,9 +577,13 @@ fn book_agent(
         ));
     }
     if !fallbacks {
-        // One agent: state.json's `resume_at` is its reset, as before fallback agents.
+        // One agent: state.json's `resume_at` is its reset, as before fallback agents, kept
+        // with the agent it belongs to.
         if decision.resume_at.is_some() {
             state.resume_at = decision.resume_at;
+            let one = &books[index];
+            state.agent_identities =
+                std::iter::once((one.name.clone(), one.identity.clone())).collect();
         }
         return false;
     }
@@ -589,6 +593,11 @@ fn book_agent(
         .collect();
     let resume_at = agents::earliest_reset(books, now);
     let changed = resets != state.agent_resets || resume_at != state.resume_at;
+    state.agent_identities = books
+        .iter()
+        .filter(|b| b.reset_at.is_some() && !b.identity.is_empty())
+        .map(|b| (b.name.clone(), b.identity.clone()))
+        .collect();
     state.agent_resets = resets;
     state.resume_at = resume_at;
     changed

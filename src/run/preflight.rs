@@ -45,6 +45,21 @@ pub struct AgentSetup {
     pub sandbox: Option<crate::process::sandbox::Sandbox>,
 }
 
+impl AgentSetup {
+    /// The agent as configured, for keying its usage-limit reset: backend, command line,
+    /// program and model (`exec cmd=Some("./a.sh") program=None model=None`). Two agents with
+    /// one name but another command or model are two identities.
+    pub fn identity(&self) -> String {
+        format!(
+            "{} cmd={:?} program={:?} model={:?}",
+            self.cfg.agent.as_str(),
+            self.cfg.agent_cmd,
+            self.cfg.agent_program,
+            self.cfg.model
+        )
+    }
+}
+
 impl Preflight {
     /// The primary agent.
     pub fn primary(&self) -> &AgentSetup {
@@ -79,7 +94,7 @@ pub fn check(cfg: &RunConfig, out: &mut Outputs) -> anyhow::Result<Preflight> {
     for profile in &cfg.fallbacks {
         let names = Names::Fallback {
             name: &profile.name,
-            file: cfg.config_file.as_deref(),
+            file: cfg.config_file.as_deref().filter(|_| profile.table),
         };
         let setup = setup_agent(&cfg.for_agent(profile), &paths, &names, out)
             .map_err(|e| anyhow::anyhow!("fallback agent `{}`: {e:#}", profile.name))?;
@@ -245,11 +260,13 @@ pub fn unchecked_warning(
 pub enum Names<'a> {
     /// The primary agent: `--agent-cmd (agent_cmd in ralph.toml)`.
     Primary,
-    /// A fallback agent: `` `agent_cmd` in the [[agents]] table `cx` of /repo/ralph.toml ``.
+    /// A fallback agent: `` `agent_cmd` in the [[agents]] table `cx` of /repo/ralph.toml ``;
+    /// one named by its backend alone (no table yet): `` `agent_cmd` in a new [[agents]] table
+    /// with name = "codex" in ralph.toml ``.
     Fallback {
         /// The agent's (and its table's) name.
         name: &'a str,
-        /// The ralph.toml the table is in, when there is one.
+        /// The ralph.toml its `[[agents]]` table is in (`None`: it has no table).
         file: Option<&'a Path>,
     },
 }
@@ -259,9 +276,15 @@ impl Names<'_> {
     pub fn setting(&self, flag: &str, key: &str) -> String {
         match self {
             Names::Primary => format!("{flag} ({key} in ralph.toml)"),
-            Names::Fallback { name, file } => format!(
+            Names::Fallback {
+                name,
+                file: Some(file),
+            } => format!(
                 "`{key}` in the [[agents]] table `{name}` of {}",
-                file.map_or_else(|| "ralph.toml".to_owned(), |f| f.display().to_string())
+                file.display()
+            ),
+            Names::Fallback { name, file: None } => format!(
+                "`{key}` in a new [[agents]] table with name = \"{name}\" in ralph.toml (the fallback `{name}` is its backend's bare name, with no table of its own)"
             ),
         }
     }
@@ -455,5 +478,127 @@ mod tests {
             "US-001, US-002, US-003, US-004, US-005, US-006, US-007, US-008, US-009, US-010, and \
              2 more"
         );
+    }
+
+    /// The keys ralph.toml takes at the top (`top`) or in an `[[agents]]` table: whether
+    /// `key = "x"` parses there without an unknown-field error.
+    fn is_key(key: &str, top: bool) -> bool {
+        let text = if top {
+            format!("{key} = \"x\"\n")
+        } else {
+            format!("[[agents]]\nname = \"t\"\n{key} = \"x\"\n")
+        };
+        match toml::from_str::<crate::config::FileConfig>(&text) {
+            Ok(_) => true,
+            Err(e) => !e.to_string().contains("unknown field"),
+        }
+    }
+
+    /// Whether `[name]` (or `[[agents]]`) is a table of ralph.toml.
+    fn is_table(name: &str) -> bool {
+        let text = if name == "agents" {
+            "[[agents]]\nname = \"t\"\n".to_owned()
+        } else {
+            format!("[{name}]\n")
+        };
+        match toml::from_str::<crate::config::FileConfig>(&text) {
+            Ok(_) => true,
+            Err(e) => !e.to_string().contains("unknown field"),
+        }
+    }
+
+    /// Every ralph.toml key or table that a message in src/ names ("`KEY` in ralph.toml",
+    /// "(KEY in ralph.toml)", "ralph.toml's `KEY`", "[TABLE] ... ralph.toml") exists: a hint
+    /// never sends the user to a setting ralph does not read.
+    #[test]
+    fn every_ralph_toml_key_and_table_a_message_names_exists() {
+        assert!(is_key("agent_cmd", true) && !is_key("agent_cmds", true));
+        assert!(is_key("agent_program", false) && !is_key("fallback_agents", false));
+        assert!(is_table("prices") && is_table("agents") && !is_table("codex"));
+        let keys = [
+            regex::Regex::new(r"`([a-z_]+)` in ralph\.toml").unwrap(),
+            regex::Regex::new(r"(?:\(|\bor )([a-z_]+) in ralph\.toml").unwrap(),
+            regex::Regex::new(r"ralph\.toml's `([a-z_]+)`").unwrap(),
+        ];
+        let tables = regex::Regex::new(r"\[\[?([a-z_]+)[\].]").unwrap();
+        let mut wrong = Vec::new();
+        let mut seen = 0;
+        let mut stack = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    if !line.contains("ralph.toml") {
+                        continue;
+                    }
+                    let at = format!("{}:{}", path.display(), n + 1);
+                    for re in &keys {
+                        for c in re.captures_iter(line) {
+                            seen += 1;
+                            if !is_key(&c[1], true) {
+                                wrong.push(format!("{at}: key `{}`", &c[1]));
+                            }
+                        }
+                    }
+                    // Tables, in a string (a line with a quote) that names ralph.toml.
+                    if line.contains('"') {
+                        for c in tables.captures_iter(line) {
+                            seen += 1;
+                            if !is_table(&c[1]) {
+                                wrong.push(format!("{at}: table [{}]", &c[1]));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen > 20, "the scan found only {seen} names");
+        assert!(
+            wrong.is_empty(),
+            "settings named that ralph.toml does not have:\n{}",
+            wrong.join("\n")
+        );
+    }
+
+    /// The keys the agent checks name exist where [`Names`] sends the user: ralph.toml's top
+    /// level for the primary, the fallback's own `[[agents]]` table, or a new one for a fallback
+    /// named by its backend alone (never "the [[agents]] table `codex`" that is not there).
+    #[test]
+    fn names_send_each_agent_to_a_setting_that_exists() {
+        let file = std::path::Path::new("/repo/ralph.toml");
+        for key in ["api_key_env", "agent_cmd", "agent_program", "model"] {
+            assert!(is_key(key, true) && is_key(key, false), "{key}");
+            let primary = Names::Primary.setting("--x", key);
+            assert_eq!(primary, format!("--x ({key} in ralph.toml)"));
+            let table = Names::Fallback {
+                name: "cx",
+                file: Some(file),
+            }
+            .setting("--x", key);
+            assert_eq!(
+                table,
+                format!("`{key}` in the [[agents]] table `cx` of /repo/ralph.toml")
+            );
+            let bare = Names::Fallback {
+                name: "codex",
+                file: None,
+            }
+            .setting("--x", key);
+            assert!(
+                bare.starts_with(&format!(
+                    "`{key}` in a new [[agents]] table with name = \"codex\""
+                )),
+                "{bare}"
+            );
+            assert!(!bare.contains("table `codex`"), "{bare}");
+        }
     }
 }

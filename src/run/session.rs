@@ -779,17 +779,32 @@ fn agent_books(
     now: chrono::DateTime<Utc>,
 ) -> Vec<policy::agents::AgentBook> {
     let legacy = state.agent_resets.is_empty();
+    // A reset holds the agent it was met by: one of the same name configured otherwise (another
+    // command or model) is not held by it. A state.json without identities holds by name.
+    let same = |a: &crate::run::preflight::AgentSetup| {
+        state
+            .agent_identities
+            .get(&a.name)
+            .is_none_or(|id| *id == a.identity())
+    };
+    if pre.agents.len() == 1 && !same(&pre.agents[0]) {
+        state.resume_at = None;
+    }
     let books: Vec<_> = pre
         .agents
         .iter()
         .enumerate()
         .map(|(i, a)| {
             let reset = match state.agent_resets.get(&a.name) {
-                Some(at) => Some(*at),
-                None if legacy && i == 0 => state.resume_at,
+                Some(at) if same(a) => Some(*at),
+                Some(_) => None,
+                None if legacy && i == 0 && same(a) => state.resume_at,
                 None => None,
             };
-            policy::agents::AgentBook::new(&a.name, reset, now)
+            policy::agents::AgentBook {
+                identity: a.identity(),
+                ..policy::agents::AgentBook::new(&a.name, reset, now)
+            }
         })
         .collect();
     if books.len() > 1 {

@@ -462,15 +462,7 @@ fn codex_answers(reply: &str) -> Value {
 
 /// The fake's argv of its `n`th run (0-based), joined.
 fn fake_argv(env: &TestEnv, n: usize) -> String {
-    let calls = std::fs::read_to_string(env.path("../script.json.calls.jsonl")).unwrap_or_default();
-    let call: Value = serde_json::from_str(calls.lines().nth(n).expect("a call")).expect("json");
-    call["argv"]
-        .as_array()
-        .expect("argv")
-        .iter()
-        .map(|a| a.as_str().unwrap_or("").to_owned())
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::fallback::argv(env, n).join(" ")
 }
 
 /// `ralph convert` on the agent path asks the fallback agent, with its own `[[agents]]` profile,

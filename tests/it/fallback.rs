@@ -97,8 +97,20 @@ fn state(env: &TestEnv) -> Value {
     serde_json::from_str(&env.read(".ralph/state.json")).expect("state.json")
 }
 
+/// claude's answer when it cannot log in (an `api_error` result with status 401, exit 1).
+pub(crate) fn claude_login_failure() -> Value {
+    json!([
+        {"claude_init": {}},
+        {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
+            "is_error": true, "subtype": "success", "api_error_status": 401,
+            "terminal_reason": "api_error",
+            "result": "Invalid API key · Please run /login", "type": "result"}},
+        {"exit": 1}
+    ])
+}
+
 /// The argv of the fake's `n`th run (0-based).
-fn argv(env: &TestEnv, n: usize) -> Vec<String> {
+pub(crate) fn argv(env: &TestEnv, n: usize) -> Vec<String> {
     let calls = std::fs::read_to_string(env.path("../script.json.calls.jsonl")).unwrap_or_default();
     let call: Value = serde_json::from_str(calls.lines().nth(n).expect("a call")).expect("json");
     call["argv"]
@@ -308,14 +320,7 @@ fn every_agent_limited_with_no_wait_stops_with_the_earliest_reset_and_a_restart_
 fn an_agent_that_cannot_log_in_is_taken_out_and_the_run_goes_on() {
     let env = env_with(2, "");
     env.script(&json!({"invocations": [
-        [
-            {"claude_init": {}},
-            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
-                "is_error": true, "subtype": "success", "api_error_status": 401,
-                "terminal_reason": "api_error",
-                "result": "Invalid API key · Please run /login", "type": "result"}},
-            {"exit": 1}
-        ],
+        claude_login_failure(),
         codex_story("US-001", 0),
         codex_story("US-002", 0),
     ]}));
@@ -550,4 +555,29 @@ plugins = false
             "{codex_log:#?}"
         );
     }
+}
+
+/// A fallback named by its backend alone (`--fallback-agent codex`, no `[[agents]]` table) that
+/// cannot start gets a hint naming a table that can exist: a new one with `name = "codex"`.
+/// (The hint said "`agent_program` in the [[agents]] table `codex` of ralph.toml", a table that
+/// was not there.)
+#[test]
+fn a_bare_fallback_that_cannot_start_is_sent_to_a_table_that_can_exist() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    env.write("ralph.toml", "max_iter = 3\n");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "config"]);
+    // No codex on PATH.
+    let out = env.ralph(&["run", "--fallback-agent", "codex"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stderr.contains("fallback agent `codex`"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`agent_program` in a new [[agents]] table with name = \"codex\" in ralph.toml"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[[agents]] table `codex`"), "{stderr}");
+    assert_eq!(env.agent_calls(), 0);
 }

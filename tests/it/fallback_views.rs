@@ -561,3 +561,118 @@ fn watch_counts_the_iterations_that_ran_after_a_switch_beside_the_max_iter_budge
         "{budget}"
     );
 }
+
+/// `ralph doctor`'s verdict names each agent of the run by what configured it, ready or not
+/// with the real reason. (A fallback from RALPH_FALLBACK_AGENT that could not start made it
+/// say "configured agent: exec — NOT ready" of a primary exec that was ready; a fallback `exec`
+/// without a command was not shown at all.)
+#[test]
+fn doctor_names_each_agent_by_what_configured_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let doctor_env = |envs: &[(&str, &str)], args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
+            .arg("doctor")
+            .args(args)
+            .current_dir(tmp.path())
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", tmp.path())
+            .env("NO_COLOR", "1")
+            .envs(envs.iter().copied())
+            .output()
+            .expect("run ralph doctor");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), text)
+    };
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        "agent = \"exec\"\nagent_cmd = \"true\"\n",
+    )
+    .expect("ralph.toml");
+    // The primary is ready; the fallback from the environment is not installed.
+    let (code, out) = doctor_env(&[("RALPH_FALLBACK_AGENT", "codex")], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "fallback agent: codex (RALPH_FALLBACK_AGENT) — NOT ready: `codex` is not installed"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("exec — NOT ready"), "{out}");
+    // The flag is named as the flag; an installed codex is ready.
+    fake_cli(&bin, "codex", "codex-cli 0.99.0");
+    let (code, out) = doctor_env(&[], &["--fallback-agent", "codex"]);
+    assert!(
+        out.contains("fallback agent: codex (--fallback-agent) — ready\n"),
+        "{out}"
+    );
+    assert!(out.contains("ralph run: ready"), "{out}");
+    assert_eq!(code, Some(0), "{out}");
+    // The primary among its own fallbacks: the fallbacks' problem, not the primary's.
+    let (code, out) = doctor_env(&[("RALPH_FALLBACK_AGENT", "exec")], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("primary agent: exec (`agent` in ralph.toml) — ready\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fallback agent: exec (RALPH_FALLBACK_AGENT) — NOT ready: ")
+            && out.contains("which is the primary agent"),
+        "{out}"
+    );
+    // No primary configured: the default claude; a fallback exec without a command is shown
+    // with what it needs.
+    std::fs::remove_file(tmp.path().join("ralph.toml")).expect("rm ralph.toml");
+    fake_cli(&bin, "claude", "2.1.332 (Claude Code)");
+    let (code, out) = doctor_env(&[("RALPH_FALLBACK_AGENT", "exec")], &["--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let agents: Vec<(String, String, bool)> = doc["run_agents"]
+        .as_array()
+        .expect("run_agents")
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap_or("").to_owned(),
+                a["source"].as_str().unwrap_or("").to_owned(),
+                a["ready"].as_bool().unwrap_or(true),
+            )
+        })
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            ("claude".to_owned(), "the default".to_owned(), true),
+            ("exec".to_owned(), "RALPH_FALLBACK_AGENT".to_owned(), false),
+        ],
+        "{doc}"
+    );
+    assert!(
+        doc["run_agents"][1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("needs a command"),
+        "{doc}"
+    );
+}
+
+/// `ralph status --json` says how the last iteration ended (`last_outcome`, state.json's),
+/// as the human view does; it was missing from the JSON.
+#[test]
+fn status_json_has_the_last_outcome() {
+    let env = env_with(1, "[[agents]]\nname = \"authbad\"\nagent = \"codex\"\n");
+    env.script(&json!({"invocations": [claude_limit(), codex_auth()]}));
+    let out = env.ralph(&["run", "--no-wait"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(env.outcomes(), ["usage_limit", "auth_error"]);
+    let status = env.ralph(&["status", "--json"]);
+    let doc: Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    assert_eq!(doc["last_outcome"], "auth_error", "{doc}");
+    assert_eq!(doc["last_outcome"], env.state()["last_outcome"], "{doc}");
+}

@@ -159,14 +159,7 @@ fn a_failed_login_on_a_fallback_run_spends_neither_max_iter_nor_the_attempt() {
     use crate::fallback::{codex_story, env_with, pairs, sequence};
     let env = env_with(1, "");
     env.script(&json!({"invocations": [
-        [
-            {"claude_init": {}},
-            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
-                "is_error": true, "subtype": "success", "api_error_status": 401,
-                "terminal_reason": "api_error",
-                "result": "Invalid API key · Please run /login", "type": "result"}},
-            {"exit": 1}
-        ],
+        crate::fallback::claude_login_failure(),
         codex_story("US-001", 0),
     ]}));
     let out = env.ralph(&[

@@ -274,3 +274,62 @@ fn a_parallel_run_says_when_it_switches_to_the_fallback_agent() {
     assert!(!switched.is_empty(), "no agent_switched event:\n{said}");
     assert_eq!(switched[0]["to"], "backup", "{:#}", switched[0]);
 }
+
+/// Ctrl-C during a usage-limit wait, when no agent runs: the notice says the run stops now,
+/// not that "a running agent gets up to 5s to exit" (there is none to wait for).
+#[test]
+fn ctrl_c_during_a_usage_limit_wait_says_the_run_stops_now() {
+    let env = env_with(
+        1,
+        "usage_limit_fallback = \"1h\"\nusage_limit_margin = \"0s\"\nfallback_agents = [\"codex\"]\n",
+    );
+    env.script(&json!({"invocations": [claude_limit(3600), codex_limit()]}));
+    let mut child = env.ralph_spawn(&["run"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !env.spawned_output().contains("waiting for the usage limit") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wait began:\n{}",
+            env.spawned_output()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGINT);
+    crate::common::wait_exit(&env, &mut child, std::time::Duration::from_secs(120));
+    let out = env.spawned_output();
+    assert!(
+        out.contains("ralph: stopping — no agent is running, so the run stops now."),
+        "{out}"
+    );
+    assert!(!out.contains("gets up to"), "{out}");
+    assert_eq!(env.agent_calls(), 2, "{out}");
+}
+
+/// A usage-limit reset belongs to the agent as it was configured when it met the limit: an exec
+/// agent running another command is not held by it (it shared the reset by the name `exec`).
+#[test]
+fn a_limit_met_by_one_exec_command_does_not_hold_another() {
+    let x = Exec::new(2);
+    // The first command meets a limit three hours out on US-001 (the story stays open).
+    x.put("US-001.nochange", "");
+    x.put("US-001.say", &limit_line());
+    let out = x.run(&["--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(state(&x.env)["resume_at"].is_string(), "{}", state(&x.env));
+    // Another command (the same script behind a different command line) is not limited.
+    std::fs::remove_file(x.dir.join("US-001.nochange")).expect("rm nochange");
+    std::fs::remove_file(x.dir.join("US-001.say")).expect("rm say");
+    let other = format!("bash {}", x.cmd.display());
+    let out = x.env.ralph(&[
+        "run",
+        "--agent",
+        "exec",
+        "--agent-cmd",
+        &other,
+        "--max-iter",
+        "10",
+        "--no-wait",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(x.calls(), ["US-001", "US-001", "US-002"], "{}", text(&out));
+}

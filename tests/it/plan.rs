@@ -334,14 +334,7 @@ fn on_a_terminal_the_clarifying_questions_are_asked_and_answered() {
 fn a_primary_that_cannot_log_in_hands_the_plan_to_the_fallback_agent() {
     let env = crate::fallback::env_with(1, "");
     env.script(&json!({"invocations": [
-        [
-            {"claude_init": {}},
-            {"json": {"duration_ms": 400, "session_id": "s", "total_cost_usd": 0,
-                "is_error": true, "subtype": "success", "api_error_status": 401,
-                "terminal_reason": "api_error",
-                "result": "Invalid API key · Please run /login", "type": "result"}},
-            {"exit": 1}
-        ],
+        crate::fallback::claude_login_failure(),
         [
             {"read_stdin": true},
             {"codex": {"start": {}}},

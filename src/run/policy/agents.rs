@@ -21,6 +21,9 @@ pub struct AgentBook {
     pub limits_in_a_row: u32,
     /// Taken out of the rotation for the rest of the run (an auth error).
     pub removed: bool,
+    /// The agent as configured (`AgentSetup::identity`; empty when not known), stored beside
+    /// its reset in state.json.
+    pub identity: String,
 }
 
 impl AgentBook {
@@ -31,6 +34,7 @@ impl AgentBook {
             reset_at: reset_at.filter(|at| *at > now),
             limits_in_a_row: 0,
             removed: false,
+            identity: String::new(),
         }
     }
 }
@@ -125,6 +129,7 @@ mod tests {
             reset_at: reset.map(at),
             limits_in_a_row: 0,
             removed,
+            identity: String::new(),
         }
     }
 
