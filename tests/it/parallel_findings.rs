@@ -67,6 +67,9 @@ fn dirty_start() -> (Par, Output) {
             {"stdout": "US-002 done"}
         ]]),
     );
+    // US-001 lands first: once US-002's landing is refused, the run stops for the user, and an
+    // iteration still running then lands nothing.
+    par.wait("US-002", 0, &par.landed("file-1.txt"));
     par.env.write("notes.md", USER_EDIT);
     par.env.write("draft.txt", USER_DRAFT);
     let out = par.run(2, &["--allow-dirty"]);

@@ -804,28 +804,7 @@ pub(super) async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
-    // An agent's commit in the checkout made since the landing began (while this worktree's
-    // leftovers were committed) is taken off before the story lands on top of it.
-    guarded(s, board, flight.iteration, worked, out)?;
-    // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
-    // as they are before the story lands on top; what a worker wrote there is set back first.
-    super::own::guard(s, board, out)?;
-    let edits = commit_edits(s);
-    let moved = edits
-        .as_ref()
-        .err()
-        .and_then(|e| e.downcast_ref::<crate::git::GitError>());
-    if matches!(moved, Some(crate::git::GitError::BranchMoved { .. })) {
-        // Moved by another process between the guard above and that commit (an agent's
-        // `git update-ref` from its worktree): taken off and named before the story lands.
-        guarded(s, board, flight.iteration, worked, out)?;
-    }
-    let tip = board
-        .branch
-        .as_deref()
-        .and_then(|b| s.pre.repo.ref_sha(&format!("refs/heads/{b}")))
-        .or(s.pre.repo.head_sha()?)
-        .ok_or_else(|| anyhow::anyhow!("the run branch has no commit"))?;
+    let (edits, tip) = before_landing(s, board, flight.iteration, worked, out)?;
     let mut landing = LandingRecord {
         kind: LandingKind::NotLanded,
         resolves: None,
@@ -983,6 +962,44 @@ fn advance(
         advanced = git_land::advance_checkout(&s.pre.repo, branch, tip, result);
     }
     Ok(advanced)
+}
+
+/// The steps before a landing, in the checkout: an agent's move of the run branch taken off
+/// (the guard), the user's edits of prd.json and progress.txt committed ([`commit_edits`],
+/// whose result is returned for [`stops_first`]), and the tip the story lands on (full sha).
+///
+/// # Errors
+/// The guards' errors; the run branch having no commit.
+fn before_landing(
+    s: &Session,
+    board: &mut Board,
+    iteration: u32,
+    worked: &mut Worked,
+    out: &mut Outputs,
+) -> anyhow::Result<(anyhow::Result<Option<String>>, String)> {
+    // An agent's commit in the checkout made since the landing began (while this worktree's
+    // leftovers were committed) is taken off before the story lands on top of it.
+    guarded(s, board, iteration, worked, out)?;
+    // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
+    // as they are before the story lands on top; what a worker wrote there is set back first.
+    super::own::guard(s, board, out)?;
+    let edits = commit_edits(s);
+    let moved = edits
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<crate::git::GitError>());
+    if matches!(moved, Some(crate::git::GitError::BranchMoved { .. })) {
+        // Moved by another process between the guard above and that commit (an agent's
+        // `git update-ref` from its worktree): taken off and named before the story lands.
+        guarded(s, board, iteration, worked, out)?;
+    }
+    let tip = board
+        .branch
+        .as_deref()
+        .and_then(|b| s.pre.repo.ref_sha(&format!("refs/heads/{b}")))
+        .or(s.pre.repo.head_sha()?)
+        .ok_or_else(|| anyhow::anyhow!("the run branch has no commit"))?;
+    Ok((edits, tip))
 }
 
 /// Keeps the work of an iteration that did not pass its story (or was interrupted) under a
