@@ -108,6 +108,27 @@ pub fn rechecks(
     out.into_iter().map(|(_, r)| r).collect()
 }
 
+/// Whether a run that stops for `reason` with stories still open gets the final check too
+/// ([`reopen_undone`]), so that a story a later iteration undid is not left passing unchecked:
+/// a budget other than the deadline (`--max-iter`, `--max-cost`, the failure and no-progress
+/// limits), `ralph stop`, and a run with nothing left it can work on. Not after a signal, a
+/// stop for the user (the checkout may be on another branch), `--max-duration` (the deadline
+/// holds) or a run that says complete (that path runs the check itself).
+pub fn due_at_stop(reason: &crate::protocol::StopReason) -> bool {
+    use crate::protocol::StopReason as R;
+    matches!(
+        reason,
+        R::MaxIterations { .. }
+            | R::MaxCost { .. }
+            | R::MaxFailures { .. }
+            | R::NoProgress { .. }
+            | R::AllBlocked { .. }
+            | R::StoryBlocked { .. }
+            | R::NoWorkableStory
+            | R::StopRequested { .. }
+    )
+}
+
 /// Runs the final check for `prd` (every story passes) in the run's checkout. Returns the
 /// stories it set back to not passing (none: the run is complete).
 ///

@@ -233,7 +233,20 @@ async fn drive(
                 clean_at = None;
                 continue;
             }
-            Err(reason) => return Ok(acknowledge(reason, &paths.ralph_dir)),
+            Err(reason) => {
+                if final_check::due_at_stop(&reason) {
+                    // Stories stay open, yet one that passed may have been undone since: it is
+                    // checked again and set back, so that nothing is left passing unchecked.
+                    let at = final_check::At {
+                        pre: &s.pre,
+                        run_id: &s.run_id,
+                        iteration: s.state.iteration,
+                    };
+                    final_check::reopen_undone(cfg, at, &mut s.pending, &current.prd, stop, out)
+                        .await?;
+                }
+                return Ok(acknowledge(reason, &paths.ralph_dir));
+            }
         };
         // `ralph pause` holds only a run that would start an iteration (one about to end, ends);
         // after the pause, prd.json is read and the story picked again.

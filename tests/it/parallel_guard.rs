@@ -408,3 +408,68 @@ fn the_max_iter_stop_names_the_stories_open_after_the_last_landing() {
         "{said}"
     );
 }
+
+/// Two stories on one file: US-002 (after US-001) rewrites `shared.txt` and so undoes US-001,
+/// whose check then fails on the branch. With `stories` more open, the run stops at `--max-iter
+/// 2` before every story passes.
+fn undone_by_a_later_story(open_after: usize) -> Par {
+    let mut stories = vec![
+        crate::common::par::story(1, "grep -q 'line from US-001' shared.txt", &[]),
+        crate::common::par::story(2, "grep -q 'line from US-002' shared.txt", &["US-001"]),
+    ];
+    for i in 3..3 + open_after {
+        stories.push(crate::common::par::story(
+            i,
+            &format!("test -f file-{i}.txt"),
+            &["US-002"],
+        ));
+    }
+    let par = Par::new(
+        &crate::common::par::prd_of(stories),
+        &[("shared.txt", "base\n")],
+    );
+    par.story(
+        "US-001",
+        json!([does("US-001", "shared.txt", "base\nline from US-001\n", 0)]),
+    );
+    par.story(
+        "US-002",
+        json!([does("US-002", "shared.txt", "base\nline from US-002\n", 0)]),
+    );
+    par
+}
+
+/// A `--max-iter` stop is no "complete", yet every story may pass by then: the final check runs
+/// there too, so a story a later landing undid is set back and named, never left passing while
+/// its check fails on the branch (a tester's false completion: "0 of 2 stories open", both
+/// passing, US-001's check failing).
+#[test]
+fn a_max_iter_stop_rechecks_a_story_a_later_landing_undid() {
+    let par = undone_by_a_later_story(0);
+    let args = par.args_max(2, 2, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = par.env.ralph(&args);
+    let said = text(&out);
+    let prd = par.env.prd();
+    assert_eq!(prd["userStories"][0]["passes"], false, "{said}");
+    assert_eq!(prd["userStories"][1]["passes"], true, "{said}");
+    assert!(
+        said.contains("final check") && said.contains("1 of 2 stories open"),
+        "{said}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{said}");
+}
+
+/// The same for a serial run that stops at `--max-iter` with a story still open: the story the
+/// later iteration undid is set back too.
+#[test]
+fn a_serial_max_iter_stop_with_stories_open_rechecks_an_undone_story() {
+    let par = undone_by_a_later_story(1);
+    let args = par.args_max(1, 2, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = par.env.ralph(&args);
+    let said = text(&out);
+    let prd = par.env.prd();
+    assert_eq!(prd["userStories"][0]["passes"], false, "{said}");
+    assert!(said.contains("2 of 3 stories open"), "{said}");
+}

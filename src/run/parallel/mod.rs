@@ -163,6 +163,10 @@ pub async fn drive(
                         board.tip = s.pre.repo.head_sha()?;
                         continue;
                     }
+                } else if super::final_check::due_at_stop(&reason)
+                    && land::switched(s, &board).is_none()
+                {
+                    recheck_at_stop(cfg, s, &mut board, stop, out).await?;
                 }
                 // An agent's commit in the checkout after the last landing's check.
                 if let Some(warning) = land::guard_branch(s, &mut board)? {
@@ -215,6 +219,31 @@ pub async fn drive(
             }
         }
     }
+}
+
+/// A run that stops with stories open (a budget, `ralph stop`; see
+/// [`super::final_check::due_at_stop`]): a passed story that a later landing undid is checked
+/// again on the landed tip and set back, as at "complete", but nothing new is launched.
+///
+/// # Errors
+/// As [`super::final_check::reopen_undone`].
+async fn recheck_at_stop(
+    cfg: &RunConfig,
+    s: &mut Session,
+    board: &mut Board,
+    stop: &StopSignals,
+    out: &mut Outputs,
+) -> anyhow::Result<()> {
+    own::guard(s, board, out)?;
+    let current = store::load_shared(&s.pre.paths.prd)?;
+    let at = super::final_check::At {
+        pre: &s.pre,
+        run_id: &s.run_id,
+        iteration: s.state.iteration,
+    };
+    super::final_check::reopen_undone(cfg, at, &mut s.pending, &current.prd, stop, out).await?;
+    board.tip = s.pre.repo.head_sha()?;
+    Ok(())
 }
 
 /// The work of earlier runs that did not land and that an open story's next attempt starts
