@@ -264,33 +264,34 @@ macro_rules! settings {
             [$($defs)* $($name ($($def)*))?]
             $($rest)*);
     };
-    // A `ralph run` flag and its key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*] [$($defs:tt)*]
-        $(#[doc = $doc:literal])* both $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty $(, default($($def:tt)*))? ; $($rest:tt)*) => {
-        settings!(@munch
-            [$($run)* $(#[doc = $doc])* #[arg(help = arg_help!([$($doc)*] [$($($def)*)?]))] $(#[$c])* pub $name: $fty,]
-            [$($agent)*]
-            [$($session)*]
-            [$($file)* $(#[doc = $doc])* $(#[doc = default_help!($($def)*)])? pub $key: $kty,]
-            [$($table)*]
-            [$($tkeys)*]
-            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: false, default: opt_default!($($($def)*)?) },]
-            [$($defs)* $($key ($($def)*))?]
+    // A flag with a ralph.toml key (`both`: a `ralph run` flag; `table`: one an [[agents]]
+    // table has too; `shared`: one `ralph plan` and `ralph convert` have too): its pieces (the
+    // flag, the key's field, the key, its `Setting` but `agent`, its default), which `@keyed`
+    // puts where its kind goes.
+    (@munch $run:tt $agent:tt $session:tt $file:tt $table:tt $tkeys:tt $meta:tt $defs:tt
+        $(#[doc = $doc:literal])* $kind:ident $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty $(, default($($def:tt)*))? ; $($rest:tt)*) => {
+        settings!(@keyed $kind $run $agent $session $file $table $tkeys $meta $defs
+            [$(#[doc = $doc])* #[arg(help = arg_help!([$($doc)*] [$($($def)*)?]))] $(#[$c])* pub $name: $fty,]
+            [$(#[doc = $doc])* $(#[doc = default_help!($($def)*)])? pub $key: $kty,]
+            [$key]
+            [key: Some(stringify!($key)), arg: Some(stringify!($name)), default: opt_default!($($($def)*)?)]
+            [$($key ($($def)*))?]
             $($rest)*);
     };
-    // A `ralph run` flag, its key, and the [[agents]] key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*] [$($defs:tt)*]
-        $(#[doc = $doc:literal])* table $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty $(, default($($def:tt)*))? ; $($rest:tt)*) => {
-        settings!(@munch
-            [$($run)* $(#[doc = $doc])* #[arg(help = arg_help!([$($doc)*] [$($($def)*)?]))] $(#[$c])* pub $name: $fty,]
-            [$($agent)*]
-            [$($session)*]
-            [$($file)* $(#[doc = $doc])* $(#[doc = default_help!($($def)*)])? pub $key: $kty,]
-            [$($table)* $(#[doc = $doc])* $(#[doc = default_help!($($def)*)])? pub $key: $kty,]
-            [$($tkeys)* $key]
-            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: true, default: opt_default!($($($def)*)?) },]
-            [$($defs)* $($key ($($def)*))?]
-            $($rest)*);
+    (@keyed both [$($run:tt)*] $agent:tt $session:tt [$($file:tt)*] $table:tt $tkeys:tt [$($meta:tt)*] [$($defs:tt)*]
+        [$($flag:tt)*] [$($field:tt)*] [$key:ident] [$($setting:tt)*] [$($def:tt)*] $($rest:tt)*) => {
+        settings!(@munch [$($run)* $($flag)*] $agent $session [$($file)* $($field)*] $table $tkeys
+            [$($meta)* Setting { $($setting)*, agent: false },] [$($defs)* $($def)*] $($rest)*);
+    };
+    (@keyed table [$($run:tt)*] $agent:tt $session:tt [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*] [$($defs:tt)*]
+        [$($flag:tt)*] [$($field:tt)*] [$key:ident] [$($setting:tt)*] [$($def:tt)*] $($rest:tt)*) => {
+        settings!(@munch [$($run)* $($flag)*] $agent $session [$($file)* $($field)*] [$($table)* $($field)*] [$($tkeys)* $key]
+            [$($meta)* Setting { $($setting)*, agent: true },] [$($defs)* $($def)*] $($rest)*);
+    };
+    (@keyed shared [$($run:tt)*] $agent:tt [$($session:tt)*] [$($file:tt)*] $table:tt $tkeys:tt [$($meta:tt)*] [$($defs:tt)*]
+        [$($flag:tt)*] [$($field:tt)*] [$key:ident] [$($setting:tt)*] [$($def:tt)*] $($rest:tt)*) => {
+        settings!(@munch [$($run)* $($flag)*] $agent [$($session)* $($flag)*] [$($file)* $($field)*] $table $tkeys
+            [$($meta)* Setting { $($setting)*, agent: false },] [$($defs)* $($def)*] $($rest)*);
     };
     // A flag alone.
     (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*] [$($defs:tt)*]
@@ -346,20 +347,6 @@ macro_rules! settings {
             [$($tkeys)*]
             [$($meta)*]
             [$($defs)*]
-            $($rest)*);
-    };
-    // A flag of `ralph run`, `ralph plan` and `ralph convert`, and its key.
-    (@munch [$($run:tt)*] [$($agent:tt)*] [$($session:tt)*] [$($file:tt)*] [$($table:tt)*] [$($tkeys:ident)*] [$($meta:tt)*] [$($defs:tt)*]
-        $(#[doc = $doc:literal])* shared $name:ident : $fty:ty { $(#[$c:meta])* } => $key:ident : $kty:ty $(, default($($def:tt)*))? ; $($rest:tt)*) => {
-        settings!(@munch
-            [$($run)* $(#[doc = $doc])* #[arg(help = arg_help!([$($doc)*] [$($($def)*)?]))] $(#[$c])* pub $name: $fty,]
-            [$($agent)*]
-            [$($session)* $(#[doc = $doc])* #[arg(help = arg_help!([$($doc)*] [$($($def)*)?]))] $(#[$c])* pub $name: $fty,]
-            [$($file)* $(#[doc = $doc])* $(#[doc = default_help!($($def)*)])? pub $key: $kty,]
-            [$($table)*]
-            [$($tkeys)*]
-            [$($meta)* Setting { key: Some(stringify!($key)), arg: Some(stringify!($name)), agent: false, default: opt_default!($($($def)*)?) },]
-            [$($defs)* $($key ($($def)*))?]
             $($rest)*);
     };
     ($($entries:tt)*) => {

@@ -345,3 +345,115 @@ fn a_serial_run_says_resolve_conflicts_has_nothing_to_do() {
         "{shown}"
     );
 }
+
+/// ralph SIGKILLed while a resolution's agent runs (it has committed a resolution of its own on
+/// the commit with the markers and works on), then `ralph run` again: the interrupted
+/// resolution is on record with its own work kept, the story's conflict salvage ref still holds
+/// the story's work, numbering has no gap, no story passes unchecked, no marker and no commit
+/// with the markers reaches the branch, no worktree is left, and the story ends passing (its
+/// next attempt, from the tip).
+#[test]
+fn sigkill_during_a_resolution_then_restart_loses_nothing() {
+    use std::time::{Duration, Instant};
+    let par = conflicting("grep -q B shared.txt", json!([{"stdout": "unused"}]), None);
+    // The resolution's agent (US-002's attempt 1) commits a resolution in a shell step, says so
+    // and then waits for a file no one writes: ralph is killed there, before the fake agent
+    // plays (so the next attempt plays the script's second invocation, the redo on the tip).
+    let resolving = par.agents.join("resolving");
+    par.pre(
+        "US-002",
+        1,
+        &format!(
+            "printf \"A's line\\nB's line\\n\" > shared.txt\n\
+             git -c user.name=agent -c user.email=agent@example.com commit -qam 'resolve shared.txt'\n\
+             touch '{}'",
+            resolving.display()
+        ),
+    );
+    par.wait(
+        "US-002",
+        1,
+        &format!("test -f '{}'", par.agents.join("never").display()),
+    );
+    par.story(
+        "US-002",
+        json!([
+            does("US-002", "shared.txt", "B's line\n", 0),
+            does("US-002", "shared.txt", "A's line\nB's line\n", 0)
+        ]),
+    );
+    let mut child = par.spawn(2, &["--resolve-conflicts"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !resolving.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the resolution's agent never committed:\n{}",
+            par.env.spawned_output()
+        );
+        if let Some(status) = child.try_wait().expect("wait") {
+            panic!(
+                "ralph ended ({status}) before the resolution ran:\n{}",
+                par.env.spawned_output()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        par.prompt("US-002", 1).contains("Resolved <path>"),
+        "attempt 1 is no resolution:\n{}",
+        par.prompt("US-002", 1)
+    );
+    crate::common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let out = par.run(2, &["--resolve-conflicts"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out),
+        par.env.spawned_output()
+    );
+    let ledger = par.env.ledger();
+    crate::common::par::assert_numbering(&ledger, "killed in a resolution");
+    let b = par.records("US-002");
+    assert!(b.len() >= 3, "{b:#?}\n{}", text(&out));
+    // The conflict, its salvage ref with the story's own work, still there.
+    assert_eq!(b[0]["outcome"], "conflict", "{:#}", b[0]);
+    let salvage = b[0]["landing"]["salvage_ref"]
+        .as_str()
+        .expect("a salvage ref");
+    assert_eq!(par.show(salvage, "shared.txt"), "B's line\n", "{salvage}");
+    // The resolution: interrupted, its own commit kept under a ref of its own.
+    let n = b[0]["iteration"].as_u64().expect("an iteration");
+    let resolution = &b[1];
+    assert_eq!(resolution["outcome"], "interrupted", "{resolution:#}");
+    assert!(resolution["iteration"].as_u64() > Some(n), "{resolution:#}");
+    let kept = resolution["landing"]["salvage_ref"]
+        .as_str()
+        .expect("the resolution's work is kept");
+    assert_ne!(kept, salvage, "the resolution's work replaced the story's");
+    assert_eq!(
+        par.show(kept, "shared.txt"),
+        "A's line\nB's line\n",
+        "{kept}"
+    );
+    // The story ends passing, through a check on record.
+    let last = b.last().expect("a record");
+    assert_eq!(last["outcome"], "story_passed", "{b:#?}");
+    assert!(
+        last["verify"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|c| c["passed"] == true)),
+        "{last:#}"
+    );
+    for s in par.env.prd()["userStories"].as_array().expect("stories") {
+        assert_eq!(s["passes"], true, "{s}\n{}", text(&out));
+    }
+    assert_eq!(par.on_branch("shared.txt"), "A's line\nB's line\n");
+    let log = par.env.git(&["log", "--format=%s%n%b", BRANCH]);
+    assert!(
+        !log.contains("This commit never lands") && !log.contains("to resolve"),
+        "{log}"
+    );
+    par.assert_tidy(&out);
+}

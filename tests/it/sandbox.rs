@@ -169,7 +169,7 @@ fn hostile_run(mode: &str) {
             .any(|l| l.trim_start().starts_with("sandbox") && l.contains(mode)),
         "the run header names the sandbox: {all}"
     );
-    for attempt in [
+    let attempts = [
         "home",
         "etc",
         "ledger",
@@ -178,16 +178,11 @@ fn hostile_run(mode: &str) {
         "history",
         "alternates",
         "config",
-    ] {
-        let shown = all
-            .lines()
-            .find(|l| l.contains(&format!("attempt {attempt}:")))
-            .unwrap_or_else(|| panic!("no `attempt {attempt}` line: {all}"));
-        assert!(
-            !shown.ends_with("wrote") || attempt == "home",
-            "{shown}\n{all}"
-        );
-    }
+    ];
+    // Each line the agent printed comes after ralph's prefix: it may start anywhere in a line.
+    assert_attempts(&all, &attempts, false, &all, |attempt, shown| {
+        !shown.ends_with("wrote") || attempt == "home"
+    });
     assert!(
         !env.home.join("x").exists(),
         "the agent wrote into the host's HOME: {all}"
@@ -288,6 +283,33 @@ fn hostile_run(mode: &str) {
             report.contains("### Refused connections") && report.contains("exfiltrate.example:80"),
             "the report lists the refused hosts: {report}"
         );
+    }
+}
+
+/// Checks, for each probe of `attempts`, the line of `lines` that reports it (`attempt <probe>:
+/// …`): at the start of a line when `at_start`, else anywhere in one (where ralph's prefix comes
+/// first). A probe with no such line, or whose line fails `holds(probe, line)`, fails the test
+/// with `context` in its message.
+fn assert_attempts(
+    lines: &str,
+    attempts: &[&str],
+    at_start: bool,
+    context: &str,
+    holds: impl Fn(&str, &str) -> bool,
+) {
+    for attempt in attempts {
+        let tag = format!("attempt {attempt}:");
+        let shown = lines
+            .lines()
+            .find(|l| {
+                if at_start {
+                    l.starts_with(&tag)
+                } else {
+                    l.contains(&tag)
+                }
+            })
+            .unwrap_or_else(|| panic!("no `attempt {attempt}` line: {context}"));
+        assert!(holds(attempt, shown), "{shown}\n{context}");
     }
 }
 
@@ -654,7 +676,7 @@ echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com co
     let commits = std::fs::read_to_string(meet.join("commits")).unwrap_or_default();
     let said = format!("{all}\n--- attempts\n{attempts}\n--- commits\n{commits}");
     assert_eq!(out.status.code(), Some(0), "{said}");
-    for attempt in [
+    let probes = [
         "main",
         "main prd",
         "other tree",
@@ -668,13 +690,10 @@ echo "commit $story: $(git -c user.name=agent -c user.email=agent@example.com co
         "other head",
         "hook",
         "other list",
-    ] {
-        let shown = attempts
-            .lines()
-            .find(|l| l.starts_with(&format!("attempt {attempt}:")))
-            .unwrap_or_else(|| panic!("no `attempt {attempt}` line: {said}"));
-        assert!(shown.contains(": refused: "), "{shown}\n{said}");
-    }
+    ];
+    assert_attempts(&attempts, &probes, true, &said, |_, shown| {
+        shown.contains(": refused: ")
+    });
     // Nothing reached the host.
     assert!(!env.path("hostile.txt").exists(), "{said}");
     assert!(!env.path(".git/hooks/post-commit").exists(), "{said}");
