@@ -335,3 +335,30 @@ fn an_index_lock_on_ralphs_own_commit_is_named_once_not_again_in_the_summary() {
     assert!(!all.contains("lands from the ref"), "{all}");
     assert!(all.contains("let the other git command finish"), "{all}");
 }
+
+#[test]
+fn a_landing_refused_for_an_index_lock_is_labelled_so_not_as_a_dirty_checkout() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = story_agent(&env, &format!("US-001) {TAKE_LOCK};;"));
+    let out = run_parallel(
+        &env,
+        &cmd,
+        &["--max-iter", "3"],
+        &[("RALPH_GIT_LOCK_WAIT_MS", "1500")],
+    );
+    let all = text(&out);
+    assert_eq!(
+        record_of(&env, "US-001")["outcome"],
+        "landing_refused",
+        "{all}"
+    );
+    assert!(all.contains("landed: refused: index locked"), "{all}");
+    assert!(!all.contains("dirty checkout"), "{all}");
+    let _ = std::fs::remove_file(env.repo.join(".git/index.lock"));
+    let log = env.ralph(&["log"]);
+    let log = text(&log);
+    assert!(log.contains("refused: index locked"), "ralph log: {log}");
+    assert!(!log.contains("dirty checkout"), "ralph log: {log}");
+    let show = text(&env.ralph(&["show", "1"]));
+    assert!(show.contains("refused: index locked"), "ralph show: {show}");
+}

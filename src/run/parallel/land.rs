@@ -998,6 +998,10 @@ fn keep_unlanded(
     let interrupted = worked.draft.record.outcome == Outcome::Interrupted;
     if worked.draft.record.outcome == Outcome::LandingRefused {
         landing.kind = LandingKind::Refused;
+        // Why, for the landing's label (`refused: index locked`, …).
+        if landing.message.is_none() {
+            landing.message = worked.draft.record.message.clone();
+        }
     }
     if work != flight.base {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
