@@ -188,14 +188,25 @@ pub(super) fn fallbacks(
         let profile = resolve_table(args, file, config_path, cwd, &table, kind).map_err(|e| {
             // A bare backend name has no keys of its own to fix: the error names the list that
             // gave the name, and the fix is a table (in the ralph.toml there is, or a new one).
+            let needs = match e {
+                ConfigError::MissingModel { .. } => Some((
+                    "the model name",
+                    "model = \"NAME\", e.g. gpt-4.1-mini",
+                )),
+                ConfigError::MissingAgentCmd { .. } => Some((
+                    "the command to run",
+                    "agent_cmd = \"my-agent --flag\"",
+                )),
+                _ => None,
+            };
             if !is_table {
-                if let ConfigError::MissingModel { .. } = e {
+                if let Some((what, key)) = needs {
                     let table = format!(
-                        "an [[agents]] table (name = \"{name}-model\", agent = \"{name}\", model = \"NAME\", e.g. gpt-4.1-mini)"
+                        "an [[agents]] table (name = \"my-{name}\", agent = \"{name}\", {key})"
                     );
                     return ConfigError::BadFallback {
                         message: format!(
-                            "{list} names `{name}`, a backend that needs the model name, which a bare backend name cannot give"
+                            "{list} names `{name}`, a backend that needs {what}, which a bare backend name cannot give"
                         ),
                         hint: match config_path {
                             Some(path) => format!("add {table} to {} and name that table instead", path.display()),

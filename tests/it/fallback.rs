@@ -603,6 +603,17 @@ fn a_fallback_error_names_the_environment_variable_and_the_missing_ralph_toml() 
     );
     assert!(!stderr.contains(" in  "), "no empty path: {stderr}");
     assert_eq!(env.agent_calls(), 0);
+    // exec needs its command line: the same, for the flag.
+    let out = env.ralph(&["run", "--fallback-agent", "exec"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--fallback-agent names `exec`, a backend that needs the command to run"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("agent = \"exec\", agent_cmd = "),
+        "{stderr}"
+    );
     // Named twice through the variable: the variable is named, not the flag.
     let mut cmd = env.ralph_cmd(&["run"]);
     cmd.env("RALPH_FALLBACK_AGENT", "codex,codex");
