@@ -314,7 +314,10 @@ fn landing(out: &mut String, r: &LedgerRecord) {
         LandingKind::Conflict => "conflict: nothing landed; the run branch is as it was",
         LandingKind::Reverted => "reverted: the story's check failed with the other landed stories present; the landing was undone",
         LandingKind::NotLanded => "not landed: the iteration did not pass its story",
-        LandingKind::Refused => "refused: the main checkout holds a change of yours where it would write",
+        LandingKind::Refused => &format!(
+            "{}: nothing moved on the run branch",
+            crate::output::text::refused_words(l.message.as_deref().or(r.message.as_deref()))
+        ),
         LandingKind::Resolution => "resolution: an agent resolved an earlier landing's conflict; ralph checked it and merged the tip and the story's work",
     };
     let _ = writeln!(

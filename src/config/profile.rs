@@ -126,6 +126,7 @@ pub(super) fn fallbacks(
     let mut used = vec![primary.agent.as_str().to_owned()];
     let mut out = Vec::new();
     let list = match &origin {
+        Origin::CommandLine if from_env(&args.fallback_agent) => "RALPH_FALLBACK_AGENT".to_owned(),
         Origin::CommandLine => "--fallback-agent".to_owned(),
         _ if file.fallback_agents.is_some() => format!("`fallback_agents` in {file_name}"),
         _ => format!("the [[agents]] tables of {file_name}"),
@@ -174,7 +175,8 @@ pub(super) fn fallbacks(
                 let tables: Vec<&str> = file.agents.iter().map(|t| t.name.as_str()).collect();
                 return Err(ConfigError::BadFallback {
                     message: format!(
-                        "fallback agent `{name}` is neither an [[agents]] table in ralph.toml{} nor a backend",
+                        "fallback agent `{name}` is neither an [[agents]] table in {}{} nor a backend (named by {list})",
+                        if config_path.is_some() { file_name.as_str() } else { "ralph.toml (there is none)" },
                         if tables.is_empty() { String::new() } else { format!(" ({})", tables.join(", ")) }
                     ),
                     hint: "use a backend's name (claude, codex, opencode, gemini, amp, cursor, native, local, exec), or add `[[agents]]` with `name` and `agent` to ralph.toml".into(),
@@ -182,7 +184,38 @@ pub(super) fn fallbacks(
                 });
             }
         };
+        let is_table = file.agents.iter().any(|t| t.name == name);
         let profile = resolve_table(args, file, config_path, cwd, &table, kind).map_err(|e| {
+            // A bare backend name has no keys of its own to fix: the error names the list that
+            // gave the name, and the fix is a table (in the ralph.toml there is, or a new one).
+            let needs = match e {
+                ConfigError::MissingModel { .. } => Some((
+                    "the model name",
+                    "model = \"NAME\", e.g. gpt-4.1-mini",
+                )),
+                ConfigError::MissingAgentCmd { .. } => Some((
+                    "the command to run",
+                    "agent_cmd = \"my-agent --flag\"",
+                )),
+                _ => None,
+            };
+            if !is_table {
+                if let Some((what, key)) = needs {
+                    let table = format!(
+                        "an [[agents]] table (name = \"my-{name}\", agent = \"{name}\", {key})"
+                    );
+                    return ConfigError::BadFallback {
+                        message: format!(
+                            "{list} names `{name}`, a backend that needs {what}, which a bare backend name cannot give"
+                        ),
+                        hint: match config_path {
+                            Some(path) => format!("add {table} to {} and name that table instead", path.display()),
+                            None => format!("no ralph.toml: add one with {table} and name that table instead"),
+                        },
+                        origin: origin.clone(),
+                    };
+                }
+            }
             // The table's own keys are what to fix (a bare backend name has no table).
             let e = match config_path {
                 Some(path) if file.agents.iter().any(|t| t.name == name) => e.in_table(path, &name),
@@ -197,6 +230,16 @@ pub(super) fn fallbacks(
         out.push(profile);
     }
     Ok(out)
+}
+
+/// Whether the fallback names the command line gave (`names`) came from `RALPH_FALLBACK_AGENT`
+/// rather than `--fallback-agent` (clap merges the two): the variable is set and splits into
+/// the same names.
+fn from_env(names: &[String]) -> bool {
+    std::env::var("RALPH_FALLBACK_AGENT").is_ok_and(|v| {
+        let from: Vec<&str> = v.split(',').collect();
+        from.len() == names.len() && from.iter().zip(names).all(|(a, b)| *a == b)
+    })
 }
 
 /// What is wrong with the names of the `[[agents]]` tables of `file_name`, if anything: a

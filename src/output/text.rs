@@ -83,6 +83,7 @@ pub fn landing_short(l: &crate::protocol::record::LandingRecord) -> String {
     let kind = match (l.kind, l.resolves) {
         (LandingKind::Resolution, Some(n)) => format!("resolved iteration {n}'s conflict"),
         (LandingKind::Conflict, Some(n)) => format!("resolution of iteration {n} refused"),
+        (LandingKind::Refused, _) => refused_words(l.message.as_deref()).to_owned(),
         _ => landing_kind(l.kind).to_owned(),
     };
     match (l.kind, &l.salvage_ref) {
@@ -92,7 +93,38 @@ pub fn landing_short(l: &crate::protocol::record::LandingRecord) -> String {
     }
 }
 
-/// A landing kind's word: `ff`, `merge`, `conflict`, `reverted`, `not landed`, `refused: dirty checkout`.
+/// Why a landing was refused, in a few words, from its message (the landing's, else the
+/// record's): `refused: index locked` (another git process held the checkout's index),
+/// `refused: checkout switched` (the checkout is on another branch), `refused: branch moved`
+/// (something else committed on the run branch under the landing), `refused: your uncommitted
+/// change` (a change of the user's where the landing writes), `refused: files in the way`
+/// (untracked files), `refused: files changed meanwhile`; `refused` when the message says none
+/// of these (or there is none).
+pub fn refused_words(message: Option<&str>) -> &'static str {
+    let m = message.unwrap_or_default();
+    if m.contains("another git process holds") {
+        "refused: index locked"
+    } else if m.contains("not on the run branch") || m.contains("was switched from the run branch")
+    {
+        "refused: checkout switched"
+    } else if m.contains("where the landing started")
+        || m.contains("does not descend from")
+        || m.contains("while ralph committed on")
+    {
+        "refused: branch moved"
+    } else if m.contains("did not commit") || m.contains("without touching your change") {
+        "refused: your uncommitted change"
+    } else if m.contains("are in the way") {
+        "refused: files in the way"
+    } else if m.contains("changed meanwhile") {
+        "refused: files changed meanwhile"
+    } else {
+        "refused"
+    }
+}
+
+/// A landing kind's word: `ff`, `merge`, `conflict`, `reverted`, `not landed`, `refused` (its
+/// reason, from the message, is [`refused_words`]'s).
 pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str {
     use crate::protocol::record::LandingKind;
     match kind {
@@ -101,7 +133,7 @@ pub fn landing_kind(kind: crate::protocol::record::LandingKind) -> &'static str 
         LandingKind::Conflict => "conflict",
         LandingKind::Reverted => "reverted",
         LandingKind::NotLanded => "not landed",
-        LandingKind::Refused => "refused: dirty checkout",
+        LandingKind::Refused => "refused",
         LandingKind::Resolution => "resolution",
     }
 }

@@ -260,6 +260,12 @@ fn next(i: &Input<'_>) -> String {
             outcome: Outcome::Interrupted,
             ..
         } => "fix what is named above in your checkout (changed files to commit or move, or a switch to another branch to undo: ralph never resets or moves them), then `ralph run`; the stories' work is kept under the refs named above".into(),
+        // `--parallel`: the story landed; only ralph's own commit of its files waited.
+        StopReason::NeedsHuman {
+            outcome: Outcome::LandingRefused,
+            message: Some(m),
+            ..
+        } if m.contains("another git process holds") && m.contains("left uncommitted in your checkout") => "let the other git command finish (or, if none runs, delete the lock file named above), then `ralph run`: ralph's prd.json and progress.txt, left in your checkout, go with its next commit".into(),
         StopReason::NeedsHuman {
             outcome: Outcome::LandingRefused,
             message: Some(m),

@@ -581,3 +581,52 @@ fn a_bare_fallback_that_cannot_start_is_sent_to_a_table_that_can_exist() {
     assert!(!stderr.contains("[[agents]] table `codex`"), "{stderr}");
     assert_eq!(env.agent_calls(), 0);
 }
+
+/// A fallback agent's error names where its name came from: RALPH_FALLBACK_AGENT (not
+/// --fallback-agent), and, with no ralph.toml, says so instead of naming an empty path.
+/// (`RALPH_FALLBACK_AGENT=native` said "`agent = "native"` in  needs the model name".)
+#[test]
+fn a_fallback_error_names_the_environment_variable_and_the_missing_ralph_toml() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let mut cmd = env.ralph_cmd(&["run"]);
+    cmd.env("RALPH_FALLBACK_AGENT", "native");
+    let out = cmd.output().expect("run ralph");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr.contains("RALPH_FALLBACK_AGENT names `native`, a backend that needs the model name"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("no ralph.toml: add one with an [[agents]] table"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(" in  "), "no empty path: {stderr}");
+    assert_eq!(env.agent_calls(), 0);
+    // exec needs its command line: the same, for the flag.
+    let out = env.ralph(&["run", "--fallback-agent", "exec"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--fallback-agent names `exec`, a backend that needs the command to run"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("agent = \"exec\", agent_cmd = "),
+        "{stderr}"
+    );
+    // Named twice through the variable: the variable is named, not the flag.
+    let mut cmd = env.ralph_cmd(&["run"]);
+    cmd.env("RALPH_FALLBACK_AGENT", "codex,codex");
+    let out = cmd.output().expect("run ralph");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("RALPH_FALLBACK_AGENT names `codex` twice"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--fallback-agent names"), "{stderr}");
+    // An unknown name through the flag: the flag is named.
+    let out = env.ralph(&["run", "--fallback-agent", "codx"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("(named by --fallback-agent)"), "{stderr}");
+    assert!(stderr.contains("ralph.toml (there is none)"), "{stderr}");
+}

@@ -261,3 +261,104 @@ fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
     assert_eq!(prd["userStories"][0]["passes"], true, "{all}");
     assert_eq!(env.read("README.md"), "demo\n", "{all}");
 }
+
+/// How many times `needle` is in `hay`.
+fn times(hay: &str, needle: &str) -> usize {
+    hay.matches(needle).count()
+}
+
+#[test]
+fn an_agents_commit_in_the_checkout_is_warned_about_once_with_its_iteration() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = story_agent(&env, "*) ;;");
+    let once = env.root.path().join("hook-done");
+    let hook = format!(
+        "[ -e '{once}' ] && exit 0; : > '{once}'; cd '{repo}' && echo agent >> README.md && \
+         GIT_REFLOG_ACTION='ralph agent test' git commit -qam 'agent commit in the checkout'",
+        once = once.display(),
+        repo = env.repo.display()
+    );
+    let out = run_parallel(
+        &env,
+        &cmd,
+        &["--max-iter", "2"],
+        &[
+            ("RALPH_TEST_RUN_AT", "landing-marked"),
+            ("RALPH_TEST_RUN_CMD", &hook),
+        ],
+    );
+    let all = text(&out);
+    assert!(once.exists(), "the hook never ran: {all}");
+    let said = "committing in your checkout";
+    assert_eq!(times(&all, said), 1, "said once: {all}");
+    assert!(
+        all.contains(&format!("warning: iteration 1: the run branch ralph/demo was moved by an agent of this run {said}")),
+        "in the iteration's line: {all}"
+    );
+}
+
+#[test]
+fn an_index_lock_on_ralphs_own_commit_is_named_once_not_again_in_the_summary() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = story_agent(&env, "*) ;;");
+    // After the landing moved the checkout, before ralph commits prd.json and progress.txt:
+    // another git process takes the checkout's index lock and keeps it.
+    let lock = env.repo.join(".git/index.lock");
+    let hook = format!("printf 'held\\n' > '{}'", lock.display());
+    let out = run_parallel(
+        &env,
+        &cmd,
+        &["--max-iter", "2"],
+        &[
+            ("RALPH_GIT_LOCK_WAIT_MS", "1500"),
+            ("RALPH_TEST_RUN_AT", "landing-marked"),
+            ("RALPH_TEST_RUN_CMD", &hook),
+        ],
+    );
+    let all = text(&out);
+    assert!(lock.exists(), "the hook took the lock: {all}");
+    let record = record_of(&env, "US-001");
+    assert!(
+        strings(&record["findings"])
+            .iter()
+            .any(|f| f.contains("are not committed yet")),
+        "the record says so: {record}\n{all}"
+    );
+    assert_eq!(
+        times(&all, "are not committed yet ("),
+        1,
+        "said once: {all}"
+    );
+    let named = format!("another git process holds {}", lock.display());
+    assert_eq!(times(&all, &named), 1, "the lock named once: {all}");
+    // The story landed: the summary does not send the user to a salvage ref.
+    assert!(!all.contains("lands from the ref"), "{all}");
+    assert!(all.contains("let the other git command finish"), "{all}");
+}
+
+#[test]
+fn a_landing_refused_for_an_index_lock_is_labelled_so_not_as_a_dirty_checkout() {
+    let env = TestEnv::new(&prd_with_stories(1));
+    let cmd = story_agent(&env, &format!("US-001) {TAKE_LOCK};;"));
+    let out = run_parallel(
+        &env,
+        &cmd,
+        &["--max-iter", "3"],
+        &[("RALPH_GIT_LOCK_WAIT_MS", "1500")],
+    );
+    let all = text(&out);
+    assert_eq!(
+        record_of(&env, "US-001")["outcome"],
+        "landing_refused",
+        "{all}"
+    );
+    assert!(all.contains("landed: refused: index locked"), "{all}");
+    assert!(!all.contains("dirty checkout"), "{all}");
+    let _ = std::fs::remove_file(env.repo.join(".git/index.lock"));
+    let log = env.ralph(&["log"]);
+    let log = text(&log);
+    assert!(log.contains("refused: index locked"), "ralph log: {log}");
+    assert!(!log.contains("dirty checkout"), "ralph log: {log}");
+    let show = text(&env.ralph(&["show", "1"]));
+    assert!(show.contains("refused: index locked"), "ralph show: {show}");
+}

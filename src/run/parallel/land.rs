@@ -164,7 +164,7 @@ pub async fn land(
                 "the agent checked out the branch {branch} in its worktree; ralph detached it again (its commits are the story's work)"
             ));
         }
-        guarded(s, board, flight.iteration, &mut worked, out)?;
+        guarded(s, board, &mut worked)?;
         // What worktree_setup made is not the agent's work: set aside for the commit and the
         // merge of the tip, put back before the check (onto_branch) or the removal.
         let setup_files = tree.setup_files_unchanged();
@@ -220,7 +220,7 @@ pub async fn land(
         });
     }
     record_start(s, board, &mut worked)?;
-    between_steps(s, board, flight.iteration, &mut worked, out)?;
+    between_steps(s, board, &mut worked)?;
     let done = iteration::write_down(
         Sinks {
             repo: &s.pre.repo,
@@ -289,13 +289,7 @@ fn worked_of(s: &Session, flight: &Flight, end: End, out: &mut Outputs) -> Worke
 ///
 /// # Errors
 /// As [`guard_branch`].
-fn between_steps(
-    s: &Session,
-    board: &mut Board,
-    iteration: u32,
-    worked: &mut Worked,
-    out: &mut Outputs,
-) -> anyhow::Result<()> {
+fn between_steps(s: &Session, board: &mut Board, worked: &mut Worked) -> anyhow::Result<()> {
     let Some(landing) = &worked.draft.record.landing else {
         return Ok(());
     };
@@ -309,8 +303,8 @@ fn between_steps(
     // are put back as ralph wrote them once such a commit is taken off.
     let own = Own::read(&s.pre.paths);
     if let Some(warning) = guard_branch(s, board)? {
-        worked.draft.record.findings.push(warning.clone());
-        out.warn_in(iteration, warning);
+        // Said once: with the iteration's line, where the record's findings are shown.
+        worked.draft.record.findings.push(warning);
     }
     own.restore(&s.pre.paths)?;
     Ok(())
@@ -336,7 +330,11 @@ fn not_committed(board: &mut Board, done: &Done) {
     board.stopping.get_or_insert(StopReason::NeedsHuman {
         outcome: Outcome::LandingRefused,
         iteration: done.record.iteration,
-        message: Some(format!("the run stops: {finding}")),
+        // The finding itself is shown with the iteration's line: the summary only points at it.
+        message: Some(format!(
+            "the run stops: another git process holds your checkout's index, so ralph's prd.json and progress.txt of iteration {} (landed) are left uncommitted in your checkout; its warning above names the lock",
+            done.record.iteration
+        )),
     });
 }
 
@@ -639,18 +637,12 @@ pub fn own_tip(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
 ///
 /// # Errors
 /// As [`guard_branch`].
-fn guarded(
-    s: &Session,
-    board: &mut Board,
-    iteration: u32,
-    worked: &mut Worked,
-    out: &mut Outputs,
-) -> anyhow::Result<()> {
+fn guarded(s: &Session, board: &mut Board, worked: &mut Worked) -> anyhow::Result<()> {
     let Some(warning) = guard_branch(s, board)? else {
         return Ok(());
     };
-    worked.draft.record.findings.push(warning.clone());
-    out.warn_in(iteration, warning);
+    // Said once: with the iteration's line, where the record's findings are shown.
+    worked.draft.record.findings.push(warning);
     if matches!(
         board.stopping,
         Some(StopReason::NeedsHuman {
@@ -804,7 +796,7 @@ pub(super) async fn onto_branch(
     let tree = Repo::discover(&flight.root)?;
     let story = flight.story_id.clone();
     let work = flight.work.clone().unwrap_or_else(|| flight.base.clone());
-    let (edits, tip) = before_landing(s, board, flight.iteration, worked, out)?;
+    let (edits, tip) = before_landing(s, board, worked, out)?;
     let mut landing = LandingRecord {
         kind: LandingKind::NotLanded,
         resolves: None,
@@ -889,14 +881,7 @@ pub(super) async fn onto_branch(
     };
     note.write(&paths.ralph_dir)?;
     crate::process::kill_point("landing-noted");
-    let advanced = advance(
-        s,
-        board,
-        flight.iteration,
-        worked,
-        out,
-        (&branch, &tip, &result),
-    )?;
+    let advanced = advance(s, board, worked, (&branch, &tip, &result))?;
     crate::run::recover::LandingNote::clear(&paths.ralph_dir);
     if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
@@ -943,9 +928,7 @@ pub(super) async fn onto_branch(
 fn advance(
     s: &Session,
     board: &mut Board,
-    iteration: u32,
     worked: &mut Worked,
-    out: &mut Outputs,
     (branch, tip, result): (&str, &str, &str),
 ) -> anyhow::Result<Result<(), crate::git::GitError>> {
     let name = format!("refs/heads/{branch}");
@@ -955,7 +938,7 @@ fn advance(
         if advanced.is_ok() || !moved || board.tip.as_deref() != Some(tip) {
             break;
         }
-        guarded(s, board, iteration, worked, out)?;
+        guarded(s, board, worked)?;
         if s.pre.repo.ref_sha(&name).as_deref() != Some(tip) {
             break;
         }
@@ -973,13 +956,12 @@ fn advance(
 fn before_landing(
     s: &Session,
     board: &mut Board,
-    iteration: u32,
     worked: &mut Worked,
     out: &mut Outputs,
 ) -> anyhow::Result<(anyhow::Result<Option<String>>, String)> {
     // An agent's commit in the checkout made since the landing began (while this worktree's
     // leftovers were committed) is taken off before the story lands on top of it.
-    guarded(s, board, iteration, worked, out)?;
+    guarded(s, board, worked)?;
     // The user's edits to prd.json or progress.txt since the last landing are theirs: committed
     // as they are before the story lands on top; what a worker wrote there is set back first.
     super::own::guard(s, board, out)?;
@@ -991,7 +973,7 @@ fn before_landing(
     if matches!(moved, Some(crate::git::GitError::BranchMoved { .. })) {
         // Moved by another process between the guard above and that commit (an agent's
         // `git update-ref` from its worktree): taken off and named before the story lands.
-        guarded(s, board, iteration, worked, out)?;
+        guarded(s, board, worked)?;
     }
     let tip = board
         .branch
@@ -1016,6 +998,10 @@ fn keep_unlanded(
     let interrupted = worked.draft.record.outcome == Outcome::Interrupted;
     if worked.draft.record.outcome == Outcome::LandingRefused {
         landing.kind = LandingKind::Refused;
+        // Why, for the landing's label (`refused: index locked`, …).
+        if landing.message.is_none() {
+            landing.message = worked.draft.record.message.clone();
+        }
     }
     if work != flight.base {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, story, &work)?;
