@@ -657,7 +657,7 @@ fn doctor_names_each_agent_by_what_configured_it() {
         doc["run_agents"][1]["error"]
             .as_str()
             .unwrap_or("")
-            .contains("needs a command"),
+            .contains("needs the command to run"),
         "{doc}"
     );
 }
