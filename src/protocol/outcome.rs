@@ -56,7 +56,7 @@ pub enum Outcome {
     /// the main checkout holds a change of the user's where the landing would write (an edited
     /// tracked file, an untracked file in the way). Nothing of the user's is touched; the
     /// story's work is kept under `refs/ralph/salvage/<run>/<story>` (the record's `landing`)
-    /// and the run stops for the user. Not an attempt: the next run lands it from there.
+    /// and the run stops for the user. Not an attempt: the story's next attempt starts from there.
     LandingRefused,
 }
 

@@ -270,11 +270,11 @@ fn next(i: &Input<'_>) -> String {
             outcome: Outcome::LandingRefused,
             message: Some(m),
             ..
-        } if m.contains("another git process holds") => "let the other git command finish (or, if none runs, delete the lock file named above), then `ralph run`: the story lands from the ref named above".into(),
+        } if m.contains("another git process holds") => "let the other git command finish (or, if none runs, delete the lock file named above), then `ralph run`: the story's next attempt starts from the ref named above".into(),
         StopReason::NeedsHuman {
             outcome: Outcome::LandingRefused,
             ..
-        } => "commit or move your change named above in your checkout (ralph never resets, stashes or overwrites it), then `ralph run`: the story lands from the ref named above".into(),
+        } => "commit or move your change named above in your checkout (ralph never resets, stashes or overwrites it), then `ralph run`: the story's next attempt starts from the ref named above".into(),
         StopReason::NeedsHuman { .. } => format!("fix the agent's setup shown above (see `{}` for the transcript), then `ralph run`", runs_dir(i.ledger)),
         StopReason::UsageLimit { .. } => {
             "`ralph run` again after the reset (it waits for a reset that has not passed)".into()

@@ -332,7 +332,7 @@ fn an_index_lock_on_ralphs_own_commit_is_named_once_not_again_in_the_summary() {
     let named = format!("another git process holds {}", lock.display());
     assert_eq!(times(&all, &named), 1, "the lock named once: {all}");
     // The story landed: the summary does not send the user to a salvage ref.
-    assert!(!all.contains("lands from the ref"), "{all}");
+    assert!(!all.contains("starts from the ref"), "{all}");
     assert!(all.contains("let the other git command finish"), "{all}");
 }
 

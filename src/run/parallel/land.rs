@@ -886,7 +886,7 @@ pub(super) async fn onto_branch(
     if let Err(e) = advanced {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &story, &result)?;
         let message = format!(
-            "the landing was refused: {e}\nThe story's work is kept in {salvage}; the next run lands it from there."
+            "the landing was refused: {e}\nThe story's work is kept in {salvage}; the story's next attempt (in the next run) starts from there and lands once its check passes."
         );
         board.resume.insert(story.clone(), result);
         // Not the story's failure: no attempt is spent, and the run stops for the user.
