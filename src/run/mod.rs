@@ -860,7 +860,9 @@ async fn finish(
         .map(|remote| hand_back(remote, &reason, &s.state, out));
     let shutdown_s = stop.stopped().map(|c| c.at.elapsed().as_secs_f64());
     // The same bytes as the last iteration left them: the parse it made, not a new one.
-    let final_prd = store::load_shared(&paths.prd).unwrap_or_else(|_| s.initial.clone());
+    let final_prd = on_run_branch(&s, &reason)
+        .or_else(|| store::load_shared(&paths.prd).ok())
+        .unwrap_or_else(|| s.initial.clone());
     let ledger = paths.rel(&paths.ledger);
     let summary = summary::summarize(&summary::Input {
         reason: &reason,
@@ -950,4 +952,32 @@ fn hand_back(
         ));
     }
     remote.summary()
+}
+
+/// prd.json as the run branch holds it, for a `--parallel` run stopped because the checkout was
+/// switched to another branch: the checkout's prd.json is then the other branch's, and the
+/// summary would count its stories. `None` for any other stop, or when the branch or its
+/// prd.json cannot be read.
+fn on_run_branch(s: &Session, reason: &StopReason) -> Option<std::sync::Arc<store::LoadedPrd>> {
+    let StopReason::NeedsHuman {
+        message: Some(m), ..
+    } = reason
+    else {
+        return None;
+    };
+    if !m.contains("was switched from the run branch") {
+        return None;
+    }
+    let paths = &s.pre.paths;
+    let branch = s.initial.prd.branch_name.as_deref()?;
+    let rel = paths.prd.strip_prefix(&paths.repo_root).ok()?;
+    let rel = rel
+        .to_string_lossy()
+        .replace(std::path::MAIN_SEPARATOR, "/");
+    let bytes = s
+        .pre
+        .repo
+        .file_at(&format!("refs/heads/{branch}"), &rel)
+        .ok()??;
+    store::parse_shared(&paths.prd, bytes).ok()
 }

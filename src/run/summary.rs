@@ -199,7 +199,7 @@ fn headline(i: &Input<'_>, open: usize, total: usize) -> String {
             message: Some(m),
             ..
         } if m.contains("was switched from the run branch") => {
-            "stopped: the checkout was switched to another branch during the run; nothing landed, and the next run records the iterations that were in flight".into()
+            "stopped: the checkout was switched to another branch during the run; what landed before is on the run branch, nothing more landed, and the next run records the iterations that were in flight".into()
         }
         StopReason::NeedsHuman {
             outcome, iteration, ..

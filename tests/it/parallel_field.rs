@@ -1307,6 +1307,12 @@ fn a_checkout_switched_while_a_worker_is_free_stops_the_run() {
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("switched"), "{said}");
     assert_eq!(f.refs("refs/heads/"), branches, "{said}");
+    // The summary counts the run branch's stories (US-001 landed), not main's prd.json's.
+    assert!(
+        said.contains("1 passed, 2 open")
+            && said.contains("what landed before is on the run branch"),
+        "{said}"
+    );
     assert_eq!(f.calls("US-003"), 0);
     assert_eq!(
         f.calls("US-001"),

@@ -559,6 +559,11 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
     let (Some(expected), Some(branch)) = (board.tip.clone(), board.branch.clone()) else {
         return Ok(None);
     };
+    if switched(s, board).is_some() {
+        // The checkout is on another branch: ralph moves no branch then (as [`switched`] says);
+        // the next run, back on the run branch, guards it.
+        return Ok(None);
+    }
     let name = format!("refs/heads/{branch}");
     let Some(now) = s.pre.repo.ref_sha(&name) else {
         return Ok(None);
@@ -625,8 +630,12 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
 /// git failing to read HEAD.
 pub fn own_tip(s: &Session, board: &Board) -> anyhow::Result<Option<String>> {
     let head = s.pre.repo.head_sha()?;
-    if board.branch.is_none() || s.pre.repo.current_branch() != board.branch {
+    let Some(branch) = board.branch.as_deref() else {
         return Ok(head);
+    };
+    if s.pre.repo.current_branch().as_deref() != Some(branch) {
+        // Switched away: the run branch's tip is its reference, not the other branch's HEAD.
+        return Ok(s.pre.repo.ref_sha(&format!("refs/heads/{branch}")).or(head));
     }
     Ok(s.pre.repo.head_before_agent_steps().or(head))
 }
