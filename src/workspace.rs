@@ -85,7 +85,8 @@ impl RunPaths {
 
     /// An iteration's transcript: `.ralph/runs/<run>/iter-NNN.jsonl` (in [`Self::transcripts`]).
     pub fn transcript(&self, run_id: &str, iteration: u32) -> PathBuf {
-        self.transcripts.join(Self::transcript_rel(run_id, iteration))
+        self.transcripts
+            .join(Self::transcript_rel(run_id, iteration))
     }
 
     /// The copy of an iteration's prompt beside its transcript:
