@@ -41,6 +41,10 @@ pub struct RunPaths {
     pub ralph_dir: PathBuf,
     /// `ledger.jsonl` in the books.
     pub ledger: PathBuf,
+    /// The books whose `runs/<run>/` holds the iterations' transcripts and prompt copies:
+    /// `ralph_dir`, except in a `--parallel` worker, where it is the main checkout's books (an
+    /// agent that deletes its worktree cannot take its iteration's transcript with it).
+    pub transcripts: PathBuf,
 }
 
 impl RunPaths {
@@ -52,6 +56,7 @@ impl RunPaths {
             prd: prd.to_path_buf(),
             progress: prd.parent().unwrap_or(repo_root).join("progress.txt"),
             ledger: ralph_dir.join(LEDGER_FILE),
+            transcripts: ralph_dir.clone(),
             ralph_dir,
         }
     }
@@ -78,9 +83,10 @@ impl RunPaths {
             .join(format!("iter-{iteration:03}.jsonl"))
     }
 
-    /// An iteration's transcript: `.ralph/runs/<run>/iter-NNN.jsonl`.
+    /// An iteration's transcript: `.ralph/runs/<run>/iter-NNN.jsonl` (in [`Self::transcripts`]).
     pub fn transcript(&self, run_id: &str, iteration: u32) -> PathBuf {
-        self.ralph_dir.join(Self::transcript_rel(run_id, iteration))
+        self.transcripts
+            .join(Self::transcript_rel(run_id, iteration))
     }
 
     /// The copy of an iteration's prompt beside its transcript:
@@ -93,6 +99,16 @@ impl RunPaths {
     /// `path` relative to the repository root when inside it, for display.
     pub fn rel(&self, path: &Path) -> String {
         display_rel(path, &self.repo_root)
+    }
+
+    /// How a record names the transcript at `path`: relative to the repository root, a file
+    /// under [`Self::transcripts`] named as under `ralph_dir` (a `--parallel` worker's
+    /// transcript is in the main checkout's books, at the path its worktree's books would have).
+    pub fn rel_transcript(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.transcripts) {
+            Ok(tail) => self.rel(&self.ralph_dir.join(tail)),
+            Err(_) => self.rel(path),
+        }
     }
 }
 

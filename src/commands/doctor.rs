@@ -132,14 +132,17 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
         None => run_roles(args, &file, configured, resolved.as_ref().ok()),
     };
     for role in roles.iter().skip(1) {
+        let Some(kind) = role.kind else {
+            continue;
+        };
         let named = fallbacks
             .iter()
             .any(|f| f.name.as_deref() == Some(&role.name));
         let listed = findings
             .iter()
-            .any(|f| f.name.is_none() && f.agent == role.kind.as_str());
+            .any(|f| f.name.is_none() && f.agent == kind.as_str());
         if !named && !listed {
-            findings.push(look(role.kind));
+            findings.push(look(kind));
         }
     }
     // What `ralph run`'s preflight would refuse, checked in the same place
@@ -422,8 +425,9 @@ struct Role {
     primary: bool,
     /// The agent's name (the backend's for the primary, the table's or backend's for a fallback).
     name: String,
-    /// Its backend.
-    kind: AgentKind,
+    /// Its backend; `None` for a fallback name that is neither an `[[agents]]` table nor a
+    /// backend (the run refuses it: its verdict line says why).
+    kind: Option<AgentKind>,
     /// What configured it: `RALPH_AGENT`, `--fallback-agent`, `` `agent` in ralph.toml ``...
     source: String,
 }
@@ -432,7 +436,8 @@ struct Role {
 /// configured it: the primary from `RALPH_AGENT`, ralph.toml's `agent`, else the default; the
 /// fallbacks from `--fallback-agent`, `RALPH_FALLBACK_AGENT`, ralph.toml's `fallback_agents`,
 /// else ralph.toml's `[[agents]]` tables. When the settings do not resolve, the names as listed
-/// (a name that is neither a table nor a backend is left out: the error names it).
+/// (a name that is neither a table nor a backend has no backend: the error names it); empty
+/// names are no names, as `ralph run` reads them.
 fn run_roles(
     args: &DoctorArgs,
     file: &FileConfig,
@@ -451,26 +456,27 @@ fn run_roles(
     } else {
         "the default".to_owned()
     };
-    let (listed, source): (Vec<String>, String) = if !args.fallback_agent.is_empty() {
-        (args.fallback_agent.clone(), "--fallback-agent".to_owned())
-    } else if set("RALPH_FALLBACK_AGENT") {
-        let v = std::env::var("RALPH_FALLBACK_AGENT").unwrap_or_default();
-        (
-            v.split(',').map(str::to_owned).collect(),
-            "RALPH_FALLBACK_AGENT".to_owned(),
-        )
-    } else if let Some(names) = &file.fallback_agents {
-        (names.clone(), format!("`fallback_agents` in {file_name}"))
-    } else {
-        (
-            file.agents.iter().map(|t| t.name.clone()).collect(),
-            format!("[[agents]] in {file_name}"),
-        )
-    };
+    let (listed, source): (Vec<String>, String) =
+        if args.fallback_agent.iter().any(|n| !n.trim().is_empty()) {
+            (args.fallback_agent.clone(), "--fallback-agent".to_owned())
+        } else if set("RALPH_FALLBACK_AGENT") {
+            let v = std::env::var("RALPH_FALLBACK_AGENT").unwrap_or_default();
+            (
+                v.split(',').map(str::to_owned).collect(),
+                "RALPH_FALLBACK_AGENT".to_owned(),
+            )
+        } else if let Some(names) = &file.fallback_agents {
+            (names.clone(), format!("`fallback_agents` in {file_name}"))
+        } else {
+            (
+                file.agents.iter().map(|t| t.name.clone()).collect(),
+                format!("[[agents]] in {file_name}"),
+            )
+        };
     let mut out = vec![Role {
         primary: true,
         name: configured.as_str().to_owned(),
-        kind: configured,
+        kind: Some(configured),
         source: primary_source,
     }];
     let fallbacks: Vec<(String, Option<AgentKind>)> = match resolved {
@@ -481,6 +487,7 @@ fn run_roles(
             .collect(),
         None => listed
             .iter()
+            .filter(|n| !n.trim().is_empty())
             .map(|n| {
                 let n = n.trim().to_owned();
                 let kind = file
@@ -494,20 +501,18 @@ fn run_roles(
             .collect(),
     };
     for (name, kind) in fallbacks {
-        if let Some(kind) = kind {
-            let source = match file.agents.iter().any(|t| t.name == name) {
-                true if !source.starts_with("[[") => {
-                    format!("{source}, its [[agents]] table in {file_name}")
-                }
-                _ => source.clone(),
-            };
-            out.push(Role {
-                primary: false,
-                name,
-                kind,
-                source,
-            });
-        }
+        let source = match file.agents.iter().any(|t| t.name == name) {
+            true if !source.starts_with("[[") => {
+                format!("{source}, its [[agents]] table in {file_name}")
+            }
+            _ => source.clone(),
+        };
+        out.push(Role {
+            primary: false,
+            name,
+            kind,
+            source,
+        });
     }
     out
 }
@@ -525,16 +530,25 @@ fn role_finding<'a>(role: &Role, findings: &'a [Finding]) -> Option<&'a Finding>
     own.or_else(|| {
         findings
             .iter()
-            .find(|f| f.name.is_none() && f.agent == role.kind.as_str())
+            .find(|f| f.name.is_none() && role.kind.is_some_and(|k| f.agent == k.as_str()))
     })
 }
 
 /// Whether `role` is ready, and if not the first line of the reason (`list_problem`, a fallback
-/// list the run refuses as a whole, counts against every fallback).
-fn role_state(role: &Role, findings: &[Finding], list_problem: Option<&str>) -> Option<String> {
+/// list the run refuses as a whole, counts against every fallback; a list refused for a name
+/// that is neither a table nor a backend, only against that name: `unknown`).
+fn role_state(
+    role: &Role,
+    findings: &[Finding],
+    list_problem: Option<&str>,
+    unknown: bool,
+) -> Option<String> {
     let error = role_finding(role, findings).and_then(|f| f.error.as_deref());
     let error = match (role.primary, list_problem) {
-        (false, Some(p)) => Some(p),
+        (false, Some(p)) if !unknown || role.kind.is_none() => Some(p),
+        (false, None) if role.kind.is_none() => {
+            Some("neither an [[agents]] table in ralph.toml nor a backend")
+        }
         _ => error,
     };
     error.map(|e| e.lines().next().unwrap_or("").to_owned())
@@ -543,16 +557,16 @@ fn role_state(role: &Role, findings: &[Finding], list_problem: Option<&str>) -> 
 /// One line per agent of the run: `primary agent: exec (`agent` in ralph.toml) — ready`,
 /// `fallback agent: codex (RALPH_FALLBACK_AGENT) — NOT ready: <reason>`.
 fn verdict_lines(roles: &[Role], findings: &[Finding], list_problem: Option<&str>) -> Vec<String> {
+    let unknown = roles.iter().any(|r| r.kind.is_none());
     roles
         .iter()
         .map(|role| {
             let which = if role.primary { "primary" } else { "fallback" };
-            let kind = if role.name == role.kind.as_str() {
-                String::new()
-            } else {
-                format!(" [{}]", role.kind.as_str())
+            let kind = match role.kind {
+                Some(k) if role.name != k.as_str() => format!(" [{}]", k.as_str()),
+                _ => String::new(),
             };
-            let state = match role_state(role, findings, list_problem) {
+            let state = match role_state(role, findings, list_problem, unknown) {
                 None => style("ready").green().to_string(),
                 Some(why) => format!("{}: {why}", style("NOT ready").red().bold()),
             };
@@ -564,21 +578,23 @@ fn verdict_lines(roles: &[Role], findings: &[Finding], list_problem: Option<&str
         .collect()
 }
 
-/// `--json`'s `run_agents`: `[{"role": "primary"|"fallback", "name", "agent", "source",
-/// "ready": bool, "error": string|null}]`, the run's agents in order.
+/// `--json`'s `run_agents`: `[{"role": "primary"|"fallback", "name", "agent": string|null
+/// (null for a name that is neither a table nor a backend), "source", "ready": bool,
+/// "error": string|null}]`, the run's agents in order.
 fn role_docs(
     roles: &[Role],
     findings: &[Finding],
     list_problem: Option<&str>,
 ) -> Vec<serde_json::Value> {
+    let unknown = roles.iter().any(|r| r.kind.is_none());
     roles
         .iter()
         .map(|role| {
-            let error = role_state(role, findings, list_problem);
+            let error = role_state(role, findings, list_problem, unknown);
             serde_json::json!({
                 "role": if role.primary { "primary" } else { "fallback" },
                 "name": role.name,
-                "agent": role.kind.as_str(),
+                "agent": role.kind.map(AgentKind::as_str),
                 "source": role.source,
                 "ready": error.is_none(),
                 "error": error,

@@ -113,8 +113,15 @@ pub(super) fn fallbacks(
             origin: file_origin,
         });
     }
-    let (names, origin): (Vec<String>, Origin) = if !args.fallback_agent.is_empty() {
-        (args.fallback_agent.clone(), Origin::CommandLine)
+    // An empty name is no name: `RALPH_FALLBACK_AGENT=` (or `--fallback-agent ''`) is unset.
+    let given: Vec<String> = args
+        .fallback_agent
+        .iter()
+        .filter(|n| !n.trim().is_empty())
+        .cloned()
+        .collect();
+    let (names, origin): (Vec<String>, Origin) = if !given.is_empty() {
+        (given, Origin::CommandLine)
     } else if let Some(names) = &file.fallback_agents {
         (names.clone(), file_origin.clone())
     } else {

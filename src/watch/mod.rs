@@ -311,18 +311,19 @@ impl Snapshot {
     }
 }
 
-/// Where an iteration in flight writes its transcript: the run's books, or for a `--parallel`
-/// worker its worktree's own (moved into the run's books when it lands).
+/// Where an iteration in flight writes its transcript: the run's books (a `--parallel` worker
+/// too); a worker of a ralph from before that wrote it in its worktree's own books.
 fn transcript_of(paths: &RunPaths, f: &crate::state::InFlight) -> std::path::PathBuf {
+    let books = paths.transcript(&f.run_id, f.iteration);
     match &f.worktree {
-        Some(tree) => {
+        Some(tree) if !books.exists() => {
             let prd = paths
                 .prd
                 .strip_prefix(&paths.repo_root)
                 .unwrap_or(&paths.prd);
             RunPaths::new(&tree.root, &tree.root.join(prd)).transcript(&f.run_id, f.iteration)
         }
-        None => paths.transcript(&f.run_id, f.iteration),
+        _ => books,
     }
 }
 

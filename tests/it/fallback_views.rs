@@ -676,3 +676,96 @@ fn status_json_has_the_last_outcome() {
     assert_eq!(doc["last_outcome"], "auth_error", "{doc}");
     assert_eq!(doc["last_outcome"], env.state()["last_outcome"], "{doc}");
 }
+
+/// `ralph doctor` names a fallback that is neither a table nor a backend on its own line (and
+/// in `run_agents`), not on the good fallback beside it; `RALPH_FALLBACK_AGENT=` (empty) is
+/// unset for doctor and for `ralph run` alike (tester 6, issue 19).
+#[test]
+fn doctor_names_an_unknown_fallback_and_an_empty_fallback_variable_is_unset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    fake_cli(&bin, "codex", "codex-cli 0.99.0");
+    let ralph = |envs: &[(&str, &str)], args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", tmp.path())
+            .env("NO_COLOR", "1")
+            .envs(envs.iter().copied())
+            .output()
+            .expect("run ralph");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), stdout, text(&out))
+    };
+    std::fs::write(
+        tmp.path().join("ralph.toml"),
+        "agent = \"exec\"\nagent_cmd = \"true\"\n",
+    )
+    .expect("ralph.toml");
+    let (code, out, _) = ralph(&[], &["doctor", "--fallback-agent", "nosuch"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("fallback agent: nosuch (--fallback-agent) — NOT ready: fallback agent `nosuch` is neither"),
+        "{out}"
+    );
+    let (_, out, _) = ralph(&[], &["doctor", "--fallback-agent", "nosuch", "--json"]);
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let last = &doc["run_agents"][1];
+    assert_eq!(last["name"], "nosuch", "{doc}");
+    assert_eq!(last["ready"], false, "{doc}");
+    let (code, out, _) = ralph(&[("RALPH_FALLBACK_AGENT", "nosuch,codex")], &["doctor"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "fallback agent: nosuch (RALPH_FALLBACK_AGENT) — NOT ready: fallback agent `nosuch`"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("fallback agent: codex (RALPH_FALLBACK_AGENT) — ready\n"),
+        "the error is nosuch's, not codex's: {out}"
+    );
+    let (code, out, _) = ralph(&[("RALPH_FALLBACK_AGENT", "")], &["doctor"]);
+    assert!(!out.contains("fallback agent"), "{out}");
+    assert!(out.contains("ralph run: ready"), "{out}");
+    assert_eq!(code, Some(0), "{out}");
+    // `ralph run` reads the empty variable as unset too: no "fallback agent ``" refusal.
+    std::fs::write(
+        tmp.path().join("prd.json"),
+        serde_json::to_string(&json!({"project": "x", "branchName": "ralph/x",
+            "description": "d", "userStories": [{"id": "US-001", "title": "t",
+            "description": "d", "acceptanceCriteria": ["a"], "priority": 1, "passes": false}]}))
+        .expect("json"),
+    )
+    .expect("prd.json");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(tmp.path())
+            .status()
+            .expect("git");
+        assert!(ok.success(), "git {args:?}");
+    }
+    let (_, _, out) = ralph(&[("RALPH_FALLBACK_AGENT", "")], &["run", "--max-iter", "1"]);
+    assert!(
+        !out.contains("fallback agent ``")
+            && !out.contains("neither an [[agents]]")
+            && out.contains(".ralph/ledger.jsonl"),
+        "{out}"
+    );
+}

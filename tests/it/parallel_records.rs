@@ -193,3 +193,60 @@ fn a_commit_made_in_the_checkout_is_named_by_its_iteration_not_salvaged_as_a_sto
         "`ralph show {m}` lists the checkout commit: {shown}"
     );
 }
+
+/// The iteration whose agent deleted its worktree keeps its transcript and prompt copy: a
+/// `--parallel` worker writes them straight into the main checkout's `.ralph/runs/<run>/`, so
+/// `ralph show N` has the agent's section, `--raw` prints what it printed, and `log` and
+/// `report` name the iteration (issue 20, tester 6).
+#[test]
+fn an_agent_that_deletes_its_worktree_keeps_its_transcript_and_prompt() {
+    let par = Par::new(&simple_stories(1), &[]);
+    deleting_agent(&par);
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = &par.records("US-001")[0];
+    let n = first["iteration"].as_u64().expect("a number");
+    let run = first["run_id"].as_str().expect("a run id");
+    let dir = par.env.repo.join(".ralph/runs").join(run);
+    for file in [
+        format!("iter-{n:03}.jsonl"),
+        format!("iter-{n:03}.prompt.md"),
+    ] {
+        assert!(
+            dir.join(&file).is_file(),
+            "{file} is in {} although the worktree was deleted",
+            dir.display()
+        );
+    }
+    assert_eq!(
+        first["transcript"].as_str(),
+        Some(format!(".ralph/runs/{run}/iter-{n:03}.jsonl").as_str()),
+        "{first:#}"
+    );
+    let n = n.to_string();
+    let shown = text(&par.env.ralph(&["show", &n, "--no-pager"]));
+    assert!(
+        shown.lines().any(|l| l == "agent"),
+        "`ralph show {n}` has the agent's section: {shown}"
+    );
+    let raw = par.env.ralph(&["show", &n, "--raw", "--no-pager"]);
+    let raw_text = text(&raw);
+    assert!(
+        raw.status.success() && !raw_text.contains("has no transcript"),
+        "`ralph show {n} --raw` prints the transcript: {raw_text}"
+    );
+    let log = par.env.ralph(&["log"]);
+    assert!(
+        log.status.success() && text(&log).contains("US-001"),
+        "ralph log: {}",
+        text(&log)
+    );
+    let report = par.env.ralph(&["report"]);
+    let html = String::from_utf8_lossy(&report.stdout).trim().to_string();
+    let html = std::fs::read_to_string(&html).unwrap_or_default();
+    assert!(
+        report.status.success() && html.contains("US-001"),
+        "ralph report: {}",
+        text(&report)
+    );
+}

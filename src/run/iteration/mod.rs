@@ -344,7 +344,7 @@ fn draft(
     r.passes_flipped = obs.flipped.clone();
     r.passes_reverted = obs.reverted.clone();
     r.session_id = report.session_id.clone();
-    r.transcript = Some(cx.paths.rel(&e.transcript));
+    r.transcript = Some(cx.paths.rel_transcript(&e.transcript));
     r.verify = obs.verify.clone();
     r.findings = v.findings.clone();
     r.findings

@@ -171,10 +171,10 @@ pub fn prepare(cx: &Cx<'_>, state: &mut State, a: Assignment) -> anyhow::Result<
     } else {
         Transcript::create
     };
-    let transcript = create(&cx.paths.ralph_dir, &meta).with_context(|| {
+    let transcript = create(&cx.paths.transcripts, &meta).with_context(|| {
         format!(
             "cannot write a transcript under {}",
-            cx.paths.ralph_dir.display()
+            cx.paths.transcripts.display()
         )
     })?;
     Ok(Prepared {

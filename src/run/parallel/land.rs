@@ -1228,6 +1228,9 @@ fn synthetic(s: &Session, flight: &Flight, outcome: Outcome, message: String) ->
         .to_string();
     r.head_before = Some(flight.base.clone());
     r.message = Some(message);
+    // A worker writes its transcript in the run's books: one that got to the agent has one.
+    let transcript = s.pre.paths.transcript(&s.run_id, flight.iteration);
+    r.transcript = transcript.exists().then(|| s.pre.paths.rel(&transcript));
     Worked {
         story_id: flight.story_id.clone(),
         slot: flight.slot,

@@ -3,9 +3,10 @@
 //! `Send`; a thread per iteration keeps the pipeline as it is). The worker sets its tree up
 //! (`worktree_copy`, submodules, `worktree_setup`), opens the tree's repository, builds the
 //! agent's backend for the tree and runs stages 1–4 ([`iteration::work`]) with the tree's own
-//! workspace (`<tree>/.ralph/`: its prompt copy, transcript, prd.json snapshot and a private
-//! state.json). Everything it has to say goes to the dispatcher as [`Msg`]s; it never writes the
-//! run's books (ledger, state.json) or the run branch.
+//! workspace (`<tree>/.ralph/`: its prd.json snapshot and a private state.json; its prompt copy
+//! and transcript go to the run's books in the main checkout, `.ralph/runs/<run>/`). Everything
+//! it has to say goes to the dispatcher as [`Msg`]s; besides its transcript and prompt copy it
+//! never writes the run's books (ledger, state.json) or the run branch.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -186,7 +187,11 @@ async fn work(mut job: Job, forward: Forward) -> anyhow::Result<Worked> {
     // The run's ledger is the main checkout's (the tree has none): what earlier iterations of
     // the story did, an interrupted one whose work was salvaged included, is read from it
     // (inspect's "no earlier iteration did any work"). Records are written by the driver.
-    paths.ledger = RunPaths::new(&job.main_root, &job.main_root.join(&job.prd_rel)).ledger;
+    let books = RunPaths::new(&job.main_root, &job.main_root.join(&job.prd_rel));
+    paths.ledger = books.ledger;
+    // The iteration's transcript and prompt copy are written straight into the run's books:
+    // an agent that deletes its worktree does not take them along.
+    paths.transcripts = books.transcripts;
     crate::workspace::ensure_ralph_dir(&paths.ralph_dir)?;
     let repo = crate::git::Repo::discover(&job.tree)?;
     // The story as the tree has it: the run branch's prd.json when the story started.
