@@ -206,13 +206,13 @@ fn after_a_refused_landing_a_running_iteration_finishes_but_does_not_land() {
     assert_eq!(env.read("README.md"), "demo\nedited\n");
 }
 
-#[test]
-fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
+/// One story run with `--parallel`; right after its landing moved the checkout and marked the
+/// story passing, before ralph commits prd.json and progress.txt, an agent of the run commits in
+/// the checkout (tagged as ralph tags its agents' git commands), `git commit -a` taking ralph's
+/// files in too. Returns the environment and the run's output.
+fn agent_commits_between_ralphs_steps() -> (TestEnv, String) {
     let env = TestEnv::new(&prd_with_stories(1));
     let cmd = story_agent(&env, "*) ;;");
-    // Right after the landing moved the checkout and marked the story passing, before ralph
-    // commits prd.json and progress.txt: an agent of the run commits in the checkout (tagged as
-    // ralph tags its agents' git commands), `git commit -a` taking ralph's files in too.
     let once = env.root.path().join("hook-done");
     let hook = format!(
         "[ -e '{once}' ] && exit 0; : > '{once}'; cd '{repo}' && echo agent >> README.md && \
@@ -231,6 +231,12 @@ fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
     );
     let all = text(&out);
     assert!(once.exists(), "the hook never ran: {all}");
+    (env, all)
+}
+
+#[test]
+fn an_agents_commit_between_two_of_ralphs_steps_is_taken_off_not_buried() {
+    let (env, all) = agent_commits_between_ralphs_steps();
     let log = env.git(&["log", "--format=%s", "ralph/demo"]);
     assert!(
         !log.contains("agent commit in the checkout"),
@@ -269,26 +275,7 @@ fn times(hay: &str, needle: &str) -> usize {
 
 #[test]
 fn an_agents_commit_in_the_checkout_is_warned_about_once_with_its_iteration() {
-    let env = TestEnv::new(&prd_with_stories(1));
-    let cmd = story_agent(&env, "*) ;;");
-    let once = env.root.path().join("hook-done");
-    let hook = format!(
-        "[ -e '{once}' ] && exit 0; : > '{once}'; cd '{repo}' && echo agent >> README.md && \
-         GIT_REFLOG_ACTION='ralph agent test' git commit -qam 'agent commit in the checkout'",
-        once = once.display(),
-        repo = env.repo.display()
-    );
-    let out = run_parallel(
-        &env,
-        &cmd,
-        &["--max-iter", "2"],
-        &[
-            ("RALPH_TEST_RUN_AT", "landing-marked"),
-            ("RALPH_TEST_RUN_CMD", &hook),
-        ],
-    );
-    let all = text(&out);
-    assert!(once.exists(), "the hook never ran: {all}");
+    let (_env, all) = agent_commits_between_ralphs_steps();
     let said = "committing in your checkout";
     assert_eq!(times(&all, said), 1, "said once: {all}");
     assert!(
