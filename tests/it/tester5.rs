@@ -202,3 +202,91 @@ fn work_salvaged_from_a_stopped_parallel_iteration_counts_as_earlier_work() {
         }
     }
 }
+
+// ---- hD1: issue 20, another agent's dangling commit is not a story's next start ----
+
+/// US-002's agent leaves an orphan commit (`git commit-tree`, a file `other.txt`) on the run
+/// branch's start and lands; US-001's agent commits, waits for that landing and deletes its
+/// worktree with `git worktree remove -f -f`. Both dangling commits are kept under salvage refs
+/// and named ("work that may be yours is kept in ..."), but US-001's next attempt starts from
+/// the run branch: the other agent's `other.txt` never lands, nor does US-001's first try.
+#[test]
+fn another_agents_dangling_commit_is_kept_but_never_a_storys_next_start() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 first try"},
+                {"stdout": "US-001 done"}
+            ],
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "until {}; do sleep 0.1; done\nW=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+            par.landed("file-2.txt")
+        ),
+    );
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    par.pre(
+        "US-002",
+        0,
+        "echo other > other.txt\ngit add other.txt\ngit commit-tree $(git write-tree) -p HEAD -m 'orphan from US-002' >/dev/null\ngit reset -q\nrm -f other.txt\n",
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let files = par.branch_files();
+    assert!(
+        !files.iter().any(|f| f == "other.txt"),
+        "another agent's dangling commit landed with US-001: {files:?}\n{}",
+        text(&out)
+    );
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !history.contains("orphan from US-002") && !history.contains("feat: US-001 first try"),
+        "US-001's next attempt started from a dangling commit:\n{history}"
+    );
+    let first = &par.records("US-001")[0];
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("work that may be yours is kept in refs/ralph/salvage/")
+            && message.contains("look at it with git show")
+            && message.contains("next attempt starts from the run branch"),
+        "{first:#}"
+    );
+    // Nothing lost: both dangling commits are kept under salvage refs.
+    let kept: String = par
+        .salvage_refs()
+        .iter()
+        .map(|r| par.env.git(&["log", "-1", "--format=%s", r]))
+        .collect();
+    assert!(
+        kept.contains("orphan from US-002") && kept.contains("feat: US-001 first try"),
+        "{kept}"
+    );
+    let prompt = par.prompt("US-001", 1);
+    assert!(
+        prompt.contains("work that may be yours is kept in")
+            || prompt.contains("Work that may be yours is kept in"),
+        "US-001's next prompt does not name the kept work:\n{prompt}"
+    );
+}
