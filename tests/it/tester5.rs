@@ -290,3 +290,49 @@ fn another_agents_dangling_commit_is_kept_but_never_a_storys_next_start() {
         "US-001's next prompt does not name the kept work:\n{prompt}"
     );
 }
+
+/// US-002's agent waits for US-001 to land, then runs `git -C <checkout> reset --hard HEAD~1`
+/// of the run branch: nothing of the agent's is to keep (no `checkout-commits` ref), ralph puts
+/// the branch forward again to its own tip and says so, and US-001 is not run again.
+#[test]
+fn an_agents_reset_of_the_run_branch_in_the_checkout_is_put_forward_again() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    // After US-001's landing is done (its record is written): ralph no longer moves HEAD.
+    let main = par.env.repo.display().to_string();
+    par.wait(
+        "US-002",
+        0,
+        &format!("grep -s '\"US-001\"' '{main}/.ralph/ledger.jsonl' | grep -q story_passed && test -z \"$(git -C '{main}' status --porcelain)\""),
+    );
+    par.pre(
+        "US-002",
+        0,
+        &format!("until git -C '{main}' reset -q --hard HEAD~1; do sleep 0.1; done\n"),
+    );
+    let out = par.run(2, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(par.calls("US-001"), 1, "US-001 was run again:\n{all}");
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n", "{all}");
+    assert_eq!(par.show(BRANCH, "file-2.txt"), "2\n", "{all}");
+    assert!(
+        !all.contains("checkout-commits") && par.salvage_refs().is_empty(),
+        "ralph kept its own landing as an agent's commit: {:?}\n{all}",
+        par.salvage_refs()
+    );
+    // Found at the next launch, landing or the run's end: the terminal says it.
+    assert!(
+        all.contains("an agent moved the run branch back in your checkout (git reset")
+            && all.contains("ralph put it forward again"),
+        "{all}"
+    );
+}

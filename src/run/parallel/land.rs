@@ -578,7 +578,9 @@ pub fn switched(s: &Session, board: &Board) -> Option<String> {
 /// (an agent committing on it from its worktree, `git update-ref`, a `git checkout` of it with
 /// `--ignore-other-worktrees`): the commits it was moved to are kept under
 /// `refs/ralph/<run>/moved-branch-<n>` and the warning naming them is returned. Only the
-/// reference moves back: the checkout's files and index are still those of `board.tip`.
+/// reference moves back: the checkout's files and index are still those of `board.tip`. An
+/// agent's `git -C <checkout> reset` that only moved the branch back (to an ancestor of
+/// `board.tip`) keeps nothing: the branch and checkout go forward again (`git reset --keep`).
 ///
 /// # Errors
 /// git failing to read or write the references.
@@ -612,6 +614,9 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             board.tip = Some(now);
             return Ok(None);
         }
+        if let Some(warning) = moved_back(s, board) {
+            return Ok(Some(warning));
+        }
         return agents_in_checkout(s, board, (&branch, &expected, &now), &by_agents).map(Some);
     }
     let expected = &expected;
@@ -641,6 +646,32 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         short(&now),
         short(expected)
     )))
+}
+
+/// An agent's steps in the user's checkout that only moved the run branch back
+/// (`git -C <checkout> reset --hard HEAD~1`: the branch now at an ancestor of ralph's tip
+/// `board.tip`, its HEAD reflog's steps tagged as an agent's): nothing of the agent's is to
+/// keep, so the branch and checkout go forward again to ralph's tip with `git reset --keep`
+/// (the user's uncommitted edits stay) and the warning saying so is returned. `None` when the
+/// branch was not moved back that way, or the reset refuses (then [`guard_branch`] handles it).
+pub fn moved_back(s: &Session, board: &Board) -> Option<String> {
+    let (expected, branch) = (board.tip.as_deref()?, board.branch.as_deref()?);
+    let now = s.pre.repo.ref_sha(&format!("refs/heads/{branch}"))?;
+    let back = now != expected
+        && s.pre.repo.current_branch().as_deref() == Some(branch)
+        && s.pre.repo.is_ancestor(&now, expected).unwrap_or(false)
+        && s.pre.repo.moved_from_here(expected, &now) == Some(true)
+        && !s.pre.repo.agent_steps_here(expected, &now).is_empty();
+    if !back {
+        return None;
+    }
+    s.pre.repo.wait_index_unlocked();
+    s.pre.repo.reset_keep(expected).ok()?;
+    Some(format!(
+        "an agent moved the run branch back in your checkout (git reset, to {}); ralph put it forward again at {} (`git reset --keep`: your uncommitted changes stay)",
+        short(&now),
+        short(expected)
+    ))
 }
 
 /// The run branch's tip as ralph's own steps left it: HEAD, except that the commits an agent
