@@ -340,3 +340,58 @@ fn an_agents_reset_of_the_run_branch_in_the_checkout_is_put_forward_again() {
         "{all}\n{reflog}"
     );
 }
+
+/// A `--resolve-conflicts` resolution agent that commits a third file on top of ralph's commit
+/// with git's conflict markers and then deletes its worktree (`git worktree remove -f -f`): its
+/// dangling commit is kept, but the story's next attempt starts from the run branch, so neither
+/// the markers nor the third file ever land.
+#[test]
+fn a_resolution_that_deletes_its_worktree_never_lands_its_markers() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "grep -q A shared.txt", &[]),
+            story(2, "grep -q B shared.txt", &[]),
+        ]),
+        &[("shared.txt", "original line\n")],
+    );
+    par.story(
+        "US-001",
+        json!([does("US-001", "shared.txt", "A's line\n", 100)]),
+    );
+    par.story(
+        "US-002",
+        json!([
+            does("US-002", "shared.txt", "B's line\n", 0),
+            [
+                {"write_file": {"path": "third.txt", "content": "hacked\n"}},
+                {"git_commit": "resolve + third"}
+            ],
+            does("US-002", "shared.txt", "A's line\nB's line\n", 0)
+        ]),
+    );
+    par.post(
+        "US-002",
+        1,
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+    );
+    par.wait("US-001", 0, &par.started("US-002"));
+    par.wait(
+        "US-002",
+        0,
+        &format!(
+            "git -C '{}' show '{BRANCH}:shared.txt' 2>/dev/null | grep -q \"A's line\"",
+            par.env.repo.display()
+        ),
+    );
+    let out = par.run(2, &["--resolve-conflicts"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let files = par.branch_files();
+    assert!(
+        !files.iter().any(|f| f == "third.txt"),
+        "the resolution's third file landed: {files:?}\n{all}"
+    );
+    assert_eq!(par.conflict_markers(), "", "{all}");
+    assert_eq!(par.on_branch("shared.txt"), "A's line\nB's line\n", "{all}");
+}
