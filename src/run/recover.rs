@@ -904,7 +904,8 @@ fn salvage_flight(
 /// A killed ralph's flight whose worktree its agent deleted (`rm -rf`, `git worktree remove -f
 /// -f`): the commit git's registration still names, else the dangling commits made since the
 /// iteration started that descend from its start ([`Repo::unreachable_work`]), are kept under
-/// salvage refs (the newest returned, where the story's next attempt starts), the registration
+/// salvage refs (the registration's commit returned, where the story's next attempt starts; a
+/// dangling commit, which any live agent may have made, is only named), the registration
 /// is pruned, and a finding says what happened and that uncommitted files went with it.
 fn gone_flight(
     repo: &Repo,
@@ -918,6 +919,7 @@ fn gone_flight(
         .into_iter()
         .map(|(_, sha)| sha)
         .find(|sha| *sha != tree.base);
+    let dangling = named.is_none();
     let tips = match named {
         Some(sha) => vec![sha],
         None => {
@@ -941,6 +943,13 @@ fn gone_flight(
             "the worktree {} was deleted while the agent ran (by this or another agent); no commit of its was left to keep; {lost}",
             paths.rel(&tree.root)
         )
+    } else if dangling {
+        format!(
+            "the worktree {} was deleted while the agent ran (by this or another agent); commits found among git's dangling commits are kept in {} (ralph cannot tell which agent made them when more than one worktree was live); the story's next attempt starts from the run branch: work that may be yours is kept in {}; look at it with git show; {lost}",
+            paths.rel(&tree.root),
+            refs.join(", "),
+            refs.join(", ")
+        )
     } else {
         format!(
             "the worktree {} was deleted while the agent ran (by this or another agent); its commits are kept in {}; {lost}",
@@ -948,7 +957,9 @@ fn gone_flight(
             refs.join(", ")
         )
     };
-    (refs.into_iter().next(), vec![finding])
+    // A dangling commit may be any live agent's: never where the story's next attempt starts.
+    let resume = refs.into_iter().next().filter(|_| !dangling);
+    (resume, vec![finding])
 }
 
 /// A landing's move of the main checkout, noted in `.ralph/landing.json` while it runs

@@ -709,7 +709,10 @@ fn deleted_worktree(post: &str, commit: bool) -> (Par, Output, Value) {
 /// [`deleted_worktree`] with `post` and a committed first attempt: that commit is kept under
 /// the salvage ref its record names, and that record says the uncommitted rest went with the
 /// worktree.
-fn first_try_is_kept(post: &str) {
+/// When git's record of the worktree went too (`dangling`), the commit is found among git's
+/// dangling commits, which any live agent may have made: it is kept and named, but the story's
+/// next attempt starts from the run branch.
+fn first_try_is_kept(post: &str, dangling: bool) {
     let (par, out, first) = deleted_worktree(post, true);
     let message = first["message"].as_str().unwrap_or_default();
     let salvage = message
@@ -728,20 +731,32 @@ fn first_try_is_kept(post: &str) {
         "{first:#}"
     );
     assert_eq!(first["outcome"], "agent_error", "{first:#}");
-    // The next attempt started from the kept commit.
     let history = par.env.git(&["log", "--format=%s", BRANCH]);
-    assert!(
-        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
-        "{history}"
+    assert!(history.contains("feat: US-001 second try"), "{history}");
+    // From the kept commit when git's record named it; else from the run branch.
+    assert_eq!(
+        history.contains("feat: US-001 first try"),
+        !dangling,
+        "{history}\n{first:#}"
     );
+    if dangling {
+        assert!(
+            message.contains(&format!("work that may be yours is kept in {salvage}")),
+            "{first:#}"
+        );
+    }
 }
 
 /// `git worktree remove -f -f` removes even a locked worktree and git's record of it: the
 /// commit the agent made there is reachable from nothing, yet it is kept under the salvage ref
-/// its record names, and the story's next attempt starts from it.
+/// its record names (the story's next attempt starts from the run branch: a dangling commit may
+/// be any agent's).
 #[test]
 fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref() {
-    first_try_is_kept("W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n");
+    first_try_is_kept(
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+        true,
+    );
 }
 
 /// `rm -rf` of the worktree and `git worktree prune` (the lock lifted first, so that git
@@ -750,6 +765,7 @@ fn a_double_forced_worktree_removal_keeps_the_agents_commit_under_a_salvage_ref(
 fn an_unlocked_deleted_and_pruned_worktree_keeps_the_agents_commit_under_a_salvage_ref() {
     first_try_is_kept(
         "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ngit worktree unlock \"$W\"\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        true,
     );
 }
 
@@ -759,6 +775,7 @@ fn an_unlocked_deleted_and_pruned_worktree_keeps_the_agents_commit_under_a_salva
 fn a_deleted_worktree_pruned_by_the_agent_keeps_the_agents_commit_under_a_salvage_ref() {
     first_try_is_kept(
         "W=$PWD\nC=$(git rev-parse --path-format=absolute --git-common-dir)\ncd /\nrm -rf \"$W\"\ngit --git-dir=\"$C\" worktree prune\n",
+        false,
     );
 }
 
@@ -924,7 +941,8 @@ fn an_agents_checkout_commit_under_a_users_edit_stops_the_run_and_loses_nothing(
 
 /// ralph is killed (SIGKILL) after an agent committed and removed its own worktree with
 /// `git worktree remove -f -f`: the next run's recovery still finds the commit, keeps it under
-/// the salvage ref the recovered record names, and the story's next attempt starts from it.
+/// the salvage ref the recovered record names; the story's next attempt starts from the run
+/// branch (a dangling commit may be any agent's).
 #[test]
 fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit() {
     let par = Par::new(&prd_of(vec![story(1, "test -f file-1.txt", &[])]), &[]);
@@ -965,9 +983,11 @@ fn after_kill_9_a_double_forced_worktree_removal_still_keeps_the_agents_commit()
     );
     let kept = par.env.git(&["log", "--format=%s", &salvage]);
     assert!(kept.contains("feat: US-001 first try"), "{salvage}: {kept}");
+    assert!(said.contains("work that may be yours is kept in"), "{said}");
+    // A dangling commit may be any agent's: the next attempt starts from the run branch.
     let history = par.env.git(&["log", "--format=%s", BRANCH]);
     assert!(
-        history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
+        !history.contains("feat: US-001 first try") && history.contains("feat: US-001 second try"),
         "{history}\n{}",
         text(&out)
     );

@@ -202,3 +202,196 @@ fn work_salvaged_from_a_stopped_parallel_iteration_counts_as_earlier_work() {
         }
     }
 }
+
+// ---- hD1: issue 20, another agent's dangling commit is not a story's next start ----
+
+/// US-002's agent leaves an orphan commit (`git commit-tree`, a file `other.txt`) on the run
+/// branch's start and lands; US-001's agent commits, waits for that landing and deletes its
+/// worktree with `git worktree remove -f -f`. Both dangling commits are kept under salvage refs
+/// and named ("work that may be yours is kept in ..."), but US-001's next attempt starts from
+/// the run branch: the other agent's `other.txt` never lands, nor does US-001's first try.
+#[test]
+fn another_agents_dangling_commit_is_kept_but_never_a_storys_next_start() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story(
+        "US-001",
+        json!([
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 first try"},
+                {"stdout": "US-001 done"}
+            ],
+            [
+                {"write_file": {"path": "file-1.txt", "content": "1 again\n"}},
+                {"set_passes": {"id": "US-001", "passes": true}},
+                {"git_commit": "feat: US-001 second try"},
+                {"stdout": "US-001 done"}
+            ]
+        ]),
+    );
+    par.post(
+        "US-001",
+        0,
+        &format!(
+            "until {}; do sleep 0.1; done\nW=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+            par.landed("file-2.txt")
+        ),
+    );
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    par.pre(
+        "US-002",
+        0,
+        "echo other > other.txt\ngit add other.txt\ngit commit-tree $(git write-tree) -p HEAD -m 'orphan from US-002' >/dev/null\ngit reset -q\nrm -f other.txt\n",
+    );
+    let out = par.run(2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let files = par.branch_files();
+    assert!(
+        !files.iter().any(|f| f == "other.txt"),
+        "another agent's dangling commit landed with US-001: {files:?}\n{}",
+        text(&out)
+    );
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1 again\n");
+    let history = par.env.git(&["log", "--format=%s", BRANCH]);
+    assert!(
+        !history.contains("orphan from US-002") && !history.contains("feat: US-001 first try"),
+        "US-001's next attempt started from a dangling commit:\n{history}"
+    );
+    let first = &par.records("US-001")[0];
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("work that may be yours is kept in refs/ralph/salvage/")
+            && message.contains("look at it with git show")
+            && message.contains("next attempt starts from the run branch"),
+        "{first:#}"
+    );
+    // Nothing lost: both dangling commits are kept under salvage refs.
+    let kept: String = par
+        .salvage_refs()
+        .iter()
+        .map(|r| par.env.git(&["log", "-1", "--format=%s", r]))
+        .collect();
+    assert!(
+        kept.contains("orphan from US-002") && kept.contains("feat: US-001 first try"),
+        "{kept}"
+    );
+    let prompt = par.prompt("US-001", 1);
+    assert!(
+        prompt.contains("work that may be yours is kept in")
+            || prompt.contains("Work that may be yours is kept in"),
+        "US-001's next prompt does not name the kept work:\n{prompt}"
+    );
+}
+
+/// US-002's agent waits for US-001 to land, then runs `git -C <checkout> reset --hard HEAD~1`
+/// of the run branch: nothing of the agent's is to keep (no `checkout-commits` ref), ralph puts
+/// the branch forward again to its own tip and says so, and US-001 is not run again.
+#[test]
+fn an_agents_reset_of_the_run_branch_in_the_checkout_is_put_forward_again() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "test -f file-1.txt", &[]),
+            story(2, "test -f file-2.txt", &[]),
+        ]),
+        &[],
+    );
+    par.story("US-001", json!([does("US-001", "file-1.txt", "1\n", 0)]));
+    par.story("US-002", json!([does("US-002", "file-2.txt", "2\n", 0)]));
+    // After US-001's landing is done (its pass committed on the branch, its record written):
+    // ralph no longer moves HEAD.
+    let main = par.env.repo.display().to_string();
+    par.wait(
+        "US-002",
+        0,
+        &format!(
+            "git -C '{main}' show HEAD:prd.json | python3 -c \"import json,sys; sys.exit(not any(u['id'] == 'US-001' and u['passes'] for u in json.load(sys.stdin)['userStories']))\" && grep -s '\"US-001\"' '{main}/.ralph/ledger.jsonl' | grep -q story_passed"
+        ),
+    );
+    par.pre(
+        "US-002",
+        0,
+        &format!("until git -C '{main}' reset -q --hard HEAD~1; do sleep 0.1; done\n"),
+    );
+    let out = par.run(2, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(par.calls("US-001"), 1, "US-001 was run again:\n{all}");
+    assert_eq!(par.show(BRANCH, "file-1.txt"), "1\n", "{all}");
+    assert_eq!(par.show(BRANCH, "file-2.txt"), "2\n", "{all}");
+    assert!(
+        !all.contains("checkout-commits") && par.salvage_refs().is_empty(),
+        "ralph kept its own landing as an agent's commit: {:?}\n{all}",
+        par.salvage_refs()
+    );
+    // Found at the next launch, landing or the run's end: the terminal says it.
+    let reflog = par.env.git(&["reflog", "--format=%H %gs", "HEAD"]);
+    assert!(
+        all.contains("an agent moved the run branch back in your checkout (git reset")
+            && all.contains("ralph put it forward again"),
+        "{all}\n{reflog}"
+    );
+}
+
+/// A `--resolve-conflicts` resolution agent that commits a third file on top of ralph's commit
+/// with git's conflict markers and then deletes its worktree (`git worktree remove -f -f`): its
+/// dangling commit is kept, but the story's next attempt starts from the run branch, so neither
+/// the markers nor the third file ever land.
+#[test]
+fn a_resolution_that_deletes_its_worktree_never_lands_its_markers() {
+    use crate::common::par::{does, prd_of, story, Par, BRANCH};
+    let par = Par::new(
+        &prd_of(vec![
+            story(1, "grep -q A shared.txt", &[]),
+            story(2, "grep -q B shared.txt", &[]),
+        ]),
+        &[("shared.txt", "original line\n")],
+    );
+    par.story(
+        "US-001",
+        json!([does("US-001", "shared.txt", "A's line\n", 100)]),
+    );
+    par.story(
+        "US-002",
+        json!([
+            does("US-002", "shared.txt", "B's line\n", 0),
+            [
+                {"write_file": {"path": "third.txt", "content": "hacked\n"}},
+                {"git_commit": "resolve + third"}
+            ],
+            does("US-002", "shared.txt", "A's line\nB's line\n", 0)
+        ]),
+    );
+    par.post(
+        "US-002",
+        1,
+        "W=$PWD\ncd /\ngit -C \"$W\" worktree remove -f -f \"$W\"\n",
+    );
+    par.wait("US-001", 0, &par.started("US-002"));
+    par.wait(
+        "US-002",
+        0,
+        &format!(
+            "git -C '{}' show '{BRANCH}:shared.txt' 2>/dev/null | grep -q \"A's line\"",
+            par.env.repo.display()
+        ),
+    );
+    let out = par.run(2, &["--resolve-conflicts"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let files = par.branch_files();
+    assert!(
+        !files.iter().any(|f| f == "third.txt"),
+        "the resolution's third file landed: {files:?}\n{all}"
+    );
+    assert_eq!(par.conflict_markers(), "", "{all}");
+    assert_eq!(par.on_branch("shared.txt"), "A's line\nB's line\n", "{all}");
+}

@@ -46,7 +46,8 @@ pub struct Landed {
 
 /// Makes the story's worktree at `root` from the run branch's tip `base`. A story whose last
 /// work did not land (`board.resume`) starts from that work with the tip brought in, when they
-/// merge; else from the tip alone.
+/// merge (and that work does not contain ralph's resolution-markers commit); else from the tip
+/// alone.
 ///
 /// # Errors
 /// git errors making the worktree.
@@ -59,7 +60,13 @@ pub fn make_tree(
     keep: &[String],
     out: &mut Outputs,
 ) -> anyhow::Result<()> {
-    if let Some(previous) = board.resume.remove(story_id) {
+    // Never from a commit on top of ralph's resolution-markers commit (a resolution's work that
+    // did not land): its files hold git's conflict markers.
+    let resume = board
+        .resume
+        .remove(story_id)
+        .filter(|sha| !git_land::resolve::holds_markers_commit(repo, sha));
+    if let Some(previous) = resume {
         repo.add_worktree(root, &previous)?;
         let tree = Repo::discover(root)?;
         let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
@@ -339,8 +346,11 @@ fn not_committed(board: &mut Board, done: &Done) {
 }
 
 /// The story's worktree is gone (its agent deleted it: `rm -rf`, `git worktree remove -f -f`):
-/// its registration is pruned, and the commits nothing else keeps are kept under salvage refs,
-/// the newest one where the story's next attempt starts; the record names them and says that
+/// its registration is pruned, and the commits nothing else keeps are kept under salvage refs;
+/// the story's next attempt starts from the one git's registration still names, never from a
+/// dangling commit (any live agent may have made it) nor from one on top of ralph's
+/// resolution-markers commit: then it starts from the run branch, and its feedback names the
+/// refs ("work that may be yours is kept in ..."). The record names them and says that
 /// what the agent had not committed went with the worktree. The last commit is the one git's
 /// registration still names (`rm -rf` of a locked worktree); when git deleted the registration
 /// too (`remove -f -f`, or `worktree unlock` and `prune`), the commits are git's dangling
@@ -382,31 +392,24 @@ fn gone(
             }
         }
     };
-    // Stories in flight from the same start: a dangling commit found here may be theirs (their
-    // worktrees may have been deleted too), so the next attempt does not start from one.
-    let siblings: Vec<&str> = board
+    // Other worktrees live meanwhile: a dangling commit found here may be any of their agents'
+    // (all start from the run branch), so a dangling commit is never where the story's next
+    // attempt starts; only the commit git's own record of this worktree names is.
+    let live = board
         .flights
         .iter()
-        .filter(|f| f.iteration != flight.iteration && f.base == flight.base)
-        .map(|f| f.story_id.as_str())
-        .collect();
+        .filter(|f| f.iteration != flight.iteration)
+        .count();
     let mut refs = Vec::new();
+    let mut kept = Vec::new();
     for sha in &tips {
         let salvage = git_land::salvage(&s.pre.repo, &s.run_id, &flight.story_id, sha)?;
         refs.push(format!("{} in {salvage}", short(sha)));
         if dangling {
-            board.gone_kept.push((flight.base.clone(), salvage));
+            board.gone_kept.push((flight.base.clone(), salvage.clone()));
         }
+        kept.push(salvage);
     }
-    let shared = if dangling && !siblings.is_empty() && !tips.is_empty() {
-        format!(
-            "; {} started from the same commit: some of these commits may be {} work, so the story's next attempt starts from the run branch",
-            siblings.join(", "),
-            if siblings.len() == 1 { "its" } else { "their" }
-        )
-    } else {
-        String::new()
-    };
     let earlier: Vec<&str> = board
         .gone_kept
         .iter()
@@ -421,17 +424,39 @@ fn gone(
             earlier.join(", ")
         )
     };
+    let markers = tips
+        .first()
+        .is_some_and(|t| crate::git::land::resolve::holds_markers_commit(&s.pre.repo, t));
     let message = match tips.first() {
-        Some(_) if !shared.is_empty() => format!(
-            "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {}{shared}; {lost}",
-            refs.join(", ")
-        ),
-        Some(newest) => {
+        Some(newest) if !dangling && !markers => {
             board.resume.insert(flight.story_id.clone(), newest.clone());
             format!(
                 "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {} (the story's next attempt starts from {}); {lost}",
                 refs.join(", "),
                 short(newest)
+            )
+        }
+        Some(_) => {
+            let who = if dangling && live > 0 {
+                format!(
+                    "; ralph cannot tell which agent made them ({live} other worktree{} {} live)",
+                    if live == 1 { "" } else { "s" },
+                    if live == 1 { "was" } else { "were" }
+                )
+            } else {
+                String::new()
+            };
+            worked.feedback.push(Feedback::about(
+                &flight.story_id,
+                format!(
+                    "Your previous attempt's worktree was deleted while the agent ran. Work that may be yours is kept in {}; look at it with git show. Your next attempt starts from the run branch.",
+                    kept.join(", ")
+                ),
+            ));
+            format!(
+                "the worktree {rel} was deleted while the agent ran (by this or another agent); nothing landed; {how}, kept: {}{who}; the story's next attempt starts from the run branch: work that may be yours is kept in {}; look at it with git show; {lost}",
+                refs.join(", "),
+                kept.join(", ")
             )
         }
         None => format!(
@@ -551,7 +576,9 @@ pub fn switched(s: &Session, board: &Board) -> Option<String> {
 /// (an agent committing on it from its worktree, `git update-ref`, a `git checkout` of it with
 /// `--ignore-other-worktrees`): the commits it was moved to are kept under
 /// `refs/ralph/<run>/moved-branch-<n>` and the warning naming them is returned. Only the
-/// reference moves back: the checkout's files and index are still those of `board.tip`.
+/// reference moves back: the checkout's files and index are still those of `board.tip`. An
+/// agent's `git -C <checkout> reset` that only moved the branch back (to an ancestor of
+/// `board.tip`) keeps nothing: the branch and checkout go forward again (`git reset --keep`).
 ///
 /// # Errors
 /// git failing to read or write the references.
@@ -590,6 +617,9 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
             board.tip = Some(now);
             return Ok(None);
         }
+        if let Some(warning) = moved_back(s, board) {
+            return Ok(Some(warning));
+        }
         return agents_in_checkout(s, board, (&branch, &expected, &now), &by_agents).map(Some);
     }
     let expected = &expected;
@@ -619,6 +649,32 @@ pub fn guard_branch(s: &Session, board: &mut Board) -> anyhow::Result<Option<Str
         short(&now),
         short(expected)
     )))
+}
+
+/// An agent's steps in the user's checkout that only moved the run branch back
+/// (`git -C <checkout> reset --hard HEAD~1`: the branch now at an ancestor of ralph's tip
+/// `board.tip`, its HEAD reflog's steps tagged as an agent's): nothing of the agent's is to
+/// keep, so the branch and checkout go forward again to ralph's tip with `git reset --keep`
+/// (the user's uncommitted edits stay) and the warning saying so is returned. `None` when the
+/// branch was not moved back that way, or the reset refuses (then [`guard_branch`] handles it).
+pub fn moved_back(s: &Session, board: &Board) -> Option<String> {
+    let (expected, branch) = (board.tip.as_deref()?, board.branch.as_deref()?);
+    let now = s.pre.repo.ref_sha(&format!("refs/heads/{branch}"))?;
+    let back = now != expected
+        && s.pre.repo.current_branch().as_deref() == Some(branch)
+        && s.pre.repo.is_ancestor(&now, expected).unwrap_or(false)
+        && s.pre.repo.moved_from_here(expected, &now) == Some(true)
+        && !s.pre.repo.agent_steps_here(expected, &now).is_empty();
+    if !back {
+        return None;
+    }
+    s.pre.repo.wait_index_unlocked();
+    s.pre.repo.reset_keep(expected).ok()?;
+    Some(format!(
+        "an agent moved the run branch back in your checkout (git reset, to {}); ralph put it forward again at {} (`git reset --keep`: your uncommitted changes stay)",
+        short(&now),
+        short(expected)
+    ))
 }
 
 /// The run branch's tip as ralph's own steps left it: HEAD, except that the commits an agent

@@ -418,6 +418,11 @@ async fn launch(
             // `--max-cost`: what is in flight will likely spend the rest; the landings decide.
             return Ok(());
         }
+        // An agent's move of the run branch in the checkout (a `git reset` back) is undone
+        // before prd.json is read: the stories its landings passed are not picked again.
+        if let Some(warning) = land::moved_back(s, board) {
+            out.warn(warning);
+        }
         let Some(current) = settled_prd(s, board).await? else {
             // Switched while prd.json was read: the next pass of this loop says so.
             continue;
