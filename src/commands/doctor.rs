@@ -183,31 +183,52 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitStatus> {
             print_finding(f);
         }
         print_sandbox(&sandbox);
-        let verdict = |ok: bool| {
-            if ok {
-                style("ready").green()
-            } else {
-                style("NOT ready").red().bold()
-            }
-        };
-        if args.agent.is_some() || roles.is_empty() {
-            println!(
-                "agent: {} — {}",
-                configured.as_str(),
-                verdict(configured_ok)
-            );
-        } else {
-            for line in verdict_lines(&roles, &findings, list_problem.as_deref()) {
-                println!("{line}");
-            }
-            println!("ralph run: {}", verdict(configured_ok));
-        }
+        print_verdicts(
+            args.agent.is_some(),
+            &roles,
+            &findings,
+            list_problem.as_deref(),
+            configured,
+            configured_ok,
+        );
     }
     Ok(if configured_ok {
         ExitStatus::Success
     } else {
         ExitStatus::Failure
     })
+}
+
+/// The verdict lines of doctor's text output: under `--agent X`, or with no agent of the run
+/// known, one line for `configured`; else one line per agent of the run (`roles`), then `ralph
+/// run: ready` or `NOT ready` (`ok`).
+fn print_verdicts(
+    agent_flag: bool,
+    roles: &[Role],
+    findings: &[Finding],
+    list_problem: Option<&str>,
+    configured: AgentKind,
+    configured_ok: bool,
+) {
+    let verdict = |ok: bool| {
+        if ok {
+            style("ready").green()
+        } else {
+            style("NOT ready").red().bold()
+        }
+    };
+    if agent_flag || roles.is_empty() {
+        println!(
+            "agent: {} — {}",
+            configured.as_str(),
+            verdict(configured_ok)
+        );
+    } else {
+        for line in verdict_lines(roles, findings, list_problem) {
+            println!("{line}");
+        }
+        println!("ralph run: {}", verdict(configured_ok));
+    }
 }
 
 fn print_finding(f: &Finding) {

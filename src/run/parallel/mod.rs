@@ -15,6 +15,7 @@
 //! A worker's prd.json and progress.txt are never merged: ralph writes the story's `passes` and
 //! `notes` and the progress entry itself at landing.
 
+mod guard;
 pub mod land;
 pub mod own;
 pub mod resolve;
