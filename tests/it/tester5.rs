@@ -319,7 +319,10 @@ fn an_agents_reset_of_the_run_branch_in_the_checkout_is_put_forward_again() {
     par.pre(
         "US-002",
         0,
-        &format!("until git -C '{main}' reset -q --hard HEAD~1; do sleep 0.1; done\n"),
+        // Two seconds after US-001's record: ralph is past US-001's landing and waits for
+        // US-002 (a read of prd.json while git rewrites it is a known race, see the note of
+        // 2026-12-02 on issue 20).
+        &format!("sleep 2; until git -C '{main}' reset -q --hard HEAD~1; do sleep 0.1; done\n"),
     );
     let out = par.run(2, &[]);
     let all = text(&out);
